@@ -1,0 +1,37 @@
+"""tdreplay.core: the replay-buffer engine.
+
+Interfaces (:class:`Storage`, :class:`Sampler`, :class:`Writer`, :class:`Transform`), the
+buffers (:class:`ReplayBuffer`, :class:`TensorDictReplayBuffer`) and the defaults a bare buffer
+needs (:class:`ListStorage`, :class:`RandomSampler`, :class:`RoundRobinWriter`).
+"""
+
+from .checkpoint import FORMAT_VERSION, CheckpointError
+from .collate import identity_collate, stack_items
+from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
+from .sampler import RandomSampler, Sampler
+from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
+from .transform import CallableTransform, Compose, InvertedTransform, Transform
+from .writer import RoundRobinWriter, Writer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CallableTransform",
+    "CheckpointError",
+    "Compose",
+    "InvertedTransform",
+    "ListStorage",
+    "ListStorageCheckpointer",
+    "RandomSampler",
+    "ReplayBuffer",
+    "RoundRobinWriter",
+    "Sampler",
+    "Storage",
+    "StorageCheckpointerBase",
+    "TensorDictReplayBuffer",
+    "Transform",
+    "Writer",
+    "identity_collate",
+    "stack_items",
+]

@@ -1,0 +1,63 @@
+"""Checkpointing of components whose whole state is a ``state_dict`` (samplers, writers)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import CheckpointError, read_json, write_json
+
+
+class StateDictCheckpointMixin:
+    """``dumps`` / ``prepare_load`` / ``loads`` for components that expose ``state_dict``.
+
+    The state is written with :func:`torch.save` and read back with ``weights_only=True`` (no
+    arbitrary code runs on load). ``prepare_load`` reads and checks the state, then returns a
+    function that installs it, so a bad checkpoint changes nothing.
+    """
+
+    def state_dict(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # pragma: no cover
+        pass
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` when ``state_dict`` cannot be loaded into this component."""
+        expected = set(self.state_dict())
+        got = set(state_dict)
+        if expected != got:
+            raise ValueError(
+                f"{type(self).__name__} state_dict keys differ: expected {sorted(expected)}, "
+                f"got {sorted(got)}."
+            )
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Write the component's state into directory ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        write_json(path / "component.json", {"class": type(self).__name__})
+        torch.save(self.state_dict(), path / "state.pt")
+
+    def prepare_load(self, path: str | os.PathLike) -> Callable[[], None]:
+        """Read and check the state in ``path``; return a function that installs it."""
+        path = Path(path)
+        meta = read_json(path / "component.json")
+        if meta.get("class") != type(self).__name__:
+            raise CheckpointError(
+                f"checkpoint holds a {meta.get('class')} but this buffer has a {type(self).__name__}."
+            )
+        state = torch.load(path / "state.pt", weights_only=True)
+        try:
+            self.check_state_dict(state)
+        except ValueError as err:
+            raise CheckpointError(str(err)) from err
+        return lambda: self.load_state_dict(state)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore the state written by :meth:`dumps`."""
+        self.prepare_load(path)()

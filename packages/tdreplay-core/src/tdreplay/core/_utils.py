@@ -1,0 +1,102 @@
+"""Small helpers shared by the core components (index normalisation, batch sizes, pytrees)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+from torch.utils._pytree import tree_flatten, tree_leaves
+
+INT_TYPES = (int, np.integer)
+
+
+def is_int(index: Any) -> bool:
+    """Return True for a Python/numpy integer or a 0-d integer tensor."""
+    if isinstance(index, INT_TYPES) and not isinstance(index, bool):
+        return True
+    return (
+        isinstance(index, torch.Tensor)
+        and index.ndim == 0
+        and not index.is_floating_point()
+        and index.dtype is not torch.bool
+    )
+
+
+def as_long_tensor(index: Any, *, name: str = "index", device: Any = None) -> torch.Tensor:
+    """Convert an int, a sequence of ints, a numpy array or a tensor into an int64 tensor.
+
+    Raises ``TypeError`` naming ``name`` when the value is not an integer index.
+    """
+    if isinstance(index, torch.Tensor):
+        if index.is_floating_point() or index.dtype is torch.bool or index.is_complex():
+            raise TypeError(f"{name} must hold integers, got a tensor of dtype {index.dtype}.")
+        out = index.to(torch.long)
+    elif isinstance(index, np.ndarray):
+        if not np.issubdtype(index.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got an array of dtype {index.dtype}.")
+        out = torch.from_numpy(index.astype(np.int64, copy=False))
+    elif is_int(index):
+        out = torch.tensor(int(index), dtype=torch.long)
+    elif isinstance(index, Sequence) and not isinstance(index, (str, bytes)):
+        if not all(is_int(i) for i in index):
+            raise TypeError(f"{name} must be a sequence of integers, got {index!r}.")
+        out = torch.tensor([int(i) for i in index], dtype=torch.long)
+    else:
+        raise TypeError(f"{name} must be an int, a sequence of ints or an integer tensor, "
+                        f"got {type(index).__name__}.")
+    if device is not None:
+        out = out.to(device)
+    return out
+
+
+def leading_dim(data: Any) -> int:
+    """Number of items along the leading (batch) dimension of ``data``.
+
+    A TensorDict counts its first batch dimension, a tensor its first dimension, a list its
+    length and a tuple (a pytree) the first dimension of its leaves.
+    """
+    if is_tensor_collection(data):
+        if not data.batch_size:
+            raise ValueError("extend expects data with at least one batch dimension, got a "
+                             "TensorDict with an empty batch_size; use add() for one item.")
+        return data.batch_size[0]
+    if isinstance(data, torch.Tensor):
+        if data.ndim == 0:
+            raise ValueError("extend expects data with a leading batch dimension, got a 0-d "
+                             "tensor; use add() for one item.")
+        return data.shape[0]
+    if isinstance(data, list):
+        return len(data)
+    leaves = tree_leaves(data)
+    if not leaves:
+        raise ValueError(f"cannot find a batch dimension in data of type {type(data).__name__}.")
+    sizes = {leaf.shape[0] if isinstance(leaf, torch.Tensor) and leaf.ndim else None
+             for leaf in leaves}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError("every leaf of a pytree passed to extend must share the same leading "
+                         f"dimension, got leading sizes {sorted(map(str, sizes))}.")
+    return sizes.pop()
+
+
+def pytree_structure(data: Any) -> Any:
+    """Return the treespec of a pytree (used to check that written items agree)."""
+    return tree_flatten(data)[1]
+
+
+def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
+    """Raise a ``TypeError`` naming ``name`` unless ``data`` is a tensor collection."""
+    if not is_tensor_collection(data):
+        raise TypeError(f"{name} must be a TensorDict (or tensorclass), got {type(data).__name__}.")
+    return data
+
+
+def slice_leading(data: Any, sl: slice) -> Any:
+    """Slice ``data`` along its leading dimension (lists, tensors, TensorDicts and pytrees)."""
+    if isinstance(data, list) or isinstance(data, torch.Tensor) or is_tensor_collection(data):
+        return data[sl]
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x[sl] if isinstance(x, torch.Tensor) else x, data)

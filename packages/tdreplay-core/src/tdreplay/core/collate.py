@@ -1,0 +1,63 @@
+"""Collate functions: how the items a storage returns become one batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, is_tensor_collection
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+
+def identity_collate(data: Any) -> Any:
+    """Return ``data`` unchanged (tensor storages already return a batch).
+
+    Examples
+    --------
+    >>> identity_collate([1, 2])
+    [1, 2]
+    """
+    return data
+
+
+def stack_items(items: Any) -> Any:
+    """Stack a list of items into a batch when they are stackable, else return the list.
+
+    Tensors of one shape are stacked with :func:`torch.stack`; TensorDicts are stacked densely
+    when their shapes agree and lazily otherwise; tuples/dicts of tensors (pytrees) are stacked
+    leaf by leaf. Anything else (strings, mixed objects) stays a list.
+
+    Examples
+    --------
+    >>> stack_items([torch.zeros(2), torch.ones(2)]).shape
+    torch.Size([2, 2])
+    >>> stack_items(["a", "b"])
+    ['a', 'b']
+    """
+    if not isinstance(items, list) or not items:
+        return items
+    first = items[0]
+    if isinstance(first, torch.Tensor):
+        if all(isinstance(x, torch.Tensor) and x.shape == first.shape for x in items):
+            return torch.stack(items)
+        return items
+    if is_tensor_collection(first):
+        if all(is_tensor_collection(x) for x in items):
+            return LazyStackedTensorDict.maybe_dense_stack(items)
+        return items
+    if isinstance(first, (tuple, dict)):
+        flat, spec = tree_flatten(first)
+        if not flat or not all(isinstance(x, torch.Tensor) for x in flat):
+            return items
+        flats = []
+        for item in items:
+            leaves, item_spec = tree_flatten(item)
+            if item_spec != spec:
+                return items
+            flats.append(leaves)
+        try:
+            stacked = [torch.stack(group) for group in zip(*flats)]
+        except RuntimeError:
+            return items
+        return tree_unflatten(stacked, spec)
+    return items

@@ -1,0 +1,616 @@
+"""``ReplayBuffer`` and ``TensorDictReplayBuffer``: one storage, one sampler, one writer."""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+
+from ._utils import leading_dim
+from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
+from .sampler import RandomSampler, Sampler
+from .storage import ListStorage, Storage
+from .transform import Compose, InvertedTransform, Transform, as_transform
+from .writer import RoundRobinWriter, Writer
+
+
+def _check_component(value: Any, kind: type, name: str) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
+    return value
+
+
+class ReplayBuffer:
+    """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
+
+    Parameters
+    ----------
+    storage : Storage, optional
+        Where items live. Defaults to ``ListStorage(1000)``.
+    sampler : Sampler, optional
+        How batches are drawn. Defaults to :class:`RandomSampler`.
+    writer : Writer, optional
+        Where new items go. Defaults to :class:`RoundRobinWriter`.
+    collate_fn : callable, optional
+        Turns what the storage returns into a batch. Defaults to the storage's own
+        (stacking for a list storage, identity for tensor storages).
+    pin_memory : bool
+        Pin sampled batches in page-locked memory (when an accelerator is present).
+    prefetch : int, optional
+        Keep exactly this many batches sampled ahead in a background thread.
+    transform : Transform or callable, optional
+        Applied to every sample (and, when appended with ``invert=True``, to every write).
+    batch_size : int, optional
+        Default batch size of :meth:`sample` and of iteration.
+    generator : torch.Generator, optional
+        Random generator used by the sampler, for reproducible sampling.
+
+    Thread safety: one lock guards writes, index assignment and the read of sampled rows, so a
+    collector thread can ``extend`` while learner threads ``sample``; a sample never sees a
+    half-written row.
+
+    Examples
+    --------
+    >>> rb = ReplayBuffer(batch_size=4)
+    >>> rb.extend([torch.tensor(float(i)) for i in range(10)]).tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    >>> rb.sample().shape, len(rb), rb.write_count
+    (torch.Size([4]), 10, 10)
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Transform | Callable[[Any], Any] | None = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self._storage = _check_component(storage if storage is not None else ListStorage(1000),
+                                         Storage, "storage")
+        self._sampler = _check_component(sampler if sampler is not None else RandomSampler(),
+                                         Sampler, "sampler")
+        self._writer = _check_component(writer if writer is not None else RoundRobinWriter(),
+                                        Writer, "writer")
+        self._writer.register_storage(self._storage)
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
+        self._user_collate = collate_fn
+        self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
+        self._pin_memory = bool(pin_memory)
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+                                     or prefetch < 0):
+            raise ValueError(f"prefetch must be a non-negative int or None, got {prefetch!r}.")
+        self._prefetch = prefetch or 0
+        self._prefetch_queue: collections.deque[Future] = collections.deque()
+        self._prefetch_executor: ThreadPoolExecutor | None = None
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size <= 0):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        self._batch_size = batch_size
+        self._transform = Compose()
+        if transform is not None:
+            if isinstance(transform, Compose):
+                self._transform = transform
+            else:
+                self._transform.append(as_transform(transform))
+        self._lock = threading.RLock()
+        self._rng: torch.Generator | None = None
+        if generator is not None:
+            self.set_rng(generator)
+
+    # ---- components ----------------------------------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        """The storage of the buffer."""
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler of the buffer."""
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The writer of the buffer."""
+        return self._writer
+
+    @property
+    def transform(self) -> Compose:
+        """The transforms of the buffer, as a :class:`Compose`."""
+        return self._transform
+
+    @property
+    def batch_size(self) -> int | None:
+        """Default batch size of :meth:`sample` and of iteration."""
+        return self._batch_size
+
+    @property
+    def write_count(self) -> int:
+        """Items written through ``add`` and ``extend`` so far."""
+        return self._writer.write_count
+
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None) -> Storage:
+        """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
+        _check_component(storage, Storage, "storage")
+        with self._lock:
+            previous = self._storage
+            self._storage = storage
+            self._writer.register_storage(storage)
+            self._user_collate = collate_fn
+            self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
+            self._clear_prefetch()
+        return previous
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Replace the sampler; returns the previous one."""
+        _check_component(sampler, Sampler, "sampler")
+        with self._lock:
+            previous = self._sampler
+            self._sampler = sampler
+            if self._rng is not None:
+                sampler.set_rng(self._rng)
+            self._clear_prefetch()
+        return previous
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Replace the writer; returns the previous one."""
+        _check_component(writer, Writer, "writer")
+        with self._lock:
+            previous = self._writer
+            self._writer = writer
+            writer.register_storage(self._storage)
+        return previous
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Use ``generator`` for every random draw of the sampler."""
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        self._rng = generator
+        self._sampler.set_rng(generator)
+
+    # ---- transforms ------------------------------------------------------------------------------
+    def append_transform(self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
+                         ) -> ReplayBuffer:
+        """Append a transform; with ``invert=True`` it runs on writes instead of samples.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> def add_one(data):
+        ...     data += 1
+        ...     return data
+        >>> _ = rb.append_transform(add_one, invert=True)
+        >>> data = TensorDict({"a": torch.zeros(3)}, [3])
+        >>> _ = rb.extend(data)
+        >>> bool((data["a"] == 1).all())
+        True
+        """
+        transform = as_transform(transform)
+        self._transform.append(InvertedTransform(transform) if invert else transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Transform | Callable[[Any], Any], *,
+                         invert: bool = False) -> ReplayBuffer:
+        """Insert a transform at ``index`` (see :meth:`append_transform`)."""
+        transform = as_transform(transform)
+        self._transform.insert(index, InvertedTransform(transform) if invert else transform)
+        return self
+
+    # ---- writing -----------------------------------------------------------------------------------
+    def _write_side(self, data: Any) -> Any:
+        if len(self._transform):
+            data = self._transform.inv(data)
+        return data
+
+    def add(self, data: Any) -> int | torch.Tensor:
+        """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives."""
+        data = self._write_side(data)
+        with self._lock:
+            row = self._writer.add(data)
+            rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
+            slots = self._storage.rows_to_slots(rows)
+            self._sampler.extend(slots.reshape(-1))
+        if self._storage.row_numel == 1 and rows.numel() == 1:
+            return int(rows)
+        return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write a batch; returns the slots written.
+
+        A list is a batch of items, a tuple one pytree batched along dim 0 of its leaves, a
+        tensor or TensorDict a batch along its first dimension.
+        """
+        if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
+            raise TypeError(
+                "extend got a tuple (a pytree, written as one batched structure) but the storage "
+                "is a ListStorage, which stores unbound items: pass a list of items instead."
+            )
+        leading_dim(data)
+        data = self._write_side(data)
+        with self._lock:
+            rows = self._writer.extend(data)
+            slots = self._storage.rows_to_slots(rows)
+            if slots.numel():
+                self._sampler.extend(slots.reshape(-1))
+        return slots
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        value = self._write_side(value)
+        with self._lock:
+            self._storage[index] = value
+            rows = self._storage.index_to_rows(index)
+            self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
+
+    def write_all(self, data: Any, end: int | None = None) -> None:
+        """Write ``data`` back in physical order: ``rb[:end] = data``.
+
+        ``end`` defaults to the leading size of ``data``.
+        """
+        if end is None:
+            end = leading_dim(data)
+        self[:end] = data
+
+    # ---- reading -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            data = self._storage[index]
+        if not isinstance(index, int):
+            data = self._collate_fn(data)
+        if len(self._transform):
+            data = self._transform(data)
+        return data
+
+    def read_all_in_order(self, end: int | None = None) -> Any:
+        """Storage contents in physical order, ``rb[:end]`` (``rb[:]`` when ``end`` is None)."""
+        return self[slice(None, end)]
+
+    def _resolve_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise RuntimeError("sample() needs a batch_size: pass one or build the buffer "
+                                   "with batch_size=...")
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        return batch_size
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        with self._lock:
+            index, info = self._sampler.sample(self._storage, batch_size)
+            info["index"] = index
+            data = self._storage.get(index)
+        data = self._collate_fn(data)
+        if len(self._transform):
+            data = self._transform(data)
+        data = self._attach_info(data, info)
+        if self._pin_memory and torch.cuda.is_available():
+            data = data.pin_memory()
+        return data, info
+
+    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+        return data
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Sample a batch; with ``return_info`` returns ``(batch, info)``.
+
+        ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
+        """
+        bs = self._resolve_batch_size(batch_size)
+        if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
+            data, info = self._next_prefetched(bs)
+        else:
+            data, info = self._sample(bs)
+        return (data, info) if return_info else data
+
+    def _sampler_is_finite(self) -> bool:
+        return bool(getattr(self._sampler, "finite_epochs", False))
+
+    def _next_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        if self._prefetch_executor is None:
+            self._prefetch_executor = ThreadPoolExecutor(max_workers=1,
+                                                         thread_name_prefix="tdreplay-prefetch")
+        queue = self._prefetch_queue
+        while len(queue) < self._prefetch + 1:
+            queue.append(self._prefetch_executor.submit(self._sample, batch_size))
+        result = queue.popleft().result()
+        # keep exactly `prefetch` batches in flight after handing one out
+        queue.append(self._prefetch_executor.submit(self._sample, batch_size))
+        return result
+
+    def _clear_prefetch(self) -> None:
+        while self._prefetch_queue:
+            fut = self._prefetch_queue.popleft()
+            fut.cancel()
+            if not fut.cancelled():
+                try:
+                    fut.result()
+                except Exception:  # noqa: BLE001 - a stale prefetched batch may fail; drop it
+                    pass
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yield batches of ``batch_size``; ends after one epoch with a finite sampler."""
+        if self._batch_size is None:
+            raise RuntimeError("iterating needs the buffer's batch_size to be set.")
+        if not self._sampler_is_finite():
+            while True:
+                yield self.sample()
+        while True:
+            data, _ = self._sample(self._batch_size)
+            yield data
+            if self._sampler.ran_out:
+                return
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Set the priorities of ``index`` (prioritized samplers)."""
+        with self._lock:
+            self._sampler.update_priority(index, priority, storage=self._storage)
+
+    # ---- in-place edits of tensor storages -------------------------------------------------------
+    def set_(self, key: Any, value: Any) -> ReplayBuffer:
+        """Set entry ``key`` of every written row in place."""
+        with self._lock:
+            self._storage.set_key(key, value)
+        return self
+
+    def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
+        """Set entry ``key`` at rows ``index`` in place."""
+        with self._lock:
+            self._storage.set_key(key, value, index)
+        return self
+
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None
+                ) -> ReplayBuffer:
+        """Update the written rows in place from a dict or TensorDict."""
+        with self._lock:
+            self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
+        return self
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Remove every item and reset the write cursor (and the write count by default)."""
+        with self._lock:
+            self._clear_prefetch()
+            self._storage._empty()
+            self._writer._empty(empty_write_count)
+            self._sampler._empty()
+
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the storage contents before saving."""
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the storage contents after loading."""
+        self._storage.register_load_hook(hook)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Storage, sampler and writer state (and the generator's state when one is set)."""
+        with self._lock:
+            out = {
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_batch_size": self._batch_size,
+            }
+            if self._rng is not None:
+                out["_rng"] = self._rng.get_state()
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; checks every part before changing anything."""
+        missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
+        if missing:
+            raise ValueError(f"state_dict is missing {sorted(missing)}.")
+        with self._lock:
+            self._sampler.check_state_dict(state_dict["_sampler"])
+            self._writer.check_state_dict(state_dict["_writer"])
+            self._clear_prefetch()
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._sampler.load_state_dict(state_dict["_sampler"])
+            self._writer.load_state_dict(state_dict["_writer"])
+            if self._rng is not None and "_rng" in state_dict:
+                self._rng.set_state(state_dict["_rng"])
+
+    def _components(self) -> dict[str, Any]:
+        return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save storage, sampler and writer state under directory ``path``, atomically.
+
+        The new checkpoint is written beside the previous one and committed by an atomic
+        rename; a crash mid-way leaves the previous checkpoint loadable.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> rb = ReplayBuffer(storage=ListStorage(5))
+        >>> _ = rb.extend([1, 2, 3])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     rb.dumps(d)
+        ...     restored = ReplayBuffer(storage=ListStorage(5))
+        ...     restored.loads(d)
+        >>> restored[:], restored.write_count
+        ([1, 2, 3], 3)
+        """
+        with self._lock:
+            with write_checkpoint(path) as snap:
+                meta = {"buffer": type(self).__name__, "len": len(self),
+                        "write_count": self.write_count}
+                for name, component in self._components().items():
+                    meta[name] = type(component).__name__
+                    component.dumps(snap / name)
+                write_json(snap / "buffer.json", meta)
+                if self._rng is not None:
+                    torch.save(self._rng.get_state(), snap / "rng.pt")
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
+
+        Everything is read and checked before the buffer changes: a missing, corrupted or
+        mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
+        leaves the buffer exactly as it was.
+        """
+        with self._lock:
+            snap = verify_checkpoint(Path(path))
+            meta = read_json(snap / "buffer.json")
+            commits = []
+            for name, component in self._components().items():
+                saved = meta.get(name)
+                if saved != type(component).__name__:
+                    raise CheckpointError(
+                        f"checkpoint {name} is a {saved}, but this buffer's {name} is a "
+                        f"{type(component).__name__}."
+                    )
+                commits.append(component.prepare_load(snap / name))
+            rng_state = torch.load(snap / "rng.pt") if (snap / "rng.pt").is_file() else None
+            self._clear_prefetch()
+            for commit in commits:
+                commit()
+            if rng_state is not None and self._rng is not None:
+                self._rng.set_state(rng_state)
+
+    save = dumps
+    dump = dumps
+    load = loads
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(\n    storage={self._storage!r},\n    sampler={self._sampler!r},"
+            f"\n    writer={self._writer!r},\n    batch_size={self._batch_size},"
+            f"\n    transform={self._transform!r})"
+        )
+
+    def __del__(self) -> None:
+        executor = getattr(self, "_prefetch_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A replay buffer of TensorDicts that writes ``index`` (and sampler info) into samples.
+
+    Parameters
+    ----------
+    priority_key : str
+        Entry read by :meth:`update_tensordict_priority` (``"td_error"`` by default).
+    **kwargs
+        As :class:`ReplayBuffer`.
+
+    After ``extend(td)``, ``td["index"]`` holds the slots written, so priorities can be
+    updated straight from the collected batch.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=2)
+    >>> td = TensorDict({"obs": torch.arange(4.)}, [4])
+    >>> rb.extend(td).tolist(), td["index"].tolist()
+    ([0, 1, 2, 3], [0, 1, 2, 3])
+    >>> s = rb.sample()
+    >>> bool((s["obs"] == s["index"].float()).all())
+    True
+    """
+
+    def __init__(self, *, priority_key: str = "td_error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priority_key = priority_key
+
+    def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
+        """Write a batch of TensorDicts; sets ``index`` in it and, for prioritized samplers,
+        reads its ``priority_key`` (when present) as the initial priorities."""
+        if not is_tensor_collection(tensordicts):
+            raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
+                            f"{type(tensordicts).__name__}.")
+        slots = super().extend(tensordicts)
+        self._set_index(tensordicts, slots)
+        if update_priority is not False and getattr(self._sampler, "is_prioritized", False) \
+                and tensordicts.get(self.priority_key, None) is not None:
+            self.update_tensordict_priority(tensordicts)
+        return slots
+
+    def add(self, data: TensorDictBase) -> int | torch.Tensor:
+        if not is_tensor_collection(data):
+            raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got {type(data).__name__}.")
+        index = super().add(data)
+        if not data.is_locked:
+            data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
+                     if data.batch_size else torch.as_tensor(index))
+        return index
+
+    @staticmethod
+    def _set_index(td: TensorDictBase, slots: torch.Tensor) -> None:
+        if td.is_locked or slots.shape != td.batch_size[: slots.ndim]:
+            return
+        if slots.device != td.device and td.device is not None:
+            slots = slots.to(td.device)
+        td.set("index", slots.reshape(slots.shape + (1,) * (td.batch_dims - slots.ndim))
+               .expand(td.batch_size) if td.batch_dims > slots.ndim else slots)
+
+    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+        if not is_tensor_collection(data):
+            return data
+        batch = data.batch_size
+        for key, value in info.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if data.device is not None and value.device != data.device:
+                value = value.to(data.device)
+            if value.shape[: len(batch)] == batch:
+                pass
+            elif value.shape == batch[: value.ndim]:
+                value = value.reshape(value.shape + (1,) * (len(batch) - value.ndim)).expand(batch)
+            elif value.ndim >= 1 and value.shape[0] == batch.numel():
+                value = value.reshape(batch + value.shape[1:])
+            else:
+                warnings.warn(f"sample info {key!r} of shape {tuple(value.shape)} does not fit the "
+                              f"sample's batch size {tuple(batch)}; it is only in the info dict.",
+                              stacklevel=3)
+                continue
+            if data.is_locked:
+                data = data.unlock_()
+            data.set(key, value)
+        return data
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False,
+               include_info: bool | None = None) -> Any:
+        """Sample a TensorDict batch carrying ``index`` and the sampler's info entries."""
+        if include_info is not None:
+            warnings.warn("include_info is ignored: info entries are always written into the "
+                          "sampled TensorDict.", DeprecationWarning, stacklevel=2)
+        return super().sample(batch_size, return_info=return_info)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from ``data[priority_key]`` at ``data["index"]``.
+
+        Does nothing when the sampler is not prioritized.
+        """
+        if not getattr(self._sampler, "is_prioritized", False):
+            return
+        if not is_tensor_collection(data):
+            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        index = data.get("index", None)
+        if index is None:
+            raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
+                           "and extended TensorDicts carry one).")
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise KeyError(f"update_tensordict_priority needs the priority entry "
+                           f"{self.priority_key!r} in data.")
+        self.update_priority(index, priority)

@@ -1,0 +1,106 @@
+"""The :class:`Sampler` contract and the default :class:`RandomSampler`."""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from typing import Any
+
+import torch
+
+from ._stateful import StateDictCheckpointMixin
+from .storage import Storage
+
+
+class Sampler(StateDictCheckpointMixin, abc.ABC):
+    """Chooses which slots a batch is made of.
+
+    Contract:
+
+    - ``sample(storage, batch_size) -> (index, info)``: ``index`` is an int64 tensor of flat
+      slots (any shape; the batch takes that shape), ``info`` a dict of extra per-item tensors
+      (e.g. ``priority_weight``) the buffer attaches to the sample when asked.
+    - ``extend(slots)`` / ``add(slot)``: told which slots were just written.
+    - ``update_priority(index, priority)``: prioritized samplers only.
+    - ``ran_out``: True once an epoch is over (samplers without replacement); the buffer's
+      iterator stops there.
+    - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``: the whole sampling state.
+    """
+
+    _rng: torch.Generator | None = None
+
+    @abc.abstractmethod
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Return ``(index, info)`` for a batch of ``batch_size`` items."""
+
+    def extend(self, slots: torch.Tensor) -> None:
+        """Called after ``slots`` were written."""
+
+    def add(self, slot: int) -> None:
+        """Called after one slot was written."""
+        self.extend(torch.as_tensor([slot], dtype=torch.long))
+
+    def mark_update(self, slots: torch.Tensor) -> None:
+        """Called after ``slots`` were overwritten by index assignment (``rb[i] = ...``)."""
+        self.extend(slots)
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
+        """Prioritized samplers override this; the others warn that nothing happens."""
+        warnings.warn(
+            f"update_priority() was called on a {type(self).__name__}, which is not prioritized: "
+            "the priorities are ignored.",
+            stacklevel=2,
+        )
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the current epoch is exhausted (always False for samplers with replacement)."""
+        return False
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for every random draw (reproducible sampling)."""
+        self._rng = generator
+
+    def _empty(self) -> None:
+        """Forget everything about written slots (called by ``ReplayBuffer.empty``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    return batch_size
+
+
+def _check_not_empty(storage: Storage) -> int:
+    n = len(storage)
+    if n == 0:
+        raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+    return n
+
+
+class RandomSampler(Sampler):
+    """Uniform sampling with replacement over the written slots.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> s = ListStorage(10)
+    >>> s.set(torch.arange(3), ["a", "b", "c"])
+    >>> index, info = RandomSampler().sample(s, 5)
+    >>> index.shape, bool(((index >= 0) & (index < 3)).all())
+    (torch.Size([5]), True)
+    """
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n = _check_not_empty(storage)
+        _check_batch_size(batch_size)
+        return torch.randint(0, n, (batch_size,), generator=self._rng), {}

@@ -1,0 +1,366 @@
+"""The :class:`Storage` contract and the default :class:`ListStorage`.
+
+Index spaces
+------------
+A storage holds ``max_size`` *slots*. With ``ndim == 1`` a slot is a row. With ``ndim > 1``
+the storage has shape ``[rows, *inner]`` (``inner`` = the ``ndim - 1`` dimensions after the
+batch dimension of the written data) and slots are the flat C-order positions in that shape.
+Writers address *rows* (the leading dimension); samplers address *slots*. Everything a user
+sees from the sampling side (``index`` in samples, ``update_priority``) is in slots.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import is_tensor_collection
+
+from ._utils import as_long_tensor, is_int
+from .checkpoint import CheckpointError, read_json, write_json
+from .collate import stack_items
+
+
+class StorageCheckpointerBase:
+    """Saves and restores a storage's contents in a checkpoint directory.
+
+    A checkpointer implements :meth:`dumps` (write the storage into an existing empty
+    directory) and :meth:`prepare_load` (read and validate a directory, returning a function
+    that installs what was read). Nothing in the storage may change before that function is
+    called, so a bad checkpoint never leaves a half-loaded storage.
+    """
+
+    def dumps(self, storage: Storage, path: Path) -> None:
+        raise NotImplementedError
+
+    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ListStorageCheckpointer(StorageCheckpointerBase):
+    """Checkpointer of :class:`ListStorage`: pickles the list of items.
+
+    Items are arbitrary Python objects, so loading unpickles: load only checkpoints you trust.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> s = ListStorage(4)
+    >>> s.set(torch.arange(2), ["a", "b"])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = ListStorage(4)
+    ...     t.loads(d)
+    >>> t.get(torch.tensor([1, 0]))
+    ['b', 'a']
+    """
+
+    def dumps(self, storage: ListStorage, path: Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        items = storage._apply_save_hooks(list(storage._storage))
+        with open(path / "items.pkl", "wb") as f:
+            pickle.dump(items, f, protocol=pickle.HIGHEST_PROTOCOL)
+        write_json(path / "storage.json", {"class": type(storage).__name__,
+                                           "max_size": storage.max_size, "len": len(items)})
+
+    def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        if meta["len"] > storage.max_size:
+            raise CheckpointError(
+                f"checkpoint holds {meta['len']} items but the storage max_size is "
+                f"{storage.max_size}."
+            )
+        with open(path / "items.pkl", "rb") as f:
+            items = pickle.load(f)
+        items = storage._apply_load_hooks(items)
+
+        def commit() -> None:
+            storage._storage = list(items)
+
+        return commit
+
+
+class Storage(abc.ABC):
+    """A container of ``max_size`` slots that a writer fills and a sampler reads.
+
+    Contract:
+
+    - ``set(rows, data)`` writes ``data`` (batched along its first dimension when ``rows`` is a
+      tensor/sequence, one item when ``rows`` is an int) at ``rows``. It validates ``data``
+      first and raises before changing anything.
+    - ``get(slots)`` returns the items at flat ``slots`` (an int or an integer tensor of any
+      shape); the result's batch shape is ``slots.shape``.
+    - ``len(storage)`` is the number of written slots; ``storage[i]`` indexes the written rows
+      (``storage[10:]`` is empty while fewer than 11 rows are written).
+    - ``state_dict()`` / ``load_state_dict()``, ``dumps(path)`` / ``loads(path)`` (through
+      :attr:`checkpointer`) save and restore the whole contents.
+    """
+
+    ndim: int = 1
+    _default_checkpointer: type[StorageCheckpointerBase] = StorageCheckpointerBase
+
+    def __init__(self, max_size: int, checkpointer: StorageCheckpointerBase | None = None) -> None:
+        if not is_int(max_size) or int(max_size) <= 0:
+            raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
+        self.max_size = int(max_size)
+        self._checkpointer = checkpointer if checkpointer is not None else self._default_checkpointer()
+        self._save_hooks: list[Callable[[Any], Any]] = []
+        self._load_hooks: list[Callable[[Any], Any]] = []
+
+    # ---- contract -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+        """Write ``data`` at ``rows`` (leading-dimension positions)."""
+
+    @abc.abstractmethod
+    def get(self, slots: int | torch.Tensor) -> Any:
+        """Read the items at flat ``slots``."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of written slots."""
+
+    @abc.abstractmethod
+    def __getitem__(self, index: Any) -> Any:
+        """Index the written rows."""
+
+    @abc.abstractmethod
+    def _empty(self) -> None:
+        """Forget every written item."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore the storage."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    # ---- geometry ---------------------------------------------------------------------------
+    @property
+    def rows_capacity(self) -> int | None:
+        """Capacity along the leading dimension (``None`` while a lazy layout is unknown)."""
+        return self.max_size
+
+    def rows_capacity_for(self, data: Any, batched: bool) -> int:
+        """Capacity along the leading dimension once ``data`` is written.
+
+        Lazy storages lay out from the first write, so they compute it from ``data``.
+        """
+        return self.max_size
+
+    @property
+    def row_numel(self) -> int:
+        """Slots per row (1 when ``ndim == 1``)."""
+        return 1
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage layout exists (lazy storages lay out on the first write)."""
+        return True
+
+    def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """Flat slots covered by ``rows``: shape ``[*rows.shape, *inner]``."""
+        return rows
+
+    def valid_slots_mask(self, slots: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of ``slots`` that hold written data."""
+        return (slots >= 0) & (slots < len(self))
+
+    def default_collate(self, data: Any) -> Any:
+        """How a buffer turns what :meth:`get` returned into a batch (identity by default)."""
+        return data
+
+    def index_to_rows(self, index: Any) -> torch.Tensor:
+        """Rows touched by a user index (int, slice, integer or boolean tensor) on dim 0."""
+        if isinstance(index, tuple):
+            index = index[0] if index else slice(None)
+        if is_int(index):
+            return torch.tensor([int(index) % max(self.rows_capacity or 1, 1)])
+        if isinstance(index, slice):
+            cap = self.rows_capacity or 0
+            return torch.arange(*index.indices(cap))
+        if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+            return index.reshape(-1).nonzero().squeeze(-1)
+        return as_long_tensor(index, name="index").reshape(-1)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` at the rows selected by ``index``."""
+        if isinstance(index, slice) or (isinstance(index, torch.Tensor) and index.dtype is torch.bool):
+            index = self.index_to_rows(index)
+        self.set(index, value)
+
+    def set_key(self, key: Any, value: Any, index: Any = None) -> None:
+        """Set entry ``key`` in place at ``index`` (all written rows when None)."""
+        raise TypeError(f"{type(self).__name__} does not hold TensorDicts: set_/set_at_ need a "
+                        "TensorStorage (e.g. LazyTensorStorage).")
+
+    def update_(self, data: Any, clone: bool = False, keys_to_update: Any = None) -> None:
+        """Update the written rows in place from ``data``."""
+        raise TypeError(f"{type(self).__name__} does not hold TensorDicts: update_ needs a "
+                        "TensorStorage (e.g. LazyTensorStorage).")
+
+    @property
+    def device(self) -> torch.device:
+        """Device where the data lives."""
+        return torch.device("cpu")
+
+    # ---- hooks and checkpoints ----------------------------------------------------------------
+    @property
+    def checkpointer(self) -> StorageCheckpointerBase:
+        """The object that writes and reads this storage in checkpoints (settable)."""
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: StorageCheckpointerBase) -> None:
+        if not isinstance(value, StorageCheckpointerBase):
+            raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got {type(value).__name__}.")
+        self._checkpointer = value
+
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the contents before they are saved."""
+        self._save_hooks.append(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the contents after they are read."""
+        self._load_hooks.append(hook)
+
+    def _apply_save_hooks(self, data: Any) -> Any:
+        for hook in self._save_hooks:
+            data = hook(data)
+        return data
+
+    def _apply_load_hooks(self, data: Any) -> Any:
+        for hook in self._load_hooks:
+            data = hook(data)
+        return data
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Write the contents into directory ``path`` with :attr:`checkpointer`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.checkpointer.dumps(self, path)
+
+    def prepare_load(self, path: str | os.PathLike) -> Callable[[], None]:
+        """Read and check ``path``; return a function that installs it (see the checkpointers)."""
+        return self.checkpointer.prepare_load(self, Path(path))
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore the contents written by :meth:`dumps`."""
+        self.prepare_load(path)()
+
+    save = dumps
+    dump = dumps
+    load = loads
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
+
+
+class ListStorage(Storage):
+    """A storage of arbitrary Python objects kept in a list.
+
+    Parameters
+    ----------
+    max_size : int
+        Capacity in items. Defaults to 1000 (as ``torchrl.data.ListStorage``).
+    checkpointer : StorageCheckpointerBase, optional
+        Defaults to :class:`ListStorageCheckpointer`.
+
+    Examples
+    --------
+    >>> s = ListStorage(3)
+    >>> s.set(torch.tensor([0, 1]), ["a", {"b": 1}])
+    >>> len(s), s.get(1), s[0:5]
+    (2, {'b': 1}, ['a', {'b': 1}])
+    """
+
+    _default_checkpointer = ListStorageCheckpointer
+
+    def __init__(self, max_size: int = 1000, checkpointer: StorageCheckpointerBase | None = None) -> None:
+        super().__init__(max_size, checkpointer)
+        self._storage: list[Any] = []
+
+    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+        if is_int(rows):
+            rows_list = [int(rows)]
+            items = [data]
+        else:
+            if isinstance(rows, slice):
+                rows_list = list(range(*rows.indices(self.max_size)))
+            else:
+                rows_list = as_long_tensor(rows, name="rows").reshape(-1).tolist()
+            if is_tensor_collection(data) or isinstance(data, torch.Tensor):
+                items = list(data.unbind(0))
+            elif isinstance(data, list):
+                items = data
+            else:
+                raise TypeError(
+                    "ListStorage.set with several rows expects a list, a tensor or a TensorDict "
+                    f"batched along dim 0, got {type(data).__name__} (tuples are pytrees, which "
+                    "ListStorage does not split: use a list of items)."
+                )
+            if len(items) != len(rows_list):
+                raise ValueError(f"got {len(items)} items for {len(rows_list)} rows.")
+        bad = [r for r in rows_list if not 0 <= r < self.max_size]
+        if bad:
+            raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size {self.max_size}.")
+        n = len(self._storage)
+        appended = [r for r in rows_list if r >= n]
+        if appended != list(range(n, n + len(appended))):
+            raise IndexError(
+                f"ListStorage is filled in order: cannot write rows {appended[:5]} while "
+                f"{n} rows are written."
+            )
+        for r, item in zip(rows_list, items):
+            if r < len(self._storage):
+                self._storage[r] = item
+            else:
+                self._storage.append(item)
+
+    def get(self, slots: int | torch.Tensor) -> Any:
+        if is_int(slots):
+            slot = int(slots)
+            if not 0 <= slot < len(self._storage):
+                raise IndexError(f"slot {slot} is not written (len={len(self._storage)}).")
+            return self._storage[slot]
+        flat = as_long_tensor(slots, name="slots").reshape(-1).tolist()
+        n = len(self._storage)
+        if any(not 0 <= s < n for s in flat):
+            raise IndexError(f"slots out of range for a ListStorage holding {n} items.")
+        return [self._storage[s] for s in flat]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self._storage[index]
+        return self.get(index)
+
+    def default_collate(self, data: Any) -> Any:
+        return stack_items(data)
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def _empty(self) -> None:
+        self._storage = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"storage": list(self._storage)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        items = state_dict.get("storage")
+        if not isinstance(items, list):
+            raise ValueError("ListStorage state_dict needs a 'storage' list.")
+        if len(items) > self.max_size:
+            raise ValueError(f"state_dict holds {len(items)} items; max_size is {self.max_size}.")
+        self._storage = list(items)

@@ -1,0 +1,230 @@
+"""The :class:`Transform` contract, :class:`Compose`, and the wrappers a buffer uses.
+
+A buffer calls ``transform(data)`` on every sample (read side) and ``transform.inv(data)`` on
+every write (write side). ``tdreplay.transforms`` builds its transforms on this base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+NestedKey = str | tuple[str, ...]
+
+
+def _normalize_keys(keys: Any, name: str) -> list[NestedKey]:
+    if keys is None:
+        return []
+    if isinstance(keys, (str, tuple)):
+        keys = [keys]
+    out: list[NestedKey] = []
+    for key in keys:
+        if isinstance(key, str):
+            out.append(key)
+        elif isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+            out.append(key[0] if len(key) == 1 else key)
+        else:
+            raise TypeError(f"{name} must hold str or tuple-of-str keys, got {key!r}.")
+    return out
+
+
+class Transform:
+    """Base class of transforms: maps ``in_keys`` to ``out_keys`` on sample, back on extend.
+
+    Subclasses override :meth:`_apply_transform` (one tensor in, one tensor out, read side) and
+    optionally :meth:`_inv_apply_transform` (write side), or :meth:`forward` / :meth:`inv` for
+    transforms that need the whole TensorDict.
+
+    Parameters
+    ----------
+    in_keys, out_keys : sequence of nested keys
+        Entries read and written on sample. ``out_keys`` defaults to ``in_keys``.
+    in_keys_inv, out_keys_inv : sequence of nested keys
+        Entries read and written on extend (only when the transform is inverted).
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> class Double(Transform):
+    ...     def _apply_transform(self, x):
+    ...         return x * 2
+    >>> Double(in_keys=["a"], out_keys=["b"])(TensorDict(a=torch.ones(2), batch_size=[2]))["b"]
+    tensor([2., 2.])
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        self.in_keys = _normalize_keys(in_keys, "in_keys")
+        self.out_keys = _normalize_keys(out_keys, "out_keys") if out_keys is not None else list(self.in_keys)
+        if len(self.in_keys) != len(self.out_keys):
+            raise ValueError(
+                f"in_keys and out_keys must have the same length, got {len(self.in_keys)} "
+                f"in_keys {self.in_keys} and {len(self.out_keys)} out_keys {self.out_keys}."
+            )
+        self.in_keys_inv = _normalize_keys(in_keys_inv, "in_keys_inv")
+        self.out_keys_inv = (
+            _normalize_keys(out_keys_inv, "out_keys_inv") if out_keys_inv is not None else list(self.in_keys_inv)
+        )
+        if len(self.in_keys_inv) != len(self.out_keys_inv):
+            raise ValueError(
+                f"in_keys_inv and out_keys_inv must have the same length, got {self.in_keys_inv} "
+                f"and {self.out_keys_inv}."
+            )
+
+    # ---- per-tensor hooks --------------------------------------------------------------------
+    def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        return value
+
+    def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        return value
+
+    # ---- TensorDict level ----------------------------------------------------------------------
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        """Read-side transform (applied to samples)."""
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            data.set(out_key, self._apply_transform(self._get(data, in_key)))
+        return data
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        """Write-side transform (applied on extend when the transform is inverted).
+
+        Works on a shallow copy, so entries it sets do not appear in the caller's TensorDict.
+        """
+        if not self.in_keys_inv:
+            return data
+        data = data.copy()
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            data.set(out_key, self._inv_apply_transform(self._get(data, in_key)))
+        return data
+
+    def _get(self, data: TensorDictBase, key: NestedKey) -> Any:
+        value = data.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__}: key {key!r} is missing from the data (present: "
+                f"{sorted(map(str, data.keys(True, True)))})."
+            )
+        return value
+
+    def __call__(self, data: Any) -> Any:
+        return self.forward(data)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(keys={self.in_keys})"
+
+
+class CallableTransform(Transform):
+    """Wraps a plain callable ``fn(data) -> data`` as a read-side transform.
+
+    Examples
+    --------
+    >>> CallableTransform(lambda x: x + 1)(torch.zeros(2))
+    tensor([1., 1.])
+    """
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"transform must be a Transform or a callable, got {type(fn).__name__}.")
+        self.fn = fn
+
+    def forward(self, data: Any) -> Any:
+        out = self.fn(data)
+        return data if out is None else out
+
+    def inv(self, data: Any) -> Any:
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({getattr(self.fn, '__name__', repr(self.fn))})"
+
+
+class InvertedTransform(Transform):
+    """Swaps a transform's sides: its ``inv`` runs on sample and its forward on extend.
+
+    This is what ``append_transform(t, invert=True)`` installs.
+
+    Examples
+    --------
+    >>> t = InvertedTransform(CallableTransform(lambda x: x * 10))
+    >>> t.inv(torch.ones(1)), t(torch.ones(1))
+    (tensor([10.]), tensor([1.]))
+    """
+
+    def __init__(self, transform: Transform | Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.transform = as_transform(transform)
+
+    def forward(self, data: Any) -> Any:
+        return self.transform.inv(data)
+
+    def inv(self, data: Any) -> Any:
+        return self.transform.forward(data)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transform!r})"
+
+
+def as_transform(transform: Transform | Callable[[Any], Any]) -> Transform:
+    """Return ``transform`` if it is a :class:`Transform`, else wrap the callable."""
+    if isinstance(transform, Transform):
+        return transform
+    return CallableTransform(transform)
+
+
+class Compose(Transform):
+    """Chains transforms: forward in order, ``inv`` in reverse order.
+
+    Plain callables are accepted and wrapped with :class:`CallableTransform`.
+
+    Examples
+    --------
+    >>> c = Compose(lambda x: x + 1, lambda x: x * 2)
+    >>> c(torch.ones(1)), len(c)
+    (tensor([4.]), 2)
+    """
+
+    def __init__(self, *transforms: Transform | Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.transforms: list[Transform] = [as_transform(t) for t in transforms]
+
+    def forward(self, data: Any) -> Any:
+        for t in self.transforms:
+            data = t(data)
+        return data
+
+    def inv(self, data: Any) -> Any:
+        for t in reversed(self.transforms):
+            data = t.inv(data)
+        return data
+
+    def append(self, transform: Transform | Callable[[Any], Any]) -> None:
+        """Add a transform at the end."""
+        self.transforms.append(as_transform(transform))
+
+    def insert(self, index: int, transform: Transform | Callable[[Any], Any]) -> None:
+        """Insert a transform at ``index``."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"index must be an int, got {type(index).__name__}.")
+        self.transforms.insert(index, as_transform(transform))
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __getitem__(self, index: int) -> Transform:
+        return self.transforms[index]
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(t) for t in self.transforms)
+        return f"Compose({inner})"

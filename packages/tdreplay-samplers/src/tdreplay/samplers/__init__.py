@@ -1,0 +1,3 @@
+"""tdreplay.samplers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""tdreplay.writers."""
+
+__version__ = "0.1.0"
