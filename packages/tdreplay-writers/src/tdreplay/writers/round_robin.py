@@ -1,0 +1,50 @@
+"""``TensorDictRoundRobinWriter``: round-robin writing that records each row's slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tdreplay.core import RoundRobinWriter
+from tdreplay.core._utils import ensure_tensordict
+
+
+class TensorDictRoundRobinWriter(RoundRobinWriter):
+    """A :class:`~tdreplay.core.RoundRobinWriter` for TensorDicts that stores ``index`` in rows.
+
+    Each written row carries its own slot under ``"index"`` (as TorchRL's writer of the same
+    name does), so data read back in physical order (``rb[:]``) knows where it lives. The
+    caller's TensorDict is not modified: the entry is set on a shallow copy.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ReplayBuffer
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(3), writer=TensorDictRoundRobinWriter())
+    >>> _ = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
+    >>> rb[:]["index"].tolist()
+    [3, 1, 2]
+    """
+
+    def _with_index(self, data: TensorDictBase, batched: bool) -> TensorDictBase:
+        """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``."""
+        storage = self.storage
+        capacity = storage.rows_capacity_for(data, batched=batched)
+        n = data.batch_size[0] if batched else 1
+        rows = (self._cursor + torch.arange(n)) % capacity
+        inner = data.batch_size[int(batched): int(batched) + storage.ndim - 1]
+        numel = inner.numel()
+        slots = (rows.reshape(-1, 1) * numel + torch.arange(numel)).reshape(rows.shape + inner)
+        if not batched:
+            slots = slots[0]
+        data = data.copy()
+        data.set("index", slots if data.device is None else slots.to(data.device))
+        return data
+
+    def add(self, data: Any) -> int:
+        return super().add(self._with_index(ensure_tensordict(data), batched=False))
+
+    def extend(self, data: Any) -> torch.Tensor:
+        return super().extend(self._with_index(ensure_tensordict(data), batched=True))
