@@ -20,12 +20,11 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
     Examples
     --------
     >>> from tensordict import TensorDict
-    >>> from tdreplay.core import ReplayBuffer
-    >>> from tdreplay.storages import LazyTensorStorage
-    >>> rb = ReplayBuffer(storage=LazyTensorStorage(3), writer=TensorDictRoundRobinWriter())
-    >>> _ = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
-    >>> rb[:]["index"].tolist()
-    [3, 1, 2]
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(3), writer=TensorDictRoundRobinWriter())
+    >>> _ = rb.extend(TensorDict({"x": torch.arange(4)}, [4]))
+    >>> rb[:]["x"].tolist(), rb[:]["index"].tolist()
+    ([3, 1, 2], [0, 1, 2])
     """
 
     def _with_index(self, data: TensorDictBase, batched: bool) -> TensorDictBase:
