@@ -316,17 +316,15 @@ class ListStorage(Storage):
         if bad:
             raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size {self.max_size}.")
         n = len(self._storage)
-        appended = [r for r in rows_list if r >= n]
+        appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):
             raise IndexError(
-                f"ListStorage is filled in order: cannot write rows {appended[:5]} while "
+                f"ListStorage is filled without gaps: cannot write rows {appended[:5]} while "
                 f"{n} rows are written."
             )
+        self._storage.extend([None] * len(appended))
         for r, item in zip(rows_list, items):
-            if r < len(self._storage):
-                self._storage[r] = item
-            else:
-                self._storage.append(item)
+            self._storage[r] = item
 
     def get(self, slots: int | torch.Tensor) -> Any:
         if is_int(slots):
