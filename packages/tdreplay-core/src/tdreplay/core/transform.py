@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 
 NestedKey = str | tuple[str, ...]
 
@@ -150,7 +150,9 @@ class CallableTransform(Transform):
 class InvertedTransform(Transform):
     """Swaps a transform's sides: its ``inv`` runs on sample and its forward on extend.
 
-    This is what ``append_transform(t, invert=True)`` installs.
+    This is what ``append_transform(t, invert=True)`` installs. On the write side a TensorDict
+    is shallow-copied before the wrapped forward runs, so entries it sets, renames or removes do
+    not show in the caller's TensorDict (in-place edits of its tensors still do).
 
     Examples
     --------
@@ -167,6 +169,8 @@ class InvertedTransform(Transform):
         return self.transform.inv(data)
 
     def inv(self, data: Any) -> Any:
+        if is_tensor_collection(data):
+            data = data.copy()
         return self.transform.forward(data)
 
     def __repr__(self) -> str:
