@@ -22,6 +22,41 @@ from .transform import Compose, InvertedTransform, Transform, as_transform
 from .writer import RoundRobinWriter, Writer
 
 
+class _BufferLock:
+    """The buffer's lock: a re-entrant thread lock, plus the storage's ``process_lock`` if any.
+
+    A storage shared between processes (e.g. ``LazyMemmapStorage``) exposes a re-entrant
+    ``process_lock`` (``acquire()`` / ``release()``); holding it around the writer's read of its
+    cursor, the write and the counters' update makes an ``extend`` atomic across processes, and
+    a sample in one process never reads a row half-written by another.
+    """
+
+    def __init__(self, buffer: ReplayBuffer) -> None:
+        self._thread_lock = threading.RLock()
+        self._buffer = buffer
+        self._held: list[Any] = []
+
+    def __enter__(self) -> _BufferLock:
+        self._thread_lock.acquire()
+        process_lock = getattr(self._buffer._storage, "process_lock", None)
+        if process_lock is not None:
+            try:
+                process_lock.acquire()
+            except BaseException:
+                self._thread_lock.release()
+                raise
+        self._held.append(process_lock)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        process_lock = self._held.pop()
+        try:
+            if process_lock is not None:
+                process_lock.release()
+        finally:
+            self._thread_lock.release()
+
+
 def _check_component(value: Any, kind: type, name: str) -> Any:
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
@@ -107,7 +142,10 @@ class ReplayBuffer:
                 self._transform = transform
             else:
                 self._transform.append(as_transform(transform))
-        self._lock = threading.RLock()
+        self._lock = _BufferLock(self)
+        # serialises samplers that share the prefetch queue; never held together with _lock
+        # by the thread that waits for a prefetched batch
+        self._prefetch_lock = threading.Lock()
         self._rng: torch.Generator | None = None
         if generator is not None:
             self.set_rng(generator)
@@ -324,26 +362,31 @@ class ReplayBuffer:
         return bool(getattr(self._sampler, "finite_epochs", False))
 
     def _next_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        if self._prefetch_executor is None:
-            self._prefetch_executor = ThreadPoolExecutor(max_workers=1,
-                                                         thread_name_prefix="tdreplay-prefetch")
         queue = self._prefetch_queue
-        while len(queue) < self._prefetch + 1:
-            queue.append(self._prefetch_executor.submit(self._sample, batch_size))
-        result = queue.popleft().result()
-        # keep exactly `prefetch` batches in flight after handing one out
-        queue.append(self._prefetch_executor.submit(self._sample, batch_size))
-        return result
+        with self._prefetch_lock:
+            if self._prefetch_executor is None:
+                self._prefetch_executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="tdreplay-prefetch")
+            # top up to prefetch + 1, hand one out: exactly `prefetch` batches stay in flight
+            while len(queue) < self._prefetch + 1:
+                queue.append(self._prefetch_executor.submit(self._sample, batch_size))
+            future = queue.popleft()
+            try:
+                return future.result()
+            except BaseException:
+                # the batches queued behind a failed one (e.g. sampled from an empty buffer)
+                # would fail too, or be stale: drop them so the next sample starts afresh
+                self._clear_prefetch()
+                raise
 
     def _clear_prefetch(self) -> None:
+        # Drop queued batches without waiting for them: a running one may be waiting for the
+        # buffer lock that our caller holds (waiting here would deadlock); its result is unused.
         while self._prefetch_queue:
-            fut = self._prefetch_queue.popleft()
-            fut.cancel()
-            if not fut.cancelled():
-                try:
-                    fut.result()
-                except Exception:  # noqa: BLE001 - a stale prefetched batch may fail; drop it
-                    pass
+            try:
+                self._prefetch_queue.popleft().cancel()
+            except IndexError:  # emptied by another thread meanwhile
+                break
 
     def __iter__(self) -> Iterator[Any]:
         """Yield batches of ``batch_size``; ends after one epoch with a finite sampler."""
@@ -497,6 +540,20 @@ class ReplayBuffer:
             f"\n    transform={self._transform!r})"
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the components; locks and prefetched batches stay in this process."""
+        state = self.__dict__.copy()
+        for name in ("_lock", "_prefetch_lock", "_prefetch_queue", "_prefetch_executor"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = _BufferLock(self)
+        self._prefetch_lock = threading.Lock()
+        self._prefetch_queue = collections.deque()
+        self._prefetch_executor = None
+
     def __del__(self) -> None:
         executor = getattr(self, "_prefetch_executor", None)
         if executor is not None:
@@ -538,7 +595,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(tensordicts):
             raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
                             f"{type(tensordicts).__name__}.")
-        slots = super().extend(tensordicts)
+        # "index" is where a row lives, set by a previous extend or sample: never stored as data.
+        data = tensordicts.exclude("index") if "index" in tensordicts.keys() else tensordicts
+        slots = super().extend(data)
         self._set_index(tensordicts, slots)
         if update_priority is not False and getattr(self._sampler, "is_prioritized", False) \
                 and tensordicts.get(self.priority_key, None) is not None:
