@@ -1,0 +1,45 @@
+"""Shared helpers of the benchmark scripts: timing loops and JSON-lines output."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict
+
+
+def transition_batch(n: int, obs_dim: int = 32, action_dim: int = 4) -> TensorDict:
+    """Rows {obs[32], action[4], next.obs[32], next.reward[1], next.done[1] bool}."""
+    return TensorDict(
+        {
+            "obs": torch.randn(n, obs_dim),
+            "action": torch.randn(n, action_dim),
+            "next": {
+                "obs": torch.randn(n, obs_dim),
+                "reward": torch.randn(n, 1),
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def rate(fn: Callable[[], object], *, min_time: float = 1.0, warmup: int = 3) -> float:
+    """Calls per second of ``fn``, timed over at least ``min_time`` seconds."""
+    for _ in range(warmup):
+        fn()
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return calls / elapsed
+
+
+def report(name: str, value: float, unit: str, **extra: object) -> None:
+    """Print one result as a JSON line (collected by run_all.py)."""
+    print(json.dumps({"name": name, "value": round(value, 3), "unit": unit, **extra}), flush=True)

@@ -1,0 +1,62 @@
+"""Run every ``bench_*.py`` script, collect their JSON lines into ``results/latest.json``.
+
+Usage: ``python benchmarks/run_all.py [name-filter ...]`` (run by ``nox -s bench``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def machine() -> dict[str, object]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def main(filters: list[str]) -> int:
+    results: list[dict[str, object]] = []
+    failed = []
+    for script in sorted(HERE.glob("bench_*.py")):
+        if filters and not any(f in script.stem for f in filters):
+            continue
+        print(f"== {script.name}", flush=True)
+        proc = subprocess.run([sys.executable, str(script)], cwd=HERE, capture_output=True, text=True)
+        for line in proc.stdout.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                print(line)
+                continue
+            row["script"] = script.stem
+            results.append(row)
+            print(f"  {row['name']:<55} {row['value']:>14,.1f} {row['unit']}")
+        if proc.returncode:
+            failed.append(script.name)
+            print(proc.stderr[-3000:], file=sys.stderr)
+    out = HERE / "results" / "latest.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
+    print(f"wrote {out}")
+    if failed:
+        print(f"failed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
