@@ -2,8 +2,16 @@
 
 from tdreplay.core import RoundRobinWriter, Writer
 
+from .immutable import ImmutableDatasetWriter
+from .max_value import TensorDictMaxValueWriter
 from .round_robin import TensorDictRoundRobinWriter
 
 __version__ = "0.1.0"
 
-__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter", "Writer"]
+__all__ = [
+    "ImmutableDatasetWriter",
+    "RoundRobinWriter",
+    "TensorDictMaxValueWriter",
+    "TensorDictRoundRobinWriter",
+    "Writer",
+]

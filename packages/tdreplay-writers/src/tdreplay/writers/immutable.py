@@ -1,0 +1,43 @@
+"""``ImmutableDatasetWriter``: the writer of read-only datasets, which refuses every write."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from tdreplay.core import Writer
+
+
+class ImmutableDatasetWriter(Writer):
+    """A writer that refuses every write: datasets are read-only.
+
+    Dataset replay buffers (e.g. ``MinariExperienceReplay``) use it so that ``add`` and
+    ``extend`` raise instead of overwriting the dataset. Both raise ``RuntimeError`` before
+    anything changes; sampling, indexing and checkpointing work as usual.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4), writer=ImmutableDatasetWriter())
+    >>> try:
+    ...     rb.extend([torch.zeros(1)])
+    ... except RuntimeError as err:
+    ...     print(err)
+    Cannot extend an immutable dataset: its ImmutableDatasetWriter refuses every write.
+    >>> len(rb), rb.write_count
+    (0, 0)
+    """
+
+    def _refuse(self, operation: str) -> NoReturn:
+        raise RuntimeError(
+            f"Cannot {operation} an immutable dataset: its {type(self).__name__} refuses every "
+            "write."
+        )
+
+    def add(self, data: Any) -> NoReturn:
+        """Always raises ``RuntimeError``: a dataset cannot be written to."""
+        self._refuse("add to")
+
+    def extend(self, data: Any) -> NoReturn:
+        """Always raises ``RuntimeError``: a dataset cannot be written to."""
+        self._refuse("extend")

@@ -1,0 +1,293 @@
+"""``TensorDictMaxValueWriter``: keep the rows with the highest rank (a min-heap over rows)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+from tdreplay.core import Writer
+from tdreplay.core.transform import NestedKey, _normalize_keys
+
+_REDUCTIONS = ("sum", "mean", "max", "min", "median")
+
+# A heap entry is ``(rank, -age, row)``. ``heapq`` pops the smallest entry: the lowest rank and,
+# among equal ranks, the newest row. A candidate replaces the minimum only when its rank is
+# strictly higher, so on ties the rows already kept win: the kept set is always the top
+# ``capacity`` of everything offered, ranked by (rank, then age, older first).
+_Entry = tuple[float, int, int]
+
+
+class TensorDictMaxValueWriter(Writer):
+    """A writer that keeps the ``capacity`` rows with the highest rank.
+
+    Every row offered to :meth:`extend` / :meth:`add` carries a rank, read from ``rank_key``.
+    While the storage has free rows, every row is written. Once it is full, a row is written only
+    if its rank is strictly higher than the lowest rank kept, and it replaces that row; rows
+    ranked at or below the current minimum are not written. The ranks kept live in a min-heap
+    over the storage rows, which is part of :meth:`state_dict` and of the buffer's
+    ``dumps``/``loads`` checkpoints, so a restored buffer goes on keeping exactly the rows the
+    original one would have kept.
+
+    Parameters
+    ----------
+    rank_key : nested key, optional
+        Entry holding the rank of each row. Defaults to ``("next", "reward")``, as in TorchRL.
+    reduction : str
+        How a rank with more than one element per row (e.g. the rewards of a ``[T]`` trajectory
+        in a ``ndim=2`` storage, or a trailing ``[1]`` dimension) becomes one number: ``"sum"``
+        (default), ``"mean"``, ``"max"``, ``"min"`` or ``"median"``.
+
+    Notes
+    -----
+    - :meth:`extend` returns only the rows actually written, in the order of the batch rows they
+      hold (a subset of the batch, possibly empty). A batch row that would be written and then
+      evicted by a better row of the same batch is not written at all.
+    - :meth:`add` returns the row written, or an empty tensor when the item was not kept.
+    - ``rb[index] = value`` bypasses the writer: the heap keeps the ranks the rows had when the
+      writer wrote them.
+    - The writer changes its heap only after the storage accepted the write: data the storage
+      rejects (wrong keys, shapes) leaves the heap, the write count and the storage unchanged.
+    - Thread safety: the buffer calls the writer under its lock, so several threads may extend
+      the same buffer.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage, TensorDictReplayBuffer
+    >>> rb = TensorDictReplayBuffer(
+    ...     storage=ListStorage(2), writer=TensorDictMaxValueWriter(rank_key="key"), batch_size=2
+    ... )
+    >>> td = TensorDict({"key": torch.tensor([3.0, 1.0, 2.0]), "obs": torch.arange(3)}, [3])
+    >>> rb.extend(td).tolist()
+    [0, 1]
+    >>> sorted(rb[:]["obs"].tolist())
+    [0, 2]
+    >>> rb.extend(TensorDict({"key": torch.tensor([0.5]), "obs": torch.tensor([9])}, [1])).tolist()
+    []
+    >>> rb.extend(TensorDict({"key": torch.tensor([5.0]), "obs": torch.tensor([7])}, [1])).tolist()
+    [1]
+    >>> sorted(rb[:]["obs"].tolist())
+    [0, 7]
+    """
+
+    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum") -> None:
+        super().__init__()
+        if rank_key is None:
+            rank_key = ("next", "reward")
+        keys = _normalize_keys(rank_key, "rank_key")
+        if len(keys) != 1:
+            raise TypeError(f"rank_key must be one (nested) key, got {rank_key!r}.")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
+        self.rank_key: NestedKey = keys[0]
+        self.reduction = reduction
+        self._heap: list[_Entry] = []
+        self._age = 0  # how many rows were offered so far (each gets the next age)
+
+    # ---- ranks ------------------------------------------------------------------------------
+    def _ranks(self, data: Any, batched: bool) -> list[float]:
+        """One float rank per offered row (a single-element list when ``batched`` is False)."""
+        if not is_tensor_collection(data):
+            raise TypeError(
+                f"{type(self).__name__} reads ranks from TensorDicts (entry {self.rank_key!r}); "
+                f"got {type(data).__name__}."
+            )
+        rank = data.get(self.rank_key, None)
+        if rank is None:
+            raise KeyError(
+                f"{type(self).__name__}: the rank entry {self.rank_key!r} is missing from the data "
+                f"(set rank_key=... to the entry to rank rows by)."
+            )
+        if not isinstance(rank, torch.Tensor) or rank.is_complex():
+            got = f"dtype {rank.dtype}" if isinstance(rank, torch.Tensor) else type(rank).__name__
+            raise TypeError(f"rank entry {self.rank_key!r} must be a real-valued tensor, got {got}.")
+        rank = rank.detach().to("cpu", torch.float64)
+        if batched:
+            if rank.ndim == 0:
+                raise ValueError(f"rank entry {self.rank_key!r} has no batch dimension.")
+            rank = rank.reshape(rank.shape[0], -1)
+        else:
+            rank = rank.reshape(1, -1)
+        if rank.shape[1] == 0:
+            raise ValueError(f"rank entry {self.rank_key!r} has no element to rank a row by.")
+        if rank.shape[1] > 1:
+            rank = self._reduce(rank)
+        else:
+            rank = rank[:, 0]
+        if torch.isnan(rank).any():
+            raise ValueError(f"rank entry {self.rank_key!r} holds NaN: rows cannot be ranked.")
+        return rank.tolist()
+
+    def _reduce(self, rank: torch.Tensor) -> torch.Tensor:
+        if self.reduction == "sum":
+            return rank.sum(1)
+        if self.reduction == "mean":
+            return rank.mean(1)
+        if self.reduction == "max":
+            return rank.amax(1)
+        if self.reduction == "min":
+            return rank.amin(1)
+        return rank.median(1).values
+
+    # ---- planning ---------------------------------------------------------------------------
+    def _plan(self, ranks: list[float], capacity: int
+              ) -> tuple[dict[int, int], list[_Entry], list[_Entry]]:
+        """Offer ``ranks`` to the heap (in place); return ``{row: batch position}`` and the log.
+
+        The log (entries pushed, entries popped) lets :meth:`_undo` restore the heap if the
+        storage then rejects the write.
+        """
+        heap = self._heap
+        if len(heap) > capacity:
+            raise RuntimeError(f"the writer's heap holds {len(heap)} rows but the storage has "
+                               f"{capacity}: was the storage replaced?")
+        n = len(ranks)
+        base_age = self._age
+        positions = range(n)
+        free = capacity - len(heap)
+        if n > free:
+            # Rows that cannot end up among the kept ones are dropped before the heap loop: when
+            # full, anything at or below the minimum; and at most `capacity` rows of the batch can
+            # survive (the best ones, earlier rows winning ties, as the heap would decide).
+            t = torch.tensor(ranks, dtype=torch.float64)
+            keep = torch.ones(n, dtype=torch.bool)
+            if free == 0:
+                keep = t > heap[0][0]
+            if int(keep.sum()) > capacity:
+                order = torch.sort(torch.where(keep, t, -math.inf), descending=True, stable=True)
+                keep = torch.zeros(n, dtype=torch.bool)
+                keep[order.indices[:capacity]] = True
+            positions = keep.nonzero().squeeze(1).tolist()
+        written: dict[int, int] = {}  # row -> batch position now holding it
+        pushed: list[_Entry] = []
+        popped: list[_Entry] = []
+        for pos in positions:
+            entry = (ranks[pos], -(base_age + pos), 0)
+            if len(heap) < capacity:
+                row = len(heap)
+                entry = (entry[0], entry[1], row)
+                heapq.heappush(heap, entry)
+            elif entry[0] > heap[0][0]:
+                row = heap[0][2]
+                entry = (entry[0], entry[1], row)
+                popped.append(heapq.heapreplace(heap, entry))
+            else:
+                continue
+            pushed.append(entry)
+            written[row] = pos
+        return written, pushed, popped
+
+    def _undo(self, pushed: list[_Entry], popped: list[_Entry]) -> None:
+        """Restore the heap as it was before :meth:`_plan` (only on a rejected write)."""
+        pushed_set = set(pushed)
+        restored = [e for e in self._heap if e not in pushed_set]
+        restored += [e for e in popped if e not in pushed_set]
+        heapq.heapify(restored)
+        self._heap = restored
+
+    def _write(self, data: Any, ranks: list[float], capacity: int, single: bool) -> torch.Tensor:
+        written, pushed, popped = self._plan(ranks, capacity)
+        n = len(ranks)
+        # batch order: rows sorted by the batch position they hold
+        pairs = sorted(written.items(), key=lambda rp: rp[1])
+        rows = torch.tensor([r for r, _ in pairs], dtype=torch.long)
+        if pairs:
+            try:
+                if single:
+                    self.storage.set(int(rows[0]), data)
+                else:
+                    positions = [p for _, p in pairs]
+                    first = pairs[0][0]
+                    if positions == list(range(n)) and rows.tolist() == list(range(first, first + n)):
+                        # the whole batch lands on consecutive rows: one block copy
+                        self.storage.set(slice(first, first + n), data)
+                    else:
+                        self.storage.set(rows, data[torch.tensor(positions, dtype=torch.long)])
+            except BaseException:
+                self._undo(pushed, popped)
+                raise
+        self._age += n
+        self._write_count += len(pairs)
+        return rows
+
+    # ---- Writer API -------------------------------------------------------------------------
+    def add(self, data: TensorDictBase) -> int | torch.Tensor:
+        """Offer one item; return its row, or an empty tensor if it ranks too low to be kept."""
+        ranks = self._ranks(data, batched=False)
+        capacity = self.storage.rows_capacity_for(data, batched=False)
+        rows = self._write(data, ranks, capacity, single=True)
+        return int(rows[0]) if rows.numel() else rows
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Offer a batch; return the rows written (a subset of the batch, in batch order)."""
+        ranks = self._ranks(data, batched=True)
+        if not ranks:
+            return torch.empty(0, dtype=torch.long)
+        capacity = self.storage.rows_capacity_for(data, batched=True)
+        return self._write(data, ranks, capacity, single=False)
+
+    def get_insert_index(self, data: TensorDictBase) -> int | None:
+        """The row ``data`` (one item) would be written to, or ``None``; changes nothing."""
+        rank = self._ranks(data, batched=False)[0]
+        capacity = self.storage.rows_capacity_for(data, batched=False)
+        if len(self._heap) < capacity:
+            return len(self._heap)
+        return self._heap[0][2] if rank > self._heap[0][0] else None
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def ranks(self) -> torch.Tensor:
+        """Rank of each kept row, indexed by row (length = rows written so far)."""
+        out = torch.empty(len(self._heap), dtype=torch.float64)
+        for rank, _, row in self._heap:
+            out[row] = rank
+        return out
+
+    def _empty(self, empty_write_count: bool = True) -> None:
+        super()._empty(empty_write_count)
+        self._heap = []
+        self._age = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        heap = self._heap
+        return {
+            "write_count": self._write_count,
+            "age": self._age,
+            "heap_ranks": torch.tensor([e[0] for e in heap], dtype=torch.float64),
+            "heap_ages": torch.tensor([-e[1] for e in heap], dtype=torch.long),
+            "heap_rows": torch.tensor([e[2] for e in heap], dtype=torch.long),
+        }
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().check_state_dict(state_dict)
+        parts = [state_dict[k] for k in ("heap_ranks", "heap_ages", "heap_rows")]
+        if not all(isinstance(p, torch.Tensor) and p.ndim == 1 for p in parts):
+            raise ValueError(f"{type(self).__name__} state_dict heap entries must be 1-d tensors.")
+        n = parts[0].numel()
+        if any(p.numel() != n for p in parts):
+            raise ValueError(f"{type(self).__name__} state_dict heap entries differ in length: "
+                             f"{[p.numel() for p in parts]}.")
+        rows = parts[2]
+        if n and (sorted(rows.tolist()) != list(range(n))):
+            raise ValueError(f"{type(self).__name__} state_dict heap rows must be 0..{n - 1} "
+                             "each once.")
+        if torch.isnan(parts[0]).any():
+            raise ValueError(f"{type(self).__name__} state_dict heap ranks hold NaN.")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        heap = list(zip(state_dict["heap_ranks"].tolist(),
+                        (-state_dict["heap_ages"]).tolist(),
+                        state_dict["heap_rows"].tolist()))
+        heapq.heapify(heap)  # no-op on a saved heap; repairs a hand-made one
+        self._heap = heap
+        self._age = int(state_dict["age"])
+        self._write_count = int(state_dict["write_count"])
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(rank_key={self.rank_key!r}, reduction={self.reduction!r}, "
+                f"kept={len(self._heap)}, write_count={self._write_count})")
