@@ -25,13 +25,52 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``.
     """
 
+    #: Counters shared between processes, from a storage that offers them (see
+    #: :meth:`register_storage`); ``None`` keeps the counters in this object.
+    _shared_counters: Any = None
+
     def __init__(self) -> None:
         self._storage: Storage | None = None
         self._write_count = 0
 
     def register_storage(self, storage: Storage) -> None:
-        """Attach the storage this writer fills."""
+        """Attach the storage this writer fills.
+
+        A storage shared between processes (e.g. ``LazyMemmapStorage``) offers
+        ``shared_writer_counters()``: an int64 array ``[cursor, write_count]`` in shared memory.
+        The writer then keeps its cursor and write count there, so every process writing
+        through the same storage continues from the same position.
+        """
         self._storage = storage
+        counters = getattr(storage, "shared_writer_counters", None)
+        self._shared_counters = counters() if counters is not None else None
+
+    def _shared_counter(self, pos: int, name: str) -> int:
+        counters = self._shared_counters
+        return self.__dict__.get(name, 0) if counters is None else int(counters[pos])
+
+    def _set_shared_counter(self, pos: int, name: str, value: int) -> None:
+        counters = self._shared_counters
+        if counters is None:
+            self.__dict__[name] = value
+        else:
+            counters[pos] = value
+
+    _write_count = property(lambda self: self._shared_counter(1, "_local_write_count"),
+                            lambda self, v: self._set_shared_counter(1, "_local_write_count", v))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        # shared counters are re-attached from the storage after unpickling
+        state.pop("_shared_counters", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        storage = state.get("_storage")
+        counters = getattr(storage, "shared_writer_counters", None) if storage is not None else None
+        if counters is not None:
+            self._shared_counters = _LazyCounters(storage)
 
     @property
     def storage(self) -> Storage:
@@ -86,6 +125,9 @@ class RoundRobinWriter(Writer):
         super().__init__()
         self._cursor = 0
 
+    _cursor = property(lambda self: self._shared_counter(0, "_local_cursor"),
+                       lambda self, v: self._set_shared_counter(0, "_local_cursor", v))
+
     def add(self, data: Any) -> int:
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
@@ -134,3 +176,22 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+class _LazyCounters:
+    """Shared counters of a storage, fetched on first use (the storage may still be unpickling)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._array: Any = None
+
+    def _get(self) -> Any:
+        if self._array is None:
+            self._array = self._storage.shared_writer_counters()
+        return self._array
+
+    def __getitem__(self, pos: int) -> Any:
+        return self._get()[pos]
+
+    def __setitem__(self, pos: int, value: int) -> None:
+        self._get()[pos] = value
