@@ -146,6 +146,7 @@ class ReplayBuffer:
         # serialises samplers that share the prefetch queue; never held together with _lock
         # by the thread that waits for a prefetched batch
         self._prefetch_lock = threading.Lock()
+        self._prefetch_epoch = 0
         self._rng: torch.Generator | None = None
         if generator is not None:
             self.set_rng(generator)
@@ -330,8 +331,11 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
         return batch_size
 
-    def _sample(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+    def _sample(self, batch_size: int, prefetch_epoch: int | None = None
+                ) -> tuple[Any, dict[str, Any]] | None:
         with self._lock:
+            if prefetch_epoch is not None and prefetch_epoch != self._prefetch_epoch:
+                return None  # queued for prefetch, then dropped: draw nothing
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
             data = self._storage.get(index)
@@ -369,7 +373,8 @@ class ReplayBuffer:
                     max_workers=1, thread_name_prefix="tdreplay-prefetch")
             # top up to prefetch + 1, hand one out: exactly `prefetch` batches stay in flight
             while len(queue) < self._prefetch + 1:
-                queue.append(self._prefetch_executor.submit(self._sample, batch_size))
+                queue.append(self._prefetch_executor.submit(self._sample, batch_size,
+                                                            self._prefetch_epoch))
             future = queue.popleft()
             try:
                 return future.result()
@@ -381,7 +386,10 @@ class ReplayBuffer:
 
     def _clear_prefetch(self) -> None:
         # Drop queued batches without waiting for them: a running one may be waiting for the
-        # buffer lock that our caller holds (waiting here would deadlock); its result is unused.
+        # buffer lock that our caller holds (waiting here would deadlock). Bumping the epoch
+        # makes a dropped job that has not drawn yet return without touching the sampler or
+        # its generator, so a reset/restored buffer samples as a fresh one would.
+        self._prefetch_epoch += 1
         while self._prefetch_queue:
             try:
                 self._prefetch_queue.popleft().cancel()
