@@ -57,6 +57,17 @@ class _BufferLock:
             self._thread_lock.release()
 
 
+def _check_count(value: Any, name: str, minimum: int) -> int | None:
+    """``None`` or an int >= ``minimum``: ``TypeError`` for another type, ``ValueError`` if smaller."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__} ({value!r}).")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return value
+
+
 def _check_component(value: Any, kind: type, name: str) -> Any:
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
@@ -126,16 +137,10 @@ class ReplayBuffer:
         self._user_collate = collate_fn
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
-        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
-                                     or prefetch < 0):
-            raise ValueError(f"prefetch must be a non-negative int or None, got {prefetch!r}.")
-        self._prefetch = prefetch or 0
+        self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
         self._prefetch_queue: collections.deque[Future] = collections.deque()
         self._prefetch_executor: ThreadPoolExecutor | None = None
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size <= 0):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
-        self._batch_size = batch_size
+        self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         self._transform = Compose()
         if transform is not None:
             if isinstance(transform, Compose):
@@ -327,9 +332,8 @@ class ReplayBuffer:
             if batch_size is None:
                 raise RuntimeError("sample() needs a batch_size: pass one or build the buffer "
                                    "with batch_size=...")
-        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        return batch_size
+            return batch_size
+        return _check_count(batch_size, "batch_size", minimum=1)
 
     def _sample(self, batch_size: int, prefetch_epoch: int | None = None
                 ) -> tuple[Any, dict[str, Any]] | None:
