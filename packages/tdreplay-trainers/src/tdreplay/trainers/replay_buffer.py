@@ -1,0 +1,187 @@
+"""``ReplayBufferTrainer``: the hook that feeds a replay buffer and samples from it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection, pad
+
+from tdreplay.core import TensorDictReplayBuffer
+
+from .hooks import TrainerHookBase
+from .trainer import MASK_KEY
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trainer import Trainer
+
+
+class ReplayBufferTrainer(TrainerHookBase):
+    """Replay buffer hook provider: write collected batches, sample optimisation batches,
+    update priorities from the loss.
+
+    Parameters
+    ----------
+    replay_buffer : TensorDictReplayBuffer
+        The buffer (any TensorDict buffer; a prioritized one gets its priorities updated).
+    batch_size : int, optional
+        Size of the sampled batches. Defaults to the buffer's own ``batch_size`` (one of the two
+        must be set).
+    memmap : bool
+        Write each batch through memory-mapped tensors (:meth:`TensorDictBase.memmap`), so a
+        storage that keeps references (``ListStorage``) holds it on disk, not in RAM.
+    device : torch.device, str or int
+        Where sampled batches are placed. Defaults to ``"cpu"``.
+    flatten_tensordicts : bool
+        Flatten collected batches before writing: keep the frames where
+        ``("collector", "mask")`` is True (all of them, reshaped to one dimension, when there is
+        no mask). Default ``False``.
+    max_dims : sequence of int, optional
+        Only when ``flatten_tensordicts`` is False: pad each batch dimension ``d`` at its end up
+        to ``max_dims[d]`` (``-1``: leave that dimension as it is), so batches of varying shape
+        fit one storage. Padded frames are zeros (a mask entry is False there).
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage
+    >>> rb = TensorDictReplayBuffer(storage=ListStorage(100))
+    >>> rb_trainer = ReplayBufferTrainer(rb, batch_size=4, flatten_tensordicts=True)
+    >>> collected = TensorDict({"obs": torch.arange(6.0).reshape(2, 3),
+    ...                         ("collector", "mask"): torch.tensor([[1, 1, 1], [1, 0, 0]]).bool()},
+    ...                        [2, 3])
+    >>> rb_trainer.extend(collected)
+    >>> len(rb), sorted(rb[:]["obs"].tolist())
+    (4, [0.0, 1.0, 2.0, 3.0])
+    >>> rb_trainer.sample(collected).batch_size
+    torch.Size([4])
+
+    In a trainer, :meth:`register` places the ops (``trainer.register_op("batch_process",
+    rb_trainer.extend)``, ``("process_optim_batch", rb_trainer.sample)``,
+    ``("post_loss", rb_trainer.update_priority)``) and saves the buffer with the trainer.
+    """
+
+    def __init__(
+        self,
+        replay_buffer: TensorDictReplayBuffer,
+        batch_size: int | None = None,
+        memmap: bool = False,
+        device: torch.device | str | int = "cpu",
+        flatten_tensordicts: bool = False,
+        max_dims: Sequence[int] | None = None,
+    ) -> None:
+        if not isinstance(replay_buffer, TensorDictReplayBuffer):
+            raise TypeError(f"replay_buffer must be a TensorDictReplayBuffer, got "
+                            f"{type(replay_buffer).__name__}.")
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, int) or batch_size <= 0):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        if batch_size is None and replay_buffer.batch_size is None:
+            raise ValueError("batch_size is None and the replay buffer has no batch_size: set "
+                             "one of them.")
+        if max_dims is not None:
+            if flatten_tensordicts:
+                raise ValueError("max_dims pads unflattened batches; it cannot be combined with "
+                                 "flatten_tensordicts=True.")
+            max_dims = tuple(max_dims)
+            if not all(isinstance(d, int) and not isinstance(d, bool) and (d == -1 or d > 0)
+                       for d in max_dims):
+                raise ValueError(f"max_dims must hold positive ints or -1, got {max_dims!r}.")
+        self.replay_buffer = replay_buffer
+        self.batch_size = batch_size
+        self.memmap = bool(memmap)
+        self.device = torch.device(device)
+        self.flatten_tensordicts = bool(flatten_tensordicts)
+        self.max_dims = max_dims
+
+    # ---- the ops -----------------------------------------------------------------------------
+    def _flatten(self, batch: TensorDictBase) -> TensorDictBase:
+        mask = batch.get(MASK_KEY, None)
+        if mask is None:
+            return batch.reshape(-1)
+        if mask.dtype != torch.bool or mask.shape != batch.batch_size:
+            raise ValueError(f"{MASK_KEY} must be a bool tensor of the batch's shape "
+                             f"{tuple(batch.batch_size)}, got {mask.dtype} of shape "
+                             f"{tuple(mask.shape)}.")
+        return batch[mask]
+
+    def _pad(self, batch: TensorDictBase) -> TensorDictBase:
+        if len(self.max_dims) != batch.batch_dims:
+            raise ValueError(f"max_dims has {len(self.max_dims)} entries but the batch has "
+                             f"{batch.batch_dims} dimensions {tuple(batch.batch_size)}.")
+        pad_size = []
+        for d, (size, limit) in enumerate(zip(batch.batch_size, self.max_dims)):
+            if limit != -1 and size > limit:
+                raise ValueError(f"batch dimension {d} has size {size}, more than "
+                                 f"max_dims[{d}]={limit}.")
+            pad_size += [0, 0 if limit == -1 else limit - size]
+        return pad(batch, pad_size) if any(pad_size) else batch
+
+    def extend(self, batch: TensorDictBase) -> None:
+        """Write ``batch`` into the buffer (flattened or padded first, see the parameters).
+
+        Returns None: the trainer keeps the collected batch as it was.
+        """
+        if not is_tensor_collection(batch):
+            raise TypeError(f"extend expects a TensorDict batch, got {type(batch).__name__}.")
+        if self.flatten_tensordicts:
+            batch = self._flatten(batch)
+        elif self.max_dims is not None:
+            batch = self._pad(batch)
+        if self.memmap:
+            batch = batch.memmap()
+        self.replay_buffer.extend(batch)
+
+    def sample(self, batch: TensorDictBase | None = None) -> TensorDictBase:
+        """Sample a batch of ``batch_size`` from the buffer, placed on ``device``.
+
+        ``batch`` (the collected batch the trainer passes) is not used.
+        """
+        sample = self.replay_buffer.sample(self.batch_size)
+        return sample.to(self.device)
+
+    def update_priority(self, batch: TensorDictBase) -> None:
+        """Update the priorities of the sampled slots from ``batch[replay_buffer.priority_key]``.
+
+        The trainer runs ``post_loss`` ops on the sub-batch after writing the loss's
+        per-sample outputs into it, so this reads the priorities the loss just computed, at
+        the slots in ``batch["index"]``. Does nothing for a buffer that is not prioritized.
+        """
+        self.replay_buffer.update_tensordict_priority(batch)
+
+    # ---- registration and state --------------------------------------------------------------
+    def register(self, trainer: Trainer, name: str = "replay_buffer") -> None:
+        """Register :meth:`extend` at ``"batch_process"``, :meth:`sample` at
+        ``"process_optim_batch"``, :meth:`update_priority` at ``"post_loss"``, and this hook as
+        module ``name`` (so the buffer is saved with the trainer).
+
+        To place an op elsewhere, use ``trainer.register_op`` instead.
+        """
+        trainer.register_op("batch_process", self.extend)
+        trainer.register_op("process_optim_batch", self.sample)
+        trainer.register_op("post_loss", self.update_priority)
+        trainer.register_module(name, self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's whole state (storage, sampler, writer)."""
+        return {"replay_buffer": self.replay_buffer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "replay_buffer" not in state_dict:
+            raise ValueError("ReplayBufferTrainer state_dict is missing 'replay_buffer'.")
+        self.replay_buffer.load_state_dict(state_dict["replay_buffer"])
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the buffer with its own atomic checkpoint format (used by ``Trainer.dumps``)."""
+        self.replay_buffer.dumps(path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Restore the buffer from :meth:`dumps`; a bad checkpoint leaves it unchanged."""
+        self.replay_buffer.loads(path)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device}, "
+                f"flatten_tensordicts={self.flatten_tensordicts}, max_dims={self.max_dims}, "
+                f"memmap={self.memmap}, replay_buffer={type(self.replay_buffer).__name__})")
