@@ -78,6 +78,8 @@ class TensorDictMaxValueWriter(Writer):
         super().__init__()
         if rank_key is None:
             rank_key = ("next", "reward")
+        if not isinstance(rank_key, (str, tuple)):
+            raise TypeError(f"rank_key must be a str or a tuple of str, got {rank_key!r}.")
         keys = _normalize_keys(rank_key, "rank_key")
         if len(keys) != 1:
             raise TypeError(f"rank_key must be one (nested) key, got {rank_key!r}.")
