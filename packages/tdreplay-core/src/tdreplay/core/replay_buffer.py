@@ -296,8 +296,8 @@ class ReplayBuffer:
     def __setitem__(self, index: Any, value: Any) -> None:
         value = self._write_side(value)
         with self._lock:
+            rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value
-            rows = self._storage.index_to_rows(index)
             self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
 
     def write_all(self, data: Any, end: int | None = None) -> None:

@@ -181,24 +181,52 @@ class Storage(abc.ABC):
         """How a buffer turns what :meth:`get` returned into a batch (identity by default)."""
         return data
 
-    def index_to_rows(self, index: Any) -> torch.Tensor:
-        """Rows touched by a user index (int, slice, integer or boolean tensor) on dim 0."""
+    def index_to_rows(self, index: Any, value: Any = None) -> torch.Tensor:
+        """Rows a user index (int, slice, integer or boolean tensor) selects on dim 0.
+
+        Indices are resolved against the *written* rows, as reads are, so ``rb[i] = x`` writes
+        where ``rb[i]`` reads: ``-1`` is the last written row and ``rb[:]`` all written rows.
+        Integer indices must address written rows (``extend`` adds rows); a slice with an
+        explicit stop past them (``write_all`` of more rows than are written) reaches up to the
+        capacity, without leaving a gap. ``value`` (what is being written) lays out a lazy
+        storage's capacity before its first write.
+        """
         if isinstance(index, tuple):
             index = index[0] if index else slice(None)
-        if is_int(index):
-            return torch.tensor([int(index) % max(self.rows_capacity or 1, 1)])
+        numel = self.row_numel
+        n = len(self) // numel if numel else 0
         if isinstance(index, slice):
-            cap = self.rows_capacity or 0
-            return torch.arange(*index.indices(cap))
+            stop = index.stop
+            if stop is None or stop <= n:
+                return torch.arange(*index.indices(n))
+            cap = self.rows_capacity
+            if cap is None:
+                cap = self.rows_capacity_for(value, batched=True) if value is not None else 0
+            step = 1 if index.step is None else index.step
+            start = 0 if index.start is None else index.start
+            start = max(start + n, 0) if start < 0 else start
+            if step <= 0 or start > n:
+                raise IndexError(f"index {index} would write past the {n} written rows with a "
+                                 "gap or backwards: use extend to add rows.")
+            return torch.arange(start, min(stop, cap), step)
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
             return index.reshape(-1).nonzero().squeeze(-1)
-        return as_long_tensor(index, name="index").reshape(-1)
+        rows = as_long_tensor(index, name="index").reshape(-1)
+        rows = torch.where(rows < 0, rows + n, rows)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n):
+            raise IndexError(f"index {index!r} is out of range: {n} rows are written (index "
+                             "assignment overwrites written rows; extend adds rows).")
+        return rows
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` at the rows selected by ``index``."""
-        if isinstance(index, slice) or (isinstance(index, torch.Tensor) and index.dtype is torch.bool):
-            index = self.index_to_rows(index)
-        self.set(index, value)
+        """Write ``value`` at the rows selected by ``index`` (see :meth:`index_to_rows`)."""
+        rows = self.index_to_rows(index, value)
+        if is_int(index):
+            self.set(int(rows[0]), value)
+        elif isinstance(index, slice) and rows.numel() > 1 and int(rows[1] - rows[0]) == 1:
+            self.set(slice(int(rows[0]), int(rows[-1]) + 1), value)
+        else:
+            self.set(rows, value)
 
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         """Set entry ``key`` in place at ``index`` (all written rows when None)."""
