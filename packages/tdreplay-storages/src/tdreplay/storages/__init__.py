@@ -1,17 +1,31 @@
-"""tdreplay.storages: tensor, lazy, stacked storages and their checkpointers."""
+"""tdreplay.storages: tensor, memory-mapped, stacked and compressed storages, and checkpointers."""
 
 from tdreplay.core import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
 
+from .checkpointers import (
+    CompressedListStorageCheckpointer,
+    FlatStorageCheckpointer,
+    H5StorageCheckpointer,
+    NestedStorageCheckpointer,
+)
+from .compressed_storage import CompressedListStorage
 from .lazy_stack_storage import LazyStackStorage
+from .memmap_storage import LazyMemmapStorage
 from .tensor_storage import LazyTensorStorage, TensorStorage, TensorStorageCheckpointer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompressedListStorage",
+    "CompressedListStorageCheckpointer",
+    "FlatStorageCheckpointer",
+    "H5StorageCheckpointer",
+    "LazyMemmapStorage",
     "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "ListStorageCheckpointer",
+    "NestedStorageCheckpointer",
     "Storage",
     "StorageCheckpointerBase",
     "TensorStorage",

@@ -64,6 +64,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         from tdreplay.core.checkpoint import write_json
 
         meta = storage._layout_meta()
+        meta["checkpointer"] = type(self).__name__
         write_json(path / "storage.json", meta)
         if storage.initialized:
             written = storage._td[: storage._len_rows]
@@ -74,6 +75,12 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         from tdreplay.core.checkpoint import CheckpointError, read_json
 
         meta = read_json(path / "storage.json")
+        written_by = meta.get("checkpointer", type(self).__name__)
+        if written_by != type(self).__name__:
+            raise CheckpointError(
+                f"this storage was saved by {written_by} but the storage's checkpointer is a "
+                f"{type(self).__name__}: set storage.checkpointer = {written_by}(...) before loading."
+            )
         for name in ("max_size", "ndim"):
             if meta[name] != getattr(storage, name):
                 raise CheckpointError(
@@ -82,7 +89,11 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 )
         if not meta["initialized"]:
             return storage._empty
-        loaded = TensorDict.load_memmap(path / "data")
+        try:
+            loaded = TensorDict.load_memmap(path / "data")
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read the tensor storage checkpoint in {str(path)!r}: "
+                                  f"{type(err).__name__}: {err}") from err
         loaded = storage._apply_load_hooks(loaded)
         storage._check_layout_compatible(meta, loaded)
 
@@ -249,12 +260,12 @@ class TensorStorage(Storage):
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"entry {key!r} is a {type(x).__name__}: a TensorStorage holds "
                                 "tensors only (use LazyStackStorage or ListStorage otherwise).")
-            leaves.append(self._allocate(shape + x.shape[skip:], x.dtype))
+            leaves.append(self._allocate(shape + x.shape[skip:], x.dtype, key))
         self._adopt(_assemble(_build_tree(keys), leaves, shape, self._device))
         self._len_rows = 0
 
-    def _allocate(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        """Allocate one leaf (memory-mapped storages override this)."""
+    def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
+        """Allocate the leaf of entry ``key`` (memory-mapped storages override this)."""
         return torch.zeros(shape, dtype=dtype, device=self._device)
 
     def _adopt(self, td: TensorDictBase) -> None:

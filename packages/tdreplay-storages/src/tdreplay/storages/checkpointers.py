@@ -1,0 +1,599 @@
+"""Storage checkpointers: how a storage's contents are laid out in a checkpoint directory.
+
+=================================== ===============================================================
+checkpointer                        layout
+=================================== ===============================================================
+``TensorStorageCheckpointer``       the written rows as TensorDict memory-mapped files (default of
+                                    tensor and memmap storages)
+``FlatStorageCheckpointer``         one level of raw files, one per leaf (``next.obs.bin``), with
+                                    TED compaction (below)
+``NestedStorageCheckpointer``       a TensorDict memmap directory tree mirroring the keys
+                                    (``next/obs.memmap``), with TED compaction
+``H5StorageCheckpointer``           one HDF5 file (groups mirror the keys), with TED compaction;
+                                    needs ``h5py`` (``pip install 'tdreplay-storages[h5]'``)
+``ListStorageCheckpointer``         the pickled list of items (default of list storages)
+``CompressedListStorageCheckpointer`` the compressed blobs as they are, one file, plus a table of
+                                    row structures (default of ``CompressedListStorage``)
+=================================== ===============================================================
+
+TED compaction
+--------------
+In TorchRL's TED format a transition holds ``obs`` and ``("next", "obs")``; within a
+trajectory ``("next", "obs")`` of step ``t`` is ``obs`` of step ``t + 1``, so saving both
+nearly doubles the observations on disk. The flat, nested and H5 checkpointers save each
+such ``("next", key)`` entry as only the steps where it is *not* the next step's root entry
+(trajectory ends, the write cursor, the last step), plus a boolean mask of those steps. The
+comparison is bitwise and made when saving, so the compaction is lossless whatever the data:
+unlike TorchRL's checkpointers, nothing is assumed about done states or the absence of
+multi-step transforms. Steps follow the last storage dimension (``ndim > 1``: the time dimension
+of ``[rows, time]`` storages; ``ndim == 1``: consecutive rows). Entries named in ``done_keys``
+and ``reward_keys`` are always saved whole.
+
+Every checkpointer writes ``storage.json`` naming itself; loading with another checkpointer
+raises a :class:`~tdreplay.core.CheckpointError` saying which one to set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tdreplay.core import ListStorageCheckpointer, StorageCheckpointerBase
+from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+
+from .tensor_storage import TensorStorage, TensorStorageCheckpointer, _leaf_keys
+
+__all__ = [
+    "CompressedListStorageCheckpointer",
+    "FlatStorageCheckpointer",
+    "H5StorageCheckpointer",
+    "ListStorageCheckpointer",
+    "NestedStorageCheckpointer",
+    "TensorStorageCheckpointer",
+]
+
+DEFAULT_DONE_KEYS = ("done", "truncated", "terminated")
+DEFAULT_REWARD_KEYS = ("reward",)
+
+# dtypes numpy (and h5py) cannot hold are saved as same-size integers and viewed back
+_NUMPY_STANDIN = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8,
+                  torch.float8_e5m2: torch.uint8}
+
+
+def _key_path(key: Any) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _as_key(path: Iterable[str]) -> Any:
+    path = tuple(path)
+    return path[0] if len(path) == 1 else path
+
+
+def _stored_path(key: tuple[str, ...]) -> tuple[str, ...]:
+    """Where an array is saved: compaction parts go beside their key (``("next", "obs@mask")``)."""
+    return key[:-2] + (key[-2] + key[-1],) if key[-1].startswith("@") else key
+
+
+def _dtype_from_str(name: str) -> torch.dtype:
+    dtype = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise CheckpointError(f"checkpoint names an unknown dtype {name!r}.")
+    return dtype
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu().contiguous()
+    standin = _NUMPY_STANDIN.get(tensor.dtype)
+    if standin is not None:
+        tensor = tensor.view(standin)
+    return tensor.numpy()
+
+
+def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    standin = _NUMPY_STANDIN.get(dtype)
+    return tensor.view(dtype) if standin is not None else tensor
+
+
+def _check_tensor_storage(storage: Any, checkpointer: StorageCheckpointerBase) -> None:
+    if not isinstance(storage, TensorStorage):
+        raise TypeError(f"{type(checkpointer).__name__} saves tensor storages (TensorStorage, "
+                        f"LazyTensorStorage, LazyMemmapStorage), not {type(storage).__name__}.")
+
+
+def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBase) -> None:
+    written_by = meta.get("checkpointer", "TensorStorageCheckpointer")
+    if written_by != type(checkpointer).__name__:
+        raise CheckpointError(
+            f"this storage was saved by {written_by} but the storage's checkpointer is a "
+            f"{type(checkpointer).__name__}: set storage.checkpointer = {written_by}(...) "
+            "before loading."
+        )
+
+
+def _check_meta(storage: TensorStorage, meta: dict[str, Any]) -> None:
+    for name in ("max_size", "ndim"):
+        if meta.get(name) != getattr(storage, name):
+            raise CheckpointError(f"checkpoint storage has {name}={meta.get(name)} but this storage "
+                                  f"has {name}={getattr(storage, name)}.")
+
+
+# ---- TED compaction ----------------------------------------------------------------------------
+def _bits(tensor: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """Bytes of each element of the batch, for bitwise comparison: ``[*batch, nbytes]``."""
+    flat = tensor.contiguous().reshape(*tensor.shape[:batch_dims], -1)
+    return flat.view(torch.uint8) if flat.dtype is not torch.uint8 else flat
+
+
+class _Compactor:
+    """Lossless compaction of ``("next", key)`` entries that repeat the next step's ``key``."""
+
+    def __init__(self, done_keys: Iterable[Any] | None, reward_keys: Iterable[Any] | None) -> None:
+        self.done_keys = tuple(DEFAULT_DONE_KEYS if done_keys is None else done_keys)
+        self.reward_keys = tuple(DEFAULT_REWARD_KEYS if reward_keys is None else reward_keys)
+        self._excluded = {_key_path(k) for k in self.done_keys + self.reward_keys}
+
+    def _excluded_key(self, path: tuple[str, ...]) -> bool:
+        return path in self._excluded or (path[-1],) in self._excluded
+
+    def compact(self, data: TensorDictBase) -> tuple[dict[tuple[str, ...], torch.Tensor],
+                                                     list[dict[str, Any]]]:
+        """Split ``data`` (batch ``[rows, *inner]``) into arrays to save and their description."""
+        batch_dims = data.batch_dims
+        dim = batch_dims - 1
+        steps = data.batch_size[dim]
+        arrays: dict[tuple[str, ...], torch.Tensor] = {}
+        entries: list[dict[str, Any]] = []
+        keys = [_key_path(k) for k in _leaf_keys(data)]
+        key_set = set(keys)
+        for path in keys:
+            value = data.get(_as_key(path))
+            entry = {"key": list(path), "dtype": str(value.dtype), "shape": list(value.shape),
+                     "stored": "full"}
+            source = path[1:]
+            if (path[0] == "next" and len(path) > 1 and source[0] != "next"
+                    and source in key_set and not self._excluded_key(source) and steps > 1
+                    and math.prod(value.shape[batch_dims:]) > 0):
+                root = data.get(_as_key(source))
+                if root.shape == value.shape and root.dtype == value.dtype:
+                    same = (_bits(value, batch_dims).narrow(dim, 0, steps - 1)
+                            == _bits(root, batch_dims).narrow(dim, 1, steps - 1)).all(-1)
+                    mask = torch.ones(data.batch_size, dtype=torch.bool)
+                    mask.narrow(dim, 0, steps - 1).copy_(~same)
+                    if not bool(mask.all()):
+                        entry.update(stored="shifted", source=list(source),
+                                     explicit=int(mask.sum()))
+                        arrays[path + ("@mask",)] = mask
+                        arrays[path + ("@explicit",)] = value[mask]
+                        entries.append(entry)
+                        continue
+            arrays[path] = value
+            entries.append(entry)
+        return arrays, entries
+
+    @staticmethod
+    def expand(arrays: dict[tuple[str, ...], torch.Tensor], entries: list[dict[str, Any]],
+               batch_size: torch.Size) -> TensorDict:
+        """Rebuild the rows from what :meth:`compact` saved (checking every shape)."""
+        batch_dims = len(batch_size)
+        dim = batch_dims - 1
+        steps = batch_size[dim]
+        out = TensorDict(batch_size=batch_size)
+        shifted = []
+        for entry in entries:
+            path = tuple(entry["key"])
+            dtype = _dtype_from_str(entry["dtype"])
+            shape = torch.Size(entry["shape"])
+            if shape[:batch_dims] != batch_size:
+                raise CheckpointError(f"checkpoint entry {path} has shape {tuple(shape)}, not "
+                                      f"batched like the storage rows {tuple(batch_size)}.")
+            if entry["stored"] == "full":
+                value = arrays[path]
+                if value.shape != shape or value.dtype != dtype:
+                    raise CheckpointError(f"checkpoint entry {path} holds {value.dtype} "
+                                          f"{tuple(value.shape)}; its description says {dtype} "
+                                          f"{tuple(shape)}.")
+                out.set(_as_key(path), value)
+            elif entry["stored"] == "shifted":
+                shifted.append((path, dtype, shape, entry))
+            else:
+                raise CheckpointError(f"checkpoint entry {path} is stored as "
+                                      f"{entry['stored']!r}, which this version cannot read.")
+        for path, dtype, shape, entry in shifted:
+            source = tuple(entry["source"])
+            root = out.get(_as_key(source), None)
+            mask = arrays[path + ("@mask",)]
+            explicit = arrays[path + ("@explicit",)]
+            if root is None or root.shape != shape or root.dtype != dtype:
+                raise CheckpointError(f"checkpoint entry {path} is saved relative to {source}, "
+                                      "which is missing or of another shape/dtype.")
+            if mask.dtype is not torch.bool or mask.shape != batch_size:
+                raise CheckpointError(f"checkpoint mask of {path} has shape {tuple(mask.shape)}, "
+                                      f"expected {tuple(batch_size)}.")
+            count = int(mask.sum())
+            if count != entry["explicit"] or explicit.shape != (count, *shape[batch_dims:]) \
+                    or explicit.dtype != dtype:
+                raise CheckpointError(f"checkpoint entry {path} holds {tuple(explicit.shape)} "
+                                      f"explicit steps for {count} masked steps.")
+            value = torch.empty(shape, dtype=dtype)
+            value.narrow(dim, 0, steps - 1).copy_(root.narrow(dim, 1, steps - 1))
+            value[mask] = explicit
+            out.set(_as_key(path), value)
+        return out
+
+
+class _CompactingCheckpointer(StorageCheckpointerBase):
+    """Shared logic of the flat, nested and H5 checkpointers: metadata, compaction, checks.
+
+    Subclasses implement :meth:`_write_arrays` and :meth:`_read_arrays`.
+    """
+
+    def __init__(self, done_keys: Iterable[Any] | None = None,
+                 reward_keys: Iterable[Any] | None = None) -> None:
+        self._compactor = _Compactor(done_keys, reward_keys)
+
+    @property
+    def done_keys(self) -> tuple[Any, ...]:
+        """Entries saved whole (never replaced by the next step's root entry)."""
+        return self._compactor.done_keys
+
+    @property
+    def reward_keys(self) -> tuple[Any, ...]:
+        """Entries saved whole (never replaced by the next step's root entry)."""
+        return self._compactor.reward_keys
+
+    def _write_arrays(self, path: Path, arrays: dict[tuple[str, ...], torch.Tensor]) -> dict:
+        raise NotImplementedError
+
+    def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
+        raise NotImplementedError
+
+    def dumps(self, storage: TensorStorage, path: Path) -> None:
+        _check_tensor_storage(storage, self)
+        path = Path(path)
+        meta = storage._layout_meta()
+        meta["checkpointer"] = type(self).__name__
+        if storage.initialized:
+            written = storage._apply_save_hooks(storage._td[: storage._len_rows])
+            arrays, entries = self._compactor.compact(written)
+            meta["batch_size"] = list(written.batch_size)
+            meta["entries"] = entries
+            meta["arrays"] = self._write_arrays(path, arrays)
+        write_json(path / "storage.json", meta)
+
+    def prepare_load(self, storage: TensorStorage, path: Path) -> Callable[[], None]:
+        _check_tensor_storage(storage, self)
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        _check_written_by(meta, self)
+        _check_meta(storage, meta)
+        if not meta["initialized"]:
+            return storage._empty
+        try:
+            arrays = self._read_arrays(path, meta["arrays"])
+            data = _Compactor.expand(arrays, meta["entries"], torch.Size(meta["batch_size"]))
+        except CheckpointError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read the {type(self).__name__} checkpoint in "
+                                  f"{str(path)!r}: {type(err).__name__}: {err}") from err
+        data = storage._apply_load_hooks(data)
+        storage._check_layout_compatible(meta, data)
+        return lambda: storage._install(meta, data)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(done_keys={self.done_keys}, "
+                f"reward_keys={self.reward_keys})")
+
+
+class FlatStorageCheckpointer(_CompactingCheckpointer):
+    """Saves a tensor storage as one level of raw files, one per leaf, TED-compacted.
+
+    Every leaf becomes ``<key joined by dots>.bin`` (raw little-endian bytes, C order) in
+    the checkpoint directory; ``storage.json`` lists each file's key, dtype and shape, so the
+    files are readable with ``numpy.fromfile`` alone. ``("next", key)`` entries that repeat
+    the next step's ``key`` are saved compacted (see :mod:`~tdreplay.storages.checkpointers`).
+
+    Parameters
+    ----------
+    done_keys, reward_keys : sequence of keys, optional
+        Entries never compacted (TorchRL's defaults: ``("done", "truncated", "terminated")``
+        and ``("reward",)``).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> obs = torch.arange(11.).unsqueeze(-1)
+    >>> data = TensorDict({"obs": obs[:-1], ("next", "obs"): obs[1:]}, [10])
+    >>> s = LazyTensorStorage(10, checkpointer=FlatStorageCheckpointer())
+    >>> s.set(slice(0, 10), data)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     files = sorted(os.listdir(d))
+    ...     t = LazyTensorStorage(10, checkpointer=FlatStorageCheckpointer())
+    ...     t.loads(d)
+    >>> files
+    ['next.obs@explicit.bin', 'next.obs@mask.bin', 'obs.bin', 'storage.json']
+    >>> bool((t[:]["next", "obs"] == obs[1:]).all())
+    True
+    """
+
+    def _write_arrays(self, path: Path, arrays: dict[tuple[str, ...], torch.Tensor]) -> dict:
+        index = {}
+        used = {"storage.json"}
+        for i, (key, tensor) in enumerate(arrays.items()):
+            name = ".".join(_stored_path(key)).replace("/", "_").replace("\\", "_") + ".bin"
+            if name in used or name.startswith("."):
+                name = f"{i:04d}-{name}"
+            used.add(name)
+            _to_numpy(tensor).tofile(path / name)
+            index[name] = {"key": list(key), "dtype": str(tensor.dtype),
+                           "shape": list(tensor.shape)}
+        return index
+
+    def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
+        arrays = {}
+        for name, info in index.items():
+            dtype = _dtype_from_str(info["dtype"])
+            shape = torch.Size(info["shape"])
+            file = path / name
+            if not file.is_file():
+                raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
+            raw = np.fromfile(file, dtype=np.uint8)
+            expected = shape.numel() * torch.empty((), dtype=dtype).element_size()
+            if raw.size != expected:
+                raise CheckpointError(f"checkpoint file {str(file)!r} holds {raw.size} bytes, "
+                                      f"expected {expected} for {dtype} {tuple(shape)}.")
+            arrays[tuple(info["key"])] = torch.from_numpy(raw).view(dtype).reshape(shape)
+        return arrays
+
+
+class NestedStorageCheckpointer(_CompactingCheckpointer):
+    """Saves a tensor storage as a TensorDict memmap directory tree, TED-compacted.
+
+    Nested keys become nested directories (``next/obs.memmap``), readable with
+    ``TensorDict.load_memmap(path / "data")``; compacted ``("next", key)`` entries are saved
+    as ``key@explicit`` and ``key@mask`` beside where ``key`` would be.
+
+    Parameters
+    ----------
+    done_keys, reward_keys : sequence of keys, optional
+        Entries never compacted (see :class:`FlatStorageCheckpointer`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> obs = torch.arange(11.).unsqueeze(-1)
+    >>> data = TensorDict({"obs": obs[:-1], ("next", "obs"): obs[1:]}, [10])
+    >>> s = LazyTensorStorage(10, checkpointer=NestedStorageCheckpointer())
+    >>> s.set(slice(0, 10), data)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     on_disk = TensorDict.load_memmap(d + "/data")
+    ...     t = LazyTensorStorage(10, checkpointer=NestedStorageCheckpointer())
+    ...     t.loads(d)
+    >>> sorted(on_disk["next"].keys())
+    ['obs@explicit', 'obs@mask']
+    >>> bool((t[:]["next", "obs"] == obs[1:]).all())
+    True
+    """
+
+    def _write_arrays(self, path: Path, arrays: dict[tuple[str, ...], torch.Tensor]) -> dict:
+        tree = TensorDict()
+        index = {}
+        for i, (key, tensor) in enumerate(arrays.items()):
+            stored = _stored_path(key)
+            tree.set(_as_key(stored), tensor.contiguous())
+            index[str(i)] = {"key": list(key), "stored": list(stored)}
+        tree.memmap(path / "data", num_threads=0)
+        return index
+
+    def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
+        data_dir = path / "data"
+        if not data_dir.is_dir():
+            raise CheckpointError(f"checkpoint directory {str(data_dir)!r} is missing.")
+        tree = TensorDict.load_memmap(data_dir)
+        arrays = {}
+        for info in index.values():
+            value = tree.get(_as_key(info["stored"]), None)
+            if value is None:
+                raise CheckpointError(f"checkpoint entry {info['stored']} is missing.")
+            arrays[tuple(info["key"])] = value.as_subclass(torch.Tensor).clone()
+        return arrays
+
+
+class H5StorageCheckpointer(_CompactingCheckpointer):
+    """Saves a tensor storage in one HDF5 file, TED-compacted.
+
+    Groups mirror nested keys (``/next/obs``); compacted ``("next", key)`` entries are saved as
+    datasets ``key@explicit`` and ``key@mask``. Needs ``h5py``: install the ``h5`` extra
+    (``pip install 'tdreplay-storages[h5]'``).
+
+    Parameters
+    ----------
+    checkpoint_file : str
+        Name of the HDF5 file inside the checkpoint directory. Defaults to ``"checkpoint.h5"``.
+    done_keys, reward_keys : sequence of keys, optional
+        Entries never compacted (see :class:`FlatStorageCheckpointer`).
+    h5_kwargs : dict, optional
+        Passed to ``h5py.Group.create_dataset`` (e.g. ``{"compression": "gzip"}``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> data = TensorDict({"obs": torch.randn(6, 3), ("next", "reward"): torch.ones(6, 1)}, [6])
+    >>> s = LazyTensorStorage(6, checkpointer=H5StorageCheckpointer(h5_kwargs={"compression": "gzip"}))
+    >>> s.set(slice(0, 6), data)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = LazyTensorStorage(6, checkpointer=H5StorageCheckpointer())
+    ...     t.loads(d)
+    >>> bool((t[:]["obs"] == data["obs"]).all())
+    True
+    """
+
+    def __init__(self, *, checkpoint_file: str = "checkpoint.h5",
+                 done_keys: Iterable[Any] | None = None, reward_keys: Iterable[Any] | None = None,
+                 h5_kwargs: dict[str, Any] | None = None) -> None:
+        try:
+            import h5py  # noqa: F401
+        except ImportError as err:
+            raise ImportError(
+                "H5StorageCheckpointer needs h5py, an optional dependency: install it with "
+                "`pip install 'tdreplay-storages[h5]'`."
+            ) from err
+        super().__init__(done_keys, reward_keys)
+        if not isinstance(checkpoint_file, str) or not checkpoint_file or "/" in checkpoint_file:
+            raise ValueError(f"checkpoint_file must be a file name, got {checkpoint_file!r}.")
+        self.checkpoint_file = checkpoint_file
+        self.h5_kwargs = dict(h5_kwargs or {})
+
+    def _write_arrays(self, path: Path, arrays: dict[tuple[str, ...], torch.Tensor]) -> dict:
+        import h5py
+
+        index = {}
+        with h5py.File(path / self.checkpoint_file, "w") as f:
+            for i, (key, tensor) in enumerate(arrays.items()):
+                stored = _stored_path(key)
+                array = _to_numpy(tensor)
+                # compression filters need at least one dimension
+                kwargs = self.h5_kwargs if array.ndim else {}
+                f.create_dataset("/".join(stored), data=array, **kwargs)
+                index[str(i)] = {"key": list(key), "stored": list(stored),
+                                 "dtype": str(tensor.dtype)}
+        return index
+
+    def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
+        import h5py
+
+        file = path / self.checkpoint_file
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
+        arrays = {}
+        with h5py.File(file, "r") as f:
+            for info in index.values():
+                name = "/".join(info["stored"])
+                if name not in f:
+                    raise CheckpointError(f"dataset {name!r} is missing from {str(file)!r}.")
+                arrays[tuple(info["key"])] = _from_numpy(f[name][()], _dtype_from_str(info["dtype"]))
+        return arrays
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(checkpoint_file={self.checkpoint_file!r}, "
+                f"done_keys={self.done_keys}, reward_keys={self.reward_keys}, "
+                f"h5_kwargs={self.h5_kwargs})")
+
+
+class CompressedListStorageCheckpointer(StorageCheckpointerBase):
+    """Checkpointer of :class:`~tdreplay.storages.CompressedListStorage`: the blobs as they are.
+
+    Rows are not decompressed: ``blobs.bin`` holds every compressed row back to back,
+    ``offsets.bin`` (int64, ``len + 1`` values) where each starts, ``row_layouts.bin`` (int32)
+    which structure each row has, and ``storage.json`` the codec and the table of structures
+    (keys, dtypes, shapes). Nothing is unpickled on load. A checkpoint is only loaded by a
+    storage with the same codec.
+
+    Save and load hooks are not supported (rows are saved compressed); registering one makes
+    :meth:`dumps` raise.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.storages import CompressedListStorage
+    >>> s = CompressedListStorage(10)
+    >>> s.set(torch.arange(3), torch.arange(12).reshape(3, 4))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = CompressedListStorage(10)
+    ...     t.loads(d)
+    >>> t.get(torch.tensor([2, 0])).tolist()
+    [[8, 9, 10, 11], [0, 1, 2, 3]]
+    """
+
+    def dumps(self, storage: Any, path: Path) -> None:
+        if storage._save_hooks or storage._load_hooks:
+            raise RuntimeError("CompressedListStorageCheckpointer saves rows compressed as they "
+                               "are: save/load hooks are not supported.")
+        path = Path(path)
+        rows = list(storage._storage)
+        layouts: dict[Any, int] = {}
+        row_layouts = np.empty(len(rows), dtype=np.int32)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        with open(path / "blobs.bin", "wb") as f:
+            for i, row in enumerate(rows):
+                row_layouts[i] = layouts.setdefault(row.layout, len(layouts))
+                f.write(row.blob)
+                offsets[i + 1] = offsets[i] + len(row.blob)
+        offsets.tofile(path / "offsets.bin")
+        row_layouts.tofile(path / "row_layouts.bin")
+        write_json(path / "storage.json", {
+            "class": type(storage).__name__,
+            "checkpointer": type(self).__name__,
+            "max_size": storage.max_size,
+            "len": len(rows),
+            "codec": storage.codec.name,
+            "layouts": [
+                {"kind": layout.kind, "batch_size": list(layout.batch_size),
+                 "leaves": [{"key": None if key is None else list(_key_path(key)),
+                             "dtype": str(dtype), "shape": list(shape)}
+                            for key, dtype, shape in layout.leaves]}
+                for layout in layouts
+            ],
+        })
+
+    def prepare_load(self, storage: Any, path: Path) -> Callable[[], None]:
+        from .compressed_storage import CompressedRow, RowLayout
+
+        if storage._load_hooks:
+            raise CheckpointError("CompressedListStorageCheckpointer does not run load hooks.")
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        _check_written_by(meta, self)
+        n = int(meta["len"])
+        if n > storage.max_size:
+            raise CheckpointError(f"checkpoint holds {n} rows but the storage max_size is "
+                                  f"{storage.max_size}.")
+        if meta["codec"] != storage.codec.name:
+            raise CheckpointError(f"checkpoint rows are compressed with {meta['codec']!r}; this "
+                                  f"storage uses {storage.codec.name!r}.")
+        try:
+            layouts = [
+                RowLayout(info["kind"], tuple(info["batch_size"]), tuple(
+                    (None if leaf["key"] is None else _as_key(leaf["key"]),
+                     _dtype_from_str(leaf["dtype"]), tuple(leaf["shape"]))
+                    for leaf in info["leaves"]))
+                for info in meta["layouts"]
+            ]
+            offsets = np.fromfile(path / "offsets.bin", dtype=np.int64)
+            row_layouts = np.fromfile(path / "row_layouts.bin", dtype=np.int32)
+            blobs = (path / "blobs.bin").read_bytes()
+        except CheckpointError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError) as err:
+            raise CheckpointError(f"cannot read the compressed storage checkpoint in "
+                                  f"{str(path)!r}: {type(err).__name__}: {err}") from err
+        if offsets.shape != (n + 1,) or row_layouts.shape != (n,):
+            raise CheckpointError(f"checkpoint index files do not describe {n} rows.")
+        if offsets[0] != 0 or offsets[-1] != len(blobs) or (np.diff(offsets) < 0).any():
+            raise CheckpointError("checkpoint offsets do not match blobs.bin (truncated?).")
+        if n and (row_layouts.min() < 0 or row_layouts.max() >= len(layouts)):
+            raise CheckpointError("checkpoint rows name structures that are not in its table.")
+        rows = [CompressedRow(storage._intern(layouts[row_layouts[i]]),
+                              blobs[offsets[i]: offsets[i + 1]]) for i in range(n)]
+
+        def commit() -> None:
+            storage._storage = rows
+
+        return commit

@@ -1,0 +1,334 @@
+"""``CompressedListStorage``: a list storage whose rows are kept compressed.
+
+Each row (a tensor or a TensorDict) is stored as one compressed blob of the raw bytes of its
+leaves, next to a *layout* (keys, dtypes, shapes, batch size) shared by every row of the same
+structure. ``get`` decompresses only the rows asked for.
+
+The default codec is zstd (the ``zstandard`` package, the ``zstd`` extra of this package) when
+it is installed, else ``zlib`` from the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tdreplay.core import ListStorage, StorageCheckpointerBase
+from tdreplay.core._utils import as_long_tensor, is_int
+
+from .checkpointers import CompressedListStorageCheckpointer
+
+try:
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - depends on the environment
+    _zstd = None
+
+_ZLIB_LEVELS = range(-1, 10)
+_ZSTD_LEVELS = range(-131072, 23)
+
+
+class RowLayout(NamedTuple):
+    """Structure of a compressed row: what is needed to rebuild it from its raw bytes.
+
+    ``kind`` is ``"tensor"`` or ``"tensordict"``; ``batch_size`` the TensorDict's batch size
+    (``()`` for a tensor); ``leaves`` one ``(key, dtype, shape)`` per leaf, in the order their
+    bytes are concatenated (``key`` is ``None`` for a tensor row).
+    """
+
+    kind: str
+    batch_size: tuple[int, ...]
+    leaves: tuple[tuple[Any, torch.dtype, tuple[int, ...]], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(math.prod(shape) * _itemsize(dtype) for _, dtype, shape in self.leaves)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class Codec:
+    """A named pair of byte-level ``compress`` / ``decompress`` functions.
+
+    Parameters
+    ----------
+    name : str
+        Recorded in checkpoints; a checkpoint is only loaded by a storage with the same codec.
+    compress, decompress : callable
+        ``bytes -> bytes``.
+    """
+
+    def __init__(self, name: str, compress: Callable[[bytes], bytes],
+                 decompress: Callable[[bytes], bytes]) -> None:
+        self.name = name
+        self.compress = compress
+        self.decompress = decompress
+
+    def __repr__(self) -> str:
+        return f"Codec({self.name!r})"
+
+
+def default_codec(compression_level: int = 3) -> Codec:
+    """zstd at ``compression_level`` when ``zstandard`` is installed, else zlib.
+
+    zlib levels go from -1 to 9: a higher zstd-style level is capped at 9.
+
+    Examples
+    --------
+    >>> codec = default_codec(3)
+    >>> codec.name in ("zstd", "zlib")
+    True
+    >>> codec.decompress(codec.compress(b"abc" * 100)) == b"abc" * 100
+    True
+    """
+    if isinstance(compression_level, bool) or not is_int(compression_level):
+        raise TypeError(f"compression_level must be an int, got {compression_level!r}.")
+    level = int(compression_level)
+    if _zstd is not None:
+        if level not in _ZSTD_LEVELS:
+            raise ValueError(f"compression_level must lie in [-131072, 22] for zstd, got {level}.")
+        compressor = _zstd.ZstdCompressor(level=level)
+        decompressor = _zstd.ZstdDecompressor()
+        return Codec("zstd", compressor.compress, decompressor.decompress)
+    if level < -1:
+        raise ValueError(f"compression_level must be >= -1 for zlib, got {level}.")
+    level = min(level, 9)
+    return Codec("zlib", lambda raw: zlib.compress(raw, level), zlib.decompress)
+
+
+def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
+                decompression_fn: Callable[[torch.Tensor], Any]) -> Codec:
+    """Wrap tensor-level user functions (uint8 tensor in, uint8 tensor or bytes out)."""
+
+    def to_bytes(out: Any, name: str) -> bytes:
+        if isinstance(out, (bytes, bytearray, memoryview)):
+            return bytes(out)
+        if isinstance(out, torch.Tensor) and out.dtype is torch.uint8:
+            return out.contiguous().cpu().numpy().tobytes()
+        raise TypeError(f"{name} must return bytes or a uint8 tensor, got {type(out).__name__}.")
+
+    def compress(raw: bytes) -> bytes:
+        return to_bytes(compression_fn(torch.frombuffer(bytearray(raw), dtype=torch.uint8)),
+                        "compression_fn")
+
+    def decompress(blob: bytes) -> bytes:
+        return to_bytes(decompression_fn(torch.frombuffer(bytearray(blob), dtype=torch.uint8)),
+                        "decompression_fn")
+
+    name = f"custom:{getattr(compression_fn, '__qualname__', type(compression_fn).__name__)}"
+    return Codec(name, compress, decompress)
+
+
+class CompressedRow(NamedTuple):
+    """One stored row: its layout and the compressed bytes of its leaves."""
+
+    layout: RowLayout
+    blob: bytes
+
+
+class CompressedListStorage(ListStorage):
+    """A list storage that keeps every row compressed and decompresses only sampled rows.
+
+    Useful for large, redundant rows such as image observations. Rows are tensors or
+    TensorDicts (nested keys, any dtype); each is compressed as one blob when written.
+
+    Parameters
+    ----------
+    max_size : int
+        Capacity in rows.
+    compression_fn : callable, optional
+        Takes a 1-D ``uint8`` tensor (the raw bytes of a row) and returns the compressed bytes
+        (``bytes`` or a ``uint8`` tensor). Defaults to zstd (zlib without ``zstandard``).
+    decompression_fn : callable, optional
+        The inverse of ``compression_fn`` (required when it is given).
+    compression_level : int
+        Level of the default codec (1-22 for zstd, capped at 9 for zlib). Defaults to 3.
+    device : str or torch.device
+        Where decompressed rows are sent. Defaults to ``"cpu"``.
+    checkpointer : StorageCheckpointerBase, optional
+        Defaults to :class:`CompressedListStorageCheckpointer`.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> s = CompressedListStorage(100)
+    >>> frames = torch.zeros(8, 84, 84, dtype=torch.uint8)
+    >>> s.set(torch.arange(8), TensorDict({"pixels": frames, "reward": torch.ones(8)}, [8]))
+    >>> batch = s.get(torch.tensor([3, 5]))
+    >>> batch["pixels"].shape, batch["pixels"].dtype
+    (torch.Size([2, 84, 84]), torch.uint8)
+    >>> s.raw_nbytes > 100 * s.nbytes  # zeros compress very well
+    True
+    """
+
+    _default_checkpointer = CompressedListStorageCheckpointer
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        compression_fn: Callable[[torch.Tensor], Any] | None = None,
+        decompression_fn: Callable[[torch.Tensor], Any] | None = None,
+        compression_level: int = 3,
+        device: str | torch.device = "cpu",
+        checkpointer: StorageCheckpointerBase | None = None,
+    ) -> None:
+        if (compression_fn is None) != (decompression_fn is None):
+            raise ValueError("compression_fn and decompression_fn must be given together.")
+        for name, fn in (("compression_fn", compression_fn), ("decompression_fn", decompression_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
+        super().__init__(max_size, checkpointer)
+        self.compression_level = compression_level
+        self.codec = (default_codec(compression_level) if compression_fn is None
+                      else _user_codec(compression_fn, decompression_fn))
+        self._device = torch.device(device)
+        self._layouts: dict[RowLayout, RowLayout] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    # ---- compression -------------------------------------------------------------------------
+    def _intern(self, layout: RowLayout) -> RowLayout:
+        return self._layouts.setdefault(layout, layout)
+
+    def _compress(self, item: Any) -> CompressedRow:
+        if isinstance(item, torch.Tensor):
+            layout = RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape)),))
+            tensors = [item]
+        elif is_tensor_collection(item):
+            if not isinstance(item, TensorDictBase):
+                raise TypeError(f"CompressedListStorage stores tensors and TensorDicts, got "
+                                f"{type(item).__name__}.")
+            entries = []
+            for key in item.keys(include_nested=True, leaves_only=True):
+                value = item.get(key)
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
+                                    "CompressedListStorage compresses tensors only.")
+                entries.append((key, value))
+            # widest dtypes first: every leaf then starts at a multiple of its item size
+            entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
+            tensors = [value for _, value in entries]
+            leaves = tuple((key, value.dtype, tuple(value.shape)) for key, value in entries)
+            layout = RowLayout("tensordict", tuple(item.batch_size), leaves)
+        else:
+            raise TypeError(f"CompressedListStorage stores tensors and TensorDicts, got "
+                            f"{type(item).__name__}.")
+        raw = b"".join(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+                       for t in tensors)
+        return CompressedRow(self._intern(layout), self.codec.compress(raw))
+
+    def _raw(self, row: CompressedRow) -> bytes:
+        raw = self.codec.decompress(row.blob)
+        if len(raw) != row.layout.nbytes:
+            raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
+                             f"needs {row.layout.nbytes}: the codec does not round-trip.")
+        return raw
+
+    def _decompress_batch(self, rows: Sequence[CompressedRow], shape: tuple[int, ...]) -> Any:
+        """Rebuild rows sharing one layout as a batch of batch shape ``[*shape, *batch_size]``."""
+        layout = rows[0].layout
+        buffer = torch.empty((len(rows), layout.nbytes), dtype=torch.uint8)
+        view = buffer.numpy()
+        for i, row in enumerate(rows):
+            view[i] = np.frombuffer(self._raw(row), dtype=np.uint8)
+        tensors = []
+        offset = 0
+        for _, dtype, leaf_shape in layout.leaves:
+            size = math.prod(leaf_shape) * _itemsize(dtype)
+            chunk = buffer[:, offset: offset + size]
+            if len(rows) > 1:
+                chunk = chunk.contiguous()
+            tensors.append(chunk.view(dtype).reshape(*shape, *leaf_shape).to(self._device))
+            offset += size
+        if layout.kind == "tensor":
+            return tensors[0]
+        source = {}
+        for (key, _, _), tensor in zip(layout.leaves, tensors):
+            source[key] = tensor
+        return TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
+
+    def _decompress(self, row: CompressedRow) -> Any:
+        return self._decompress_batch([row], ())
+
+    def _decompress_rows(self, rows: list[CompressedRow], shape: tuple[int, ...]) -> Any:
+        """A batch when every row has one layout, else a list of rows."""
+        if rows and all(row.layout is rows[0].layout for row in rows):
+            return self._decompress_batch(rows, shape)
+        return [self._decompress(row) for row in rows]
+
+    # ---- storage contract ------------------------------------------------------------------------
+    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+        if is_int(rows):
+            compressed: Any = self._compress(data)
+        else:
+            if isinstance(data, torch.Tensor) or is_tensor_collection(data):
+                items = list(data.unbind(0))
+            elif isinstance(data, list):
+                items = data
+            else:
+                raise TypeError("CompressedListStorage.set with several rows expects a list, a "
+                                f"tensor or a TensorDict batched along dim 0, got "
+                                f"{type(data).__name__}.")
+            compressed = [self._compress(item) for item in items]
+        super().set(rows, compressed)
+
+    def get(self, slots: int | torch.Tensor) -> Any:
+        """Decompress the rows at ``slots``: one batch of shape ``slots.shape`` when they share
+        a structure, else a list of rows (stacked lazily by :meth:`default_collate`)."""
+        rows = super().get(slots)
+        if isinstance(rows, CompressedRow):
+            return self._decompress(rows)
+        shape = tuple(slots.shape) if isinstance(slots, torch.Tensor) else (len(rows),)
+        return self._decompress_rows(rows, shape)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            rows = self._storage[index]
+            return self._decompress_rows(rows, (len(rows),)) if rows else []
+        if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+            index = index.nonzero().squeeze(-1)
+        if not is_int(index):
+            index = as_long_tensor(index, name="index")
+        return self.get(index)
+
+    # ---- accounting ------------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Compressed bytes held (the blobs)."""
+        return sum(len(row.blob) for row in self._storage)
+
+    @property
+    def raw_nbytes(self) -> int:
+        """Bytes the written rows take uncompressed."""
+        return sum(row.layout.nbytes for row in self._storage)
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The compressed rows (not decompressed) and the codec name."""
+        return {"storage": list(self._storage), "codec": self.codec.name}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        rows = state_dict.get("storage")
+        if not isinstance(rows, list) or not all(isinstance(r, CompressedRow) for r in rows):
+            raise ValueError("CompressedListStorage state_dict needs a 'storage' list of "
+                             "CompressedRow.")
+        if state_dict.get("codec") != self.codec.name:
+            raise ValueError(f"state_dict rows are compressed with {state_dict.get('codec')!r}; "
+                             f"this storage uses {self.codec.name!r}.")
+        if len(rows) > self.max_size:
+            raise ValueError(f"state_dict holds {len(rows)} rows; max_size is {self.max_size}.")
+        self._storage = [CompressedRow(self._intern(r.layout), r.blob) for r in rows]
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
+                f"codec={self.codec.name}, nbytes={self.nbytes})")
+

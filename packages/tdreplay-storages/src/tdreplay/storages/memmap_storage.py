@@ -1,0 +1,424 @@
+"""``LazyMemmapStorage``: a tensor storage on memory-mapped files, shareable between processes.
+
+Layout of the scratch directory::
+
+    scratch_dir/
+      tdreplay-memmap.json          # max_size and ndim the directory was made for
+      tdreplay-memmap-state.bin     # int64 counters mapped by every process (see _STATE_*)
+      tdreplay-memmap.lock          # flock(2) target: the cross-process write lock
+      tdreplay-memmap-layout.json   # written once the first write laid the storage out
+      obs.memmap, next/obs.memmap   # one file per leaf, named after its key
+
+Every process that uses the storage (a forked child, a spawned child that received it
+pickled, or a process that opened the same ``scratch_dir`` with ``existsok=True``) maps the
+same files with ``MAP_SHARED``: rows written by one are read by the others. The number of
+written rows and the writer's cursor and write count live in the shared state file, so
+``len()``, ``sample()`` and the next ``extend`` of every process agree. Writes and reads go
+under a re-entrant lock that is a thread lock in each process plus ``flock`` on the lock
+file between processes (released by the kernel if a process dies while holding it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor
+from tdreplay.core import StorageCheckpointerBase
+
+from .tensor_storage import LazyTensorStorage, _assemble, _build_tree, _leaf_keys
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: exclusion within a process only
+    fcntl = None
+
+_CONFIG_FILE = "tdreplay-memmap.json"
+_STATE_FILE = "tdreplay-memmap-state.bin"
+_LOCK_FILE = "tdreplay-memmap.lock"
+_LAYOUT_FILE = "tdreplay-memmap-layout.json"
+_RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE}
+_FORMAT = 1
+
+# slots of the shared state array
+_STATE_INIT = 0  # 1 once the layout file is written
+_STATE_LEN = 1  # written rows
+_STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counters()
+_STATE_WRITES = 3  # write count    }
+_STATE_SIZE = 8
+
+
+def _dtype_from_str(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r} in a memmap layout file.")
+    return dtype
+
+
+def _leaf_filename(key: Any, index: int) -> str:
+    """File of a leaf: its key path as directories (``next/obs.memmap``) when safe."""
+    parts = (key,) if isinstance(key, str) else tuple(key)
+    safe = all(
+        part and part not in (".", "..") and "/" not in part and "\\" not in part
+        and "\0" not in part and part not in _RESERVED
+        for part in parts
+    )
+    if not safe:
+        return f"leaf-{index:04d}.memmap"
+    return "/".join(parts) + ".memmap"
+
+
+class _SharedCounters:
+    """``_STATE_SIZE`` int64 counters in a small file that every process maps (``MAP_SHARED``).
+
+    Pickles as its path, so an unpickled copy maps the same file.
+    """
+
+    def __init__(self, path: str, create: bool = False) -> None:
+        self.path = str(path)
+        if create:
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            np.zeros(_STATE_SIZE, dtype=np.int64).tofile(tmp)
+            os.replace(tmp, self.path)
+        self.array = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(_STATE_SIZE,))
+
+    def __reduce__(self) -> tuple:
+        return (_SharedCounters, (self.path,))
+
+
+_INIT_LOCK = threading.Lock()
+
+
+class _ProcessLock:
+    """A re-entrant lock held by one thread of one process at a time.
+
+    A thread lock serialises the threads of a process; ``flock(LOCK_EX)`` on a lock file
+    serialises processes. Each process opens the file itself (a forked child re-opens it:
+    ``flock`` locks belong to an open file description, which a fork would share).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._thread_lock: threading.RLock | None = None
+        self._depth = 0
+
+    def _ensure_open(self) -> None:
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        with _INIT_LOCK:
+            if self._pid == pid:
+                return
+            inherited = self._fd
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if inherited is not None:  # a fork's copy of the parent's descriptor
+                os.close(inherited)
+            self._thread_lock = threading.RLock()
+            self._depth = 0
+            self._pid = pid
+
+    def acquire(self) -> None:
+        self._ensure_open()
+        self._thread_lock.acquire()
+        if self._depth == 0 and fcntl is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._thread_lock.release()
+                raise
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and fcntl is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+    def __enter__(self) -> _ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+    def __reduce__(self) -> tuple:
+        return (_ProcessLock, (self.path,))
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+
+def _remove_scratch_dir(path: str, owner_pid: int) -> None:
+    # only the process that created a temporary scratch dir removes it (forked children
+    # inherit the finalizer)
+    if os.getpid() == owner_pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class LazyMemmapStorage(LazyTensorStorage):
+    """A :class:`LazyTensorStorage` whose tensors are memory-mapped files, shared by processes.
+
+    The files are laid out from the first write (keys, shapes and dtypes of that data), one
+    file per leaf in ``scratch_dir``. The storage (or a buffer holding it) can be handed to
+    worker processes (fork or spawn start methods): what any of them writes, every other one
+    reads, and they all continue from the same write cursor and write count. See the module
+    docstring for the files and the locking.
+
+    Parameters
+    ----------
+    max_size : int
+        Capacity in slots.
+    scratch_dir : str or path-like, optional
+        Directory of the memory-mapped files. ``None`` creates a temporary directory, removed
+        when the storage is garbage-collected in the process that created it (or at exit).
+        A directory you give is never removed.
+    device : str or torch.device
+        Where sampled data is sent (the files themselves are on the CPU). ``"cpu"`` by default.
+    ndim : int
+        Leading dimensions counted in the capacity (see :class:`TensorStorage`).
+    existsok : bool
+        What to do when ``scratch_dir`` already holds a memmap storage: ``False`` (default)
+        raises :class:`FileExistsError`; ``True`` opens it and continues with its contents,
+        written-row count and cursor (``max_size`` and ``ndim`` must match).
+    checkpointer : StorageCheckpointerBase, optional
+        Defaults to :class:`TensorStorageCheckpointer`.
+
+    Notes
+    -----
+    Samplers keep their own state per process: a :class:`RandomSampler` or a sampler without
+    replacement draws from every row written by any process (they read ``len(storage)``), but a
+    prioritized sampler only knows the rows written through its own buffer.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ReplayBuffer
+    >>> rb = ReplayBuffer(storage=LazyMemmapStorage(1000), batch_size=4)
+    >>> _ = rb.extend(TensorDict({"obs": torch.randn(10, 3), ("next", "obs"): torch.randn(10, 3)},
+    ...                          [10]))
+    >>> len(rb), rb.sample()["next", "obs"].shape
+    (10, torch.Size([4, 3]))
+    >>> sorted(p.name for p in rb.storage.scratch_dir.iterdir() if p.suffix == ".memmap")
+    ['obs.memmap']
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        scratch_dir: str | os.PathLike | None = None,
+        device: str | torch.device = "cpu",
+        ndim: int = 1,
+        existsok: bool = False,
+        checkpointer: StorageCheckpointerBase | None = None,
+    ) -> None:
+        super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer)
+        self._out_device = torch.device(device) if device is not None else torch.device("cpu")
+        self.existsok = bool(existsok)
+        if scratch_dir is None:
+            path = Path(tempfile.mkdtemp(prefix="tdreplay-memmap-"))
+            self._finalizer = weakref.finalize(self, _remove_scratch_dir, str(path), os.getpid())
+        else:
+            path = Path(scratch_dir).expanduser().resolve()
+            path.mkdir(parents=True, exist_ok=True)
+        self._scratch_dir = path
+        self._lock_obj = _ProcessLock(str(path / _LOCK_FILE))
+        with self._lock_obj:
+            self._open_or_create_state(path)
+
+    def _open_or_create_state(self, path: Path) -> None:
+        config = {"format": _FORMAT, "max_size": self.max_size, "ndim": self.ndim}
+        config_path = path / _CONFIG_FILE
+        if config_path.is_file():
+            if not self.existsok:
+                raise FileExistsError(
+                    f"scratch_dir {str(path)!r} already holds a LazyMemmapStorage: pass "
+                    "existsok=True to open it (and continue with its contents), or choose "
+                    "another scratch_dir."
+                )
+            found = json.loads(config_path.read_text())
+            for name in ("format", "max_size", "ndim"):
+                if found.get(name) != config[name]:
+                    raise ValueError(
+                        f"scratch_dir {str(path)!r} holds a storage with {name}="
+                        f"{found.get(name)!r}; this storage was built with {name}={config[name]!r}."
+                    )
+            self._state = _SharedCounters(str(path / _STATE_FILE))
+            return
+        self._state = _SharedCounters(str(path / _STATE_FILE), create=True)
+        tmp = path / f"{_CONFIG_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(config))
+        os.replace(tmp, config_path)
+
+    # ---- shared state -----------------------------------------------------------------------
+    @property
+    def scratch_dir(self) -> Path:
+        """Directory holding the memory-mapped files."""
+        return self._scratch_dir
+
+    @property
+    def process_lock(self) -> _ProcessLock:
+        """Re-entrant lock excluding other threads and processes (buffers take it)."""
+        return self._lock_obj
+
+    def shared_writer_counters(self) -> np.ndarray:
+        """``[cursor, write_count]`` in shared memory: writers keep their counters there."""
+        return self._state.array[_STATE_CURSOR:_STATE_WRITES + 1]
+
+    @property
+    def _len_rows(self) -> int:
+        state = self.__dict__.get("_state")
+        if state is None:  # during construction
+            return self.__dict__.get("_local_len_rows", 0)
+        return int(state.array[_STATE_LEN])
+
+    @_len_rows.setter
+    def _len_rows(self, value: int) -> None:
+        state = self.__dict__.get("_state")
+        if state is None:
+            self.__dict__["_local_len_rows"] = value
+        else:
+            state.array[_STATE_LEN] = value
+
+    @property
+    def _td(self) -> Any:
+        td = self.__dict__.get("_td_local")
+        if td is None:
+            state = self.__dict__.get("_state")
+            if state is not None and state.array[_STATE_INIT]:
+                td = self._attach_layout()
+        return td
+
+    @_td.setter
+    def _td(self, value: Any) -> None:
+        self.__dict__["_td_local"] = value
+
+    @property
+    def device(self) -> torch.device:
+        return self._out_device
+
+    # ---- layout ----------------------------------------------------------------------------------
+    def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
+        filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))
+        filename.parent.mkdir(parents=True, exist_ok=True)
+        mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename), existsok=True)
+        self._new_files.append((key, filename.relative_to(self._scratch_dir).as_posix(),
+                                dtype, tuple(shape)))
+        return mmt.as_subclass(torch.Tensor)
+
+    def _create(self, td: Any, batched: bool) -> None:
+        with self._lock_obj:
+            if self._td is not None:  # another process laid the storage out meanwhile
+                return
+            self._new_files: list[tuple[Any, str, torch.dtype, tuple[int, ...]]] = []
+            try:
+                keys = _leaf_keys(td)
+                taken = [self._scratch_dir / _leaf_filename(k, i) for i, k in enumerate(keys)]
+                existing = [str(p) for p in taken if p.exists()]
+                if existing:
+                    raise FileExistsError(
+                        f"scratch_dir already holds files the storage would write: {existing[:3]}"
+                        " (choose an empty scratch_dir)."
+                    )
+                super()._create(td, batched)
+                self._write_layout()
+            except BaseException:
+                for _, rel, _, _ in self._new_files:
+                    (self._scratch_dir / rel).unlink(missing_ok=True)
+                self.__dict__["_td_local"] = None
+                raise
+            finally:
+                del self._new_files
+            self._state.array[_STATE_INIT] = 1
+
+    def _write_layout(self) -> None:
+        from torch.utils._pytree import treespec_dumps
+
+        layout = {
+            "format": _FORMAT,
+            "shape": list(self.__dict__["_td_local"].batch_size),
+            "kind": self._kind,
+            "treespec": treespec_dumps(self._treespec) if self._treespec is not None else None,
+            "leaves": [
+                {"key": [key] if isinstance(key, str) else list(key), "file": rel,
+                 "dtype": str(dtype), "shape": list(shape)}
+                for key, rel, dtype, shape in self._new_files
+            ],
+        }
+        tmp = self._scratch_dir / f"{_LAYOUT_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(layout))
+        os.replace(tmp, self._scratch_dir / _LAYOUT_FILE)
+
+    def _attach_layout(self) -> Any:
+        """Map the files another process (or a pickled original) laid out."""
+        from torch.utils._pytree import treespec_loads
+
+        layout = json.loads((self._scratch_dir / _LAYOUT_FILE).read_text())
+        keys, leaves = [], []
+        for leaf in layout["leaves"]:
+            key = leaf["key"][0] if len(leaf["key"]) == 1 else tuple(leaf["key"])
+            mmt = MemoryMappedTensor.from_filename(
+                str(self._scratch_dir / leaf["file"]), dtype=_dtype_from_str(leaf["dtype"]),
+                shape=torch.Size(leaf["shape"]),
+            )
+            keys.append(key)
+            leaves.append(mmt.as_subclass(torch.Tensor))
+        shape = torch.Size(layout["shape"])
+        spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
+        self._set_kind(layout["kind"], spec)
+        self._adopt(_assemble(_build_tree(keys), leaves, shape, self._device))
+        return self.__dict__["_td_local"]
+
+    # ---- reads and writes under the process lock ---------------------------------------------------
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+        with self._lock_obj:
+            super().set(rows, data)
+
+    def get(self, slots: int | torch.Tensor) -> Any:
+        with self._lock_obj:
+            out = super().get(slots)
+        if self._out_device.type != "cpu":
+            out = out.to(self._out_device)
+        return out
+
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock_obj:
+            out = super().__getitem__(index)
+        return out if self._out_device.type == "cpu" else out.to(self._out_device)
+
+    def rows_capacity_for(self, data: Any, batched: bool) -> int:
+        with self._lock_obj:
+            return super().rows_capacity_for(data, batched)
+
+    # ---- pickling: map the same files in the receiving process -----------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_td_local", "_keys", "_leaves", "_flat_leaves", "_tree", "_key_set",
+                     "_inner", "_finalizer"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_td_local"] = None
+
+    def __repr__(self) -> str:
+        shape = None if self._td is None else tuple(self._td.batch_size)
+        return (f"{type(self).__name__}(max_size={self.max_size}, ndim={self.ndim}, shape={shape}, "
+                f"len={len(self)}, scratch_dir={str(self._scratch_dir)!r}, "
+                f"device={self._out_device})")
