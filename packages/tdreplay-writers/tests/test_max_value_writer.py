@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
+
 from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.writers import TensorDictMaxValueWriter
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
+
 from tdreplay.core import Writer
 from tdreplay.core.transform import NestedKey, _normalize_keys
 
@@ -106,7 +107,8 @@ class TensorDictMaxValueWriter(Writer):
             )
         if not isinstance(rank, torch.Tensor) or rank.is_complex():
             got = f"dtype {rank.dtype}" if isinstance(rank, torch.Tensor) else type(rank).__name__
-            raise TypeError(f"rank entry {self.rank_key!r} must be a real-valued tensor, got {got}.")
+            raise TypeError(f"rank entry {self.rank_key!r} must be a real-valued tensor, "
+                            f"got {got}.")
         rank = rank.detach().to("cpu", torch.float64)
         if batched:
             if rank.ndim == 0:
@@ -204,7 +206,8 @@ class TensorDictMaxValueWriter(Writer):
                 else:
                     positions = [p for _, p in pairs]
                     first = pairs[0][0]
-                    if positions == list(range(n)) and rows.tolist() == list(range(first, first + n)):
+                    consecutive = rows.tolist() == list(range(first, first + n))
+                    if positions == list(range(n)) and consecutive:
                         # the whole batch lands on consecutive rows: one block copy
                         self.storage.set(slice(first, first + n), data)
                     else:
