@@ -139,11 +139,16 @@ class TensorStorage(Storage):
     ) -> None:
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
-        if storage is not None and max_size is None:
-            td, _, _ = self._to_td(storage, batched=True)
+        if storage is not None:
+            td, _, _ = self._to_td(storage, batched=True, ndim=ndim)
             if td.batch_dims < ndim:
                 raise ValueError(f"storage has {td.batch_dims} batch dims, fewer than ndim={ndim}.")
-            max_size = math.prod(td.batch_size[:ndim])
+            slots = math.prod(td.batch_size[:ndim])
+            if max_size is None:
+                max_size = slots
+            elif max_size != slots:
+                raise ValueError(f"max_size={max_size} does not match the storage passed, which "
+                                 f"has {slots} slots (batch shape {tuple(td.batch_size[:ndim])}).")
         if max_size is None:
             raise ValueError("max_size must be given when no storage is passed.")
         super().__init__(max_size, checkpointer)
@@ -155,7 +160,7 @@ class TensorStorage(Storage):
         self._treespec: Any = None
         self._tc_cls: Any = None
         if storage is not None:
-            td, kind, extra = self._to_td(storage, batched=True)
+            td, kind, extra = self._to_td(storage, batched=True, ndim=ndim)
             self._set_kind(kind, extra)
             self._adopt(td)
             self._len_rows = self._td.batch_size[0]
@@ -164,14 +169,22 @@ class TensorStorage(Storage):
 
     # ---- converting inputs ---------------------------------------------------------------------
     @staticmethod
-    def _to_td(data: Any, batched: bool) -> tuple[TensorDictBase, str, Any]:
+    def _to_td(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
+        """View ``data`` as a TensorDict; returns ``(td, kind, extra)``.
+
+        Tensors and pytrees get ``ndim`` batch dimensions (``ndim - 1`` for one item), the
+        leading dimensions a storage of that ``ndim`` counts in its capacity.
+        """
         if is_tensorclass(data):
             return data._tensordict, _KIND_TC, type(data)
         if is_tensor_collection(data):
             return data, _KIND_TD, None
+        nbatch = ndim if batched else ndim - 1
         if isinstance(data, torch.Tensor):
-            bs = data.shape[:1] if batched else torch.Size([])
-            return TensorDict._new_unsafe(source={_TENSOR_KEY: data}, batch_size=bs,
+            if data.ndim < nbatch:
+                raise ValueError(f"data has shape {tuple(data.shape)}; a storage with ndim={ndim} "
+                                 f"needs at least {nbatch} leading dims.")
+            return TensorDict._new_unsafe(source={_TENSOR_KEY: data}, batch_size=data.shape[:nbatch],
                                           device=None), _KIND_TENSOR, None
         if isinstance(data, list):
             if not data:
@@ -179,12 +192,15 @@ class TensorStorage(Storage):
             return TensorStorage._to_td(torch.stack(data) if isinstance(data[0], torch.Tensor)
                                         else TensorDict.maybe_dense_stack(data)
                                         if is_tensor_collection(data[0])
-                                        else _stack_pytrees(data), batched=True)
+                                        else _stack_pytrees(data), batched=True, ndim=ndim)
         leaves, spec = tree_flatten(data)
         if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
             raise TypeError(f"a TensorStorage holds tensors, TensorDicts, tensorclasses or pytrees "
                             f"of tensors; got {type(data).__name__}.")
-        bs = leaves[0].shape[:1] if batched else torch.Size([])
+        bs = leaves[0].shape[:nbatch]
+        if any(x.shape[:nbatch] != bs or x.ndim < nbatch for x in leaves):
+            raise ValueError(f"every leaf of the pytree must share its {nbatch} leading dims, got "
+                             f"shapes {[tuple(x.shape) for x in leaves]}.")
         td = TensorDict._new_unsafe(source={str(i): x for i, x in enumerate(leaves)},
                                     batch_size=bs, device=None)
         return td, _KIND_PYTREE, spec
@@ -193,6 +209,19 @@ class TensorStorage(Storage):
         self._kind = kind
         self._treespec = extra if kind == _KIND_PYTREE else None
         self._tc_cls = extra if kind == _KIND_TC else None
+
+    def _extra(self) -> Any:
+        """The pytree structure or tensorclass of the stored data (``None`` otherwise)."""
+        return self._treespec if self._kind == _KIND_PYTREE else self._tc_cls
+
+    def _raise_kind_mismatch(self, kind: str, extra: Any) -> None:
+        if kind != self._kind:
+            raise TypeError(f"this storage holds {self._kind} data; got {kind} data.")
+        if kind == _KIND_TC:
+            raise TypeError(f"this storage holds {self._tc_cls.__name__} tensorclass data; got "
+                            f"{extra.__name__}.")
+        raise ValueError(f"data has pytree structure {extra}, but this storage holds "
+                         f"{self._treespec}.")
 
     def _from_td(self, td: TensorDictBase) -> Any:
         if self._kind == _KIND_TD:
@@ -228,7 +257,7 @@ class TensorStorage(Storage):
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
         if self._td is not None:
             return self._td.batch_size[0]
-        td, _, _ = self._to_td(data, batched=batched)
+        td, _, _ = self._to_td(data, batched=batched, ndim=self.ndim)
         inner = td.batch_size[1 if batched else 0: (self.ndim if batched else self.ndim - 1)]
         rows = self.max_size // max(math.prod(inner), 1)
         if rows < 1:
@@ -311,12 +340,12 @@ class TensorStorage(Storage):
 
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         single = is_int(rows)
-        td, kind, extra = self._to_td(data, batched=not single)
+        td, kind, extra = self._to_td(data, batched=not single, ndim=self.ndim)
         if self._td is None:
             self._set_kind(kind, extra)
             self._create(td, batched=not single)
-        elif kind != self._kind:
-            raise TypeError(f"this storage holds {self._kind} data; got {kind} data.")
+        elif kind != self._kind or (extra is not None and extra != self._extra()):
+            self._raise_kind_mismatch(kind, extra)
         cap = self._td.batch_size[0]
         if single:
             row = int(rows)
@@ -349,7 +378,7 @@ class TensorStorage(Storage):
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, tuple) and self._td is not None:
-            td, kind, _ = self._to_td(value, batched=True)
+            td, kind, _ = self._to_td(value, batched=True, ndim=self.ndim)
             self._td[: self._len_rows][index] = td
             return
         super().__setitem__(index, value)
@@ -396,10 +425,16 @@ class TensorStorage(Storage):
         if leaf is None:
             raise KeyError(f"key {key!r} is not in the storage (keys: {[str(k) for k in self._keys]}).")
         written = leaf[: self._len_rows]
-        if index is None:
-            written.copy_(torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device).expand_as(written))
-        else:
-            written[index] = torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device)
+        value = torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device)
+        try:  # a value that does not fit raises before anything is written
+            if index is None:
+                written.copy_(value.expand_as(written))
+            else:
+                written[index] = value
+        except (RuntimeError, IndexError) as err:
+            where = "the written rows" if index is None else f"index {index!r}"
+            raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit "
+                             f"{where} of entry shape {tuple(written.shape)}: {err}") from err
 
     def update_(self, data: Any, clone: bool = False, keys_to_update: Any = None) -> None:
         if self._td is None:
@@ -420,6 +455,7 @@ class TensorStorage(Storage):
             "len_rows": self._len_rows,
             "storage": None if self._td is None else self._td[: self._len_rows].clone(),
             "kind": self._kind,
+            **self._kind_meta(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -431,13 +467,12 @@ class TensorStorage(Storage):
             return
         data = state_dict["storage"]
         meta = self._layout_meta()
-        meta.update(len_rows=int(state_dict["len_rows"]), kind=state_dict.get("kind", self._kind))
+        meta.update(len_rows=int(state_dict["len_rows"]), kind=state_dict.get("kind", self._kind),
+                    treespec=state_dict.get("treespec"), tensorclass=state_dict.get("tensorclass"))
         self._check_layout_compatible(meta, data)
         self._install(meta, data)
 
     def _layout_meta(self) -> dict[str, Any]:
-        from torch.utils._pytree import treespec_dumps
-
         return {
             "class": type(self).__name__,
             "max_size": self.max_size,
@@ -446,8 +481,48 @@ class TensorStorage(Storage):
             "len_rows": self._len_rows,
             "rows": None if self._td is None else self._td.batch_size[0],
             "kind": self._kind,
-            "treespec": treespec_dumps(self._treespec) if self._treespec is not None else None,
+            **self._kind_meta(),
         }
+
+    def _kind_meta(self) -> dict[str, str | None]:
+        """The pytree structure / tensorclass of the data, as strings a checkpoint can hold."""
+        from torch.utils._pytree import treespec_dumps
+
+        cls = self._tc_cls
+        return {
+            "treespec": treespec_dumps(self._treespec) if self._treespec is not None else None,
+            "tensorclass": None if cls is None else f"{cls.__module__}:{cls.__qualname__}",
+        }
+
+    @staticmethod
+    def _resolve_kind_extra(meta: dict[str, Any]) -> Any:
+        """The treespec or tensorclass a checkpoint's metadata names (``None`` for other kinds)."""
+        import importlib
+
+        from tdreplay.core.checkpoint import CheckpointError
+        from torch.utils._pytree import treespec_loads
+
+        kind = meta.get("kind", _KIND_TD)
+        if kind == _KIND_PYTREE:
+            if not meta.get("treespec"):
+                raise CheckpointError("checkpoint holds pytree data but no pytree structure.")
+            return treespec_loads(meta["treespec"])
+        if kind == _KIND_TC:
+            path = meta.get("tensorclass") or ""
+            module, _, qualname = path.partition(":")
+            try:
+                obj: Any = importlib.import_module(module)
+                for part in qualname.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError, ValueError) as err:
+                raise CheckpointError(
+                    f"checkpoint holds tensorclass {path!r}, which cannot be imported here ("
+                    f"{err}); define it at module level, or write one item to the storage first."
+                ) from err
+            if not is_tensorclass(obj):
+                raise CheckpointError(f"checkpoint tensorclass {path!r} is not a tensorclass.")
+            return obj
+        return None
 
     def _check_layout_compatible(self, meta: dict[str, Any], data: TensorDictBase) -> None:
         from tdreplay.core.checkpoint import CheckpointError
@@ -456,9 +531,15 @@ class TensorStorage(Storage):
             raise CheckpointError(f"checkpoint data holds {data.batch_size[0]} rows, its metadata "
                                   f"says {meta['len_rows']}.")
         if self._td is None:
+            self._resolve_kind_extra(meta)
             return
         if meta.get("kind", self._kind) != self._kind:
             raise CheckpointError(f"checkpoint holds {meta['kind']} data, this storage {self._kind}.")
+        ours = self._kind_meta()
+        for name in ("treespec", "tensorclass"):
+            if ours[name] is not None and meta.get(name) != ours[name]:
+                raise CheckpointError(f"checkpoint {name} {meta.get(name)!r} differs from this "
+                                      f"storage's {ours[name]!r}.")
         if meta["len_rows"] > self._td.batch_size[0]:
             raise CheckpointError(f"checkpoint holds {meta['len_rows']} rows, more than this "
                                   f"storage's {self._td.batch_size[0]}.")
@@ -473,13 +554,13 @@ class TensorStorage(Storage):
             if src.shape[1:] != leaf.shape[1:]:
                 raise CheckpointError(f"checkpoint entry {key!r} has row shape "
                                       f"{tuple(src.shape[1:])}, the storage {tuple(leaf.shape[1:])}.")
+            if src.dtype != leaf.dtype:
+                raise CheckpointError(f"checkpoint entry {key!r} has dtype {src.dtype}, the "
+                                      f"storage {leaf.dtype}.")
 
     def _install(self, meta: dict[str, Any], data: TensorDictBase) -> None:
-        from torch.utils._pytree import treespec_loads
-
         if self._td is None:
-            spec = treespec_loads(meta["treespec"]) if meta.get("treespec") else None
-            self._set_kind(meta.get("kind", _KIND_TD), spec)
+            self._set_kind(meta.get("kind", _KIND_TD), self._resolve_kind_extra(meta))
             self._create(data, batched=True)
         n = int(meta["len_rows"])
         if n:
