@@ -2,8 +2,17 @@
 
 from tdreplay.core import RandomSampler, Sampler
 
+from .prioritized import PrioritizedSampler
+from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .without_replacement import SamplerWithoutReplacement
 
 __version__ = "0.1.0"
 
-__all__ = ["RandomSampler", "Sampler", "SamplerWithoutReplacement"]
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "TensorDictPrioritizedReplayBuffer",
+]

@@ -1,0 +1,252 @@
+"""``PrioritizedReplayBuffer`` and ``TensorDictPrioritizedReplayBuffer``.
+
+The core buffers with a :class:`~tdreplay.samplers.prioritized.PrioritizedSampler` built for
+their storage (``max_capacity`` = the storage's ``max_size``), its trees placed where the
+storage lives unless ``sampler_device`` says otherwise. On top of the core buffers they pass the
+sample's write generations with priority updates, so a priority computed for a row that was
+overwritten meanwhile is dropped instead of landing on the new row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tdreplay.core import ListStorage, ReplayBuffer, Storage, TensorDictReplayBuffer
+from tensordict import TensorDictBase, is_tensor_collection
+
+from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
+
+__all__ = ["PrioritizedReplayBuffer", "TensorDictPrioritizedReplayBuffer"]
+
+
+def _prioritized_sampler(storage: Storage, options: dict[str, Any], kwargs: dict[str, Any]
+                         ) -> PrioritizedSampler:
+    if "sampler" in kwargs:
+        raise TypeError("prioritized buffers build their own PrioritizedSampler: pass alpha, "
+                        "beta, ... instead of sampler= (or use ReplayBuffer(sampler=...)).")
+    return PrioritizedSampler(storage.max_size, **options)
+
+
+class _PriorityUpdates:
+    """``update_priority`` that forwards the sample's write generations to the sampler."""
+
+    def update_priority(self, index: Any, priority: Any, *, write_generation: Any = None) -> None:
+        """Set the priorities of the slots ``index`` (see
+        :meth:`PrioritizedSampler.update_priority`).
+
+        ``write_generation`` (``info["write_generation"]`` of the sample the priorities were
+        computed for) lets the sampler skip slots overwritten since that sample.
+        """
+        kwargs = {} if write_generation is None else {"write_generation": write_generation}
+        with self._lock:
+            self._sampler.update_priority(index, priority, storage=self._storage, **kwargs)
+
+
+class PrioritizedReplayBuffer(_PriorityUpdates, ReplayBuffer):
+    """A :class:`~tdreplay.core.ReplayBuffer` with proportional prioritized sampling.
+
+    Parameters
+    ----------
+    alpha, beta, eps, dtype
+        As :class:`PrioritizedSampler` (``eps`` defaults to ``1e-8``, ``dtype`` of the weights
+        to ``torch.float``).
+    storage : Storage, optional
+        Defaults to ``ListStorage(1000)``; the sampler covers its ``max_size`` slots.
+    sampler_device : str or torch.device, optional
+        Where the priority trees live; by default where the storage lives (a CUDA storage gets
+        CUDA trees, a CPU storage numba trees). E.g. CPU memmap storage + ``"cuda"`` trees.
+    sampler_backend : {"numba", "torch"}, optional
+        Tree backend (``backend`` of :class:`PrioritizedSampler`); by default numba on CPU.
+    reduction, max_priority_within_buffer, stratified, skip_stale_updates
+        As :class:`PrioritizedSampler`.
+    **kwargs
+        As :class:`~tdreplay.core.ReplayBuffer` (``writer``, ``batch_size``, ``transform``,
+        ``generator``, ...), except ``sampler``.
+
+    ``sample(..., return_info=True)`` returns ``info["priority_weight"]`` on the device of the
+    sampled tensor and ``info["write_generation"]``; pass the latter back with
+    ``update_priority(info["index"], priority, write_generation=info["write_generation"])``.
+
+    Examples
+    --------
+    >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=ListStorage(10), batch_size=3)
+    >>> rb.extend([torch.tensor(float(i)) for i in range(5)]).tolist()
+    [0, 1, 2, 3, 4]
+    >>> data, info = rb.sample(return_info=True)
+    >>> data.shape, info["priority_weight"].shape
+    (torch.Size([3]), torch.Size([3]))
+    >>> rb.update_priority(info["index"], torch.rand(3),
+    ...                    write_generation=info["write_generation"])
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        sampler_device: str | torch.device | None = None,
+        sampler_backend: str | None = None,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        stratified: bool = False,
+        skip_stale_updates: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = _prioritized_sampler(storage, {
+            "alpha": alpha, "beta": beta, "eps": eps, "dtype": dtype, "reduction": reduction,
+            "max_priority_within_buffer": max_priority_within_buffer, "device": sampler_device,
+            "backend": sampler_backend, "stratified": stratified,
+            "skip_stale_updates": skip_stale_updates}, kwargs)
+        super().__init__(storage=storage, sampler=sampler, **kwargs)
+        sampler.place_for(storage)
+
+    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+        weight = info.get(PRIORITY_WEIGHT_KEY)
+        device = getattr(data, "device", None)
+        if isinstance(weight, torch.Tensor) and isinstance(device, torch.device) \
+                and weight.device != device:
+            info[PRIORITY_WEIGHT_KEY] = weight.to(device, non_blocking=True)
+        return data
+
+
+class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer):
+    """A :class:`~tdreplay.core.TensorDictReplayBuffer` with proportional prioritized sampling.
+
+    Samples carry ``index``, ``priority_weight`` and ``write_generation``;
+    :meth:`update_tensordict_priority` reads ``priority_key`` from a sample and updates the
+    sampled slots (skipping those overwritten since). ``extend`` reads ``priority_key`` (when
+    present) as the priorities of the new rows; rows without it get the max priority.
+
+    Parameters
+    ----------
+    alpha, beta : float
+        As :class:`PrioritizedSampler`.
+    priority_key : str
+        Entry holding priorities (``"td_error"``).
+    eps, dtype, reduction, max_priority_within_buffer, stratified, skip_stale_updates
+        As :class:`PrioritizedSampler`.
+    storage : Storage, optional
+        Defaults to ``ListStorage(1000)``.
+    sampler_device : str or torch.device, optional
+        Where the priority trees live; by default where the storage lives.
+    sampler_backend : {"numba", "torch"}, optional
+        Tree backend; by default numba on CPU, torch elsewhere.
+    **kwargs
+        As :class:`~tdreplay.core.TensorDictReplayBuffer`, except ``sampler``.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(100),
+    ...                                        batch_size=8)
+    >>> data = TensorDict({"obs": torch.randn(10, 3), "td_error": torch.ones(10)}, [10])
+    >>> rb.extend(data).tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    >>> sample = rb.sample()
+    >>> sorted(k for k in sample.keys() if k != "obs")
+    ['index', 'priority_weight', 'td_error', 'write_generation']
+    >>> sample["td_error"] = torch.rand(8)
+    >>> rb.update_tensordict_priority(sample)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: str = "td_error",
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        sampler_device: str | torch.device | None = None,
+        sampler_backend: str | None = None,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        stratified: bool = False,
+        skip_stale_updates: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = _prioritized_sampler(storage, {
+            "alpha": alpha, "beta": beta, "eps": eps, "dtype": dtype, "reduction": reduction,
+            "max_priority_within_buffer": max_priority_within_buffer, "device": sampler_device,
+            "backend": sampler_backend, "stratified": stratified,
+            "skip_stale_updates": skip_stale_updates}, kwargs)
+        super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
+        sampler.place_for(storage)
+
+    def _item_dims(self, index: torch.Tensor) -> int:
+        """Leading dims of ``index`` that address distinct slots.
+
+        A sample's ``index`` holds one flat slot per item. The ``index`` written by ``extend``
+        has the data's batch shape: its first ``storage.ndim`` dims address slots and any further
+        batch dims repeat them.
+        """
+        return min(self._storage.ndim, index.ndim)
+
+    def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
+               ) -> torch.Tensor:
+        """Write a batch; ``priority_key`` (when present) gives the new rows their priorities.
+
+        ``write_generation`` (from a sample being re-added) is bookkeeping, not data: it is not
+        stored, and is refreshed in ``tensordicts`` to the new rows' generations.
+        """
+        if not is_tensor_collection(tensordicts):
+            raise TypeError(f"{type(self).__name__}.extend expects a TensorDict, got "
+                            f"{type(tensordicts).__name__}.")
+        has_gen = WRITE_GENERATION_KEY in tensordicts.keys()
+        data = tensordicts.exclude(WRITE_GENERATION_KEY) if has_gen else tensordicts
+        with self._lock:
+            slots = super().extend(data, update_priority=False)
+            if data is not tensordicts:
+                self._set_index(tensordicts, slots)
+            if has_gen and not tensordicts.is_locked and slots.numel():
+                gen = self._sampler.slot_generation(slots)
+                tensordicts.set(WRITE_GENERATION_KEY, gen.reshape(
+                    gen.shape + (1,) * (tensordicts.batch_dims - gen.ndim)).expand(
+                    tensordicts.batch_size).to(tensordicts.device or gen.device))
+            priority = tensordicts.get(self.priority_key, None)
+            if update_priority is not False and priority is not None and slots.numel():
+                self.update_priority(slots, priority)
+        return slots
+
+    def add(self, data: TensorDictBase) -> int | torch.Tensor:
+        """Add one TensorDict; its ``priority_key`` (when present) is its priority."""
+        with self._lock:
+            index = super().add(data)
+            priority = data.get(self.priority_key, None)
+            if priority is not None:
+                self.update_priority(index, priority)
+        return index
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from ``data[priority_key]`` at ``data["index"]``.
+
+        With ``data["write_generation"]`` (samples carry it), slots overwritten since the sample
+        are skipped. Priorities with more dims than the index are reduced with the sampler's
+        ``reduction``.
+        """
+        if not is_tensor_collection(data):
+            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        index = data.get("index", None)
+        if index is None:
+            raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
+                           "and extended TensorDicts carry one).")
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise KeyError(f"update_tensordict_priority needs the priority entry "
+                           f"{self.priority_key!r} in data.")
+        generation = data.get(WRITE_GENERATION_KEY, None)
+        dims = self._item_dims(index)
+        if index.ndim > dims:
+            # extra batch dims repeat the slot of their item: keep one index per item
+            first = (slice(None),) * dims + (0,) * (index.ndim - dims)
+            index = index[first]
+            generation = generation[first] if generation is not None else None
+        self.update_priority(index, priority, write_generation=generation)
