@@ -1,0 +1,165 @@
+"""``CatFrames``: stack the last N frames of each step's trajectory, vectorised over the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core import Transform
+from tdreplay.core.transform import NestedKey
+
+from ._utils import (
+    gather_time,
+    keys_arg,
+    one_key,
+    require_tensordict,
+    strip_next,
+    time_flags,
+    trajectory_starts,
+)
+
+
+class CatFrames(Transform):
+    """Concatenates each step's entry with those of the ``N - 1`` previous steps of its trajectory.
+
+    The data has time as its last batch dimension: ``[..., T]`` (a collected batch, a
+    ``[B, T]`` batch of slices, or the flat ``[num_slices * T]`` batch a slice sampler returns).
+    ``done_key`` marks the last step of each trajectory, so step ``t`` starts a new trajectory when
+    ``t == 0`` or ``done[t - 1]``; frames are never taken across that boundary. Before a
+    trajectory's first step, frames are padded with that first frame (``padding="same"``) or with
+    ``padding_value`` (``padding="constant"``).
+
+    Frames are concatenated along ``dim`` (a negative feature dimension), oldest first: with
+    ``N=4, dim=-3``, ``[..., T, 3, 84, 84]`` pixels become ``[..., T, 12, 84, 84]``.
+
+    For an entry ``("next", key)`` whose root ``key`` is also in the data, the stack is taken
+    along the observations ``key[t - N + 2], ..., key[t], ("next", key)[t]``, so that it is the
+    stack the following step sees (padding included); other entries are stacked on their own.
+
+    All frames come from one gather over the whole batch (no Python loop over the batch or over
+    time), so the transform is cheap enough for a buffer's sample path.
+
+    Parameters
+    ----------
+    N : int
+        Number of frames stacked (>= 1).
+    dim : int
+        Negative dimension (counted from the last one) along which frames are concatenated.
+    in_keys, out_keys : sequence of nested keys
+        Entries stacked. Defaults to ``["pixels"]``; ``out_keys`` defaults to ``in_keys``.
+    padding : str
+        ``"same"`` (default) or ``"constant"``.
+    padding_value : float
+        Value used with ``padding="constant"``.
+    done_key : nested key
+        Boolean entry marking the last step of each trajectory. Defaults to ``("next", "done")``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> done = torch.tensor([False, True, False, False])  # trajectories [0, 1] and [2, 3]
+    >>> td = TensorDict({"obs": torch.arange(4.).unsqueeze(-1), ("next", "done"): done}, [4])
+    >>> CatFrames(3, -1, in_keys=["obs"])(td)["obs"]
+    tensor([[0., 0., 0.],
+            [0., 0., 1.],
+            [2., 2., 2.],
+            [2., 2., 3.]])
+    """
+
+    def __init__(
+        self,
+        N: int,
+        dim: int,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        padding: str = "same",
+        padding_value: float = 0.0,
+        done_key: NestedKey = ("next", "done"),
+    ) -> None:
+        if not isinstance(N, int) or isinstance(N, bool) or N < 1:
+            raise ValueError(f"CatFrames: N must be a positive int, got {N!r}.")
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim >= 0:
+            raise ValueError(f"CatFrames: dim must be a negative int (a feature dimension counted "
+                             f"from the last one), got {dim!r}.")
+        if padding not in ("same", "constant"):
+            raise ValueError(f"CatFrames: padding must be 'same' or 'constant', got {padding!r}.")
+        in_keys = ["pixels"] if in_keys is None else in_keys
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"))
+        if not self.in_keys:
+            raise ValueError("CatFrames needs at least one in_key.")
+        self.N = N
+        self.dim = dim
+        self.padding = padding
+        self.padding_value = padding_value
+        self.done_key = one_key(done_key, "done_key")
+
+    # ---- frame indices ---------------------------------------------------------------------
+    def _frame_index(self, start: torch.Tensor, count: int, offset: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Time index of ``count`` frames ending at ``t + offset`` for every step ``t``, clamped to
+        the trajectory start, and the mask of frames that are real (not padding).
+
+        ``start`` is ``[*batch, T]``; both outputs are ``[*batch, T, count]``.
+        """
+        T = start.shape[-1]
+        t = torch.arange(T, device=start.device).unsqueeze(-1)
+        wanted = t + offset + torch.arange(count, device=start.device) - (count - 1)
+        wanted = wanted.expand(*start.shape, count)
+        first = start.unsqueeze(-1)
+        real = wanted >= first
+        return torch.where(real, wanted, first), real
+
+    def _merge(self, frames: torch.Tensor, real: torch.Tensor, batch_dims: int) -> torch.Tensor:
+        """``[*batch, T, N, *feat]`` frames -> ``[*batch, T, *feat]``, N folded into ``dim``."""
+        feat_dims = frames.ndim - batch_dims - 1
+        if self.padding == "constant":
+            mask = real.reshape(real.shape + (1,) * feat_dims)
+            frames = torch.where(mask, frames, torch.as_tensor(self.padding_value,
+                                                               dtype=frames.dtype,
+                                                               device=frames.device))
+        axis = frames.ndim + self.dim  # the concatenation axis, in frames' layout
+        frames = frames.movedim(batch_dims, axis - 1)
+        return frames.flatten(axis - 1, axis)
+
+    # ---- forward -----------------------------------------------------------------------------
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        last = time_flags(self, data, [self.done_key])
+        batch_dims = data.batch_dims
+        values = [self._get(data, key) for key in self.in_keys]
+        for key, value in zip(self.in_keys, values):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"CatFrames: entry {key!r} is a {type(value).__name__}, not a "
+                                "tensor.")
+            feat_dims = value.ndim - batch_dims
+            if not -feat_dims <= self.dim < 0:
+                raise ValueError(f"CatFrames: dim={self.dim} is not a feature dimension of entry "
+                                 f"{key!r} of shape {tuple(value.shape)} (batch dims "
+                                 f"{tuple(data.batch_size)}).")
+        start = trajectory_starts(last)
+        own_index, own_real = self._frame_index(start, self.N, 0)
+        results = []
+        for key, value in zip(self.in_keys, values):
+            root_key = strip_next(key)
+            root = data.get(root_key, None) if root_key is not None else None
+            if isinstance(root, torch.Tensor) and root.shape == value.shape:
+                # ("next", key)[t] follows key[t]: stack key[t-N+2..t] then ("next", key)[t]
+                index, real = self._frame_index(start, self.N - 1, 0)
+                past = gather_time(root, index, batch_dims)
+                frames = torch.cat([past, value.unsqueeze(batch_dims)], batch_dims)
+                real = torch.cat([real, torch.ones_like(real[..., :1])], -1)
+            else:
+                frames = gather_time(value, own_index, batch_dims)
+                real = own_real
+            results.append(self._merge(frames, real, batch_dims))
+        for key, result in zip(self.out_keys, results):
+            data.set(key, result)
+        return data
+
+    def __repr__(self) -> str:
+        return (f"CatFrames(N={self.N}, dim={self.dim}, padding={self.padding!r}, "
+                f"keys={self.in_keys})")

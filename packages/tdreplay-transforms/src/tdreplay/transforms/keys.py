@@ -1,0 +1,187 @@
+"""Transforms that rename, keep or drop entries: ``RenameTransform``, ``SelectTransform``,
+``ExcludeTransform``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdreplay.core import Transform
+from tdreplay.core.transform import NestedKey
+
+from ._utils import keys_arg, prefix_next, require_tensordict
+
+_REWARD_KEYS = ("reward",)
+_DONE_KEYS = ("done", "terminated", "truncated")
+
+
+class RenameTransform(Transform):
+    """Renames entries: ``in_keys[i]`` becomes ``out_keys[i]`` on sample.
+
+    Parameters
+    ----------
+    in_keys, out_keys : sequence of nested keys
+        Entries to rename and their new names (same length).
+    in_keys_inv, out_keys_inv : sequence of nested keys, optional
+        Entries renamed on extend (``in_keys_inv[i]`` becomes ``out_keys_inv[i]``).
+    create_copy : bool
+        Keep the original entries as well (the new names point to the same tensors).
+
+    All entries are read before any is written, so names can be swapped. A missing entry raises
+    ``KeyError`` naming it, and leaves the data as it was.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({("some", "key"): torch.zeros(2), "b": torch.ones(2)}, [2])
+    >>> out = RenameTransform([("some", "key"), "b"], ["renamed", ("x", "y")])(td)
+    >>> sorted(map(str, out.keys(True, True)))
+    ["('x', 'y')", 'renamed']
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey,
+        out_keys: Sequence[NestedKey] | NestedKey,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        create_copy: bool = False,
+    ) -> None:
+        if out_keys is None:
+            raise ValueError("RenameTransform needs out_keys: the new names of in_keys.")
+        if in_keys_inv is not None and out_keys_inv is None:
+            raise ValueError("RenameTransform: in_keys_inv given without out_keys_inv (their new "
+                             "names).")
+        super().__init__(keys_arg(in_keys, "in_keys"), keys_arg(out_keys, "out_keys"),
+                         keys_arg(in_keys_inv, "in_keys_inv"),
+                         keys_arg(out_keys_inv, "out_keys_inv"))
+        if not self.in_keys:
+            raise ValueError("RenameTransform needs at least one key to rename.")
+        self.create_copy = bool(create_copy)
+
+    def _rename(self, data: TensorDictBase, sources: list[NestedKey],
+                targets: list[NestedKey]) -> TensorDictBase:
+        values = [self._get(data, key) for key in sources]
+        if not self.create_copy:
+            for key in sources:
+                data.del_(key)
+        for key, value in zip(targets, values):
+            data.set(key, value)
+        return data
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        return self._rename(data, self.in_keys, self.out_keys)
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if not self.in_keys_inv:
+            return data
+        require_tensordict(self, data)
+        return self._rename(data.copy(), self.in_keys_inv, self.out_keys_inv)
+
+
+class _KeyFilter(Transform):
+    """Shared by select/exclude: filters on sample, or on extend with ``inverse=True``."""
+
+    def __init__(self, keys: Sequence[Any], inverse: bool) -> None:
+        flat: list[Any] = []
+        for key in keys:  # accept both f("a", "b") and f(["a", "b"])
+            flat.extend(key if isinstance(key, list) else [key])
+        super().__init__()
+        self.keys = keys_arg(flat, "keys")
+        if not self.keys:
+            raise ValueError(f"{type(self).__name__} needs at least one key.")
+        self.inverse = bool(inverse)
+
+    def _filter(self, data: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        if self.inverse:
+            return data
+        return self._filter(require_tensordict(self, data))
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if not self.inverse:
+            return data
+        return self._filter(require_tensordict(self, data))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(keys={self.keys}, inverse={self.inverse})"
+
+
+class ExcludeTransform(_KeyFilter):
+    """Removes entries (and whole sub-TensorDicts) on sample.
+
+    Parameters
+    ----------
+    *excluded_keys : nested keys
+        Entries to drop. Entries that are absent are ignored (nothing to drop), as in TorchRL.
+    inverse : bool
+        Drop them on extend instead (before they are written).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(2), ("next", "a"): torch.zeros(2), "b": torch.ones(2)},
+    ...                 [2])
+    >>> sorted(map(str, ExcludeTransform("b", ("next", "a"))(td).keys(True, True)))
+    ['a']
+    """
+
+    def __init__(self, *excluded_keys: NestedKey | list[NestedKey], inverse: bool = False) -> None:
+        super().__init__(excluded_keys, inverse)
+
+    def _filter(self, data: TensorDictBase) -> TensorDictBase:
+        return data.exclude(*self.keys)
+
+
+class SelectTransform(_KeyFilter):
+    """Keeps only the given entries on sample (rewards and done flags too, by default).
+
+    Parameters
+    ----------
+    *selected_keys : nested keys
+        Entries to keep. A missing one raises ``KeyError`` naming it (``strict=False`` ignores it).
+    keep_rewards : bool
+        Also keep ``"reward"`` and ``("next", "reward")`` when present.
+    keep_dones : bool
+        Also keep ``"done"``, ``"terminated"``, ``"truncated"`` and their ``"next"`` entries when
+        present.
+    strict : bool
+        Raise when a selected entry is missing. Defaults to ``True``.
+    inverse : bool
+        Select on extend instead (only these entries are written).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(2), "other": torch.zeros(2),
+    ...                  ("next", "reward"): torch.ones(2)}, [2])
+    >>> sorted(map(str, SelectTransform("obs")(td).keys(True, True)))
+    ["('next', 'reward')", 'obs']
+    """
+
+    def __init__(self, *selected_keys: NestedKey | list[NestedKey], keep_rewards: bool = True,
+                 keep_dones: bool = True, strict: bool = True, inverse: bool = False) -> None:
+        super().__init__(selected_keys, inverse)
+        self.keep_rewards = bool(keep_rewards)
+        self.keep_dones = bool(keep_dones)
+        self.strict = bool(strict)
+
+    def _filter(self, data: TensorDictBase) -> TensorDictBase:
+        if self.strict:
+            for key in self.keys:
+                self._get(data, key)
+        extra: list[NestedKey] = []
+        if self.keep_rewards:
+            extra += [k for r in _REWARD_KEYS for k in (r, prefix_next(r))]
+        if self.keep_dones:
+            extra += [k for d in _DONE_KEYS for k in (d, prefix_next(d))]
+        keys = list(self.keys) + [k for k in extra if k in data.keys(True)]
+        return data.select(*keys, strict=False)

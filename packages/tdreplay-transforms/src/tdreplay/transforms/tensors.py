@@ -1,0 +1,325 @@
+"""Transforms that reshape, concatenate, cast or move tensors: ``CatTensors``,
+``UnsqueezeTransform``, ``DTypeCastTransform``, ``DeviceCastTransform``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core import Transform
+from tdreplay.core.transform import NestedKey
+
+from ._utils import keys_arg, one_key, require_tensordict
+
+
+def _key_sort(key: NestedKey) -> str:
+    return key if isinstance(key, str) else ".".join(key)
+
+
+class CatTensors(Transform):
+    """Concatenates several entries into one along ``dim`` on sample.
+
+    Parameters
+    ----------
+    in_keys : sequence of nested keys
+        Entries to concatenate (at least one).
+    out_key : nested key
+        Entry written. Defaults to ``"observation_vector"``, as in TorchRL.
+    dim : int
+        Dimension of concatenation; must be negative (counted from the last dimension, so it does
+        not depend on the batch size). Defaults to ``-1``.
+    del_keys : bool
+        Remove the in_keys after concatenation. Defaults to ``True``.
+    unsqueeze_if_needed : bool
+        Give entries with fewer dimensions trailing singleton dimensions (a ``[B]`` reward joins
+        a ``[B, 3]`` observation as ``[B, 1]``). Defaults to ``True``.
+    sort : bool
+        Concatenate in sorted key order (``True``, as in TorchRL) or in the order given.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"b": torch.ones(2, 3), ("a", "x"): torch.zeros(2)}, [2])
+    >>> out = CatTensors([("a", "x"), "b"], "obs")(td)
+    >>> out["obs"]
+    tensor([[0., 1., 1., 1.],
+            [0., 1., 1., 1.]])
+    >>> "b" in out.keys()
+    False
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_key: NestedKey = "observation_vector",
+        dim: int = -1,
+        *,
+        del_keys: bool = True,
+        unsqueeze_if_needed: bool = True,
+        sort: bool = True,
+    ) -> None:
+        keys = keys_arg(in_keys, "in_keys")
+        if not keys:
+            raise ValueError("CatTensors needs in_keys: the entries to concatenate.")
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim >= 0:
+            raise ValueError(f"CatTensors: dim must be a negative int (counted from the last "
+                             f"dimension), got {dim!r}.")
+        if sort:
+            keys = sorted(keys, key=_key_sort)
+        out = one_key(out_key, "out_key")
+        super().__init__(in_keys=keys)
+        self.out_keys = [out]
+        self.dim = dim
+        self.del_keys = bool(del_keys)
+        self.unsqueeze_if_needed = bool(unsqueeze_if_needed)
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        values = [self._get(data, key) for key in self.in_keys]
+        if self.unsqueeze_if_needed:
+            ndim = max(v.ndim for v in values)
+            values = [v.reshape(v.shape + (1,) * (ndim - v.ndim)) for v in values]
+        try:
+            out = torch.cat(values, self.dim)
+        except (RuntimeError, IndexError) as err:
+            shapes = {str(k): tuple(v.shape) for k, v in zip(self.in_keys, values)}
+            raise ValueError(f"CatTensors cannot concatenate {shapes} along dim {self.dim}: "
+                             f"{err}") from err
+        if self.del_keys:
+            for key in self.in_keys:
+                if key != self.out_keys[0]:
+                    data.del_(key)
+        data.set(self.out_keys[0], out)
+        return data
+
+    def __repr__(self) -> str:
+        return f"CatTensors(in_keys={self.in_keys}, out_key={self.out_keys[0]!r}, dim={self.dim})"
+
+
+class UnsqueezeTransform(Transform):
+    """Inserts a singleton dimension at ``dim`` on sample; removes it on extend (inverse keys).
+
+    Parameters
+    ----------
+    dim : int
+        Where the new dimension goes. Negative (counted from the last dimension) unless
+        ``allow_positive_dim=True``: a positive dim counts from the first batch dimension, so it
+        means different things for samples of different batch sizes.
+    allow_positive_dim : bool
+        Accept a non-negative ``dim``.
+    in_keys, out_keys : sequence of nested keys
+        Entries unsqueezed on sample.
+    in_keys_inv, out_keys_inv : sequence of nested keys, optional
+        Entries squeezed at ``dim`` on extend.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(4, 3)}, [4])
+    >>> UnsqueezeTransform(-2, in_keys=["obs"])(td)["obs"].shape
+    torch.Size([4, 1, 3])
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        allow_positive_dim: bool = False,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise TypeError(f"UnsqueezeTransform: dim must be an int, got {dim!r}.")
+        if dim >= 0 and not allow_positive_dim:
+            raise ValueError(f"UnsqueezeTransform: dim={dim} is not negative; pass "
+                             "allow_positive_dim=True to count from the first batch dimension.")
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"),
+                         keys_arg(in_keys_inv, "in_keys_inv"),
+                         None if out_keys_inv is None else keys_arg(out_keys_inv, "out_keys_inv"))
+        self.dim = dim
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            value = self._get(data, in_key)
+            if not -value.ndim - 1 <= self.dim <= value.ndim:
+                raise ValueError(f"UnsqueezeTransform: dim={self.dim} is out of range for entry "
+                                 f"{in_key!r} of shape {tuple(value.shape)}.")
+            data.set(out_key, value.unsqueeze(self.dim))
+        return data
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if not self.in_keys_inv:
+            return data
+        data = require_tensordict(self, data).copy()
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            value = self._get(data, in_key)
+            if not -value.ndim <= self.dim < value.ndim or value.shape[self.dim] != 1:
+                raise ValueError(f"UnsqueezeTransform: entry {in_key!r} of shape "
+                                 f"{tuple(value.shape)} has no singleton dimension at "
+                                 f"dim={self.dim} to squeeze.")
+            data.set(out_key, value.squeeze(self.dim))
+        return data
+
+    def __repr__(self) -> str:
+        return f"UnsqueezeTransform(dim={self.dim}, keys={self.in_keys})"
+
+
+class DTypeCastTransform(Transform):
+    """Casts entries from ``dtype_in`` to ``dtype_out`` on sample, back on extend.
+
+    Parameters
+    ----------
+    dtype_in, dtype_out : torch.dtype
+        Source and target dtypes.
+    in_keys, out_keys : sequence of nested keys, optional
+        Entries cast on sample. When ``in_keys`` is not given, every entry of dtype ``dtype_in``
+        is cast.
+    in_keys_inv, out_keys_inv : sequence of nested keys, optional
+        Entries cast back to ``dtype_in`` on extend. When neither ``in_keys`` nor ``in_keys_inv``
+        is given, every entry of dtype ``dtype_out`` is cast back (the mirror of the forward).
+
+    Appended with ``invert=True``, it stores data in ``dtype_out`` (e.g. half precision) and,
+    without ``in_keys``, hands samples back in ``dtype_in``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(2), "step": torch.zeros(2, dtype=torch.long)}, [2])
+    >>> out = DTypeCastTransform(torch.float32, torch.float64)(td)
+    >>> out["obs"].dtype, out["step"].dtype
+    (torch.float64, torch.int64)
+    """
+
+    def __init__(
+        self,
+        dtype_in: torch.dtype,
+        dtype_out: torch.dtype,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        for name, value in (("dtype_in", dtype_in), ("dtype_out", dtype_out)):
+            if not isinstance(value, torch.dtype):
+                raise TypeError(f"DTypeCastTransform: {name} must be a torch.dtype, got {value!r}.")
+        if in_keys is None and out_keys is not None:
+            raise ValueError("DTypeCastTransform: out_keys given without in_keys.")
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"),
+                         keys_arg(in_keys_inv, "in_keys_inv"),
+                         None if out_keys_inv is None else keys_arg(out_keys_inv, "out_keys_inv"))
+        self.dtype_in = dtype_in
+        self.dtype_out = dtype_out
+        self._all_inv = in_keys is None and in_keys_inv is None
+
+    @staticmethod
+    def _cast_all(data: TensorDictBase, source: torch.dtype, target: torch.dtype) -> TensorDictBase:
+        for key in list(data.keys(True, True)):
+            value = data.get(key)
+            if isinstance(value, torch.Tensor) and value.dtype == source:
+                data.set(key, value.to(target))
+        return data
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        if not self.in_keys:
+            return self._cast_all(data, self.dtype_in, self.dtype_out)
+        values = [self._get(data, key) for key in self.in_keys]
+        for out_key, value in zip(self.out_keys, values):
+            data.set(out_key, value.to(self.dtype_out))
+        return data
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if self._all_inv:
+            return self._cast_all(require_tensordict(self, data).copy(), self.dtype_out,
+                                  self.dtype_in)
+        if not self.in_keys_inv:
+            return data
+        data = require_tensordict(self, data).copy()
+        values = [self._get(data, key) for key in self.in_keys_inv]
+        for out_key, value in zip(self.out_keys_inv, values):
+            data.set(out_key, value.to(self.dtype_in))
+        return data
+
+    def __repr__(self) -> str:
+        keys = self.in_keys or "all"
+        return f"DTypeCastTransform({self.dtype_in} -> {self.dtype_out}, keys={keys})"
+
+
+class DeviceCastTransform(Transform):
+    """Moves data to ``device`` on sample, and back to ``orig_device`` on extend.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        Where samples go.
+    orig_device : str or torch.device, optional
+        Where data goes on extend; without it the extend side does nothing.
+    in_keys, out_keys : sequence of nested keys, optional
+        Entries moved on sample (the whole TensorDict when not given).
+    in_keys_inv, out_keys_inv : sequence of nested keys, optional
+        Entries moved to ``orig_device`` on extend (the whole TensorDict when not given).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(2)}, [2])
+    >>> DeviceCastTransform("meta")(td)["obs"].device
+    device(type='meta')
+    """
+
+    def __init__(
+        self,
+        device: str | torch.device,
+        orig_device: str | torch.device | None = None,
+        *,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"),
+                         keys_arg(in_keys_inv, "in_keys_inv"),
+                         None if out_keys_inv is None else keys_arg(out_keys_inv, "out_keys_inv"))
+        self.device = torch.device(device)
+        self.orig_device = torch.device(orig_device) if orig_device is not None else None
+
+    @staticmethod
+    def _move(transform: Transform, data: TensorDictBase, device: torch.device,
+              in_keys: list[NestedKey], out_keys: list[NestedKey]) -> TensorDictBase:
+        if not in_keys:
+            return data.to(device)
+        values = [transform._get(data, key) for key in in_keys]
+        if data.device is not None and data.device != device:
+            # entries on several devices: a TensorDict with a device would move them back
+            data.clear_device_()
+        for out_key, value in zip(out_keys, values):
+            data.set(out_key, value.to(device))
+        return data
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        return self._move(self, data, self.device, self.in_keys, self.out_keys)
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if self.orig_device is None:
+            return data
+        data = require_tensordict(self, data)
+        if self.in_keys_inv:
+            data = data.copy()
+        return self._move(self, data, self.orig_device, self.in_keys_inv, self.out_keys_inv)
+
+    def __repr__(self) -> str:
+        return (f"DeviceCastTransform(device={self.device}, orig_device={self.orig_device}, "
+                f"keys={self.in_keys or 'all'})")
