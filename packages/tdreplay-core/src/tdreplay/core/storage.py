@@ -75,10 +75,11 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
     def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
         path = Path(path)
         meta = read_json(path / "storage.json")
-        if meta["len"] > storage.max_size:
+        if meta["max_size"] != storage.max_size:
+            # the writer's cursor wraps at max_size: another capacity would not continue alike
             raise CheckpointError(
-                f"checkpoint holds {meta['len']} items but the storage max_size is "
-                f"{storage.max_size}."
+                f"checkpoint storage has max_size={meta['max_size']} but this storage has "
+                f"max_size={storage.max_size}."
             )
         with open(path / "items.pkl", "rb") as f:
             items = pickle.load(f)
