@@ -10,6 +10,7 @@ from .collate import identity_collate, stack_items
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
+from .trajectories import split_trajectories
 from .transform import CallableTransform, Compose, InvertedTransform, Transform
 from .writer import RoundRobinWriter, Writer
 
@@ -33,5 +34,6 @@ __all__ = [
     "Transform",
     "Writer",
     "identity_collate",
+    "split_trajectories",
     "stack_items",
 ]
