@@ -4,6 +4,7 @@ from tdreplay.core import RandomSampler, Sampler
 
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
+from .slice import SliceSampler, SliceSamplerWithoutReplacement
 from .without_replacement import SamplerWithoutReplacement
 
 __version__ = "0.1.0"
@@ -14,5 +15,7 @@ __all__ = [
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "TensorDictPrioritizedReplayBuffer",
 ]

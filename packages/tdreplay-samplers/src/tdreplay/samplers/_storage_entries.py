@@ -1,0 +1,116 @@
+"""Reading single entries (trajectory ids, done flags) of a storage's steps by flat slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import is_tensor_collection, unravel_key
+
+from tdreplay.core import ListStorage
+
+
+def key_name(key: Any) -> str:
+    """A key as users write it (``"a"`` or ``("next", "done")``)."""
+    key = unravel_key(key)
+    return repr(key)
+
+
+class StorageEntries:
+    """Flat per-slot access to entries of the TensorDicts a storage holds.
+
+    Tensor storages expose their written rows as a TensorDict view (``storage[:]``); its
+    leaves, flattened over the storage dimensions, are views indexed by flat slot, so nothing
+    is copied until a block or a batch of slots is read. List storages are read item by item.
+    The views are cached per (storage, length) and dropped by :meth:`invalidate`.
+    """
+
+    def __init__(self) -> None:
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        self._cache_key: Any = None
+        self._td: Any = None
+        self._flat: dict[Any, torch.Tensor | None] = {}
+
+    def _view(self, storage: Any) -> Any:
+        key = (id(storage), len(storage))
+        if key != self._cache_key:
+            self._flat = {}
+            self._td = None
+            if not isinstance(storage, ListStorage) and len(storage):
+                data = storage[:]
+                self._td = data if is_tensor_collection(data) else None
+            self._cache_key = key
+        return self._td
+
+    def describe(self, storage: Any) -> str:
+        """Which keys the storage holds, for error messages."""
+        td = self._view(storage)
+        if td is None and isinstance(storage, ListStorage) and len(storage):
+            td = storage.get(0)
+        if td is None or not is_tensor_collection(td):
+            return f"the storage holds {type(td).__name__ if td is not None else 'no'} data, " \
+                   "not TensorDicts"
+        keys = sorted(map(str, td.keys(include_nested=True, leaves_only=True)))
+        return f"the stored TensorDicts have the keys {keys}"
+
+    def has(self, storage: Any, key: Any) -> bool:
+        td = self._view(storage)
+        if td is None and isinstance(storage, ListStorage) and len(storage):
+            td = storage.get(0)
+        if td is None or not is_tensor_collection(td):
+            return False
+        return unravel_key(key) in td.keys(include_nested=True, leaves_only=True)
+
+    def flat(self, storage: Any, key: Any) -> torch.Tensor | None:
+        """``[len(storage), *feature]`` view of entry ``key`` (tensor storages only)."""
+        td = self._view(storage)
+        if td is None:
+            return None
+        if key not in self._flat:
+            leaf = td.get(key, None)
+            if isinstance(leaf, torch.Tensor) and td.batch_dims > 1:
+                leaf = leaf.flatten(0, td.batch_dims - 1)
+            self._flat[key] = leaf if isinstance(leaf, torch.Tensor) else None
+        return self._flat[key]
+
+    def gather(self, storage: Any, key: Any, slots: torch.Tensor) -> torch.Tensor | None:
+        """Entry ``key`` at flat ``slots`` (``None`` when the storage does not hold it)."""
+        flat = self.flat(storage, key)
+        if flat is not None:
+            return flat[slots.to(flat.device)]
+        if isinstance(storage, ListStorage) and self.has(storage, key):
+            items = storage.get(slots.reshape(-1))
+            return torch.stack([torch.as_tensor(item.get(unravel_key(key))) for item in items])
+        return None
+
+    def block(self, storage: Any, key: Any, start: int, stop: int) -> torch.Tensor | None:
+        """Entry ``key`` of slots ``[start, stop)``."""
+        flat = self.flat(storage, key)
+        if flat is not None:
+            return flat[start:stop]
+        return self.gather(storage, key, torch.arange(start, stop))
+
+
+def ids_array(values: torch.Tensor, name: str) -> np.ndarray:
+    """Per-step trajectory ids as a contiguous int64 numpy array."""
+    if values.is_floating_point() or values.is_complex():
+        raise TypeError(f"the trajectory key {name} must hold integer ids, got {values.dtype}.")
+    k = values.shape[0] if values.ndim else 1
+    flat = values.reshape(k, -1)
+    if flat.shape[1] != 1:
+        raise ValueError(f"the trajectory key {name} must hold one id per step, got a per-step "
+                         f"shape {tuple(values.shape[1:])}.")
+    return np.ascontiguousarray(flat[:, 0].to(torch.int64).cpu().numpy())
+
+
+def ends_array(values: torch.Tensor) -> np.ndarray:
+    """Per-step end flags as a contiguous bool numpy array (any element set ends the step)."""
+    k = values.shape[0] if values.ndim else 1
+    flat = values.reshape(k, -1)
+    if flat.dtype is not torch.bool:
+        flat = flat != 0
+    flat = flat.any(-1) if flat.shape[1] != 1 else flat[:, 0]
+    return np.ascontiguousarray(flat.cpu().numpy())

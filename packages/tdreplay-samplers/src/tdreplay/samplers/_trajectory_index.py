@@ -1,0 +1,519 @@
+"""Incremental trajectory bookkeeping shared by the slice samplers.
+
+Why
+---
+A slice sampler must know where every trajectory of the buffer starts and ends. Computing that
+from the storage at every ``sample`` (what TorchRL does unless ``cache_values=True``) costs a
+pass over the whole buffer per batch. :class:`TrajectoryIndex` keeps the trajectories up to
+date as data is written instead: a write of ``k`` steps costs ``O(k)`` (compiled loops) and a
+batch costs ``O(batch)``, whatever the size of the buffer.
+
+Geometry: lanes and positions
+-----------------------------
+Time runs along the last storage dimension. With ``ndim == 1`` the flat storage is one ring of
+steps. With ``ndim > 1`` the storage has shape ``[rows, *envs, T]`` (see ``TensorStorage``):
+every *chunk* of ``T`` consecutive slots holds ``T`` consecutive steps of one environment, and a
+write of ``B`` rows adds ``B * prod(envs)`` chunks, one per environment (*lane*). Chunks get a
+sequence number ``n`` in write order; chunk ``n`` lives at physical chunk ``n % C`` (``C``
+chunks in the storage) and belongs to lane ``n % lanes``. Within a lane, chunk ``n`` holds
+positions ``(n // lanes) * T + [0, T)``, so the next write's chunk of the same environment
+continues the lane: a trajectory that spans several writes stays one trajectory (as it would
+in TorchRL's time-major layout). Position -> slot is plain arithmetic::
+
+    n = (pos // T) * lanes + lane;   slot = (n % C) * T + pos % T
+
+``ndim == 1`` is the special case ``T == 1, lanes == 1`` (position = write sequence number).
+
+Boundaries: a trajectory ends where the trajectory id changes, after a step whose end flag is
+set, at the newest written step of its lane (the write cursor: the oldest surviving step is
+never glued after the newest one), and where the lane's older steps were overwritten.
+
+Anything that breaks this ring geometry is still handled, by rebuilding the index from the
+storage at the next ``sample`` (``O(buffer)`` once): index assignment (``rb[i] = ...``), a
+writer that does not write round-robin (e.g. a max-value writer), a storage filled without the
+sampler seeing the writes (datasets). After such a break, ``ndim == 1`` buffers order time by
+slot with the cut after the newest written slot (TorchRL's rule); ``ndim > 1`` buffers switch to
+*isolated* chunks: trajectories then never leave the ``T`` steps of one storage row (as when a
+write has a different number of environments than the previous ones, since environments can
+no longer be matched across writes).
+
+Records
+-------
+Each trajectory is a record ``(lane, start position, length, next record in lane, position in
+the dense list)``. The records of a lane form a linked list in time order, so overwriting the
+oldest chunk only trims the heads of the lane's first records; the dense list of live records
+makes a uniform draw over trajectories ``O(1)``. Optionally (prioritized slicing) each slot
+also remembers its record, to answer "how many steps follow this slot in its trajectory".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from numba import njit
+
+# record columns
+LANE, START, LEN, NEXT, DPOS = range(5)
+# lane columns
+HEAD, TAIL, LAST_ID, LAST_DONE = range(4)
+# counters
+N_LIVE, N_HIGH, N_FREE = range(3)
+
+_MODE_LANES = 0
+_MODE_ISOLATED = 1
+_BLOCK = 1 << 22  # steps read from the storage at once during a rebuild
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled kernels
+# ---------------------------------------------------------------------------------------------
+@njit(cache=False, nogil=True)
+def _free_record(r, rec, dense, free, counters):  # pragma: no cover - compiled
+    p = rec[r, DPOS]
+    last = dense[counters[N_LIVE] - 1]
+    dense[p] = last
+    rec[last, DPOS] = p
+    counters[N_LIVE] -= 1
+    free[counters[N_FREE]] = r
+    counters[N_FREE] += 1
+
+
+@njit(cache=False, nogil=True)
+def _drop_lane_head(lane, count, rec, dense, free, counters, lanes_arr):  # pragma: no cover
+    """Forget the ``count`` oldest positions of ``lane`` (all of them when count < 0)."""
+    r = lanes_arr[lane, HEAD]
+    while r >= 0 and (count < 0 or count > 0):
+        ln = rec[r, LEN]
+        if count > 0 and ln > count:
+            rec[r, START] += count
+            rec[r, LEN] = ln - count
+            count = 0
+            break
+        if count > 0:
+            count -= ln
+        nxt = rec[r, NEXT]
+        _free_record(r, rec, dense, free, counters)
+        r = nxt
+    lanes_arr[lane, HEAD] = r
+    if r < 0:
+        lanes_arr[lane, TAIL] = -1
+
+
+@njit(cache=False, nogil=True)
+def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, use_ids,
+                  use_done, phys0, n0, nchunks, T, lanes, C, isolated, remove_old
+                  ):  # pragma: no cover - compiled
+    """Append ``nchunks`` chunks (physical ``phys0 + j``, sequence ``n0 + j``) to their lanes.
+
+    ``ids`` / ``done`` hold the ``nchunks * T`` steps in slot order. With ``remove_old`` the
+    chunk being overwritten is first removed from its lane (the oldest chunk of the buffer in
+    lane mode, the whole lane in isolated mode).
+    """
+    track = slot_rec.shape[0] > 0
+    for j in range(nchunks):
+        c = phys0 + j
+        n = n0 + j
+        if isolated:
+            lane = c
+            base = 0
+            if remove_old:
+                _drop_lane_head(lane, -1, rec, dense, free, counters, lanes_arr)
+        else:
+            lane = n % lanes
+            base = (n // lanes) * T
+            if remove_old and n >= C:
+                _drop_lane_head((n - C) % lanes, T, rec, dense, free, counters, lanes_arr)
+        for t in range(T):
+            i = j * T + t
+            pos = base + t
+            idv = ids[i] if use_ids else 0
+            dn = done[i] if use_done else False
+            tail = lanes_arr[lane, TAIL]
+            if (tail >= 0 and rec[tail, START] + rec[tail, LEN] == pos
+                    and lanes_arr[lane, LAST_DONE] == 0
+                    and (not use_ids or lanes_arr[lane, LAST_ID] == idv)):
+                rec[tail, LEN] += 1
+                r = tail
+            else:
+                if counters[N_FREE] > 0:
+                    counters[N_FREE] -= 1
+                    r = free[counters[N_FREE]]
+                else:
+                    r = counters[N_HIGH]
+                    counters[N_HIGH] += 1
+                p = counters[N_LIVE]
+                dense[p] = r
+                counters[N_LIVE] = p + 1
+                rec[r, LANE] = lane
+                rec[r, START] = pos
+                rec[r, LEN] = 1
+                rec[r, NEXT] = -1
+                rec[r, DPOS] = p
+                if tail >= 0:
+                    rec[tail, NEXT] = r
+                else:
+                    lanes_arr[lane, HEAD] = r
+                lanes_arr[lane, TAIL] = r
+            lanes_arr[lane, LAST_ID] = idv
+            lanes_arr[lane, LAST_DONE] = 1 if dn else 0
+            if track:
+                slot_rec[c * T + t] = r
+
+
+# ---------------------------------------------------------------------------------------------
+# the index
+# ---------------------------------------------------------------------------------------------
+#: ``reader(storage, start, stop) -> (ids, done)``: int64 ids and bool end flags of the steps
+#: in flat slots ``[start, stop)`` as numpy arrays (``None`` for a signal that is not used).
+Reader = Callable[[Any, int, int], "tuple[np.ndarray | None, np.ndarray | None]"]
+
+_EMPTY_I64 = np.empty(0, dtype=np.int64)
+_EMPTY_BOOL = np.empty(0, dtype=np.bool_)
+_MAX_PENDING = 4096
+
+
+class TrajectoryIndex:
+    """Trajectories of a buffer, kept up to date from the slots written (see module docstring).
+
+    ``note_write(slots)`` is cheap (it only records the written range); the work happens in
+    :meth:`sync`, called by the sampler with the storage before each batch.
+    """
+
+    def __init__(self, *, track_slots: bool = False) -> None:
+        self.track_slots = track_slots
+        self.reset()
+
+    # ---- state -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget everything (the buffer was emptied)."""
+        self.mode = _MODE_LANES
+        self.T = 0  # steps per chunk, 0 while the geometry is unknown
+        self.multi = False  # storage ndim > 1 (chunks are rows along time)
+        self.C = 0  # chunks in the storage
+        self.lanes = 0  # chunks per write (lane mode), 0 until the first write is seen
+        self.n_end = 0  # sequence number of the next chunk (lane mode)
+        self.n_chunks = 0  # physical chunks written (isolated mode)
+        self.newest_slot = -1  # last slot written, for re-basing a flat ring
+        self.cut_after: int | None = None  # overrides newest_slot (static datasets)
+        self.needs_rebuild = False
+        self.pending: list[list[int]] = []  # [start slot, count, write size]
+        self.version = 0  # bumped whenever the set of trajectories may have changed
+        self._storage_ref: Any = None
+        self._trust_storage = False
+        self._alloc_arrays(0, 0, 0)
+
+    def _alloc_arrays(self, n_records: int, n_lanes: int, n_slots: int) -> None:
+        self.rec = np.zeros((max(n_records, 1), 5), dtype=np.int64)
+        self.dense = np.zeros(max(n_records, 1), dtype=np.int64)
+        self.free = np.zeros(max(n_records, 1), dtype=np.int64)
+        self.counters = np.zeros(3, dtype=np.int64)
+        self.lanes_arr = np.full((n_lanes, 4), -1, dtype=np.int64)
+        self.lanes_arr[:, LAST_DONE] = 0
+        self.slot_rec = (np.full(n_slots, -1, dtype=np.int64) if self.track_slots
+                         else _EMPTY_I64)
+
+    def _ensure_records(self, extra: int) -> None:
+        """Make room for ``extra`` more records (each new step may open one)."""
+        live, high, nfree = (int(x) for x in self.counters)
+        need = high + max(extra - nfree, 0)
+        cap = self.rec.shape[0]
+        if need <= cap:
+            return
+        new_cap = max(need, 2 * cap, 1024)
+        rec = np.zeros((new_cap, 5), dtype=np.int64)
+        rec[:cap] = self.rec
+        dense = np.zeros(new_cap, dtype=np.int64)
+        dense[:cap] = self.dense
+        free = np.zeros(new_cap, dtype=np.int64)
+        free[:cap] = self.free
+        self.rec, self.dense, self.free = rec, dense, free
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.counters[N_LIVE])
+
+    def live_records(self) -> np.ndarray:
+        """Record ids of the live trajectories (a view into the dense list)."""
+        return self.dense[: int(self.counters[N_LIVE])]
+
+    # ---- notifications ---------------------------------------------------------------------------
+    def note_write(self, slots: torch.Tensor) -> None:
+        """Remember that ``slots`` (flat, in write order) were just written."""
+        flat = slots.reshape(-1)
+        k = flat.numel()
+        if k == 0:
+            return
+        if flat.device.type != "cpu":
+            flat = flat.cpu()
+        arr = flat.numpy()
+        if k > 1:
+            breaks = np.flatnonzero(np.diff(arr) != 1) + 1
+        else:
+            breaks = _EMPTY_I64
+        self.newest_slot = int(arr[-1])
+        self.version += 1
+        if breaks.size > 8 or len(self.pending) > _MAX_PENDING:
+            # not a ring write (or far too many writes between two batches): rebuild later
+            self.pending.clear()
+            self.needs_rebuild = True
+            self._rebase = True
+            return
+        bounds = [0, *breaks.tolist(), k]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            start, count = int(arr[a]), b - a
+            last = self.pending[-1] if self.pending else None
+            if last is not None and last[0] + last[1] == start and last[2] == k:
+                last[1] += count
+            else:
+                self.pending.append([start, count, k])
+
+    def note_update(self) -> None:
+        """Written steps changed in place: recompute the trajectories at the next sync."""
+        self.needs_rebuild = True
+        self.version += 1
+
+    _rebase = False  # the write order broke the ring: re-base (flat) or isolate chunks
+
+    # ---- synchronisation -----------------------------------------------------------------------
+    def sync(self, storage: Any, reader: Reader) -> None:
+        """Bring the index up to date with ``storage`` (the buffer's storage)."""
+        if (storage is self._storage_ref and self.T and not self.pending
+                and not self.needs_rebuild and self._alive_slots() == len(storage) > 0):
+            return  # nothing written since the last batch (the geometry of a laid out storage
+            # never changes)
+        T, C, multi, length = _geometry(storage)
+        if storage is not self._storage_ref:
+            if not self._trust_storage and self._storage_ref is not None:
+                self._forget_history()
+            self._storage_ref = storage
+            self._trust_storage = False
+        if (T, C, multi) != (self.T, self.C, self.multi):
+            if self.T:
+                self._forget_history()
+            self._set_geometry(T, C, multi)
+        if self.pending:
+            self._apply_pending(storage, reader)
+        if not self.needs_rebuild and self._alive_slots() != length:
+            # the storage changed behind our back (pre-filled dataset, loaded storage, ...)
+            self._forget_history()
+        if self.needs_rebuild:
+            self._rebuild(storage, reader, length)
+
+    def _set_geometry(self, T: int, C: int, multi: bool) -> None:
+        self.T, self.C, self.multi = T, C, multi
+        if not multi:
+            self.mode = _MODE_LANES
+        if self.track_slots:
+            self.slot_rec = np.full(C * T, -1, dtype=np.int64)
+
+    def _forget_history(self) -> None:
+        """Write order unknown: rebuild in slot order (flat) or with isolated chunks."""
+        self.pending.clear()
+        self.needs_rebuild = True
+        self._rebase = True
+        self.newest_slot = -1
+        self.version += 1
+
+    def _alive_slots(self) -> int:
+        if self.mode == _MODE_LANES:
+            return min(self.n_end, self.C) * self.T
+        return self.n_chunks * self.T
+
+    def _apply_pending(self, storage: Any, reader: Reader) -> None:
+        T, C = self.T, self.C
+        runs: list[tuple[int, int, int]] = []  # (physical chunk, sequence, chunks)
+        new_chunks = 0
+        n_cur = self.n_end
+        broken = False
+        for start, count, wsize in self.pending:
+            if start % T or count % T or wsize % T:
+                broken = True
+                break
+            k = count // T
+            if self.mode == _MODE_LANES:
+                per_write = wsize // T if self.multi else 1
+                if self.lanes == 0:
+                    self.lanes = per_write
+                    self.lanes_arr = np.full((per_write, 4), -1, dtype=np.int64)
+                    self.lanes_arr[:, LAST_DONE] = 0
+                if per_write != self.lanes or start != (n_cur % C) * T:
+                    broken = True
+                    break
+                runs.append((start // T, n_cur, k))
+                n_cur += k
+            else:
+                runs.append((start // T, 0, k))
+            new_chunks += k
+        self.pending.clear()
+        if broken:
+            self.needs_rebuild = True
+            self._rebase = True
+            return
+        if self.mode == _MODE_LANES:
+            self.n_end = n_cur
+        else:
+            self.n_chunks = max([self.n_chunks] + [c + k for c, _, k in runs])
+        if self.needs_rebuild or new_chunks >= C:
+            self.needs_rebuild = True
+            return
+        for phys, n0, k in runs:
+            self._write(storage, reader, phys, n0, k, remove_old=True)
+
+    def _write(self, storage: Any, reader: Reader, phys: int, n0: int, k: int,
+               remove_old: bool) -> None:
+        """Feed chunks ``[phys, phys + k)`` (sequence ``n0...``) to the kernel, in blocks."""
+        T = self.T
+        per_block = max(_BLOCK // T, 1)
+        done_chunks = 0
+        while done_chunks < k:
+            m = min(per_block, k - done_chunks)
+            a = (phys + done_chunks) * T
+            ids, done = reader(storage, a, a + m * T)
+            self._ensure_records(m * T)
+            _write_chunks(self.rec, self.dense, self.free, self.counters, self.lanes_arr,
+                          self.slot_rec, _EMPTY_I64 if ids is None else ids,
+                          _EMPTY_BOOL if done is None else done, ids is not None,
+                          done is not None, phys + done_chunks, n0 + done_chunks, m, T,
+                          max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
+            done_chunks += m
+        self.version += 1
+
+    def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
+        """Recompute every trajectory from the storage (``O(buffer)``)."""
+        T, C = self.T, self.C
+        filled = length // T
+        self.needs_rebuild = False
+        if self.mode == _MODE_LANES and (self._rebase or min(self.n_end, C) != filled):
+            self._rebase = False
+            if self.multi:
+                self.mode = _MODE_ISOLATED
+            else:
+                # flat ring: time follows slot order, cut after the newest written slot
+                newest = self.cut_after if self.cut_after is not None else self.newest_slot
+                if filled == C and 0 <= newest < C:
+                    self.n_end = newest + 1 + C
+                else:
+                    self.n_end = filled
+                self.lanes = 1
+        self._rebase = False
+        n_slots = C * T if self.track_slots else 0
+        if self.mode == _MODE_LANES:
+            self._alloc_arrays(1024, max(self.lanes, 1), n_slots)
+            alive = min(self.n_end, C)
+            n = self.n_end - alive
+            while n < self.n_end:
+                phys = n % C
+                k = min(self.n_end - n, C - phys)
+                self._write(storage, reader, phys, n, k, remove_old=False)
+                n += k
+        else:
+            self.lanes = C
+            self.n_chunks = filled
+            self._alloc_arrays(1024, C, n_slots)
+            if filled:
+                self._write(storage, reader, 0, 0, filled, remove_old=False)
+        self.version += 1
+
+    # ---- position <-> slot ----------------------------------------------------------------------
+    def slots_of(self, lane: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Flat slots of lane positions (broadcasting)."""
+        T, C = self.T, self.C
+        if T == 1:
+            return (pos * self.lanes + lane) % C if self.lanes != 1 else pos % C
+        w = pos // T
+        n = w * self.lanes + lane
+        return (n % C) * T + (pos - w * T)
+
+    def positions_of(self, slots: np.ndarray) -> np.ndarray:
+        """Lane positions of flat ``slots`` (which must hold live steps)."""
+        T, C = self.T, self.C
+        c = slots // T
+        t = slots - c * T
+        if self.mode == _MODE_ISOLATED:
+            return t
+        last = self.n_end - 1
+        n = last - ((last - c) % C)
+        return (n // self.lanes) * T + t
+
+    # ---- checkpoint --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        high = int(self.counters[N_HIGH])
+        meta = [self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks,
+                self.newest_slot, int(self.needs_rebuild), int(self._rebase), int(self.multi)]
+        return {
+            "meta": torch.tensor(meta, dtype=torch.long),
+            "pending": torch.tensor(self.pending, dtype=torch.long).reshape(-1, 3),
+            "records": torch.from_numpy(self.rec[:high].copy()),
+            "dense": torch.from_numpy(self.dense[: int(self.counters[N_LIVE])].copy()),
+            "free": torch.from_numpy(self.free[: int(self.counters[N_FREE])].copy()),
+            "counters": torch.from_numpy(self.counters.copy()),
+            "lanes": torch.from_numpy(self.lanes_arr.copy()),
+            "slot_rec": torch.from_numpy(self.slot_rec.copy()),
+        }
+
+    @staticmethod
+    def check_state_dict(state: Any) -> None:
+        """Raise ``ValueError`` unless ``state`` is a valid :meth:`state_dict`."""
+        keys = {"meta", "pending", "records", "dense", "free", "counters", "lanes", "slot_rec"}
+        if not isinstance(state, dict) or set(state) != keys:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"trajectory index state must have keys {sorted(keys)}, got {got}.")
+        for key in keys:
+            value = state[key]
+            if not isinstance(value, torch.Tensor) or value.dtype != torch.long:
+                raise ValueError(f"trajectory index state {key!r} must be an int64 tensor.")
+        meta, counters = state["meta"], state["counters"]
+        if meta.shape != (10,) or counters.shape != (3,):
+            raise ValueError("trajectory index state 'meta'/'counters' have the wrong shape.")
+        live, high, nfree = (int(x) for x in counters)
+        if state["records"].shape != (high, 5) or state["dense"].shape != (live,) \
+                or state["free"].shape != (nfree,) or live + nfree != high:
+            raise ValueError("trajectory index state: record tables do not match its counters.")
+        if state["pending"].ndim != 2 or state["pending"].shape[1] != 3 \
+                or state["lanes"].ndim != 2 or state["lanes"].shape[1] != 4:
+            raise ValueError("trajectory index state 'pending'/'lanes' have the wrong shape.")
+        if live and (int(state["dense"].min()) < 0 or int(state["dense"].max()) >= high):
+            raise ValueError("trajectory index state 'dense' points outside the record table.")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state_dict(state)
+        meta = [int(x) for x in state["meta"]]
+        (self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks, self.newest_slot,
+         rebuild, rebase, multi) = meta
+        self.needs_rebuild, self._rebase, self.multi = bool(rebuild), bool(rebase), bool(multi)
+        self.pending = [list(map(int, row)) for row in state["pending"].tolist()]
+        live, high, nfree = (int(x) for x in state["counters"])
+        cap = max(high, 1)
+        self.rec = np.zeros((cap, 5), dtype=np.int64)
+        self.rec[:high] = state["records"].numpy()
+        self.dense = np.zeros(cap, dtype=np.int64)
+        self.dense[:live] = state["dense"].numpy()
+        self.free = np.zeros(cap, dtype=np.int64)
+        self.free[:nfree] = state["free"].numpy()
+        self.counters = state["counters"].numpy().copy()
+        self.lanes_arr = state["lanes"].numpy().copy()
+        self.slot_rec = state["slot_rec"].numpy().copy() if self.track_slots else _EMPTY_I64
+        if self.track_slots and self.slot_rec.size == 0 and self.T:
+            self.needs_rebuild = True
+        self.version += 1
+        self._storage_ref = None
+        self._trust_storage = True
+
+
+def _geometry(storage: Any) -> tuple[int, int, bool, int]:
+    """``(T, C, multi, len)``: steps per chunk, chunks, ``ndim > 1`` and written slots."""
+    length = len(storage)
+    shape = getattr(storage, "shape", None)
+    ndim = getattr(storage, "ndim", 1)
+    if ndim > 1 and shape is not None and len(shape) >= 2:
+        T = int(shape[-1])
+        rows = int(storage.rows_capacity)
+        C = rows * int(np.prod(shape[1:-1], dtype=np.int64)) if len(shape) > 2 else rows
+        return T, C, True, length
+    rows = storage.rows_capacity
+    if rows is None:
+        rows = storage.max_size
+    return 1, int(rows), False, length

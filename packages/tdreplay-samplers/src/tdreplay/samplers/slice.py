@@ -1,0 +1,628 @@
+"""Slice samplers: batches made of contiguous pieces of trajectories.
+
+:class:`SliceSampler` (with replacement) and :class:`SliceSamplerWithoutReplacement` (each
+trajectory once per epoch). Trajectory boundaries are kept up to date incrementally by a
+:class:`~tdreplay.samplers._trajectory_index.TrajectoryIndex` (see that module for the design),
+so sampling costs ``O(batch)`` whatever the size of the buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import unravel_key
+
+from tdreplay.core import Sampler, Storage
+
+from ._storage_entries import StorageEntries, ends_array, ids_array, key_name
+from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
+
+_DEFAULT_END_KEY = ("next", "done")
+_DEFAULT_TRAJ_KEY = "episode"
+_REJECTION_ROUNDS = 8
+
+
+def _positive_int_or_none(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+    return int(value)
+
+
+def _normalize_span(span: Any) -> tuple[bool | int, bool | int]:
+    def one(x: Any) -> bool | int:
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, (int, np.integer)) and x >= 0:
+            return int(x)
+        raise ValueError(f"span must be a bool, a non-negative int or a pair of them, "
+                         f"got {span!r}.")
+
+    if isinstance(span, (tuple, list)):
+        if len(span) != 2:
+            raise ValueError(f"span must be a bool, an int or a pair, got {span!r}.")
+        return one(span[0]), one(span[1])
+    value = one(span)
+    return value, value
+
+
+def _replace_last(key: Any, name: str) -> Any:
+    key = unravel_key(key)
+    return (*key[:-1], name) if isinstance(key, tuple) else name
+
+
+class SliceSampler(Sampler):
+    """Samples slices of trajectories: ``num_slices`` runs of consecutive steps per batch.
+
+    A trajectory is a run of consecutive steps of one environment. Trajectories end where the
+    trajectory id changes, after a step whose end flag (``end_key``) is set, at the newest
+    written step (the write cursor: once the buffer has wrapped, the newest and oldest steps
+    are not consecutive) and where older steps were overwritten. A slice never crosses a
+    trajectory boundary and can end on a trajectory's last step.
+
+    Each slice picks a trajectory uniformly among those long enough, then a start uniformly
+    within it (TorchRL's sampling scheme). The sample holds the slices one after the other:
+    ``sample.reshape(num_slices, -1)`` gives one slice per row. The last step of every slice
+    is marked truncated in the info (``truncated_key``, written into the sample by
+    :class:`~tdreplay.core.TensorDictReplayBuffer`), along with ``done`` (the stored done flag
+    or the truncation) and ``terminated`` next to it.
+
+    Multi-dimensional storages (``LazyTensorStorage(N, ndim=2)`` filled with ``[envs, T]``
+    batches, ``ndim=3`` with ``[workers, envs, T]``) hold one environment's ``T`` steps per
+    storage row; a trajectory continues in the same environment's row of the next write, so
+    trajectories spanning several writes are sampled whole, as with TorchRL's time-major
+    buffers. If the number of environments per write changes (or the buffer is written out of
+    order), environments can no longer be matched across writes and slices stay within the
+    ``T`` steps of one row.
+
+    Cost: trajectories are tracked as data is written (``O(steps written)``), so ``sample``
+    costs ``O(batch)`` and does not grow with the buffer. Writes that do not follow the
+    round-robin order (index assignment, max-value writers, a storage filled behind the
+    sampler's back) make the next ``sample`` rebuild the bookkeeping from the storage once.
+
+    Parameters
+    ----------
+    num_slices : int, optional
+        Slices per batch; the batch size must be divisible by it. Exclusive with ``slice_len``.
+    slice_len : int, optional
+        Steps per slice; the batch size must be divisible by it. Exclusive with ``num_slices``.
+    end_key : NestedKey, optional
+        Entry marking the last step of a trajectory. Defaults to ``("next", "done")``.
+    traj_key, trajectory_key : NestedKey, optional
+        Entry holding integer trajectory ids (``trajectory_key`` is an alias of ``traj_key``).
+        When neither key is given, ``"episode"`` is used if the data has it, else the end key.
+        Giving both ``end_key`` and a trajectory key splits on either signal.
+    ends : torch.Tensor, optional
+        Boolean end flags of every written step (flat slot order), for static datasets whose
+        flags are known up front. Exclusive with the keys and with ``trajectories``. On a full
+        flat storage, a last flag that is ``False`` means the last trajectory continues at
+        slot 0.
+    trajectories : torch.Tensor, optional
+        Integer trajectory ids of every written step, like ``ends``.
+    cache_values : bool
+        Accepted for TorchRL compatibility. Trajectory boundaries are always cached and kept
+        up to date by the writes, so this changes nothing.
+    truncated_key : NestedKey or None
+        Info entry marking the last step of each slice (``None``: no truncation info).
+        Defaults to ``("next", "truncated")``; ``done`` and ``terminated`` go next to it.
+    strict_length : bool
+        ``True``: only trajectories at least as long as a slice are sampled (an error says so
+        when there is none). ``False``: shorter trajectories give shorter slices, so the batch
+        may hold fewer steps than asked for (use ``split_trajectories`` to pad them).
+    compile : bool or dict
+        Accepted for TorchRL compatibility; sampling is a handful of vectorised operations on
+        the batch, there is nothing worth compiling.
+    span : bool, int or (bool | int, bool | int)
+        Let slices hang over the start (left) and/or end (right) of a trajectory, so the first
+        and last steps are sampled as often as the others; the overhanging part is cut off
+        (shorter slices). An int ``i`` allows an overhang of at most ``i`` steps.
+    use_gpu : bool or torch.device
+        Accepted for TorchRL compatibility; the bookkeeping is ``O(batch)`` on the CPU.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import TensorDictReplayBuffer
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+    ...                             sampler=SliceSampler(num_slices=2, traj_key="episode"),
+    ...                             batch_size=8)
+    >>> episode = torch.arange(3).repeat_interleave(10)          # 3 trajectories of 10 steps
+    >>> _ = rb.extend(TensorDict({"episode": episode, "step": torch.arange(30) % 10}, [30]))
+    >>> s = rb.sample()
+    >>> slices = s.reshape(2, -1)
+    >>> bool((slices["episode"] == slices["episode"][:, :1]).all())   # one trajectory per slice
+    True
+    >>> bool((slices["step"].diff(dim=1) == 1).all())                # consecutive steps
+    True
+    >>> s["next", "truncated"].view(2, 4)[:, -1].all().item()     # slice ends are truncated
+    True
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: Any = None,
+        traj_key: Any = None,
+        trajectory_key: Any = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = False,
+        truncated_key: Any = ("next", "truncated"),
+        strict_length: bool = True,
+        compile: bool | dict = False,
+        span: bool | int | tuple[bool | int, bool | int] = False,
+        use_gpu: bool | torch.device = False,
+    ) -> None:
+        self.num_slices = _positive_int_or_none(num_slices, "num_slices")
+        self.slice_len = _positive_int_or_none(slice_len, "slice_len")
+        if (self.num_slices is None) == (self.slice_len is None):
+            raise ValueError("exactly one of num_slices and slice_len must be given, got "
+                             f"num_slices={num_slices!r} and slice_len={slice_len!r}.")
+        if traj_key is not None and trajectory_key is not None \
+                and unravel_key(traj_key) != unravel_key(trajectory_key):
+            raise ValueError(f"traj_key={traj_key!r} and trajectory_key={trajectory_key!r} are "
+                             "aliases of one argument: give one of them.")
+        traj_key = traj_key if traj_key is not None else trajectory_key
+        if (ends is not None or trajectories is not None) and (
+                traj_key is not None or end_key is not None):
+            raise ValueError("ends/trajectories give the trajectories directly: they cannot be "
+                             "combined with end_key or traj_key.")
+        if ends is not None and trajectories is not None:
+            raise ValueError("ends and trajectories are exclusive: give one of them.")
+        self._static_ends = self._check_static(ends, "ends", bool_ok=True)
+        self._static_traj = self._check_static(trajectories, "trajectories", bool_ok=False)
+        self._explicit_traj = traj_key is not None
+        self._explicit_end = end_key is not None
+        self.end_key = unravel_key(end_key) if end_key is not None else _DEFAULT_END_KEY
+        self.traj_key = unravel_key(traj_key) if traj_key is not None else _DEFAULT_TRAJ_KEY
+        self.cache_values = bool(cache_values)
+        self.truncated_key = unravel_key(truncated_key) if truncated_key is not None else None
+        self._done_keys = (None, None) if truncated_key is None else (
+            _replace_last(self.truncated_key, "done"),
+            _replace_last(self.truncated_key, "terminated"))
+        self.strict_length = bool(strict_length)
+        self.compile = compile
+        self.span = _normalize_span(span)
+        self.use_gpu = use_gpu
+        self._index = TrajectoryIndex(track_slots=self._tracks_slots)
+        self._entries = StorageEntries()
+        self._signals: tuple[Any, Any] | None = None  # (traj key or None, end key or None)
+
+    _tracks_slots = False
+
+    @staticmethod
+    def _check_static(value: Any, name: str, bool_ok: bool) -> torch.Tensor | None:
+        if value is None:
+            return None
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(value).__name__}.")
+        if name == "ends":
+            return value.reshape(-1).to(torch.bool).cpu()
+        if value.is_floating_point() or value.dtype is torch.bool:
+            raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
+        return value.reshape(-1).to(torch.int64).cpu()
+
+    # ---- writes ------------------------------------------------------------------------------
+    def extend(self, slots: torch.Tensor) -> None:
+        self._index.note_write(slots)
+
+    def mark_update(self, slots: torch.Tensor) -> None:
+        self._index.note_update()
+
+    def _empty(self) -> None:
+        self._index.reset()
+        self._entries.invalidate()
+        self._signals = None
+
+    # ---- trajectory signals --------------------------------------------------------------------
+    def _resolve_signals(self, storage: Storage) -> tuple[Any, Any]:
+        """Which entries define the trajectories: ``(traj key or None, end key or None)``."""
+        entries = self._entries
+        has_traj = entries.has(storage, self.traj_key)
+        has_end = entries.has(storage, self.end_key)
+        if self._explicit_traj and not has_traj:
+            raise KeyError(f"{type(self).__name__}: the trajectory key {key_name(self.traj_key)} "
+                           f"is not in the storage ({entries.describe(storage)}).")
+        if self._explicit_end and not has_end:
+            raise KeyError(f"{type(self).__name__}: the end key {key_name(self.end_key)} is not "
+                           f"in the storage ({entries.describe(storage)}).")
+        if self._explicit_traj or self._explicit_end:
+            return (self.traj_key if self._explicit_traj else None,
+                    self.end_key if self._explicit_end else None)
+        if has_traj:
+            return self.traj_key, None
+        if has_end:
+            return None, self.end_key
+        raise KeyError(f"{type(self).__name__} found neither the trajectory key "
+                       f"{key_name(self.traj_key)} nor the end key {key_name(self.end_key)} in "
+                       f"the storage ({entries.describe(storage)}): pass traj_key=... or "
+                       "end_key=... naming the entry that delimits trajectories.")
+
+    def _read_block(self, storage: Storage, start: int, stop: int
+                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if self._static_traj is not None:
+            return np.ascontiguousarray(self._static_traj[start:stop].numpy()), None
+        if self._static_ends is not None:
+            return None, np.ascontiguousarray(self._static_ends[start:stop].numpy())
+        traj, end = self._signals
+        ids = done = None
+        if traj is not None:
+            ids = ids_array(self._entries.block(storage, traj, start, stop), key_name(traj))
+        if end is not None:
+            done = ends_array(self._entries.block(storage, end, start, stop))
+        return ids, done
+
+    def _sync(self, storage: Storage) -> TrajectoryIndex:
+        n = len(storage)
+        static = self._static_traj if self._static_traj is not None else self._static_ends
+        if static is not None:
+            if static.numel() != n:
+                raise ValueError(f"{'trajectories' if self._static_traj is not None else 'ends'}"
+                                 f" describes {static.numel()} steps but the storage holds {n}.")
+            self._index.cut_after = self._static_cut(static)
+        elif self._signals is None or self._index.pending or self._index.needs_rebuild:
+            self._signals = self._resolve_signals(storage)
+        self._index.sync(storage, self._read_block)
+        return self._index
+
+    def _static_cut(self, static: torch.Tensor) -> int:
+        """Slot after which a full flat ring is cut when trajectories wrap around its end."""
+        n = static.numel()
+        if self._static_ends is not None:
+            if bool(static[-1]) or not bool(static.any()):
+                return n - 1
+            return int(static.nonzero()[-1])
+        change = (static[1:] != static[:-1]).nonzero()
+        if static[0] != static[-1] or not change.numel():
+            return n - 1
+        return int(change[-1])
+
+    # ---- sampling --------------------------------------------------------------------------------
+    def _slice_shape(self, batch_size: Any) -> tuple[int, int]:
+        """``(num_slices, seq_len)`` of a batch."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        batch_size = int(batch_size)
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(f"batch_size={batch_size} is not divisible by num_slices="
+                                 f"{self.num_slices}.")
+            return self.num_slices, batch_size // self.num_slices
+        if batch_size % self.slice_len:
+            raise ValueError(f"batch_size={batch_size} is not divisible by slice_len="
+                             f"{self.slice_len}.")
+        return batch_size // self.slice_len, self.slice_len
+
+    def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+        if seq_len > storage.max_size:
+            raise ValueError(f"slices of {seq_len} steps are longer than the whole buffer "
+                             f"(max_size={storage.max_size}).")
+        if self.strict_length and seq_len > n:
+            raise ValueError(f"slices of {seq_len} steps are longer than the {n} steps in the "
+                             "buffer (strict_length=True).")
+        for side, value in zip(("left", "right"), self.span):
+            if value is not True and value and value >= seq_len:
+                raise ValueError(f"span on the {side} ({value}) must be smaller than the slice "
+                                 f"length ({seq_len}).")
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        num_slices, seq_len = self._slice_shape(batch_size)
+        self._check_sampleable(storage, seq_len)
+        index = self._sync(storage)
+        records = self._draw_trajectories(index, num_slices, seq_len)
+        return self._slices(storage, index, records, seq_len, self.span)
+
+    def _no_trajectory_error(self, index: TrajectoryIndex, seq_len: int) -> RuntimeError:
+        lengths = index.rec[index.live_records(), LEN]
+        return RuntimeError(
+            f"Did not find a single trajectory with sufficient length (length range: "
+            f"{int(lengths.min())} - {int(lengths.max())} / required={seq_len}): use shorter "
+            "slices or strict_length=False."
+        )
+
+    def _randint(self, high: int, n: int) -> np.ndarray:
+        return torch.randint(high, (n,), generator=self._rng).numpy()
+
+    def _draw_trajectories(self, index: TrajectoryIndex, k: int, seq_len: int) -> np.ndarray:
+        """``k`` record ids drawn uniformly among trajectories of at least ``seq_len`` steps."""
+        live = index.live_records()
+        m = live.size
+        if m == 0:
+            raise RuntimeError("the buffer holds no trajectory to sample from.")
+        if not self.strict_length:
+            return live[self._randint(m, k)]
+        rec = index.rec
+        out: list[np.ndarray] = []
+        need = k
+        # rejection sampling: exact (accepted draws are uniform over the long-enough
+        # trajectories) and O(batch) unless almost every trajectory is too short
+        for _ in range(_REJECTION_ROUNDS):
+            cand = live[self._randint(m, need + need // 2 + 8)]
+            ok = cand[rec[cand, LEN] >= seq_len][:need]
+            out.append(ok)
+            need -= ok.size
+            if need == 0:
+                return np.concatenate(out)
+        eligible = live[rec[live, LEN] >= seq_len]
+        if eligible.size == 0:
+            raise self._no_trajectory_error(index, seq_len)
+        out.append(eligible[self._randint(eligible.size, need)])
+        return np.concatenate(out)
+
+    def _slices(self, storage: Storage, index: TrajectoryIndex, records: np.ndarray,
+                seq_len: int, span: tuple[bool | int, bool | int]
+                ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Slots of one slice per record (random start), and the truncation info."""
+        rec = index.rec
+        k = records.size
+        chosen = rec[records]
+        lengths = chosen[:, LEN]
+        u = torch.rand(k, generator=self._rng, dtype=torch.float64).numpy()
+        if self.strict_length and not (span[0] or span[1]):
+            # the common case: every slice has seq_len steps
+            rel = (u * (lengths - (seq_len - 1))).astype(np.int64)
+            seq = None
+        else:
+            seq = np.minimum(lengths, seq_len) if not self.strict_length else \
+                np.full(k, seq_len, dtype=np.int64)
+            rel, seq = self._span_starts(u, lengths, seq, span)
+        starts = chosen[:, START] + rel
+        lanes = chosen[:, LANE]
+        if seq is None or (seq == seq_len).all():
+            pos = starts[:, None] + np.arange(seq_len)
+            slots = index.slots_of(lanes[:, None], pos).reshape(-1)
+            ends = np.arange(seq_len - 1, k * seq_len, seq_len)
+        else:
+            total = int(seq.sum())
+            owner = np.repeat(np.arange(k), seq)
+            ends = np.cumsum(seq) - 1
+            offset = np.arange(total) - np.repeat(ends + 1 - seq, seq)
+            slots = index.slots_of(lanes[owner], starts[owner] + offset)
+        slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
+        return slots_t, self._truncation_info(storage, slots_t, ends)
+
+    @staticmethod
+    def _span_starts(u: np.ndarray, lengths: np.ndarray, seq: np.ndarray,
+                     span: tuple[bool | int, bool | int]) -> tuple[np.ndarray, np.ndarray]:
+        """Relative slice starts and lengths, overhanging the trajectory as ``span`` allows.
+
+        A start is uniform over ``[start_point, end_point)``; the part of a slice outside its
+        trajectory is cut off (TorchRL's ``span`` semantics).
+        """
+        last_start = lengths - seq + 1
+        if not span[1]:
+            end_point = last_start
+        elif span[1] is True:
+            end_point = lengths + 1
+        else:
+            end_point = last_start + span[1]
+        if not span[0]:
+            start_point = np.zeros_like(seq)
+        elif span[0] is True:
+            start_point = 1 - seq
+        else:
+            start_point = np.full_like(seq, -span[0])
+        rel = np.floor(u * (end_point - start_point)).astype(np.int64) + start_point
+        if span[0]:
+            seq = np.where(rel < 0, seq + rel, seq)
+            rel = np.maximum(rel, 0)
+        if span[1]:
+            seq = np.minimum(seq, lengths - rel)
+        return rel, seq
+
+    def _truncation_info(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray
+                         ) -> dict[str, Any]:
+        """``truncated`` (True at each slice end), ``done`` and ``terminated`` of the batch."""
+        if self.truncated_key is None:
+            return {}
+        done_key, terminated_key = self._done_keys
+        n = slots.numel()
+        done = self._entries.gather(storage, done_key, slots)
+        flags = np.zeros(n, dtype=np.bool_)
+        flags[ends] = True
+        shape = (n, *(1,) * (done.ndim - 1)) if done is not None else (n, 1)
+        truncated = torch.from_numpy(flags).view(shape)
+        if done is not None:
+            truncated = truncated.to(done.device)
+            done = (done if done.dtype is torch.bool else done != 0) | truncated
+        else:
+            done = truncated.clone()
+        terminated = self._entries.gather(storage, terminated_key, slots)
+        if terminated is None:
+            terminated = torch.zeros_like(truncated)
+        return {self.truncated_key: truncated, done_key: done, terminated_key: terminated}
+
+    # ---- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self._index.state_dict()}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().check_state_dict(state_dict)
+        TrajectoryIndex.check_state_dict(state_dict["index"])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        self._load_index(state_dict["index"])
+
+    def _load_index(self, state: dict[str, Any]) -> None:
+        self._index.load_state_dict(state)
+        self._entries.invalidate()
+        self._signals = None
+
+    def _repr_args(self) -> str:
+        size = f"num_slices={self.num_slices}" if self.num_slices is not None \
+            else f"slice_len={self.slice_len}"
+        return (f"{size}, end_key={self.end_key!r}, traj_key={self.traj_key!r}, "
+                f"truncated_key={self.truncated_key!r}, strict_length={self.strict_length}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._repr_args()}, span={self.span})"
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """Slices without replacement: each trajectory gives one slice per epoch.
+
+    An epoch is a (shuffled) pass over the trajectories in the buffer when it starts; each
+    batch takes the next ``num_slices`` of them and cuts one slice at a random start in each,
+    so no step is sampled twice within an epoch and no trajectory appears twice in a batch.
+    With ``strict_length=True`` trajectories shorter than a slice are left out of the epoch.
+    :attr:`ran_out` turns True with the batch that ends an epoch (ending iteration over the
+    buffer); the last batch of an epoch may hold fewer slices unless ``drop_last``. As in
+    TorchRL, writing to the buffer (extend or index assignment) starts a new epoch.
+
+    Parameters
+    ----------
+    drop_last : bool
+        Drop the last batch of an epoch when it would hold fewer than ``num_slices`` slices.
+    shuffle : bool
+        Visit trajectories in random order (``False``: in storage order of their first step).
+    **kwargs
+        As :class:`SliceSampler` (``num_slices`` / ``slice_len``, keys, ``ends`` /
+        ``trajectories``, ``truncated_key``, ``strict_length``, ``cache_values``, ``compile``,
+        ``use_gpu``); ``span`` is not supported (each trajectory is visited once).
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import TensorDictReplayBuffer
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> sampler = SliceSamplerWithoutReplacement(slice_len=4, traj_key="episode")
+    >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler,
+    ...                             batch_size=8)
+    >>> _ = rb.extend(TensorDict({"episode": torch.arange(5).repeat_interleave(6)}, [30]))
+    >>> seen = [batch["episode"].view(-1, 4)[:, 0].tolist() for batch in rb]
+    >>> [len(x) for x in seen], sorted(sum(seen, []))      # 5 trajectories, 2 slices a batch
+    ([2, 2, 1], [0, 1, 2, 3, 4])
+    """
+
+    finite_epochs = True
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        drop_last: bool = False,
+        end_key: Any = None,
+        traj_key: Any = None,
+        trajectory_key: Any = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = False,
+        truncated_key: Any = ("next", "truncated"),
+        strict_length: bool = True,
+        shuffle: bool = True,
+        compile: bool | dict = False,
+        use_gpu: bool | torch.device = False,
+    ) -> None:
+        super().__init__(num_slices=num_slices, slice_len=slice_len, end_key=end_key,
+                         traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
+                         trajectories=trajectories, cache_values=cache_values,
+                         truncated_key=truncated_key, strict_length=strict_length,
+                         compile=compile, span=False, use_gpu=use_gpu)
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._reset_epoch()
+
+    def _reset_epoch(self) -> None:
+        self._perm = np.empty(0, dtype=np.int64)  # record ids of the epoch, in visiting order
+        self._pos = 0
+        self._epoch_len = 0  # slice length the epoch was filtered for
+        self._ran_out = False
+        self._stale = True  # written since the epoch began: the next batch starts a new one
+
+    def extend(self, slots: torch.Tensor) -> None:
+        super().extend(slots)
+        self._stale = True
+
+    def mark_update(self, slots: torch.Tensor) -> None:
+        super().mark_update(slots)
+        self._stale = True
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._reset_epoch()
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    def _new_epoch(self, index: TrajectoryIndex, seq_len: int) -> None:
+        live = index.live_records().copy()
+        if self.strict_length:
+            live = live[index.rec[live, LEN] >= seq_len]
+            if live.size == 0:
+                raise self._no_trajectory_error(index, seq_len)
+        if self.shuffle:
+            live = live[torch.randperm(live.size, generator=self._rng).numpy()]
+        else:
+            rec = index.rec
+            first = index.slots_of(rec[live, LANE], rec[live, START])
+            live = live[np.argsort(first, kind="stable")]
+        self._perm, self._pos, self._epoch_len, self._stale = live, 0, seq_len, False
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        num_slices, seq_len = self._slice_shape(batch_size)
+        self._check_sampleable(storage, seq_len)
+        index = self._sync(storage)
+        if index.num_trajectories == 0:
+            raise RuntimeError("the buffer holds no trajectory to sample from.")
+        if not self._stale and self.strict_length and seq_len > self._epoch_len:
+            # longer slices than the epoch was built for: drop the trajectories now too short
+            rest = self._perm[self._pos:]
+            self._perm, self._pos = rest[index.rec[rest, LEN] >= seq_len], 0
+            self._epoch_len = seq_len
+        remaining = self._perm.size - self._pos
+        if self._stale or remaining == 0 or (self.drop_last and remaining < num_slices):
+            self._new_epoch(index, seq_len)
+        records = self._perm[self._pos: self._pos + num_slices]
+        self._pos += records.size
+        remaining = self._perm.size - self._pos
+        self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
+        return self._slices(storage, index, records, seq_len, (False, False))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "index": self._index.state_dict(),
+            "epoch": torch.from_numpy(self._perm.copy()),
+            "epoch_meta": torch.tensor([self._pos, self._epoch_len, int(self._ran_out),
+                                        int(self._stale)], dtype=torch.long),
+        }
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().check_state_dict(state_dict)
+        perm, meta = state_dict["epoch"], state_dict["epoch_meta"]
+        if not isinstance(perm, torch.Tensor) or perm.dtype != torch.long or perm.ndim != 1:
+            raise ValueError("SliceSamplerWithoutReplacement state 'epoch' must be a 1-d int64 "
+                             "tensor.")
+        if not isinstance(meta, torch.Tensor) or meta.shape != (4,):
+            raise ValueError("SliceSamplerWithoutReplacement state 'epoch_meta' must hold 4 "
+                             "ints.")
+        if not 0 <= int(meta[0]) <= perm.numel():
+            raise ValueError(f"state 'epoch_meta' position {int(meta[0])} is outside the epoch "
+                             f"of {perm.numel()} trajectories.")
+        high = int(state_dict["index"]["counters"][1])
+        if perm.numel() and (int(perm.min()) < 0 or int(perm.max()) >= high):
+            raise ValueError("state 'epoch' names trajectories that the index does not hold.")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        self._load_index(state_dict["index"])
+        self._perm = state_dict["epoch"].numpy().copy()
+        pos, epoch_len, ran_out, stale = (int(x) for x in state_dict["epoch_meta"])
+        self._pos, self._epoch_len, self._ran_out, self._stale = pos, epoch_len, bool(ran_out), \
+            bool(stale)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self._repr_args()}, drop_last={self.drop_last}, "
+                f"shuffle={self.shuffle})")
