@@ -21,9 +21,10 @@ import argparse
 
 import torch
 from _common import rate, report
+from tensordict import TensorDict
+
 from tdreplay.samplers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from tdreplay.storages import LazyTensorStorage
-from tensordict import TensorDict
 
 CAPACITY = 1_000_000
 
@@ -34,7 +35,7 @@ def filled(buffer_cls: type, device: str, backend: str | None) -> PrioritizedRep
                     sampler_backend=backend)
     gen = torch.Generator().manual_seed(0)
     chunk = 100_000
-    for start in range(0, CAPACITY, chunk):
+    for _ in range(CAPACITY // chunk):
         rb.extend(TensorDict({"obs": torch.randn(chunk, 4, generator=gen),
                               "reward": torch.randn(chunk, 1, generator=gen)},
                              [chunk], device=device))
@@ -44,61 +45,75 @@ def filled(buffer_cls: type, device: str, backend: str | None) -> PrioritizedRep
     return rb
 
 
-def cycles(device: str, backend: str | None, batch: int, min_time: float, tag: str) -> None:
+def bench_buffer(tag: str, device: str, backend: str | None, batches: list[int],
+                 min_time: float) -> None:
+    """buffer and sampler cycles of a PrioritizedReplayBuffer."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
-    extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
-             "trees": None, "backend": None}
-
     rb = filled(PrioritizedReplayBuffer, device, backend)
-    extra.update(trees=str(rb.sampler.device), backend=rb.sampler.backend)
-    it = [0]
+    for batch in batches:
+        priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
+        extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
+                 "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
+                 "threads": torch.get_num_threads()}
+        step = [0]
 
-    def buffer_cycle() -> None:
-        _, info = rb.sample(batch, return_info=True)
-        it[0] += 1
-        rb.update_priority(info["index"], priorities[it[0] % 4],
-                           write_generation=info["write_generation"])
-
-    def sampler_cycle() -> None:
-        index, info = rb.sampler.sample(rb.storage, batch)
-        it[0] += 1
-        rb.sampler.update_priority(index, priorities[it[0] % 4], storage=rb.storage,
-                                   write_generation=info["write_generation"])
-
-    def timed(fn):  # noqa: ANN001, ANN202 - local helper
-        def step() -> None:
-            fn()
+        def buffer_cycle(batch: int = batch, priorities: list = priorities) -> None:
+            _, info = rb.sample(batch, return_info=True)
+            step[0] += 1
+            rb.update_priority(info["index"], priorities[step[0] % 4],
+                               write_generation=info["write_generation"])
             sync()
-        return step
 
-    report(f"prioritized/{tag}/buffer_cycle_B{batch}", rate(timed(buffer_cycle), min_time=min_time),
-           "cycles/s", **extra)
-    report(f"prioritized/{tag}/sampler_cycle_B{batch}",
-           rate(timed(sampler_cycle), min_time=min_time), "cycles/s", **extra)
-    del rb
+        def sampler_cycle(batch: int = batch, priorities: list = priorities) -> None:
+            index, info = rb.sampler.sample(rb.storage, batch)
+            step[0] += 1
+            rb.sampler.update_priority(index, priorities[step[0] % 4], storage=rb.storage,
+                                       write_generation=info["write_generation"])
+            sync()
 
-    tdrb = filled(TensorDictPrioritizedReplayBuffer, device, backend)
+        report(f"prioritized/{tag}/buffer_cycle_B{batch}", rate(buffer_cycle, min_time=min_time),
+               "cycles/s", **extra)
+        report(f"prioritized/{tag}/sampler_cycle_B{batch}", rate(sampler_cycle, min_time=min_time),
+               "cycles/s", **extra)
 
-    def td_cycle() -> None:
-        sample = tdrb.sample(batch)
-        it[0] += 1
-        sample["td_error"] = priorities[it[0] % 4]
-        tdrb.update_tensordict_priority(sample)
 
-    report(f"prioritized/{tag}/tdbuffer_cycle_B{batch}", rate(timed(td_cycle), min_time=min_time),
-           "cycles/s", **extra)
+def bench_tdbuffer(tag: str, device: str, backend: str | None, batches: list[int],
+                   min_time: float) -> None:
+    """sample + update_tensordict_priority cycles of a TensorDictPrioritizedReplayBuffer."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rb = filled(TensorDictPrioritizedReplayBuffer, device, backend)
+    for batch in batches:
+        priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
+        extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
+                 "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
+                 "threads": torch.get_num_threads()}
+        step = [0]
+
+        def td_cycle(batch: int = batch, priorities: list = priorities) -> None:
+            sample = rb.sample(batch)
+            step[0] += 1
+            sample["td_error"] = priorities[step[0] % 4]
+            rb.update_tensordict_priority(sample)
+            sync()
+
+        report(f"prioritized/{tag}/tdbuffer_cycle_B{batch}", rate(td_cycle, min_time=min_time),
+               "cycles/s", **extra)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per case")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice)")
     args = parser.parse_args()
-    for batch in (256, 4096):
-        cycles("cpu", None, batch, args.seconds, "numba_cpu")
-    cycles("cpu", "torch", 65_536, args.seconds, "torch_cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cases = [("numba_cpu", "cpu", None, [256, 4096]), ("torch_cpu", "cpu", "torch", [65_536])]
     if torch.cuda.is_available():
-        cycles("cuda", None, 65_536, args.seconds, "torch_cuda")
+        cases.append(("torch_cuda", "cuda", None, [65_536]))
+    for tag, device, backend, batches in cases:
+        bench_buffer(tag, device, backend, batches, args.seconds)
+        bench_tdbuffer(tag, device, backend, batches, args.seconds)
 
 
 if __name__ == "__main__":

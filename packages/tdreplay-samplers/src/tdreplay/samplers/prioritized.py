@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from tdreplay.core import Sampler, Storage
 from tdreplay.core._utils import as_long_tensor
 
@@ -62,6 +63,32 @@ def _check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
     if not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value}.")
     return value
+
+
+def _as_priority_tensor(priority: Any) -> torch.Tensor:
+    if not isinstance(priority, torch.Tensor):
+        if isinstance(priority, np.ndarray):
+            priority = torch.from_numpy(priority)
+        else:
+            try:
+                priority = torch.as_tensor(priority)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise TypeError(f"priority must be a number, an array or a tensor of real "
+                                f"numbers, got {type(priority).__name__}.") from err
+    if priority.dtype is torch.bool or priority.is_complex():
+        raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
+    return priority.detach()
+
+
+def _check_priority_values(priority: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless every value of the host tensor ``priority`` is finite, >= 0."""
+    if not priority.numel():
+        return
+    lo, hi = torch.aminmax(priority.reshape(-1))
+    if not (float(lo) >= 0.0 and float(hi) < math.inf):
+        bad = priority[~((priority >= 0) & (priority < math.inf))].reshape(-1)
+        raise ValueError(f"priority must be finite and >= 0; got {bad[:5].tolist()}. "
+                         "Nothing was updated.")
 
 
 def _reduce(priority: torch.Tensor, n: int, reduction: str) -> torch.Tensor:
@@ -192,7 +219,7 @@ class PrioritizedSampler(Sampler):
         self._max_priority: torch.Tensor | None = None  # -inf until the first update
         self._clock = 0
 
-    # ---- configuration --------------------------------------------------------------------------
+    # ---- configuration -----------------------------------------------------------------------
     @property
     def max_capacity(self) -> int:
         """Number of slots the trees cover."""
@@ -245,7 +272,7 @@ class PrioritizedSampler(Sampler):
         """Priority new items get (before ``eps`` and ``alpha``); reads the device."""
         return float(self._default_priority()) if self._sum is not None else 1.0
 
-    # ---- placement --------------------------------------------------------------------------------
+    # ---- placement ---------------------------------------------------------------------------
     def _target(self, storage_device: torch.device | None) -> tuple[str, torch.device]:
         device = self._req_device or storage_device or _CPU
         backend = self._req_backend or ("numba" if device.type == "cpu" else "torch")
@@ -311,7 +338,7 @@ class PrioritizedSampler(Sampler):
             "max_priority": float(self._max_priority),
         }
 
-    # ---- priorities ---------------------------------------------------------------------------------
+    # ---- priorities --------------------------------------------------------------------------
     def _default_priority(self) -> torch.Tensor:
         """Priority of new items (0-d float64 tensor on the tree device)."""
         if self._max is not None:
@@ -325,7 +352,7 @@ class PrioritizedSampler(Sampler):
         """Stored value of raw priorities: ``max((priority + eps) ** alpha, tiny)``."""
         return torch.pow(priority + self._eps, self._alpha).clamp_min_(_TINY)
 
-    # ---- writes ---------------------------------------------------------------------------------------
+    # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         """Give the written ``slots`` the current max priority and a new write generation."""
         slots = as_long_tensor(slots, name="slots").reshape(-1)
@@ -367,7 +394,7 @@ class PrioritizedSampler(Sampler):
             self._install(self._backend, self._device, None)
             self._clock = clock
 
-    # ---- sampling -------------------------------------------------------------------------------------
+    # ---- sampling ----------------------------------------------------------------------------
     def _uniform(self, batch_size: int) -> torch.Tensor:
         """``batch_size`` float64 draws in ``[0, 1)`` on the tree device, from ``self._rng``."""
         gen, device = self._rng, self._device
@@ -415,21 +442,10 @@ class PrioritizedSampler(Sampler):
         }
         return index, info
 
-    # ---- priority updates ---------------------------------------------------------------------------
+    # ---- priority updates --------------------------------------------------------------------
     def _prepare_priority(self, index: torch.Tensor, priority: Any) -> torch.Tensor:
         """Priorities as a flat float tensor matching the flat ``index`` (trailing dims reduced)."""
-        if not isinstance(priority, torch.Tensor):
-            if isinstance(priority, np.ndarray):
-                priority = torch.from_numpy(priority)
-            else:
-                try:
-                    priority = torch.as_tensor(priority)
-                except (TypeError, ValueError, RuntimeError) as err:
-                    raise TypeError(f"priority must be a number, an array or a tensor of real "
-                                    f"numbers, got {type(priority).__name__}.") from err
-        if priority.dtype is torch.bool or priority.is_complex():
-            raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
-        priority = priority.detach()
+        priority = _as_priority_tensor(priority)
         n = index.numel()
         if priority.ndim == 0:
             return priority.reshape(1).expand(n)
@@ -500,6 +516,16 @@ class PrioritizedSampler(Sampler):
         else:
             self._update_on_device(index, flat_priority, token, n_written)
 
+    def check_priority(self, priority: Any) -> None:
+        """Raise as :meth:`update_priority` would on these priority values, changing nothing.
+
+        Buffers call it before writing rows whose priorities come with the data. Only checks
+        when ``validate`` is on (device trees drop bad updates on the device instead).
+        """
+        priority = _as_priority_tensor(priority)
+        if self._sum is None or self.validate:
+            _check_priority_values(priority.to(_CPU, torch.float64))
+
     def _reduced(self, priority: torch.Tensor, n: int) -> torch.Tensor:
         return _reduce(priority, n, self.reduction) if priority.ndim > 1 else priority
 
@@ -507,11 +533,7 @@ class PrioritizedSampler(Sampler):
                         token: torch.Tensor | None, n_written: int | None) -> None:
         """Host-checked update: raise on bad input, then apply the fresh entries."""
         priority = priority.to(_CPU, torch.float64)
-        lo, hi = torch.aminmax(priority)
-        if not (float(lo) >= 0.0 and float(hi) < math.inf):
-            bad = priority[~((priority >= 0) & (priority < math.inf))].reshape(-1)
-            raise ValueError(f"priority must be finite and >= 0; got {bad[:5].tolist()}. "
-                             "Nothing was updated.")
+        _check_priority_values(priority)
         index = index.to(_CPU)
         gen = self._gen
         lo_i, hi_i = torch.aminmax(index)
@@ -577,7 +599,7 @@ class PrioritizedSampler(Sampler):
         top = torch.where(keep, priority, -math.inf).max()
         self._max_priority = torch.maximum(self._max_priority, top)
 
-    # ---- state ------------------------------------------------------------------------------------------
+    # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Priorities, generations, max priority, ``alpha``/``beta``/``eps`` (host tensors)."""
         state = self._export()
@@ -608,7 +630,8 @@ class PrioritizedSampler(Sampler):
         leaves = state_dict["priorities"]
         if not isinstance(leaves, torch.Tensor) or leaves.shape != (cap,) \
                 or leaves.dtype is not torch.float64:
-            raise ValueError(f"state_dict['priorities'] must be a float64 tensor of shape ({cap},).")
+            raise ValueError(f"state_dict['priorities'] must be a float64 tensor of shape "
+                             f"({cap},).")
         if not bool(((leaves >= 0) & (leaves < math.inf)).all()):
             raise ValueError("state_dict['priorities'] holds NaN, infinite or negative values.")
         gen = state_dict["write_generation"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tdreplay.core import ListStorage, ReplayBuffer, Storage, TensorDictReplayBuffer
 from tensordict import TensorDictBase, is_tensor_collection
+
+from tdreplay.core import ListStorage, ReplayBuffer, Storage, TensorDictReplayBuffer
 
 from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
 
@@ -200,6 +201,9 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
         if not is_tensor_collection(tensordicts):
             raise TypeError(f"{type(self).__name__}.extend expects a TensorDict, got "
                             f"{type(tensordicts).__name__}.")
+        priority = tensordicts.get(self.priority_key, None)
+        if update_priority is not False and priority is not None:
+            self._sampler.check_priority(priority)  # before anything is written
         has_gen = WRITE_GENERATION_KEY in tensordicts.keys()
         data = tensordicts.exclude(WRITE_GENERATION_KEY) if has_gen else tensordicts
         with self._lock:
@@ -211,16 +215,17 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
                 tensordicts.set(WRITE_GENERATION_KEY, gen.reshape(
                     gen.shape + (1,) * (tensordicts.batch_dims - gen.ndim)).expand(
                     tensordicts.batch_size).to(tensordicts.device or gen.device))
-            priority = tensordicts.get(self.priority_key, None)
             if update_priority is not False and priority is not None and slots.numel():
                 self.update_priority(slots, priority)
         return slots
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         """Add one TensorDict; its ``priority_key`` (when present) is its priority."""
+        priority = data.get(self.priority_key, None) if is_tensor_collection(data) else None
+        if priority is not None:
+            self._sampler.check_priority(priority)  # before anything is written
         with self._lock:
             index = super().add(data)
-            priority = data.get(self.priority_key, None)
             if priority is not None:
                 self.update_priority(index, priority)
         return index
