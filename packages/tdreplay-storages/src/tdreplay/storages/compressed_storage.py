@@ -244,10 +244,14 @@ class CompressedListStorage(ListStorage):
         offset = 0
         for _, dtype, leaf_shape in layout.leaves:
             size = math.prod(leaf_shape) * _itemsize(dtype)
-            chunk = buffer[:, offset: offset + size]
-            if len(rows) > 1:
-                chunk = chunk.contiguous()
-            tensors.append(chunk.view(dtype).reshape(*shape, *leaf_shape).to(self._device))
+            if size == 0:
+                tensor = torch.empty((*shape, *leaf_shape), dtype=dtype)
+            elif len(rows) == 1:
+                # leaves are ordered widest dtype first, so the offset is aligned for the view
+                tensor = buffer[0, offset: offset + size].view(dtype)
+            else:
+                tensor = buffer[:, offset: offset + size].contiguous().view(dtype)
+            tensors.append(tensor.reshape((*shape, *leaf_shape)).to(self._device))
             offset += size
         if layout.kind == "tensor":
             return tensors[0]
@@ -296,9 +300,9 @@ class CompressedListStorage(ListStorage):
             return self._decompress_rows(rows, (len(rows),)) if rows else []
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
             index = index.nonzero().squeeze(-1)
-        if not is_int(index):
+        elif not is_int(index):
             index = as_long_tensor(index, name="index")
-        return self.get(index)
+        return super().__getitem__(index)  # negative ints count from the last written row
 
     # ---- accounting ------------------------------------------------------------------------------
     @property
