@@ -370,6 +370,8 @@ class ListStorage(Storage):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self._storage[index]
+        if is_int(index) and int(index) < 0:  # rb[-1]: the last written item, as for a list
+            index = int(index) + len(self._storage)
         return self.get(index)
 
     def default_collate(self, data: Any) -> Any:
