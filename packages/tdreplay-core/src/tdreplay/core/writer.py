@@ -128,6 +128,18 @@ class RoundRobinWriter(Writer):
     _cursor = property(lambda self: self._shared_counter(0, "_local_cursor"),
                        lambda self, v: self._set_shared_counter(0, "_local_cursor", v))
 
+    def register_storage(self, storage: Storage) -> None:
+        """Attach ``storage``; a cursor past its written rows moves back to their end.
+
+        That happens when a used writer gets a fresh or smaller storage (``set_storage``,
+        ``set_writer``): writing at the old cursor would leave unwritten rows in between.
+        """
+        super().register_storage(storage)
+        numel = storage.row_numel
+        written = len(storage) // numel if numel else 0
+        if self._cursor > written:
+            self._cursor = written
+
     def add(self, data: Any) -> int:
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
