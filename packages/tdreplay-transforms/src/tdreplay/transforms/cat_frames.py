@@ -41,6 +41,12 @@ class CatFrames(Transform):
     All frames come from one gather over the whole batch (no Python loop over the batch or over
     time), so the transform is cheap enough for a buffer's sample path.
 
+    Slices: the boundaries must be in the data the transform sees. A ``SliceSampler`` reports
+    the end of each slice (``("next", "truncated")``, ``("next", "done")``) in the sample info,
+    which ``TensorDictReplayBuffer`` writes into the sample *after* the buffer's transforms;
+    with several slices per flat sample, apply ``CatFrames`` to the returned sample (or keep
+    one slice per sample) so that frames are not stacked across slices.
+
     Parameters
     ----------
     N : int

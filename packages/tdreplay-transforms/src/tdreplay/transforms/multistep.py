@@ -58,6 +58,12 @@ class MultiStep(Transform):
     All steps are computed at once (a loop over the ``n_steps`` window offsets only), so the
     transform runs in a buffer's sample path or, appended with ``invert=True``, on every extend.
 
+    Since it rewrites the ``"next"`` done flags, transforms that find trajectory boundaries from
+    them (``CatFrames``) must run before it. As for ``CatFrames``, a flat sample of several
+    slices needs the slice ends in the data: ``TensorDictReplayBuffer`` writes a
+    ``SliceSampler``'s truncation flags into the sample after the buffer's transforms, so apply
+    ``MultiStep`` to the returned sample in that case.
+
     Parameters
     ----------
     gamma : float

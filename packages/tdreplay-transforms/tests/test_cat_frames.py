@@ -1,0 +1,119 @@
+"""CatFrames against a step-by-step reference, trajectory boundaries, next keys, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from tdreplay.transforms import CatFrames
+
+
+def reference_stack(obs, done, N, padding, value):
+    """obs [T, *feat], done [T] -> [T, N, *feat] frames, oldest first, step by step."""
+    T = obs.shape[0]
+    out = []
+    start = 0
+    for t in range(T):
+        if t > 0 and done[t - 1]:
+            start = t
+        frames = []
+        for k in range(t - N + 1, t + 1):
+            if k >= start:
+                frames.append(obs[k])
+            elif padding == "same":
+                frames.append(obs[start])
+            else:
+                frames.append(torch.full_like(obs[0], value))
+        out.append(torch.stack(frames))
+    return torch.stack(out)
+
+
+def make_td(batch, T, feat, done_p, seed):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(*batch, T, *feat, generator=g)
+    done = torch.rand(*batch, T, 1, generator=g) < done_p
+    next_obs = torch.randn(*batch, T, *feat, generator=g)
+    return TensorDict({"obs": obs, ("next", "obs"): next_obs, ("next", "done"): done},
+                      [*batch, T])
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(1, 4), T=st.integers(1, 9), B=st.integers(1, 3),
+       padding=st.sampled_from(["same", "constant"]), seed=st.integers(0, 10_000),
+       done_p=st.sampled_from([0.0, 0.3, 0.7]))
+def test_matches_reference_on_batched_trajectories(N, T, B, padding, seed, done_p):
+    td = make_td([B], T, (2,), done_p, seed)
+    obs = td["obs"].clone()
+    done = td["next", "done"][..., 0].clone()
+    out = CatFrames(N, -1, in_keys=["obs"], padding=padding, padding_value=-7.0)(td)["obs"]
+    assert out.shape == (B, T, 2 * N)
+    for b in range(B):
+        ref = reference_stack(obs[b], done[b], N, padding, -7.0)  # [T, N, 2]
+        assert torch.equal(out[b], ref.reshape(T, N * 2))
+
+
+def test_image_frames_stack_on_channels():
+    td = make_td([], 6, (3, 4, 5), 0.2, 0)
+    obs = td["obs"].clone()
+    done = td["next", "done"][..., 0]
+    out = CatFrames(4, -3, in_keys=["obs"], out_keys=["stacked"])(td)
+    assert out["stacked"].shape == (6, 12, 4, 5)
+    ref = reference_stack(obs, done, 4, "same", 0.0)  # [T, 4, 3, 4, 5]
+    assert torch.equal(out["stacked"], ref.reshape(6, 12, 4, 5))
+    assert torch.equal(out["obs"], obs)  # written to out_keys only
+
+
+def test_flat_batch_of_slices_respects_slice_ends():
+    # two slices of 3 steps from different trajectories, flattened: the first ends "truncated"
+    obs = torch.arange(6.0).unsqueeze(-1)
+    done = torch.tensor([False, False, True, False, False, True]).unsqueeze(-1)
+    td = TensorDict({"obs": obs, ("next", "done"): done}, [6])
+    out = CatFrames(2, -1, in_keys=["obs"])(td)["obs"]
+    assert out.tolist() == [[0, 0], [0, 1], [1, 2], [3, 3], [3, 4], [4, 5]]
+
+
+def test_next_stack_is_the_stack_of_the_following_step():
+    T, N = 7, 3
+    obs = torch.arange(T + 0.0).unsqueeze(-1)
+    next_obs = obs + 1
+    done = torch.tensor([False, False, True, False, False, False, False]).unsqueeze(-1)
+    next_obs[2] = 100.0  # terminal observation of the first trajectory
+    td = TensorDict({"obs": obs, ("next", "obs"): next_obs, ("next", "done"): done}, [T])
+    for padding in ("same", "constant"):
+        out = CatFrames(N, -1, in_keys=["obs", ("next", "obs")], padding=padding)(td.clone())
+        for t in range(T - 1):
+            if not done[t]:
+                assert torch.equal(out["next", "obs"][t], out["obs"][t + 1])
+        assert out["next", "obs"][2].tolist()[-1] == 100.0
+    out = CatFrames(N, -1, in_keys=["obs", ("next", "obs")])(td.clone())
+    assert out["next", "obs"][0].tolist() == [0.0, 0.0, 1.0]
+    assert out["next", "obs"][2].tolist() == [1.0, 2.0, 100.0]
+    assert out["next", "obs"][3].tolist() == [3.0, 3.0, 4.0]
+
+
+def test_custom_done_key_and_nested_in_key():
+    td = TensorDict({("agent", "obs"): torch.arange(4.0).unsqueeze(-1),
+                     ("next", "truncated"): torch.tensor([True, False, False, False])}, [4])
+    out = CatFrames(2, -1, in_keys=[("agent", "obs")], done_key=("next", "truncated"))(td)
+    assert out["agent", "obs"].tolist() == [[0, 0], [1, 1], [1, 2], [2, 3]]
+
+
+def test_errors_name_the_key():
+    td = make_td([2], 4, (3,), 0.2, 0)
+    with pytest.raises(KeyError, match="key .*pixels.* is missing"):
+        CatFrames(2, -1)(td)
+    with pytest.raises(KeyError, match="done"):
+        CatFrames(2, -1, in_keys=["obs"])(td.exclude(("next", "done")))
+    with pytest.raises(ValueError, match="not a feature dimension of entry 'obs'"):
+        CatFrames(2, -2, in_keys=["obs"])(td)
+    with pytest.raises(ValueError, match="negative"):
+        CatFrames(2, 0)
+    with pytest.raises(ValueError, match="padding"):
+        CatFrames(2, -1, padding="reflect")
+    with pytest.raises(ValueError, match="same length"):
+        CatFrames(2, -1, in_keys=["a", "b"], out_keys=["c"])
+    with pytest.raises(ValueError, match="time dimension"):
+        CatFrames(2, -1, in_keys=["obs"])(td[0, 0])
