@@ -1,0 +1,138 @@
+"""What the three component ensembles share: member selection, state dicts and checkpoints.
+
+An ensemble (of storages, samplers or writers) holds one member per buffer. Indexing it with
+an int returns that member; with a slice, a sequence or a 1-D integer tensor it returns a new
+ensemble of the selected members. Its state dict is ``{"0": state_of_member_0, ...}`` and its
+checkpoint directory holds ``ensemble.json`` plus one sub-directory per member (``0/``,
+``1/``, ...) written by that member's own ``dumps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+
+ENSEMBLE_FILE = "ensemble.json"
+
+
+def select_members(index: Any, n: int, kind: str) -> int | list[int]:
+    """Resolve ``index`` against ``n`` members: an int position, or a list of positions.
+
+    Ints (negative ones count from the end) select one member; slices, sequences of ints,
+    ranges, numpy arrays and 1-D integer tensors select several (in the order given).
+
+    Examples
+    --------
+    >>> select_members(-1, 3, "buffers"), select_members(slice(1, None), 3, "buffers")
+    (2, [1, 2])
+    """
+    if isinstance(index, bool) or isinstance(index, np.bool_):
+        raise TypeError(f"cannot index {kind} with a bool.")
+    if isinstance(index, torch.Tensor) and index.ndim == 0:
+        if index.is_floating_point() or index.dtype is torch.bool:
+            raise TypeError(f"{kind} are indexed by integers, got a tensor of dtype {index.dtype}.")
+        index = int(index)
+    if isinstance(index, (int, np.integer)):
+        position = int(index)
+        if not -n <= position < n:
+            raise IndexError(f"index {position} is out of range for {n} {kind}.")
+        return position % n
+    if isinstance(index, slice):
+        return list(range(n))[index]
+    if isinstance(index, torch.Tensor):
+        if index.ndim != 1 or index.is_floating_point() or index.dtype is torch.bool:
+            raise TypeError(f"{kind} are indexed by a 1-D integer tensor, got a tensor of shape "
+                            f"{tuple(index.shape)} and dtype {index.dtype}.")
+        index = index.tolist()
+    elif isinstance(index, np.ndarray):
+        if index.ndim != 1 or not np.issubdtype(index.dtype, np.integer):
+            raise TypeError(f"{kind} are indexed by a 1-D integer array, got shape {index.shape} "
+                            f"and dtype {index.dtype}.")
+        index = index.tolist()
+    if isinstance(index, (Sequence, range)) and not isinstance(index, (str, bytes)):
+        positions = []
+        for item in index:
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+                raise TypeError(f"{kind} are indexed by integers, got {item!r} in {index!r}.")
+            positions.append(select_members(int(item), n, kind))
+        return positions
+    raise TypeError(f"{kind} are indexed by an int, a slice, a sequence of ints or a 1-D integer "
+                    f"tensor, got {type(index).__name__}.")
+
+
+def members_state_dict(members: Sequence[Any]) -> dict[str, Any]:
+    """``{"0": members[0].state_dict(), ...}``."""
+    return {str(i): member.state_dict() for i, member in enumerate(members)}
+
+
+def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str) -> None:
+    """Raise ``ValueError`` unless ``state_dict`` has exactly one entry per member."""
+    if not isinstance(state_dict, dict):
+        raise ValueError(f"a {kind} state_dict must be a dict, got {type(state_dict).__name__}.")
+    expected = {str(i) for i in range(len(members))}
+    if set(state_dict) != expected:
+        raise ValueError(f"{kind} state_dict must have one entry per member, keys "
+                         f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
+
+
+def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], kind: str) -> None:
+    """Load each member's entry; if one fails, restore the members already loaded.
+
+    Each member's state is taken just before it is loaded, so a failure leaves every member
+    as it was.
+    """
+    check_members_state_dict(members, state_dict, kind)
+    previous: list[tuple[Any, dict[str, Any]]] = []
+    try:
+        for i, member in enumerate(members):
+            previous.append((member, member.state_dict()))
+            member.load_state_dict(state_dict[str(i)])
+    except BaseException:
+        for member, state in reversed(previous):
+            member.load_state_dict(state)
+        raise
+
+
+def dump_members(members: Sequence[Any], path: Path, kind: str) -> None:
+    """Write ``ensemble.json`` and each member's own checkpoint into ``path/<i>``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_json(path / ENSEMBLE_FILE, {"kind": kind,
+                                      "members": [type(m).__name__ for m in members]})
+    for i, member in enumerate(members):
+        member.dumps(path / str(i))
+
+
+def prepare_members(members: Sequence[Any], path: Path, kind: str) -> Callable[[], None]:
+    """Read and check every member's checkpoint; return a function that installs them all.
+
+    Nothing changes before the returned function runs: a checkpoint of another kind, with
+    another number of members or other member classes, or one member's bad checkpoint raises
+    :class:`~tdreplay.core.CheckpointError` first.
+    """
+    path = Path(path)
+    meta = read_json(path / ENSEMBLE_FILE)
+    if meta.get("kind") != kind:
+        raise CheckpointError(f"checkpoint in {str(path)!r} holds a {meta.get('kind')}, "
+                              f"expected a {kind}.")
+    saved = list(meta.get("members", []))
+    current = [type(m).__name__ for m in members]
+    if len(saved) != len(current):
+        raise CheckpointError(f"checkpoint {kind} has {len(saved)} members but this {kind} has "
+                              f"{len(current)}.")
+    for i, (was, now) in enumerate(zip(saved, current)):
+        if was != now:
+            raise CheckpointError(f"checkpoint {kind} member {i} is a {was}, but this {kind}'s "
+                                  f"member {i} is a {now}.")
+    commits = [member.prepare_load(path / str(i)) for i, member in enumerate(members)]
+
+    def commit() -> None:
+        for install in commits:
+            install()
+
+    return commit

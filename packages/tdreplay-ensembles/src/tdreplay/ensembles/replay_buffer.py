@@ -1,0 +1,415 @@
+"""``ReplayBufferEnsemble``: sample from several replay buffers at once."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
+from tensordict import TensorDictBase, is_tensor_collection
+
+from ._members import select_members
+from .collate import stack_parts
+from .sampler import SamplerEnsemble
+from .storage import StorageEnsemble
+from .writer import WriterEnsemble
+
+
+class _EnsembleLock:
+    """The ensemble's lock: its own re-entrant lock, then the lock of every member buffer.
+
+    Holding the members' locks while the ensemble samples (or loads, or empties) means a
+    thread extending ``rb[i]`` never races with the ensemble reading buffer ``i``. Member locks
+    are taken in the order the buffers appear in the ensemble; ensembles that share buffers
+    should list them in the same order.
+    """
+
+    def __init__(self, ensemble: ReplayBufferEnsemble) -> None:
+        self._own = threading.RLock()
+        self._ensemble = ensemble
+
+    def _members(self) -> list[ReplayBuffer]:
+        unique: dict[int, ReplayBuffer] = {}
+        for rb in self._ensemble._rbs:
+            unique.setdefault(id(rb), rb)
+        return list(unique.values())
+
+    def __enter__(self) -> _EnsembleLock:
+        self._own.acquire()
+        entered: list[ReplayBuffer] = []
+        try:
+            for rb in self._members():
+                rb._lock.__enter__()
+                entered.append(rb)
+        except BaseException:
+            for rb in reversed(entered):
+                rb._lock.__exit__(None, None, None)
+            self._own.release()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            for rb in reversed(self._members()):
+                rb._lock.__exit__(*exc_info)
+        finally:
+            self._own.release()
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__qualname__", None)
+    if name is None:
+        return repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else name
+
+
+def _check_collate_fns(collate_fns: Any, n: int) -> list[Callable[[Any], Any]] | None:
+    if collate_fns is None:
+        return None
+    if isinstance(collate_fns, (str, bytes)) or not isinstance(collate_fns, Sequence):
+        raise TypeError(f"collate_fns must be a sequence with one callable per buffer, got "
+                        f"{type(collate_fns).__name__}.")
+    if len(collate_fns) != n:
+        raise ValueError(f"collate_fns must have one entry per buffer ({n}), got "
+                         f"{len(collate_fns)}.")
+    for i, fn in enumerate(collate_fns):
+        if not callable(fn):
+            raise TypeError(f"collate_fns[{i}] must be callable, got {type(fn).__name__}.")
+    return list(collate_fns)
+
+
+def _check_component(value: Any, kind: type, name: str) -> None:
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}.")
+
+
+class ReplayBufferEnsemble(ReplayBuffer):
+    """An ensemble of replay buffers: one ``sample`` draws from several buffers at once.
+
+    It composes a :class:`StorageEnsemble`, a :class:`SamplerEnsemble` and a
+    :class:`WriterEnsemble`. Writing to the ensemble itself is refused; index it to get one of
+    its buffers and extend that one (``rb[0].extend(data)``).
+
+    There are two ways to build one: pass the replay buffers, or pass the three component
+    ensembles (``storages=``, ``samplers=``, ``writers=``), as for other buffers.
+
+    A ``sample(batch_size)``:
+
+    1. draws ``num_buffer_sampled`` buffers (weighted by ``p``, or all of them with
+       ``sample_from_all``) and splits ``batch_size`` evenly among them;
+    2. reads each part with its buffer's sampler and storage, collates it with that buffer's
+       ``collate_fn`` and runs that buffer's transform on it;
+    3. joins the parts with ``collate_fn`` (by default :func:`stack_parts`: stacked along a new
+       leading dimension when they agree, so ``[parts, part_size, ...]``, else a list);
+    4. runs the ensemble's ``transform``;
+    5. writes ``index`` into a TensorDict sample: a sub-TensorDict with ``"index"`` (the slots
+       in each part's buffer) and ``"buffer_ids"`` (the buffer each item came from), of the
+       sample's shape, plus the samplers' info entries (e.g. ``priority_weight``).
+
+    Parameters
+    ----------
+    *rbs : ReplayBuffer
+        The replay buffers to ensemble (their storages, samplers, writers, transforms and
+        collate functions are shared, not copied).
+    storages : StorageEnsemble, optional
+        The storages, when no buffers are passed.
+    samplers : SamplerEnsemble, optional
+        The samplers, when no buffers are passed (carrying ``p``, ``sample_from_all`` and
+        ``num_buffer_sampled``).
+    writers : WriterEnsemble, optional
+        The writers, when no buffers are passed.
+    transform : Transform or callable, optional
+        The transform of the ensemble, run on the joined batch. Each buffer's own transform
+        comes from that buffer (or from ``storages.transforms``).
+    batch_size : int, optional
+        Default batch size of :meth:`sample`.
+    collate_fn : callable, optional
+        Joins the list of collated, transformed parts. Defaults to :func:`stack_parts`.
+    collate_fns : list of callables, optional
+        The ``collate_fn`` of each buffer. Taken from the buffers (or their storages' defaults)
+        when not given.
+    p : sequence of float or Tensor, optional
+        Relative weight of each buffer (see :class:`SamplerEnsemble`). Not compatible with
+        ``sample_from_all``.
+    sample_from_all : bool
+        Take one part from every buffer. Defaults to ``False``.
+    num_buffer_sampled : int, optional
+        Number of buffers (parts) per batch; defaults to the number of buffers.
+    pin_memory, prefetch, generator
+        As for :class:`~tdreplay.core.ReplayBuffer`.
+
+    Notes
+    -----
+    - ``rb[i]`` is the i-th buffer (built from the i-th components as a
+      :class:`~tdreplay.core.ReplayBuffer` when the ensemble was built from components);
+      ``rb[1:]`` or ``rb[[0, 2]]`` a smaller ensemble sharing the same buffers;
+      ``rb[i, idx]`` is ``rb[i][idx]``. ``len(rb)`` is the number of buffers, as in TorchRL.
+    - ``p`` and ``num_buffer_sampled`` given with components belong to the
+      :class:`SamplerEnsemble`; passing them here as well is refused.
+    - :meth:`dumps` / :meth:`loads` save and restore every buffer's storage, sampler and writer
+      (and the generators) in one atomic checkpoint.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage, TensorDictReplayBuffer
+    >>> rb0 = TensorDictReplayBuffer(storage=ListStorage(10),
+    ...                              transform=lambda td: td.set("obs", td["obs"] * 10))
+    >>> rb1 = TensorDictReplayBuffer(storage=ListStorage(10))
+    >>> rb = ReplayBufferEnsemble(rb0, rb1, sample_from_all=True, batch_size=6)
+    >>> _ = rb[0].extend(TensorDict(obs=torch.ones(4), batch_size=[4]))
+    >>> _ = rb[1].extend(TensorDict(obs=torch.ones(4), batch_size=[4]))
+    >>> sample = rb.sample()
+    >>> sample.batch_size, sample["obs"][:, 0].tolist()
+    (torch.Size([2, 3]), [10.0, 1.0])
+    >>> sample["index", "buffer_ids"].tolist()
+    [[0, 0, 0], [1, 1, 1]]
+    >>> rb.extend(TensorDict(obs=torch.ones(4), batch_size=[4]))
+    Traceback (most recent call last):
+    ...
+    RuntimeError: ReplayBufferEnsemble.extend: an ensemble cannot be written to; write to one of its buffers instead, e.g. rb[0].extend(...).
+    """
+
+    def __init__(
+        self,
+        *rbs: ReplayBuffer,
+        storages: StorageEnsemble | None = None,
+        samplers: SamplerEnsemble | None = None,
+        writers: WriterEnsemble | None = None,
+        transform: Transform | Callable[[Any], Any] | None = None,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        collate_fns: Sequence[Callable[[Any], Any]] | None = None,
+        p: Sequence[float] | torch.Tensor | None = None,
+        sample_from_all: bool = False,
+        num_buffer_sampled: int | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
+        buffers: list[ReplayBuffer] | None
+        if rbs:
+            given = [name for name, value in (("storages", storages), ("samplers", samplers),
+                                              ("writers", writers)) if value is not None]
+            if given:
+                raise ValueError(f"pass either replay buffers or {', '.join(given)}, not both.")
+            for i, rb in enumerate(rbs):
+                if not isinstance(rb, ReplayBuffer):
+                    raise TypeError(f"rbs[{i}] must be a ReplayBuffer, got {type(rb).__name__}.")
+                if isinstance(rb, ReplayBufferEnsemble):
+                    raise TypeError(f"rbs[{i}] is a ReplayBufferEnsemble: ensembles do not nest.")
+            collate_fns = _check_collate_fns(collate_fns, len(rbs)) or [rb._collate_fn
+                                                                         for rb in rbs]
+            storages = StorageEnsemble(*(rb.storage for rb in rbs),
+                                       transforms=[rb.transform for rb in rbs])
+            samplers = SamplerEnsemble(*(rb.sampler for rb in rbs), p=p,
+                                       sample_from_all=sample_from_all,
+                                       num_buffer_sampled=num_buffer_sampled)
+            writers = WriterEnsemble(*(rb.writer for rb in rbs))
+            buffers = list(rbs)
+        else:
+            missing = [name for name, value in (("storages", storages), ("samplers", samplers),
+                                                ("writers", writers)) if value is None]
+            if missing:
+                raise ValueError("ReplayBufferEnsemble needs replay buffers, or all of storages, "
+                                 f"samplers and writers (missing: {', '.join(missing)}).")
+            _check_component(storages, StorageEnsemble, "storages")
+            _check_component(samplers, SamplerEnsemble, "samplers")
+            _check_component(writers, WriterEnsemble, "writers")
+            if p is not None or sample_from_all or num_buffer_sampled is not None:
+                raise ValueError("p, sample_from_all and num_buffer_sampled are set on the "
+                                 "SamplerEnsemble when the ensemble is built from components.")
+            n = len(storages)
+            if len(samplers) != n or len(writers) != n:
+                raise ValueError(f"storages, samplers and writers must have one member per "
+                                 f"buffer; got {n} storages, {len(samplers)} samplers and "
+                                 f"{len(writers)} writers.")
+            collate_fns = _check_collate_fns(collate_fns, n) or [
+                storage.default_collate for storage in storages.storages]
+            buffers = None
+        super().__init__(storage=storages, sampler=samplers, writer=writers, transform=transform,
+                         batch_size=batch_size, pin_memory=pin_memory, prefetch=prefetch,
+                         generator=generator)
+        if buffers is None:
+            transforms = storages.transforms or [None] * len(storages)
+            buffers = [
+                ReplayBuffer(storage=storage, sampler=sampler, writer=writer, transform=t,
+                             collate_fn=fn)
+                for storage, sampler, writer, t, fn in zip(
+                    storages.storages, samplers.samplers, writers.writers, transforms, collate_fns)
+            ]
+        self._rbs: tuple[ReplayBuffer, ...] = tuple(buffers)
+        self._collate_fns: list[Callable[[Any], Any]] = list(collate_fns)
+        self._parts_collate = collate_fn if collate_fn is not None else stack_parts
+        self._collate_fn = self._collate_parts
+        self._lock = _EnsembleLock(self)
+
+    # ---- components ----------------------------------------------------------------------------
+    @property
+    def buffers(self) -> tuple[ReplayBuffer, ...]:
+        """The member buffers."""
+        return self._rbs
+
+    @property
+    def collate_fn(self) -> Callable[[list[Any]], Any]:
+        """The function joining the parts of a batch."""
+        return self._parts_collate
+
+    @property
+    def collate_fns(self) -> list[Callable[[Any], Any]]:
+        """The ``collate_fn`` of each buffer."""
+        return list(self._collate_fns)
+
+    @staticmethod
+    def _refuse_replace(method: str) -> RuntimeError:
+        return RuntimeError(f"ReplayBufferEnsemble.{method}: the components of an ensemble cannot "
+                            "be replaced; build a new ensemble (or replace the component of one "
+                            "buffer, rb[i]).")
+
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
+                    ) -> Storage:
+        raise self._refuse_replace("set_storage")
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        raise self._refuse_replace("set_sampler")
+
+    def set_writer(self, writer: Writer) -> Writer:
+        raise self._refuse_replace("set_writer")
+
+    # ---- writing is refused ----------------------------------------------------------------------
+    @staticmethod
+    def _refuse_write(method: str) -> RuntimeError:
+        return RuntimeError(f"ReplayBufferEnsemble.{method}: an ensemble cannot be written to; "
+                            f"write to one of its buffers instead, e.g. rb[0].{method}(...).")
+
+    def add(self, data: Any) -> int | torch.Tensor:
+        raise self._refuse_write("add")
+
+    def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse_write("extend")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise self._refuse_write("__setitem__")
+
+    def write_all(self, data: Any, end: int | None = None) -> None:
+        raise self._refuse_write("write_all")
+
+    def set_(self, key: Any, value: Any) -> ReplayBuffer:
+        raise self._refuse_write("set_")
+
+    def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
+        raise self._refuse_write("set_at_")
+
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *,
+                keys_to_update: Any = None) -> ReplayBuffer:
+        raise self._refuse_write("update_")
+
+    # ---- reading -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Number of buffers."""
+        return len(self._rbs)
+
+    def __getitem__(self, index: Any) -> Any:
+        """``rb[i]``: the i-th buffer; ``rb[1:]`` / ``rb[[0, 2]]``: a smaller ensemble;
+        ``rb[i, idx]``: ``rb[i][idx]``; ``rb[:, idx]``: ``idx`` of every buffer, joined."""
+        if isinstance(index, tuple):
+            if not index:
+                return self
+            if len(index) == 1:
+                return self[index[0]]
+            rest = index[1] if len(index) == 2 else index[1:]
+            positions = select_members(index[0], len(self._rbs), "buffers")
+            if isinstance(positions, int):
+                return self._rbs[positions][rest]
+            with self._lock:
+                parts = [(i, self._storage.storages[i][rest]) for i in positions]
+            data = self._collate_parts(parts)
+            if len(self._transform):
+                data = self._transform(data)
+            return data
+        positions = select_members(index, len(self._rbs), "buffers")
+        if isinstance(positions, int):
+            return self._rbs[positions]
+        p = self._sampler.p
+        return ReplayBufferEnsemble(
+            *(self._rbs[i] for i in positions),
+            transform=self._transform,
+            batch_size=self._batch_size,
+            collate_fn=self._parts_collate,
+            collate_fns=[self._collate_fns[i] for i in positions],
+            p=None if p is None else p[positions],
+            sample_from_all=self._sampler.sample_from_all,
+            num_buffer_sampled=self._sampler._num_buffer_sampled,
+            pin_memory=self._pin_memory,
+            prefetch=self._prefetch or None,
+            generator=self._rng,
+        )
+
+    def read_all_in_order(self, end: int | None = None) -> Any:
+        """Every buffer's contents in physical order (``rb[:, :end]``), joined."""
+        return self[slice(None), slice(None, end)]
+
+    def _collate_parts(self, parts: list[tuple[int, Any]]) -> Any:
+        """Collate and transform each ``(buffer_id, items)`` part, then join the parts."""
+        batch = []
+        for buffer_id, items in parts:
+            data = self._collate_fns[buffer_id](items)
+            transform = self._rbs[buffer_id].transform
+            if len(transform):
+                data = transform(data)
+            batch.append(data)
+        return self._parts_collate(batch)
+
+    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+        index = info.get("index")
+        if is_tensor_collection(data):
+            return self._attach_to(data, index, info)
+        if isinstance(data, list) and isinstance(index, list) and len(data) == len(index):
+            return [self._attach_to(part, index[j],
+                                    {k: v[j] for k, v in info.items() if k != "index"})
+                    for j, part in enumerate(data)]
+        return data
+
+    def _attach_to(self, data: Any, index: Any, info: dict[str, Any]) -> Any:
+        if not is_tensor_collection(data):
+            return data
+        # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
+        # writes them; the ensemble index (a TensorDict) is written below
+        data = TensorDictReplayBuffer._attach_info(self, data, info)
+        if not isinstance(index, TensorDictBase):
+            return data
+        batch = data.batch_size
+        if batch[: index.batch_dims] != index.batch_size:
+            return data
+        while index.batch_dims < len(batch):
+            index = index.unsqueeze(-1)
+        index = index.expand(batch)
+        if data.is_locked:
+            data = data.unlock_()
+        data.set("index", index)
+        return data
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+    def _clear_prefetch(self) -> None:
+        super()._clear_prefetch()
+        for rb in getattr(self, "_rbs", ()):
+            rb._clear_prefetch()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._lock = _EnsembleLock(self)
+
+    def __repr__(self) -> str:
+        storages = textwrap.indent(f"storages={self._storage!r}", " " * 4)
+        samplers = textwrap.indent(f"samplers={self._sampler!r}", " " * 4)
+        writers = textwrap.indent(f"writers={self._writer!r}", " " * 4)
+        return (f"{type(self).__name__}(\n{storages},\n{samplers},\n{writers},\n"
+                f"batch_size={self._batch_size},\ntransform={self._transform!r},\n"
+                f"collate_fn={_callable_name(self._parts_collate)})")

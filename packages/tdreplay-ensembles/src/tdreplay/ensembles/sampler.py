@@ -1,0 +1,332 @@
+"""``SamplerEnsemble``: draws some buffers of an ensemble, then a part of the batch from each."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tdreplay.core import Sampler, Storage
+from tdreplay.core.sampler import _check_batch_size
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+
+from ._members import (
+    check_members_state_dict,
+    dump_members,
+    load_members_state_dict,
+    members_state_dict,
+    prepare_members,
+    select_members,
+)
+from .collate import stack_parts
+from .storage import StorageEnsemble
+
+
+def _check_p(p: Any, n: int) -> torch.Tensor | None:
+    """``p`` as float64 weights summing to 1, or ``None``; errors name ``p``."""
+    if p is None:
+        return None
+    if isinstance(p, torch.Tensor):
+        if p.dtype is torch.bool or p.is_complex():
+            raise TypeError(f"p must hold real numbers, got a tensor of dtype {p.dtype}.")
+        weights = p.detach().to(device="cpu", dtype=torch.float64)
+    else:
+        if isinstance(p, (str, bytes)) or not isinstance(p, (Sequence, np.ndarray)):
+            raise TypeError(f"p must be a sequence or a tensor of weights, got {type(p).__name__}.")
+        try:
+            weights = torch.as_tensor(np.asarray(p, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"p must hold numbers, got {p!r}.") from err
+    if weights.ndim != 1 or weights.numel() != n:
+        raise ValueError(f"p must hold one weight per buffer ({n}), got "
+                         f"{weights.numel() if weights.ndim == 1 else tuple(weights.shape)} "
+                         f"{'weights' if weights.ndim == 1 else '(shape)'}.")
+    if not bool(torch.isfinite(weights).all()):
+        raise ValueError(f"p must hold finite weights, got {weights.tolist()}.")
+    if bool((weights < 0).any()):
+        raise ValueError(f"p must hold non-negative weights, got {weights.tolist()}.")
+    total = weights.sum()
+    if total <= 0:
+        raise ValueError(f"p must give at least one buffer a positive weight, got "
+                         f"{weights.tolist()}.")
+    return weights / total
+
+
+def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"num_buffer_sampled must be an int or None, got {type(value).__name__}.")
+    value = int(value)
+    if not 1 <= value <= n:
+        raise ValueError(f"num_buffer_sampled must be between 1 and the number of buffers ({n}), "
+                         f"got {value}.")
+    if sample_from_all and value != n:
+        raise ValueError(f"sample_from_all=True samples every buffer ({n}); num_buffer_sampled="
+                         f"{value} contradicts it (leave it None).")
+    return value
+
+
+class SamplerEnsemble(Sampler):
+    """The samplers of several buffers, and how a batch is spread over the buffers.
+
+    Each call to :meth:`sample` draws ``num_buffer_sampled`` buffers, splits the batch evenly
+    among them and asks each drawn buffer's sampler for its part.
+
+    Parameters
+    ----------
+    *samplers : Sampler
+        One sampler per buffer.
+    p : sequence of float or Tensor, optional
+        Relative weight of each buffer when drawing buffers (normalised to sum to 1). Without
+        it, buffers are drawn uniformly. Not compatible with ``sample_from_all``.
+    sample_from_all : bool
+        Every batch takes one part from every buffer, in order. Defaults to ``False``.
+    num_buffer_sampled : int, optional
+        How many buffers a batch is drawn from (between 1 and the number of buffers).
+        Defaults to the number of buffers.
+
+    Notes
+    -----
+    As in TorchRL, buffers are drawn **with replacement**: with ``p`` (or uniformly) one buffer
+    can supply several parts of one batch, so ``p`` really is the share of parts that come from
+    each buffer. ``num_buffer_sampled`` is the number of parts; it may not exceed the number of
+    buffers. Before anything is drawn, every buffer that can be drawn (weight > 0) must hold
+    data, so sampling fails the same way whatever the draw.
+
+    :meth:`sample` returns the index as a TensorDict of batch size ``[parts, *part_shape]``
+    with ``"index"`` (slots in each buffer's storage) and ``"buffer_ids"`` (which buffer each
+    slot belongs to), and the samplers' info entries stacked the same way.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tdreplay.core import ListStorage, RandomSampler
+    >>> storages = StorageEnsemble(ListStorage(10), ListStorage(10))
+    >>> storages[0].set(torch.arange(4), [0, 1, 2, 3])
+    >>> storages[1].set(torch.arange(2), [10, 11])
+    >>> sampler = SamplerEnsemble(RandomSampler(), RandomSampler(), sample_from_all=True)
+    >>> index, info = sampler.sample(storages, 6)
+    >>> index.batch_size, index["buffer_ids"][:, 0].tolist()
+    (torch.Size([2, 3]), [0, 1])
+    >>> bool((index["index"][1] < 2).all())
+    True
+    """
+
+    def __init__(self, *samplers: Sampler, p: Sequence[float] | torch.Tensor | None = None,
+                 sample_from_all: bool = False, num_buffer_sampled: int | None = None) -> None:
+        if not samplers:
+            raise ValueError("SamplerEnsemble needs at least one sampler.")
+        for i, sampler in enumerate(samplers):
+            if not isinstance(sampler, Sampler):
+                raise TypeError(f"samplers[{i}] must be a Sampler instance, got "
+                                f"{type(sampler).__name__}.")
+            if isinstance(sampler, SamplerEnsemble):
+                raise TypeError(f"samplers[{i}] is a SamplerEnsemble: ensembles do not nest.")
+        if not isinstance(sample_from_all, bool):
+            raise TypeError(f"sample_from_all must be a bool, got {type(sample_from_all).__name__}.")
+        if sample_from_all and p is not None:
+            raise ValueError("p and sample_from_all=True cannot be used together: sample_from_all "
+                             "takes one part from every buffer, p weights a random draw of buffers.")
+        n = len(samplers)
+        self._p = _check_p(p, n)
+        self._num_buffer_sampled = _check_num_buffer_sampled(num_buffer_sampled, n, sample_from_all)
+        self._sample_from_all = sample_from_all
+        self._samplers: tuple[Sampler, ...] = tuple(samplers)
+
+    # ---- configuration ---------------------------------------------------------------------------
+    @property
+    def samplers(self) -> tuple[Sampler, ...]:
+        """The samplers, one per buffer."""
+        return self._samplers
+
+    @property
+    def p(self) -> torch.Tensor | None:
+        """Normalised weights of the buffers (``None``: uniform)."""
+        return self._p
+
+    @p.setter
+    def p(self, value: Sequence[float] | torch.Tensor | None) -> None:
+        if value is not None and self._sample_from_all:
+            raise ValueError("p cannot be set while sample_from_all=True.")
+        self._p = _check_p(value, len(self._samplers))
+
+    @property
+    def sample_from_all(self) -> bool:
+        """Whether every batch takes one part from every buffer."""
+        return self._sample_from_all
+
+    @property
+    def num_buffer_sampled(self) -> int:
+        """Number of buffers (parts) a batch is drawn from."""
+        if self._num_buffer_sampled is None:
+            return len(self._samplers)
+        return self._num_buffer_sampled
+
+    @num_buffer_sampled.setter
+    def num_buffer_sampled(self, value: int | None) -> None:
+        self._num_buffer_sampled = _check_num_buffer_sampled(value, len(self._samplers),
+                                                             self._sample_from_all)
+
+    # ---- sampling ----------------------------------------------------------------------------------
+    def _draw_buffers(self) -> torch.Tensor:
+        n, parts = len(self._samplers), self.num_buffer_sampled
+        if self._sample_from_all:
+            return torch.arange(n)
+        if self._p is None:
+            return torch.randint(n, (parts,), generator=self._rng)
+        return torch.multinomial(self._p, parts, replacement=True, generator=self._rng)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[TensorDictBase | list, dict]:
+        """Draw buffers, then ``batch_size // num_buffer_sampled`` items from each.
+
+        Returns ``(index, info)``: see the class notes. When the parts' indices differ in
+        shape, ``index`` is a list of per-part TensorDicts instead.
+        """
+        if not isinstance(storage, StorageEnsemble):
+            raise TypeError(f"SamplerEnsemble samples a StorageEnsemble, got "
+                            f"{type(storage).__name__}.")
+        if len(storage) != len(self._samplers):
+            raise ValueError(f"the StorageEnsemble has {len(storage)} storages but the "
+                             f"SamplerEnsemble has {len(self._samplers)} samplers.")
+        _check_batch_size(batch_size)
+        parts = self.num_buffer_sampled
+        if batch_size % parts:
+            raise ValueError(f"batch_size={batch_size} cannot be split evenly among "
+                             f"num_buffer_sampled={parts} buffers: use a multiple of {parts}.")
+        drawable = range(len(self._samplers)) if self._p is None \
+            else self._p.nonzero().reshape(-1).tolist()
+        empty = [i for i in drawable if len(storage.storages[i]) == 0]
+        if empty:
+            raise RuntimeError(f"cannot sample: buffer(s) {empty} of the ensemble are empty "
+                               "(extend them with rb[i].extend(...), or give them weight 0 in p).")
+        part_size = batch_size // parts
+        indices, infos = [], []
+        for buffer_id in self._draw_buffers().tolist():
+            index, info = self._samplers[buffer_id].sample(storage.storages[buffer_id], part_size)
+            index = torch.as_tensor(index, dtype=torch.long)
+            indices.append(TensorDict({"index": index,
+                                       "buffer_ids": torch.full_like(index, buffer_id)},
+                                      batch_size=index.shape))
+            infos.append(info)
+        return stack_parts(indices), _stack_infos(infos)
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
+        """Route priorities to the samplers of the buffers they belong to.
+
+        ``index`` is an ensemble index (as :meth:`sample` returns, or ``sample["index"]``);
+        ``priority`` has its shape (or broadcasts to it).
+        """
+        stacked = is_tensor_collection(index)
+        parts = list(index.unbind(0)) if stacked else list(index)
+        if stacked:
+            priority = torch.as_tensor(priority)
+            if not priority.ndim:
+                priority = priority.expand(index.batch_size)
+            elif priority.shape != index.batch_size:
+                raise ValueError(f"priority must have the index's shape {tuple(index.batch_size)}, "
+                                 f"got {tuple(priority.shape)}.")
+        elif not isinstance(priority, (list, tuple)) or len(priority) != len(parts):
+            raise ValueError(f"with a list index of {len(parts)} parts, priority must be a list "
+                             "with one entry per part.")
+        for position, part in enumerate(parts):
+            if not is_tensor_collection(part) or "buffer_ids" not in part.keys() \
+                    or "index" not in part.keys():
+                raise TypeError("update_priority expects an ensemble index: a TensorDict with "
+                                "'index' and 'buffer_ids' entries (e.g. sample['index']).")
+            buffer_id = select_members(int(part.get("buffer_ids").reshape(-1)[0]),
+                                       len(self._samplers), "samplers")
+            slots = part.get("index")
+            part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
+            self._samplers[buffer_id].update_priority(
+                slots, part_priority,
+                storage=None if storage is None else storage.storages[buffer_id])
+
+    @property
+    def is_prioritized(self) -> bool:
+        """Whether any member sampler is prioritized."""
+        return any(getattr(s, "is_prioritized", False) for s in self._samplers)
+
+    def extend(self, slots: torch.Tensor) -> None:
+        raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "
+                           "ensemble (rb[i].extend(...)), which updates its own sampler.")
+
+    def mark_update(self, slots: torch.Tensor) -> None:
+        self.extend(slots)
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for the draw of buffers and in every member sampler."""
+        self._rng = generator
+        for sampler in self._samplers:
+            sampler.set_rng(generator)
+
+    def _empty(self) -> None:
+        for sampler in self._samplers:
+            sampler._empty()
+
+    # ---- indexing ------------------------------------------------------------------------------------
+    def __getitem__(self, index: Any) -> Sampler | SamplerEnsemble:
+        """``ensemble[i]``: the i-th sampler; a slice, sequence or 1-D tensor: a
+        :class:`SamplerEnsemble` of the selected samplers (with their share of ``p``)."""
+        positions = select_members(index, len(self._samplers), "samplers")
+        if isinstance(positions, int):
+            return self._samplers[positions]
+        return SamplerEnsemble(
+            *(self._samplers[i] for i in positions),
+            p=None if self._p is None else self._p[positions],
+            sample_from_all=self._sample_from_all,
+            num_buffer_sampled=self._num_buffer_sampled,
+        )
+
+    def __len__(self) -> int:
+        """Number of samplers."""
+        return len(self._samplers)
+
+    # ---- state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """``{"0": samplers[0].state_dict(), ...}``."""
+        return members_state_dict(self._samplers)
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        check_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
+        for i, sampler in enumerate(self._samplers):
+            sampler.check_state_dict(state_dict[str(i)])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; on failure every sampler is left as it was."""
+        self.check_state_dict(state_dict)
+        load_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
+
+    def dumps(self, path: Any) -> None:
+        """Write each sampler's checkpoint into ``path/<i>``."""
+        dump_members(self._samplers, Path(path), "SamplerEnsemble")
+
+    def prepare_load(self, path: Any) -> Any:
+        """Read and check every sampler's checkpoint; return a function installing them."""
+        return prepare_members(self._samplers, Path(path), "SamplerEnsemble")
+
+    def __repr__(self) -> str:
+        p = None if self._p is None else [round(w, 6) for w in self._p.tolist()]
+        body = textwrap.indent(
+            f"samplers=({', '.join(map(repr, self._samplers))}),\np={p},\n"
+            f"sample_from_all={self._sample_from_all},\n"
+            f"num_buffer_sampled={self.num_buffer_sampled}", " " * 4)
+        return f"{type(self).__name__}(\n{body})"
+
+
+def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge the parts' info dicts: tensors of one shape stacked along dim 0, else a list."""
+    keys: list[str] = []
+    for info in infos:
+        keys.extend(k for k in info if k not in keys)
+    merged: dict[str, Any] = {}
+    for key in keys:
+        values = [info.get(key) for info in infos]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            merged[key] = stack_parts(values)
+        else:
+            merged[key] = values
+    return merged
