@@ -32,6 +32,13 @@ from tdreplay.core import (
     Transform,
     Writer,
 )
+from tdreplay.ensembles import (
+    ReplayBufferEnsemble,
+    SamplerEnsemble,
+    StorageEnsemble,
+    StorageEnsembleCheckpointer,
+    WriterEnsemble,
+)
 from tdreplay.samplers import SamplerWithoutReplacement
 from tdreplay.storages import (
     LazyStackStorage,
@@ -55,15 +62,20 @@ __all__ = [
     "ListStorageCheckpointer",
     "RandomSampler",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "Storage",
     "StorageCheckpointerBase",
+    "StorageEnsemble",
+    "StorageEnsembleCheckpointer",
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
     "TensorStorageCheckpointer",
     "Transform",
     "Writer",
+    "WriterEnsemble",
 ]
