@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 ENSEMBLE_FILE = "ensemble.json"

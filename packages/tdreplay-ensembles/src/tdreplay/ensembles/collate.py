@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tdreplay.core import stack_items
 from tensordict import is_tensor_collection
+
+from tdreplay.core import stack_items
 
 
 def stack_parts(parts: list[Any]) -> Any:

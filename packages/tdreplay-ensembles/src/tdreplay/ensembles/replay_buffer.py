@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
 from tensordict import TensorDictBase, is_tensor_collection
+
+from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
 
 from ._members import select_members
 from .collate import stack_parts
@@ -169,10 +170,10 @@ class ReplayBufferEnsemble(ReplayBuffer):
     (torch.Size([2, 3]), [10.0, 1.0])
     >>> sample["index", "buffer_ids"].tolist()
     [[0, 0, 0], [1, 1, 1]]
-    >>> rb.extend(TensorDict(obs=torch.ones(4), batch_size=[4]))
+    >>> rb.extend(TensorDict(obs=torch.ones(4), batch_size=[4]))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    RuntimeError: ReplayBufferEnsemble.extend: an ensemble cannot be written to; write to one of its buffers instead, e.g. rb[0].extend(...).
+    RuntimeError: ReplayBufferEnsemble.extend: an ensemble cannot be written to; ...
     """
 
     def __init__(
@@ -251,7 +252,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         self._collate_fn = self._collate_parts
         self._lock = _EnsembleLock(self)
 
-    # ---- components ----------------------------------------------------------------------------
+    # ---- components -----------------------------------------------------------------------------
     @property
     def buffers(self) -> tuple[ReplayBuffer, ...]:
         """The member buffers."""
@@ -283,7 +284,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
     def set_writer(self, writer: Writer) -> Writer:
         raise self._refuse_replace("set_writer")
 
-    # ---- writing is refused ----------------------------------------------------------------------
+    # ---- writing is refused ---------------------------------------------------------------------
     @staticmethod
     def _refuse_write(method: str) -> RuntimeError:
         return RuntimeError(f"ReplayBufferEnsemble.{method}: an ensemble cannot be written to; "
@@ -311,7 +312,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
                 keys_to_update: Any = None) -> ReplayBuffer:
         raise self._refuse_write("update_")
 
-    # ---- reading -----------------------------------------------------------------------------------
+    # ---- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:
         """Number of buffers."""
         return len(self._rbs)
@@ -396,7 +397,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         data.set("index", index)
         return data
 
-    # ---- lifecycle -----------------------------------------------------------------------------------
+    # ---- lifecycle ------------------------------------------------------------------------------
     def _clear_prefetch(self) -> None:
         super()._clear_prefetch()
         for rb in getattr(self, "_rbs", ()):

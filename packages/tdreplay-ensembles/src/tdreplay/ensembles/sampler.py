@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.sampler import _check_batch_size
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from ._members import (
     check_members_state_dict,
@@ -127,17 +128,19 @@ class SamplerEnsemble(Sampler):
             if isinstance(sampler, SamplerEnsemble):
                 raise TypeError(f"samplers[{i}] is a SamplerEnsemble: ensembles do not nest.")
         if not isinstance(sample_from_all, bool):
-            raise TypeError(f"sample_from_all must be a bool, got {type(sample_from_all).__name__}.")
+            raise TypeError(f"sample_from_all must be a bool, got "
+                            f"{type(sample_from_all).__name__}.")
         if sample_from_all and p is not None:
             raise ValueError("p and sample_from_all=True cannot be used together: sample_from_all "
-                             "takes one part from every buffer, p weights a random draw of buffers.")
+                             "takes one part from every buffer, p weights a random draw of "
+                             "buffers.")
         n = len(samplers)
         self._p = _check_p(p, n)
         self._num_buffer_sampled = _check_num_buffer_sampled(num_buffer_sampled, n, sample_from_all)
         self._sample_from_all = sample_from_all
         self._samplers: tuple[Sampler, ...] = tuple(samplers)
 
-    # ---- configuration ---------------------------------------------------------------------------
+    # ---- configuration --------------------------------------------------------------------------
     @property
     def samplers(self) -> tuple[Sampler, ...]:
         """The samplers, one per buffer."""
@@ -171,7 +174,7 @@ class SamplerEnsemble(Sampler):
         self._num_buffer_sampled = _check_num_buffer_sampled(value, len(self._samplers),
                                                              self._sample_from_all)
 
-    # ---- sampling ----------------------------------------------------------------------------------
+    # ---- sampling -------------------------------------------------------------------------------
     def _draw_buffers(self) -> torch.Tensor:
         n, parts = len(self._samplers), self.num_buffer_sampled
         if self._sample_from_all:
@@ -267,7 +270,7 @@ class SamplerEnsemble(Sampler):
         for sampler in self._samplers:
             sampler._empty()
 
-    # ---- indexing ------------------------------------------------------------------------------------
+    # ---- indexing -------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Sampler | SamplerEnsemble:
         """``ensemble[i]``: the i-th sampler; a slice, sequence or 1-D tensor: a
         :class:`SamplerEnsemble` of the selected samplers (with their share of ``p``)."""
@@ -285,7 +288,7 @@ class SamplerEnsemble(Sampler):
         """Number of samplers."""
         return len(self._samplers)
 
-    # ---- state -----------------------------------------------------------------------------------------
+    # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"0": samplers[0].state_dict(), ...}``."""
         return members_state_dict(self._samplers)

@@ -7,9 +7,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tensordict import is_tensor_collection
+
 from tdreplay.core import Compose, Storage, StorageCheckpointerBase, Transform
 from tdreplay.core.transform import as_transform
-from tensordict import is_tensor_collection
 
 from ._members import (
     dump_members,
@@ -97,8 +98,11 @@ class StorageEnsemble(Storage):
 
     _default_checkpointer = StorageEnsembleCheckpointer
 
-    def __init__(self, *storages: Storage,
-                 transforms: Sequence[Transform | Callable[[Any], Any] | None] | None = None) -> None:
+    def __init__(
+        self,
+        *storages: Storage,
+        transforms: Sequence[Transform | Callable[[Any], Any] | None] | None = None,
+    ) -> None:
         if not storages:
             raise ValueError("StorageEnsemble needs at least one storage.")
         for i, storage in enumerate(storages):
@@ -129,7 +133,7 @@ class StorageEnsemble(Storage):
         """The sample-side transform of each buffer (``None`` when none was given)."""
         return self._transforms
 
-    # ---- writing is refused --------------------------------------------------------------------
+    # ---- writing is refused ---------------------------------------------------------------------
     def set(self, rows: Any, data: Any) -> None:
         raise RuntimeError("a StorageEnsemble cannot be written to: write to one of its storages "
                            "(or extend one buffer of the ReplayBufferEnsemble, rb[i].extend(...)).")
@@ -137,7 +141,7 @@ class StorageEnsemble(Storage):
     def __setitem__(self, index: Any, value: Any) -> None:
         self.set(index, value)
 
-    # ---- reading ---------------------------------------------------------------------------------
+    # ---- reading --------------------------------------------------------------------------------
     def get(self, index: Any) -> list[tuple[int, Any]]:
         """Read each part of an ensemble index: ``[(buffer_id, items), ...]``.
 
@@ -189,7 +193,7 @@ class StorageEnsemble(Storage):
         for storage in self._storages:
             storage._empty()
 
-    # ---- state -----------------------------------------------------------------------------------
+    # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"0": storages[0].state_dict(), ...}``."""
         return members_state_dict(self._storages)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from tdreplay.core import Storage, Writer
 
 from ._members import (
@@ -99,7 +100,7 @@ class WriterEnsemble(Writer):
         """Number of writers."""
         return len(self._writers)
 
-    # ---- state -----------------------------------------------------------------------------------
+    # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"0": writers[0].state_dict(), ...}``."""
         return members_state_dict(self._writers)
