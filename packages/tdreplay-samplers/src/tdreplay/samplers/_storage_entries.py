@@ -11,6 +11,13 @@ from tensordict import is_tensor_collection, unravel_key
 from tdreplay.core import ListStorage
 
 
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (not as a quoted repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def key_name(key: Any) -> str:
     """A key as users write it (``"a"`` or ``("next", "done")``)."""
     key = unravel_key(key)

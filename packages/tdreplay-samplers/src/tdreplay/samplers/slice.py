@@ -16,7 +16,7 @@ from tensordict import unravel_key
 
 from tdreplay.core import Sampler, Storage
 
-from ._storage_entries import StorageEntries, ends_array, ids_array, key_name
+from ._storage_entries import MissingKeyError, StorageEntries, ends_array, ids_array, key_name
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 
 _DEFAULT_END_KEY = ("next", "done")
@@ -227,11 +227,13 @@ class SliceSampler(Sampler):
         has_traj = entries.has(storage, self.traj_key)
         has_end = entries.has(storage, self.end_key)
         if self._explicit_traj and not has_traj:
-            raise KeyError(f"{type(self).__name__}: the trajectory key {key_name(self.traj_key)} "
-                           f"is not in the storage ({entries.describe(storage)}).")
+            raise MissingKeyError(
+                f"{type(self).__name__}: the trajectory key {key_name(self.traj_key)} "
+                f"is not in the storage ({entries.describe(storage)}).")
         if self._explicit_end and not has_end:
-            raise KeyError(f"{type(self).__name__}: the end key {key_name(self.end_key)} is not "
-                           f"in the storage ({entries.describe(storage)}).")
+            raise MissingKeyError(
+                f"{type(self).__name__}: the end key {key_name(self.end_key)} is not "
+                f"in the storage ({entries.describe(storage)}).")
         if self._explicit_traj or self._explicit_end:
             return (self.traj_key if self._explicit_traj else None,
                     self.end_key if self._explicit_end else None)
@@ -239,7 +241,7 @@ class SliceSampler(Sampler):
             return self.traj_key, None
         if has_end:
             return None, self.end_key
-        raise KeyError(f"{type(self).__name__} found neither the trajectory key "
+        raise MissingKeyError(f"{type(self).__name__} found neither the trajectory key "
                        f"{key_name(self.traj_key)} nor the end key {key_name(self.end_key)} in "
                        f"the storage ({entries.describe(storage)}): pass traj_key=... or "
                        "end_key=... naming the entry that delimits trajectories.")
