@@ -124,6 +124,26 @@ def _check_meta(storage: TensorStorage, meta: dict[str, Any]) -> None:
                                   f"has {name}={getattr(storage, name)}.")
 
 
+def file_table(root: Path) -> dict[str, int]:
+    """Size of every file under ``root`` (saved with a checkpoint, checked by
+    :func:`check_file_table` before ``TensorDict.load_memmap``, which silently zero-extends a
+    truncated file)."""
+    return {p.relative_to(root).as_posix(): p.stat().st_size
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def check_file_table(root: Path, table: dict[str, int]) -> None:
+    """Raise :class:`CheckpointError` when a file of ``table`` is missing or of another size."""
+    for rel, size in table.items():
+        file = root / rel
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
+        found = file.stat().st_size
+        if found != size:
+            raise CheckpointError(f"checkpoint file {str(file)!r} holds {found} bytes, expected "
+                                  f"{size}: truncated or altered.")
+
+
 # ---- TED compaction ----------------------------------------------------------------------------
 def _bits(tensor: torch.Tensor, batch_dims: int) -> torch.Tensor:
     """Bytes of each element of the batch, for bitwise comparison: ``[*batch, nbytes]``."""
@@ -396,15 +416,16 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
             tree.set(_as_key(stored), tensor.contiguous())
             index[str(i)] = {"key": list(key), "stored": list(stored)}
         tree.memmap(path / "data", num_threads=0)
-        return index
+        return {"arrays": index, "files": file_table(path / "data")}
 
     def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
         data_dir = path / "data"
         if not data_dir.is_dir():
             raise CheckpointError(f"checkpoint directory {str(data_dir)!r} is missing.")
+        check_file_table(data_dir, index["files"])
         tree = TensorDict.load_memmap(data_dir)
         arrays = {}
-        for info in index.values():
+        for info in index["arrays"].values():
             value = tree.get(_as_key(info["stored"]), None)
             if value is None:
                 raise CheckpointError(f"checkpoint entry {info['stored']} is missing.")

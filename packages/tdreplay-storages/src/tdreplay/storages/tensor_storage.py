@@ -63,13 +63,16 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     def dumps(self, storage: TensorStorage, path: Any) -> None:
         from tdreplay.core.checkpoint import write_json
 
+        from .checkpointers import file_table
+
         meta = storage._layout_meta()
         meta["checkpointer"] = type(self).__name__
-        write_json(path / "storage.json", meta)
         if storage.initialized:
             written = storage._td[: storage._len_rows]
             written = storage._apply_save_hooks(written)
             written.memmap(path / "data", num_threads=0)
+            meta["files"] = file_table(path / "data")
+        write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: TensorStorage, path: Any) -> Any:
         from tdreplay.core.checkpoint import CheckpointError, read_json
@@ -89,6 +92,10 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 )
         if not meta["initialized"]:
             return storage._empty
+        from .checkpointers import check_file_table
+
+        # sizes first: load_memmap would zero-extend a truncated file
+        check_file_table(path / "data", meta.get("files", {}))
         try:
             loaded = TensorDict.load_memmap(path / "data")
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
