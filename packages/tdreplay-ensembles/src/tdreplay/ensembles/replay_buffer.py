@@ -372,10 +372,13 @@ class ReplayBufferEnsemble(ReplayBuffer):
         index = info.get("index")
         if is_tensor_collection(data):
             return self._attach_to(data, index, info)
-        if isinstance(data, list) and isinstance(index, list) and len(data) == len(index):
-            return [self._attach_to(part, index[j],
-                                    {k: v[j] for k, v in info.items() if k != "index"})
-                    for j, part in enumerate(data)]
+        if isinstance(data, list) and index is not None:
+            # parts kept apart by collate_fn: each part gets its own slice of the index and info
+            part_indices = list(index.unbind(0)) if is_tensor_collection(index) else list(index)
+            if len(part_indices) == len(data):
+                return [self._attach_to(part, part_indices[j],
+                                        {k: v[j] for k, v in info.items() if k != "index"})
+                        for j, part in enumerate(data)]
         return data
 
     def _attach_to(self, data: Any, index: Any, info: dict[str, Any]) -> Any:

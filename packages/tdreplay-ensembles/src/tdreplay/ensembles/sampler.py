@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
-from tdreplay.core import Sampler, Storage
+from tdreplay.core import CheckpointError, Sampler, Storage
 from tdreplay.core.sampler import _check_batch_size
 
 from ._members import (
@@ -24,6 +24,8 @@ from ._members import (
 )
 from .collate import stack_parts
 from .storage import StorageEnsemble
+
+RNG_FILE = "generators.pt"
 
 
 def _check_p(p: Any, n: int) -> torch.Tensor | None:
@@ -304,12 +306,33 @@ class SamplerEnsemble(Sampler):
         load_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
 
     def dumps(self, path: Any) -> None:
-        """Write each sampler's checkpoint into ``path/<i>``."""
-        dump_members(self._samplers, Path(path), "SamplerEnsemble")
+        """Write each sampler's checkpoint into ``path/<i>``, and their generators' states.
+
+        A member's generator (set on its buffer or sampler) is saved too, so a restored
+        ensemble draws the same parts as the saved one would.
+        """
+        path = Path(path)
+        dump_members(self._samplers, path, "SamplerEnsemble")
+        torch.save([None if s._rng is None else s._rng.get_state() for s in self._samplers],
+                   path / RNG_FILE)
 
     def prepare_load(self, path: Any) -> Any:
         """Read and check every sampler's checkpoint; return a function installing them."""
-        return prepare_members(self._samplers, Path(path), "SamplerEnsemble")
+        path = Path(path)
+        install_members = prepare_members(self._samplers, path, "SamplerEnsemble")
+        states = torch.load(path / RNG_FILE, weights_only=True) if (path / RNG_FILE).is_file() \
+            else [None] * len(self._samplers)
+        if not isinstance(states, list) or len(states) != len(self._samplers):
+            raise CheckpointError(f"{path / RNG_FILE} does not hold one generator state per "
+                                  "sampler.")
+
+        def commit() -> None:
+            install_members()
+            for sampler, state in zip(self._samplers, states):
+                if state is not None and sampler._rng is not None:
+                    sampler._rng.set_state(state)
+
+        return commit
 
     def __repr__(self) -> str:
         p = None if self._p is None else [round(w, 6) for w in self._p.tolist()]
