@@ -50,12 +50,12 @@ def bench_buffer(tag: str, device: str, backend: str | None, batches: list[int],
     """buffer and sampler cycles of a PrioritizedReplayBuffer."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rb = filled(PrioritizedReplayBuffer, device, backend)
+    step = [0]
     for batch in batches:
         priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
         extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
                  "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
                  "threads": torch.get_num_threads()}
-        step = [0]
 
         def buffer_cycle(batch: int = batch, priorities: list = priorities) -> None:
             _, info = rb.sample(batch, return_info=True)
@@ -82,12 +82,12 @@ def bench_tdbuffer(tag: str, device: str, backend: str | None, batches: list[int
     """sample + update_tensordict_priority cycles of a TensorDictPrioritizedReplayBuffer."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rb = filled(TensorDictPrioritizedReplayBuffer, device, backend)
+    step = [0]
     for batch in batches:
         priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
         extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
                  "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
                  "threads": torch.get_num_threads()}
-        step = [0]
 
         def td_cycle(batch: int = batch, priorities: list = priorities) -> None:
             sample = rb.sample(batch)

@@ -40,6 +40,7 @@ import torch
 from tdreplay.core import Sampler, Storage
 from tdreplay.core._utils import as_long_tensor
 
+from . import _prioritized_numba as _kernels
 from .segment_trees import MinSegmentTree, SumSegmentTree
 
 __all__ = ["PRIORITY_WEIGHT_KEY", "WRITE_GENERATION_KEY", "PrioritizedSampler"]
@@ -320,6 +321,7 @@ class PrioritizedSampler(Sampler):
         self._backend, self._device = backend, device
         self._sum, self._min, self._max = sum_tree, min_tree, max_tree
         self._gen = gen.to(device)
+        self._gen_np = self._gen.numpy() if backend == "numba" else None  # kernels' view
         self._max_priority = torch.tensor(max_priority, dtype=torch.float64, device=device)
 
     def _export(self) -> dict[str, Any]:
@@ -417,30 +419,37 @@ class PrioritizedSampler(Sampler):
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
         self._ensure_trees(storage)
+        if self._device.type == "cpu" and not float(self._sum.total()) > 0.0:
+            raise RuntimeError("no written slot has a priority: the sampler was not told about "
+                               "the storage's items (extend the buffer through the sampler).")
+        if self._backend == "numba":
+            return self._sample_numba(batch_size)
         u = self._uniform(batch_size)
         if self.stratified:
             u = (torch.arange(batch_size, dtype=torch.float64, device=self._device) + u) \
                 / batch_size
-        sum_tree = self._sum
-        total = sum_tree.total()
-        if self._device.type == "cpu" and not float(total) > 0.0:
-            raise RuntimeError("no written slot has a priority: the sampler was not told about "
-                               "the storage's items (extend the buffer through the sampler).")
-        if self._backend == "numba":
-            index = torch.from_numpy(sum_tree.scan_lower_bound(u * total))
-            leaf = torch.from_numpy(sum_tree.get(index))
-            log_p_min = math.log(self._min.min())
-        else:
-            index = sum_tree.scan_lower_bound(u * total)
-            leaf = sum_tree.get(index)
-            log_p_min = torch.log(self._min.min())
+        index = self._sum.scan_lower_bound(u * self._sum.total())
+        leaf = self._sum.get(index)
         # (p_i / p_min) ** -beta, in log space so that extreme ratios do not overflow
-        weight = torch.exp((torch.log(leaf) - log_p_min) * -self._beta)
+        weight = torch.exp((torch.log(leaf) - torch.log(self._min.min())) * -self._beta)
         info = {
             PRIORITY_WEIGHT_KEY: weight.to(self._dtype),
             WRITE_GENERATION_KEY: self._gen.index_select(0, index),
         }
         return index, info
+
+    def _sample_numba(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """:meth:`sample` on numba trees: one fused kernel call (same draws as the torch path)."""
+        u = self._uniform(batch_size)
+        index = torch.empty(batch_size, dtype=torch.long)
+        direct = self._dtype in (torch.float32, torch.float64)
+        weight = torch.empty(batch_size, dtype=self._dtype if direct else torch.float64)
+        gen = torch.empty(batch_size, dtype=torch.long)
+        _kernels.sample_kernel(self._sum._tree, self._min._tree, self._sum._p, u.numpy(),
+                               self.stratified, -self._beta, self._gen_np, index.numpy(),
+                               weight.numpy(), gen.numpy())
+        return index, {PRIORITY_WEIGHT_KEY: weight if direct else weight.to(self._dtype),
+                       WRITE_GENERATION_KEY: gen}
 
     # ---- priority updates --------------------------------------------------------------------
     def _prepare_priority(self, index: torch.Tensor, priority: Any) -> torch.Tensor:
@@ -511,10 +520,12 @@ class PrioritizedSampler(Sampler):
             return
         self._ensure_trees(storage)
         n_written = len(storage) if storage is not None else None
+        if self._backend == "numba":
+            self._update_numba(index, flat_priority, token, n_written)
+            return
         if self.validate:
-            self._update_checked(index, flat_priority, token, n_written)
-        else:
-            self._update_on_device(index, flat_priority, token, n_written)
+            self._check_update(index, flat_priority, n_written)
+        self._update_masked(index, flat_priority, token, n_written)
 
     def check_priority(self, priority: Any) -> None:
         """Raise as :meth:`update_priority` would on these priority values, changing nothing.
@@ -529,20 +540,18 @@ class PrioritizedSampler(Sampler):
     def _reduced(self, priority: torch.Tensor, n: int) -> torch.Tensor:
         return _reduce(priority, n, self.reduction) if priority.ndim > 1 else priority
 
-    def _update_checked(self, index: torch.Tensor, priority: torch.Tensor,
-                        token: torch.Tensor | None, n_written: int | None) -> None:
-        """Host-checked update: raise on bad input, then apply the fresh entries."""
-        priority = priority.to(_CPU, torch.float64)
-        _check_priority_values(priority)
+    def _check_update(self, index: torch.Tensor, raw: torch.Tensor, n_written: int | None
+                      ) -> None:
+        """Raise ``ValueError`` / ``IndexError`` for bad priorities or indices (reads the host)."""
+        _check_priority_values(raw.to(_CPU, torch.float64))
         index = index.to(_CPU)
-        gen = self._gen
-        lo_i, hi_i = torch.aminmax(index)
-        if int(lo_i) < -1 or int(hi_i) >= self._capacity:
+        lo, hi = torch.aminmax(index)
+        if int(lo) < -1 or int(hi) >= self._capacity:
             bad = index[(index < -1) | (index >= self._capacity)]
             raise IndexError(f"index must lie in [0, {self._capacity}) (max_capacity); got "
                              f"{bad[:5].tolist()}. Nothing was updated.")
         live = index >= 0
-        slot_gen = gen.index_select(0, index.clamp_min(0).to(gen.device)).to(_CPU)
+        slot_gen = self._gen.index_select(0, index.clamp_min(0).to(self._device)).to(_CPU)
         unwritten = live & (slot_gen == 0)
         if n_written is not None:
             unwritten |= live & (index >= n_written)
@@ -550,34 +559,35 @@ class PrioritizedSampler(Sampler):
             raise IndexError(f"index points at unwritten slots {index[unwritten][:5].tolist()}"
                              f"{'' if n_written is None else f' (the storage holds {n_written})'}. "
                              "Nothing was updated.")
-        priority = self._reduced(priority, index.numel())
-        keep = live
-        if token is not None:
-            keep = keep & (slot_gen == token.to(_CPU))
-        if not bool(keep.all()):
-            index, priority = index[keep], priority[keep]
-            if not index.numel():
-                return
-        leaf = self._leaf(priority)
-        if self._backend == "numba":
-            self._sum.update(index, leaf)
-            self._min.update(index, leaf)
-            if self._max is not None:
-                self._max.update(index, -priority)
-            top = torch.tensor(float(priority.max()), dtype=torch.float64)
-        else:
-            dev = self._device
-            index, leaf = index.to(dev, non_blocking=True), leaf.to(dev, non_blocking=True)
-            self._sum.update(index, leaf)
-            self._min.update(index, leaf)
-            if self._max is not None:
-                self._max.update(index, -priority.to(dev, non_blocking=True))
-            top = priority.max().to(dev, non_blocking=True)
-        self._max_priority = torch.maximum(self._max_priority, top)
 
-    def _update_on_device(self, index: torch.Tensor, priority: torch.Tensor,
-                          token: torch.Tensor | None, n_written: int | None) -> None:
-        """Unchecked update for device trees: bad entries are masked on the device, no sync."""
+    def _update_numba(self, index: torch.Tensor, priority: torch.Tensor,
+                      token: torch.Tensor | None, n_written: int | None) -> None:
+        """:meth:`update_priority` on numba trees: checks and writes in one kernel call."""
+        index = index.to(_CPU).contiguous()
+        raw = priority.to(_CPU, torch.float64).contiguous()
+        reduced = self._reduced(raw, index.numel())
+        leaf = self._leaf(reduced)  # torch's pow, as on the torch path: identical trees
+        tok = (token.to(_CPU).contiguous() if token is not None else index).numpy()
+        max_nodes = self._max._tree if self._max is not None else self._min._tree
+        code, _, top = _kernels.update_kernel(
+            self._sum._tree, self._min._tree, max_nodes, self._max is not None, self._sum._p,
+            self._capacity, self._capacity if n_written is None else n_written, self._gen_np,
+            index.numpy(), raw.reshape(-1).numpy(), reduced.numpy(), leaf.numpy(), tok,
+            token is not None)
+        if code != _kernels.OK:
+            self._check_update(index, raw, n_written)  # raises, with a detailed message
+            raise AssertionError(f"update_kernel refused the update (code {code}) but the "
+                                 "host check found nothing wrong")  # pragma: no cover
+        if top > float(self._max_priority):
+            self._max_priority.fill_(top)
+
+    def _update_masked(self, index: torch.Tensor, priority: torch.Tensor,
+                       token: torch.Tensor | None, n_written: int | None) -> None:
+        """Update of torch trees with tensor masks only (no host sync on devices).
+
+        An update holding a bad priority changes nothing; -1, out-of-range, unwritten and stale
+        entries are sent to index -1, which the unchecked torch trees ignore.
+        """
         dev = self._device
         index = index.to(dev, non_blocking=True)
         priority = priority.to(dev, torch.float64, non_blocking=True)
