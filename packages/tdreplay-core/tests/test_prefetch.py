@@ -1,0 +1,110 @@
+"""``prefetch``: exactly N batches in flight, same draws as without it, nothing stale after resets."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
+
+
+def scalars(start: int, stop: int) -> list[torch.Tensor]:
+    return [torch.tensor(float(i)) for i in range(start, stop)]
+
+
+def make(prefetch: int | None, seed: int = 0, sampler=None) -> ReplayBuffer:
+    return ReplayBuffer(storage=ListStorage(100), sampler=sampler, batch_size=4, prefetch=prefetch,
+                        generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_exactly_n_batches_in_flight_after_each_sample(n):
+    rb = make(prefetch=n)
+    rb.extend(scalars(0, 20))
+    assert len(rb._prefetch_queue) == 0
+    for _ in range(5):
+        assert rb.sample().shape == torch.Size([4])
+        assert len(rb._prefetch_queue) == n
+
+
+def test_prefetched_draws_equal_direct_draws():
+    a, b = make(prefetch=2), make(prefetch=None)
+    a.extend(scalars(0, 50))
+    b.extend(scalars(0, 50))
+    assert [a.sample().tolist() for _ in range(6)] == [b.sample().tolist() for _ in range(6)]
+
+
+def test_other_batch_size_is_sampled_directly():
+    rb = make(prefetch=2)
+    rb.extend(scalars(0, 20))
+    rb.sample()
+    assert rb.sample(7).shape == torch.Size([7])
+    assert len(rb._prefetch_queue) == 2
+
+
+def test_failed_prefetch_is_not_replayed_after_the_buffer_fills():
+    rb = make(prefetch=2)
+    with pytest.raises(RuntimeError, match="empty"):
+        rb.sample()
+    assert len(rb._prefetch_queue) == 0
+    rb.extend(scalars(0, 10))
+    assert rb.sample().shape == torch.Size([4])
+    assert len(rb._prefetch_queue) == 2
+
+
+def test_empty_drops_prefetched_batches():
+    rb = make(prefetch=3)
+    rb.extend(scalars(0, 10))
+    rb.sample()
+    rb.empty()
+    assert len(rb._prefetch_queue) == 0
+    rb.extend(scalars(100, 110))
+    for _ in range(4):
+        assert all(v >= 100 for v in rb.sample().tolist())  # nothing from before empty()
+
+
+class SlowSampler(RandomSampler):
+    def sample(self, storage, batch_size):
+        time.sleep(0.02)
+        return super().sample(storage, batch_size)
+
+
+def test_restored_buffer_with_prefetch_samples_like_a_fresh_restore(tmp_path):
+    rb = make(prefetch=2, sampler=SlowSampler())
+    rb.extend(scalars(0, 50))
+    rb.dumps(tmp_path)
+    rb.sample()  # one prefetch job runs (holding the lock), the next waits behind it
+    rb.loads(tmp_path)  # drops them; they must not draw from the restored generator
+    fresh = make(prefetch=None, seed=5, sampler=SlowSampler())
+    fresh.loads(tmp_path)
+    assert [rb.sample().tolist() for _ in range(4)] == [fresh.sample().tolist() for _ in range(4)]
+
+
+def test_reset_while_a_prefetch_waits_for_the_lock_does_not_deadlock():
+    rb = make(prefetch=2, sampler=SlowSampler())
+    rb.extend(scalars(0, 10))
+    rb.sample()  # a prefetch job is running (holding the lock) and another is queued
+    done = threading.Event()
+
+    def reset() -> None:
+        rb.empty()
+        done.set()
+
+    worker = threading.Thread(target=reset, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert done.is_set(), "empty() deadlocked against the prefetch thread"
+    assert len(rb) == 0 and len(rb._prefetch_queue) == 0
+
+
+def test_prefetch_validation():
+    with pytest.raises(TypeError, match="prefetch"):
+        ReplayBuffer(prefetch="2")
+    with pytest.raises(TypeError, match="prefetch"):
+        ReplayBuffer(prefetch=1.5)
+    with pytest.raises(ValueError, match="prefetch"):
+        ReplayBuffer(prefetch=-1)
+    assert ReplayBuffer(prefetch=0)._prefetch == 0
