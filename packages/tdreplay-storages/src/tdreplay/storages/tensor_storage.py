@@ -582,8 +582,14 @@ class TensorStorage(Storage):
 
 
 def _stack_pytrees(items: list[Any]) -> Any:
-    flats, spec = zip(*(tree_flatten(x) for x in items))
-    return tree_unflatten([torch.stack(group) for group in zip(*flats)], spec[0])
+    flats, specs = zip(*(tree_flatten(x) for x in items))
+    if not flats[0] or not all(isinstance(x, torch.Tensor) for leaves in flats for x in leaves):
+        raise TypeError(f"a TensorStorage holds tensors, TensorDicts, tensorclasses or pytrees of "
+                        f"tensors; got a list of {type(items[0]).__name__}.")
+    if any(spec != specs[0] for spec in specs):
+        raise ValueError("the items of a list written to a TensorStorage must share one pytree "
+                         "structure.")
+    return tree_unflatten([torch.stack(group) for group in zip(*flats)], specs[0])
 
 
 class LazyTensorStorage(TensorStorage):
