@@ -71,61 +71,66 @@ _BLOCK = 1 << 22  # steps read from the storage at once during a rebuild
 # compiled kernels
 # ---------------------------------------------------------------------------------------------
 @njit(cache=False, nogil=True)
-def _free_record(r, rec, dense, free, counters):  # pragma: no cover - compiled
-    p = rec[r, DPOS]
-    last = dense[counters[N_LIVE] - 1]
-    dense[p] = last
-    rec[last, DPOS] = p
-    counters[N_LIVE] -= 1
-    free[counters[N_FREE]] = r
-    counters[N_FREE] += 1
-
-
-@njit(cache=False, nogil=True)
-def _drop_lane_head(lane, count, rec, dense, free, counters, lanes_arr):  # pragma: no cover
-    """Forget the ``count`` oldest positions of ``lane`` (all of them when count < 0)."""
-    r = lanes_arr[lane, HEAD]
-    while r >= 0 and (count < 0 or count > 0):
-        ln = rec[r, LEN]
-        if count > 0 and ln > count:
-            rec[r, START] += count
-            rec[r, LEN] = ln - count
-            count = 0
-            break
-        if count > 0:
-            count -= ln
-        nxt = rec[r, NEXT]
-        _free_record(r, rec, dense, free, counters)
-        r = nxt
-    lanes_arr[lane, HEAD] = r
-    if r < 0:
-        lanes_arr[lane, TAIL] = -1
-
-
-@njit(cache=False, nogil=True)
 def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, use_ids,
                   use_done, phys0, n0, nchunks, T, lanes, C, isolated, remove_old
                   ):  # pragma: no cover - compiled
     """Append ``nchunks`` chunks (physical ``phys0 + j``, sequence ``n0 + j``) to their lanes.
 
     ``ids`` / ``done`` hold the ``nchunks * T`` steps in slot order. With ``remove_old`` the
-    chunk being overwritten is first removed from its lane (the oldest chunk of the buffer in
-    lane mode, the whole lane in isolated mode).
+    chunk being overwritten is first removed from its lane: the oldest chunk of the buffer
+    (the ``T`` oldest positions of its lane) in lane mode, the whole lane in isolated mode.
+
+    Everything is written out in this one function on purpose: calling a compiled helper that
+    takes arrays costs reference counting on each of them, more than the work per step.
     """
     track = slot_rec.shape[0] > 0
     for j in range(nchunks):
         c = phys0 + j
         n = n0 + j
+        drop_lane = -1
+        drop = 0  # positions to forget from the head of drop_lane (-1: all of them)
         if isolated:
             lane = c
             base = 0
             if remove_old:
-                _drop_lane_head(lane, -1, rec, dense, free, counters, lanes_arr)
+                drop_lane = lane
+                drop = -1
         else:
-            lane = n % lanes
-            base = (n // lanes) * T
+            if lanes == 1:
+                lane = 0
+                base = n * T
+            else:
+                lane = n % lanes
+                base = (n // lanes) * T
             if remove_old and n >= C:
-                _drop_lane_head((n - C) % lanes, T, rec, dense, free, counters, lanes_arr)
+                drop_lane = 0 if lanes == 1 else (n - C) % lanes
+                drop = T
+        # forget the overwritten positions: trim or free the lane's oldest records
+        remaining = drop
+        while remaining != 0:
+            r = lanes_arr[drop_lane, HEAD]
+            if r < 0:
+                lanes_arr[drop_lane, TAIL] = -1
+                break
+            ln = rec[r, LEN]
+            if remaining > 0 and ln > remaining:
+                rec[r, START] += remaining
+                rec[r, LEN] = ln - remaining
+                break
+            if remaining > 0:
+                remaining -= ln
+            lanes_arr[drop_lane, HEAD] = rec[r, NEXT]
+            if lanes_arr[drop_lane, HEAD] < 0:
+                lanes_arr[drop_lane, TAIL] = -1
+            # free record r: swap-remove it from the dense list
+            p = rec[r, DPOS]
+            last = dense[counters[N_LIVE] - 1]
+            dense[p] = last
+            rec[last, DPOS] = p
+            counters[N_LIVE] -= 1
+            free[counters[N_FREE]] = r
+            counters[N_FREE] += 1
+        # append the new steps
         for t in range(T):
             i = j * T + t
             pos = base + t
