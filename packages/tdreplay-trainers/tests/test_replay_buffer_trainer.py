@@ -1,0 +1,245 @@
+"""ReplayBufferTrainer: extend (flatten / pad / memmap), sample, update_priority, register, state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, ReplayBuffer, Sampler, TensorDictReplayBuffer
+from tdreplay.trainers import ReplayBufferTrainer, Trainer
+
+
+class ProportionalSampler(Sampler):
+    """A small prioritized sampler: draws slots proportionally to their priority."""
+
+    is_prioritized = True
+
+    def __init__(self, capacity):
+        self.priority = torch.zeros(capacity, dtype=torch.float64)
+        self.updates = []
+
+    def extend(self, slots):
+        self.priority[slots] = 1.0
+
+    def sample(self, storage, batch_size):
+        index = torch.multinomial(self.priority[: len(storage)], batch_size, replacement=True,
+                                  generator=self._rng)
+        weight = (self.priority[index] / self.priority[: len(storage)].sum()).float()
+        return index, {"priority_weight": weight}
+
+    def update_priority(self, index, priority, *, storage=None):
+        index, priority = torch.as_tensor(index), torch.as_tensor(priority, dtype=torch.float64)
+        self.updates.append((index.clone(), priority.clone()))
+        self.priority[index] = priority
+
+    def state_dict(self):
+        return {"priority": self.priority.clone()}
+
+    def load_state_dict(self, state_dict):
+        self.priority = state_dict["priority"].clone()
+
+
+def collected(n_envs=2, steps=3, mask=None, start=0):
+    frame = torch.arange(n_envs * steps).reshape(n_envs, steps) + start
+    td = TensorDict({"obs": frame.float().unsqueeze(-1), "frame": frame}, [n_envs, steps])
+    if mask is not None:
+        td["collector", "mask"] = torch.as_tensor(mask, dtype=torch.bool)
+    return td
+
+
+def buffer(size=100, sampler=None, **kwargs):
+    return TensorDictReplayBuffer(storage=ListStorage(size), sampler=sampler, **kwargs)
+
+
+# ---- construction ------------------------------------------------------------------------------
+def test_constructor_checks_its_arguments():
+    with pytest.raises(TypeError, match="TensorDictReplayBuffer"):
+        ReplayBufferTrainer(ReplayBuffer(batch_size=2))
+    with pytest.raises(ValueError, match="batch_size"):
+        ReplayBufferTrainer(buffer())
+    with pytest.raises(ValueError, match="batch_size"):
+        ReplayBufferTrainer(buffer(), batch_size=0)
+    with pytest.raises(ValueError, match="flatten_tensordicts"):
+        ReplayBufferTrainer(buffer(), batch_size=2, flatten_tensordicts=True, max_dims=[4])
+    with pytest.raises(ValueError, match="max_dims"):
+        ReplayBufferTrainer(buffer(), batch_size=2, max_dims=[0, 3])
+    assert ReplayBufferTrainer(buffer(batch_size=5)).batch_size is None
+
+
+# ---- extend --------------------------------------------------------------------------------------
+def test_extend_flattens_with_the_collector_mask():
+    rb = buffer()
+    hook = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True)
+    batch = collected(mask=[[True, True, False], [True, False, False]])
+    assert hook.extend(batch) is None
+    assert rb[:]["frame"].tolist() == [0, 1, 3]
+    assert rb.write_count == 3
+    # the collected batch itself is left as it was
+    assert batch.batch_size == torch.Size([2, 3]) and "index" not in batch.keys()
+
+
+def test_extend_flattens_without_a_mask():
+    rb = buffer()
+    ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(collected())
+    assert rb[:]["frame"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_extend_rejects_a_mask_of_the_wrong_shape_without_writing():
+    rb = buffer()
+    hook = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True)
+    batch = collected()
+    batch["collector", "mask"] = torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="mask"):
+        hook.extend(batch)
+    assert len(rb) == 0 and rb.write_count == 0
+
+
+def test_extend_without_flattening_writes_rows_as_they_are():
+    rb = buffer()
+    ReplayBufferTrainer(rb, batch_size=1).extend(collected())
+    assert len(rb) == 2
+    assert rb[:]["frame"].tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_extend_pads_to_max_dims():
+    rb = buffer()
+    hook = ReplayBufferTrainer(rb, batch_size=1, max_dims=[-1, 5])
+    hook.extend(collected(steps=3, mask=[[True] * 3, [True, True, False]]))
+    hook.extend(collected(steps=5, start=100, mask=[[True] * 5] * 2))
+    rows = rb[:]
+    assert rows.batch_size == torch.Size([4, 5])
+    assert rows["frame"][0].tolist() == [0, 1, 2, 0, 0]
+    assert rows["collector", "mask"][1].tolist() == [True, True, False, False, False]
+    assert rows["frame"][3].tolist() == [105, 106, 107, 108, 109]
+
+
+def test_extend_refuses_a_batch_longer_than_max_dims_without_writing():
+    rb = buffer()
+    hook = ReplayBufferTrainer(rb, batch_size=1, max_dims=[-1, 2])
+    with pytest.raises(ValueError, match=r"max_dims\[1\]=2"):
+        hook.extend(collected(steps=3))
+    with pytest.raises(ValueError, match="2 entries"):
+        hook.extend(collected()[0])
+    assert len(rb) == 0 and rb.write_count == 0
+
+
+def test_extend_with_memmap_stores_memory_mapped_tensors():
+    rb = buffer()
+    hook = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True, memmap=True)
+    batch = collected()
+    hook.extend(batch)
+    assert rb.storage[0].is_memmap()
+    assert not batch.is_memmap()
+    assert rb[:]["frame"].tolist() == list(range(6))
+
+
+def test_extend_rejects_non_tensordicts():
+    with pytest.raises(TypeError, match="TensorDict"):
+        ReplayBufferTrainer(buffer(), batch_size=2).extend(torch.zeros(3))
+
+
+# ---- sample, update_priority -------------------------------------------------------------------
+def test_sample_uses_its_batch_size_or_the_buffers():
+    rb = buffer(batch_size=3)
+    rb.extend(collected().reshape(-1))
+    assert ReplayBufferTrainer(rb, batch_size=5).sample(None).batch_size == torch.Size([5])
+    sample = ReplayBufferTrainer(rb).sample(collected())
+    assert sample.batch_size == torch.Size([3])
+    assert sample.device == torch.device("cpu")
+    assert torch.equal(sample["frame"], sample["index"])
+
+
+def test_update_priority_reads_the_priority_key_at_the_sampled_index():
+    sampler = ProportionalSampler(10)
+    rb = buffer(10, sampler=sampler, priority_key="td_error")
+    rb.extend(collected().reshape(-1))
+    hook = ReplayBufferTrainer(rb, batch_size=4)
+    sample = hook.sample(None)
+    assert "priority_weight" in sample.keys()
+    sample["td_error"] = torch.full((4,), 0.0)
+    hook.update_priority(sample)
+    (index, priority), = sampler.updates
+    assert torch.equal(index, sample["index"]) and priority.tolist() == [0.0] * 4
+    with pytest.raises(KeyError, match="td_error"):
+        hook.update_priority(sample.exclude("td_error"))
+
+
+def test_update_priority_is_a_no_op_for_a_uniform_buffer():
+    rb = buffer()
+    rb.extend(collected().reshape(-1))
+    hook = ReplayBufferTrainer(rb, batch_size=4)
+    sample = hook.sample(None)
+    sample["td_error"] = torch.ones(4)
+    hook.update_priority(sample)  # nothing to update, no warning, no error
+
+
+# ---- inside a trainer --------------------------------------------------------------------------
+def test_register_places_the_ops_and_the_module(loss_module):
+    trainer = Trainer(collector=[], optim_steps_per_batch=1, loss_module=loss_module,
+                      optimizer=torch.optim.SGD(loss_module.parameters(), lr=0.1),
+                      progress_bar=False)
+    hook = ReplayBufferTrainer(buffer(), batch_size=2)
+    hook.register(trainer)
+    assert [op for op, _ in trainer._ops["batch_process"]] == [hook.extend]
+    assert [op for op, _ in trainer._ops["process_optim_batch"]] == [hook.sample]
+    assert [op for op, _ in trainer._ops["post_loss"]] == [hook.update_priority]
+    assert trainer.modules["replay_buffer"] is hook
+    with pytest.raises(ValueError, match="already registered"):
+        ReplayBufferTrainer(buffer(), batch_size=2).register(trainer)
+    ReplayBufferTrainer(buffer(), batch_size=2).register(trainer, name="second_buffer")
+    assert "second_buffer" in trainer.modules
+
+
+def test_priorities_follow_the_loss_in_a_training_loop(batches, loss_module):
+    """The loss's td_error becomes the priority of exactly the slots it was computed on."""
+    sampler = ProportionalSampler(100)
+    rb = buffer(100, sampler=sampler)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    losses_seen = []
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = loss_module
+
+        def forward(self, sub):
+            out = self.inner(sub)
+            losses_seen.append((sub["index"].clone(), out["td_error"].clone()))
+            return out
+
+    loss = Loss()
+    trainer = Trainer(collector=batches(3, frames=4), optim_steps_per_batch=2, loss_module=loss,
+                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.05), progress_bar=False)
+    ReplayBufferTrainer(rb, batch_size=5).register(trainer)
+    trainer.train()
+    assert len(rb) == 12
+    assert len(sampler.updates) == 6
+    for (index, priority), (seen_index, td_error) in zip(sampler.updates, losses_seen):
+        assert torch.equal(index, seen_index)
+        torch.testing.assert_close(priority, td_error.double())
+
+
+def test_state_dict_and_directory_checkpoint_restore_the_buffer(tmp_path):
+    sampler = ProportionalSampler(20)
+    rb = buffer(20, sampler=sampler)
+    hook = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True)
+    hook.extend(collected())
+    rb.update_priority(torch.tensor([1, 2]), torch.tensor([5.0, 7.0]))
+
+    def check(restored_hook):
+        restored = restored_hook.replay_buffer
+        assert (len(restored), restored.write_count) == (6, 6)
+        assert restored[:]["frame"].tolist() == list(range(6))
+        assert restored.sampler.priority[:6].tolist() == [1.0, 5.0, 7.0, 1.0, 1.0, 1.0]
+
+    from_state = ReplayBufferTrainer(buffer(20, sampler=ProportionalSampler(20)), batch_size=2)
+    from_state.load_state_dict(hook.state_dict())
+    check(from_state)
+
+    hook.dumps(tmp_path / "rb")
+    from_dir = ReplayBufferTrainer(buffer(20, sampler=ProportionalSampler(20)), batch_size=2)
+    from_dir.loads(tmp_path / "rb")
+    check(from_dir)
+    with pytest.raises(ValueError, match="replay_buffer"):
+        from_dir.load_state_dict({})
