@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Writer
 from tdreplay.core.transform import NestedKey, _normalize_keys
@@ -19,6 +19,16 @@ _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 # strictly higher, so on ties the rows already kept win: the kept set is always the top
 # ``capacity`` of everything offered, ranked by (rank, then age, older first).
 _Entry = tuple[float, int, int]
+
+
+def _take_rows(data: TensorDictBase, positions: list[int]) -> TensorDictBase:
+    """``data[positions]`` along the first dim (``index_select`` per leaf for a dense
+    TensorDict: advanced indexing is much slower when the CPU is busy)."""
+    index = torch.tensor(positions, dtype=torch.long)
+    if type(data) is TensorDict:
+        return data.apply(lambda x: x.index_select(0, index.to(x.device)),
+                          batch_size=[len(positions), *data.batch_size[1:]])
+    return data[index]
 
 
 class TensorDictMaxValueWriter(Writer):
@@ -211,7 +221,7 @@ class TensorDictMaxValueWriter(Writer):
                         # the whole batch lands on consecutive rows: one block copy
                         self.storage.set(slice(first, first + n), data)
                     else:
-                        self.storage.set(rows, data[torch.tensor(positions, dtype=torch.long)])
+                        self.storage.set(rows, _take_rows(data, positions))
             except BaseException:
                 self._undo(pushed, popped)
                 raise
