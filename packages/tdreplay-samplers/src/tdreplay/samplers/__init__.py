@@ -4,6 +4,7 @@ from tdreplay.core import RandomSampler, Sampler
 
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
+from .prioritized_slice import PrioritizedSliceSampler
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
 from .without_replacement import SamplerWithoutReplacement
 
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
+    "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
