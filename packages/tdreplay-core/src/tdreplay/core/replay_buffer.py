@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from ._utils import leading_dim
 from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
@@ -66,6 +66,24 @@ def _check_count(value: Any, name: str, minimum: int) -> int | None:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}.")
     return value
+
+
+def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
+    """Set ``value[i]`` in item ``i`` of a lazy stack of differently shaped TensorDicts.
+
+    Such a stack has ``-1`` in its batch size, so a ``[B]`` entry cannot be set on it whole.
+    Returns False (and sets nothing) when ``td`` is not such a stack along dim 0 or a value
+    does not fit its item.
+    """
+    if not isinstance(td, LazyStackedTensorDict) or td.stack_dim != 0 \
+            or value.shape[:1] != td.batch_size[:1]:
+        return False
+    items = td.tensordicts
+    if any(v.shape != sub.batch_size[: v.ndim] for sub, v in zip(items, value)):
+        return False
+    for sub, v in zip(items, value):
+        sub.set(key, v.reshape(v.shape + (1,) * (sub.batch_dims - v.ndim)).expand(sub.batch_size))
+    return True
 
 
 def _check_component(value: Any, kind: type, name: str) -> Any:
@@ -627,7 +645,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     @staticmethod
     def _set_index(td: TensorDictBase, slots: torch.Tensor) -> None:
-        if td.is_locked or slots.shape != td.batch_size[: slots.ndim]:
+        if td.is_locked:
+            return
+        if -1 in td.batch_size:  # a lazy stack of differently shaped items
+            _set_per_item(td, "index", slots)
+            return
+        if slots.shape != td.batch_size[: slots.ndim]:
             return
         if slots.device != td.device and td.device is not None:
             slots = slots.to(td.device)
@@ -643,6 +666,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 continue
             if data.device is not None and value.device != data.device:
                 value = value.to(data.device)
+            if -1 in batch and _set_per_item(data, key, value):
+                continue
             if value.shape[: len(batch)] == batch:
                 pass
             elif value.shape == batch[: value.ndim]:
