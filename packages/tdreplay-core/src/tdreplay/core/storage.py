@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import is_tensor_collection
+from tensordict import LazyStackedTensorDict, is_tensor_collection
 
 from ._utils import as_long_tensor, is_int
 from .checkpoint import CheckpointError, read_json, write_json
@@ -331,6 +331,10 @@ class ListStorage(Storage):
                 rows_list = as_long_tensor(rows, name="rows").reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 items = list(data.unbind(0))
+                if isinstance(data, LazyStackedTensorDict):
+                    # unbind hands back the stacked TensorDicts themselves: keep shallow copies,
+                    # so entries later set on the caller's data ("index") stay out of storage
+                    items = [item.copy() for item in items]
             elif isinstance(data, list):
                 items = data
             else:
