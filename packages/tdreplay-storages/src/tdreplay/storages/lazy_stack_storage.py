@@ -40,5 +40,6 @@ class LazyStackStorage(ListStorage):
 
     def default_collate(self, data: Any) -> Any:
         if isinstance(data, list) and data and all(is_tensor_collection(x) for x in data):
-            return LazyStackedTensorDict.lazy_stack(data, dim=self.stack_dim)
+            # stack shallow copies: entries set on a batch (e.g. "index") stay out of storage
+            return LazyStackedTensorDict.lazy_stack([x.copy() for x in data], dim=self.stack_dim)
         return data
