@@ -53,8 +53,18 @@ def rollout(T: int = 12, seed: int = 0) -> TensorDict:
     }, [T])
 
 
-def test_compose_is_cores():
+def test_compose_is_cores_and_takes_plain_callables():
     assert Compose is CoreCompose
+
+    def add_flag(td):
+        td.set("flag", torch.ones(td.batch_size))
+        return td
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=4,
+                                transform=Compose(ToTensorImage(), add_flag, Resize(5)))
+    rb.extend(rollout())
+    s = rb.sample()
+    assert s["flag"].tolist() == [1.0] * 4 and s["pixels"].shape == (4, 3, 5, 5)
 
 
 # ---- the ReplayBufferEnsemble reference example ------------------------------------------------
