@@ -1,0 +1,118 @@
+"""LazyStackStorage: items of different shapes come back as lazy stacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict
+
+from tdreplay.core import CheckpointError, ListStorage, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.storages import LazyStackStorage
+
+
+def trajectory(length: int, value: int) -> TensorDict:
+    """A trajectory of ``length`` steps; every step carries its trajectory's ``value``."""
+    return TensorDict(
+        {"obs": torch.full((length, 2), float(value)), "step": torch.arange(length),
+         ("next", "done"): torch.arange(length)[:, None] == length - 1},
+        [length],
+    )
+
+
+LENGTHS = [3, 5, 2, 4]
+
+
+def filled(cls=ReplayBuffer, max_size: int = 10, **kwargs) -> ReplayBuffer:
+    rb = cls(storage=LazyStackStorage(max_size), batch_size=3, **kwargs)
+    rb.extend([trajectory(n, i) for i, n in enumerate(LENGTHS)])
+    return rb
+
+
+def check_items(batch: LazyStackedTensorDict, values: list[int]) -> None:
+    assert isinstance(batch, LazyStackedTensorDict) and batch.stack_dim == 0
+    assert len(batch.tensordicts) == len(values)
+    for item, value in zip(batch.tensordicts, values):
+        length = LENGTHS[value]
+        assert item.batch_size == torch.Size([length])
+        assert torch.equal(item["obs"], torch.full((length, 2), float(value)))
+        assert item["step"].tolist() == list(range(length))
+
+
+def test_heterogeneous_items_come_back_as_lazy_stacks():
+    rb = filled()
+    assert len(rb) == 4 and rb.write_count == 4
+    everything = rb[:]
+    assert everything.batch_size == torch.Size([4, -1])  # ragged second dim
+    check_items(everything, [0, 1, 2, 3])
+    assert rb[1].batch_size == torch.Size([5])  # one item is the TensorDict itself
+    check_items(rb[torch.tensor([3, 0])], [3, 0])
+
+
+def test_samples_are_lazy_stacks_of_the_sampled_items():
+    rb = filled(generator=torch.Generator().manual_seed(0))
+    for _ in range(5):
+        batch, info = rb.sample(return_info=True)
+        check_items(batch, info["index"].tolist())
+        padded = batch.get("obs", as_padded_tensor=True)
+        assert padded.shape == torch.Size([3, max(LENGTHS[i] for i in info["index"]), 2])
+
+
+def test_wrap_around_replaces_whole_items():
+    rb = ReplayBuffer(storage=LazyStackStorage(3))
+    rb.extend([trajectory(n, i) for i, n in enumerate(LENGTHS)])  # 4 items, 3 slots
+    stored = rb[:]
+    assert [td.batch_size[0] for td in stored.tensordicts] == [4, 5, 2]
+    assert stored.tensordicts[0]["obs"][0, 0] == 3.0
+
+
+def test_stack_dim():
+    rb = ReplayBuffer(storage=LazyStackStorage(10, stack_dim=1), batch_size=2)
+    rb.extend([trajectory(3, 0), trajectory(3, 1)])
+    batch = rb.sample()
+    assert isinstance(batch, LazyStackedTensorDict) and batch.stack_dim == 1
+    assert batch.batch_size == torch.Size([3, 2])
+
+
+def test_non_tensordict_items_stay_a_list():
+    rb = ReplayBuffer(storage=LazyStackStorage(10))
+    rb.extend(["a", "b"])
+    assert rb[:] == ["a", "b"]
+
+
+def test_extend_with_a_lazy_stack_and_the_index_entry():
+    rb = TensorDictReplayBuffer(storage=LazyStackStorage(10), batch_size=4)
+    data = LazyStackedTensorDict.lazy_stack([trajectory(3, 0), trajectory(5, 1)])
+    assert rb.extend(data).tolist() == [0, 1]
+    # the slot of each item is set in the caller's data, item by item
+    assert [td["index"].tolist() for td in data.tensordicts] == [[0, 0, 0], [1, 1, 1, 1, 1]]
+    assert "index" not in rb.storage[0].keys()  # ... and not in what is stored
+    batch = rb.sample()
+    for item in batch.tensordicts:
+        slot = int(item["index"][0])
+        assert (item["index"] == slot).all() and item.batch_size[0] == LENGTHS[slot]
+        assert (item["obs"] == float(slot)).all()
+    assert all("index" not in rb.storage[i].keys() for i in range(2))  # samples are copies
+
+
+def test_checkpoint_round_trip(tmp_path):
+    rb = filled(generator=torch.Generator().manual_seed(0))
+    rb.dumps(tmp_path)
+    restored = ReplayBuffer(storage=LazyStackStorage(10), batch_size=3,
+                            generator=torch.Generator().manual_seed(1))
+    restored.loads(tmp_path)
+    check_items(restored[:], [0, 1, 2, 3])
+    assert restored.write_count == 4 and restored.writer.cursor == 4
+    for _ in range(3):
+        a, b = restored.sample(), rb.sample()
+        assert [td["obs"][0, 0] for td in a.tensordicts] == [td["obs"][0, 0] for td in b.tensordicts]
+
+
+def test_checkpoint_of_another_storage_class_is_refused(tmp_path):
+    other = ReplayBuffer(storage=ListStorage(10))
+    other.extend([1, 2])
+    other.dumps(tmp_path)
+    rb = filled()
+    with pytest.raises(CheckpointError, match="ListStorage"):
+        rb.loads(tmp_path)
+    check_items(rb[:], [0, 1, 2, 3])
+    assert rb.write_count == 4
