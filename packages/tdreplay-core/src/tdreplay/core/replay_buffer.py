@@ -362,14 +362,18 @@ class ReplayBuffer:
             info["index"] = index
             data = self._storage.get(index)
         data = self._collate_fn(data)
+        # Info goes in before the read transforms, so they see where each item came from (slice
+        # ends, indices), and again after them for any entry a transform dropped.
+        data = self._attach_info(data, info)
         if len(self._transform):
             data = self._transform(data)
-        data = self._attach_info(data, info)
+            data = self._attach_info(data, info, only_missing=True)
         if self._pin_memory and torch.cuda.is_available():
             data = data.pin_memory()
         return data, info
 
-    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
+        """Write the sampler's info into the batch (TensorDict buffers); identity here."""
         return data
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -657,12 +661,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         td.set("index", slots.reshape(slots.shape + (1,) * (td.batch_dims - slots.ndim))
                .expand(td.batch_size) if td.batch_dims > slots.ndim else slots)
 
-    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
             return data
         batch = data.batch_size
         for key, value in info.items():
             if not isinstance(value, torch.Tensor):
+                continue
+            if only_missing and data.get(key, None) is not None:
                 continue
             if data.device is not None and value.device != data.device:
                 value = value.to(data.device)
