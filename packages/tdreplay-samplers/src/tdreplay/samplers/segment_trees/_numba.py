@@ -7,7 +7,9 @@ Inputs are converted to that signature before the call.
 ``update`` walks each index of the batch up to the root, recomputing every ancestor from its two
 children, and stops early when a recomputed node is unchanged (its ancestors are then already
 consistent); duplicates are applied in batch order, so the last one wins. ``scan`` descends
-groups of masses level by level inside one kernel call (no Python loop over the batch).
+groups of masses level by level inside one kernel call (no Python loop over the batch), with a
+branch-free step that prefetches the next level's nodes, so the cache misses of a large tree
+overlap instead of adding up.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ._base import MinSegmentTree, SegmentTree, SumSegmentTree, _check_capacity, _tree_shape
 
@@ -84,7 +89,25 @@ def _query(tree, p, start, end, is_min):  # pragma: no cover - compiled
 
 #: Masses descended together by :func:`_scan`: independent descents interleaved level by level
 #: keep several cache misses in flight (the deep levels of a large tree miss in cache).
-_SCAN_GROUP = 32
+_SCAN_GROUP = 128
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
+    """Hint the CPU to load ``array[index]`` into cache (``llvm.prefetch``; no effect on values)."""
+
+    def codegen(context, builder, signature, args):
+        arrayty = signature.args[0]
+        ary = context.make_array(arrayty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, arrayty, ary, [args[1]],
+                                       wraparound=False)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, high locality, data cache
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 @njit(cache=False, nogil=True)
@@ -109,19 +132,19 @@ def _scan(tree, p, masses, out):  # pragma: no cover - compiled
         width = p
         while width > 1:  # one tree level per pass, for the whole group
             for j in range(g):
+                # branch-free step (a mispredicted branch would flush the loads in flight),
+                # then prefetch the children of the next node: they are read one pass later,
+                # after the rest of the group, so the miss overlaps with that work
                 node = nodes[j]
                 m = ms[j]
                 left = tree[2 * node]
-                if m >= left:
-                    m = m - left
-                    cap = np.nextafter(tree[2 * node + 1], -np.inf)
-                    if m > cap:
-                        m = cap
-                    node = 2 * node + 1
-                else:
-                    node = 2 * node
+                right_m = min(m - left, np.nextafter(tree[2 * node + 1], -np.inf))
+                go_right = m >= left
+                node = 2 * node + go_right
                 nodes[j] = node
-                ms[j] = m
+                ms[j] = right_m if go_right else m
+                if node < p:
+                    _prefetch(tree, 2 * node)
             width >>= 1
         for j in range(g):
             out[first + j] = nodes[j] - p
