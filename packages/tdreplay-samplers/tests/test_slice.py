@@ -563,3 +563,18 @@ def test_without_replacement_rejects_span() -> None:
 def test_repr() -> None:
     assert "num_slices=2" in repr(SliceSampler(num_slices=2))
     assert "drop_last=True" in repr(SliceSamplerWithoutReplacement(slice_len=2, drop_last=True))
+
+
+def test_in_place_edits_of_signals_are_seen() -> None:
+    rb = make_rb(SliceSampler(slice_len=2, traj_key="episode"))
+    rb.extend(episodes([6]))
+    rb.sample(2)
+    rb.set_at_("episode", 7, torch.tensor([2]))  # steps 0-1 | 2 | 3-5
+    for _ in range(30):
+        assert rb.sample(2)["step"].tolist() in ([0, 1], [3, 4], [4, 5])
+    rb.update_(TensorDict({"episode": torch.zeros(6, dtype=torch.long)}, [6]))
+    assert {tuple(rb.sample(2)["step"].tolist()) for _ in range(40)} == {
+        (0, 1), (1, 2), (2, 3), (3, 4), (4, 5)}
+    index = rb.sampler._index
+    rb.set_("step", torch.tensor(0))  # not a trajectory signal: no rebuild
+    assert not index.needs_rebuild

@@ -445,12 +445,14 @@ class ReplayBuffer:
         """Set entry ``key`` of every written row in place."""
         with self._lock:
             self._storage.set_key(key, value)
+            self._sampler.mark_edited([key])
         return self
 
     def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
         """Set entry ``key`` at rows ``index`` in place."""
         with self._lock:
             self._storage.set_key(key, value, index)
+            self._sampler.mark_edited([key])
         return self
 
     def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None
@@ -458,6 +460,15 @@ class ReplayBuffer:
         """Update the written rows in place from a dict or TensorDict."""
         with self._lock:
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
+            if keys_to_update is not None:
+                edited = list(keys_to_update)
+            elif is_tensor_collection(input_dict_or_td):
+                edited = list(input_dict_or_td.keys(include_nested=True, leaves_only=True))
+            elif isinstance(input_dict_or_td, dict):
+                edited = list(input_dict_or_td)
+            else:
+                edited = None
+            self._sampler.mark_edited(edited)
         return self
 
     # ---- lifecycle -------------------------------------------------------------------------------

@@ -20,7 +20,9 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     - ``sample(storage, batch_size) -> (index, info)``: ``index`` is an int64 tensor of flat
       slots (any shape; the batch takes that shape), ``info`` a dict of extra per-item tensors
       (e.g. ``priority_weight``) the buffer attaches to the sample when asked.
-    - ``extend(slots)`` / ``add(slot)``: told which slots were just written.
+    - ``extend(slots)`` / ``add(slot)``: told which slots were just written;
+      ``mark_update(slots)`` which were overwritten by index assignment; ``mark_edited(keys)``
+      which entries were edited in place.
     - ``update_priority(index, priority)``: prioritized samplers only.
     - ``ran_out``: True once an epoch is over (samplers without replacement); the buffer's
       iterator stops there.
@@ -43,6 +45,14 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     def mark_update(self, slots: torch.Tensor) -> None:
         """Called after ``slots`` were overwritten by index assignment (``rb[i] = ...``)."""
         self.extend(slots)
+
+    def mark_edited(self, keys: list[Any] | None = None) -> None:
+        """Called after entries of written items were edited in place (``set_``, ``set_at_``,
+        ``update_``); ``keys`` names the entries edited (``None``: not known).
+
+        Nothing by default; samplers that derive state from the stored data (e.g. trajectory
+        boundaries) refresh it.
+        """
 
     def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
         """Prioritized samplers override this; the others warn that nothing happens."""

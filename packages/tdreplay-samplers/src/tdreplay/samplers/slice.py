@@ -215,6 +215,26 @@ class SliceSampler(Sampler):
     def mark_update(self, slots: torch.Tensor) -> None:
         self._index.note_update()
 
+    def mark_edited(self, keys: list[Any] | None = None) -> None:
+        """Entries edited in place: recompute the trajectories if their signals may have changed."""
+        if self._edits_signals(keys):
+            self._index.note_update()
+
+    def _edits_signals(self, keys: list[Any] | None) -> bool:
+        if self._static_traj is not None or self._static_ends is not None:
+            return False
+        if keys is None:
+            return True
+        signals = [self.traj_key, self.end_key]
+        for key in keys:
+            edited = unravel_key(key)
+            edited = edited if isinstance(edited, tuple) else (edited,)
+            for signal in signals:
+                path = signal if isinstance(signal, tuple) else (signal,)
+                if path[: len(edited)] == edited:
+                    return True
+        return False
+
     def _empty(self) -> None:
         self._index.reset()
         self._entries.invalidate()
@@ -550,6 +570,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     def mark_update(self, slots: torch.Tensor) -> None:
         super().mark_update(slots)
         self._stale = True
+
+    def mark_edited(self, keys: list[Any] | None = None) -> None:
+        super().mark_edited(keys)
+        self._stale = self._stale or self._edits_signals(keys)
 
     def _empty(self) -> None:
         super()._empty()
