@@ -1,0 +1,229 @@
+"""``BaseDatasetExperienceReplay``: a read-only replay buffer over a dataset kept on disk."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+from tdreplay.core import Sampler, TensorDictReplayBuffer, Transform, Writer
+from tdreplay.storages import TensorStorage
+from tdreplay.writers import ImmutableDatasetWriter
+
+from ._files import check_empty_destination, publish, staging_dir
+from ._parallel_map import load_memmap, parallel_map_to_memmap, resolve_num_workers
+
+
+class _RestoreBatchDims:
+    """Collate of a dataset whose rows have batch dims of their own (e.g. ``[num_episodes,
+    max_len]``): a sample of ``B`` rows gets batch size ``[B, *inner]`` back (a
+    :class:`~tdreplay.storages.TensorStorage` tracks only its leading dimension)."""
+
+    def __init__(self, inner: torch.Size) -> None:
+        self.inner = torch.Size(inner)
+
+    def __call__(self, data: TensorDictBase) -> TensorDictBase:
+        data.batch_size = data.batch_size + self.inner
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(inner={tuple(self.inner)})"
+
+
+def _check_positive(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}.")
+    return value
+
+
+class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
+    """A read-only :class:`~tdreplay.core.TensorDictReplayBuffer` over a dataset on disk.
+
+    The dataset is a TensorDict (memory-mapped files in practice) wrapped in a
+    :class:`~tdreplay.storages.TensorStorage`, which counts as full. Writes are refused by
+    the default :class:`~tdreplay.writers.ImmutableDatasetWriter`. Subclasses (e.g.
+    :class:`~tdreplay.datasets.MinariExperienceReplay`) fetch and convert their data and
+    define :attr:`data_path` and :attr:`data_path_root`.
+
+    Parameters
+    ----------
+    data : TensorDictBase
+        The dataset, batch size ``[N]`` (one row per step) or ``[N, *inner]`` (e.g.
+        ``[num_episodes, max_len]``; samples then have batch size ``[B, *inner]``).
+    batch_size : int, optional
+        Default batch size of :meth:`sample`.
+    sampler : Sampler, optional
+        Defaults to :class:`~tdreplay.core.RandomSampler`.
+    writer : Writer, optional
+        Defaults to :class:`~tdreplay.writers.ImmutableDatasetWriter`.
+    collate_fn, pin_memory, prefetch, transform, generator
+        As :class:`~tdreplay.core.ReplayBuffer`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from tensordict import TensorDict
+    >>> class SquaresDataset(BaseDatasetExperienceReplay):
+    ...     def __init__(self, root):
+    ...         self.root = Path(root)
+    ...         data = TensorDict({"x": torch.arange(10.0)}, [10]).apply(lambda x: x ** 2)
+    ...         super().__init__(data.memmap(self.data_path), batch_size=4)
+    ...     @property
+    ...     def data_path_root(self):
+    ...         return self.root / "squares"
+    ...     data_path = data_path_root
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     data = SquaresDataset(tmp)
+    ...     sample = data.sample()
+    ...     print(len(data), bool((sample["x"] == sample["index"].float() ** 2).all()))
+    ...     doubled = data.preprocess(lambda td: td.set("x", 2 * td["x"]), num_workers=0,
+    ...                               dest=Path(tmp) / "doubled")
+    ...     print(doubled.get(torch.tensor([3]))["x"].tolist())
+    ...     data.delete()
+    ...     print(data.data_path.exists())
+    10 True
+    [18.0]
+    False
+    """
+
+    def __init__(
+        self,
+        data: TensorDictBase,
+        *,
+        batch_size: int | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Transform | Callable[[Any], Any] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not is_tensor_collection(data):
+            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        if data.batch_dims == 0 or data.batch_size[0] == 0:
+            raise ValueError(f"data must have at least one row, got batch size "
+                             f"{tuple(data.batch_size)}.")
+        self._data = data
+        if collate_fn is None and data.batch_dims > 1:
+            collate_fn = _RestoreBatchDims(data.batch_size[1:])
+        super().__init__(
+            storage=TensorStorage(data),
+            sampler=sampler,
+            writer=writer if writer is not None else ImmutableDatasetWriter(),
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            generator=generator,
+        )
+
+    @property
+    def data_path(self) -> Path:
+        """Path to the dataset's files, including the split (e.g. split trajectories)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define data_path.")
+
+    @property
+    def data_path_root(self) -> Path:
+        """Path to the dataset's root directory (the unsplit data)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define data_path_root.")
+
+    def delete(self) -> None:
+        """Delete the dataset's files (:attr:`data_path` and :attr:`data_path_root`) from disk.
+
+        The buffer keeps the data it has mapped until it is dropped; the next construction
+        of the dataset converts it again.
+        """
+        for path in dict.fromkeys([Path(self.data_path), Path(self.data_path_root)]):
+            if path.exists():
+                shutil.rmtree(path)
+
+    def preprocess(
+        self,
+        fn: Callable[[TensorDictBase], TensorDictBase],
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        mp_start_method: str | None = None,
+        num_frames: int | None = None,
+        pbar: bool = False,
+        dest: str | os.PathLike,
+    ) -> TensorStorage:
+        """Apply ``fn`` to the whole dataset and return a new storage with the results.
+
+        ``fn`` must be unitary: it acts on each sample independently (it is called on chunks
+        of samples along ``dim``, copies of the dataset's data that it may modify) and returns
+        a TensorDict of the chunk's batch size with the same entries for every chunk. The
+        results are written as memory-mapped files under ``dest``; the dataset itself is not
+        changed (:meth:`delete` removes it once it is no longer needed).
+
+        Parameters
+        ----------
+        fn : callable
+            ``fn(chunk) -> TensorDict``. Must be picklable with the ``"spawn"`` and
+            ``"forkserver"`` start methods (a module-level function).
+        dim : int
+            Dimension of the data along which it is cut into chunks.
+        num_workers : int, optional
+            Worker processes; ``None`` uses one per CPU, ``0`` runs everything in this process.
+        chunksize : int, optional
+            Samples per chunk (exclusive with ``num_chunks``).
+        num_chunks : int, optional
+            Number of chunks (exclusive with ``chunksize``). Defaults to 4 per worker.
+        mp_start_method : str, optional
+            ``"fork"``, ``"spawn"`` or ``"forkserver"``; defaults to multiprocessing's.
+        num_frames : int, optional
+            Only the first ``num_frames`` rows of the dataset are transformed (all when
+            larger), e.g. to try a transform out.
+        pbar : bool
+            Show a progress bar (tqdm).
+        dest : path
+            A new or empty directory for the result. The result appears there whole: it is
+            built in a scratch directory beside ``dest`` and renamed at the end, and nothing
+            is left behind if ``fn`` fails.
+
+        Returns
+        -------
+        TensorStorage
+            A full storage over the memory-mapped results, for use in a new buffer.
+        """
+        dest = Path(dest)
+        check_empty_destination(dest, "dest")
+        source = self._data
+        if isinstance(dim, bool) or not isinstance(dim, int) \
+                or not -source.batch_dims <= dim < source.batch_dims:
+            raise ValueError(f"dim must be an int in [{-source.batch_dims}, {source.batch_dims}) "
+                             f"(the data has batch size {tuple(source.batch_size)}), got {dim!r}.")
+        dim %= source.batch_dims
+        workers = resolve_num_workers(num_workers)
+        chunksize = _check_positive(chunksize, "chunksize")
+        num_chunks = _check_positive(num_chunks, "num_chunks")
+        if chunksize is not None and num_chunks is not None:
+            raise ValueError("pass chunksize or num_chunks, not both.")
+        if mp_start_method is not None and \
+                mp_start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(f"mp_start_method must be one of "
+                             f"{multiprocessing.get_all_start_methods()}, got {mp_start_method!r}.")
+        if _check_positive(num_frames, "num_frames") is not None:
+            source = source[:num_frames]
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
+        with staging_dir(dest) as scratch:
+            parallel_map_to_memmap(
+                fn, source, scratch / "data", dim=dim, num_workers=workers, chunksize=chunksize,
+                num_chunks=num_chunks, mp_start_method=mp_start_method, pbar=pbar)
+            if not publish(scratch / "data", dest):
+                raise FileExistsError(f"dest {str(dest)!r} was filled by someone else while "
+                                      "preprocessing.")
+        return TensorStorage(load_memmap(dest))

@@ -1,0 +1,469 @@
+"""``MinariExperienceReplay``: Minari datasets as read-only replay buffers in the TED layout.
+
+On-disk layout under ``root``::
+
+    <root>/<dataset_id>/                   the converted dataset (data_path_root)
+        tdreplay-dataset.json              what was converted (written last: marks it complete)
+        data/                              one memory-mapped file per entry (TensorDict.memmap)
+    <root>/<dataset_id>_split/             the same, split into padded episodes (split_trajs)
+
+Each directory is built in a scratch directory beside it and renamed into place at the end, so
+it is either complete or absent; the next construction reuses it without converting again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tdreplay.core import Sampler, Transform, Writer, split_trajectories
+
+from ._files import publish, remove_empty_dirs, staging_dir
+from ._minari_ted import episode_to_ted
+from ._parallel_map import leaf_layout, load_memmap
+from .base import BaseDatasetExperienceReplay
+
+__all__ = ["MinariExperienceReplay"]
+
+_FORMAT = 1
+_MARKER = "tdreplay-dataset.json"
+_DATA = "data"
+_SPLIT_SUFFIX = "_split"
+# MINARI_DATASETS_PATH is process-wide: one download at a time may point it elsewhere
+_MINARI_PATH_LOCK = threading.Lock()
+
+
+def default_root() -> Path:
+    """Where converted Minari datasets go by default: ``~/.cache/tdreplay/minari``."""
+    return Path("~/.cache/tdreplay/minari").expanduser()
+
+
+def local_minari_dir() -> Path:
+    """Minari's local cache: ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    env = os.environ.get("MINARI_DATASETS_PATH")
+    return Path(env) if env else Path("~/.minari/datasets").expanduser()
+
+
+def _check_dataset_id(dataset_id: Any) -> str:
+    if not isinstance(dataset_id, str) or not dataset_id:
+        raise TypeError(f"dataset_id must be a non-empty str, got {dataset_id!r}.")
+    parts = dataset_id.split("/")
+    if dataset_id.startswith("/") or any(part in ("", ".", "..") for part in parts) \
+            or "\\" in dataset_id or "\0" in dataset_id:
+        raise ValueError(f"dataset_id {dataset_id!r} is not a Minari dataset id of the form "
+                         "'(namespace/)name-v<version>' (it is also a path under root: no empty, "
+                         "'.' or '..' parts).")
+    return dataset_id
+
+
+class _classproperty:
+    """A read-only property of the class (and of its instances)."""
+
+    def __init__(self, fget: Callable[[type], Any]) -> None:
+        self.fget = fget
+        self.__doc__ = fget.__doc__
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self.fget(owner)
+
+
+@contextmanager
+def _minari_datasets_path(path: Path) -> Iterator[None]:
+    """Point Minari's ``MINARI_DATASETS_PATH`` at ``path`` for the block."""
+    with _MINARI_PATH_LOCK:
+        previous = os.environ.get("MINARI_DATASETS_PATH")
+        os.environ["MINARI_DATASETS_PATH"] = str(path)
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("MINARI_DATASETS_PATH", None)
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+def _download(dataset_id: str, root: Path) -> None:
+    """``minari.download_dataset(dataset_id)``, its failures told in plain words."""
+    import minari
+
+    try:
+        minari.download_dataset(dataset_id)
+    except ImportError as err:
+        raise ImportError(
+            f"downloading the Minari dataset {dataset_id!r} needs Minari's remote backend: "
+            f"pip install 'minari[hf]' ({err}).") from err
+    except Exception as err:
+        what = f"{type(err).__name__}: {err}"
+        hint = (f"Nothing was written under {str(root)!r}. A dataset already in the local Minari "
+                f"cache ({str(local_minari_dir())!r}) loads with load_from_local_minari=True.")
+        if isinstance(err, ValueError) and not isinstance(err, OSError):
+            # Minari's own checks: no such dataset or version on the remote
+            raise ValueError(f"Minari could not download the dataset {dataset_id!r}: {what}. "
+                             f"{hint}") from err
+        raise ConnectionError(
+            f"could not download the Minari dataset {dataset_id!r} with "
+            f"minari.download_dataset ({what}); is the network reachable? {hint}") from err
+
+
+def _open_local(dataset_id: str) -> Any:
+    """The Minari dataset ``dataset_id`` of the local Minari cache (never downloads)."""
+    import minari
+
+    where = local_minari_dir() / dataset_id / _DATA
+    if not where.is_dir():
+        raise FileNotFoundError(
+            f"the Minari dataset {dataset_id!r} is not in the local Minari cache: looked for "
+            f"{str(where)!r} (the cache is $MINARI_DATASETS_PATH, else ~/.minari/datasets). "
+            "Create it with minari, or pass load_from_local_minari=False to download it.")
+    return minari.MinariDataset(where)
+
+
+def _serialize_space(space: Any) -> str | None:
+    from minari.serialization import serialize_space
+
+    try:
+        return serialize_space(space)
+    except Exception:  # a space Minari cannot serialize: metadata without it
+        return None
+
+
+def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
+    """Write ``dataset`` (a ``minari.MinariDataset``) to ``dest`` in the TED layout.
+
+    Episodes go one after the other in the dataset's order into memmap files sized for the
+    whole dataset; a progress bar counts the steps. Text entries are left out with a warning.
+    """
+    from tqdm.auto import tqdm
+
+    total = int(dataset.total_steps)
+    dropped: set[str] = set()
+    data = None
+    layout = None
+    index = 0
+    with tqdm(total=total, desc=f"converting {dataset_id}", unit="step") as bar:
+        for episode in dataset.iterate_episodes():
+            td = episode_to_ted(episode, dropped)
+            steps = td.batch_size[0]
+            if steps == 0:
+                continue
+            if data is None:
+                layout = leaf_layout(td)
+                data = td[0].expand(total).memmap_like(dest / _DATA, num_threads=0)
+            elif leaf_layout(td) != layout:
+                raise ValueError(
+                    f"episode {episode.id} of the Minari dataset {dataset_id!r} has entries "
+                    f"{sorted(map(str, leaf_layout(td).items()))}, the first episode "
+                    f"{sorted(map(str, layout.items()))}: cannot store them in one table.")
+            if index + steps > total:
+                raise ValueError(f"the Minari dataset {dataset_id!r} has more steps than the "
+                                 f"{total} its metadata declares.")
+            data[index:index + steps] = td
+            index += steps
+            bar.update(steps)
+    if data is None:
+        raise ValueError(f"the Minari dataset {dataset_id!r} has no steps.")
+    if index != total:
+        raise ValueError(f"the Minari dataset {dataset_id!r} has {index} steps, but its metadata "
+                         f"declares {total}.")
+    if dropped:
+        warnings.warn(f"MinariExperienceReplay: text data has no tensor form and was dropped from "
+                      f"{dataset_id!r}: {sorted(dropped)}.", UserWarning, stacklevel=4)
+    _write_marker(dest, {
+        "dataset_id": dataset_id,
+        "split_trajs": False,
+        "total_steps": total,
+        "total_episodes": int(dataset.total_episodes),
+        "minari_version": str(dataset.spec.minari_version),
+        "observation_space": _serialize_space(dataset.observation_space),
+        "action_space": _serialize_space(dataset.action_space),
+        "dropped_text": sorted(dropped),
+    })
+
+
+def _write_marker(path: Path, meta: dict[str, Any]) -> None:
+    (path / _MARKER).write_text(json.dumps({"format": _FORMAT, **meta}, indent=1))
+
+
+class MinariExperienceReplay(BaseDatasetExperienceReplay):
+    """A `Minari <https://minari.farama.org>`_ dataset as a read-only replay buffer (TED layout).
+
+    The dataset is converted once to memory-mapped files under ``<root>/<dataset_id>`` (with
+    a progress bar) and reused by every later construction. Each step ``t`` of each episode
+    is a row with ``observation``, ``action``, ``episode`` (the episode's id),
+    ``("next", "observation")`` and ``("next", "reward" | "terminated" | "truncated" |
+    "done")`` (shape ``[1]``, ``done = terminated | truncated``), exactly as in the Minari
+    episodes. Dict (and tuple) observations and actions, and infos, become nested TensorDicts:
+    ``info`` holds the info before the step, ``("next", "info")`` the one after it; an info
+    ``state`` entry goes to ``state`` / ``("next", "state")``. Text has no tensor form: it is
+    dropped with a warning.
+
+    Parameters
+    ----------
+    dataset_id : str
+        The Minari dataset, e.g. ``"D4RL/door/human-v2"`` (see :attr:`available_datasets`).
+    batch_size : int
+        Default batch size of :meth:`sample` (``sample(batch_size)`` overrides it).
+
+    Keyword Arguments
+    -----------------
+    root : path, optional
+        Where converted datasets live. Defaults to ``~/.cache/tdreplay/minari``.
+    download : bool or "force"
+        ``True``: fetch and convert the dataset when it is not under ``root`` yet. ``False``:
+        use only what is under ``root`` (``FileNotFoundError`` when it is missing, unless
+        ``load_from_local_minari`` names a local source, which never touches the network).
+        ``"force"``: fetch and convert again, replacing what is under ``root`` (the old data
+        stays until the new one is complete).
+    sampler : Sampler, optional
+        Defaults to :class:`~tdreplay.core.RandomSampler`.
+    writer : Writer, optional
+        Defaults to :class:`~tdreplay.writers.ImmutableDatasetWriter` (writes are refused).
+    collate_fn : callable, optional
+        Applied to each sampled batch.
+    pin_memory : bool
+        Pin sampled batches (when an accelerator is present).
+    prefetch : int, optional
+        Batches sampled ahead in a background thread.
+    transform : Transform, optional
+        Applied to every sample.
+    split_trajs : bool
+        Store the data as ``[num_episodes, max_len]``: one row per episode (the source's
+        episodes; as every Minari episode ends with ``terminated`` or ``truncated``, these are
+        the trajectories the ``done`` signal delimits), zero-padded after its end, with a
+        boolean ``mask`` entry telling real steps from padding (see
+        :func:`~tdreplay.core.split_trajectories`). Samples are whole episodes,
+        ``[batch_size, max_len]``. Kept in ``<root>/<dataset_id>_split``.
+    load_from_local_minari : bool
+        Read the dataset from the local Minari cache (``$MINARI_DATASETS_PATH``, else
+        ``~/.minari/datasets``), e.g. one made with ``minari.create_dataset_from_buffers``,
+        instead of downloading it. Raises ``FileNotFoundError`` naming the directory looked
+        in when it is not there.
+
+    Otherwise a dataset missing under ``root`` is fetched with ``minari.download_dataset``
+    into a scratch directory beside its target (then converted and renamed into place; the
+    raw download is not kept). If the download fails, a ``ConnectionError`` says so (a
+    ``ValueError`` when Minari's remote has no such dataset) and nothing is left under
+    ``root``.
+
+    Attributes
+    ----------
+    available_datasets : list of str
+        The ids on Minari's remote server (needs the network; ``ConnectionError`` offline).
+    metadata : dict
+        What was converted: ``dataset_id``, ``total_steps``, ``total_episodes``,
+        ``minari_version``, ``observation_space``/``action_space`` (gymnasium spaces),
+        ``dropped_text`` (keys left out) and, with ``split_trajs``, ``max_len``.
+
+    Examples
+    --------
+    A small dataset made locally with Minari, converted and sampled:
+
+    >>> import os, tempfile, warnings
+    >>> import gymnasium as gym, minari, numpy as np
+    >>> from minari.data_collector import EpisodeBuffer
+    >>> tmp = tempfile.mkdtemp()
+    >>> previous = os.environ.get("MINARI_DATASETS_PATH")
+    >>> os.environ["MINARI_DATASETS_PATH"] = os.path.join(tmp, "minari")
+    >>> env = gym.make("CartPole-v1", max_episode_steps=10)
+    >>> episodes = []
+    >>> for seed in range(3):
+    ...     obs, _ = env.reset(seed=seed)
+    ...     observations, actions, rewards, terminations, truncations = [obs], [], [], [], []
+    ...     done = False
+    ...     while not done:
+    ...         obs, reward, terminated, truncated, _ = env.step(seed % 2)
+    ...         done = terminated or truncated
+    ...         observations.append(obs)
+    ...         actions.append(seed % 2)
+    ...         rewards.append(reward)
+    ...         terminations.append(terminated)
+    ...         truncations.append(truncated)
+    ...     episodes.append(EpisodeBuffer(
+    ...         id=seed, observations=np.stack(observations), actions=np.array(actions),
+    ...         rewards=np.array(rewards), terminations=np.array(terminations),
+    ...         truncations=np.array(truncations), infos={}))
+    >>> with warnings.catch_warnings():  # minari's advice on authorship metadata
+    ...     warnings.simplefilter("ignore")
+    ...     _ = minari.create_dataset_from_buffers("cartpole/doc-v0", episodes, env=env,
+    ...                                            algorithm_name="fixed")
+    >>> data = MinariExperienceReplay("cartpole/doc-v0", batch_size=4,
+    ...                               root=os.path.join(tmp, "converted"),
+    ...                               load_from_local_minari=True)
+    >>> sample = data.sample()
+    >>> sample["observation"].shape, sample["next", "done"].shape, sample["action"].dtype
+    (torch.Size([4, 4]), torch.Size([4, 1]), torch.int64)
+    >>> len(data) == data.metadata["total_steps"], data.metadata["total_episodes"]
+    (True, 3)
+    >>> episodes = MinariExperienceReplay("cartpole/doc-v0", batch_size=2, split_trajs=True,
+    ...                                   root=os.path.join(tmp, "converted"), download=False,
+    ...                                   load_from_local_minari=True)
+    >>> episodes.sample()["mask"].shape == (2, episodes.metadata["max_len"])
+    True
+    >>> if previous is None:
+    ...     del os.environ["MINARI_DATASETS_PATH"]
+    ... else:
+    ...     os.environ["MINARI_DATASETS_PATH"] = previous
+    """
+
+    def __init__(
+        self,
+        dataset_id: str,
+        batch_size: int,
+        *,
+        root: str | os.PathLike | None = None,
+        download: bool | str = True,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Transform | Callable[[Any], Any] | None = None,
+        split_trajs: bool = False,
+        load_from_local_minari: bool = False,
+    ) -> None:
+        self.dataset_id = _check_dataset_id(dataset_id)
+        if not (download is True or download is False or download == "force"):
+            raise ValueError(f"download must be True, False or 'force', got {download!r}.")
+        self.download = download
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        self.split_trajs = bool(split_trajs)
+        self.load_from_local_minari = bool(load_from_local_minari)
+
+        if download == "force":
+            self._build_flat(replace=True)
+            if self.split_trajs:
+                self._build_split(replace=True)
+        elif not self._is_converted(self.data_path):
+            if not self._is_converted(self.data_path_root):
+                if download is False and not self.load_from_local_minari:
+                    raise FileNotFoundError(
+                        f"the Minari dataset {self.dataset_id!r} is not converted under root: "
+                        f"looked for {str(self.data_path_root)!r}. Pass download=True to fetch "
+                        "and convert it, or load_from_local_minari=True to convert it from the "
+                        "local Minari cache.")
+                self._build_flat(replace=False)
+            if self.split_trajs:
+                self._build_split(replace=False)
+        data = load_memmap(self.data_path / _DATA)
+        self.metadata = self._read_metadata(self.data_path)
+        super().__init__(
+            data,
+            batch_size=batch_size,
+            sampler=sampler,
+            writer=writer,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+        )
+
+    # ---- paths -----------------------------------------------------------------------------------
+    @property
+    def data_path_root(self) -> Path:
+        """The converted dataset: ``<root>/<dataset_id>``."""
+        return self.root / self.dataset_id
+
+    @property
+    def data_path(self) -> Path:
+        """The data this buffer reads: ``<root>/<dataset_id>_split`` with ``split_trajs``,
+        else :attr:`data_path_root`."""
+        if self.split_trajs:
+            return self.root / (self.dataset_id + _SPLIT_SUFFIX)
+        return self.data_path_root
+
+    @_classproperty
+    def available_datasets(cls) -> list[str]:
+        """The dataset ids on Minari's remote server, sorted (``ConnectionError`` offline)."""
+        import minari
+
+        try:
+            remote = minari.list_remote_datasets()
+        except ImportError as err:
+            raise ImportError(f"listing Minari's remote datasets needs Minari's remote backend: "
+                              f"pip install 'minari[hf]' ({err}).") from err
+        except Exception as err:
+            raise ConnectionError(
+                f"could not list Minari's remote datasets ({type(err).__name__}: {err}); is the "
+                "network reachable? minari.list_local_datasets() lists the local ones.") from err
+        return sorted(remote)
+
+    def delete(self) -> None:
+        """Delete the converted dataset (and its split form) from disk.
+
+        Empty namespace directories left under ``root`` are removed too. The buffer keeps the
+        data it has mapped until it is dropped; the next construction converts again.
+        """
+        super().delete()
+        for path in (self.data_path_root, self.root / (self.dataset_id + _SPLIT_SUFFIX)):
+            if path.exists():
+                shutil.rmtree(path)
+        parents = self.data_path_root.relative_to(self.root).parents
+        remove_empty_dirs([self.root / parent for parent in parents if parent != Path(".")])
+
+    # ---- building ----------------------------------------------------------------------------------
+    def _is_converted(self, path: Path) -> bool:
+        """Whether ``path`` holds a complete conversion; raises if it holds something else."""
+        marker = path / _MARKER
+        if marker.is_file():
+            meta = json.loads(marker.read_text())
+            if meta.get("format") == _FORMAT and meta.get("dataset_id") == self.dataset_id:
+                return True
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return False
+        raise FileExistsError(
+            f"{str(path)!r} exists but holds no dataset converted by this version of "
+            f"tdreplay-datasets for {self.dataset_id!r}; remove it or pass download='force'.")
+
+    def _build_flat(self, replace: bool) -> None:
+        target = self.data_path_root
+        with staging_dir(target) as scratch:
+            if self.load_from_local_minari:
+                dataset = _open_local(self.dataset_id)
+            else:
+                import minari
+
+                raw = scratch / "minari"
+                with _minari_datasets_path(raw):
+                    _download(self.dataset_id, self.root)
+                dataset = minari.MinariDataset(raw / self.dataset_id / _DATA)
+            built = scratch / "converted"
+            built.mkdir()
+            _convert(dataset, self.dataset_id, built)
+            del dataset
+            published = publish(built, target, replace=replace)
+        if replace and published:
+            # derived from the data just replaced
+            stale = self.root / (self.dataset_id + _SPLIT_SUFFIX)
+            if stale.exists():
+                shutil.rmtree(stale)
+
+    def _build_split(self, replace: bool) -> None:
+        target = self.root / (self.dataset_id + _SPLIT_SUFFIX)
+        flat = load_memmap(self.data_path_root / _DATA)
+        meta = self._read_metadata(self.data_path_root, raw=True)
+        with staging_dir(target) as scratch:
+            split = split_trajectories(flat, trajectory_key="episode")
+            built = scratch / "converted"
+            split.memmap(built / _DATA, num_threads=0)
+            _write_marker(built, {**meta, "split_trajs": True, "max_len": split.batch_size[1]})
+            publish(built, target, replace=replace)
+
+    @staticmethod
+    def _read_metadata(path: Path, raw: bool = False) -> dict[str, Any]:
+        meta = json.loads((path / _MARKER).read_text())
+        meta.pop("format", None)
+        if raw:
+            return meta
+        from minari.serialization import deserialize_space
+
+        for name in ("observation_space", "action_space"):
+            if meta.get(name) is not None:
+                meta[name] = deserialize_space(meta[name])
+        return meta
