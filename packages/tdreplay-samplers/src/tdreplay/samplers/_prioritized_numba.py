@@ -1,11 +1,11 @@
 """Fused numba kernels of :class:`~tdreplay.samplers.PrioritizedSampler` on numba trees.
 
-One sampler call is one kernel call: ``sample_kernel`` draws the slots, their weights and
-their write generations; ``update_kernel`` checks a whole priority update and then applies it
-to the sum, min (and max) trees. They work on the flat node arrays of the numba trees
-(:mod:`.segment_trees._numba`) and reuse that module's descent and update kernels, so the
-results are exactly those of the tree methods; what they save is the Python overhead of one
-checked tree call per step, which dominates at small batch sizes.
+One sampler call is one kernel call: ``sample_kernel`` draws the slots and reads their stored
+priorities and write generations; ``update_kernel`` checks a whole priority update and then
+applies it to the sum, min (and max) trees. They work on the flat node arrays of the numba
+trees (:mod:`.segment_trees._numba`) and reuse that module's descent and update kernels, so the
+results are exactly those of the tree methods; what they save is the Python overhead of several
+checked tree calls per step, which dominates at small batch sizes.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
 
 
 @njit(cache=False, nogil=True)
-def sample_kernel(sum_nodes, min_nodes, p, u, stratified, neg_beta, gen,
-                  out_index, out_weight, out_gen):  # pragma: no cover - compiled
-    """Slots for the uniform draws ``u``, with weights ``(p_i / p_min) ** -beta`` and generations.
+def sample_kernel(sum_nodes, p, u, stratified, gen, out_index, out_leaf,
+                  out_gen):  # pragma: no cover - compiled
+    """Slots for the uniform draws ``u``, with their stored priorities and write generations.
 
     The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
     the same float64 operations as the torch path, so both backends draw the same slots.
@@ -36,10 +36,9 @@ def sample_kernel(sum_nodes, min_nodes, p, u, stratified, neg_beta, gen,
         else:
             masses[i] = u[i] * total
     _scan(sum_nodes, p, masses, out_index)
-    log_p_min = np.log(min_nodes[1])
     for i in range(n):
         slot = out_index[i]
-        out_weight[i] = np.exp((np.log(sum_nodes[p + slot]) - log_p_min) * neg_beta)
+        out_leaf[i] = sum_nodes[p + slot]
         out_gen[i] = gen[slot]
 
 

@@ -423,33 +423,34 @@ class PrioritizedSampler(Sampler):
             raise RuntimeError("no written slot has a priority: the sampler was not told about "
                                "the storage's items (extend the buffer through the sampler).")
         if self._backend == "numba":
-            return self._sample_numba(batch_size)
-        u = self._uniform(batch_size)
-        if self.stratified:
-            u = (torch.arange(batch_size, dtype=torch.float64, device=self._device) + u) \
-                / batch_size
-        index = self._sum.scan_lower_bound(u * self._sum.total())
-        leaf = self._sum.get(index)
+            index, leaf, gen = self._draw_numba(batch_size)
+            log_p_min = math.log(self._min.min())
+        else:
+            u = self._uniform(batch_size)
+            if self.stratified:
+                u = (torch.arange(batch_size, dtype=torch.float64, device=self._device) + u) \
+                    / batch_size
+            index = self._sum.scan_lower_bound(u * self._sum.total())
+            leaf = self._sum.get(index)
+            gen = self._gen.index_select(0, index)
+            log_p_min = torch.log(self._min.min())
         # (p_i / p_min) ** -beta, in log space so that extreme ratios do not overflow
-        weight = torch.exp((torch.log(leaf) - torch.log(self._min.min())) * -self._beta)
-        info = {
-            PRIORITY_WEIGHT_KEY: weight.to(self._dtype),
-            WRITE_GENERATION_KEY: self._gen.index_select(0, index),
-        }
-        return index, info
+        weight = torch.exp((torch.log(leaf) - log_p_min) * -self._beta)
+        return index, {PRIORITY_WEIGHT_KEY: weight.to(self._dtype), WRITE_GENERATION_KEY: gen}
 
-    def _sample_numba(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """:meth:`sample` on numba trees: one fused kernel call (same draws as the torch path)."""
+    def _draw_numba(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Slots, stored priorities and generations of one draw, in one numba kernel call.
+
+        The same draws and float64 operations as the torch path: both backends draw the same
+        slots for the same generator state.
+        """
         u = self._uniform(batch_size)
         index = torch.empty(batch_size, dtype=torch.long)
-        direct = self._dtype in (torch.float32, torch.float64)
-        weight = torch.empty(batch_size, dtype=self._dtype if direct else torch.float64)
+        leaf = torch.empty(batch_size, dtype=torch.float64)
         gen = torch.empty(batch_size, dtype=torch.long)
-        _kernels.sample_kernel(self._sum._tree, self._min._tree, self._sum._p, u.numpy(),
-                               self.stratified, -self._beta, self._gen_np, index.numpy(),
-                               weight.numpy(), gen.numpy())
-        return index, {PRIORITY_WEIGHT_KEY: weight if direct else weight.to(self._dtype),
-                       WRITE_GENERATION_KEY: gen}
+        _kernels.sample_kernel(self._sum._tree, self._sum._p, u.numpy(), self.stratified,
+                               self._gen_np, index.numpy(), leaf.numpy(), gen.numpy())
+        return index, leaf, gen
 
     # ---- priority updates --------------------------------------------------------------------
     def _prepare_priority(self, index: torch.Tensor, priority: Any) -> torch.Tensor:
