@@ -578,3 +578,18 @@ def test_in_place_edits_of_signals_are_seen() -> None:
     index = rb.sampler._index
     rb.set_("step", torch.tensor(0))  # not a trajectory signal: no rebuild
     assert not index.needs_rebuild
+
+
+def test_pickled_buffer_samples_like_the_original() -> None:
+    import pickle
+
+    rb = make_rb(SliceSampler(slice_len=3, traj_key="episode"), size=30)
+    rb.extend(episodes([8, 9, 7, 10]))
+    rb.sample(6)
+    copy = pickle.loads(pickle.dumps(rb))
+    rb.set_rng(torch.Generator().manual_seed(2))
+    copy.set_rng(torch.Generator().manual_seed(2))
+    assert (rb.sample(6)["index"] == copy.sample(6)["index"]).all()
+    for buffer in (rb, copy):
+        buffer.extend(episodes([12], start_id=9))
+    assert (rb.sample(6)["index"] == copy.sample(6)["index"]).all()

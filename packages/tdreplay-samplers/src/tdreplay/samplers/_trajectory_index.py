@@ -422,6 +422,13 @@ class TrajectoryIndex:
                 self._write(storage, reader, 0, 0, filled, remove_old=False)
         self.version += 1
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the storage travels with the buffer; the unpickled index trusts the one it next sees
+        state = self.__dict__.copy()
+        state["_storage_ref"] = None
+        state["_trust_storage"] = True
+        return state
+
     # ---- position <-> slot ----------------------------------------------------------------------
     def slots_of(self, lane: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Flat slots of lane positions (broadcasting)."""

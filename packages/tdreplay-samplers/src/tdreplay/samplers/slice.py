@@ -208,6 +208,11 @@ class SliceSampler(Sampler):
             raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
         return value.reshape(-1).to(torch.int64).cpu()
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_entries"] = StorageEntries()  # views of the storage are not pickled
+        return state
+
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         self._index.note_write(slots)
