@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CARTPOLE_ID, make_cartpole
+
 from tdreplay.core import RandomSampler
 from tdreplay.datasets import MinariExperienceReplay, minari_data
 from tdreplay.writers import ImmutableDatasetWriter
@@ -95,7 +96,7 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
-# ---- layout and values ---------------------------------------------------------------------------
+# ---- layout and values -----------------------------------------------------------------------
 def test_cartpole_rows_are_the_source_steps_in_ted_layout(cartpole, root):
     data = load(cartpole, root)
     expected = expected_rows(cartpole)
@@ -205,7 +206,7 @@ def test_metadata_keeps_the_spaces(dict_dataset, root):
     assert data.metadata["minari_version"] == source.spec.minari_version
 
 
-# ---- split trajectories ------------------------------------------------------------------------------
+# ---- split trajectories ----------------------------------------------------------------------
 def test_split_trajs_pads_each_episode_with_a_mask(cartpole, root):
     data = load(cartpole, root, split_trajs=True, batch_size=3)
     episodes = source_episodes(cartpole)
@@ -248,7 +249,7 @@ def test_split_reuses_the_flat_conversion(cartpole, root, count_conversions):
     assert (again[:] == split[:]).all()
 
 
-# ---- reuse, force, delete ----------------------------------------------------------------------------
+# ---- reuse, force, delete --------------------------------------------------------------------
 def test_second_construction_reuses_the_memmap_files(cartpole, root, count_conversions):
     first = load(cartpole, root)
     files = {p: p.stat().st_mtime_ns for p in (root / cartpole).rglob("*.memmap")}
@@ -295,7 +296,7 @@ def test_delete_removes_the_converted_files(cartpole, root, count_conversions):
     assert count_conversions == [cartpole, cartpole]
 
 
-# ---- download path -----------------------------------------------------------------------------------
+# ---- download path ---------------------------------------------------------------------------
 def test_download_fetches_with_minaris_function_and_keeps_only_the_conversion(
         minari_dir, root, tmp_path, fake_download, monkeypatch):
     remote, calls = fake_download
@@ -379,7 +380,7 @@ def test_failure_during_conversion_leaves_nothing(cartpole, root, monkeypatch):
     assert not root.exists()
 
 
-# ---- local Minari cache ------------------------------------------------------------------------------
+# ---- local Minari cache ----------------------------------------------------------------------
 def test_load_from_local_minari_never_downloads(cartpole, root, monkeypatch):
     def download_dataset(*args, **kwargs):
         raise AssertionError("load_from_local_minari must not download")
@@ -421,7 +422,7 @@ def test_default_root(cartpole, tmp_path, monkeypatch):
     assert (data.data_path / "tdreplay-dataset.json").is_file()
 
 
-# ---- available datasets --------------------------------------------------------------------------------
+# ---- available datasets ----------------------------------------------------------------------
 def test_available_datasets_lists_the_remote(monkeypatch):
     monkeypatch.setattr(minari, "list_remote_datasets",
                         lambda: {"b/x-v0": {}, "D4RL/door/human-v2": {}, "a/y-v1": {}})
@@ -434,7 +435,7 @@ def test_available_datasets_offline_is_a_connection_error(monkeypatch):
 
     monkeypatch.setattr(minari, "list_remote_datasets", offline)
     with pytest.raises(ConnectionError, match="could not list Minari's remote datasets.*network"):
-        MinariExperienceReplay.available_datasets
+        _ = MinariExperienceReplay.available_datasets
 
 
 def test_available_datasets_without_network_really_fails(monkeypatch):
@@ -446,7 +447,7 @@ def test_available_datasets_without_network_really_fails(monkeypatch):
     else:
         expected = ConnectionError
     with pytest.raises(expected):
-        MinariExperienceReplay.available_datasets
+        _ = MinariExperienceReplay.available_datasets
 
 
 def test_instances_see_available_datasets(cartpole, root, monkeypatch):
@@ -454,7 +455,7 @@ def test_instances_see_available_datasets(cartpole, root, monkeypatch):
     assert load(cartpole, root).available_datasets == ["a/b-v0"]
 
 
-# ---- buffer behaviour and arguments --------------------------------------------------------------------
+# ---- buffer behaviour and arguments ----------------------------------------------------------
 def test_defaults_and_writes_refused(cartpole, root):
     data = load(cartpole, root, batch_size=5)
     assert isinstance(data.sampler, RandomSampler)

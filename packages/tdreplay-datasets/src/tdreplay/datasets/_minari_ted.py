@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 # entries of Minari's ``infos`` that TED keeps beside ``info`` rather than inside it
 _LIFTED_INFOS = ("state",)

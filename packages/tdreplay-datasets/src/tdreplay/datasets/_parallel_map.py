@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -25,9 +24,8 @@ def chunk_bounds(size: int, *, chunksize: int | None, num_chunks: int | None,
     chunks per worker, so that a slow chunk does not keep the others idle.
     """
     if chunksize is not None:
-        count = math.ceil(size / chunksize)
-    else:
-        count = num_chunks if num_chunks is not None else 4 * max(num_workers, 1)
+        return [(start, min(start + chunksize, size)) for start in range(0, size, chunksize)]
+    count = num_chunks if num_chunks is not None else 4 * max(num_workers, 1)
     count = max(1, min(count, size))
     base, extra = divmod(size, count)
     bounds, start = [], 0

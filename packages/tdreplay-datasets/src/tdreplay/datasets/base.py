@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
+
 from tdreplay.core import Sampler, TensorDictReplayBuffer, Transform, Writer
 from tdreplay.storages import TensorStorage
 from tdreplay.writers import ImmutableDatasetWriter

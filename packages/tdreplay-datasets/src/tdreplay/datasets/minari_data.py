@@ -364,7 +364,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             transform=transform,
         )
 
-    # ---- paths -----------------------------------------------------------------------------------
+    # ---- paths -------------------------------------------------------------------------------
     @property
     def data_path_root(self) -> Path:
         """The converted dataset: ``<root>/<dataset_id>``."""
@@ -407,7 +407,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         parents = self.data_path_root.relative_to(self.root).parents
         remove_empty_dirs([self.root / parent for parent in parents if parent != Path(".")])
 
-    # ---- building ----------------------------------------------------------------------------------
+    # ---- building ----------------------------------------------------------------------------
     def _is_converted(self, path: Path) -> bool:
         """Whether ``path`` holds a complete conversion; raises if it holds something else."""
         marker = path / _MARKER
