@@ -32,6 +32,7 @@ from tdreplay.core import (
     Transform,
     Writer,
 )
+from tdreplay.datasets import BaseDatasetExperienceReplay, MinariExperienceReplay
 from tdreplay.ensembles import (
     ReplayBufferEnsemble,
     SamplerEnsemble,
@@ -52,6 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "BaseDatasetExperienceReplay",
     "CallableTransform",
     "CheckpointError",
     "Compose",
@@ -60,6 +62,7 @@ __all__ = [
     "LazyTensorStorage",
     "ListStorage",
     "ListStorageCheckpointer",
+    "MinariExperienceReplay",
     "RandomSampler",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
