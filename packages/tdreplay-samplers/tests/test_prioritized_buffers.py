@@ -65,6 +65,15 @@ def test_prioritized_buffer_cycle(backend):
     assert priorities(rb)[7] == 0.5
 
 
+def test_prioritized_buffer_with_a_transform():
+    rb = PrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=ListStorage(8), batch_size=5,
+                                 transform=lambda x: x * 10)
+    rb.extend([torch.tensor(float(i)) for i in range(4)])
+    data, info = rb.sample(return_info=True)
+    assert torch.equal(data, info["index"].float() * 10)
+    assert info["priority_weight"].shape == (5,)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_prioritized_buffer_skips_stale_update(backend):
     rb = PrioritizedReplayBuffer(alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(4),
