@@ -22,11 +22,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tensordict import TensorDict
+
 from tdreplay.core import ReplayBuffer
 from tdreplay.core.checkpoint import MANIFEST_NAME, POINTER_NAME, verify_checkpoint
-from tdreplay.samplers import SamplerWithoutReplacement
-from tdreplay.storages import FlatStorageCheckpointer, LazyMemmapStorage, LazyTensorStorage
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from tensordict import TensorDict
-from tdreplay.core import CheckpointError, ListStorage, RandomSampler, ReplayBuffer, RoundRobinWriter
+
+from tdreplay.core import (
+    CheckpointError,
+    ListStorage,
+    RandomSampler,
+    ReplayBuffer,
+    RoundRobinWriter,
+)
 from tdreplay.core.checkpoint import MANIFEST_NAME, POINTER_NAME
 from tdreplay.samplers import SamplerWithoutReplacement
 from tdreplay.storages import (

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
+
 from tdreplay.core import CheckpointError, ListStorage, ReplayBuffer
 from tdreplay.storages import (
     CompressedListStorage,

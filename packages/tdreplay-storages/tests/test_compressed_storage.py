@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import LazyStackedTensorDict, TensorDict
+
 from tdreplay.core import ReplayBuffer
 from tdreplay.storages import CompressedListStorage
 from tdreplay.storages import compressed_storage as compressed_module

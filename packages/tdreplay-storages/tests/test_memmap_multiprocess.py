@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 from tensordict import TensorDict
+
 from tdreplay.core import ReplayBuffer
 from tdreplay.storages import LazyMemmapStorage
 

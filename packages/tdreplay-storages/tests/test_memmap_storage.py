@@ -9,6 +9,7 @@ import pickle
 import pytest
 import torch
 from tensordict import TensorDict
+
 from tdreplay.core import ReplayBuffer, RoundRobinWriter
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+
 from tdreplay.core import ListStorage, ReplayBuffer
 from tdreplay.storages import (
     CompressedListStorage,

@@ -35,7 +35,6 @@ raises a :class:`~tdreplay.core.CheckpointError` saying which one to set.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+
 from tdreplay.core import ListStorageCheckpointer, StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
@@ -120,8 +120,8 @@ def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBas
 def _check_meta(storage: TensorStorage, meta: dict[str, Any]) -> None:
     for name in ("max_size", "ndim"):
         if meta.get(name) != getattr(storage, name):
-            raise CheckpointError(f"checkpoint storage has {name}={meta.get(name)} but this storage "
-                                  f"has {name}={getattr(storage, name)}.")
+            raise CheckpointError(f"checkpoint storage has {name}={meta.get(name)} but this "
+                                  f"storage has {name}={getattr(storage, name)}.")
 
 
 def file_table(root: Path) -> dict[str, int]:
@@ -455,7 +455,8 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
     >>> from tensordict import TensorDict
     >>> from tdreplay.storages import LazyTensorStorage
     >>> data = TensorDict({"obs": torch.randn(6, 3), ("next", "reward"): torch.ones(6, 1)}, [6])
-    >>> s = LazyTensorStorage(6, checkpointer=H5StorageCheckpointer(h5_kwargs={"compression": "gzip"}))
+    >>> ckpt = H5StorageCheckpointer(h5_kwargs={"compression": "gzip"})
+    >>> s = LazyTensorStorage(6, checkpointer=ckpt)
     >>> s.set(slice(0, 6), data)
     >>> with tempfile.TemporaryDirectory() as d:
     ...     s.dumps(d)
@@ -508,7 +509,8 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
                 name = "/".join(info["stored"])
                 if name not in f:
                     raise CheckpointError(f"dataset {name!r} is missing from {str(file)!r}.")
-                arrays[tuple(info["key"])] = _from_numpy(f[name][()], _dtype_from_str(info["dtype"]))
+                dtype = _dtype_from_str(info["dtype"])
+                arrays[tuple(info["key"])] = _from_numpy(f[name][()], dtype)
         return arrays
 
     def __repr__(self) -> str:

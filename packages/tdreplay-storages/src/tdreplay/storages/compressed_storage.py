@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+
 from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core._utils import as_long_tensor, is_int
 
@@ -181,7 +182,8 @@ class CompressedListStorage(ListStorage):
     ) -> None:
         if (compression_fn is None) != (decompression_fn is None):
             raise ValueError("compression_fn and decompression_fn must be given together.")
-        for name, fn in (("compression_fn", compression_fn), ("decompression_fn", decompression_fn)):
+        for name, fn in (("compression_fn", compression_fn),
+                         ("decompression_fn", decompression_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
         super().__init__(max_size, checkpointer)

@@ -20,6 +20,7 @@ file between processes (released by the kernel if a process dies while holding i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import MemoryMappedTensor
+
 from tdreplay.core import StorageCheckpointerBase
 
 from .tensor_storage import LazyTensorStorage, _assemble, _build_tree, _leaf_keys
@@ -89,7 +91,10 @@ class _SharedCounters:
             tmp = f"{self.path}.{os.getpid()}.tmp"
             np.zeros(_STATE_SIZE, dtype=np.int64).tofile(tmp)
             os.replace(tmp, self.path)
-        self.array = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(_STATE_SIZE,))
+        # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
+        # Python-level __getitem__ (len() and every write read these counters)
+        self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
+                               shape=(_STATE_SIZE,)).view(np.ndarray)
 
     def __reduce__(self) -> tuple:
         return (_SharedCounters, (self.path,))
@@ -161,6 +166,23 @@ class _ProcessLock:
                 os.close(self._fd)
             except OSError:
                 pass
+
+
+def _reserve(filename: Path, nbytes: int) -> None:
+    """Reserve the file's blocks now: a full disk (or ``/dev/shm``) fails here with a clear
+    error instead of killing a later write into the mapping with SIGBUS."""
+    if not nbytes or not hasattr(os, "posix_fallocate"):
+        return
+    fd = os.open(filename, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return  # the file system cannot reserve: fine, the file is already sized
+        raise OSError(err.errno, f"cannot reserve {nbytes} bytes for {str(filename)!r} "
+                                 f"(memory-mapped storage): {err.strerror}") from err
+    finally:
+        os.close(fd)
 
 
 def _remove_scratch_dir(path: str, owner_pid: int) -> None:
@@ -317,6 +339,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))
         filename.parent.mkdir(parents=True, exist_ok=True)
         mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename), existsok=True)
+        _reserve(filename, mmt.numel() * mmt.element_size())
         self._new_files.append((key, filename.relative_to(self._scratch_dir).as_posix(),
                                 dtype, tuple(shape)))
         return mmt.as_subclass(torch.Tensor)
@@ -384,7 +407,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._adopt(_assemble(_build_tree(keys), leaves, shape, self._device))
         return self.__dict__["_td_local"]
 
-    # ---- reads and writes under the process lock ---------------------------------------------------
+    # ---- reads and writes under the process lock -------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         with self._lock_obj:
             super().set(rows, data)
