@@ -578,6 +578,43 @@ class ReplayBuffer:
     dump = dumps
     load = loads
 
+    @classmethod
+    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
+        """The Ray actor class of this buffer class (needs Ray, e.g. from ``tdreplay-distributed``).
+
+        ``cls.as_remote(remote_config).remote(**kwargs)`` builds the buffer inside a Ray actor;
+        its methods are then called as ``actor.extend.remote(data)``. Ray is imported here, on
+        first use: tdreplay-core does not depend on it. For a buffer whose components are built
+        inside the actor, with timeouts and clear errors, see
+        :class:`tdreplay.distributed.RayReplayBuffer`.
+
+        Parameters
+        ----------
+        remote_config : dict, optional
+            Options of ``ray.remote`` (``num_cpus``, ``max_concurrency``, ...).
+
+        Raises
+        ------
+        ImportError
+            Ray is not installed.
+
+        Examples
+        --------
+        >>> import ray  # doctest: +SKIP
+        >>> actor = ReplayBuffer.as_remote({"num_cpus": 0}).remote(  # doctest: +SKIP
+        ...     storage=ListStorage(10))
+        >>> ray.get(actor.extend.remote([1, 2, 3])).tolist()  # doctest: +SKIP
+        [0, 1, 2]
+        """
+        try:
+            import ray
+        except ImportError as err:
+            raise ImportError(
+                f"{cls.__name__}.as_remote needs Ray, which tdreplay-core does not install: "
+                "pip install tdreplay-distributed (it depends on ray), or pip install ray."
+            ) from err
+        return ray.remote(**remote_config)(cls) if remote_config else ray.remote(cls)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(\n    storage={self._storage!r},\n    sampler={self._sampler!r},"
