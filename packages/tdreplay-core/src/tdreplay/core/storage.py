@@ -211,8 +211,9 @@ class Storage(abc.ABC):
                                  "gap or backwards: use extend to add rows.")
             return torch.arange(start, min(stop, cap), step)
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
-            return index.reshape(-1).nonzero().squeeze(-1)
-        rows = as_long_tensor(index, name="index").reshape(-1)
+            rows = index.reshape(-1).nonzero().squeeze(-1)  # then range-checked as rows
+        else:
+            rows = as_long_tensor(index, name="index").reshape(-1)
         rows = torch.where(rows < 0, rows + n, rows)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n):
             raise IndexError(f"index {index!r} is out of range: {n} rows are written (index "
