@@ -215,6 +215,16 @@ def test_setitem_past_written_rows_is_refused(unchanged):
         rb[-5] = torch.tensor(1.0)
     with unchanged(rb), pytest.raises(IndexError, match="gap"):
         rb[6:8] = scalars(0, 2)
+    with unchanged(rb), pytest.raises(IndexError, match="out of range"):
+        rb[torch.tensor([False] * 5 + [True])] = scalars(0, 1)
+
+
+def test_setitem_boolean_mask():
+    sampler = RecordingSampler()
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=sampler)
+    rb.extend(scalars(0, 4))
+    rb[torch.tensor([True, False, True, False])] = scalars(8, 10)
+    assert values(rb) == [8, 1, 9, 3] and sampler.calls[-1] == ("update", [0, 2])
 
 
 def test_read_all_in_order_and_write_all():
