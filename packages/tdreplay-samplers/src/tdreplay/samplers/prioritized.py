@@ -149,6 +149,13 @@ class PrioritizedSampler(Sampler):
         host sync there; bad updates are then dropped on the device instead). Numba trees always
         validate.
 
+    Notes
+    -----
+    :meth:`sample` returns ``info["priority_weight"]`` (the importance weights, ``dtype``) and
+    ``info["write_generation"]`` (pass it back to :meth:`update_priority` so that priorities of
+    rows overwritten since the sample are skipped; TensorDict buffers do it for you). New items
+    get the max priority; ``-1`` in an update's index is skipped, as TorchRL's writers use it.
+
     Examples
     --------
     >>> from tdreplay.core import ReplayBuffer
