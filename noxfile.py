@@ -1,0 +1,400 @@
+"""Development sessions for the tdreplay monorepo.
+
+Run ``nox -l`` to list sessions.  The default run (``nox``) is every ``tests-<pkg>`` session,
+``integration``, ``packaging`` and ``lint``; ``demo`` and ``bench`` run only when asked for.
+
+Packages are discovered from ``packages/*/pyproject.toml``: a new package gets its
+``tests-<short>`` session (``tdreplay-foo`` -> ``tests-foo``, the meta-package ``tdreplay`` ->
+``tests-meta``) and its packaging check without any edit here.
+
+Torch is never installed per session.  It is installed once (CPU wheel from pip's find-links)
+into ``.nox/_torch-<version>`` and every virtualenv sees it through a ``.pth`` file written
+before anything else is installed; a constraints file pins it so pip can never resolve another
+torch (that would download gigabytes of CUDA wheels).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nox
+from filelock import FileLock  # a dependency of nox itself
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES_DIR = ROOT / "packages"
+NOX_DIR = ROOT / ".nox"
+
+TORCH_VERSION = "2.13.0"
+TORCH_PIN = f"torch=={TORCH_VERSION}+cpu"
+TORCH_DIR = NOX_DIR / f"_torch-{TORCH_VERSION}"
+TORCH_MARKER = TORCH_DIR / ".tdreplay-complete"
+TORCH_PTH = "_tdreplay_torch.pth"
+CONSTRAINTS = NOX_DIR / "_constraints.txt"
+
+TEST_TOOLS = ["pytest", "hypothesis", "pytest-timeout"]
+RUFF = "ruff==0.17.6"
+PYTEST_TIMEOUT = "300"
+# Extras that are test/dev tooling, not features: left out when installing "for use" (demo, bench).
+TOOLING_EXTRAS = {"test", "tests", "dev", "docs", "lint"}
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+
+
+# --------------------------------------------------------------------------------------------
+# Package discovery
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Package:
+    dist: str  # canonical distribution name, e.g. "tdreplay-core"
+    path: Path
+    requires: list[Requirement]
+    extras: dict[str, list[Requirement]] = field(default_factory=dict)
+
+    @property
+    def is_meta(self) -> bool:
+        return self.dist == "tdreplay"
+
+    @property
+    def short(self) -> str:
+        return "meta" if self.is_meta else self.dist.removeprefix("tdreplay-")
+
+    @property
+    def module(self) -> str:
+        return "tdreplay.data" if self.is_meta else f"tdreplay.{self.short.replace('-', '_')}"
+
+    @property
+    def src(self) -> Path:
+        """Source of the package's own module(s): a directory, or ``data.py`` for the meta."""
+        if self.is_meta:
+            return self.path / "src" / "tdreplay" / "data.py"
+        return self.path / "src" / Path(*self.module.split("."))
+
+    def feature_extras(self) -> list[str]:
+        return sorted(e for e in self.extras if e not in TOOLING_EXTRAS)
+
+
+def _load_packages() -> dict[str, Package]:
+    found: dict[str, Package] = {}
+    for pyproject in sorted(PACKAGES_DIR.glob("*/pyproject.toml")):
+        with pyproject.open("rb") as f:
+            project = tomllib.load(f).get("project", {})
+        name = canonicalize_name(project["name"])
+        optional = project.get("optional-dependencies", {}) or {}
+        found[name] = Package(
+            dist=name,
+            path=pyproject.parent,
+            requires=[Requirement(r) for r in project.get("dependencies", [])],
+            extras={
+                canonicalize_name(extra): [Requirement(r) for r in reqs]
+                for extra, reqs in optional.items()
+            },
+        )
+    return found
+
+
+PACKAGES = _load_packages()
+
+
+def _local_deps(reqs: list[Requirement]) -> dict[str, set[str]]:
+    """Local siblings named in ``reqs`` -> the extras asked of them."""
+    out: dict[str, set[str]] = {}
+    for req in reqs:
+        name = canonicalize_name(req.name)
+        if name in PACKAGES:
+            out.setdefault(name, set()).update(canonicalize_name(e) for e in req.extras)
+    return out
+
+
+def closure(pkg: Package, extras: list[str] | None = None) -> dict[str, set[str]]:
+    """Local dependency closure of ``pkg`` (itself excluded) -> extras needed of each member."""
+    result: dict[str, set[str]] = {}
+    todo: list[tuple[Package, list[str]]] = [(pkg, list(extras or []))]
+    while todo:
+        current, current_extras = todo.pop()
+        reqs = list(current.requires)
+        for extra in current_extras:
+            reqs += current.extras.get(extra, [])
+        for name, wanted in _local_deps(reqs).items():
+            if name == pkg.dist:
+                continue
+            known = result.get(name)
+            if known is not None and wanted <= known:
+                continue
+            result[name] = (known or set()) | wanted
+            todo.append((PACKAGES[name], sorted(result[name])))
+    return result
+
+
+def _spec(path: Path, extras: set[str] | list[str]) -> str:
+    return f"{path}[{','.join(sorted(extras))}]" if extras else str(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Torch, shared by every virtualenv
+# --------------------------------------------------------------------------------------------
+
+
+def _ensure_torch(session: nox.Session) -> None:
+    """Install the CPU torch once into TORCH_DIR (reused by every session and every CI run)."""
+    NOX_DIR.mkdir(exist_ok=True)
+    # Sessions may run in parallel (nox -j): one installs, the others wait for it.
+    with FileLock(str(NOX_DIR / "_torch.lock")):
+        if not CONSTRAINTS.exists() or CONSTRAINTS.read_text() != f"{TORCH_PIN}\n":
+            CONSTRAINTS.write_text(f"{TORCH_PIN}\n")
+        if not TORCH_MARKER.exists():
+            _install_torch(session)
+
+
+def _install_torch(session: nox.Session) -> None:
+    if TORCH_DIR.exists():
+        shutil.rmtree(TORCH_DIR)
+    session.log(f"Installing {TORCH_PIN} once into {TORCH_DIR}")
+    # Runs with the interpreter that runs nox (outside any venv); ``+cpu`` in the pin makes pip
+    # use the local CPU wheel or fail, never download a CUDA build.
+    session.run_always(
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-warn-script-location",
+        "--target", str(TORCH_DIR), TORCH_PIN,
+        external=True,
+    )  # fmt: skip
+    TORCH_MARKER.write_text(TORCH_PIN + "\n")
+
+
+def _purelib(python: str | Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return Path(out.stdout.strip())
+
+
+def _link_torch(python: str | Path) -> None:
+    """Make the shared torch visible to the interpreter ``python`` (a virtualenv's)."""
+    purelib = _purelib(python)
+    purelib.mkdir(parents=True, exist_ok=True)
+    (purelib / TORCH_PTH).write_text(f"{TORCH_DIR}\n")
+
+
+CHECK_TORCH = (
+    "import torch, sys; v = torch.__version__; "
+    f"sys.exit(0 if v == '{TORCH_VERSION}+cpu' else "
+    f"'wrong torch imported: ' + v + ' from ' + torch.__file__ + ', expected {TORCH_VERSION}+cpu')"
+)
+
+
+def _setup_venv(session: nox.Session) -> None:
+    """First thing in every session: shared torch visible before anything is installed."""
+    _ensure_torch(session)
+    _link_torch(Path(session.bin) / "python")
+    session.run("python", "-c", CHECK_TORCH, silent=True)
+
+
+# ``--no-compile``: modules are byte-compiled lazily on first import instead of all at install
+# time (halves the install time of numpy/numba/hypothesis on this 2-core machine).
+PIP_INSTALL = ("--quiet", "--no-compile", "-c", str(CONSTRAINTS))
+# Build backend of every package, installed in each venv so that local packages build without
+# pip's isolated build environments (one per package, each installing hatchling: slow).
+BUILD_DEPS = ("hatchling>=1.24", "editables")
+
+
+def _pip_install(session: nox.Session, *args: str) -> None:
+    """Install into the session's venv: torch pinned; local packages built without isolation."""
+    session.install(*PIP_INSTALL, *BUILD_DEPS)
+    session.install(*PIP_INSTALL, "--no-build-isolation", *args)
+    session.run("python", "-c", CHECK_TORCH, silent=True)
+
+
+def _install_all(session: nox.Session, *, with_tooling: bool) -> None:
+    """Every package (meta included), editable, with its feature extras (and test extras)."""
+    specs = []
+    for pkg in PACKAGES.values():
+        extras = list(pkg.extras) if with_tooling else pkg.feature_extras()
+        specs += ["-e", _spec(pkg.path, extras)]
+    _pip_install(session, *(TEST_TOOLS if with_tooling else []), *specs)
+
+
+def _pytest(session: nox.Session, *paths: str | Path, junit: str) -> None:
+    reports = NOX_DIR / "_reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / f"{junit}.xml").unlink(missing_ok=True)
+    session.run(
+        "python", "-m", "pytest",
+        "-p", "no:cacheprovider",
+        "--import-mode=importlib",
+        "-o", "consider_namespace_packages=true",
+        "--doctest-continue-on-failure",
+        f"--timeout={PYTEST_TIMEOUT}",
+        f"--rootdir={ROOT}",
+        f"--junitxml={reports / f'{junit}.xml'}",
+        *map(str, paths),
+        *session.posargs,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions
+# --------------------------------------------------------------------------------------------
+
+
+def _make_tests_session(pkg: Package):
+    def tests(session: nox.Session) -> None:
+        _setup_venv(session)
+        deps = closure(pkg, list(pkg.extras))
+        specs = [_spec(PACKAGES[name].path, extras) for name, extras in sorted(deps.items())]
+        _pip_install(session, *TEST_TOOLS, "-e", _spec(pkg.path, list(pkg.extras)), *specs)
+        if pkg.is_meta:
+            session.run("python", str(ROOT / "tools" / "check_pins.py"))
+        # Doctests of the package's own modules (imported as tdreplay.<name>.<mod>), then tests/.
+        targets = [pkg.src, pkg.path / "tests"]
+        _pytest(session, "--doctest-modules", *targets, junit=f"tests-{pkg.short}")
+
+    tests.__doc__ = (
+        f"Tests and doctests of {pkg.dist}, alone with its declared dependencies "
+        f"(local: {', '.join(sorted(closure(pkg, list(pkg.extras)))) or 'none'})."
+    )
+    return tests
+
+
+for _pkg in PACKAGES.values():
+    nox.session(_make_tests_session(_pkg), name=f"tests-{_pkg.short}", tags=["tests"])
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Cross-package tests in integration_tests/, with every package installed."""
+    _setup_venv(session)
+    _install_all(session, with_tooling=True)
+    _pip_install(session, *DEMO_DEPS)  # integration_tests/test_demo.py runs a short demo
+    _pytest(session, ROOT / "integration_tests", junit="integration")
+
+
+WHEEL_DIR = NOX_DIR / "_wheels"
+VENVS_DIR = NOX_DIR / "_packaging-venvs"
+
+IMPORT_ALL = r"""
+import importlib, pkgutil, sys
+name = sys.argv[1]
+mod = importlib.import_module(name)
+imported = [name]
+if hasattr(mod, "__path__"):
+    def onerror(sub):
+        raise
+    for info in pkgutil.walk_packages(mod.__path__, prefix=name + ".", onerror=onerror):
+        importlib.import_module(info.name)
+        imported.append(info.name)
+for n in imported:
+    f = getattr(sys.modules[n], "__file__", "") or ""
+    if "site-packages" not in f:
+        sys.exit(f"{n} was imported from {f}, not from the installed wheel")
+import torch
+assert torch.__version__ == sys.argv[2], torch.__version__
+print(f"imported {len(imported)} module(s) of {name}: ok")
+"""
+
+
+@nox.session
+def packaging(session: nox.Session) -> None:
+    """Build every wheel; install each alone (with its local closure) and import everything."""
+    _setup_venv(session)
+    session.install(*PIP_INSTALL, *BUILD_DEPS)
+    session.run("python", str(ROOT / "tools" / "check_pins.py"))
+
+    shutil.rmtree(WHEEL_DIR, ignore_errors=True)
+    WHEEL_DIR.mkdir(parents=True)
+    session.run(
+        "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+        "--wheel-dir", str(WHEEL_DIR), *(str(p.path) for p in PACKAGES.values()),
+    )  # fmt: skip
+
+    wheels: dict[str, Path] = {}
+    for whl in WHEEL_DIR.glob("*.whl"):
+        wheels[canonicalize_name(whl.name.split("-")[0])] = whl
+    missing = set(PACKAGES) - set(wheels)
+    if missing:
+        session.error(f"no wheel was built for {sorted(missing)}")
+
+    problems = []
+    for name, whl in sorted(wheels.items()):
+        with zipfile.ZipFile(whl) as zf:
+            names = zf.namelist()
+        if "tdreplay/__init__.py" in names:
+            problems.append(f"{whl.name} ships tdreplay/__init__.py (the namespace is PEP 420)")
+        if PACKAGES[name].is_meta:
+            code = [n for n in names if ".dist-info/" not in n]
+            if code != ["tdreplay/data.py"]:
+                problems.append(f"{whl.name} must ship only tdreplay/data.py, ships {code}")
+    if problems:
+        session.error("\n".join(problems))
+
+    shutil.rmtree(VENVS_DIR, ignore_errors=True)
+    VENVS_DIR.mkdir(parents=True)
+    pip = [str(Path(session.bin) / "python"), "-m", "pip"]
+    for name, pkg in sorted(PACKAGES.items()):
+        venv = VENVS_DIR / pkg.short
+        session.log(f"[{pkg.dist}] fresh venv with its wheel and its local closure only")
+        session.run(sys.executable, "-m", "venv", "--without-pip", str(venv), external=True)
+        python = venv / "bin" / "python"
+        _link_torch(python)
+        # Install with the session's pip (``--python``); the local closure is given as wheel
+        # files so pip never looks a sibling up on an index, PyPI dependencies come from PyPI.
+        local = [str(wheels[dep]) for dep in sorted(closure(pkg))]
+        session.run(
+            *pip, "--python", str(python), "install", *PIP_INSTALL,
+            "--find-links", str(WHEEL_DIR), str(wheels[name]), *local,
+        )  # fmt: skip
+        with session.chdir(venv):  # nothing from the repo on sys.path
+            session.run(
+                str(python), "-I", "-c", IMPORT_ALL, pkg.module, f"{TORCH_VERSION}+cpu",
+                external=True,
+            )  # fmt: skip
+    session.log(f"packaging: {len(wheels)} wheels built, installed alone and imported")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check over the whole repository (config: ruff.toml)."""
+    session.install("--quiet", RUFF)
+    session.run("ruff", "check", str(ROOT), *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """benchmarks/run_all.py, every package installed (arguments after -- forwarded)."""
+    _setup_venv(session)
+    _install_all(session, with_tooling=False)
+    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
+
+
+# What examples/demo.py needs besides the packages: the CartPole environment and the plot.
+DEMO_DEPS = ["gymnasium>=1.0", "matplotlib>=3.7"]
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: examples/demo.py, every package installed (arguments after -- forwarded)."""
+    _setup_venv(session)
+    _install_all(session, with_tooling=False)
+    _pip_install(session, *DEMO_DEPS)
+    session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)
+
+
+nox.options.sessions = [
+    *(f"tests-{p.short}" for p in PACKAGES.values()),
+    "integration",
+    "packaging",
+    "lint",
+]
