@@ -170,6 +170,7 @@ class ReplayBuffer:
         # by the thread that waits for a prefetched batch
         self._prefetch_lock = threading.Lock()
         self._prefetch_epoch = 0
+        self._prefetch_batch_size: int | None = None  # batch size of the queued batches
         self._rng: torch.Generator | None = None
         if generator is not None:
             self.set_rng(generator)
@@ -397,6 +398,11 @@ class ReplayBuffer:
             if self._prefetch_executor is None:
                 self._prefetch_executor = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="tdreplay-prefetch")
+            if batch_size != self._prefetch_batch_size:
+                # without a default batch_size, each size asked for: queued batches of another
+                # size cannot be handed out
+                self._clear_prefetch()
+                self._prefetch_batch_size = batch_size
             # top up to prefetch + 1, hand one out: exactly `prefetch` batches stay in flight
             while len(queue) < self._prefetch + 1:
                 queue.append(self._prefetch_executor.submit(self._sample, batch_size,
