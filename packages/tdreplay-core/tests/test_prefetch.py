@@ -108,3 +108,10 @@ def test_prefetch_validation():
     with pytest.raises(ValueError, match="prefetch"):
         ReplayBuffer(prefetch=-1)
     assert ReplayBuffer(prefetch=0)._prefetch == 0
+
+
+def test_without_default_batch_size_each_sample_has_the_size_asked_for():
+    rb = ReplayBuffer(storage=ListStorage(100), prefetch=2)
+    rb.extend(scalars(0, 50))
+    assert [rb.sample(n).shape[0] for n in (4, 8, 8, 3, 4)] == [4, 8, 8, 3, 4]
+    assert len(rb._prefetch_queue) == 2
