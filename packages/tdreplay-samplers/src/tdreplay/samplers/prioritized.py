@@ -154,7 +154,8 @@ class PrioritizedSampler(Sampler):
     :meth:`sample` returns ``info["priority_weight"]`` (the importance weights, ``dtype``) and
     ``info["write_generation"]`` (pass it back to :meth:`update_priority` so that priorities of
     rows overwritten since the sample are skipped; TensorDict buffers do it for you). New items
-    get the max priority; ``-1`` in an update's index is skipped, as TorchRL's writers use it.
+    get the max priority; ``-1`` in an update's index is skipped (TorchRL's marker of rows not
+    written).
 
     Examples
     --------
@@ -490,7 +491,7 @@ class PrioritizedSampler(Sampler):
         ----------
         index : int, sequence or integer tensor
             Flat slots (as in ``info["index"]`` / ``sample["index"]``); entries equal to ``-1``
-            are skipped (writers mark rows they did not write that way).
+            are skipped (TorchRL's max-value writer marks rows it did not write that way).
         priority : number, array or tensor
             Real numbers (any float or int dtype): a scalar, one per index, or one per index
             followed by trailing dims reduced with ``reduction``.

@@ -9,6 +9,7 @@ overwritten meanwhile is dropped instead of landing on the new row.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -211,13 +212,22 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
             slots = super().extend(data, update_priority=False)
             if data is not tensordicts:
                 self._set_index(tensordicts, slots)
-            if has_gen and not tensordicts.is_locked and slots.numel():
+            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
+            # can then not be matched with the batch's priorities, which are left out
+            aligned = slots.numel() and slots.shape == tensordicts.batch_size[: slots.ndim]
+            if has_gen and aligned and not tensordicts.is_locked:
                 gen = self._sampler.slot_generation(slots)
                 tensordicts.set(WRITE_GENERATION_KEY, gen.reshape(
                     gen.shape + (1,) * (tensordicts.batch_dims - gen.ndim)).expand(
                     tensordicts.batch_size).to(tensordicts.device or gen.device))
-            if update_priority is not False and priority is not None and slots.numel():
-                self.update_priority(slots, priority)
+            if update_priority is not False and priority is not None:
+                if aligned:
+                    self.update_priority(slots, priority)
+                elif slots.numel():
+                    warnings.warn(
+                        f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
+                        f"their {self.priority_key!r} cannot be matched to the rows written, "
+                        "which get the max priority instead.", stacklevel=2)
         return slots
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
