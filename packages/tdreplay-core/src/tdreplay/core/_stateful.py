@@ -49,7 +49,8 @@ class StateDictCheckpointMixin:
         meta = read_json(path / "component.json")
         if meta.get("class") != type(self).__name__:
             raise CheckpointError(
-                f"checkpoint holds a {meta.get('class')} but this buffer has a {type(self).__name__}."
+                f"checkpoint holds a {meta.get('class')} but this buffer has a "
+                f"{type(self).__name__}."
             )
         state = torch.load(path / "state.pt", weights_only=True)
         try:

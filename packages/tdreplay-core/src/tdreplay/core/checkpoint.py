@@ -151,11 +151,13 @@ def verify_checkpoint(path: str | os.PathLike) -> Path:
     snap = root / str(meta.get("snapshot"))
     manifest_path = snap / MANIFEST_NAME
     if not manifest_path.is_file():
-        raise CheckpointError(f"checkpoint snapshot {str(snap)!r} has no manifest: it is incomplete.")
+        raise CheckpointError(
+            f"checkpoint snapshot {str(snap)!r} has no manifest: it is incomplete.")
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint manifest {str(manifest_path)!r} is corrupted: {err}") from err
+        raise CheckpointError(
+            f"checkpoint manifest {str(manifest_path)!r} is corrupted: {err}") from err
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint manifest has format version {manifest.get('format_version')!r}; "

@@ -58,7 +58,7 @@ class _BufferLock:
 
 
 def _check_count(value: Any, name: str, minimum: int) -> int | None:
-    """``None`` or an int >= ``minimum``: ``TypeError`` for another type, ``ValueError`` if smaller."""
+    """``None`` or an int >= ``minimum``; ``TypeError`` for another type, ``ValueError`` below."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -175,7 +175,7 @@ class ReplayBuffer:
         if generator is not None:
             self.set_rng(generator)
 
-    # ---- components ----------------------------------------------------------------------------
+    # ---- components ------------------------------------------------------------------------------
     @property
     def storage(self) -> Storage:
         """The storage of the buffer."""
@@ -206,7 +206,8 @@ class ReplayBuffer:
         """Items written through ``add`` and ``extend`` so far."""
         return self._writer.write_count
 
-    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None) -> Storage:
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
+                    ) -> Storage:
         """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
         _check_component(storage, Storage, "storage")
         with self._lock:
@@ -274,7 +275,7 @@ class ReplayBuffer:
         self._transform.insert(index, InvertedTransform(transform) if invert else transform)
         return self
 
-    # ---- writing -----------------------------------------------------------------------------------
+    # ---- writing ---------------------------------------------------------------------------------
     def _write_side(self, data: Any) -> Any:
         if len(self._transform):
             data = self._transform.inv(data)
@@ -328,7 +329,7 @@ class ReplayBuffer:
             end = leading_dim(data)
         self[:end] = data
 
-    # ---- reading -----------------------------------------------------------------------------------
+    # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._storage)
 
@@ -623,7 +624,8 @@ class ReplayBuffer:
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(\n    storage={self._storage!r},\n    sampler={self._sampler!r},"
+            f"{type(self).__name__}(\n    storage={self._storage!r},"
+            f"\n    sampler={self._sampler!r},"
             f"\n    writer={self._writer!r},\n    batch_size={self._batch_size},"
             f"\n    transform={self._transform!r})"
         )
@@ -677,7 +679,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         super().__init__(**kwargs)
         self.priority_key = priority_key
 
-    def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
+    def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
+               ) -> torch.Tensor:
         """Write a batch of TensorDicts; sets ``index`` in it and, for prioritized samplers,
         reads its ``priority_key`` (when present) as the initial priorities."""
         if not is_tensor_collection(tensordicts):
@@ -694,7 +697,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         if not is_tensor_collection(data):
-            raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got {type(data).__name__}.")
+            raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
+                            f"{type(data).__name__}.")
         index = super().add(data)
         if not data.is_locked:
             data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)

@@ -114,11 +114,12 @@ class Storage(abc.ABC):
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
         self.max_size = int(max_size)
-        self._checkpointer = checkpointer if checkpointer is not None else self._default_checkpointer()
+        self._checkpointer = (checkpointer if checkpointer is not None
+                              else self._default_checkpointer())
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
 
-    # ---- contract -------------------------------------------------------------------------
+    # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
     def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
         """Write ``data`` at ``rows`` (leading-dimension positions)."""
@@ -147,7 +148,7 @@ class Storage(abc.ABC):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
 
-    # ---- geometry ---------------------------------------------------------------------------
+    # ---- geometry --------------------------------------------------------------------------------
     @property
     def rows_capacity(self) -> int | None:
         """Capacity along the leading dimension (``None`` while a lazy layout is unknown)."""
@@ -245,7 +246,7 @@ class Storage(abc.ABC):
         """Device where the data lives."""
         return torch.device("cpu")
 
-    # ---- hooks and checkpoints ----------------------------------------------------------------
+    # ---- hooks and checkpoints -------------------------------------------------------------------
     @property
     def checkpointer(self) -> StorageCheckpointerBase:
         """The object that writes and reads this storage in checkpoints (settable)."""
@@ -254,7 +255,8 @@ class Storage(abc.ABC):
     @checkpointer.setter
     def checkpointer(self, value: StorageCheckpointerBase) -> None:
         if not isinstance(value, StorageCheckpointerBase):
-            raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got {type(value).__name__}.")
+            raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got "
+                            f"{type(value).__name__}.")
         self._checkpointer = value
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -317,7 +319,8 @@ class ListStorage(Storage):
 
     _default_checkpointer = ListStorageCheckpointer
 
-    def __init__(self, max_size: int = 1000, checkpointer: StorageCheckpointerBase | None = None) -> None:
+    def __init__(self, max_size: int = 1000,
+                 checkpointer: StorageCheckpointerBase | None = None) -> None:
         super().__init__(max_size, checkpointer)
         self._storage: list[Any] = []
 
@@ -348,7 +351,8 @@ class ListStorage(Storage):
                 raise ValueError(f"got {len(items)} items for {len(rows_list)} rows.")
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
-            raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size {self.max_size}.")
+            raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size "
+                             f"{self.max_size}.")
         n = len(self._storage)
         appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):

@@ -63,7 +63,8 @@ class Transform:
         out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
         self.in_keys = _normalize_keys(in_keys, "in_keys")
-        self.out_keys = _normalize_keys(out_keys, "out_keys") if out_keys is not None else list(self.in_keys)
+        self.out_keys = (_normalize_keys(out_keys, "out_keys") if out_keys is not None
+                         else list(self.in_keys))
         if len(self.in_keys) != len(self.out_keys):
             raise ValueError(
                 f"in_keys and out_keys must have the same length, got {len(self.in_keys)} "
@@ -71,7 +72,8 @@ class Transform:
             )
         self.in_keys_inv = _normalize_keys(in_keys_inv, "in_keys_inv")
         self.out_keys_inv = (
-            _normalize_keys(out_keys_inv, "out_keys_inv") if out_keys_inv is not None else list(self.in_keys_inv)
+            _normalize_keys(out_keys_inv, "out_keys_inv") if out_keys_inv is not None
+            else list(self.in_keys_inv)
         )
         if len(self.in_keys_inv) != len(self.out_keys_inv):
             raise ValueError(
@@ -79,14 +81,14 @@ class Transform:
                 f"and {self.out_keys_inv}."
             )
 
-    # ---- per-tensor hooks --------------------------------------------------------------------
+    # ---- per-tensor hooks ------------------------------------------------------------------------
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return value
 
     def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return value
 
-    # ---- TensorDict level ----------------------------------------------------------------------
+    # ---- TensorDict level ------------------------------------------------------------------------
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         """Read-side transform (applied to samples)."""
         for in_key, out_key in zip(self.in_keys, self.out_keys):
@@ -133,7 +135,8 @@ class CallableTransform(Transform):
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         super().__init__()
         if not callable(fn):
-            raise TypeError(f"transform must be a Transform or a callable, got {type(fn).__name__}.")
+            raise TypeError(f"transform must be a Transform or a callable, got "
+                            f"{type(fn).__name__}.")
         self.fn = fn
 
     def forward(self, data: Any) -> Any:

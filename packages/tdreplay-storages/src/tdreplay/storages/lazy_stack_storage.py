@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensordict import LazyStackedTensorDict, is_tensor_collection
+
 from tdreplay.core import ListStorage, StorageCheckpointerBase
 
 

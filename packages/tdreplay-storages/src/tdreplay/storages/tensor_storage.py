@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection, is_tensorclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
+
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core._utils import as_long_tensor, is_int
 
@@ -82,7 +83,8 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         if written_by != type(self).__name__:
             raise CheckpointError(
                 f"this storage was saved by {written_by} but the storage's checkpointer is a "
-                f"{type(self).__name__}: set storage.checkpointer = {written_by}(...) before loading."
+                f"{type(self).__name__}: set storage.checkpointer = {written_by}(...) before "
+                "loading."
             )
         for name in ("max_size", "ndim"):
             if meta[name] != getattr(storage, name):
@@ -174,7 +176,7 @@ class TensorStorage(Storage):
 
     _default_checkpointer = TensorStorageCheckpointer
 
-    # ---- converting inputs ---------------------------------------------------------------------
+    # ---- converting inputs -----------------------------------------------------------------------
     @staticmethod
     def _to_td(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
         """View ``data`` as a TensorDict; returns ``(td, kind, extra)``.
@@ -191,8 +193,9 @@ class TensorStorage(Storage):
             if data.ndim < nbatch:
                 raise ValueError(f"data has shape {tuple(data.shape)}; a storage with ndim={ndim} "
                                  f"needs at least {nbatch} leading dims.")
-            return TensorDict._new_unsafe(source={_TENSOR_KEY: data}, batch_size=data.shape[:nbatch],
-                                          device=None), _KIND_TENSOR, None
+            td = TensorDict._new_unsafe(source={_TENSOR_KEY: data},
+                                        batch_size=data.shape[:nbatch], device=None)
+            return td, _KIND_TENSOR, None
         if isinstance(data, list):
             if not data:
                 raise ValueError("cannot write an empty list to a TensorStorage.")
@@ -239,7 +242,7 @@ class TensorStorage(Storage):
             return self._tc_cls._from_tensordict(td)
         return tree_unflatten([td.get(str(i)) for i in range(len(self._keys))], self._treespec)
 
-    # ---- layout ---------------------------------------------------------------------------------
+    # ---- layout ----------------------------------------------------------------------------------
     @property
     def initialized(self) -> bool:
         return self._td is not None
@@ -284,8 +287,8 @@ class TensorStorage(Storage):
         """Lay out the storage from the first data written (one item or a batch)."""
         lead = int(batched)
         if td.batch_dims < lead + self.ndim - 1:
-            raise ValueError(f"data has {td.batch_dims} batch dims; a storage with ndim={self.ndim} "
-                             f"needs at least {lead + self.ndim - 1}.")
+            raise ValueError(f"data has {td.batch_dims} batch dims; a storage with "
+                             f"ndim={self.ndim} needs at least {lead + self.ndim - 1}.")
         inner = td.batch_size[lead: lead + self.ndim - 1]
         shape = torch.Size([self.rows_capacity_for(td, batched), *inner])
         skip = lead + len(inner)
@@ -323,7 +326,7 @@ class TensorStorage(Storage):
         self._key_set = set(keys)
         self._inner = self._td.batch_size[1:]
 
-    # ---- writing -------------------------------------------------------------------------------
+    # ---- writing ---------------------------------------------------------------------------------
     def _source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
         """Leaves of ``td`` in storage order, after checking keys and shapes."""
         keys = td.keys(include_nested=True, leaves_only=True)
@@ -390,7 +393,7 @@ class TensorStorage(Storage):
             return
         super().__setitem__(index, value)
 
-    # ---- reading -------------------------------------------------------------------------------
+    # ---- reading ---------------------------------------------------------------------------------
     def get(self, slots: int | torch.Tensor) -> Any:
         if self._td is None:
             raise RuntimeError("cannot read from a storage that was never written.")
@@ -424,13 +427,14 @@ class TensorStorage(Storage):
     def default_collate(self, data: Any) -> Any:
         return data
 
-    # ---- in-place edits ---------------------------------------------------------------------------
+    # ---- in-place edits --------------------------------------------------------------------------
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         if self._td is None:
             raise RuntimeError("the storage is empty: nothing to set.")
         leaf = self._td.get(key, None)
         if leaf is None:
-            raise KeyError(f"key {key!r} is not in the storage (keys: {[str(k) for k in self._keys]}).")
+            raise KeyError(f"key {key!r} is not in the storage (keys: "
+                           f"{[str(k) for k in self._keys]}).")
         written = leaf[: self._len_rows]
         value = torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device)
         try:  # a value that does not fit raises before anything is written
@@ -452,7 +456,7 @@ class TensorStorage(Storage):
             data = data.clone()
         self._td[: self._len_rows].update_(data, keys_to_update=keys_to_update)
 
-    # ---- lifecycle ---------------------------------------------------------------------------------
+    # ---- lifecycle -------------------------------------------------------------------------------
     def _empty(self) -> None:
         self._len_rows = 0
 
@@ -506,8 +510,9 @@ class TensorStorage(Storage):
         """The treespec or tensorclass a checkpoint's metadata names (``None`` for other kinds)."""
         import importlib
 
-        from tdreplay.core.checkpoint import CheckpointError
         from torch.utils._pytree import treespec_loads
+
+        from tdreplay.core.checkpoint import CheckpointError
 
         kind = meta.get("kind", _KIND_TD)
         if kind == _KIND_PYTREE:
@@ -541,7 +546,8 @@ class TensorStorage(Storage):
             self._resolve_kind_extra(meta)
             return
         if meta.get("kind", self._kind) != self._kind:
-            raise CheckpointError(f"checkpoint holds {meta['kind']} data, this storage {self._kind}.")
+            raise CheckpointError(f"checkpoint holds {meta['kind']} data, this storage "
+                                  f"{self._kind}.")
         ours = self._kind_meta()
         for name in ("treespec", "tensorclass"):
             if ours[name] is not None and meta.get(name) != ours[name]:
@@ -560,7 +566,8 @@ class TensorStorage(Storage):
             src = data.get(key)
             if src.shape[1:] != leaf.shape[1:]:
                 raise CheckpointError(f"checkpoint entry {key!r} has row shape "
-                                      f"{tuple(src.shape[1:])}, the storage {tuple(leaf.shape[1:])}.")
+                                      f"{tuple(src.shape[1:])}, the storage "
+                                      f"{tuple(leaf.shape[1:])}.")
             if src.dtype != leaf.dtype:
                 raise CheckpointError(f"checkpoint entry {key!r} has dtype {src.dtype}, the "
                                       f"storage {leaf.dtype}.")
