@@ -158,6 +158,13 @@ def root(tmp_path) -> Path:
 
 
 @pytest.fixture
+def cartpole_maker():
+    """``make_cartpole(dataset_id=CARTPOLE_ID, seeds=(0, ..., 4))``, for tests that build
+    datasets themselves (test modules cannot import this conftest: importlib import mode)."""
+    return make_cartpole
+
+
+@pytest.fixture
 def cartpole(minari_dir) -> str:
     make_cartpole()
     return CARTPOLE_ID

@@ -11,11 +11,12 @@ import minari
 import numpy as np
 import pytest
 import torch
-from conftest import CARTPOLE_ID, make_cartpole
 
 from tdreplay.core import RandomSampler
 from tdreplay.datasets import MinariExperienceReplay, minari_data
 from tdreplay.writers import ImmutableDatasetWriter
+
+CARTPOLE_ID = "cartpole/tiny-v0"  # the id the conftest's cartpole fixture builds
 
 
 def source_episodes(dataset_id: str) -> list:
@@ -83,7 +84,7 @@ def fake_download(monkeypatch, tmp_path):
     return remote, calls
 
 
-def make_remote(remote: Path, monkeypatch, maker=make_cartpole) -> None:
+def make_remote(remote: Path, monkeypatch, maker) -> None:
     """Create a dataset in the "remote" directory, then point the local Minari cache at an empty
     directory again."""
     local = os.environ["MINARI_DATASETS_PATH"]
@@ -260,11 +261,12 @@ def test_second_construction_reuses_the_memmap_files(cartpole, root, count_conve
     assert (second[:] == first[:]).all()
 
 
-def test_force_converts_again_from_the_new_source(cartpole, root, minari_dir, count_conversions):
+def test_force_converts_again_from_the_new_source(cartpole, root, count_conversions,
+                                                  cartpole_maker):
     old = load(cartpole, root)[:]
     load(cartpole, root, split_trajs=True)
     minari.delete_dataset(cartpole)
-    make_cartpole(seeds=(10, 11, 12))
+    cartpole_maker(seeds=(10, 11, 12))
     stale = load(cartpole, root)
     assert (stale[:] == old).all()  # no force: the converted copy is reused
     assert count_conversions == [cartpole]
@@ -298,9 +300,9 @@ def test_delete_removes_the_converted_files(cartpole, root, count_conversions):
 
 # ---- download path ---------------------------------------------------------------------------
 def test_download_fetches_with_minaris_function_and_keeps_only_the_conversion(
-        minari_dir, root, tmp_path, fake_download, monkeypatch):
+        minari_dir, root, tmp_path, fake_download, monkeypatch, cartpole_maker):
     remote, calls = fake_download
-    make_remote(remote, monkeypatch)
+    make_remote(remote, monkeypatch, cartpole_maker)
     data = MinariExperienceReplay(CARTPOLE_ID, 4, root=root)
     assert [c["dataset_id"] for c in calls] == [CARTPOLE_ID]
     # Minari downloaded into a scratch directory beside the target, not into the local cache
