@@ -10,6 +10,7 @@ it is installed, else ``zlib`` from the standard library.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -47,11 +48,17 @@ class RowLayout(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        return sum(math.prod(shape) * _itemsize(dtype) for _, dtype, shape in self.leaves)
+        return _layout_nbytes(self)
 
 
+@functools.cache
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_nbytes(layout: RowLayout) -> int:
+    return sum(math.prod(shape) * _itemsize(dtype) for _, dtype, shape in layout.leaves)
 
 
 class Codec:
