@@ -1,0 +1,21 @@
+"""tdreplay.distributed: replay buffers served by Ray actors.
+
+:class:`RayReplayBuffer` puts one buffer in a Ray actor that collectors and learners in any
+process share (found by name with :meth:`RayReplayBuffer.attach`); :class:`ShardedReplayBuffer`
+spreads a buffer over several actors and samples them as one, prioritized sampling included.
+Ray is imported on first use.
+"""
+
+from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
+from .ray_buffer import RayReplayBuffer
+from .sharded import ShardedReplayBuffer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BufferActorDiedError",
+    "RayReplayBuffer",
+    "RemoteBufferError",
+    "RemoteCallTimeoutError",
+    "ShardedReplayBuffer",
+]

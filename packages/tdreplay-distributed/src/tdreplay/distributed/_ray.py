@@ -1,0 +1,92 @@
+"""Ray, imported on first use, and calls to buffer actors that time out and fail clearly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import BufferActorDiedError, RemoteCallTimeoutError
+
+__all__ = ["check_timeout", "ensure_ray", "import_ray", "wait_all"]
+
+
+def import_ray() -> Any:
+    """The ``ray`` module (imported here so that importing tdreplay does not start Ray's)."""
+    try:
+        import ray
+    except ImportError as err:  # pragma: no cover - ray is a dependency of this package
+        raise ImportError("tdreplay.distributed needs Ray: pip install tdreplay-distributed "
+                          "(or pip install ray).") from err
+    return ray
+
+
+def ensure_ray(ray_init_config: dict[str, Any] | None) -> Any:
+    """``ray``, initialised with ``ray.init(**ray_init_config)`` unless it already is."""
+    if ray_init_config is not None and not isinstance(ray_init_config, dict):
+        raise TypeError(f"ray_init_config must be a dict of ray.init arguments or None, got "
+                        f"{type(ray_init_config).__name__}.")
+    ray = import_ray()
+    if not ray.is_initialized():
+        ray.init(**(ray_init_config or {}))
+    return ray
+
+
+def check_timeout(value: Any, name: str) -> float | None:
+    """``None`` (wait forever) or a positive number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}.")
+    return float(value)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    for line in text.splitlines():
+        if "dead because" in line or "died because" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | None) -> list[Any]:
+    """Results of ``calls`` (pairs ``(object_ref, actor_label)``), all within ``timeout`` s.
+
+    Raises
+    ------
+    RemoteCallTimeoutError
+        A call got no answer in time (it is cancelled if it has not started).
+    BufferActorDiedError
+        An actor is dead.
+    Exception
+        What the buffer raised inside its actor, as its own type (``ValueError``, ...).
+    """
+    ray = import_ray()
+    exceptions = ray.exceptions
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results = []
+    for index, (ref, label) in enumerate(calls):
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            results.append(ray.get(ref, timeout=remaining))
+        except exceptions.GetTimeoutError:
+            for pending, _ in calls[index:]:
+                try:
+                    ray.cancel(pending)
+                except Exception:  # noqa: BLE001 - best effort: it may have finished meanwhile
+                    pass
+            raise RemoteCallTimeoutError(
+                f"{what} on buffer actor {label} got no answer within {timeout} s (call_timeout):"
+                " the actor is busy, hung or unreachable; a write may still be applied later.",
+                actor=label) from None
+        except exceptions.RayActorError as err:
+            raise BufferActorDiedError(
+                f"{what} failed: buffer actor {label} is dead ({_first_line(err)}). What it held "
+                "is lost: respawn it from its last checkpoint (respawn(path), or a new buffer "
+                "and loads(path)); other clients then call reconnect().", actor=label) from err
+        except exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from err  # err's message holds the actor-side traceback
+            raise
+    return results

@@ -1,0 +1,206 @@
+"""The object living inside a buffer actor: builds the buffer there and serves its methods.
+
+Components arrive as instances, classes or factories (any callable, ``functools.partial``
+included) and are built here, in the actor's process, so that a storage's memory, a memmap
+file or a priority tree is created where it is used. Data crosses as :class:`~._wire.Packed`
+(tensor bytes out of band, see :mod:`._wire`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+from tensordict import is_tensor_collection
+
+from tdreplay.core import ListStorage, ReplayBuffer, Sampler, Storage, Writer
+
+from ._wire import Packed, pack, unpack
+
+__all__ = ["BOOKKEEPING_KEYS", "COMPONENTS", "BufferServer", "build_component",
+           "check_component_spec", "seeded_generator"]
+
+#: Component arguments built inside the actor, with the type each must be (or build).
+COMPONENTS: dict[str, type] = {"storage": Storage, "sampler": Sampler, "writer": Writer,
+                               "generator": torch.Generator}
+#: Entries a buffer writes into the TensorDict given to ``extend``/``add`` (sent back to it).
+BOOKKEEPING_KEYS = ("index", "write_generation")
+
+
+def check_component_spec(value: Any, name: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is None, a component of its type, or a factory."""
+    kind = COMPONENTS[name]
+    if value is None or isinstance(value, kind) or callable(value):
+        return
+    raise TypeError(f"{name} must be a {kind.__name__}, a {kind.__name__} class or a factory "
+                    f"(a callable, e.g. functools.partial) returning one; got "
+                    f"{type(value).__name__}.")
+
+
+def build_component(value: Any, name: str) -> Any:
+    """``value`` itself if it is already a component (or None), else ``value()``, checked."""
+    check_component_spec(value, name)
+    kind = COMPONENTS[name]
+    if value is None or isinstance(value, kind):
+        return value
+    built = value()
+    if not isinstance(built, kind):
+        raise TypeError(f"the {name} factory {value!r} returned a {type(built).__name__}, "
+                        f"expected a {kind.__name__}.")
+    return built
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with ``seed`` (a picklable generator factory)."""
+    return torch.Generator().manual_seed(seed)
+
+
+def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
+    """``(sum, min)`` of the sampling weights of the written slots.
+
+    A prioritized sampler draws slot ``i`` with probability ``p_i / sum_j p_j`` where
+    ``p_i = (priority_i + eps) ** alpha`` is what its sum tree holds, so its mass is the sum
+    tree's total and ``min`` the min tree's minimum (used for the importance weights). Any
+    other sampler draws the written slots uniformly: mass ``len(storage)``, weight 1 each.
+    """
+    sampler, storage = buffer.sampler, buffer.storage
+    written = len(storage)
+    if not getattr(sampler, "is_prioritized", False):
+        return float(written), 1.0
+    if written == 0:
+        return 0.0, math.inf
+    # PrioritizedSampler keeps p_i = (priority + eps) ** alpha in a sum tree and a min tree.
+    sum_tree, min_tree = getattr(sampler, "_sum", None), getattr(sampler, "_min", None)
+    if sum_tree is None or min_tree is None:
+        raise TypeError(f"{type(sampler).__name__} does not expose its priority trees (_sum, "
+                        "_min with total() and min()): a sharded buffer cannot weigh its shards.")
+    return float(sum_tree.total()), float(min_tree.min())
+
+
+class BufferServer:
+    """A replay buffer built and served inside a Ray actor (see :class:`RayReplayBuffer`).
+
+    A construction error is kept and raised by the first :meth:`describe`, so the client gets
+    the buffer's own exception (``TypeError``, ``ValueError``) rather than a dead actor.
+    """
+
+    def __init__(self, buffer_cls: type[ReplayBuffer], spec: dict[str, Any],
+                 meta: dict[str, Any]) -> None:
+        self._meta = dict(meta)
+        self._error: BaseException | None = None
+        self._buffer: ReplayBuffer | None = None
+        try:
+            kwargs = dict(spec)
+            for name in COMPONENTS:
+                if kwargs.get(name) is not None:
+                    kwargs[name] = build_component(kwargs[name], name)
+            self._buffer = buffer_cls(**kwargs)
+        except Exception as err:  # noqa: BLE001 - re-raised by describe()
+            self._error = err
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        if self._buffer is None:
+            raise RuntimeError("the buffer could not be built") from self._error
+        return self._buffer
+
+    # ---- description -------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """What the client caches: class, batch size, priority key, slots, meta, pid."""
+        if self._error is not None:
+            raise self._error
+        buffer = self.buffer
+        return {
+            "buffer_cls": type(buffer).__name__,
+            "batch_size": buffer.batch_size,
+            "priority_key": getattr(buffer, "priority_key", None),
+            "is_prioritized": bool(getattr(buffer.sampler, "is_prioritized", False)),
+            "max_size": buffer.storage.max_size,
+            "meta": dict(self._meta),
+            "pid": os.getpid(),
+        }
+
+    # ---- writes ------------------------------------------------------------------------------
+    def _received(self, payload: Any) -> Any:
+        # a ListStorage keeps the items it is given: they must not view the message's memory
+        return unpack(payload, copy=isinstance(self.buffer.storage, ListStorage))
+
+    def extend(self, payload: Any, kwargs: dict[str, Any]) -> Packed:
+        """``extend``; returns the slots and the bookkeeping entries set in the data."""
+        data = self._received(payload)
+        slots = self.buffer.extend(data, **kwargs)
+        return pack((slots, self._bookkeeping(data)))
+
+    def add(self, payload: Any) -> Packed:
+        """``add``; returns the index and the bookkeeping entries set in the data."""
+        data = self._received(payload)
+        index = self.buffer.add(data)
+        return pack((index, self._bookkeeping(data)))
+
+    @staticmethod
+    def _bookkeeping(data: Any) -> Any:
+        if not is_tensor_collection(data):
+            return None
+        keys = [key for key in BOOKKEEPING_KEYS if key in data.keys()]
+        return data.select(*keys) if keys else None
+
+    def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> None:
+        self.buffer.update_priority(unpack(index), unpack(priority), **unpack(kwargs))
+
+    def update_tensordict_priority(self, payload: Any) -> None:
+        buffer = self.buffer
+        if not hasattr(buffer, "update_tensordict_priority"):
+            raise TypeError(f"{type(buffer).__name__} has no update_tensordict_priority (use a "
+                            "TensorDict buffer class, e.g. replay_buffer_cls="
+                            "TensorDictReplayBuffer).")
+        buffer.update_tensordict_priority(unpack(payload))
+
+    def set_item(self, index: Any, payload: Any) -> None:
+        self.buffer[unpack(index)] = self._received(payload)
+
+    def empty(self, empty_write_count: bool) -> None:
+        self.buffer.empty(empty_write_count)
+
+    # ---- reads -------------------------------------------------------------------------------
+    def sample(self, batch_size: int | None, with_mass: bool) -> Packed:
+        """``(data, info)``, and with ``with_mass`` the ``(sum, min)`` mass and ``beta`` too.
+
+        The mass is read in the same actor call as the draw, so it describes the slots drawn.
+        """
+        data, info = self.buffer.sample(batch_size, return_info=True)
+        if not with_mass:
+            return pack((data, info))
+        sampler = self.buffer.sampler
+        return pack((data, info, _sampling_mass(self.buffer), getattr(sampler, "beta", None)))
+
+    def sampling_mass(self) -> tuple[float, float, int]:
+        """``(sum, min, len)``: see :func:`_sampling_mass`."""
+        total, minimum = _sampling_mass(self.buffer)
+        return total, minimum, len(self.buffer)
+
+    def get_item(self, index: Any) -> Packed:
+        return pack(self.buffer[unpack(index)])
+
+    def length(self) -> int:
+        return len(self.buffer)
+
+    def write_count(self) -> int:
+        return self.buffer.write_count
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def dumps(self, path: str) -> None:
+        self.buffer.dumps(path)
+
+    def loads(self, path: str) -> None:
+        self.buffer.loads(path)
+
+    def state_dict(self) -> Packed:
+        return pack(self.buffer.state_dict())
+
+    def load_state_dict(self, payload: Any) -> None:
+        self.buffer.load_state_dict(unpack(payload, copy=True))
+
+    def repr(self) -> str:
+        return repr(self.buffer)

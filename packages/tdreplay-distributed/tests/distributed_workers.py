@@ -1,0 +1,66 @@
+"""Helpers the tests send to other processes: collector processes and an actor-side transform.
+
+Importable by name (``tests/`` is on the path of buffer actors and spawned processes, see
+``conftest.py``), so nothing here is pickled by value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from tensordict import TensorDict
+
+ROW_KEYS = ("collector", "seq", "row", "obs", "sleep")
+
+
+def make_batch(collector: int, seq: int, size: int, *, sleep: float = 0.0) -> TensorDict:
+    """Batch ``seq`` of ``collector``: rows tagged with both and their row number.
+
+    ``obs`` is derived from the tags, so a sampled row can be checked for integrity; ``sleep``
+    makes :func:`sleep_on_read` pause when the row is read.
+    """
+    row = torch.arange(size)
+    tag = collector * 1_000_000 + seq * 1_000 + row
+    return TensorDict({
+        "collector": torch.full((size,), collector),
+        "seq": torch.full((size,), seq),
+        "row": row,
+        "obs": tag.double().unsqueeze(-1) * torch.tensor([1.0, -1.0, 0.5]),
+        "sleep": torch.full((size,), float(sleep)),
+    }, [size])
+
+
+def rows_are_intact(data: TensorDict) -> bool:
+    """Whether every row of ``data`` holds the ``obs`` its tags say it should."""
+    tag = data["collector"] * 1_000_000 + data["seq"] * 1_000 + data["row"]
+    expected = tag.double().unsqueeze(-1) * torch.tensor([1.0, -1.0, 0.5])
+    return bool(torch.equal(data["obs"], expected))
+
+
+def sleep_on_read(data: TensorDict) -> TensorDict:
+    """Read-side transform: sleep for the largest ``sleep`` entry of the batch (a slow call)."""
+    if "sleep" in data.keys():
+        seconds = float(data["sleep"].max()) if data.numel() else 0.0
+        if seconds > 0:
+            time.sleep(seconds)
+    return data
+
+
+def run_collector(address: str, namespace: str, name: str, collector: int, batches: int,
+                  size: int, acked) -> None:
+    """A collector process: attach to the buffer ``name``, write ``batches`` batches.
+
+    ``acked.value`` counts the batches whose ``extend`` returned (their rows are in the buffer).
+    """
+    import ray
+
+    from tdreplay.distributed import RayReplayBuffer
+
+    ray.init(address=address, namespace=namespace, log_to_driver=False)
+    rb = RayReplayBuffer.attach(name)
+    for seq in range(batches):
+        rb.extend(make_batch(collector, seq, size))
+        with acked.get_lock():
+            acked.value = seq + 1
+    ray.shutdown()
