@@ -497,6 +497,20 @@ def test_bad_download_argument(download, root):
         MinariExperienceReplay(CARTPOLE_ID, 4, root=root, download=download)
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"batch_size": 0}, ValueError, "batch_size must be an int >= 1"),
+    ({"batch_size": None}, ValueError, "batch_size must be an int >= 1"),
+    ({"sampler": "random"}, TypeError, "sampler must be a Sampler"),
+    ({"writer": object()}, TypeError, "writer must be a Writer"),
+])
+def test_bad_buffer_arguments_fail_before_converting(cartpole, root, count_conversions, kwargs,
+                                                      error, match):
+    kwargs = {"batch_size": 4, **kwargs}
+    with pytest.raises(error, match=match):
+        MinariExperienceReplay(cartpole, root=root, load_from_local_minari=True, **kwargs)
+    assert count_conversions == [] and not root.exists()
+
+
 @pytest.mark.parametrize("dataset_id", ["../escape-v0", "a//b-v0", "/abs/x-v0", "a/./b", ""])
 def test_bad_dataset_ids(dataset_id, root):
     with pytest.raises((ValueError, TypeError), match="dataset_id"):

@@ -331,6 +331,13 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         self.dataset_id = _check_dataset_id(dataset_id)
         if not (download is True or download is False or download == "force"):
             raise ValueError(f"download must be True, False or 'force', got {download!r}.")
+        # the buffer's own arguments, checked before any (long) conversion
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+        for value, kind, name in ((sampler, Sampler, "sampler"), (writer, Writer, "writer")):
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__} instance, got "
+                                f"{type(value).__name__}.")
         self.download = download
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.split_trajs = bool(split_trajs)
