@@ -686,8 +686,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(tensordicts):
             raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
                             f"{type(tensordicts).__name__}.")
-        # "index" is where a row lives, set by a previous extend or sample: never stored as data.
-        data = tensordicts.exclude("index") if "index" in tensordicts.keys() else tensordicts
+        # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
+        # bookkeeping of a previous extend or sample, never stored as data.
+        present = tensordicts.keys()
+        bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ())) if k in present]
+        data = tensordicts.exclude(*bookkeeping) if bookkeeping else tensordicts
         slots = super().extend(data)
         self._set_index(tensordicts, slots)
         if update_priority is not False and getattr(self._sampler, "is_prioritized", False) \
@@ -773,4 +776,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority is None:
             raise KeyError(f"update_tensordict_priority needs the priority entry "
                            f"{self.priority_key!r} in data.")
-        self.update_priority(index, priority)
+        # hand back what the sampler asked to see again (e.g. write generations, to skip rows
+        # overwritten since the sample)
+        extra = {}
+        for key in getattr(self._sampler, "update_keys", ()):
+            value = data.get(key, None)
+            if value is not None:
+                extra[key] = value
+        with self._lock:
+            self._sampler.update_priority(index, priority, storage=self._storage, **extra)

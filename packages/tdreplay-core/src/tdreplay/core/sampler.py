@@ -30,6 +30,12 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     """
 
     _rng: torch.Generator | None = None
+    #: per-item entries this sampler adds to samples (bookkeeping, never stored when a sample is
+    #: written back)
+    info_keys: tuple[str, ...] = ()
+    #: entries of a sample that ``update_tensordict_priority`` passes back to ``update_priority``
+    #: as keyword arguments
+    update_keys: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:

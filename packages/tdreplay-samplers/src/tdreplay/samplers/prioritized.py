@@ -174,6 +174,8 @@ class PrioritizedSampler(Sampler):
     """
 
     is_prioritized = True
+    info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
+    update_keys = (WRITE_GENERATION_KEY,)
 
     def __init__(
         self,

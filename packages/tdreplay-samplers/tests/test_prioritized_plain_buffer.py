@@ -1,0 +1,44 @@
+"""A core TensorDictReplayBuffer driven by a PrioritizedSampler (no prioritized buffer class)."""
+
+import torch
+from tensordict import TensorDict
+from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.samplers import PrioritizedSampler
+from tdreplay.storages import LazyTensorStorage
+
+
+def _buffer(capacity: int = 4) -> TensorDictReplayBuffer:
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity),
+        sampler=PrioritizedSampler(capacity, alpha=1.0, beta=1.0),
+        batch_size=4,
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
+def test_update_tensordict_priority_skips_rows_overwritten_since_the_sample():
+    rb = _buffer()
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    sample = rb.sample()
+    assert "write_generation" in sample.keys()
+    rb.extend(TensorDict({"obs": torch.full((2,), 9.0)}, [2]))  # overwrites slots 0 and 1
+    sample["td_error"] = torch.full((4,), 100.0)
+    rb.update_tensordict_priority(sample)
+    prio = rb.sampler.state_dict()["priorities"]
+    slots = sample["index"].tolist()
+    stale = [slot for slot in slots if slot in (0, 1)]
+    fresh = [slot for slot in slots if slot in (2, 3)]
+    assert stale and fresh, "the seeded sample covers both overwritten and untouched slots"
+    for slot in stale:
+        assert float(prio[slot]) < 100.0, "a stale update reached an overwritten row"
+    for slot in fresh:
+        assert abs(float(prio[slot]) - 100.0) < 1e-6  # priority + eps
+
+def test_re_extending_a_sample_stores_no_bookkeeping_entries():
+    rb = _buffer(8)
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    sample = rb.sample()
+    assert {"index", "priority_weight", "write_generation"} <= set(sample.keys())
+    rb.extend(sample)
+    assert set(rb[:].keys()) == {"obs"}
+    assert len(rb) == 8
