@@ -48,10 +48,11 @@ def sleep_on_read(data: TensorDict) -> TensorDict:
 
 
 def run_collector(address: str, namespace: str, name: str, collector: int, batches: int,
-                  size: int, acked) -> None:
+                  size: int, acked, pause: float = 0.0) -> None:
     """A collector process: attach to the buffer ``name``, write ``batches`` batches.
 
     ``acked.value`` counts the batches whose ``extend`` returned (their rows are in the buffer).
+    ``pause`` seconds pass between two batches.
     """
     import ray
 
@@ -63,4 +64,6 @@ def run_collector(address: str, namespace: str, name: str, collector: int, batch
         rb.extend(make_batch(collector, seq, size))
         with acked.get_lock():
             acked.value = seq + 1
+        if pause:
+            time.sleep(pause)
     ray.shutdown()

@@ -1,0 +1,117 @@
+"""The actor-side BufferServer, run in this process: building, forwarding, sampling mass."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.distributed._server import BufferServer, build_component, seeded_generator
+from tdreplay.distributed._wire import pack, unpack
+from tdreplay.samplers import PrioritizedSampler, TensorDictPrioritizedReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+
+
+def test_components_are_built_from_classes_partials_and_factories():
+    assert isinstance(build_component(RandomSampler, "sampler"), RandomSampler)
+    storage = build_component(partial(ListStorage, 7), "storage")
+    assert isinstance(storage, ListStorage) and storage.max_size == 7
+    assert build_component(lambda: ListStorage(3), "storage").max_size == 3
+    ready = ListStorage(2)
+    assert build_component(ready, "storage") is ready
+    assert build_component(None, "writer") is None
+    assert isinstance(build_component(partial(seeded_generator, 3), "generator"), torch.Generator)
+
+
+def test_a_factory_returning_the_wrong_type_is_named_in_the_error():
+    with pytest.raises(TypeError, match="storage factory .* returned a int, expected a Storage"):
+        build_component(lambda: 42, "storage")
+    with pytest.raises(TypeError, match="sampler must be a Sampler, a Sampler class or a factory"):
+        build_component(3.5, "sampler")
+
+
+def test_construction_errors_are_raised_by_describe():
+    server = BufferServer(ReplayBuffer, {"storage": lambda: "not a storage"}, {})
+    with pytest.raises(TypeError, match="returned a str"):
+        server.describe()
+    server = BufferServer(ReplayBuffer, {"batch_size": 0}, {})
+    with pytest.raises(ValueError, match="batch_size"):
+        server.describe()
+
+
+def test_describe_reports_the_buffer():
+    server = BufferServer(TensorDictReplayBuffer,
+                          {"storage": partial(LazyTensorStorage, 12), "batch_size": 4},
+                          {"shard": 1, "num_shards": 2})
+    info = server.describe()
+    assert info["buffer_cls"] == "TensorDictReplayBuffer"
+    assert info["batch_size"] == 4 and info["max_size"] == 12
+    assert info["priority_key"] == "td_error" and info["is_prioritized"] is False
+    assert info["meta"] == {"shard": 1, "num_shards": 2}
+
+
+def test_extend_returns_slots_and_the_index_the_buffer_set():
+    server = BufferServer(TensorDictReplayBuffer, {"storage": partial(LazyTensorStorage, 10)}, {})
+    td = TensorDict({"obs": torch.arange(4.0)}, [4])
+    slots, bookkeeping = unpack(server.extend(pack(td), {}))
+    assert slots.tolist() == [0, 1, 2, 3]
+    assert bookkeeping["index"].tolist() == [0, 1, 2, 3]
+    assert "obs" not in bookkeeping.keys()  # only bookkeeping travels back
+    data, info = unpack(server.sample(6, False))
+    assert torch.equal(data["obs"], info["index"].float())
+
+
+def test_a_list_storage_keeps_private_copies_of_received_items():
+    server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 10)}, {})
+    items = [torch.tensor(1.0), torch.tensor(2.0)]
+    packed = pack(items)
+    server.extend(packed, {})
+    stored = server.buffer.storage.get(torch.tensor([0, 1]))
+    message = {b.ctypes.data for b in packed.buffers}
+    assert all(t.data_ptr() not in message for t in stored)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_sampling_mass_of_a_prioritized_buffer_is_its_priority_sum(backend):
+    alpha, eps = 0.7, 1e-8
+    server = BufferServer(ReplayBuffer, {
+        "storage": partial(LazyTensorStorage, 8),
+        "sampler": partial(PrioritizedSampler, 8, alpha=alpha, beta=0.5, backend=backend),
+    }, {})
+    assert server.sampling_mass() == (0.0, math.inf, 0)
+    server.extend(pack(torch.arange(5.0)), {})
+    priority = torch.tensor([0.5, 2.0, 1.0, 4.0, 0.25])
+    server.update_priority(pack(torch.arange(5)), pack(priority), pack({}))
+    total, minimum, length = server.sampling_mass()
+    leaves = (priority.double() + eps) ** alpha
+    assert length == 5
+    assert total == pytest.approx(float(leaves.sum()), rel=1e-9)
+    assert minimum == pytest.approx(float(leaves.min()), rel=1e-9)
+
+
+def test_sampling_mass_of_other_samplers_is_the_number_of_written_slots():
+    server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8)}, {})
+    server.extend(pack([1, 2, 3]), {})
+    assert server.sampling_mass() == (3.0, 1.0, 3)
+
+
+def test_sample_with_mass_returns_the_shard_minimum_and_beta():
+    server = BufferServer(TensorDictPrioritizedReplayBuffer, {
+        "storage": partial(LazyTensorStorage, 8), "alpha": 1.0, "beta": 0.4,
+        "sampler_backend": "torch"}, {})
+    server.extend(pack(TensorDict({"x": torch.arange(3.0), "td_error": torch.tensor(
+        [1.0, 2.0, 4.0])}, [3])), {})
+    data, info, (total, minimum), beta = unpack(server.sample(5, True))
+    assert beta == 0.4
+    assert total == pytest.approx(7.0) and minimum == pytest.approx(1.0)
+    assert data.batch_size == torch.Size([5]) and info["index"].shape == (5,)
+
+
+def test_update_tensordict_priority_needs_a_tensordict_buffer():
+    server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8)}, {})
+    with pytest.raises(TypeError, match="no update_tensordict_priority"):
+        server.update_tensordict_priority(pack(TensorDict({"index": torch.zeros(1)}, [1])))
