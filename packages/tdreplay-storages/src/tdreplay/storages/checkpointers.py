@@ -1,20 +1,20 @@
 """Storage checkpointers: how a storage's contents are laid out in a checkpoint directory.
 
-=================================== ===============================================================
-checkpointer                        layout
-=================================== ===============================================================
-``TensorStorageCheckpointer``       the written rows as TensorDict memory-mapped files (default of
-                                    tensor and memmap storages)
-``FlatStorageCheckpointer``         one level of raw files, one per leaf (``next.obs.bin``), with
-                                    TED compaction (below)
-``NestedStorageCheckpointer``       a TensorDict memmap directory tree mirroring the keys
-                                    (``next/obs.memmap``), with TED compaction
-``H5StorageCheckpointer``           one HDF5 file (groups mirror the keys), with TED compaction;
-                                    needs ``h5py`` (``pip install 'tdreplay-storages[h5]'``)
-``ListStorageCheckpointer``         the pickled list of items (default of list storages)
+===================================== =============================================================
+checkpointer                          layout
+===================================== =============================================================
+``TensorStorageCheckpointer``         the written rows as TensorDict memory-mapped files (default of
+                                      tensor and memmap storages)
+``FlatStorageCheckpointer``           one level of raw files, one per leaf (``next.obs.bin``), with
+                                      TED compaction (below)
+``NestedStorageCheckpointer``         a TensorDict memmap directory tree mirroring the keys
+                                      (``next/obs.memmap``), with TED compaction
+``H5StorageCheckpointer``             one HDF5 file (groups mirror the keys), with TED compaction;
+                                      needs ``h5py`` (``pip install 'tdreplay-storages[h5]'``)
+``ListStorageCheckpointer``           the pickled list of items (default of list storages)
 ``CompressedListStorageCheckpointer`` the compressed blobs as they are, one file, plus a table of
-                                    row structures (default of ``CompressedListStorage``)
-=================================== ===============================================================
+                                      row structures (default of ``CompressedListStorage``)
+===================================== =============================================================
 
 TED compaction
 --------------
