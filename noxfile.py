@@ -392,6 +392,35 @@ def demo(session: nox.Session) -> None:
     session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)
 
 
+# What the documentation build needs besides the packages (all themes and extensions come from
+# PyPI at install time; nothing is downloaded while the docs build).
+DOCS_DEPS = ["sphinx>=8.1,<10", "furo>=2024.8.6"]
+DOCS_DIR = ROOT / "docs"
+DOCS_BUILD = DOCS_DIR / "_build"
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """Sphinx docs into docs/_build/html: guide examples run first (doctest), warnings are errors."""
+    _setup_venv(session)
+    # Every package editable, and the PyPI requirements of their feature extras (h5py, ...)
+    # given directly: pip refuses ``-e pkg[extra]`` beside the meta-package's ``pkg==x`` pin.
+    extra_reqs = sorted({
+        str(req) for pkg in PACKAGES.values() for extra in pkg.feature_extras()
+        for req in pkg.extras[extra] if canonicalize_name(req.name) not in PACKAGES
+    })
+    specs = [arg for pkg in PACKAGES.values() for arg in ("-e", str(pkg.path))]
+    _pip_install(session, *specs, *extra_reqs, *DOCS_DEPS)
+    common = ["-W", "--keep-going", "-d", str(DOCS_BUILD / "doctrees"), *session.posargs]
+    # The doctest builder runs every example of the guides and fails the session if any is
+    # broken (all are reported); only then is the HTML built.
+    session.run("python", "-m", "sphinx", "-b", "doctest", *common, str(DOCS_DIR),
+                str(DOCS_BUILD / "doctest"))
+    session.run("python", "-m", "sphinx", "-b", "html", *common, str(DOCS_DIR),
+                str(DOCS_BUILD / "html"))
+    session.log(f"HTML: {DOCS_BUILD / 'html' / 'index.html'}")
+
+
 nox.options.sessions = [
     *(f"tests-{p.short}" for p in PACKAGES.values()),
     "integration",
