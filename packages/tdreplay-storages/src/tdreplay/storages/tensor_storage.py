@@ -43,6 +43,35 @@ def _build_tree(keys: Sequence[Any]) -> dict:
     return tree
 
 
+def _leaves_along_tree(td: TensorDictBase, tree: dict, count: int) -> list[torch.Tensor] | None:
+    """Leaves of a plain ``TensorDict`` in storage order, walking its own dicts along ``tree``.
+
+    Checks that ``td`` has exactly the storage's keys at every level. Returns ``None`` when
+    ``td`` is not a plain TensorDict or its keys differ (the caller then takes the generic path,
+    which also names the mismatched keys).
+    """
+    out: list[Any] = [None] * count
+    stack = [(td, tree)]
+    while stack:
+        node_td, node = stack.pop()
+        if type(node_td) is not TensorDict:
+            return None
+        entries = node_td._tensordict
+        if len(entries) != len(node):
+            return None
+        for name, sub in node.items():
+            value = entries.get(name)
+            if value is None:
+                return None
+            if type(sub) is dict:
+                stack.append((value, sub))
+            elif isinstance(value, torch.Tensor):
+                out[sub] = value
+            else:
+                return None
+    return out
+
+
 def _assemble(tree: dict, leaves: list[torch.Tensor], batch_size: torch.Size,
               device: torch.device | None) -> TensorDict:
     source = {}
@@ -329,6 +358,20 @@ class TensorStorage(Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def _source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
         """Leaves of ``td`` in storage order, after checking keys and shapes."""
+        out = _leaves_along_tree(td, self._tree, len(self._keys))
+        if out is None:
+            out = self._leaves_by_key(td)
+        nlead = len(lead)
+        for key, leaf, src in zip(self._keys, self._leaves, out):
+            if src.shape[:nlead] != lead or src.shape[nlead:] != leaf.shape[self.ndim:]:
+                raise ValueError(
+                    f"entry {key!r} has shape {tuple(src.shape)}, expected "
+                    f"{tuple(lead) + tuple(leaf.shape[self.ndim:])} for this storage."
+                )
+        return out
+
+    def _leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
+        """Generic (slower) leaf lookup for any tensor collection; names mismatched keys."""
         keys = td.keys(include_nested=True, leaves_only=True)
         if len(keys) != len(self._keys) or not all(k in self._key_set for k in keys):
             got = set(keys)
@@ -336,17 +379,7 @@ class TensorStorage(Storage):
             extra = sorted(map(str, got - self._key_set))
             raise KeyError(f"data keys do not match the storage: missing {missing}, unexpected "
                            f"{extra}.")
-        out = []
-        nlead = len(lead)
-        for key, leaf in zip(self._keys, self._leaves):
-            src = td.get(key)
-            if src.shape[:nlead] != lead or src.shape[nlead:] != leaf.shape[self.ndim:]:
-                raise ValueError(
-                    f"entry {key!r} has shape {tuple(src.shape)}, expected "
-                    f"{tuple(lead) + tuple(leaf.shape[self.ndim:])} for this storage."
-                )
-            out.append(src)
-        return out
+        return [td.get(key) for key in self._keys]
 
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         single = is_int(rows)
