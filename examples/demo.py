@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="continue from <out>/checkpoint (step count, networks, buffer)")
     parser.add_argument("--eval-interval", type=int, default=2_500,
                         help="environment steps between two evaluations")
-    parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=2.3e-3)
     parser.add_argument("--threads", type=int, default=1,
