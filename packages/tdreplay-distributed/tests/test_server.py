@@ -51,6 +51,7 @@ def test_describe_reports_the_buffer():
     assert info["buffer_cls"] == "TensorDictReplayBuffer"
     assert info["batch_size"] == 4 and info["max_size"] == 12
     assert info["priority_key"] == "td_error" and info["is_prioritized"] is False
+    assert info["update_keys"] == ()
     assert info["meta"] == {"shard": 1, "num_shards": 2}
 
 

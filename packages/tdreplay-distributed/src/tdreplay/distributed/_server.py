@@ -19,14 +19,12 @@ from tdreplay.core import ListStorage, ReplayBuffer, Sampler, Storage, Writer
 
 from ._wire import Packed, pack, unpack
 
-__all__ = ["BOOKKEEPING_KEYS", "COMPONENTS", "BufferServer", "build_component",
+__all__ = ["COMPONENTS", "BufferServer", "build_component",
            "check_component_spec", "seeded_generator"]
 
 #: Component arguments built inside the actor, with the type each must be (or build).
 COMPONENTS: dict[str, type] = {"storage": Storage, "sampler": Sampler, "writer": Writer,
                                "generator": torch.Generator}
-#: Entries a buffer writes into the TensorDict given to ``extend``/``add`` (sent back to it).
-BOOKKEEPING_KEYS = ("index", "write_generation")
 
 
 def check_component_spec(value: Any, name: str) -> None:
@@ -117,6 +115,7 @@ class BufferServer:
             "batch_size": buffer.batch_size,
             "priority_key": getattr(buffer, "priority_key", None),
             "is_prioritized": bool(getattr(buffer.sampler, "is_prioritized", False)),
+            "update_keys": tuple(getattr(buffer.sampler, "update_keys", ())),
             "max_size": buffer.storage.max_size,
             "meta": dict(self._meta),
             "pid": os.getpid(),
@@ -139,11 +138,14 @@ class BufferServer:
         index = self.buffer.add(data)
         return pack((index, self._bookkeeping(data)))
 
-    @staticmethod
-    def _bookkeeping(data: Any) -> Any:
+    def _bookkeeping(self, data: Any) -> Any:
+        """The entries a buffer sets in the TensorDict it writes: ``index`` and the sampler's
+        per-item info (e.g. refreshed write generations), to be set in the caller's too."""
         if not is_tensor_collection(data):
             return None
-        keys = [key for key in BOOKKEEPING_KEYS if key in data.keys()]
+        present = data.keys()
+        keys = [key for key in ("index", *getattr(self.buffer.sampler, "info_keys", ()))
+                if key in present]
         return data.select(*keys) if keys else None
 
     def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> None:

@@ -92,12 +92,15 @@ class RayReplayBuffer:
     >>> from functools import partial
     >>> import torch
     >>> from tdreplay.core import ListStorage
-    >>> rb = RayReplayBuffer(storage=partial(ListStorage, 100), batch_size=4,
+    >>> rb = RayReplayBuffer(storage=partial(ListStorage, 100), batch_size=4, name="doc-rb",
     ...                      ray_init_config={"num_cpus": 1})
     >>> rb.extend([torch.tensor(float(i)) for i in range(10)]).tolist()
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    >>> collector = RayReplayBuffer.attach("doc-rb")  # e.g. in a collector process
+    >>> collector.add(torch.tensor(10.0))
+    10
     >>> len(rb), rb.write_count, rb.sample().shape
-    (10, 10, torch.Size([4]))
+    (11, 11, torch.Size([4]))
     >>> rb.shutdown()
     """
 
@@ -206,21 +209,12 @@ class RayReplayBuffer:
 
         The process must be connected to the same Ray cluster (``ray_init_config``, e.g.
         ``{"address": "auto"}``, is used if Ray is not initialised). ``from_name`` is an alias.
+        See the class example.
 
         Raises
         ------
         ValueError
             No actor has that name in that namespace.
-
-        Examples
-        --------
-        >>> from functools import partial
-        >>> from tdreplay.core import ListStorage
-        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 10), name="doc-attach")
-        >>> _ = rb.extend([1, 2, 3])
-        >>> len(RayReplayBuffer.attach("doc-attach"))
-        3
-        >>> rb.shutdown()
         """
         ray = ensure_ray(ray_init_config)
         client = cls.__new__(cls)
@@ -253,22 +247,13 @@ class RayReplayBuffer:
         """Replace the actor by a new one built like it, restored from ``path`` if given.
 
         The old actor is killed if it is still alive (what it held and did not save is lost).
-        Only the client that created the buffer knows how to build it again.
+        Only the client that created the buffer knows how to build it again; other clients
+        then call :meth:`reconnect`.
 
-        Examples
-        --------
-        >>> import tempfile
-        >>> from functools import partial
-        >>> from tdreplay.core import ListStorage
-        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 10))
-        >>> _ = rb.extend([1, 2, 3])
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     rb.dumps(d)
-        ...     _ = rb.extend([4])
-        ...     rb.respawn(d)
-        >>> rb[:], rb.write_count
-        ([1, 2, 3], 3)
-        >>> rb.shutdown()
+        Raises
+        ------
+        RuntimeError
+            This client was attached, not the creator.
         """
         if self._spawn_args is None:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
@@ -350,6 +335,10 @@ class RayReplayBuffer:
         """The remote buffer's ``priority_key`` (TensorDict buffers), else ``None``."""
         return self._info.get("priority_key")
 
+    def _update_keys(self) -> tuple[str, ...]:
+        """Sample entries the remote sampler wants back with priority updates."""
+        return tuple(self._info.get("update_keys", ()))
+
     @property
     def max_size(self) -> int:
         """Slots of the remote buffer's storage."""
@@ -387,11 +376,12 @@ class RayReplayBuffer:
     def update_tensordict_priority(self, data: Any) -> None:
         """Update priorities from ``data[priority_key]`` at ``data["index"]``.
 
-        Only ``index``, the priority entry and ``write_generation`` are sent.
+        Only ``index``, the priority entry and the entries the sampler asks back
+        (``update_keys``, e.g. ``write_generation``) are sent.
         """
         if not is_tensor_collection(data):
             raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
-        keys = [k for k in ("index", self.priority_key, "write_generation")
+        keys = [k for k in ("index", self.priority_key, *self._update_keys())
                 if k is not None and k in data.keys()]
         self._call("update_tensordict_priority", pack(data.select(*keys)))
 

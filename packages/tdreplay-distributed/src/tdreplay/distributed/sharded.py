@@ -253,6 +253,9 @@ class ShardedReplayBuffer:
     def priority_key(self) -> str | None:
         return self._shards[0].priority_key
 
+    def _update_keys(self) -> tuple[str, ...]:
+        return self._shards[0]._update_keys()
+
     @property
     def call_timeout(self) -> float | None:
         """Seconds a call (over all shards) waits for its answers."""
@@ -374,7 +377,7 @@ class ShardedReplayBuffer:
         if "index" not in data.keys():
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
                            "and extended TensorDicts carry one).")
-        keys = [k for k in ("index", self.priority_key, "write_generation")
+        keys = [k for k in ("index", self.priority_key, *self._update_keys())
                 if k is not None and k in data.keys()]
         data = data.select(*keys)
         index = data.get("index")

@@ -1,0 +1,208 @@
+"""ShardedReplayBuffer: writes spread over shards, sampling as one buffer, global slots."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import CheckpointError, ListStorage
+from tdreplay.distributed import ShardedReplayBuffer
+from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+
+ALPHA, BETA, EPS = 0.7, 0.6, 1e-8
+SHARD_SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def _prioritized(ray_session):
+    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, SHARD_SIZE),
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=ALPHA,
+                             beta=BETA, sampler_backend="torch", batch_size=500,
+                             name="sharded", generator=torch.Generator().manual_seed(0))
+    yield rb
+    rb.shutdown()
+
+
+@pytest.fixture
+def sharded(_prioritized):
+    """An emptied 3-shard prioritized buffer, through a new client (write cursor at shard 0)."""
+    _prioritized.empty()
+    return ShardedReplayBuffer.attach("sharded", generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def uniform(ray_session):
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(ListStorage, 10), batch_size=1000,
+                             write_strategy="least_written",
+                             generator=torch.Generator().manual_seed(2))
+    yield rb
+    rb.shutdown()
+
+
+def _rows(values) -> TensorDict:
+    values = torch.as_tensor(values, dtype=torch.float32)
+    return TensorDict({"x": values}, values.shape[:1])
+
+
+def _chi2_pvalue(observed: torch.Tensor, expected_p: torch.Tensor) -> float:
+    """p-value of Pearson's chi-square test of ``observed`` counts against probabilities."""
+    n = observed.sum()
+    expected = expected_p.double() * n
+    chi2 = ((observed.double() - expected) ** 2 / expected).sum()
+    dof = torch.tensor((observed.numel() - 1) / 2, dtype=torch.float64)
+    return float(torch.special.gammaincc(dof, chi2 / 2))
+
+
+def _offset_of(index: torch.Tensor) -> torch.Tensor:
+    return torch.div(index, SHARD_SIZE, rounding_mode="floor") * SHARD_SIZE
+
+
+def test_writes_go_round_robin_and_return_global_slots(sharded):
+    slots = []
+    for i in range(4):
+        td = _rows([10 * i, 10 * i + 1])
+        slots.append(sharded.extend(td).tolist())
+        assert td["index"].tolist() == slots[-1]  # the TensorDict gets the global slots too
+    assert slots == [[0, 1], [8, 9], [16, 17], [2, 3]]
+    assert sharded.add(_rows([99])[0]) == 10  # shard 1, its third slot
+    assert [len(shard) for shard in sharded.shards] == [4, 3, 2]
+    assert len(sharded) == sharded.write_count == 9
+    assert sharded.max_size == 3 * SHARD_SIZE and sharded.num_shards == 3
+
+
+def test_prioritized_sampling_matches_one_buffer_over_all_shards(sharded):
+    sizes = [5, 3, 7]
+    written = torch.cat([sharded.extend(_rows(torch.arange(n))) for n in sizes])
+    priority = torch.rand(written.numel(), generator=torch.Generator().manual_seed(3)) * 4 + 0.1
+    sharded.update_priority(written, priority)
+
+    p = (priority.double() + EPS) ** ALPHA
+    counts = torch.zeros(written.numel())
+    position = {int(slot): i for i, slot in enumerate(written)}
+    for _ in range(40):
+        data, info = sharded.sample(return_info=True)
+        index = info["index"]
+        assert torch.equal(data["index"], index)
+        # each row is the one stored at its global slot (x = position within its batch)
+        assert torch.equal(data["x"], (index - _offset_of(index)).float())
+        rows = torch.tensor([position[int(i)] for i in index])
+        counts += torch.bincount(rows, minlength=written.numel())
+        # importance weights are global: (p_i / min_j p_j) ** -beta over all shards
+        expected_w = (p[rows] / p.min()) ** -BETA
+        assert torch.allclose(info["priority_weight"].double(), expected_w, rtol=1e-5)
+        assert torch.equal(data["priority_weight"], info["priority_weight"])
+    assert counts.sum() == 40 * 500
+    assert _chi2_pvalue(counts, p / p.sum()) > 1e-3
+
+
+def test_uniform_sampling_weighs_shards_by_their_size(uniform):
+    uniform.empty()
+    # least_written: 3 items to shard 0, then 9 to shard 1, then 1 more to shard 0
+    assert uniform.extend([torch.tensor(float(i)) for i in range(3)]).tolist() == [0, 1, 2]
+    assert uniform.extend([torch.tensor(float(10 + i)) for i in range(9)]).tolist() == \
+        list(range(10, 19))
+    assert uniform.extend([torch.tensor(3.0)]).tolist() == [3]
+    counts = torch.zeros(20)
+    for _ in range(13):
+        data, info = uniform.sample(return_info=True)
+        assert torch.equal(data, info["index"].float())  # item value == its global slot
+        counts += torch.bincount(info["index"], minlength=20)
+    written = torch.tensor([0, 1, 2, 3] + list(range(10, 19)))
+    assert counts.sum() == counts[written].sum() == 13_000
+    assert _chi2_pvalue(counts[written], torch.full((13,), 1 / 13)) > 1e-3
+
+
+def test_bad_priority_updates_change_no_shard(sharded):
+    written = torch.cat([sharded.extend(_rows(torch.arange(2))) for _ in range(3)])
+    sharded.update_priority(written, torch.arange(1.0, 7.0))
+    before = [s["_sampler"]["priorities"] for s in sharded.state_dict()["shards"]]
+    with pytest.raises(IndexError, match=r"\[0, 24\).*\[24\]"):
+        sharded.update_priority(torch.tensor([0, 24]), torch.tensor([1.0, 1.0]))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        sharded.update_priority(written, torch.tensor([1.0, 1.0, -1.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="does not match"):
+        sharded.update_priority(written, torch.ones(4))
+    with pytest.raises(TypeError, match="integers"):
+        sharded.update_priority(torch.tensor([0.5]), 1.0)
+    after = [s["_sampler"]["priorities"] for s in sharded.state_dict()["shards"]]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_update_tensordict_priority_sends_rows_to_their_shards(sharded):
+    for _ in range(3):
+        sharded.extend(_rows(torch.arange(4)))
+    sample = sharded.sample(60)
+    sample["td_error"] = sample["index"].float() + 1.0  # a priority per slot
+    sharded.update_tensordict_priority(sample)
+    drawn = sample["index"].unique()
+    for k, shard in enumerate(sharded.shards):
+        leaves = shard.state_dict()["_sampler"]["priorities"]
+        for slot in drawn[(drawn >= k * SHARD_SIZE) & (drawn < (k + 1) * SHARD_SIZE)]:
+            expected = (float(slot) + 1.0 + EPS) ** ALPHA
+            assert float(leaves[int(slot) - k * SHARD_SIZE]) == pytest.approx(expected)
+
+
+def test_sampling_an_empty_buffer_says_so(sharded):
+    with pytest.raises(RuntimeError, match="empty replay buffer"):
+        sharded.sample()
+    with pytest.raises(ValueError, match="batch_size"):
+        sharded.sample(0)
+
+
+def test_attach_finds_every_shard_by_name(sharded, _prioritized):
+    sharded.extend(_rows([1.0, 2.0]))
+    other = ShardedReplayBuffer.from_name("sharded")
+    assert other.num_shards == 3 and other.batch_size == 500
+    assert len(other) == len(_prioritized) == 2
+    with pytest.raises(ValueError, match="no buffer actor named 'missing/shard-0'"):
+        ShardedReplayBuffer.attach("missing")
+
+
+def test_dumps_loads_and_state_dict_restore_every_shard(sharded, tmp_path):
+    for _ in range(3):
+        sharded.extend(_rows(torch.arange(3)))
+    sharded.update_priority(torch.tensor([0, 8, 16]), torch.tensor([2.0, 3.0, 4.0]))
+    sharded.dumps(tmp_path / "ckpt")
+    state = sharded.state_dict()
+    priorities = [s["_sampler"]["priorities"] for s in state["shards"]]
+    sharded.extend(_rows(torch.arange(5)))
+    sharded.update_priority(torch.tensor([0]), torch.tensor([9.0]))
+    sharded.loads(tmp_path / "ckpt")
+    assert len(sharded) == sharded.write_count == 9
+    restored = [s["_sampler"]["priorities"] for s in sharded.state_dict()["shards"]]
+    assert all(torch.equal(a, b) for a, b in zip(priorities, restored))
+    sharded.extend(_rows(torch.arange(2)))
+    sharded.load_state_dict(state)
+    assert [len(shard) for shard in sharded.shards] == [3, 3, 3]
+    with pytest.raises(CheckpointError, match="no readable sharded checkpoint"):
+        sharded.loads(tmp_path / "nothing-here")
+    with pytest.raises(ValueError, match="3 shards"):
+        sharded.load_state_dict({"num_shards": 2, "shards": state["shards"][:2]})
+
+
+def test_respawn_rebuilds_every_shard_from_the_checkpoint(uniform, tmp_path):
+    uniform.empty()
+    uniform.extend([torch.tensor(1.0), torch.tensor(2.0)])
+    uniform.extend([torch.tensor(3.0)])
+    uniform.dumps(tmp_path / "ckpt")
+    uniform.extend([torch.tensor(4.0)])
+    old_pids = [shard._info["pid"] for shard in uniform.shards]
+    uniform.respawn(tmp_path / "ckpt")
+    assert [shard._info["pid"] for shard in uniform.shards] != old_pids
+    assert [shard[:].tolist() for shard in uniform.shards] == [[1.0, 2.0], [3.0]]
+    assert uniform.write_count == 3
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"num_shards": 0}, ValueError, "num_shards must be an int >= 1"),
+    ({"num_shards": 2, "write_strategy": "random"}, ValueError, "write_strategy must be one of"),
+    ({"num_shards": 2, "generator": 3}, TypeError, "generator must be a torch.Generator"),
+    ({"num_shards": 2, "storage": 3}, TypeError, "storage must be a Storage"),
+])
+def test_bad_arguments_are_refused(ray_session, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ShardedReplayBuffer(**kwargs)
