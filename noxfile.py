@@ -376,6 +376,7 @@ def bench(session: nox.Session) -> None:
     """benchmarks/run_all.py, every package installed (arguments after -- forwarded)."""
     _setup_venv(session)
     _install_all(session, with_tooling=False)
+    _pip_install(session, "matplotlib>=3.7")  # run_all.py draws results/latest.png
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 
@@ -401,7 +402,7 @@ DOCS_BUILD = DOCS_DIR / "_build"
 
 @nox.session(default=False)
 def docs(session: nox.Session) -> None:
-    """Sphinx docs into docs/_build/html: guide examples run first (doctest), warnings are errors."""
+    """Sphinx docs into docs/_build/html: guide examples run (doctest), warnings are errors."""
     _setup_venv(session)
     # Every package editable, and the PyPI requirements of their feature extras (h5py, ...)
     # given directly: pip refuses ``-e pkg[extra]`` beside the meta-package's ``pkg==x`` pin.

@@ -1,5 +1,8 @@
 """Run every ``bench_*.py`` script, collect their JSON lines into ``results/latest.json``.
 
+Then draw them into ``results/latest.png`` (``plot_results.py``, needs matplotlib); the docs'
+benchmarks page shows the table and the plot.
+
 Usage: ``python benchmarks/run_all.py [name-filter ...]`` (run by ``nox -s bench``).
 """
 
@@ -18,11 +21,22 @@ import torch
 HERE = Path(__file__).resolve().parent
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, object]:
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d"),
@@ -53,6 +67,10 @@ def main(filters: list[str]) -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
     print(f"wrote {out}")
+    if any(float(row["value"]) > 0 for row in results):
+        from plot_results import plot  # matplotlib: installed by the bench nox session
+
+        print(f"wrote {plot(out, out.with_suffix('.png'))}")
     if failed:
         print(f"failed: {failed}", file=sys.stderr)
     return 1 if failed else 0
