@@ -54,17 +54,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--steps", type=int, default=30_000,
                         help="environment steps to run (more steps when resuming)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seeds networks, sampling, envs")
     parser.add_argument("--buffer-size", type=int, default=50_000, help="replay buffer capacity")
-    parser.add_argument("--sampler", choices=("prioritized", "uniform"), default="prioritized")
+    parser.add_argument("--sampler", choices=("prioritized", "uniform"), default="prioritized",
+                        help="replay sampling: proportional prioritized (PER) or uniform")
     parser.add_argument("--out", type=Path, default=Path("demo_output"), help="output directory")
     parser.add_argument("--resume", action="store_true",
                         help="continue from <out>/checkpoint (step count, networks, buffer)")
     parser.add_argument("--eval-interval", type=int, default=2_500,
                         help="environment steps between two evaluations")
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=2.3e-3)
+    parser.add_argument("--eval-episodes", type=int, default=10,
+                        help="greedy episodes per evaluation")
+    parser.add_argument("--batch-size", type=int, default=64, help="sampled batch size")
+    parser.add_argument("--lr", type=float, default=2.3e-3, help="Adam learning rate")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (small networks are fastest on one)")
     args = parser.parse_args(argv)
