@@ -5,7 +5,8 @@ rows of ~300 bytes) on a local, loopback-only Ray instance. Reported:
 
 - concurrent: 2 collector processes extend 1,000-row batches as fast as they can while the
   learner (this process) calls ``sample(256)``: extend rows/s (both collectors) and sample/s;
-- alone: the same calls from this process with nothing else running;
+- alone: the same calls from this process with nothing else running, and ``sample(256)``
+  from a client with ``prefetch=2`` (two more calls in flight);
 - payload: ``extend`` of 64 frames of 84x84x4 uint8 (1.8 MB a call), MB/s through the
   object store.
 
@@ -92,7 +93,7 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, log_to_driver=False,
              object_store_memory=512 * 1024**2)
     rb = RayReplayBuffer(storage=partial(LazyTensorStorage, CAPACITY),
-                         replay_buffer_cls=TensorDictReplayBuffer, name=NAME)
+                         replay_buffer_cls=TensorDictReplayBuffer, batch_size=256, name=NAME)
     for _ in range(CAPACITY // 10_000):
         rb.extend(transition_batch(10_000))
 
@@ -102,6 +103,9 @@ def main() -> None:
     report("distributed/alone/extend_1k_rows",
            rate(lambda: rb.extend(next(batches)), min_time=3.0) * BATCH, "rows/s")
     report("distributed/alone/sample_256", rate(lambda: rb.sample(256), min_time=3.0), "calls/s")
+    learner = RayReplayBuffer.attach(NAME, prefetch=2)  # 2 more sample calls in flight
+    report("distributed/alone/sample_256_prefetch_2", rate(learner.sample, min_time=3.0),
+           "calls/s")
 
     frames = RayReplayBuffer(storage=partial(LazyTensorStorage, 2_000),
                              replay_buffer_cls=TensorDictReplayBuffer)

@@ -80,6 +80,20 @@ def test_attach_by_name_shares_the_buffer(shared_td):
     assert RayReplayBuffer.from_name("shared-td").write_count == 6
 
 
+def test_prefetch_keeps_samples_in_flight_for_one_client(shared_td):
+    shared_td.extend(make_batch(0, 0, 10))
+    learner = RayReplayBuffer.attach("shared-td", prefetch=2)
+    for _ in range(4):
+        data = learner.sample()
+        assert data.batch_size == torch.Size([32]) and rows_are_intact(data)
+    assert learner.sample(5).batch_size == torch.Size([5])  # another size: not prefetched
+    learner.empty()  # drops this client's samples in flight
+    with pytest.raises(RuntimeError, match="empty"):
+        learner.sample()
+    learner.extend(make_batch(1, 0, 3))
+    assert set(learner.sample()["collector"].tolist()) == {1}
+
+
 def test_attach_to_an_unknown_name_says_so(ray_session):
     with pytest.raises(ValueError, match="no buffer actor named 'nobody'"):
         RayReplayBuffer.attach("nobody")
@@ -99,6 +113,7 @@ def test_a_taken_name_is_refused(shared_td):
     ({"call_timeout": 0}, ValueError, "call_timeout must be a positive number"),
     ({"name": ""}, TypeError, "name must be a non-empty str"),
     ({"ray_init_config": "auto"}, TypeError, "ray_init_config must be a dict"),
+    ({"prefetch": -1}, ValueError, "prefetch must be an int >= 0"),
 ])
 def test_bad_arguments_are_refused_before_any_actor_starts(ray_session, kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
 import time
 from typing import Any
 
@@ -71,8 +73,13 @@ class RayReplayBuffer:
         Settable attribute.
     start_timeout : float or None
         Seconds to wait for the actor to start and build the buffer.
+    prefetch : int, optional
+        Keep this many ``sample()`` calls (of the default batch size) in flight, so the next
+        batches are drawn and shipped while the caller works on the current one. Client-side:
+        each client has its own (see :meth:`attach`). Prefetched batches were drawn before the
+        priority updates made meanwhile, as with a local buffer's ``prefetch``.
     **kwargs
-        Other arguments of ``replay_buffer_cls`` (``transform``, ``collate_fn``, ``prefetch``,
+        Other arguments of ``replay_buffer_cls`` (``transform``, ``collate_fn``,
         ``priority_key``, ``alpha``, ...); ``generator`` may be a ``torch.Generator`` or a
         factory of one.
 
@@ -118,6 +125,7 @@ class RayReplayBuffer:
         namespace: str | None = None,
         call_timeout: float | None = 60.0,
         start_timeout: float | None = 300.0,
+        prefetch: int | None = None,
         **kwargs: Any,
     ) -> None:
         self._setup(
@@ -126,6 +134,7 @@ class RayReplayBuffer:
             replay_buffer_cls=replay_buffer_cls, ray_init_config=ray_init_config,
             remote_config=remote_config, name=name, namespace=namespace,
             call_timeout=call_timeout, start_timeout=start_timeout, meta={})
+        self._set_prefetch(prefetch)
         self._spawn()
 
     def _setup(self, *, spec: dict[str, Any], replay_buffer_cls: Any,
@@ -160,6 +169,15 @@ class RayReplayBuffer:
         self._info: dict[str, Any] = {}
         self._spawn_args: tuple[Any, ...] | None = None
         self._start_timeout: float | None = None
+        self._prefetch = 0
+        self._prefetched: collections.deque[Any] = collections.deque()
+        self._prefetch_lock = threading.Lock()
+
+    def _set_prefetch(self, prefetch: int | None) -> None:
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+                                     or prefetch < 0):
+            raise ValueError(f"prefetch must be an int >= 0 or None, got {prefetch!r}.")
+        self._prefetch = prefetch or 0
 
     def _spawn(self) -> None:
         """Start a new actor from the creation arguments and wait until its buffer is built."""
@@ -195,6 +213,7 @@ class RayReplayBuffer:
             raise
 
     def _connect(self, handle: Any) -> None:
+        self._drop_prefetched()
         self._handle = handle
         actor_id = handle._actor_id.hex()[:12]
         self._label = f"{self._name!r} (actor {actor_id})" if self._name else f"<unnamed actor " \
@@ -203,7 +222,7 @@ class RayReplayBuffer:
     # ---- finding and replacing the actor -------------------------------------------------------
     @classmethod
     def attach(cls, name: str, *, namespace: str | None = None,
-               call_timeout: float | None = 60.0,
+               call_timeout: float | None = 60.0, prefetch: int | None = None,
                ray_init_config: dict[str, Any] | None = None) -> RayReplayBuffer:
         """A client of the buffer actor named ``name``, e.g. in a collector process.
 
@@ -221,6 +240,7 @@ class RayReplayBuffer:
         client._init_client(name=_check_name(name, "name"),
                             namespace=_check_name(namespace, "namespace"),
                             call_timeout=call_timeout)
+        client._set_prefetch(prefetch)
         client._connect(client._lookup(ray))
         client._info = client._call("describe")
         return client
@@ -387,14 +407,37 @@ class RayReplayBuffer:
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item (and reset the write count by default)."""
+        self._drop_prefetched()
         self._call("empty", empty_write_count)
 
     # ---- reading -------------------------------------------------------------------------------
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Sample a batch (of ``batch_size``, default the buffer's); with ``return_info``
         returns ``(batch, info)``."""
-        data, info = unpack(self._call("sample", batch_size, False))
+        if self._prefetch and batch_size in (None, self.batch_size) \
+                and self.batch_size is not None:
+            data, info = unpack(self._next_prefetched())
+        else:
+            data, info = unpack(self._call("sample", batch_size, False))
         return (data, info) if return_info else data
+
+    def _next_prefetched(self) -> Any:
+        """The oldest in-flight sample, after topping the queue up to ``prefetch + 1``."""
+        with self._prefetch_lock:
+            while len(self._prefetched) < self._prefetch + 1:
+                self._prefetched.append(self._submit("sample", None, False))
+            ref = self._prefetched.popleft()
+        try:
+            return wait_all([(ref, self._label)], what="sample", timeout=self.call_timeout)[0]
+        except BaseException:
+            # those queued behind a failed sample (e.g. from an empty buffer) would fail too
+            self._drop_prefetched()
+            raise
+
+    def _drop_prefetched(self) -> None:
+        """Forget the samples in flight (after the buffer was emptied, restored or replaced)."""
+        with self._prefetch_lock:
+            self._prefetched.clear()
 
     def __getitem__(self, index: Any) -> Any:
         return unpack(self._call("get_item", pack(index)))
@@ -417,6 +460,7 @@ class RayReplayBuffer:
 
     def loads(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`dumps` (checked before anything changes)."""
+        self._drop_prefetched()
         self._call("loads", os.path.abspath(os.fspath(path)))
 
     save = dumps
@@ -429,6 +473,7 @@ class RayReplayBuffer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` into the remote buffer."""
+        self._drop_prefetched()
         self._call("load_state_dict", pack(state_dict))
 
     def __repr__(self) -> str:
