@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import BufferActorDiedError, RemoteCallTimeoutError
+from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 
 __all__ = ["check_timeout", "ensure_ray", "import_ray", "wait_all"]
 
@@ -58,6 +58,8 @@ def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | No
         A call got no answer in time (it is cancelled if it has not started).
     BufferActorDiedError
         An actor is dead.
+    RemoteBufferError
+        An actor is temporarily unavailable (restarting, unreachable).
     Exception
         What the buffer raised inside its actor, as its own type (``ValueError``, ...).
     """
@@ -79,6 +81,10 @@ def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | No
                 f"{what} on buffer actor {label} got no answer within {timeout} s (call_timeout):"
                 " the actor is busy, hung or unreachable; a write may still be applied later.",
                 actor=label) from None
+        except exceptions.ActorUnavailableError as err:
+            raise RemoteBufferError(
+                f"{what} failed: buffer actor {label} is unavailable (restarting or unreachable: "
+                f"{_first_line(err)}); the call may be retried.", actor=label) from err
         except exceptions.RayActorError as err:
             raise BufferActorDiedError(
                 f"{what} failed: buffer actor {label} is dead ({_first_line(err)}). What it held "

@@ -336,17 +336,18 @@ class ShardedReplayBuffer:
         shard changes.
         """
         flat, shard_of = self._split(index)
+        shape = torch.as_tensor(index).shape
         n = flat.numel()
         priority = torch.as_tensor(priority)
         if priority.ndim == 0:
             priority = priority.expand(n)
-        elif priority.shape[: torch.as_tensor(index).ndim] == torch.as_tensor(index).shape:
-            priority = priority.reshape(n, *priority.shape[torch.as_tensor(index).ndim:])
+        elif priority.shape[: len(shape)] == shape:
+            priority = priority.reshape(n, *priority.shape[len(shape):])
         elif priority.numel() == n:
             priority = priority.reshape(n)
         else:
             raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of "
-                             f"shape {tuple(torch.as_tensor(index).shape)}.")
+                             f"shape {tuple(shape)}.")
         if priority.dtype is torch.bool or priority.is_complex():
             raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
         values = priority.double()
