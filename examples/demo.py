@@ -42,8 +42,12 @@ from dqn_cartpole import (  # noqa: E402
     make_qnet,
 )
 
-from tdreplay.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer  # noqa: E402
-from tdreplay.samplers import TensorDictPrioritizedReplayBuffer  # noqa: E402
+from tdreplay.data import (  # noqa: E402
+    LazyTensorStorage,
+    RandomSampler,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
 from tdreplay.trainers import ReplayBufferTrainer, Trainer  # noqa: E402
 
 CHECKPOINT = "checkpoint"
