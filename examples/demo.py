@@ -43,6 +43,7 @@ from dqn_cartpole import (  # noqa: E402
 )
 
 from tdreplay.data import (  # noqa: E402
+    CheckpointError,
     LazyTensorStorage,
     RandomSampler,
     TensorDictPrioritizedReplayBuffer,
@@ -178,7 +179,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not checkpoint.exists():
             raise SystemExit(f"--resume: no checkpoint at {checkpoint} (run once without "
                              f"--resume first).")
-        trainer.load_from_file(checkpoint)
+        try:
+            trainer.load_from_file(checkpoint)
+        except CheckpointError as err:
+            raise SystemExit(f"--resume: cannot load {checkpoint}: {err} (resume with the "
+                             f"--sampler and --buffer-size of the saved run)") from err
         resumed_at = trainer.collected_frames
         trainer.total_frames = resumed_at + args.steps
         print(f"resumed from {checkpoint}: {resumed_at} steps done, buffer holds "
