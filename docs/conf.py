@@ -41,7 +41,7 @@ napoleon_custom_sections = ["Design", "Index spaces", "TED compaction"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_typehints_description_target = "documented_params"
+autodoc_typehints_description_target = "documented"
 autodoc_default_options = {"show-inheritance": True}
 autoclass_content = "class"
 

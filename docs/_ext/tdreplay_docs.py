@@ -6,7 +6,8 @@ Directives
     The install line of a distribution under ``packages/`` and the API of its module: every
     name of its ``__all__`` that the package defines is documented with autodoc (under the
     public name, e.g. ``tdreplay.storages.LazyTensorStorage``); names it re-exports from
-    another component are listed with a link to where they are documented. Options
+    another component are listed with a link to where they are documented. Options:
+    ``:first:`` names documented first (the rest follow in ``__all__`` order),
     ``:submodules:`` (their docstrings) and ``:submodules-with-members:`` add public submodules.
 ``.. tdreplay-facade::``
     The table of every name ``tdreplay.data`` re-exports, with the component defining it, and
@@ -106,7 +107,8 @@ class PackageDirective(SphinxDirective):
     """``.. tdreplay-package:: tdreplay-storages``: install line and API of a component."""
 
     required_arguments = 1
-    option_spec = {"submodules": directives.unchanged,
+    option_spec = {"first": directives.unchanged,
+                   "submodules": directives.unchanged,
                    "submodules-with-members": directives.unchanged}
 
     def run(self) -> list[nodes.Node]:
@@ -120,7 +122,7 @@ class PackageDirective(SphinxDirective):
         self.env.note_dependency(str(PACKAGES_DIR / dist / "pyproject.toml"))
         self.env.note_dependency(module.__file__)
 
-        lines = [project.get("description", ""), "", ".. code-block:: bash",
+        lines = [".. code-block:: bash",
                  "   :class: not-executed", "", f"   pip install {dist}"]
         optional = project.get("optional-dependencies", {})
         extras = sorted(e for e in optional if e not in TOOLING_EXTRAS)
@@ -139,6 +141,11 @@ class PackageDirective(SphinxDirective):
             links = ", ".join(f":{role_for(obj)}:`{attr} <{home}.{attr}>` (``{home}``)"
                               for attr, obj, home in reexported)
             lines += [f"Also re-exported here, for convenience: {links}.", ""]
+        first = (self.options.get("first") or "").split()
+        unknown = set(first) - {attr for attr, _, _ in own}
+        if unknown:
+            raise self.error(f":first: names {sorted(unknown)} that {name} does not define")
+        own.sort(key=lambda item: (first.index(item[0]) if item[0] in first else len(first)))
         for attr, obj, _ in own:
             lines += [f".. {autodoc_directive(obj)}:: {name}.{attr}"]
             lines += ["   :members:", ""] if inspect.isclass(obj) else [""]
@@ -350,8 +357,17 @@ def separate_prose(app, what, name, obj, options, lines: list[str]) -> None:
     lines[:] = out
 
 
+def drop_type_docstring(app, what, name, obj, options, lines: list[str]) -> None:
+    """A constant (``FORMAT_VERSION``, ``HOOK_DESTINATIONS``) has no docstring of its own:
+    do not show its type's (``int``'s, ``tuple``'s) in its place."""
+    if what in ("data", "attribute") and lines and not isinstance(obj, type) \
+            and not callable(obj) and getattr(obj, "__doc__", None) == type(obj).__doc__:
+        lines[:] = []
+
+
 def setup(app):
     app.setup_extension("sphinx.ext.napoleon")
+    app.connect("autodoc-process-docstring", drop_type_docstring, priority=300)
     # before napoleon (priority 500) turns the sections into reST
     app.connect("autodoc-process-docstring", separate_prose, priority=400)
     app.add_autodoc_attrgetter(type, class_attrgetter)
