@@ -213,8 +213,14 @@ CHECK_TORCH = (
 )
 
 
+# Every Ray instance a session starts (tests, docs, demo, benchmarks) stays on this machine:
+# its node address is 127.0.0.1 and it sends no usage report.
+LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 def _setup_venv(session: nox.Session) -> None:
     """First thing in every session: shared torch visible before anything is installed."""
+    session.env.update(LOCAL_RAY_ENV)
     _ensure_torch(session)
     _link_torch(Path(session.bin) / "python")
     session.run("python", "-c", CHECK_TORCH, silent=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 from _common import rate, report, transition_batch
+
 from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.storages import LazyTensorStorage
 

@@ -2,6 +2,7 @@
 
 import torch
 from tensordict import TensorDict
+
 from tdreplay.core import TensorDictReplayBuffer
 from tdreplay.samplers import PrioritizedSampler
 from tdreplay.storages import LazyTensorStorage

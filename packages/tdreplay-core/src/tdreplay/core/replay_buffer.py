@@ -689,7 +689,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
         # bookkeeping of a previous extend or sample, never stored as data.
         present = tensordicts.keys()
-        bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ())) if k in present]
+        bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ()))
+                       if k in present]
         data = tensordicts.exclude(*bookkeeping) if bookkeeping else tensordicts
         slots = super().extend(data)
         self._set_index(tensordicts, slots)

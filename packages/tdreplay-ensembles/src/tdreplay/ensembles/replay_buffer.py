@@ -368,26 +368,30 @@ class ReplayBufferEnsemble(ReplayBuffer):
             batch.append(data)
         return self._parts_collate(batch)
 
-    def _attach_info(self, data: Any, info: dict[str, Any]) -> Any:
+    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         index = info.get("index")
         if is_tensor_collection(data):
-            return self._attach_to(data, index, info)
+            return self._attach_to(data, index, info, only_missing)
         if isinstance(data, list) and index is not None:
             # parts kept apart by collate_fn: each part gets its own slice of the index and info
             part_indices = list(index.unbind(0)) if is_tensor_collection(index) else list(index)
             if len(part_indices) == len(data):
                 return [self._attach_to(part, part_indices[j],
-                                        {k: v[j] for k, v in info.items() if k != "index"})
+                                        {k: v[j] for k, v in info.items() if k != "index"},
+                                        only_missing)
                         for j, part in enumerate(data)]
         return data
 
-    def _attach_to(self, data: Any, index: Any, info: dict[str, Any]) -> Any:
+    def _attach_to(self, data: Any, index: Any, info: dict[str, Any],
+                   only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
             return data
         # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
         # writes them; the ensemble index (a TensorDict) is written below
-        data = TensorDictReplayBuffer._attach_info(self, data, info)
+        data = TensorDictReplayBuffer._attach_info(self, data, info, only_missing)
         if not isinstance(index, TensorDictBase):
+            return data
+        if only_missing and data.get("index", None) is not None:
             return data
         batch = data.batch_size
         if batch[: index.batch_dims] != index.batch_size:

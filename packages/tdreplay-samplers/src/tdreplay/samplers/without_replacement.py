@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from tdreplay.core import Sampler, Storage
 
 
@@ -88,7 +89,8 @@ class SamplerWithoutReplacement(Sampler):
             raise ValueError("SamplerWithoutReplacement state_dict 'perm' must be an int64 tensor.")
         pos = int(state_dict["pos"])
         if not 0 <= pos <= perm.numel():
-            raise ValueError(f"state_dict 'pos'={pos} is outside the epoch of {perm.numel()} slots.")
+            raise ValueError(
+                f"state_dict 'pos'={pos} is outside the epoch of {perm.numel()} slots.")
         self._perm = perm.clone() if state_dict["has_perm"] else None
         self._pos = pos
         self._ran_out = bool(state_dict["ran_out"])

@@ -43,9 +43,8 @@ class CatFrames(Transform):
 
     Slices: the boundaries must be in the data the transform sees. A ``SliceSampler`` reports
     the end of each slice (``("next", "truncated")``, ``("next", "done")``) in the sample info,
-    which ``TensorDictReplayBuffer`` writes into the sample *after* the buffer's transforms;
-    with several slices per flat sample, apply ``CatFrames`` to the returned sample (or keep
-    one slice per sample) so that frames are not stacked across slices.
+    which ``TensorDictReplayBuffer`` writes into the sample *before* the buffer's transforms,
+    so as a buffer transform ``CatFrames`` never stacks frames across slices.
 
     Parameters
     ----------

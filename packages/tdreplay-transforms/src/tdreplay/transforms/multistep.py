@@ -59,10 +59,9 @@ class MultiStep(Transform):
     transform runs in a buffer's sample path or, appended with ``invert=True``, on every extend.
 
     Since it rewrites the ``"next"`` done flags, transforms that find trajectory boundaries from
-    them (``CatFrames``) must run before it. As for ``CatFrames``, a flat sample of several
-    slices needs the slice ends in the data: ``TensorDictReplayBuffer`` writes a
-    ``SliceSampler``'s truncation flags into the sample after the buffer's transforms, so apply
-    ``MultiStep`` to the returned sample in that case.
+    them (``CatFrames``) must run before it. A flat sample of several slices is handled:
+    ``TensorDictReplayBuffer`` writes a ``SliceSampler``'s slice-end flags into the sample
+    *before* the buffer's transforms, so n-step windows stop at slice ends.
 
     Parameters
     ----------

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+
 from tdreplay.core import RoundRobinWriter
 from tdreplay.core._utils import ensure_tensordict
 
