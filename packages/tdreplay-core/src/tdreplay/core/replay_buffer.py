@@ -784,5 +784,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
             value = data.get(key, None)
             if value is not None:
                 extra[key] = value
+        # An extended batch carries "index" over its whole batch shape; batch dims past the
+        # storage's ndim repeat the slot of their item: keep one index per item.
+        dims = min(self._storage.ndim, index.ndim)
+        if index.ndim > dims:
+            first = (slice(None),) * dims + (0,) * (index.ndim - dims)
+            index = index[first]
+            extra = {key: value[first] for key, value in extra.items()}
         with self._lock:
             self._sampler.update_priority(index, priority, storage=self._storage, **extra)

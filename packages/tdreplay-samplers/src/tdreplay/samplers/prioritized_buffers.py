@@ -184,15 +184,6 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
         super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
         sampler.place_for(storage)
 
-    def _item_dims(self, index: torch.Tensor) -> int:
-        """Leading dims of ``index`` that address distinct slots.
-
-        A sample's ``index`` holds one flat slot per item. The ``index`` written by ``extend``
-        has the data's batch shape: its first ``storage.ndim`` dims address slots and any further
-        batch dims repeat them.
-        """
-        return min(self._storage.ndim, index.ndim)
-
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
                ) -> torch.Tensor:
         """Write a batch; ``priority_key`` (when present) gives the new rows their priorities.
@@ -240,29 +231,3 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
             if priority is not None:
                 self.update_priority(index, priority)
         return index
-
-    def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from ``data[priority_key]`` at ``data["index"]``.
-
-        With ``data["write_generation"]`` (samples carry it), slots overwritten since the sample
-        are skipped. Priorities with more dims than the index are reduced with the sampler's
-        ``reduction``.
-        """
-        if not is_tensor_collection(data):
-            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
-        index = data.get("index", None)
-        if index is None:
-            raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
-                           "and extended TensorDicts carry one).")
-        priority = data.get(self.priority_key, None)
-        if priority is None:
-            raise KeyError(f"update_tensordict_priority needs the priority entry "
-                           f"{self.priority_key!r} in data.")
-        generation = data.get(WRITE_GENERATION_KEY, None)
-        dims = self._item_dims(index)
-        if index.ndim > dims:
-            # extra batch dims repeat the slot of their item: keep one index per item
-            first = (slice(None),) * dims + (0,) * (index.ndim - dims)
-            index = index[first]
-            generation = generation[first] if generation is not None else None
-        self.update_priority(index, priority, write_generation=generation)
