@@ -59,7 +59,7 @@ def plot(results_path: Path = RESULTS, out: Path = PLOT) -> Path:
     machine = payload.get("machine", {})
     summary = ", ".join(f"{key}: {value}" for key, value in machine.items() if value is not None)
     fig.suptitle(f"tdreplay benchmarks ({summary})", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))  # room for the title
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
