@@ -433,7 +433,9 @@ def docs(session: nox.Session) -> None:
     _setup_venv(session)
     _install_all(session, with_tooling=False)
     _pip_install(session, *DOCS_DEPS)
-    common = ["-W", "--keep-going", "-d", str(DOCS_BUILD / "doctrees"), *session.posargs]
+    # -E: a fresh environment every time, so pages built from data files (the benchmark
+    # results) never come from a stale cache.
+    common = ["-W", "--keep-going", "-E", "-d", str(DOCS_BUILD / "doctrees"), *session.posargs]
     # The doctest builder runs every example of the guides and fails the session if any is
     # broken (all are reported); only then is the HTML built.
     for builder in ("doctest", "html"):
