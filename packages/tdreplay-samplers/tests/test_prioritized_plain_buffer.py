@@ -43,3 +43,17 @@ def test_re_extending_a_sample_stores_no_bookkeeping_entries():
     rb.extend(sample)
     assert set(rb[:].keys()) == {"obs"}
     assert len(rb) == 8
+
+
+def test_a_buffer_with_built_trees_pickles_and_samples_the_same():
+    import pickle
+
+    rb = _buffer(8)
+    rb.extend(TensorDict({"obs": torch.arange(6.0)}, [6]))
+    rb.update_priority(torch.arange(6), torch.arange(1.0, 7.0))
+    restored = pickle.loads(pickle.dumps(rb))
+    assert restored.sampler.state_dict()["priorities"].tolist() == \
+        rb.sampler.state_dict()["priorities"].tolist()
+    rb.set_rng(torch.Generator().manual_seed(3))
+    restored.set_rng(torch.Generator().manual_seed(3))
+    assert rb.sample()["index"].tolist() == restored.sample()["index"].tolist()

@@ -237,7 +237,9 @@ class SumSegmentTree(SegmentTree):
     kind = "sum"
     identity = 0.0
 
-    def __new__(cls, capacity: int, *args: Any, **kwargs: Any) -> SumSegmentTree:
+    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> SumSegmentTree:
+        # ``capacity`` is optional so that pickle can recreate a concrete tree (it calls
+        # ``cls.__new__(cls)`` and then restores the instance's state)
         if cls is SumSegmentTree:
             backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
             if backend == "numba":
@@ -290,7 +292,9 @@ class MinSegmentTree(SegmentTree):
     kind = "min"
     identity = math.inf
 
-    def __new__(cls, capacity: int, *args: Any, **kwargs: Any) -> MinSegmentTree:
+    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> MinSegmentTree:
+        # ``capacity`` is optional so that pickle can recreate a concrete tree (it calls
+        # ``cls.__new__(cls)`` and then restores the instance's state)
         if cls is MinSegmentTree:
             backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
             if backend == "numba":
