@@ -57,3 +57,29 @@ def test_a_buffer_with_built_trees_pickles_and_samples_the_same():
     rb.set_rng(torch.Generator().manual_seed(3))
     restored.set_rng(torch.Generator().manual_seed(3))
     assert rb.sample()["index"].tolist() == restored.sample()["index"].tolist()
+
+
+def test_bad_priorities_in_extended_data_are_refused_before_anything_is_written():
+    import pytest
+
+    rb = _buffer(8)
+    rb.extend(TensorDict({"obs": torch.arange(3.0)}, [3]))
+    before = (len(rb), rb.write_count, rb[:]["obs"].clone(), rb.sampler.state_dict()["priorities"])
+    bad = TensorDict({"obs": torch.ones(2), "td_error": torch.tensor([1.0, float("nan")])}, [2])
+    with pytest.raises(ValueError):
+        rb.extend(bad)
+    assert (len(rb), rb.write_count) == before[:2]
+    assert torch.equal(rb[:]["obs"], before[2])
+    assert torch.equal(rb.sampler.state_dict()["priorities"], before[3])
+
+
+def test_a_sample_written_back_carries_its_new_rows_generations():
+    rb = _buffer(8)
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    sample = rb.sample()
+    rb.extend(sample)
+    assert torch.equal(sample["write_generation"], rb.sampler.slot_generation(sample["index"]))
+    sample["td_error"] = torch.full((4,), 7.0)
+    rb.update_tensordict_priority(sample)  # not taken for a stale update
+    prio = rb.sampler.state_dict()["priorities"]
+    assert all(abs(float(prio[i]) - 7.0) < 1e-6 for i in sample["index"].tolist())

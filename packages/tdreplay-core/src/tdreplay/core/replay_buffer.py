@@ -682,28 +682,65 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
                ) -> torch.Tensor:
         """Write a batch of TensorDicts; sets ``index`` in it and, for prioritized samplers,
-        reads its ``priority_key`` (when present) as the initial priorities."""
+        reads its ``priority_key`` (when present) as the initial priorities, checked before
+        anything is written."""
         if not is_tensor_collection(tensordicts):
             raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
                             f"{type(tensordicts).__name__}.")
+        priority = self._priority_to_write(tensordicts, update_priority)
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
         # bookkeeping of a previous extend or sample, never stored as data.
         present = tensordicts.keys()
         bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ()))
                        if k in present]
         data = tensordicts.exclude(*bookkeeping) if bookkeeping else tensordicts
-        slots = super().extend(data)
-        self._set_index(tensordicts, slots)
-        if update_priority is not False and getattr(self._sampler, "is_prioritized", False) \
-                and tensordicts.get(self.priority_key, None) is not None:
-            self.update_tensordict_priority(tensordicts)
+        with self._lock:
+            slots = super().extend(data)
+            self._set_index(tensordicts, slots)
+            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
+            # then cannot be matched with the batch's per-row entries
+            aligned = bool(slots.numel()) and slots.shape == tensordicts.batch_size[: slots.ndim]
+            if aligned:
+                self._refresh_item_info(tensordicts, slots, present)
+            if priority is not None:
+                if aligned:
+                    self._sampler.update_priority(slots, priority, storage=self._storage)
+                elif slots.numel():
+                    warnings.warn(
+                        f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
+                        f"their {self.priority_key!r} cannot be matched to the rows written, "
+                        "which get the max priority instead.", stacklevel=2)
         return slots
+
+    def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
+        """The priorities ``data`` brings for a prioritized sampler, checked before any write."""
+        if update_priority is False or not getattr(self._sampler, "is_prioritized", False):
+            return None
+        priority = data.get(self.priority_key, None)
+        if priority is not None:
+            self._sampler.check_priority(priority)
+        return priority
+
+    def _refresh_item_info(self, td: TensorDictBase, slots: torch.Tensor, present: Any) -> None:
+        """Replace the sampler bookkeeping a re-written batch carries by that of its new rows."""
+        keys = [k for k in getattr(self._sampler, "update_keys", ()) if k in present]
+        if not keys or td.is_locked:
+            return
+        info = self._sampler.item_info(slots)
+        for key in keys:
+            value = info[key]
+            value = value.reshape(value.shape + (1,) * (td.batch_dims - value.ndim))
+            td.set(key, value.expand(td.batch_size).to(td.device or value.device))
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         if not is_tensor_collection(data):
             raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
                             f"{type(data).__name__}.")
-        index = super().add(data)
+        priority = self._priority_to_write(data, None)
+        with self._lock:
+            index = super().add(data)
+            if priority is not None:
+                self._sampler.update_priority(index, priority, storage=self._storage)
         if not data.is_locked:
             data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
                      if data.batch_size else torch.as_tensor(index))

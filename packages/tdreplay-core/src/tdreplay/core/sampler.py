@@ -68,6 +68,21 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
             stacklevel=2,
         )
 
+    def check_priority(self, priority: Any) -> None:
+        """Raise as ``update_priority`` would on these values, changing nothing.
+
+        Buffers call it before writing rows whose priorities come with the data, so bad
+        priorities are refused before the buffer changes. Nothing to check here.
+        """
+
+    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The :attr:`update_keys` entries describing ``slots`` as they are now.
+
+        A buffer refreshes them in a batch it has just written (e.g. a sample written back),
+        so that a later priority update from that batch is not taken for a stale one.
+        """
+        return {}
+
     @property
     def ran_out(self) -> bool:
         """Whether the current epoch is exhausted (always False for samplers with replacement)."""

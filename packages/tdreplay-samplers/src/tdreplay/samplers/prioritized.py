@@ -399,6 +399,10 @@ class PrioritizedSampler(Sampler):
         flat = slots.reshape(-1).to(self._device, non_blocking=True)
         return self._gen.index_select(0, flat).reshape(slots.shape)
 
+    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"write_generation": ...}`` of ``slots`` as they are now."""
+        return {WRITE_GENERATION_KEY: self.slot_generation(slots)}
+
     def _empty(self) -> None:
         """Forget every priority; the write clock keeps counting so old generations never match."""
         if self._sum is not None:

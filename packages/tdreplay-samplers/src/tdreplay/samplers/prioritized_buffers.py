@@ -9,15 +9,13 @@ overwritten meanwhile is dropped instead of landing on the new row.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ListStorage, ReplayBuffer, Storage, TensorDictReplayBuffer
 
-from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
+from .prioritized import PRIORITY_WEIGHT_KEY, PrioritizedSampler
 
 __all__ = ["PrioritizedReplayBuffer", "TensorDictPrioritizedReplayBuffer"]
 
@@ -183,51 +181,3 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
             "skip_stale_updates": skip_stale_updates}, kwargs)
         super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
         sampler.place_for(storage)
-
-    def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
-               ) -> torch.Tensor:
-        """Write a batch; ``priority_key`` (when present) gives the new rows their priorities.
-
-        ``write_generation`` (from a sample being re-added) is bookkeeping, not data: it is not
-        stored, and is refreshed in ``tensordicts`` to the new rows' generations.
-        """
-        if not is_tensor_collection(tensordicts):
-            raise TypeError(f"{type(self).__name__}.extend expects a TensorDict, got "
-                            f"{type(tensordicts).__name__}.")
-        priority = tensordicts.get(self.priority_key, None)
-        if update_priority is not False and priority is not None:
-            self._sampler.check_priority(priority)  # before anything is written
-        has_gen = WRITE_GENERATION_KEY in tensordicts.keys()
-        data = tensordicts.exclude(WRITE_GENERATION_KEY) if has_gen else tensordicts
-        with self._lock:
-            slots = super().extend(data, update_priority=False)
-            if data is not tensordicts:
-                self._set_index(tensordicts, slots)
-            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
-            # can then not be matched with the batch's priorities, which are left out
-            aligned = slots.numel() and slots.shape == tensordicts.batch_size[: slots.ndim]
-            if has_gen and aligned and not tensordicts.is_locked:
-                gen = self._sampler.slot_generation(slots)
-                tensordicts.set(WRITE_GENERATION_KEY, gen.reshape(
-                    gen.shape + (1,) * (tensordicts.batch_dims - gen.ndim)).expand(
-                    tensordicts.batch_size).to(tensordicts.device or gen.device))
-            if update_priority is not False and priority is not None:
-                if aligned:
-                    self.update_priority(slots, priority)
-                elif slots.numel():
-                    warnings.warn(
-                        f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
-                        f"their {self.priority_key!r} cannot be matched to the rows written, "
-                        "which get the max priority instead.", stacklevel=2)
-        return slots
-
-    def add(self, data: TensorDictBase) -> int | torch.Tensor:
-        """Add one TensorDict; its ``priority_key`` (when present) is its priority."""
-        priority = data.get(self.priority_key, None) if is_tensor_collection(data) else None
-        if priority is not None:
-            self._sampler.check_priority(priority)  # before anything is written
-        with self._lock:
-            index = super().add(data)
-            if priority is not None:
-                self.update_priority(index, priority)
-        return index
