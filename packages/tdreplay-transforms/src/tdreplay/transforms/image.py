@@ -23,6 +23,15 @@ _MAX_CHANNELS = 4  # gray, gray + alpha, RGB, RGBA
 _MODES = ("nearest", "nearest-exact", "bilinear", "bicubic", "area")
 
 
+
+def _image_size(w: Any, h: Any, owner: str) -> tuple[int, int]:
+    """``(w, h)`` with ``h`` defaulting to ``w``; both must be positive ints."""
+    h = w if h is None else h
+    for name, value in (("w", w), ("h", h)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
+    return w, h
+
 class _ImageTransform(Transform):
     """Reads images at ``in_keys`` (``["pixels"]`` by default) and writes the result at
     ``out_keys``; subclasses implement :meth:`_image`."""
@@ -190,10 +199,7 @@ class Resize(_ImageTransform):
         out_keys: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
         super().__init__(in_keys, out_keys)
-        h = w if h is None else h
-        for name, value in (("w", w), ("h", h)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Resize: {name} must be a positive int, got {value!r}.")
+        w, h = _image_size(w, h, "Resize")
         mode = getattr(interpolation, "value", interpolation)
         if not isinstance(mode, str) or mode.lower() not in _MODES:
             raise ValueError(f"Resize: interpolation must be one of {_MODES}, got "
@@ -282,10 +288,7 @@ class CenterCrop(_ImageTransform):
         out_keys: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
         super().__init__(in_keys, out_keys)
-        h = w if h is None else h
-        for name, value in (("w", w), ("h", h)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"CenterCrop: {name} must be a positive int, got {value!r}.")
+        w, h = _image_size(w, h, "CenterCrop")
         self.w = w
         self.h = h
 
