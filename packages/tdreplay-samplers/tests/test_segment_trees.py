@@ -61,11 +61,33 @@ def all_trees(kind: str, capacity: int) -> list[SegmentTree]:
 
 
 def raw(tree: SegmentTree) -> np.ndarray:
-    """The whole flat node array (both backends share the layout); node 0 is scratch."""
+    """A copy of the whole flat node array (both backends share the layout), scratch zeroed."""
     arr = tree._tree
-    arr = arr.detach().cpu().numpy() if isinstance(arr, torch.Tensor) else arr.copy()
-    arr[0] = 0.0
+    arr = arr.detach().cpu().numpy().copy() if isinstance(arr, torch.Tensor) else arr.copy()
+    arr[_base.TreeLayout.scratch] = 0.0
     return arr
+
+
+def internal_nodes(layout: _base.TreeLayout) -> list[np.ndarray]:
+    """Positions of the nodes that have children, per level (root level first)."""
+    offsets = list(layout.offsets) + [layout.size]
+    return [
+        np.arange(offsets[d], offsets[d] + (offsets[d + 2] - offsets[d + 1]) // _base.FANOUT)
+        for d in range(layout.depth)
+    ]
+
+
+def check_nodes_reduce_children(nodes: np.ndarray, layout: _base.TreeLayout, kind: str) -> None:
+    """Every internal node is exactly the reduction of its 8 children (pairwise for sums)."""
+    for level, positions in enumerate(internal_nodes(layout)):
+        start = layout.offsets[level + 1]
+        children = nodes[start : start + _base.FANOUT * len(positions)].reshape(-1, _base.FANOUT)
+        if kind == "sum":
+            pairs = children[:, 0::2] + children[:, 1::2]
+            expected = (pairs[:, 0] + pairs[:, 1]) + (pairs[:, 2] + pairs[:, 3])
+        else:
+            expected = children.min(1)
+        np.testing.assert_array_equal(nodes[positions], expected)
 
 
 def ref_update(leaves: np.ndarray, idx, vals) -> None:
@@ -301,9 +323,9 @@ def test_scan_after_many_random_updates_has_no_drift():
         np.testing.assert_array_equal(nodes[0], other)
     # every internal node is exactly the sum of its children: nothing accumulated
     tree = nodes[0]
-    p = len(tree) // 2
-    np.testing.assert_array_equal(tree[1:p], tree[2 : 2 * p : 2] + tree[3 : 2 * p : 2])
-    np.testing.assert_array_equal(tree[p : p + capacity], leaves)
+    layout = trees[0]._layout
+    check_nodes_reduce_children(tree, layout, "sum")
+    np.testing.assert_array_equal(tree[layout.leaf_offset : layout.leaf_offset + capacity], leaves)
     total = flt(trees[0].total())
     assert math.isclose(total, math.fsum(leaves), rel_tol=1e-12)
     check_scan_valid(trees, leaves, special_masses(leaves, total, rng))
@@ -420,16 +442,14 @@ def test_update_touches_only_the_paths_of_the_updated_leaves(backend, kind):
     idx = rng.integers(0, capacity, size=500)
     tree.update(idx, rng.random(500) + 0.5)
     changed = np.flatnonzero(raw(tree) != before)
-    p = len(before) // 2
-    depth = p.bit_length() - 1
+    layout = tree._layout
     allowed = set()
     for leaf in idx.tolist():
-        node = p + leaf
-        while node >= 1:
-            allowed.add(node)
-            node >>= 1
+        for level in range(layout.depth, -1, -1):
+            allowed.add(layout.offsets[level] + (leaf >> (3 * (layout.depth - level))))
     assert set(changed.tolist()) <= allowed
-    assert len(changed) <= len(idx) * (depth + 1)
+    assert len(changed) <= len(idx) * (layout.depth + 1)
+    check_nodes_reduce_children(raw(tree), layout, kind)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -485,7 +505,11 @@ def test_numba_kernels_compile_once():
     tree.scan_lower_bound([1, 2])
     tree.query(1, 3)
     NumbaMinTree(7).update(np.array([1]), np.array([1.0]))
-    for kernel in (_numba._update_sum, _numba._update_min, _numba._scan, _numba._query):
+    NumbaSumTree(100).rebuild()
+    NumbaMinTree(100).rebuild()
+    kernels = (_numba._update_sum, _numba._update_min, _numba._scan, _numba._rebuild_sum,
+               _numba._rebuild_min)
+    for kernel in kernels:
         assert len(kernel.signatures) == 1, kernel
 
 
@@ -551,10 +575,9 @@ def test_rebuild_recomputes_internal_nodes(backend, kind):
     tree = make(kind, 1000, *backend)
     tree.update(np.arange(1000), rng.random(1000))
     before = raw(tree)
-    if isinstance(tree._tree, torch.Tensor):
-        tree._tree[1 : len(before) // 2] = -7.0
-    else:
-        tree._tree[1 : len(before) // 2] = -7.0
+    for positions in internal_nodes(tree._layout):
+        tree._tree[positions] = -7.0
+    assert (raw(tree) != before).any()
     tree.rebuild()
     np.testing.assert_array_equal(raw(tree), before)
 
@@ -571,9 +594,12 @@ def test_factory_dispatch_and_attributes():
     assert type(m) is TorchMinTree and isinstance(m, MinSegmentTree)
     assert type(TorchSumTree(3)) is TorchSumTree
     assert "capacity=10" in repr(m)
-    assert _base._tree_shape(1) == (1, 0)
-    assert _base._tree_shape(5) == (8, 3)
-    assert _base._tree_shape(8) == (8, 3)
+    for capacity, depth, leaves in [(1, 1, 1), (8, 1, 8), (9, 2, 16), (64, 2, 64), (65, 3, 128),
+                                    (10**6, 7, 2**20), (2**20 + 1, 7, 2**20 + 2**18)]:
+        layout = _base.TreeLayout(capacity)
+        assert (layout.depth, layout.leaf_count) == (depth, leaves)
+        assert all(offset % _base.FANOUT == 0 for offset in layout.offsets)
+        assert layout.size - layout.leaf_offset >= capacity
 
 
 @pytest.mark.parametrize("kind", ["sum", "min"])
@@ -639,7 +665,7 @@ def test_torch_without_validation_ignores_out_of_range_indices(kind):
     tree.update(torch.tensor([1, -1, 10, 3, 99, 3]), torch.tensor([1.0, 5.0, 6.0, 2.0, 7.0, 4.0]))
     ref.update(torch.tensor([1, 3]), torch.tensor([1.0, 4.0]))
     ident = 0.0 if kind == "sum" else math.inf
-    np.testing.assert_array_equal(raw(tree)[1:], raw(ref)[1:])
+    np.testing.assert_array_equal(raw(tree), raw(ref))
     assert np_(tree.get(torch.tensor([1, -5, 3, 10]))).tolist() == [1.0, ident, 4.0, ident]
     if kind == "sum":
         tree.update(torch.tensor([1, 3]), 0.0)

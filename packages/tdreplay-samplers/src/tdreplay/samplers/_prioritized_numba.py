@@ -20,7 +20,7 @@ OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
 
 
 @njit(cache=False, nogil=True)
-def sample_kernel(sum_nodes, p, u, stratified, gen, out_index, out_leaf,
+def sample_kernel(sum_nodes, offsets, u, stratified, gen, out_index, out_leaf,
                   out_gen):  # pragma: no cover - compiled
     """Slots for the uniform draws ``u``, with their stored priorities and write generations.
 
@@ -28,22 +28,23 @@ def sample_kernel(sum_nodes, p, u, stratified, gen, out_index, out_leaf,
     the same float64 operations as the torch path, so both backends draw the same slots.
     """
     n = u.shape[0]
-    total = sum_nodes[1]
+    total = sum_nodes[0]
+    leaves = offsets[offsets.shape[0] - 1]
     masses = np.empty(n, dtype=np.float64)
     for i in range(n):
         if stratified:
             masses[i] = (i + u[i]) / n * total
         else:
             masses[i] = u[i] * total
-    _scan(sum_nodes, p, masses, out_index)
+    _scan(sum_nodes, offsets, masses, out_index)
     for i in range(n):
         slot = out_index[i]
-        out_leaf[i] = sum_nodes[p + slot]
+        out_leaf[i] = sum_nodes[leaves + slot]
         out_gen[i] = gen[slot]
 
 
 @njit(cache=False, nogil=True)
-def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, p, capacity, n_written, gen,
+def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n_written, gen,
                   index, raw, priority, leaf, token, has_token):  # pragma: no cover - compiled
     """Check, then apply, a priority update; returns ``(code, position, top)``.
 
@@ -82,8 +83,8 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, p, capacity, n_writt
         if priority[i] > top:
             top = priority[i]
         k += 1
-    _update_sum(sum_nodes, p, kept[:k], kept_leaf[:k])
-    _update_min(min_nodes, p, kept[:k], kept_leaf[:k])
+    _update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
+    _update_min(min_nodes, offsets, kept[:k], kept_leaf[:k])
     if has_max:
-        _update_min(max_nodes, p, kept[:k], kept_neg[:k])
+        _update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
     return OK, 0, top

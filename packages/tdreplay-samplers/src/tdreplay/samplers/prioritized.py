@@ -462,7 +462,7 @@ class PrioritizedSampler(Sampler):
         index = torch.empty(batch_size, dtype=torch.long)
         leaf = torch.empty(batch_size, dtype=torch.float64)
         gen = torch.empty(batch_size, dtype=torch.long)
-        _kernels.sample_kernel(self._sum._tree, self._sum._p, u.numpy(), self.stratified,
+        _kernels.sample_kernel(self._sum._tree, self._sum._offsets, u.numpy(), self.stratified,
                                self._gen_np, index.numpy(), leaf.numpy(), gen.numpy())
         return index, leaf, gen
 
@@ -585,7 +585,7 @@ class PrioritizedSampler(Sampler):
         tok = (token.to(_CPU).contiguous() if token is not None else index).numpy()
         max_nodes = self._max._tree if self._max is not None else self._min._tree
         code, _, top = _kernels.update_kernel(
-            self._sum._tree, self._min._tree, max_nodes, self._max is not None, self._sum._p,
+            self._sum._tree, self._min._tree, max_nodes, self._max is not None, self._sum._offsets,
             self._capacity, self._capacity if n_written is None else n_written, self._gen_np,
             index.numpy(), raw.reshape(-1).numpy(), reduced.numpy(), leaf.numpy(), tok,
             token is not None)

@@ -1,15 +1,17 @@
 """CPU segment trees: float64 numpy arrays updated and searched by numba kernels.
 
 The kernels are module-level ``@njit`` functions called with one fixed signature (C-contiguous
-float64 tree, int64 indices, float64 values), so each compiles once per process on first use.
-Inputs are converted to that signature before the call.
+float64 tree, int64 level offsets and indices, float64 values), so each compiles once per
+process on first use. Inputs are converted to that signature before the call.
 
-``update`` walks each index of the batch up to the root, recomputing every ancestor from its two
-children, and stops early when a recomputed node is unchanged (its ancestors are then already
-consistent); duplicates are applied in batch order, so the last one wins. ``scan`` descends
-groups of masses level by level inside one kernel call (no Python loop over the batch), with a
-branch-free step that prefetches the next level's nodes, so the cache misses of a large tree
-overlap instead of adding up.
+The trees use the 8-ary :class:`~._base.TreeLayout`: the 8 children of a node fill one 64-byte
+cache line (the arrays are 64-byte aligned), so a descent or an update touches one line per
+level. ``update`` writes the leaves in batch order (the last duplicate wins) and then recomputes
+the ancestors from their 8 children one level at a time for the whole batch, dropping the items
+whose recomputed node is unchanged (their ancestors are then already consistent). ``scan``
+descends groups of masses level by level inside one kernel call (no Python loop over the batch)
+and prefetches each mass's next block, so the cache misses of a large tree overlap instead of
+adding up.
 """
 
 from __future__ import annotations
@@ -23,67 +25,37 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._base import MinSegmentTree, SegmentTree, SumSegmentTree, _check_capacity, _tree_shape
+from ._base import (
+    MinSegmentTree,
+    SegmentTree,
+    SumSegmentTree,
+    TreeLayout,
+    _check_capacity,
+)
 
 __all__ = ["NumbaMinTree", "NumbaSumTree"]
+
+#: Alignment of the node arrays: one block of 8 children per cache line.
+_ALIGN_BYTES = 64
 
 
 # ---------------------------------------------------------------------------------------------
 # kernels
 # ---------------------------------------------------------------------------------------------
-@njit(cache=False, nogil=True)
-def _update_sum(tree, p, index, values):  # pragma: no cover - compiled
-    for i in range(index.shape[0]):
-        pos = p + index[i]
-        tree[pos] = values[i]
-        pos >>= 1
-        while pos >= 1:
-            new = tree[2 * pos] + tree[2 * pos + 1]
-            if new == tree[pos]:
-                # unchanged node: its ancestors are already consistent
-                break
-            tree[pos] = new
-            pos >>= 1
+@njit(cache=False, nogil=True, inline="always")
+def _block_sum(tree, b):  # pragma: no cover - compiled
+    """The sum of the block ``tree[b : b + 8]``, in the fixed pairwise order of both backends."""
+    return ((tree[b] + tree[b + 1]) + (tree[b + 2] + tree[b + 3])) + (
+        (tree[b + 4] + tree[b + 5]) + (tree[b + 6] + tree[b + 7]))
 
 
-@njit(cache=False, nogil=True)
-def _update_min(tree, p, index, values):  # pragma: no cover - compiled
-    for i in range(index.shape[0]):
-        pos = p + index[i]
-        tree[pos] = values[i]
-        pos >>= 1
-        while pos >= 1:
-            left = tree[2 * pos]
-            right = tree[2 * pos + 1]
-            new = left if left <= right else right
-            if new == tree[pos]:
-                break
-            tree[pos] = new
-            pos >>= 1
-
-
-@njit(cache=False, nogil=True)
-def _query(tree, p, start, end, is_min):  # pragma: no cover - compiled
-    res = np.inf if is_min else 0.0
-    lo = start + p
-    hi = end + p
-    while lo < hi:
-        if lo & 1:
-            v = tree[lo]
-            if is_min:
-                res = v if v < res else res
-            else:
-                res = res + v
-            lo += 1
-        if hi & 1:
-            hi -= 1
-            v = tree[hi]
-            if is_min:
-                res = v if v < res else res
-            else:
-                res = res + v
-        lo >>= 1
-        hi >>= 1
+@njit(cache=False, nogil=True, inline="always")
+def _block_min(tree, b):  # pragma: no cover - compiled
+    """The minimum of the block ``tree[b : b + 8]``."""
+    res = tree[b]
+    for c in range(1, 8):
+        v = tree[b + c]
+        res = v if v < res else res
     return res
 
 
@@ -110,15 +82,123 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
     return types.void(array, index), codegen
 
 
+#: How many indices ahead :func:`_update` prefetches the leaf it will write, so that the
+#: misses of the next writes overlap with the current one.
+_UPDATE_PREFETCH = 8
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _block_reduce(tree, b, is_min):  # pragma: no cover - compiled
+    return _block_min(tree, b) if is_min else _block_sum(tree, b)
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _level_blocks(tree, offsets, level):  # pragma: no cover - compiled
+    """Number of nodes of ``level`` that have children (blocks in level ``level + 1``)."""
+    depth = offsets.shape[0] - 1
+    end = tree.shape[0] if level + 1 == depth else offsets[level + 2]
+    return (end - offsets[level + 1]) // 8
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
+    """Recompute every node of ``level`` and of the levels above it from their children."""
+    for lv in range(level, -1, -1):
+        children = offsets[lv + 1]
+        start = offsets[lv]
+        for node in range(_level_blocks(tree, offsets, lv)):
+            tree[start + node] = _block_reduce(tree, children + 8 * node, is_min)
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
+    # Leaves first, in batch order (the last duplicate wins); then the ancestors one level at a
+    # time for the whole batch: the items of a level are independent, so their loads overlap
+    # (a walk to the root per item would chain every load on the previous store). An item whose
+    # recomputed node is unchanged is dropped (its ancestors are consistent; a duplicate parent
+    # is recomputed once, by the first item that reaches it). Once a level has no more nodes
+    # than items still going up, that level and those above are recomputed whole.
+    depth = offsets.shape[0] - 1
+    leaves = offsets[depth]
+    n = index.shape[0]
+    for i in range(n):
+        if i + _UPDATE_PREFETCH < n:
+            _prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
+        tree[leaves + index[i]] = values[i]
+    nodes = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        nodes[i] = index[i] >> 3
+    live = n
+    for level in range(depth - 1, -1, -1):
+        if live == 0:
+            return
+        if (1 if level == 0 else offsets[level + 1] - offsets[level]) <= live:
+            _rebuild_from(tree, offsets, level, is_min)
+            return
+        children = offsets[level + 1]
+        start = offsets[level]
+        kept = 0
+        for i in range(live):
+            node = nodes[i]
+            new = _block_reduce(tree, children + 8 * node, is_min)
+            if new != tree[start + node]:
+                tree[start + node] = new
+                nodes[kept] = node >> 3
+                kept += 1
+        live = kept
+
+
+# entry points: one compiled kernel each (a bool argument would be compiled once per value)
 @njit(cache=False, nogil=True)
-def _scan(tree, p, masses, out):  # pragma: no cover - compiled
-    # The same clamped descent as the torch backend (bit-identical results):
-    # m in [0, nextafter(total, -inf)], and when going right m <= nextafter(right, -inf), so
-    # m < value(node) holds at every node and the leaf reached has a positive value.
-    hi = np.nextafter(tree[1], -np.inf)
+def _update_sum(tree, offsets, index, values):  # pragma: no cover - compiled
+    _update(tree, offsets, index, values, False)
+
+
+@njit(cache=False, nogil=True)
+def _update_min(tree, offsets, index, values):  # pragma: no cover - compiled
+    _update(tree, offsets, index, values, True)
+
+
+@njit(cache=False, nogil=True)
+def _rebuild_sum(tree, offsets):  # pragma: no cover - compiled
+    _rebuild_from(tree, offsets, offsets.shape[0] - 2, False)
+
+
+@njit(cache=False, nogil=True)
+def _rebuild_min(tree, offsets):  # pragma: no cover - compiled
+    _rebuild_from(tree, offsets, offsets.shape[0] - 2, True)
+
+
+@intrinsic
+def _below(typingctx, x):  # pragma: no cover - compiled
+    """``nextafter(x, -inf)`` for ``x > 0``: the float whose bit pattern is one less.
+
+    Used only where ``x > 0`` (the descent's right children), where it equals ``np.nextafter``
+    and ``torch.nextafter`` bit for bit, without a libm call.
+    """
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        bits = builder.bitcast(args[0], i64)
+        return builder.bitcast(builder.sub(bits, i64(1)), ir.DoubleType())
+
+    return types.float64(types.float64), codegen
+
+
+@njit(cache=False, nogil=True)
+def _scan(tree, offsets, masses, out):  # pragma: no cover - compiled
+    # The same clamped descent as the torch backend (bit-identical results). Within a block of
+    # 8 children, the descent is binary over the pairwise sums the block's parent is made of
+    # (halves, then pairs, then single children): at each step go right if m >= left, and then
+    # m = min(m - left, nextafter(right, -inf)). m starts in [0, nextafter(total, -inf)], so
+    # m < value(node) holds at every step: right > 0 whenever the descent goes right, and the
+    # leaf reached has a positive value and an index < capacity.
+    depth = offsets.shape[0] - 1
+    hi = np.nextafter(tree[offsets[0]], -np.inf)
     n = masses.shape[0]
     ms = np.empty(_SCAN_GROUP, dtype=np.float64)
     nodes = np.empty(_SCAN_GROUP, dtype=np.int64)
+    pairs = np.empty(4 * _SCAN_GROUP, dtype=np.float64)
     for first in range(0, n, _SCAN_GROUP):
         g = min(_SCAN_GROUP, n - first)
         for j in range(g):
@@ -128,26 +208,55 @@ def _scan(tree, p, masses, out):  # pragma: no cover - compiled
             if m > hi:
                 m = hi
             ms[j] = m
-            nodes[j] = 1
-        width = p
-        while width > 1:  # one tree level per pass, for the whole group
+            nodes[j] = 0
+        for level in range(1, depth + 1):  # one tree level per pass, for the whole group
+            base = offsets[level]
             for j in range(g):
-                # branch-free step (a mispredicted branch would flush the loads in flight),
-                # then prefetch the children of the next node: they are read one pass later,
-                # after the rest of the group, so the miss overlaps with that work
-                node = nodes[j]
+                # branch-free steps: the sides are picked by indexing (pairs / tree) and the
+                # masses by selects, since a mispredicted branch would flush the loads in
+                # flight. Then prefetch the block of the next level: it is read one pass later,
+                # after the rest of the group, so the miss overlaps with that work.
                 m = ms[j]
-                left = tree[2 * node]
-                right_m = min(m - left, np.nextafter(tree[2 * node + 1], -np.inf))
-                go_right = m >= left
-                node = 2 * node + go_right
+                b = base + 8 * nodes[j]
+                q = 4 * j
+                pairs[q] = tree[b] + tree[b + 1]
+                pairs[q + 1] = tree[b + 2] + tree[b + 3]
+                pairs[q + 2] = tree[b + 4] + tree[b + 5]
+                pairs[q + 3] = tree[b + 6] + tree[b + 7]
+                left = pairs[q] + pairs[q + 1]
+                right = pairs[q + 2] + pairs[q + 3]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                half = 2 * go
+                left = pairs[q + half]
+                right = pairs[q + half + 1]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                child = 2 * half + 2 * go
+                left = tree[b + child]
+                right = tree[b + child + 1]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                node = 8 * nodes[j] + child + go
                 nodes[j] = node
-                ms[j] = right_m if go_right else m
-                if node < p:
-                    _prefetch(tree, 2 * node)
-            width >>= 1
+                ms[j] = m
+                if level < depth:
+                    _prefetch(tree, offsets[level + 1] + 8 * node)
         for j in range(g):
-            out[first + j] = nodes[j] - p
+            out[first + j] = nodes[j]
+
+
+def _aligned_array(size: int, value: float) -> np.ndarray:
+    """A float64 array of ``size`` copies of ``value`` starting on a 64-byte boundary."""
+    extra = _ALIGN_BYTES // 8
+    buf = np.empty(size + extra, dtype=np.float64)
+    start = (-buf.ctypes.data % _ALIGN_BYTES) // 8
+    arr = buf[start : start + size]
+    arr.fill(value)
+    return arr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,8 +287,17 @@ class _NumbaTree(SegmentTree):
             raise ValueError("the numba backend always validates; validate=False is not supported")
         self.capacity = _check_capacity(capacity)
         self.device = torch.device("cpu")
-        self._p, self._depth = _tree_shape(self.capacity)
-        self._tree = np.full(2 * self._p, self.identity, dtype=np.float64)
+        self._layout = TreeLayout(self.capacity)
+        self._offsets = np.array(self._layout.offsets, dtype=np.int64)
+        self._leaf = self._layout.leaf_offset
+        self._tree = _aligned_array(self._layout.size, self.identity)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # an unpickled array may start anywhere: copy it back onto a cache-line boundary
+        self.__dict__.update(state)
+        tree = _aligned_array(self._tree.shape[0], 0.0)
+        tree[:] = state["_tree"]
+        self._tree = tree
 
     # -- conversions --------------------------------------------------------------------------
     def _index(self, index: Any) -> np.ndarray:
@@ -228,13 +346,13 @@ class _NumbaTree(SegmentTree):
         idx = self._index(arr)
         vals = self._values(value, idx.shape[0], arr.shape)
         if idx.shape[0]:
-            self._kernel_update(self._tree, self._p, idx, vals)
+            self._kernel_update(self._tree, self._offsets, idx, vals)
 
     def get(self, index: Any) -> np.ndarray | float:
         """Return the leaf values at ``index`` (a float for a scalar index)."""
         arr = _as_numpy(index)
         idx = self._index(arr)
-        out = self._tree[self._p + idx]
+        out = self._tree[self._leaf + idx]
         if arr.ndim == 0:
             return float(out[0])
         return out.reshape(arr.shape)
@@ -243,26 +361,22 @@ class _NumbaTree(SegmentTree):
         """Return the reduction of leaves ``start .. end - 1`` (identity if empty), as a float."""
         start, end = self._check_range(start, end)
         if start == 0 and end == self.capacity:
-            return float(self._tree[1])
-        return float(_query(self._tree, self._p, start, end, self.kind == "min"))
+            return float(self._tree[0])
+        values = self._tree[self._layout.query_positions(start, end)].tolist()
+        res = self.identity
+        for v in values:  # the order of the torch backend: identical sums
+            res = (v if v < res else res) if self.kind == "min" else res + v
+        return float(res)
 
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves (O(capacity))."""
-        tree = self._tree
-        for level in range(self._depth - 1, -1, -1):
-            lo, hi = 1 << level, 2 << level
-            left = tree[2 * lo : 2 * hi : 2]
-            right = tree[2 * lo + 1 : 2 * hi : 2]
-            if self.kind == "sum":
-                np.add(left, right, out=tree[lo:hi])
-            else:
-                np.minimum(left, right, out=tree[lo:hi])
+        self._kernel_rebuild(self._tree, self._offsets)
 
     def _leaves_cpu(self) -> torch.Tensor:
-        return torch.from_numpy(self._tree[self._p : self._p + self.capacity].copy())
+        return torch.from_numpy(self._tree[self._leaf : self._leaf + self.capacity].copy())
 
     def _set_leaves(self, values: torch.Tensor) -> None:
-        self._tree[self._p : self._p + self.capacity] = values.numpy()
+        self._tree[self._leaf : self._leaf + self.capacity] = values.numpy()
 
 
 class NumbaSumTree(_NumbaTree, SumSegmentTree):
@@ -282,10 +396,11 @@ class NumbaSumTree(_NumbaTree, SumSegmentTree):
     """
 
     _kernel_update = staticmethod(_update_sum)
+    _kernel_rebuild = staticmethod(_rebuild_sum)
 
     def total(self) -> float:
         """Return the sum of all leaves."""
-        return float(self._tree[1])
+        return float(self._tree[0])
 
     def scan_lower_bound(self, mass: Any) -> np.ndarray | int:
         """Batched prefix-sum search; see :meth:`SumSegmentTree.scan_lower_bound`.
@@ -298,13 +413,13 @@ class NumbaSumTree(_NumbaTree, SumSegmentTree):
             If the tree is empty (``total() <= 0``): no leaf can be sampled.
         """
         arr = _as_numpy(mass)
-        if not self._tree[1] > 0.0:
+        if not self._tree[0] > 0.0:
             raise ValueError(
-                f"scan_lower_bound needs a tree with a positive total, got total={self._tree[1]}"
+                f"scan_lower_bound needs a tree with a positive total, got total={self._tree[0]}"
             )
         flat = np.ascontiguousarray(arr.reshape(-1), dtype=np.float64)
         out = np.empty(flat.shape[0], dtype=np.int64)
-        _scan(self._tree, self._p, flat, out)
+        _scan(self._tree, self._offsets, flat, out)
         if arr.ndim == 0:
             return int(out[0])
         return out.reshape(arr.shape)
@@ -322,7 +437,8 @@ class NumbaMinTree(_NumbaTree, MinSegmentTree):
     """
 
     _kernel_update = staticmethod(_update_min)
+    _kernel_rebuild = staticmethod(_rebuild_min)
 
     def min(self) -> float:
         """Return the minimum over all leaves."""
-        return float(self._tree[1])
+        return float(self._tree[0])

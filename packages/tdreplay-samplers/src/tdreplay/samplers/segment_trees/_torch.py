@@ -1,5 +1,7 @@
 """Device segment trees: a flat float64 torch tensor updated and searched level by level.
 
+The trees use the 8-ary :class:`~._base.TreeLayout` and the arithmetic of the numba kernels:
+each level is viewed as rows of 8 children, gathered with one ``index_select`` per level.
 Every operation is a fixed number of tensor ops per tree level (O(log C) kernel launches for a
 whole batch), with shapes that depend only on the batch size, so nothing waits on the device:
 no ``.item()``, no data-dependent shapes, unless ``validate`` is on (the default on CPU only).
@@ -13,7 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import MinSegmentTree, SegmentTree, SumSegmentTree, _check_capacity, _tree_shape
+from ._base import (
+    FANOUT,
+    MinSegmentTree,
+    SegmentTree,
+    SumSegmentTree,
+    TreeLayout,
+    _check_capacity,
+)
 
 __all__ = ["TorchMinTree", "TorchSumTree"]
 
@@ -32,9 +41,10 @@ class _TorchTree(SegmentTree):
         if backend not in (None, "torch"):
             raise ValueError(f"backend must be 'torch' for {type(self).__name__}, got {backend!r}")
         self.capacity = _check_capacity(capacity)
-        self._p, self._depth = _tree_shape(self.capacity)
+        self._layout = TreeLayout(self.capacity)
+        self._leaf = self._layout.leaf_offset
         self._tree = torch.full(
-            (2 * self._p,),
+            (self._layout.size,),
             self.identity,
             dtype=torch.float64,
             device=torch.device("cpu") if device is None else device,
@@ -45,6 +55,18 @@ class _TorchTree(SegmentTree):
     def _on_device_changed(self) -> None:
         self.device = self._tree.device
         self._ninf = torch.full((), -math.inf, dtype=torch.float64, device=self.device)
+
+    def _blocks(self, level: int) -> torch.Tensor:
+        """Level ``level`` (``>= 1``) of the tree as rows of 8 siblings (a view)."""
+        offsets = self._layout.offsets
+        end = offsets[level + 1] if level < self._layout.depth else self._layout.size
+        return self._tree[offsets[level] : end].view(-1, FANOUT)
+
+    def _level(self, level: int) -> torch.Tensor:
+        """Level ``level`` of the tree as a flat view."""
+        offsets = self._layout.offsets
+        end = offsets[level + 1] if level < self._layout.depth else self._layout.size
+        return self._tree[offsets[level] : end]
 
     @property
     def validate(self) -> bool:
@@ -98,6 +120,11 @@ class _TorchTree(SegmentTree):
         return t.reshape(-1)
 
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        """Reduce two values (tensors of the same shape)."""
+        raise NotImplementedError
+
+    def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        """Reduce each row of 8 children of ``blocks`` (``[n, 8]``) to its parent's value."""
         raise NotImplementedError
 
     # -- interface ----------------------------------------------------------------------------
@@ -119,74 +146,62 @@ class _TorchTree(SegmentTree):
         if n == 0:
             return
         tree = self._tree
-        pos = idx + self._p
+        scratch = self._layout.scratch
+        pos = idx + self._leaf
         if valid is not None:
-            pos = torch.where(valid, pos, 0)
+            pos = torch.where(valid, pos, scratch)
         if n > 1:
             order = torch.arange(n, dtype=torch.float64, device=self.device)
             tree.scatter_(0, pos, -1.0)
             tree.scatter_reduce_(0, pos, order, reduce="amax")
             winner = tree.index_select(0, pos) == order
-            tree.scatter_(0, torch.where(winner, pos, 0), vals)
+            tree.scatter_(0, torch.where(winner, pos, scratch), vals)
         else:
             tree.scatter_(0, pos, vals)
-        for _ in range(self._depth):
-            left = pos & -2  # pos with its last bit cleared: the left sibling
-            pos = pos >> 1
-            tree.scatter_(
-                0,
-                pos,
-                self._combine(tree.index_select(0, left), tree.index_select(0, left + 1)),
-            )
+        # ignored entries recompute the ancestors of leaf 0, which changes nothing
+        node = idx if valid is None else torch.where(valid, idx, 0)
+        for level in range(self._layout.depth - 1, -1, -1):
+            node = node >> 3
+            parents = self._reduce_blocks(self._blocks(level + 1).index_select(0, node))
+            self._level(level).scatter_(0, node, parents)
 
     def get(self, index: Any) -> torch.Tensor:
         """Return the leaf values at ``index`` as a float64 tensor of the same shape."""
         idx, shape, valid = self._index(index)
         if valid is None:
-            out = self._tree.index_select(0, idx + self._p)
+            out = self._tree.index_select(0, idx + self._leaf)
         else:
-            out = self._tree.index_select(0, torch.where(valid, idx + self._p, 0))
+            out = self._tree.index_select(0, torch.where(valid, idx + self._leaf, 0))
             out = torch.where(valid, out, self.identity)
         return out.reshape(shape)
 
     def query(self, start: int = 0, end: int | None = None) -> torch.Tensor:
         """Return the reduction of leaves ``start .. end - 1`` as a 0-d tensor on the device.
 
-        Visits O(log C) nodes in the same order as the numba backend (identical result).
+        Reduces the nodes of :meth:`TreeLayout.query_positions` in the order of the numba
+        backend (identical result).
         """
         start, end = self._check_range(start, end)
         tree = self._tree
         if start == 0 and end == self.capacity:
-            return tree[1].clone()
-        res: torch.Tensor | None = None
-        lo, hi = start + self._p, end + self._p
-        while lo < hi:
-            if lo & 1:
-                res = tree[lo].clone() if res is None else self._combine(res, tree[lo])
-                lo += 1
-            if hi & 1:
-                hi -= 1
-                res = tree[hi].clone() if res is None else self._combine(res, tree[hi])
-            lo >>= 1
-            hi >>= 1
-        if res is None:
-            return torch.full((), self.identity, dtype=torch.float64, device=self.device)
+            return tree[self._layout.root].clone()
+        res = torch.full((), self.identity, dtype=torch.float64, device=self.device)
+        for pos in self._layout.query_positions(start, end):
+            res = self._combine(res, tree[pos])
         return res
 
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves (O(capacity), one op per level)."""
-        tree = self._tree
-        for level in range(self._depth - 1, -1, -1):
-            lo, hi = 1 << level, 2 << level
-            children = tree[2 * lo : 2 * hi].view(-1, 2)
-            tree[lo:hi] = self._combine(children[:, 0], children[:, 1])
-        tree[0] = self.identity
+        for level in range(self._layout.depth - 1, -1, -1):
+            parents = self._reduce_blocks(self._blocks(level + 1))
+            self._level(level)[: parents.shape[0]] = parents
+        self._tree[self._layout.scratch] = self.identity
 
     def _leaves_cpu(self) -> torch.Tensor:
-        return self._tree[self._p : self._p + self.capacity].to("cpu", copy=True)
+        return self._tree[self._leaf : self._leaf + self.capacity].to("cpu", copy=True)
 
     def _set_leaves(self, values: torch.Tensor) -> None:
-        self._tree[self._p : self._p + self.capacity].copy_(values)
+        self._tree[self._leaf : self._leaf + self.capacity].copy_(values)
 
 
 class TorchSumTree(_TorchTree, SumSegmentTree):
@@ -211,9 +226,15 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return left + right
 
+    def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        # ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), as the numba kernels: a sum over a
+        # dim of size 2 is one exact addition, whatever the device's reduction order
+        n = blocks.shape[0]
+        return blocks.reshape(n, 4, 2).sum(-1).reshape(n, 2, 2).sum(-1).sum(-1)
+
     def total(self) -> torch.Tensor:
         """Return the sum of all leaves as a 0-d float64 tensor on the device."""
-        return self._tree[1].clone()
+        return self._tree[self._layout.root].clone()
 
     def scan_lower_bound(self, mass: Any) -> torch.Tensor:
         """Batched prefix-sum search; see :meth:`SumSegmentTree.scan_lower_bound`.
@@ -234,23 +255,40 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
         m = m.reshape(-1).to(device=self.device, dtype=torch.float64)
         tree = self._tree
         if self.validate:
-            total = float(tree[1])
+            total = float(tree[self._layout.root])
             if not total > 0.0:
                 raise ValueError(
                     f"scan_lower_bound needs a tree with a positive total, got total={total}"
                 )
         ninf = self._ninf
+        # the descent of the numba kernel, op for op (see _numba._scan)
         # clamp to [0, nextafter(total, -inf)]; NaN -> 0
-        m = torch.minimum(torch.where(m >= 0.0, m, 0.0), torch.nextafter(tree[1], ninf))
-        node = torch.ones(m.shape, dtype=torch.int64, device=self.device)
-        for _ in range(self._depth):
-            left_node = node * 2
-            left = tree.index_select(0, left_node)
-            right = tree.index_select(0, left_node + 1)
-            go_right = m >= left
-            m = torch.where(go_right, torch.minimum(m - left, torch.nextafter(right, ninf)), m)
-            node = left_node + go_right
-        return (node - self._p).reshape(shape)
+        m = torch.minimum(
+            torch.where(m >= 0.0, m, 0.0), torch.nextafter(tree[self._layout.root], ninf)
+        )
+        node = torch.zeros(m.shape, dtype=torch.int64, device=self.device)
+        n = m.shape[0]
+        for level in range(1, self._layout.depth + 1):
+            children = self._blocks(level).index_select(0, node)  # [B, 8]
+            pairs = children.view(n, 4, 2).sum(-1)  # c0 + c1, ..., c6 + c7: exact additions
+            halves = pairs.view(n, 2, 2).sum(-1)
+            # binary steps within the block: halves, pairs, children (see _numba._scan)
+            go = m >= halves[:, 0]
+            m = torch.where(
+                go, torch.minimum(m - halves[:, 0], torch.nextafter(halves[:, 1], ninf)), m
+            )
+            child = go * 4
+            for values, width in ((pairs, 2), (children, 1)):
+                sides = values.view(n, values.shape[1] // 2, 2).gather(
+                    1, (child // (2 * width)).view(n, 1, 1).expand(n, 1, 2)
+                ).view(n, 2)
+                go = m >= sides[:, 0]
+                m = torch.where(
+                    go, torch.minimum(m - sides[:, 0], torch.nextafter(sides[:, 1], ninf)), m
+                )
+                child = child + go * width
+            node = node * FANOUT + child
+        return node.reshape(shape)
 
 
 class TorchMinTree(_TorchTree, MinSegmentTree):
@@ -270,6 +308,9 @@ class TorchMinTree(_TorchTree, MinSegmentTree):
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return torch.minimum(left, right)
 
+    def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        return blocks.amin(1)
+
     def min(self) -> torch.Tensor:
         """Return the minimum over all leaves as a 0-d float64 tensor on the device."""
-        return self._tree[1].clone()
+        return self._tree[self._layout.root].clone()
