@@ -27,6 +27,26 @@ from ._base import (
 __all__ = ["TorchMinTree", "TorchSumTree"]
 
 
+def _pair_sums(values: torch.Tensor) -> torch.Tensor:
+    """``values[:, 0] + values[:, 1], values[:, 2] + values[:, 3], ...`` (one elementwise add)."""
+    return values[:, 0::2] + values[:, 1::2]
+
+
+def _below(x: torch.Tensor) -> torch.Tensor:
+    """``nextafter(x, -inf)`` for float64 ``x > 0``, as the numba kernels compute it (bits - 1)."""
+    return (x.view(torch.int64) - 1).view(torch.float64)
+
+
+def _step(m: torch.Tensor, go_right: torch.Tensor, left: torch.Tensor, right: torch.Tensor
+          ) -> torch.Tensor:
+    """One binary step of the descent: where going right, ``min(m - left, below(right))``.
+
+    ``right > 0`` wherever ``go_right`` holds (see ``_numba._scan``); elsewhere the value of
+    ``_below`` is discarded.
+    """
+    return torch.where(go_right, torch.minimum(m - left, _below(right)), m)
+
+
 class _TorchTree(SegmentTree):
     backend = "torch"
 
@@ -227,10 +247,9 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
         return left + right
 
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
-        # ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), as the numba kernels: a sum over a
-        # dim of size 2 is one exact addition, whatever the device's reduction order
-        n = blocks.shape[0]
-        return blocks.reshape(n, 4, 2).sum(-1).reshape(n, 2, 2).sum(-1).sum(-1)
+        # ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), as the numba kernels
+        halves = _pair_sums(_pair_sums(blocks))
+        return halves[:, 0] + halves[:, 1]
 
     def total(self) -> torch.Tensor:
         """Return the sum of all leaves as a 0-d float64 tensor on the device."""
@@ -267,27 +286,20 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
             torch.where(m >= 0.0, m, 0.0), torch.nextafter(tree[self._layout.root], ninf)
         )
         node = torch.zeros(m.shape, dtype=torch.int64, device=self.device)
-        n = m.shape[0]
         for level in range(1, self._layout.depth + 1):
             children = self._blocks(level).index_select(0, node)  # [B, 8]
-            pairs = children.view(n, 4, 2).sum(-1)  # c0 + c1, ..., c6 + c7: exact additions
-            halves = pairs.view(n, 2, 2).sum(-1)
-            # binary steps within the block: halves, pairs, children (see _numba._scan)
-            go = m >= halves[:, 0]
-            m = torch.where(
-                go, torch.minimum(m - halves[:, 0], torch.nextafter(halves[:, 1], ninf)), m
-            )
-            child = go * 4
-            for values, width in ((pairs, 2), (children, 1)):
-                sides = values.view(n, values.shape[1] // 2, 2).gather(
-                    1, (child // (2 * width)).view(n, 1, 1).expand(n, 1, 2)
-                ).view(n, 2)
-                go = m >= sides[:, 0]
-                m = torch.where(
-                    go, torch.minimum(m - sides[:, 0], torch.nextafter(sides[:, 1], ninf)), m
-                )
-                child = child + go * width
-            node = node * FANOUT + child
+            halves = _pair_sums(_pair_sums(children))
+            # binary steps within the block, over halves, pairs and children (see _numba._scan)
+            go_half = m >= halves[:, 0]
+            m = _step(m, go_half, halves[:, 0], halves[:, 1])
+            quad = torch.where(go_half.unsqueeze(1), children[:, 4:], children[:, :4])
+            pairs = _pair_sums(quad)
+            go_pair = m >= pairs[:, 0]
+            m = _step(m, go_pair, pairs[:, 0], pairs[:, 1])
+            duo = torch.where(go_pair.unsqueeze(1), quad[:, 2:], quad[:, :2])
+            go_child = m >= duo[:, 0]
+            m = _step(m, go_child, duo[:, 0], duo[:, 1])
+            node = node * FANOUT + (go_half * 4 + go_pair * 2 + go_child)
         return node.reshape(shape)
 
 
@@ -309,7 +321,10 @@ class TorchMinTree(_TorchTree, MinSegmentTree):
         return torch.minimum(left, right)
 
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
-        return blocks.amin(1)
+        # elementwise minima of halves (a reduction over a dim of 8 is slow on CPU)
+        quad = torch.minimum(blocks[:, :4], blocks[:, 4:])
+        duo = torch.minimum(quad[:, :2], quad[:, 2:])
+        return torch.minimum(duo[:, 0], duo[:, 1])
 
     def min(self) -> torch.Tensor:
         """Return the minimum over all leaves as a 0-d float64 tensor on the device."""
