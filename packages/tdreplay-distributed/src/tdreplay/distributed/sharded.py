@@ -118,7 +118,7 @@ class ShardedReplayBuffer:
     >>> len(rb), rb.write_count
     (3, 3)
     >>> data, info = rb.sample(return_info=True)
-    >>> data.shape, sorted(set(info["index"].tolist())) <= [0, 1, 10]
+    >>> data.shape, set(info["index"].tolist()) <= {0, 1, 10}
     (torch.Size([6]), True)
     >>> rb.shutdown()
     """
