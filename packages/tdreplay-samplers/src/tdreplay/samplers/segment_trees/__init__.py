@@ -14,12 +14,14 @@ class                      backend                inputs / outputs
 :class:`TorchMinTree`      ``"torch"`` (any dev)  same
 =========================  =====================  ======================================
 
-Both backends share one flat float64 layout (root at node 1, leaf ``i`` at node ``P + i`` with
-``P`` the next power of two ``>= capacity``), perform the same IEEE operations in the same order
-and therefore give identical sums, minima and scan results. Updates recompute ancestors from
-their children (no accumulated drift); :meth:`~SegmentTree.rebuild` recomputes every internal
-node in O(capacity); ``state_dict()`` holds ``capacity`` and the leaf values as a CPU float64
-tensor and loads into either backend.
+Both backends share one flat float64 layout, :class:`TreeLayout`: an 8-ary tree whose nodes
+keep their 8 children side by side (one 64-byte cache line), root at position 0, leaf ``i`` at
+``leaf_offset + i``. They perform the same IEEE operations in the same order (a node's sum is
+``((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))``) and therefore give identical sums,
+minima and scan results. Updates recompute ancestors from their children (no accumulated
+drift); :meth:`~SegmentTree.rebuild` recomputes every internal node in O(capacity);
+``state_dict()`` holds ``capacity`` and the leaf values as a CPU float64 tensor and loads into
+either backend.
 
 Examples
 --------
@@ -37,12 +39,13 @@ array([0, 2, 2, 3])
 True
 """
 
-from ._base import BACKENDS, MinSegmentTree, SegmentTree, SumSegmentTree
+from ._base import BACKENDS, FANOUT, MinSegmentTree, SegmentTree, SumSegmentTree, TreeLayout
 from ._numba import NumbaMinTree, NumbaSumTree
 from ._torch import TorchMinTree, TorchSumTree
 
 __all__ = [
     "BACKENDS",
+    "FANOUT",
     "MinSegmentTree",
     "NumbaMinTree",
     "NumbaSumTree",
@@ -50,4 +53,5 @@ __all__ = [
     "SumSegmentTree",
     "TorchMinTree",
     "TorchSumTree",
+    "TreeLayout",
 ]

@@ -142,17 +142,17 @@ class SegmentTree(abc.ABC):
     """Common interface of the sum and min segment trees.
 
     A tree holds ``capacity`` leaves, indexed ``0 .. capacity - 1`` (the flat slot indices of a
-    replay buffer), stored in float64 in a flat binary-heap array of ``2 * P`` entries where ``P``
-    is the smallest power of two ``>= capacity``: node ``1`` is the root, node ``n`` has children
-    ``2n`` and ``2n + 1`` and leaf ``i`` lives at node ``P + i``. Node ``0`` is unused (the torch
-    backend uses it as a scratch slot). Leaves never written hold the identity of the reduction
-    (``0`` for sums, ``+inf`` for minima), padding leaves ``capacity .. P - 1`` included.
+    replay buffer), stored in float64 in the flat array of an 8-ary tree laid out by
+    :class:`TreeLayout` (the 8 children of a node fill one 64-byte cache line). Leaves never
+    written hold the identity of the reduction (``0`` for sums, ``+inf`` for minima), padding
+    leaves ``capacity .. leaf_count - 1`` included.
 
-    Drift: :meth:`update` sets the leaves and then *recomputes* every ancestor from its two
-    children (``parent = left + right`` or ``min(left, right)``) instead of adding deltas, so every
-    internal node is always exactly the float64 reduction of its children and rounding error does
-    not accumulate over millions of updates. Both backends perform the same IEEE operations in the
-    same order, so they hold bit-identical trees after the same updates.
+    Drift: :meth:`update` sets the leaves and then *recomputes* every ancestor from its 8
+    children (``((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))`` or their minimum) instead of
+    adding deltas, so every internal node is always exactly the float64 reduction of its
+    children and rounding error does not accumulate over millions of updates. Both backends
+    perform the same IEEE operations in the same order, so they hold bit-identical trees after
+    the same updates.
 
     Values are not checked: NaN, negative (for sums) or infinite priorities are the caller's job
     (the prioritized sampler validates them) and make results unspecified.
@@ -346,8 +346,10 @@ class SumSegmentTree(SegmentTree):
     def scan_lower_bound(self, mass: Any) -> Any:
         """For each ``m`` in ``mass``, return the smallest leaf ``i`` with ``prefix_sum(0..i) > m``.
 
-        This is the proportional prioritized-replay descent: at each node, go left if
-        ``m < left`` else subtract ``left`` and go right. ``m`` is first clamped to
+        This is the proportional prioritized-replay descent of a binary sum tree, whose nodes
+        are the stored ones and, within each block of 8 children, the pairwise sums that make
+        up their parent: at each node, go left if ``m < left`` else subtract ``left`` and go
+        right. ``m`` is first clamped to
         ``[0, nextafter(total, 0)]`` (NaN counts as ``0``), and when going right ``m`` is clamped
         below the right child, so the descent always stays in a subtree with positive sum and
         always ends on a leaf with a positive value and an index ``< capacity``, even when
