@@ -3,7 +3,9 @@
 Then draw them into ``results/latest.png`` (``plot_results.py``, needs matplotlib); the docs'
 benchmarks page shows the table and the plot.
 
-Usage: ``python benchmarks/run_all.py [name-filter ...]`` (run by ``nox -s bench``).
+Usage: ``python benchmarks/run_all.py [name-filter ...]`` (run by ``nox -s bench``). With
+filters, only the matching scripts run; the rows of the other scripts are kept from the previous
+``latest.json``. Every row records the ``date`` it was measured.
 """
 
 from __future__ import annotations
@@ -43,13 +45,25 @@ def machine() -> dict[str, object]:
     }
 
 
+def previous_rows(path: Path, rerun: set[str]) -> list[dict[str, object]]:
+    """Rows of ``path`` (an earlier ``latest.json``) from scripts not in ``rerun``."""
+    try:
+        rows = json.loads(path.read_text())["results"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [row for row in rows if row.get("script") not in rerun]
+
+
 def main(filters: list[str]) -> int:
     results: list[dict[str, object]] = []
     failed = []
+    ran: set[str] = set()
+    today = time.strftime("%Y-%m-%d")
     for script in sorted(HERE.glob("bench_*.py")):
         if filters and not any(f in script.stem for f in filters):
             continue
         print(f"== {script.name}", flush=True)
+        ran.add(script.stem)
         proc = subprocess.run([sys.executable, str(script)], cwd=HERE, capture_output=True, text=True)
         for line in proc.stdout.splitlines():
             try:
@@ -58,6 +72,7 @@ def main(filters: list[str]) -> int:
                 print(line)
                 continue
             row["script"] = script.stem
+            row["date"] = today
             results.append(row)
             print(f"  {row['name']:<55} {row['value']:>14,.1f} {row['unit']}")
         if proc.returncode:
@@ -65,6 +80,8 @@ def main(filters: list[str]) -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
     out = HERE / "results" / "latest.json"
     out.parent.mkdir(exist_ok=True)
+    if filters:
+        results = previous_rows(out, ran) + results
     out.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
     print(f"wrote {out}")
     if any(float(row["value"]) > 0 for row in results):

@@ -255,12 +255,16 @@ class BenchmarksDirective(SphinxDirective):
             groups.setdefault(str(row.get("script", "results")), []).append(row)
         for script, rows in groups.items():
             title = f"``{script}.py``"
-            lines += [title, "~" * len(title), "", ".. list-table::", "   :header-rows: 1",
+            lines += [title, "~" * len(title), ""]
+            dates = sorted({str(row["date"]) for row in rows if "date" in row})
+            if dates:
+                lines += [f"Measured on {', '.join(dates)}.", ""]
+            lines += [".. list-table::", "   :header-rows: 1",
                       "   :widths: 45 15 15 25", "",
                       "   * - benchmark", "     - value", "     - unit", "     - details"]
             for row in rows:
                 extra = ", ".join(f"{k}={v}" for k, v in row.items()
-                                  if k not in {"name", "value", "unit", "script"})
+                                  if k not in {"name", "value", "unit", "script", "date"})
                 lines += [f"   * - ``{row['name']}``", f"     - {_fmt(float(row['value']))}",
                           f"     - {row['unit']}", f"     - {extra}"]
             lines.append("")
