@@ -430,6 +430,22 @@ def test_state_dict_round_trip_samples_the_same(source, target, within):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_loaded_state_is_copied_not_shared(backend):
+    sampler, _ = make(backend, 8, 4)
+    state = sampler.state_dict()
+    saved = {key: value.clone() if isinstance(value, torch.Tensor) else value
+             for key, value in state.items()}
+    restored = PrioritizedSampler(8, alpha=1.0, beta=1.0, backend=backend)
+    restored.load_state_dict(state)
+    restored.extend(torch.tensor([0, 5]))  # new write generations and priorities
+    restored.update_priority(torch.tensor([1]), torch.tensor([9.0]))
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, saved[key]), key
+    assert restored.slot_generation(5) > 0 and int(state["write_generation"][5]) == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_state_dict_is_refused_and_changes_nothing(backend):
     sampler, _ = make(backend, 8, 4)
     good = sampler.state_dict()
