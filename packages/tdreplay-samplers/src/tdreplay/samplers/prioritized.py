@@ -317,7 +317,9 @@ class PrioritizedSampler(Sampler):
         cap = self._capacity
         sum_tree, min_tree = SumSegmentTree(cap, **kw), MinSegmentTree(cap, **kw)
         max_tree = MinSegmentTree(cap, **kw) if self._within_buffer else None
-        gen = torch.zeros(cap, dtype=torch.long)
+        # numpy allocates large arrays with huge pages where the OS offers them (torch does not):
+        # the kernels read the generations of random slots
+        gen = torch.from_numpy(np.zeros(cap, dtype=np.int64))
         max_priority = -math.inf
         if state is not None:
             leaves = state["priorities"]
@@ -326,7 +328,7 @@ class PrioritizedSampler(Sampler):
                 leaves > 0, leaves, math.inf)})
             if max_tree is not None:
                 max_tree.load_state_dict({"capacity": cap, "values": -state["set_priorities"]})
-            gen = state["write_generation"]
+            gen.copy_(state["write_generation"])  # a copy: the caller's state stays its own
             max_priority = state["max_priority"]
         self._backend, self._device = backend, device
         self._sum, self._min, self._max = sum_tree, min_tree, max_tree

@@ -37,6 +37,9 @@ __all__ = ["NumbaMinTree", "NumbaSumTree"]
 
 #: Alignment of the node arrays: one block of 8 children per cache line.
 _ALIGN_BYTES = 64
+#: Arrays at least this large start on a 2 MiB boundary, so that the transparent huge pages
+#: numpy asks for cover them whole: a descent to a random leaf then misses the TLB far less.
+_HUGE_PAGE_BYTES = 2 << 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,10 +253,14 @@ def _scan(tree, offsets, masses, out):  # pragma: no cover - compiled
 
 
 def _aligned_array(size: int, value: float) -> np.ndarray:
-    """A float64 array of ``size`` copies of ``value`` starting on a 64-byte boundary."""
-    extra = _ALIGN_BYTES // 8
-    buf = np.empty(size + extra, dtype=np.float64)
-    start = (-buf.ctypes.data % _ALIGN_BYTES) // 8
+    """A float64 array of ``size`` copies of ``value`` starting on a 64-byte boundary.
+
+    Arrays of at least 2 MiB start on a 2 MiB boundary (huge pages; the extra address space is
+    never touched).
+    """
+    align = _HUGE_PAGE_BYTES if size * 8 >= _HUGE_PAGE_BYTES else _ALIGN_BYTES
+    buf = np.empty(size + align // 8, dtype=np.float64)
+    start = (-buf.ctypes.data % align) // 8
     arr = buf[start : start + size]
     arr.fill(value)
     return arr
