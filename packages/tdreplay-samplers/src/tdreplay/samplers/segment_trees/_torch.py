@@ -156,9 +156,10 @@ class _TorchTree(SegmentTree):
         Duplicates: the last occurrence wins, without sorting: the targeted leaves first
         receive the largest batch position aimed at them (``scatter_reduce`` with ``amax``, which
         is order-independent), only those winners write their value, the others write to the
-        unused node 0. Ancestors shared by several leaves are recomputed from identical children,
-        so concurrent writes store identical values and the result never depends on the order
-        in which the device applies them.
+        never-read ``TreeLayout.scratch`` position. Then each level of ancestors is
+        recomputed from its blocks of 8 children; an ancestor shared by several leaves gets
+        identical values from each, so the result never depends on the order in which the
+        device applies the writes.
         """
         idx, shape, valid = self._index(index)
         vals = self._values(value, idx.shape[0], shape)
