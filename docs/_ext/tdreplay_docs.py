@@ -92,12 +92,11 @@ def role_for(obj: object) -> str:
     return "data"
 
 
+AUTODOC_DIRECTIVES = {"class": "autoclass", "func": "autofunction", "data": "autodata"}
+
+
 def autodoc_directive(obj: object) -> str:
-    if inspect.isclass(obj):
-        return "autoclass"
-    if callable(obj):
-        return "autofunction"
-    return "autodata"
+    return AUTODOC_DIRECTIVES[role_for(obj)]
 
 
 TOOLING_EXTRAS = {"test", "tests", "dev", "docs", "lint"}
