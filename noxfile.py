@@ -241,14 +241,18 @@ def _pip_install(session: nox.Session, *args: str) -> None:
     session.run("python", "-c", CHECK_TORCH, silent=True)
 
 
-def _install_all(session: nox.Session, *, with_tooling: bool) -> None:
-    """Every package (meta included), editable, with its feature extras (and test extras)."""
+def _install_all(session: nox.Session, *extra: str, with_tooling: bool) -> None:
+    """Every package (meta included), editable, with its feature extras (and test extras).
+
+    ``extra``: more requirements of the session (demo, docs, plot dependencies), installed by
+    the same pip call.
+    """
     members = {
         name: set(pkg.extras if with_tooling else pkg.feature_extras())
         for name, pkg in PACKAGES.items()
     }
     args = _install_args(members, editable=set(PACKAGES))
-    _pip_install(session, *(TEST_TOOLS if with_tooling else []), *args)
+    _pip_install(session, *(TEST_TOOLS if with_tooling else []), *extra, *args)
 
 
 def _pytest(session: nox.Session, *paths: str | Path, junit: str) -> None:
@@ -304,8 +308,8 @@ for _pkg in PACKAGES.values():
 def integration(session: nox.Session) -> None:
     """Cross-package tests in integration_tests/, with every package installed."""
     _setup_venv(session)
-    _install_all(session, with_tooling=True)
-    _pip_install(session, *DEMO_DEPS)  # integration_tests/test_demo.py runs a short demo
+    # integration_tests/test_demo.py runs a short demo
+    _install_all(session, *DEMO_DEPS, with_tooling=True)
     _pytest(session, ROOT / "integration_tests", junit="integration")
 
 
@@ -402,8 +406,7 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """benchmarks/run_all.py, every package installed (arguments after -- forwarded)."""
     _setup_venv(session)
-    _install_all(session, with_tooling=False)
-    _pip_install(session, "matplotlib>=3.7")  # run_all.py draws results/latest.png
+    _install_all(session, "matplotlib>=3.7", with_tooling=False)  # run_all.py draws the plot
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 
@@ -415,8 +418,7 @@ DEMO_DEPS = ["gymnasium>=1.0", "matplotlib>=3.7"]
 def demo(session: nox.Session) -> None:
     """The main job: examples/demo.py, every package installed (arguments after -- forwarded)."""
     _setup_venv(session)
-    _install_all(session, with_tooling=False)
-    _pip_install(session, *DEMO_DEPS)
+    _install_all(session, *DEMO_DEPS, with_tooling=False)
     session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)
 
 
@@ -431,8 +433,7 @@ DOCS_BUILD = DOCS_DIR / "_build"
 def docs(session: nox.Session) -> None:
     """Sphinx docs into docs/_build/html: guide examples run (doctest), warnings are errors."""
     _setup_venv(session)
-    _install_all(session, with_tooling=False)
-    _pip_install(session, *DOCS_DEPS)
+    _install_all(session, *DOCS_DEPS, with_tooling=False)
     # -E: a fresh environment every time, so pages built from data files (the benchmark
     # results) never come from a stale cache.
     common = ["-W", "--keep-going", "-E", "-d", str(DOCS_BUILD / "doctrees"), *session.posargs]
