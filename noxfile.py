@@ -279,11 +279,13 @@ def _pytest(session: nox.Session, *paths: str | Path, junit: str) -> None:
 
 
 def _make_tests_session(pkg: Package):
+    local = closure(pkg, list(pkg.extras))
+
     def tests(session: nox.Session) -> None:
         _setup_venv(session)
         # The package (editable) with all its extras, its local closure (built as wheels), and
         # nothing else local: importing an undeclared sibling fails.
-        members = {**closure(pkg, list(pkg.extras)), pkg.dist: set(pkg.extras)}
+        members = {**local, pkg.dist: set(pkg.extras)}
         _pip_install(session, *TEST_TOOLS, *_install_args(members, editable={pkg.dist}))
         if pkg.is_meta:
             session.run("python", str(ROOT / "tools" / "check_pins.py"))
@@ -293,7 +295,7 @@ def _make_tests_session(pkg: Package):
 
     tests.__doc__ = (
         f"Tests and doctests of {pkg.dist}, alone with its declared dependencies "
-        f"(local: {', '.join(sorted(closure(pkg, list(pkg.extras)))) or 'none'})."
+        f"(local: {', '.join(sorted(local)) or 'none'})."
     )
     return tests
 
