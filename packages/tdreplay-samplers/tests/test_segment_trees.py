@@ -70,10 +70,10 @@ def raw(tree: SegmentTree) -> np.ndarray:
 
 def internal_nodes(layout: _base.TreeLayout) -> list[np.ndarray]:
     """Positions of the nodes that have children, per level (root level first)."""
-    offsets = list(layout.offsets) + [layout.size]
+    blocks = [layout.level(d + 1) for d in range(layout.depth)]
     return [
-        np.arange(offsets[d], offsets[d] + (offsets[d + 2] - offsets[d + 1]) // _base.FANOUT)
-        for d in range(layout.depth)
+        np.arange(layout.offsets[d], layout.offsets[d] + (b.stop - b.start) // _base.FANOUT)
+        for d, b in enumerate(blocks)
     ]
 
 

@@ -99,6 +99,16 @@ class TreeLayout:
         """Length of the flat array (the leaf level is at least one block long)."""
         return self.leaf_offset + max(self.leaf_count, FANOUT)
 
+    @property
+    def leaves(self) -> slice:
+        """Positions of the ``capacity`` leaves."""
+        return slice(self.leaf_offset, self.leaf_offset + self.capacity)
+
+    def level(self, level: int) -> slice:
+        """Positions of level ``level``, padding included (a whole number of blocks)."""
+        end = self.offsets[level + 1] if level < self.depth else self.size
+        return slice(self.offsets[level], end)
+
     #: Position of the root.
     root: ClassVar[int] = 0
     #: A position never read (the rest of the root's block is padding).
@@ -170,6 +180,29 @@ class SegmentTree(abc.ABC):
 
     capacity: int
     device: torch.device
+
+    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> SegmentTree:
+        # ``SumSegmentTree(...)`` / ``MinSegmentTree(...)`` return the concrete class of the
+        # backend. ``capacity`` is optional so that pickle can recreate a concrete tree (it
+        # calls ``cls.__new__(cls)`` and then restores the instance's state).
+        if cls in (SumSegmentTree, MinSegmentTree):
+            from ._numba import NumbaMinTree, NumbaSumTree
+            from ._torch import TorchMinTree, TorchSumTree
+
+            backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
+            concrete = {
+                ("sum", "numba"): NumbaSumTree,
+                ("sum", "torch"): TorchSumTree,
+                ("min", "numba"): NumbaMinTree,
+                ("min", "torch"): TorchMinTree,
+            }
+            cls = concrete[cls.kind, backend]
+        return super().__new__(cls)
+
+    def _init_layout(self, capacity: Any) -> None:
+        """Check ``capacity`` and set ``capacity`` and the node layout (both backends)."""
+        self.capacity = _check_capacity(capacity)
+        self._layout = TreeLayout(self.capacity)
 
     # -- abstract backend hooks -------------------------------------------------------------
     @abc.abstractmethod
@@ -323,17 +356,6 @@ class SumSegmentTree(SegmentTree):
     kind = "sum"
     identity = 0.0
 
-    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> SumSegmentTree:
-        # ``capacity`` is optional so that pickle can recreate a concrete tree (it calls
-        # ``cls.__new__(cls)`` and then restores the instance's state)
-        if cls is SumSegmentTree:
-            backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
-            if backend == "numba":
-                from ._numba import NumbaSumTree as cls  # noqa: N813
-            else:
-                from ._torch import TorchSumTree as cls  # noqa: N813
-        return super().__new__(cls)
-
     @abc.abstractmethod
     def total(self) -> Any:
         """Return the sum of all leaves (the root)."""
@@ -379,17 +401,6 @@ class MinSegmentTree(SegmentTree):
 
     kind = "min"
     identity = math.inf
-
-    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> MinSegmentTree:
-        # ``capacity`` is optional so that pickle can recreate a concrete tree (it calls
-        # ``cls.__new__(cls)`` and then restores the instance's state)
-        if cls is MinSegmentTree:
-            backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
-            if backend == "numba":
-                from ._numba import NumbaMinTree as cls  # noqa: N813
-            else:
-                from ._torch import TorchMinTree as cls  # noqa: N813
-        return super().__new__(cls)
 
     @abc.abstractmethod
     def min(self) -> Any:

@@ -29,8 +29,6 @@ from ._base import (
     MinSegmentTree,
     SegmentTree,
     SumSegmentTree,
-    TreeLayout,
-    _check_capacity,
 )
 
 __all__ = ["NumbaMinTree", "NumbaSumTree"]
@@ -292,11 +290,9 @@ class _NumbaTree(SegmentTree):
             raise ValueError(f"the numba backend runs on CPU only, got device={device!r}")
         if validate is False:
             raise ValueError("the numba backend always validates; validate=False is not supported")
-        self.capacity = _check_capacity(capacity)
+        self._init_layout(capacity)
         self.device = torch.device("cpu")
-        self._layout = TreeLayout(self.capacity)
-        self._offsets = np.array(self._layout.offsets, dtype=np.int64)
-        self._leaf = self._layout.leaf_offset
+        self._offsets = np.array(self._layout.offsets, dtype=np.int64)  # the kernels' view
         self._tree = _aligned_array(self._layout.size, self.identity)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -359,7 +355,7 @@ class _NumbaTree(SegmentTree):
         """Return the leaf values at ``index`` (a float for a scalar index)."""
         arr = _as_numpy(index)
         idx = self._index(arr)
-        out = self._tree[self._leaf + idx]
+        out = self._tree[self._layout.leaf_offset + idx]
         if arr.ndim == 0:
             return float(out[0])
         return out.reshape(arr.shape)
@@ -380,10 +376,10 @@ class _NumbaTree(SegmentTree):
         self._kernel_rebuild(self._tree, self._offsets)
 
     def _leaves_cpu(self) -> torch.Tensor:
-        return torch.from_numpy(self._tree[self._leaf : self._leaf + self.capacity].copy())
+        return torch.from_numpy(self._tree[self._layout.leaves].copy())
 
     def _set_leaves(self, values: torch.Tensor) -> None:
-        self._tree[self._leaf : self._leaf + self.capacity] = values.numpy()
+        self._tree[self._layout.leaves] = values.numpy()
 
 
 class NumbaSumTree(_NumbaTree, SumSegmentTree):

@@ -20,8 +20,6 @@ from ._base import (
     MinSegmentTree,
     SegmentTree,
     SumSegmentTree,
-    TreeLayout,
-    _check_capacity,
 )
 
 __all__ = ["TorchMinTree", "TorchSumTree"]
@@ -60,9 +58,7 @@ class _TorchTree(SegmentTree):
     ) -> None:
         if backend not in (None, "torch"):
             raise ValueError(f"backend must be 'torch' for {type(self).__name__}, got {backend!r}")
-        self.capacity = _check_capacity(capacity)
-        self._layout = TreeLayout(self.capacity)
-        self._leaf = self._layout.leaf_offset
+        self._init_layout(capacity)
         self._tree = torch.full(
             (self._layout.size,),
             self.identity,
@@ -76,17 +72,13 @@ class _TorchTree(SegmentTree):
         self.device = self._tree.device
         self._ninf = torch.full((), -math.inf, dtype=torch.float64, device=self.device)
 
-    def _blocks(self, level: int) -> torch.Tensor:
-        """Level ``level`` (``>= 1``) of the tree as rows of 8 siblings (a view)."""
-        offsets = self._layout.offsets
-        end = offsets[level + 1] if level < self._layout.depth else self._layout.size
-        return self._tree[offsets[level] : end].view(-1, FANOUT)
-
     def _level(self, level: int) -> torch.Tensor:
         """Level ``level`` of the tree as a flat view."""
-        offsets = self._layout.offsets
-        end = offsets[level + 1] if level < self._layout.depth else self._layout.size
-        return self._tree[offsets[level] : end]
+        return self._tree[self._layout.level(level)]
+
+    def _blocks(self, level: int) -> torch.Tensor:
+        """Level ``level`` (``>= 1``) of the tree as rows of 8 siblings (a view)."""
+        return self._level(level).view(-1, FANOUT)
 
     @property
     def validate(self) -> bool:
@@ -168,7 +160,7 @@ class _TorchTree(SegmentTree):
             return
         tree = self._tree
         scratch = self._layout.scratch
-        pos = idx + self._leaf
+        pos = idx + self._layout.leaf_offset
         if valid is not None:
             pos = torch.where(valid, pos, scratch)
         if n > 1:
@@ -190,9 +182,9 @@ class _TorchTree(SegmentTree):
         """Return the leaf values at ``index`` as a float64 tensor of the same shape."""
         idx, shape, valid = self._index(index)
         if valid is None:
-            out = self._tree.index_select(0, idx + self._leaf)
+            out = self._tree.index_select(0, idx + self._layout.leaf_offset)
         else:
-            out = self._tree.index_select(0, torch.where(valid, idx + self._leaf, 0))
+            out = self._tree.index_select(0, torch.where(valid, idx + self._layout.leaf_offset, 0))
             out = torch.where(valid, out, self.identity)
         return out.reshape(shape)
 
@@ -219,10 +211,10 @@ class _TorchTree(SegmentTree):
         self._tree[self._layout.scratch] = self.identity
 
     def _leaves_cpu(self) -> torch.Tensor:
-        return self._tree[self._leaf : self._leaf + self.capacity].to("cpu", copy=True)
+        return self._tree[self._layout.leaves].to("cpu", copy=True)
 
     def _set_leaves(self, values: torch.Tensor) -> None:
-        self._tree[self._leaf : self._leaf + self.capacity].copy_(values)
+        self._tree[self._layout.leaves].copy_(values)
 
 
 class TorchSumTree(_TorchTree, SumSegmentTree):
