@@ -68,6 +68,14 @@ def raw(tree: SegmentTree) -> np.ndarray:
     return arr
 
 
+def same_nodes(trees: list[SegmentTree]) -> np.ndarray:
+    """Assert that every tree holds the same node array as the first; return that array."""
+    nodes = [raw(t) for t in trees]
+    for other in nodes[1:]:
+        np.testing.assert_array_equal(nodes[0], other)
+    return nodes[0]
+
+
 def internal_nodes(layout: _base.TreeLayout) -> list[np.ndarray]:
     """Positions of the nodes that have children, per level (root level first)."""
     blocks = [layout.level(d + 1) for d in range(layout.depth)]
@@ -155,9 +163,7 @@ def test_sum_tree_matches_reference_exactly_with_integer_values(scn, data):
     for batch in batches:
         apply(trees, batch)
         ref_update(leaves, *batch)
-        nodes = [raw(t) for t in trees]
-        for other in nodes[1:]:
-            np.testing.assert_array_equal(nodes[0], other)
+        same_nodes(trees)
         for t in trees:
             assert flt(t.total()) == leaves.sum()
             assert flt(t.sum()) == leaves.sum()
@@ -193,9 +199,7 @@ def test_sum_tree_float_values_agree_and_never_hit_zero(scn, data):
     for batch in batches:
         apply(trees, batch)
         ref_update(leaves, *batch)
-    nodes = [raw(t) for t in trees]
-    for other in nodes[1:]:
-        np.testing.assert_array_equal(nodes[0], other)
+    same_nodes(trees)
     total = leaves.sum()
     for t in trees:
         assert math.isclose(flt(t.total()), total, rel_tol=1e-9, abs_tol=0.0)
@@ -233,9 +237,7 @@ def test_min_tree_matches_reference(scn, data):
     for batch in batches:
         apply(trees, batch)
         ref_update(leaves, *batch)
-        nodes = [raw(t) for t in trees]
-        for other in nodes[1:]:
-            np.testing.assert_array_equal(nodes[0], other)
+        same_nodes(trees)
         for t in trees:
             assert flt(t.min()) == leaves.min()
     start = data.draw(st.integers(0, capacity))
@@ -318,11 +320,8 @@ def test_scan_after_many_random_updates_has_no_drift():
         batch = (idx[k : k + 1000], vals[k : k + 1000])
         apply(trees, batch)
         ref_update(leaves, *batch)
-    nodes = [raw(t) for t in trees]
-    for other in nodes[1:]:
-        np.testing.assert_array_equal(nodes[0], other)
+    tree = same_nodes(trees)
     # every internal node is exactly the sum of its children: nothing accumulated
-    tree = nodes[0]
     layout = trees[0]._layout
     check_nodes_reduce_children(tree, layout, "sum")
     np.testing.assert_array_equal(tree[layout.leaf_offset : layout.leaf_offset + capacity], leaves)
