@@ -59,11 +59,9 @@ class Packed:
 
 def _rebuild_tensor(buffer: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
     """A tensor of ``dtype`` and ``shape`` viewing ``buffer`` (no copy)."""
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    with warnings.catch_warnings():
-        # buffers received from Ray are flagged read-only; the tensor views them all the same
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        flat = torch.from_numpy(raw)
+    # buffers received from Ray are flagged read-only; the tensor views them all the same (the
+    # warning torch gives about it is silenced once per message, in unpack)
+    flat = torch.from_numpy(np.frombuffer(buffer, dtype=np.uint8))
     return flat.view(dtype).reshape(shape)
 
 
@@ -110,4 +108,6 @@ def unpack(obj: Any, *, copy: bool = False) -> Any:
     if not isinstance(obj, Packed):
         return obj
     buffers = [np.array(b, copy=True) for b in obj.buffers] if copy else obj.buffers
-    return pickle.loads(obj.header, buffers=buffers)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return pickle.loads(obj.header, buffers=buffers)
