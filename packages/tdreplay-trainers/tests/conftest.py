@@ -50,3 +50,23 @@ def make_loss():
 @pytest.fixture
 def loss_module():
     return _make_loss(0)
+
+
+class WatchedLoss(nn.Module):
+    """A loss module that calls ``watch(sub_batch, losses)`` after each forward of ``inner``."""
+
+    def __init__(self, inner: nn.Module, watch) -> None:
+        super().__init__()
+        self.inner = inner
+        self.watch = watch
+
+    def forward(self, batch: TensorDict) -> TensorDict:
+        out = self.inner(batch)
+        self.watch(batch, out)
+        return out
+
+
+@pytest.fixture
+def watched_loss():
+    """``watched_loss(inner, watch)`` -> a :class:`WatchedLoss`."""
+    return WatchedLoss

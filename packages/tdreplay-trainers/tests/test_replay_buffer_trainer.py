@@ -191,24 +191,15 @@ def test_register_places_the_ops_and_the_module(loss_module):
     assert "second_buffer" in trainer.modules
 
 
-def test_priorities_follow_the_loss_in_a_training_loop(batches, loss_module):
+def test_priorities_follow_the_loss_in_a_training_loop(batches, loss_module, watched_loss):
     """The loss's td_error becomes the priority of exactly the slots it was computed on."""
     sampler = ProportionalSampler(100)
     rb = buffer(100, sampler=sampler)
     rb.set_rng(torch.Generator().manual_seed(0))
     losses_seen = []
 
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = loss_module
-
-        def forward(self, sub):
-            out = self.inner(sub)
-            losses_seen.append((sub["index"].clone(), out["td_error"].clone()))
-            return out
-
-    loss = Loss()
+    loss = watched_loss(loss_module, lambda sub, out: losses_seen.append(
+        (sub["index"].clone(), out["td_error"].clone())))
     trainer = Trainer(collector=batches(3, frames=4), optim_steps_per_batch=2, loss_module=loss,
                       optimizer=torch.optim.SGD(loss.parameters(), lr=0.05), progress_bar=False)
     ReplayBufferTrainer(rb, batch_size=5).register(trainer)

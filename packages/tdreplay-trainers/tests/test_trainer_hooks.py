@@ -42,19 +42,10 @@ def same(a, b):
 
 
 # ---- order -------------------------------------------------------------------------------------
-def test_every_place_runs_in_documented_order(batches, loss_module):
+def test_every_place_runs_in_documented_order(batches, loss_module, watched_loss):
     events = []
-
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = loss_module
-
-        def forward(self, sub):
-            events.append("loss")
-            return self.inner(sub)
-
-    trainer = make_trainer(batches(2), Loss(), steps=2)
+    loss = watched_loss(loss_module, lambda sub, out: events.append("loss"))
+    trainer = make_trainer(batches(2), loss, steps=2)
     for dest in HOOK_DESTINATIONS:
         trainer.register_op(dest, lambda *a, _d=dest, **k: events.append(_d))
     trainer.train()
@@ -138,7 +129,7 @@ def test_pre_optim_steps_runs_once_per_batch_after_init_random_frames(batches, l
 
 
 # ---- process_optim_batch -----------------------------------------------------------------------
-def test_process_optim_batch_chains_and_feeds_the_loss(batches, loss_module):
+def test_process_optim_batch_chains_and_feeds_the_loss(batches, loss_module, watched_loss):
     collected = batches(1, frames=6)
     received, loss_inputs = [], []
 
@@ -150,16 +141,8 @@ def test_process_optim_batch_chains_and_feeds_the_loss(batches, loss_module):
         received.append(sub)
         return sub[1:]
 
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = loss_module
-
-        def forward(self, sub):
-            loss_inputs.append(sub)
-            return self.inner(sub)
-
-    trainer = make_trainer(collected, Loss(), steps=2)
+    loss = watched_loss(loss_module, lambda sub, out: loss_inputs.append(sub))
+    trainer = make_trainer(collected, loss, steps=2)
     trainer.register_op("process_optim_batch", first)
     trainer.register_op("process_optim_batch", second)
     trainer.train()
