@@ -19,8 +19,9 @@ and ``cpu_cycles_per_s`` per CPU second of the process (steadier on a shared mac
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from _common import rate, report
@@ -67,60 +68,57 @@ def filled(buffer_cls: type, device: str, backend: str | None) -> PrioritizedRep
     return rb
 
 
-def bench_buffer(tag: str, device: str, backend: str | None, batches: list[int],
-                 min_time: float) -> None:
-    """buffer and sampler cycles of a PrioritizedReplayBuffer."""
+Cycle = Callable[[], None]
+
+
+def buffer_cycles(rb: PrioritizedReplayBuffer, batch: int, priorities: Iterator[torch.Tensor]
+                  ) -> list[tuple[str, Cycle]]:
+    """The buffer cycle and the sampler-alone cycle of a PrioritizedReplayBuffer."""
+
+    def buffer() -> None:
+        _, info = rb.sample(batch, return_info=True)
+        rb.update_priority(info["index"], next(priorities),
+                           write_generation=info["write_generation"])
+
+    def sampler() -> None:
+        index, info = rb.sampler.sample(rb.storage, batch)
+        rb.sampler.update_priority(index, next(priorities), storage=rb.storage,
+                                   write_generation=info["write_generation"])
+
+    return [("buffer", buffer), ("sampler", sampler)]
+
+
+def tdbuffer_cycles(rb: TensorDictPrioritizedReplayBuffer, batch: int,
+                    priorities: Iterator[torch.Tensor]) -> list[tuple[str, Cycle]]:
+    """sample + update_tensordict_priority of a TensorDictPrioritizedReplayBuffer."""
+
+    def tdbuffer() -> None:
+        sample = rb.sample(batch)
+        sample["td_error"] = next(priorities)
+        rb.update_tensordict_priority(sample)
+
+    return [("tdbuffer", tdbuffer)]
+
+
+def bench(buffer_cls: type, cycles: Callable[..., list[tuple[str, Cycle]]], tag: str,
+          device: str, backend: str | None, batches: list[int], min_time: float) -> None:
+    """Time every cycle of ``cycles`` on a filled ``buffer_cls`` for each batch size."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rb = filled(PrioritizedReplayBuffer, device, backend)
-    step = [0]
+    rb = filled(buffer_cls, device, backend)
     for batch in batches:
-        priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
+        priorities = itertools.cycle([torch.rand(batch, device=device) + 0.01 for _ in range(4)])
         extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
                  "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
                  "threads": torch.get_num_threads()}
+        for name, cycle in cycles(rb, batch, priorities):
 
-        def buffer_cycle(batch: int = batch, priorities: list = priorities) -> None:
-            _, info = rb.sample(batch, return_info=True)
-            step[0] += 1
-            rb.update_priority(info["index"], priorities[step[0] % 4],
-                               write_generation=info["write_generation"])
-            sync()
+            def synced(cycle: Cycle = cycle) -> None:
+                cycle()
+                sync()
 
-        def sampler_cycle(batch: int = batch, priorities: list = priorities) -> None:
-            index, info = rb.sampler.sample(rb.storage, batch)
-            step[0] += 1
-            rb.sampler.update_priority(index, priorities[step[0] % 4], storage=rb.storage,
-                                       write_generation=info["write_generation"])
-            sync()
-
-        for name, fn in (("buffer", buffer_cycle), ("sampler", sampler_cycle)):
-            wall, cpu = rates(fn, min_time)
+            wall, cpu = rates(synced, min_time)
             report(f"prioritized/{tag}/{name}_cycle_B{batch}", wall, "cycles/s",
                    cpu_cycles_per_s=round(cpu, 1), **extra)
-
-
-def bench_tdbuffer(tag: str, device: str, backend: str | None, batches: list[int],
-                   min_time: float) -> None:
-    """sample + update_tensordict_priority cycles of a TensorDictPrioritizedReplayBuffer."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rb = filled(TensorDictPrioritizedReplayBuffer, device, backend)
-    step = [0]
-    for batch in batches:
-        priorities = [torch.rand(batch, device=device) + 0.01 for _ in range(4)]
-        extra = {"batch": batch, "capacity": CAPACITY, "storage": device,
-                 "trees": str(rb.sampler.device), "backend": rb.sampler.backend,
-                 "threads": torch.get_num_threads()}
-
-        def td_cycle(batch: int = batch, priorities: list = priorities) -> None:
-            sample = rb.sample(batch)
-            step[0] += 1
-            sample["td_error"] = priorities[step[0] % 4]
-            rb.update_tensordict_priority(sample)
-            sync()
-
-        wall, cpu = rates(td_cycle, min_time)
-        report(f"prioritized/{tag}/tdbuffer_cycle_B{batch}", wall, "cycles/s",
-               cpu_cycles_per_s=round(cpu, 1), **extra)
 
 
 def main() -> None:
@@ -135,8 +133,9 @@ def main() -> None:
     if torch.cuda.is_available():
         cases.append(("torch_cuda", "cuda", None, [65_536]))
     for tag, device, backend, batches in cases:
-        bench_buffer(tag, device, backend, batches, args.seconds)
-        bench_tdbuffer(tag, device, backend, batches, args.seconds)
+        bench(PrioritizedReplayBuffer, buffer_cycles, tag, device, backend, batches, args.seconds)
+        bench(TensorDictPrioritizedReplayBuffer, tdbuffer_cycles, tag, device, backend, batches,
+              args.seconds)
 
 
 if __name__ == "__main__":
