@@ -292,7 +292,8 @@ class SliceSampler(Sampler):
             if static.numel() != n:
                 raise ValueError(f"{'trajectories' if self._static_traj is not None else 'ends'}"
                                  f" describes {static.numel()} steps but the storage holds {n}.")
-            self._index.cut_after = self._static_cut(static)
+            if self._index.cut_after is None:  # O(steps): once, the flags never change
+                self._index.cut_after = self._static_cut(static)
         elif self._signals is None or self._index.pending or self._index.needs_rebuild:
             self._signals = self._resolve_signals(storage)
         self._index.sync(storage, self._read_block)
