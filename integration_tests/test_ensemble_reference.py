@@ -7,11 +7,7 @@ It spans tdreplay-ensembles, tdreplay-storages (LazyMemmapStorage), tdreplay-tra
 import torch
 from tensordict import TensorDict
 
-from tdreplay.data import ReplayBufferEnsemble, TensorDictReplayBuffer
-
-# the reference imports LazyMemmapStorage from the data module too; tdreplay.data does not
-# re-export it yet, so it comes from its own package
-from tdreplay.storages import LazyMemmapStorage
+from tdreplay.data import LazyMemmapStorage, ReplayBufferEnsemble, TensorDictReplayBuffer
 from tdreplay.transforms import Compose, RenameTransform, Resize, ToTensorImage
 
 
