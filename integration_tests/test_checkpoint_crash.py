@@ -78,25 +78,21 @@ CHILD = BUILD + textwrap.dedent(
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def kill_after(module, name, calls=1, when=lambda *a, **k: True):
+    def kill_at(module, name, calls=1, when=lambda *a, **k: True, after=False):
+        """Die at the ``calls``-th call of ``module.name`` that ``when`` accepts: as it starts,
+        or right ``after`` it returns."""
         original = getattr(module, name)
         count = [0]
 
         def wrapper(*args, **kwargs):
-            if when(*args, **kwargs):
+            hit = when(*args, **kwargs)
+            if hit:
                 count[0] += 1
-                if count[0] == calls:
-                    die()
-            return original(*args, **kwargs)
-
-        setattr(module, name, wrapper)
-
-    def kill_right_after(module, name, when):
-        original = getattr(module, name)
-
-        def wrapper(*args, **kwargs):
+                hit = count[0] == calls
+            if hit and not after:
+                die()
             out = original(*args, **kwargs)
-            if when(*args, **kwargs):
+            if hit:
                 die()
             return out
 
@@ -110,19 +106,19 @@ CHILD = BUILD + textwrap.dedent(
 
     if kill_point == "storage_files":   # some of the storage's array files are written
         if kind == "memmap":
-            kill_after(tensor_storage.TensorDict, "memmap")  # TensorDict's own writer
+            kill_at(tensor_storage.TensorDict, "memmap")  # TensorDict's own writer
         else:
-            kill_after(checkpointers, "_to_numpy", calls=3)
+            kill_at(checkpointers, "_to_numpy", calls=3)
     elif kill_point == "storage_done":  # storage complete, sampler and writer not written
-        kill_after(rb.sampler, "dumps")
+        kill_at(rb.sampler, "dumps")
     elif kill_point == "before_manifest":
-        kill_after(checkpoint, "_crc32")
+        kill_at(checkpoint, "_crc32")
     elif kill_point == "before_pointer":  # manifest written, new pointer not yet in place
-        kill_after(checkpoint, "_fsync_path",
-                   when=lambda p: os.path.basename(p).startswith("." + checkpoint.POINTER_NAME))
+        kill_at(checkpoint, "_fsync_path",
+                when=lambda p: os.path.basename(p).startswith("." + checkpoint.POINTER_NAME))
     elif kill_point == "after_pointer":   # pointer replaced, old snapshot not yet removed
-        kill_right_after(checkpoint.os, "replace",
-                         when=lambda src, dst: os.path.basename(dst) == checkpoint.POINTER_NAME)
+        kill_at(checkpoint.os, "replace", after=True,
+                when=lambda src, dst: os.path.basename(dst) == checkpoint.POINTER_NAME)
     rb.dumps(path)
     print("saved 1", flush=True)
     '''
