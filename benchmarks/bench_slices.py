@@ -45,16 +45,17 @@ def buffer(capacity: int) -> TensorDictReplayBuffer:
                                   batch_size=1024)
 
 
-def fill(rb: TensorDictReplayBuffer, steps: int, make=tiny_rows) -> float:
-    """Write ``steps`` steps in chunks of 1M, then sample once; return the seconds spent."""
-    start = time.perf_counter()
-    written = 0
-    while written < steps:
-        n = min(CHUNK, steps - written)
+def fill(rb: TensorDictReplayBuffer, stop: int, make=tiny_rows, start: int = 0) -> float:
+    """Write steps ``start .. stop - 1`` in chunks of 1M, then sample once; return the seconds
+    spent."""
+    begin = time.perf_counter()
+    written = start
+    while written < stop:
+        n = min(CHUNK, stop - written)
         rb.extend(make(written, n))
         written += n
     rb.sample()  # the first batch brings the trajectory bookkeeping up to date
-    return time.perf_counter() - start
+    return time.perf_counter() - begin
 
 
 def transitions(start: int, n: int) -> TensorDict:
@@ -90,15 +91,9 @@ def main() -> None:
     report(f"slices/tiny_rows/{large // 1_000_000}M_half/sample_1024",
            rate(rb.sample, min_time=args.seconds), "calls/s", capacity=large, filled=half)
     # fill the second half (the bookkeeping of these steps is incremental), then wrap
-    start = time.perf_counter()
-    written = half
-    while written < large:
-        n = min(CHUNK, large - written)
-        rb.extend(tiny_rows(written, n))
-        written += n
-    rb.sample()
+    seconds = fill(rb, large, start=half)
     report(f"slices/tiny_rows/{large // 1_000_000}M_full/second_half_and_first_sample",
-           time.perf_counter() - start, "s", capacity=large, filled=large)
+           seconds, "s", capacity=large, filled=large)
     report(f"slices/tiny_rows/{large // 1_000_000}M_full/sample_1024",
            rate(rb.sample, min_time=args.seconds), "calls/s", capacity=large, filled=large)
     chunks = itertools.count(large, 10_000)
