@@ -208,32 +208,58 @@ class CompressedListStorage(ListStorage):
     def _intern(self, layout: RowLayout) -> RowLayout:
         return self._layouts.setdefault(layout, layout)
 
-    def _compress(self, item: Any) -> CompressedRow:
+    def _layout(self, item: Any, lead: int) -> tuple[RowLayout, list[torch.Tensor]]:
+        """Layout of the rows of ``item`` and its leaves in blob order.
+
+        ``lead`` leading dimensions of ``item`` are the batch (0 for one row, 1 for a batch).
+        """
         if isinstance(item, torch.Tensor):
-            layout = RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape)),))
-            tensors = [item]
-        elif is_tensor_collection(item):
-            if not isinstance(item, TensorDictBase):
-                raise TypeError(f"CompressedListStorage stores tensors and TensorDicts, got "
-                                f"{type(item).__name__}.")
-            entries = []
-            for key in item.keys(include_nested=True, leaves_only=True):
-                value = item.get(key)
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
-                                    "CompressedListStorage compresses tensors only.")
-                entries.append((key, value))
-            # widest dtypes first: every leaf then starts at a multiple of its item size
-            entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
-            tensors = [value for _, value in entries]
-            leaves = tuple((key, value.dtype, tuple(value.shape)) for key, value in entries)
-            layout = RowLayout("tensordict", tuple(item.batch_size), leaves)
-        else:
+            return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
+        if not isinstance(item, TensorDictBase):
             raise TypeError(f"CompressedListStorage stores tensors and TensorDicts, got "
                             f"{type(item).__name__}.")
+        entries = []
+        for key in item.keys(include_nested=True, leaves_only=True):
+            value = item.get(key)
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
+                                "CompressedListStorage compresses tensors only.")
+            entries.append((key, value))
+        # widest dtypes first: every leaf then starts at a multiple of its item size
+        entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
+        leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
+        layout = RowLayout("tensordict", tuple(item.batch_size[lead:]), leaves)
+        return layout, [value for _, value in entries]
+
+    def _compress(self, item: Any) -> CompressedRow:
+        layout, tensors = self._layout(item, 0)
         raw = b"".join(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
                        for t in tensors)
         return CompressedRow(self._intern(layout), self.codec.compress(raw))
+
+    def _compress_rows(self, data: Any) -> list[CompressedRow]:
+        """Compress each row of ``data`` (batched along dim 0).
+
+        The rows of a tensor or a dense TensorDict share one layout: it is worked out once and
+        the raw bytes of every row come from one copy of the batch, instead of unbinding the
+        batch and walking each row's keys.
+        """
+        dense = (type(data) is TensorDict and data.batch_dims > 0
+                 or isinstance(data, torch.Tensor) and data.ndim > 0)
+        if dense:
+            try:
+                layout, tensors = self._layout(data, 1)
+            except TypeError:  # a non-tensor entry: the per-row path raises naming it
+                dense = False
+        if not dense:
+            return [self._compress(item) for item in data.unbind(0)]
+        n = len(data)
+        layout = self._intern(layout)
+        parts = [t.detach().cpu().contiguous().reshape(n, math.prod(t.shape[1:]))
+                 .view(torch.uint8) for t in tensors if math.prod(t.shape[1:])]
+        raw = (torch.cat(parts, 1) if parts else torch.empty((n, 0), dtype=torch.uint8)).numpy()
+        compress = self.codec.compress
+        return [CompressedRow(layout, compress(raw[i].tobytes())) for i in range(n)]
 
     def _raw(self, row: CompressedRow) -> bytes:
         raw = self.codec.decompress(row.blob)
@@ -284,14 +310,13 @@ class CompressedListStorage(ListStorage):
             compressed: Any = self._compress(data)
         else:
             if isinstance(data, torch.Tensor) or is_tensor_collection(data):
-                items = list(data.unbind(0))
+                compressed = self._compress_rows(data)
             elif isinstance(data, list):
-                items = data
+                compressed = [self._compress(item) for item in data]
             else:
                 raise TypeError("CompressedListStorage.set with several rows expects a list, a "
                                 f"tensor or a TensorDict batched along dim 0, got "
                                 f"{type(data).__name__}.")
-            compressed = [self._compress(item) for item in items]
         super().set(rows, compressed)
 
     def get(self, slots: int | torch.Tensor) -> Any:
