@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDict
@@ -24,6 +25,12 @@ def transition_batch(n: int, obs_dim: int = 32, action_dim: int = 4) -> TensorDi
         },
         batch_size=[n],
     )
+
+
+def transition_batches(n: int, count: int = 4) -> Iterator[TensorDict]:
+    """``count`` different ``transition_batch(n)``, served in turn forever: timed ``extend``
+    calls neither write the same tensors every time nor pay for making them."""
+    return itertools.cycle([transition_batch(n) for _ in range(count)])
 
 
 def rate(fn: Callable[[], object], *, min_time: float = 1.0, warmup: int = 3) -> float:

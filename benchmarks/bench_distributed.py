@@ -21,13 +21,12 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import itertools  # noqa: E402
 import multiprocessing  # noqa: E402
 import time  # noqa: E402
 from functools import partial  # noqa: E402
 
 import torch  # noqa: E402
-from _common import rate, report, transition_batch  # noqa: E402
+from _common import rate, report, transition_batch, transition_batches  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
 from tdreplay.core import TensorDictReplayBuffer  # noqa: E402
@@ -47,7 +46,7 @@ def collector(address: str, ready, start, stop_at, rows) -> None:
 
     ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
     rb = RayReplayBuffer.attach(NAME)
-    batches = itertools.cycle([transition_batch(BATCH) for _ in range(4)])
+    batches = transition_batches(BATCH)
     rb.extend(next(batches))  # warm
     ready.release()
     start.wait()
@@ -99,7 +98,7 @@ def main() -> None:
 
     concurrent(ray, rb)
 
-    batches = itertools.cycle([transition_batch(BATCH) for _ in range(4)])
+    batches = transition_batches(BATCH)
     report("distributed/alone/extend_1k_rows",
            rate(lambda: rb.extend(next(batches)), min_time=3.0) * BATCH, "rows/s")
     report("distributed/alone/sample_256", rate(lambda: rb.sample(256), min_time=3.0), "calls/s")

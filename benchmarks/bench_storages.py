@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import report, transition_batch
+from _common import report, transition_batches
 from tensordict import TensorDict
 
 from tdreplay.core import ReplayBuffer
@@ -70,24 +70,18 @@ def machine_load() -> dict[str, float]:
 
 
 def bench_memmap(root: Path, min_time: float) -> None:
-    chunks = [transition_batch(CHUNK) for _ in range(4)]
+    chunks = transition_batches(CHUNK)
     rb = ReplayBuffer(storage=LazyMemmapStorage(CAPACITY, scratch_dir=root / "scratch"))
     extra = {"capacity": CAPACITY, "chunk": CHUNK, "threads": torch.get_num_threads()}
 
     start, cpu = time.perf_counter(), time.process_time()
-    for i in range(CAPACITY // CHUNK):
-        rb.extend(chunks[i % len(chunks)])
+    for _ in range(CAPACITY // CHUNK):
+        rb.extend(next(chunks))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     report("memmap.extend.first_fill", CAPACITY / elapsed, "rows/s",
            cpu_rate=round(CAPACITY / cpu), **extra, **machine_load())
 
-    step = [0]
-
-    def extend() -> None:
-        rb.extend(chunks[step[0] % len(chunks)])
-        step[0] += 1
-
-    r = rates(extend, min_time)
+    r = rates(lambda: rb.extend(next(chunks)), min_time)
     report("memmap.extend", r["best"] * CHUNK, "rows/s", median=round(r["median"] * CHUNK),
            cpu_rate=round(r["cpu"] * CHUNK), **extra, **machine_load())
 

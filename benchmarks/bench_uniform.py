@@ -6,9 +6,7 @@ rows, sample(256) >= 14,000/s, sample(4096) >= 2,000/s.
 
 from __future__ import annotations
 
-import itertools
-
-from _common import rate, report, transition_batch
+from _common import rate, report, transition_batch, transition_batches
 
 from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.storages import LazyTensorStorage
@@ -28,10 +26,10 @@ def main() -> None:
     for buffer_cls in (ReplayBuffer, TensorDictReplayBuffer):
         tag = buffer_cls.__name__
         rb = buffer_cls(storage=LazyTensorStorage(CAPACITY))
-        chunks = itertools.cycle([transition_batch(10_000) for _ in range(4)])
+        chunks = transition_batches(10_000)
         calls = rate(lambda: rb.extend(next(chunks)), min_time=2.0)
         report(f"uniform/{tag}/extend_10k_rows", calls * 10_000, "rows/s")
-        small = itertools.cycle([transition_batch(1_000) for _ in range(4)])
+        small = transition_batches(1_000)
         report(f"uniform/{tag}/extend_1k_calls", rate(lambda: rb.extend(next(small)), min_time=2.0),
                "calls/s")
         rb = filled(buffer_cls)
