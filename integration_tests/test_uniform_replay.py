@@ -72,8 +72,9 @@ def test_collector_and_learner_threads(ndim):
     def collector() -> None:
         try:
             for i in range(1, rollouts):
-                slots = rb.extend(rollout(i, ndim))
-                assert slots.shape == rollout(i, ndim).shape  # [ENVS*T] or [ENVS, T]
+                data = rollout(i, ndim)
+                slots = rb.extend(data)
+                assert slots.shape == data.shape  # [ENVS*T] or [ENVS, T]
         except BaseException as err:  # noqa: BLE001 - reported in the main thread
             errors.append(err)
         finally:
