@@ -209,15 +209,13 @@ class SamplerEnsemble(Sampler):
             raise RuntimeError(f"cannot sample: buffer(s) {empty} of the ensemble are empty "
                                "(extend them with rb[i].extend(...), or give them weight 0 in p).")
         part_size = batch_size // parts
+        buffer_ids = self._draw_buffers().tolist()
         indices, infos = [], []
-        for buffer_id in self._draw_buffers().tolist():
+        for buffer_id in buffer_ids:
             index, info = self._samplers[buffer_id].sample(storage.storages[buffer_id], part_size)
-            index = torch.as_tensor(index, dtype=torch.long)
-            indices.append(TensorDict({"index": index,
-                                       "buffer_ids": torch.full_like(index, buffer_id)},
-                                      batch_size=index.shape))
+            indices.append(torch.as_tensor(index, dtype=torch.long))
             infos.append(info)
-        return stack_parts(indices), _stack_infos(infos)
+        return _ensemble_index(indices, buffer_ids), _stack_infos(infos)
 
     def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
         """Route priorities to the samplers of the buffers they belong to.
@@ -341,6 +339,22 @@ class SamplerEnsemble(Sampler):
             f"sample_from_all={self._sample_from_all},\n"
             f"num_buffer_sampled={self.num_buffer_sampled}", " " * 4)
         return f"{type(self).__name__}(\n{body})"
+
+
+def _ensemble_index(indices: list[torch.Tensor], buffer_ids: list[int]
+                    ) -> TensorDictBase | list[TensorDictBase]:
+    """The parts' slots and buffer ids: one ``[parts, *part_shape]`` TensorDict when the parts
+    agree in shape (built from stacked tensors, not from one TensorDict per part), else a list
+    of per-part TensorDicts."""
+    shape = indices[0].shape
+    if all(index.shape == shape for index in indices):
+        slots = torch.stack(indices)
+        ids = torch.tensor(buffer_ids, dtype=torch.long, device=slots.device)
+        ids = ids.reshape((-1,) + (1,) * len(shape)).expand(slots.shape).clone()
+        return TensorDict({"index": slots, "buffer_ids": ids}, batch_size=slots.shape)
+    return [TensorDict({"index": index, "buffer_ids": torch.full_like(index, buffer_id)},
+                       batch_size=index.shape)
+            for index, buffer_id in zip(indices, buffer_ids)]
 
 
 def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
