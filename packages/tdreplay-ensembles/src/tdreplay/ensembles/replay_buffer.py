@@ -28,21 +28,16 @@ class _EnsembleLock:
     should list them in the same order.
     """
 
-    def __init__(self, ensemble: ReplayBufferEnsemble) -> None:
+    def __init__(self, buffers: Sequence[ReplayBuffer]) -> None:
         self._own = threading.RLock()
-        self._ensemble = ensemble
-
-    def _members(self) -> list[ReplayBuffer]:
-        unique: dict[int, ReplayBuffer] = {}
-        for rb in self._ensemble._rbs:
-            unique.setdefault(id(rb), rb)
-        return list(unique.values())
+        # each member buffer once (an ensemble may list one several times), in ensemble order
+        self._members = tuple({id(rb): rb for rb in buffers}.values())
 
     def __enter__(self) -> _EnsembleLock:
         self._own.acquire()
         entered: list[ReplayBuffer] = []
         try:
-            for rb in self._members():
+            for rb in self._members:
                 rb._lock.__enter__()
                 entered.append(rb)
         except BaseException:
@@ -54,7 +49,7 @@ class _EnsembleLock:
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
-            for rb in reversed(self._members()):
+            for rb in reversed(self._members):
                 rb._lock.__exit__(*exc_info)
         finally:
             self._own.release()
@@ -250,7 +245,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         self._collate_fns: list[Callable[[Any], Any]] = list(collate_fns)
         self._parts_collate = collate_fn if collate_fn is not None else stack_parts
         self._collate_fn = self._collate_parts
-        self._lock = _EnsembleLock(self)
+        self._lock = _EnsembleLock(self._rbs)
 
     # ---- components -----------------------------------------------------------------------------
     @property
@@ -412,7 +407,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._lock = _EnsembleLock(self)
+        self._lock = _EnsembleLock(self._rbs)
 
     def __repr__(self) -> str:
         storages = textwrap.indent(f"storages={self._storage!r}", " " * 4)
