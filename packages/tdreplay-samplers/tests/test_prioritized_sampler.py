@@ -430,6 +430,22 @@ def test_state_dict_round_trip_samples_the_same(source, target, within):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("within", [False, True])
+def test_extend_refuses_slots_out_of_range_and_changes_nothing(backend, within):
+    sampler, _ = make(backend, 8, 4, max_priority_within_buffer=within)
+    before = sampler.state_dict()
+    for slots in ([3, 8], [-1], [0, 100]):
+        with pytest.raises(IndexError, match="slots"):
+            sampler.extend(torch.tensor(slots))
+    after = sampler.state_dict()
+    for key, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, after[key]), key
+        else:
+            assert value == after[key], key
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_loaded_state_is_copied_not_shared(backend):
     sampler, _ = make(backend, 8, 4)
     state = sampler.state_dict()

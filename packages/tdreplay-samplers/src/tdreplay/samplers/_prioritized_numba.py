@@ -3,7 +3,8 @@
 One sampler call is one kernel call: ``sample_kernel`` draws the slots and reads their stored
 priorities and write generations; ``update_kernel`` checks a whole priority update and then
 applies it to the sum, min (and max) trees. They work on the flat node arrays of the numba
-trees (:mod:`.segment_trees._numba`) and reuse that module's descent and update kernels, so the
+trees (:mod:`.segment_trees._numba`) and reuse that module's descent and update kernels
+(re-exported here as ``update_sum`` / ``update_min`` for the sampler's ``extend``), so the
 results are exactly those of the tree methods; what they save is the Python overhead of several
 checked tree calls per step, which dominates at small batch sizes.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .segment_trees._numba import _scan, _update_min, _update_sum
+from .segment_trees._numba import _scan
+from .segment_trees._numba import _update_min as update_min
+from .segment_trees._numba import _update_sum as update_sum
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
@@ -83,8 +86,8 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n
         if priority[i] > top:
             top = priority[i]
         k += 1
-    _update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
-    _update_min(min_nodes, offsets, kept[:k], kept_leaf[:k])
+    update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
+    update_min(min_nodes, offsets, kept[:k], kept_leaf[:k])
     if has_max:
-        _update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
+        update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
     return OK, 0, top

@@ -373,26 +373,44 @@ class PrioritizedSampler(Sampler):
         if not slots.numel():
             return
         self._ensure_trees()
-        if slots.device.type == "cpu":
-            lo, hi = torch.aminmax(slots)
-            if int(lo) < 0 or int(hi) >= self._capacity:
-                raise IndexError(f"slots must lie in [0, {self._capacity}) (max_capacity), got "
-                                 f"values in [{int(lo)}, {int(hi)}].")
+        # checked wherever they are on the host (before or after the move), never on a device
+        checked = slots.device.type == "cpu"
+        if checked:
+            self._check_slots(slots)
         slots = slots.to(self._device, non_blocking=True)
-        raw = self._default_priority()
-        leaf = self._leaf(raw)
+        if not checked and slots.device.type == "cpu":
+            self._check_slots(slots)
+        leaf = self._leaf(self._default_priority())
         if self._backend == "numba":
-            leaf_value = float(leaf)
-            self._sum.update(slots, leaf_value)
-            self._min.update(slots, leaf_value)
+            self._extend_numba(slots, float(leaf))
         else:
             self._sum.update(slots, leaf)
             self._min.update(slots, leaf)
-        if self._max is not None:
-            # a new item has no priority set by update_priority yet
-            self._max.update(slots, math.inf)
+            if self._max is not None:
+                # a new item has no priority set by update_priority yet
+                self._max.update(slots, math.inf)
         self._clock += 1
         self._gen.index_fill_(0, slots, self._clock)
+
+    def _check_slots(self, slots: torch.Tensor) -> None:
+        """Raise ``IndexError`` unless every host slot lies in ``[0, max_capacity)``."""
+        lo, hi = torch.aminmax(slots)
+        if int(lo) < 0 or int(hi) >= self._capacity:
+            raise IndexError(f"slots must lie in [0, {self._capacity}) (max_capacity), got "
+                             f"values in [{int(lo)}, {int(hi)}].")
+
+    def _extend_numba(self, slots: torch.Tensor, leaf: float) -> None:
+        """The tree writes of :meth:`extend` on numba trees: the kernels directly, since the
+        slots are already checked (the trees' own ``update`` would check them again)."""
+        index = slots.contiguous().numpy()
+        values = np.full(index.shape[0], leaf)
+        offsets = self._sum._offsets
+        _kernels.update_sum(self._sum._tree, offsets, index, values)
+        _kernels.update_min(self._min._tree, offsets, index, values)
+        if self._max is not None:
+            # a new item has no priority set by update_priority yet
+            values.fill(math.inf)
+            _kernels.update_min(self._max._tree, offsets, index, values)
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written), on the tree device."""
