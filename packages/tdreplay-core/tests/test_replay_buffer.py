@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from tdreplay.core import (
     ListStorage,
@@ -447,6 +447,20 @@ def test_tensordict_buffer_does_not_store_index_of_reextended_data():
     assert rb.extend(td).tolist() == [3, 4, 5]  # td carries "index" now
     assert "index" not in rb[:].keys()
     assert td["index"].tolist() == [3, 4, 5]
+
+
+def test_tensordict_buffer_sample_of_differently_shaped_items_leaves_them_unchanged():
+    # such a sample is a lazy stack: "index" is set in each of its items, never in storage
+    rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=8,
+                                generator=torch.Generator().manual_seed(0))
+    rb.extend(LazyStackedTensorDict(*[TensorDict({"x": torch.zeros(n)}, [n])
+                                      for n in range(1, 5)]))
+    sample = rb.sample()
+    drawn = [int(item["index"][0]) for item in sample.tensordicts]
+    assert len(set(drawn)) < len(drawn)  # some items are drawn twice
+    for item in sample.tensordicts:
+        assert item["index"].unique().tolist() == [item.batch_size[0] - 1]
+    assert all(set(item.keys()) == {"x"} for item in rb.storage[:])
 
 
 def test_tensordict_buffer_add_sets_index():

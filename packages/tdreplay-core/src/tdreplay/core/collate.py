@@ -42,9 +42,15 @@ def stack_items(items: Any) -> Any:
             return torch.stack(items)
         return items
     if is_tensor_collection(first):
-        if all(is_tensor_collection(x) for x in items):
-            return LazyStackedTensorDict.maybe_dense_stack(items)
-        return items
+        if not all(is_tensor_collection(x) for x in items):
+            return items
+        stacked = LazyStackedTensorDict.maybe_dense_stack(items)
+        if isinstance(stacked, LazyStackedTensorDict) and any(
+                x is y for x, y in zip(stacked.tensordicts, items)):
+            # a lazy stack holds the items themselves (e.g. a storage's): stack shallow copies,
+            # so entries set on the batch ("index", sampler info) stay out of the items
+            stacked = LazyStackedTensorDict.maybe_dense_stack([x.copy() for x in items])
+        return stacked
     if isinstance(first, (tuple, dict)):
         flat, spec = tree_flatten(first)
         if not flat or not all(isinstance(x, torch.Tensor) for x in flat):
