@@ -391,9 +391,12 @@ class ReplayBufferEnsemble(ReplayBuffer):
         batch = data.batch_size
         if batch[: index.batch_dims] != index.batch_size:
             return data
-        while index.batch_dims < len(batch):
-            index = index.unsqueeze(-1)
-        index = index.expand(batch)
+        if index.batch_size == batch:
+            index = index.copy()  # its own TensorDict over the same tensors; expand costs ~10x
+        else:
+            while index.batch_dims < len(batch):
+                index = index.unsqueeze(-1)
+            index = index.expand(batch)
         if data.is_locked:
             data = data.unlock_()
         data.set("index", index)
