@@ -409,15 +409,19 @@ class TensorStorage(Storage):
                 self._len_rows = max(self._len_rows, stop)
                 return
         rows = as_long_tensor(rows, name="rows").reshape(-1)
-        if rows.numel() and (int(rows.max()) >= cap or int(rows.min()) < -cap):
-            raise IndexError(f"rows out of range for a storage of {cap} rows.")
-        rows = rows % cap
+        if rows.numel():  # one pass for the range check and the new length
+            lo, top = (int(v) for v in torch.aminmax(rows))
+            if top >= cap or lo < -cap:
+                raise IndexError(f"rows out of range for a storage of {cap} rows.")
+            if lo < 0:  # negative rows count from the end
+                rows = rows % cap
+                top = int(rows.max())
         src = self._source_leaves(td, (rows.numel(), *self._inner))
         rows_dev = rows.to(self._device)
         for leaf, s in zip(self._leaves, src):
             leaf.index_copy_(0, rows_dev, s.to(leaf.device, leaf.dtype))
         if rows.numel():
-            self._len_rows = max(self._len_rows, int(rows.max()) + 1)
+            self._len_rows = max(self._len_rows, top + 1)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, tuple) and self._td is not None:
