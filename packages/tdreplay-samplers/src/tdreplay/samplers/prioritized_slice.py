@@ -11,7 +11,7 @@ from tdreplay.core import Storage
 
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
-from .slice import _REJECTION_ROUNDS, SliceSampler
+from .slice import _REJECTION_ROUNDS, SliceSampler, _ragged_arange, _slice_slots
 
 __all__ = ["PrioritizedSliceSampler"]
 
@@ -159,8 +159,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         lengths = rec[:, LEN]
         need = self._min_steps(lengths, seq_len)
         tail = np.where(need > 0, need - 1, lengths)
-        owner = np.repeat(np.arange(live.size), tail)
-        offset = np.arange(int(tail.sum())) - np.repeat(np.cumsum(tail) - tail, tail)
+        owner, offset = _ragged_arange(tail)
         pos = rec[owner, START] + lengths[owner] - tail[owner] + offset
         return torch.from_numpy(index.slots_of(rec[owner, LANE], pos))
 
@@ -215,21 +214,13 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         starts, room, weights = self._draw_starts(storage, index, num_slices, seq_len)
         seq = np.minimum(room, seq_len)
         lanes = index.rec[index.slot_rec[starts], LANE]
-        first = index.positions_of(starts)
-        if (seq == seq_len).all():
-            pos = first[:, None] + np.arange(seq_len)
-            slots = index.slots_of(lanes[:, None], pos).reshape(-1)
-            ends = np.arange(seq_len - 1, num_slices * seq_len, seq_len)
-        else:
-            owner = np.repeat(np.arange(starts.size), seq)
-            ends = np.cumsum(seq) - 1
-            offset = np.arange(int(seq.sum())) - np.repeat(ends + 1 - seq, seq)
-            slots = index.slots_of(lanes[owner], first[owner] + offset)
-        slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
-        info = self._truncation_info(storage, slots_t, ends)
-        info[PRIORITY_WEIGHT_KEY] = weights.repeat_interleave(torch.from_numpy(seq))
-        info[WRITE_GENERATION_KEY] = self.slot_generation(slots_t)
-        return slots_t, info
+        slots, ends, owner = _slice_slots(index, lanes, index.positions_of(starts), seq, seq_len)
+        info = self._truncation_info(storage, slots, ends)
+        # (repeat_interleave with a tensor of repeats costs milliseconds on CPU)
+        info[PRIORITY_WEIGHT_KEY] = weights.repeat_interleave(seq_len) if owner is None \
+            else weights[torch.from_numpy(owner)]
+        info[WRITE_GENERATION_KEY] = self.slot_generation(slots)
+        return slots, info
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

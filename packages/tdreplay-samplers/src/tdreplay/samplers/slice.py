@@ -54,6 +54,36 @@ def _replace_last(key: Any, name: str) -> Any:
     return (*key[:-1], name) if isinstance(key, tuple) else name
 
 
+def _ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, offset)`` of runs of ``lengths`` items laid end to end: the run of each item
+    and its place in that run."""
+    owner = np.repeat(np.arange(lengths.size), lengths)
+    offset = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return owner, offset
+
+
+def _slice_slots(index: TrajectoryIndex, lanes: np.ndarray, starts: np.ndarray,
+                 seq: np.ndarray | None, seq_len: int
+                 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray | None]:
+    """Flat slots of slices laid end to end: slice ``i`` runs along lane ``lanes[i]`` from
+    position ``starts[i]`` for ``seq[i]`` steps (``seq_len`` when ``seq`` is ``None``).
+
+    Returns the int64 slots, the place of each slice's last step in them and the slice of each
+    step (``None`` when every slice has ``seq_len`` steps: step ``j`` is in slice ``j //
+    seq_len``).
+    """
+    if seq is None or (seq == seq_len).all():
+        pos = starts[:, None] + np.arange(seq_len)
+        slots = index.slots_of(lanes[:, None], pos).reshape(-1)
+        ends = np.arange(seq_len - 1, lanes.size * seq_len, seq_len)
+        owner = None
+    else:
+        owner, offset = _ragged_arange(seq)
+        ends = np.cumsum(seq) - 1
+        slots = index.slots_of(lanes[owner], starts[owner] + offset)
+    return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)), ends, owner
+
+
 class SliceSampler(Sampler):
     """Samples slices of trajectories: ``num_slices`` runs of consecutive steps per batch.
 
@@ -404,20 +434,9 @@ class SliceSampler(Sampler):
             seq = np.minimum(lengths, seq_len) if not self.strict_length else \
                 np.full(k, seq_len, dtype=np.int64)
             rel, seq = self._span_starts(u, lengths, seq, span)
-        starts = chosen[:, START] + rel
-        lanes = chosen[:, LANE]
-        if seq is None or (seq == seq_len).all():
-            pos = starts[:, None] + np.arange(seq_len)
-            slots = index.slots_of(lanes[:, None], pos).reshape(-1)
-            ends = np.arange(seq_len - 1, k * seq_len, seq_len)
-        else:
-            total = int(seq.sum())
-            owner = np.repeat(np.arange(k), seq)
-            ends = np.cumsum(seq) - 1
-            offset = np.arange(total) - np.repeat(ends + 1 - seq, seq)
-            slots = index.slots_of(lanes[owner], starts[owner] + offset)
-        slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
-        return slots_t, self._truncation_info(storage, slots_t, ends)
+        slots, ends, _ = _slice_slots(index, chosen[:, LANE], chosen[:, START] + rel, seq,
+                                      seq_len)
+        return slots, self._truncation_info(storage, slots, ends)
 
     @staticmethod
     def _span_starts(u: np.ndarray, lengths: np.ndarray, seq: np.ndarray,
