@@ -178,7 +178,7 @@ class TensorStorage(Storage):
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
         if storage is not None:
-            td, _, _ = self._to_td(storage, batched=True, ndim=ndim)
+            td, kind, extra = self._to_td(storage, batched=True, ndim=ndim)
             if td.batch_dims < ndim:
                 raise ValueError(f"storage has {td.batch_dims} batch dims, fewer than ndim={ndim}.")
             slots = math.prod(td.batch_size[:ndim])
@@ -198,7 +198,6 @@ class TensorStorage(Storage):
         self._treespec: Any = None
         self._tc_cls: Any = None
         if storage is not None:
-            td, kind, extra = self._to_td(storage, batched=True, ndim=ndim)
             self._set_kind(kind, extra)
             self._adopt(td)
             self._len_rows = self._td.batch_size[0]
