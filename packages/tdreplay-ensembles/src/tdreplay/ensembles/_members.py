@@ -72,17 +72,23 @@ def members_state_dict(members: Sequence[Any]) -> dict[str, Any]:
 
 
 def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str) -> None:
-    """Raise ``ValueError`` unless ``state_dict`` has exactly one entry per member."""
+    """Raise ``ValueError`` unless ``state_dict`` has exactly one entry per member and each
+    member that can check its entry (samplers, writers: ``check_state_dict``) accepts it."""
     if not isinstance(state_dict, dict):
         raise ValueError(f"a {kind} state_dict must be a dict, got {type(state_dict).__name__}.")
     expected = {str(i) for i in range(len(members))}
     if set(state_dict) != expected:
         raise ValueError(f"{kind} state_dict must have one entry per member, keys "
                          f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
+    for i, member in enumerate(members):
+        check = getattr(member, "check_state_dict", None)
+        if check is not None:
+            check(state_dict[str(i)])
 
 
 def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], kind: str) -> None:
-    """Load each member's entry; if one fails, restore the members already loaded.
+    """Check ``state_dict`` (:func:`check_members_state_dict`), then load each member's entry;
+    if one fails, restore the members already loaded.
 
     Each member's state is taken just before it is loaded, so a failure leaves every member
     as it was.

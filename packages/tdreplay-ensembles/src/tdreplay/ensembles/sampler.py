@@ -295,12 +295,9 @@ class SamplerEnsemble(Sampler):
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
-        for i, sampler in enumerate(self._samplers):
-            sampler.check_state_dict(state_dict[str(i)])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; on failure every sampler is left as it was."""
-        self.check_state_dict(state_dict)
         load_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
 
     def dumps(self, path: Any) -> None:

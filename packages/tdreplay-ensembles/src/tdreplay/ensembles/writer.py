@@ -107,12 +107,9 @@ class WriterEnsemble(Writer):
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_members_state_dict(self._writers, state_dict, "WriterEnsemble")
-        for i, writer in enumerate(self._writers):
-            writer.check_state_dict(state_dict[str(i)])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; on failure every writer is left as it was."""
-        self.check_state_dict(state_dict)
         load_members_state_dict(self._writers, state_dict, "WriterEnsemble")
 
     def dumps(self, path: Any) -> None:
