@@ -424,7 +424,7 @@ class TensorStorage(Storage):
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, tuple) and self._td is not None:
-            td, kind, _ = self._to_td(value, batched=True, ndim=self.ndim)
+            td, _, _ = self._to_td(value, batched=True, ndim=self.ndim)
             self._td[: self._len_rows][index] = td
             return
         super().__setitem__(index, value)
@@ -459,9 +459,6 @@ class TensorStorage(Storage):
 
     def __len__(self) -> int:
         return self._len_rows * self.row_numel
-
-    def default_collate(self, data: Any) -> Any:
-        return data
 
     # ---- in-place edits --------------------------------------------------------------------------
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
