@@ -144,13 +144,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         return np.maximum(np.minimum(lengths, seq_len) - overhang, 1)
 
     def _room(self, index: TrajectoryIndex, starts: np.ndarray, seq_len: int
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """For start slots: whether they can start a slice, and how many steps follow them."""
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For start slots: whether they can start a slice, their lanes and positions, and how
+        many steps follow them."""
         rec = index.rec[index.slot_rec[starts]]
         pos = index.positions_of(starts)
         remaining = rec[:, START] + rec[:, LEN] - pos
         need = self._min_steps(rec[:, LEN], seq_len)
-        return (need > 0) & (remaining >= need), remaining
+        return (need > 0) & (remaining >= need), rec[:, LANE], pos, remaining
 
     def _masked_starts(self, index: TrajectoryIndex, seq_len: int) -> torch.Tensor:
         """Slots of every step that cannot start a slice (the tail of each trajectory)."""
@@ -168,18 +169,21 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         return slots.cpu().numpy(), info[PRIORITY_WEIGHT_KEY].cpu()
 
     def _draw_starts(self, storage: Storage, index: TrajectoryIndex, k: int, seq_len: int
-                     ) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-        """``k`` start slots drawn by priority among valid starts, their room and weights."""
-        starts, rooms, weights = [], [], []
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
+        """``k`` starts drawn by priority among valid starts: lanes, positions, room, weights."""
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]] = []
+
+        def draw(n: int, limit: int) -> int:
+            """Draw ``n`` steps, keep the first ``limit`` that can start a slice."""
+            cand, w = self._draw(storage, n)
+            ok, lanes, pos, room = self._room(index, cand, seq_len)
+            keep = np.flatnonzero(ok)[:limit]
+            parts.append((lanes[keep], pos[keep], room[keep], w[torch.from_numpy(keep)]))
+            return keep.size
+
         need = k
         for _ in range(_REJECTION_ROUNDS):
-            cand, w = self._draw(storage, need + need // 2 + 8)
-            ok, room = self._room(index, cand, seq_len)
-            keep = np.flatnonzero(ok)[:need]
-            starts.append(cand[keep])
-            rooms.append(room[keep])
-            weights.append(w[torch.from_numpy(keep)])
-            need -= keep.size
+            need -= draw(need + need // 2 + 8, need)
             if need == 0:
                 break
         else:
@@ -193,16 +197,11 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
                              else 0.0)
             try:
                 while need:
-                    cand, w = self._draw(storage, need)
-                    ok, room = self._room(index, cand, seq_len)
-                    keep = np.flatnonzero(ok)
-                    starts.append(cand[keep])
-                    rooms.append(room[keep])
-                    weights.append(w[torch.from_numpy(keep)])
-                    need -= keep.size
+                    need -= draw(need, need)
             finally:
                 self._sum.update(masked, saved)
-        return np.concatenate(starts), np.concatenate(rooms), torch.cat(weights)
+        lanes, pos, room, weights = zip(*parts)
+        return np.concatenate(lanes), np.concatenate(pos), np.concatenate(room), torch.cat(weights)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, seq_len = self._slice_shape(batch_size)
@@ -211,10 +210,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         index = self._sync(storage)
         if index.num_trajectories == 0:
             raise RuntimeError("the buffer holds no trajectory to sample from.")
-        starts, room, weights = self._draw_starts(storage, index, num_slices, seq_len)
-        seq = np.minimum(room, seq_len)
-        lanes = index.rec[index.slot_rec[starts], LANE]
-        slots, ends, owner = _slice_slots(index, lanes, index.positions_of(starts), seq, seq_len)
+        lanes, first, room, weights = self._draw_starts(storage, index, num_slices, seq_len)
+        slots, ends, owner = _slice_slots(index, lanes, first, np.minimum(room, seq_len), seq_len)
         info = self._truncation_info(storage, slots, ends)
         # (repeat_interleave with a tensor of repeats costs milliseconds on CPU)
         info[PRIORITY_WEIGHT_KEY] = weights.repeat_interleave(seq_len) if owner is None \
