@@ -449,6 +449,42 @@ def test_tensordict_buffer_does_not_store_index_of_reextended_data():
     assert td["index"].tolist() == [3, 4, 5]
 
 
+class GenerationSampler(RandomSampler):
+    """A sampler with per-item bookkeeping (the write count of a slot), as a prioritized one."""
+
+    info_keys = ("generation",)
+    update_keys = ("generation",)
+
+    def __init__(self) -> None:
+        self.generation = torch.zeros(10, dtype=torch.long)
+
+    def extend(self, slots: torch.Tensor) -> None:
+        self.generation[slots] += 1
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        index, _ = super().sample(storage, batch_size)
+        return index, self.item_info(index)
+
+    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"generation": self.generation[slots]}
+
+
+def test_tensordict_buffer_refreshes_bookkeeping_of_a_reextended_lazy_stack():
+    # items of different shapes: the sample is a lazy stack with -1 in its batch size, whose
+    # per-item entries ("index", the sampler's "generation") are set item by item
+    rb = TensorDictReplayBuffer(storage=ListStorage(10), sampler=GenerationSampler(),
+                                batch_size=3, generator=torch.Generator().manual_seed(0))
+    rb.extend(LazyStackedTensorDict(*[TensorDict({"x": torch.zeros(n)}, [n])
+                                      for n in range(1, 5)]))
+    sample = rb.sample()
+    assert sample.batch_size[1] == -1
+    slots = rb.extend(sample)
+    assert slots.tolist() == [4, 5, 6]
+    for item, slot in zip(sample.tensordicts, slots.tolist()):
+        assert item["index"].unique().tolist() == [slot]
+        assert item["generation"].unique().tolist() == [1]
+
+
 def test_tensordict_buffer_sample_of_differently_shaped_items_leaves_them_unchanged():
     # such a sample is a lazy stack: "index" is set in each of its items, never in storage
     rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=8,

@@ -68,6 +68,13 @@ def _check_count(value: Any, name: str, minimum: int) -> int | None:
     return value
 
 
+def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
+    """``value``, shaped as the leading dims of ``batch_size``, repeated over the other ones."""
+    if value.ndim == len(batch_size):
+        return value
+    return value.reshape(value.shape + (1,) * (len(batch_size) - value.ndim)).expand(batch_size)
+
+
 def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     """Set ``value[i]`` in item ``i`` of a lazy stack of differently shaped TensorDicts.
 
@@ -82,7 +89,24 @@ def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     if any(v.shape != sub.batch_size[: v.ndim] for sub, v in zip(items, value)):
         return False
     for sub, v in zip(items, value):
-        sub.set(key, v.reshape(v.shape + (1,) * (sub.batch_dims - v.ndim)).expand(sub.batch_size))
+        sub.set(key, _repeat_over(v, sub.batch_size))
+    return True
+
+
+def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
+    """Set ``value`` (one entry per item of ``td``'s leading batch dims) over all of ``td``.
+
+    The value moves to ``td``'s device and is repeated over the batch dims it lacks; a lazy
+    stack of differently shaped TensorDicts gets it item by item. Returns False (and sets
+    nothing) when the value's shape does not start ``td``'s batch size.
+    """
+    if -1 in td.batch_size:
+        return _set_per_item(td, key, value)
+    if value.shape != td.batch_size[: value.ndim]:
+        return False
+    if td.device is not None and value.device != td.device:
+        value = value.to(td.device)
+    td.set(key, _repeat_over(value, td.batch_size))
     return True
 
 
@@ -728,9 +752,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return
         info = self._sampler.item_info(slots)
         for key in keys:
-            value = info[key]
-            value = value.reshape(value.shape + (1,) * (td.batch_dims - value.ndim))
-            td.set(key, value.expand(td.batch_size).to(td.device or value.device))
+            _set_per_row(td, key, info[key])
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         if not is_tensor_collection(data):
@@ -748,17 +770,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     @staticmethod
     def _set_index(td: TensorDictBase, slots: torch.Tensor) -> None:
-        if td.is_locked:
-            return
-        if -1 in td.batch_size:  # a lazy stack of differently shaped items
-            _set_per_item(td, "index", slots)
-            return
-        if slots.shape != td.batch_size[: slots.ndim]:
-            return
-        if slots.device != td.device and td.device is not None:
-            slots = slots.to(td.device)
-        td.set("index", slots.reshape(slots.shape + (1,) * (td.batch_dims - slots.ndim))
-               .expand(td.batch_size) if td.batch_dims > slots.ndim else slots)
+        if not td.is_locked:
+            _set_per_row(td, "index", slots)
 
     def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
@@ -776,7 +789,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if value.shape[: len(batch)] == batch:
                 pass
             elif value.shape == batch[: value.ndim]:
-                value = value.reshape(value.shape + (1,) * (len(batch) - value.ndim)).expand(batch)
+                value = _repeat_over(value, batch)
             elif value.ndim >= 1 and value.shape[0] == batch.numel():
                 value = value.reshape(batch + value.shape[1:])
             else:
