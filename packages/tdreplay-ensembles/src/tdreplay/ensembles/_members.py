@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict, is_tensor_collection
 
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
@@ -64,6 +65,24 @@ def select_members(index: Any, n: int, kind: str) -> int | list[int]:
         return positions
     raise TypeError(f"{kind} are indexed by an int, a slice, a sequence of ints or a 1-D integer "
                     f"tensor, got {type(index).__name__}.")
+
+
+def index_parts(index: Any, expects: str) -> list[tuple[torch.Tensor, Any]]:
+    """``(buffer_ids, slots)`` of each part of an ensemble index (one row per part).
+
+    A dense TensorDict (what a ``SamplerEnsemble`` draws) is split entry by entry, without
+    building one TensorDict per part; a lazy stack or a list is split into its part TensorDicts,
+    each of which must hold ``"index"`` and ``"buffer_ids"`` (else ``TypeError(expects)``).
+    """
+    if isinstance(index, TensorDict) and index.batch_dims and "index" in index.keys() \
+            and "buffer_ids" in index.keys():
+        return list(zip(index.get("buffer_ids").unbind(0), index.get("index").unbind(0)))
+    parts = list(index.unbind(0)) if is_tensor_collection(index) else list(index)
+    for part in parts:
+        if not is_tensor_collection(part) or "index" not in part.keys() \
+                or "buffer_ids" not in part.keys():
+            raise TypeError(expects)
+    return [(part.get("buffer_ids"), part.get("index")) for part in parts]
 
 
 def members_state_dict(members: Sequence[Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from tdreplay.core.sampler import _check_batch_size
 from ._members import (
     check_members_state_dict,
     dump_members,
+    index_parts,
     load_members_state_dict,
     members_state_dict,
     prepare_members,
@@ -223,26 +224,22 @@ class SamplerEnsemble(Sampler):
         ``index`` is an ensemble index (as :meth:`sample` returns, or ``sample["index"]``);
         ``priority`` has its shape (or broadcasts to it).
         """
-        stacked = is_tensor_collection(index)
-        parts = list(index.unbind(0)) if stacked else list(index)
-        if stacked:
+        if is_tensor_collection(index):
             priority = torch.as_tensor(priority)
             if not priority.ndim:
                 priority = priority.expand(index.batch_size)
             elif priority.shape != index.batch_size:
                 raise ValueError(f"priority must have the index's shape {tuple(index.batch_size)}, "
                                  f"got {tuple(priority.shape)}.")
-        elif not isinstance(priority, (list, tuple)) or len(priority) != len(parts):
-            raise ValueError(f"with a list index of {len(parts)} parts, priority must be a list "
-                             "with one entry per part.")
-        for position, part in enumerate(parts):
-            if not is_tensor_collection(part) or "buffer_ids" not in part.keys() \
-                    or "index" not in part.keys():
-                raise TypeError("update_priority expects an ensemble index: a TensorDict with "
-                                "'index' and 'buffer_ids' entries (e.g. sample['index']).")
-            buffer_id = select_members(int(part.get("buffer_ids").reshape(-1)[0]),
-                                       len(self._samplers), "samplers")
-            slots = part.get("index")
+        else:
+            index = list(index)
+            if not isinstance(priority, (list, tuple)) or len(priority) != len(index):
+                raise ValueError(f"with a list index of {len(index)} parts, priority must be a "
+                                 "list with one entry per part.")
+        parts = index_parts(index, "update_priority expects an ensemble index: a TensorDict with "
+                                   "'index' and 'buffer_ids' entries (e.g. sample['index']).")
+        for position, (ids, slots) in enumerate(parts):
+            buffer_id = select_members(int(ids.reshape(-1)[0]), len(self._samplers), "samplers")
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
             self._samplers[buffer_id].update_priority(
                 slots, part_priority,

@@ -7,14 +7,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from tensordict import TensorDict, is_tensor_collection
-
 from tdreplay.core import Compose, Storage, StorageCheckpointerBase, Transform
 from tdreplay.core.transform import as_transform
 
 from ._members import (
     dump_members,
+    index_parts,
     load_members_state_dict,
     members_state_dict,
     prepare_members,
@@ -48,26 +46,6 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
 
     def prepare_load(self, storage: StorageEnsemble, path: Path) -> Callable[[], None]:
         return prepare_members(storage.storages, path, "StorageEnsemble")
-
-
-def _index_parts(index: Any) -> list[tuple[torch.Tensor, Any]]:
-    """``(buffer_ids, rows)`` of each part of an ensemble index.
-
-    A dense TensorDict (what :class:`SamplerEnsemble` draws) is split entry by entry, without
-    building one TensorDict per part; a lazy stack or a list is split into its part TensorDicts.
-    """
-    if isinstance(index, TensorDict) and index.batch_dims and "index" in index.keys() \
-            and "buffer_ids" in index.keys():
-        return list(zip(index.get("buffer_ids").unbind(0), index.get("index").unbind(0)))
-    parts = list(index.unbind(0)) if is_tensor_collection(index) else list(index)
-    for part in parts:
-        if not is_tensor_collection(part) or "index" not in part.keys() \
-                or "buffer_ids" not in part.keys():
-            raise TypeError(
-                "StorageEnsemble.get expects the index a SamplerEnsemble draws: a TensorDict "
-                "with 'index' and 'buffer_ids' entries, one row per part."
-            )
-    return [(part.get("buffer_ids"), part.get("index")) for part in parts]
 
 
 def _as_compose(transform: Any, position: int) -> Compose | None:
@@ -170,8 +148,11 @@ class StorageEnsemble(Storage):
         dimension runs over the parts; each part holds ``"index"`` (slots in its storage) and
         ``"buffer_ids"`` (its storage, one id or one per slot).
         """
+        parts = index_parts(index, "StorageEnsemble.get expects the index a SamplerEnsemble draws: "
+                                   "a TensorDict with 'index' and 'buffer_ids' entries, one row "
+                                   "per part.")
         out = []
-        for position, (ids, rows) in enumerate(_index_parts(index)):
+        for position, (ids, rows) in enumerate(parts):
             ids = ids.reshape(-1)
             if ids.numel() == 0 or bool((ids != ids[0]).any()):
                 raise ValueError(f"part {position} of the index must come from one buffer, got "
