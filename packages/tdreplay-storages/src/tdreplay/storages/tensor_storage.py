@@ -107,24 +107,13 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     def prepare_load(self, storage: TensorStorage, path: Any) -> Any:
         from tdreplay.core.checkpoint import CheckpointError, read_json
 
+        from .checkpointers import _check_meta, _check_written_by, check_file_table
+
         meta = read_json(path / "storage.json")
-        written_by = meta.get("checkpointer", type(self).__name__)
-        if written_by != type(self).__name__:
-            raise CheckpointError(
-                f"this storage was saved by {written_by} but the storage's checkpointer is a "
-                f"{type(self).__name__}: set storage.checkpointer = {written_by}(...) before "
-                "loading."
-            )
-        for name in ("max_size", "ndim"):
-            if meta[name] != getattr(storage, name):
-                raise CheckpointError(
-                    f"checkpoint storage has {name}={meta[name]} but this storage has "
-                    f"{name}={getattr(storage, name)}."
-                )
+        _check_written_by(meta, self)
+        _check_meta(storage, meta)
         if not meta["initialized"]:
             return storage._empty
-        from .checkpointers import check_file_table
-
         # sizes first: load_memmap would zero-extend a truncated file
         check_file_table(path / "data", meta.get("files", {}))
         try:
