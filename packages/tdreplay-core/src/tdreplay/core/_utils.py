@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
-from torch.utils._pytree import tree_flatten, tree_leaves
+from torch.utils._pytree import tree_leaves
 
 INT_TYPES = (int, np.integer)
 
@@ -79,11 +79,6 @@ def leading_dim(data: Any) -> int:
         raise ValueError("every leaf of a pytree passed to extend must share the same leading "
                          f"dimension, got leading sizes {sorted(map(str, sizes))}.")
     return sizes.pop()
-
-
-def pytree_structure(data: Any) -> Any:
-    """Return the treespec of a pytree (used to check that written items agree)."""
-    return tree_flatten(data)[1]
 
 
 def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:

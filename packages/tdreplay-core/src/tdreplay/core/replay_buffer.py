@@ -176,7 +176,6 @@ class ReplayBuffer:
         self._writer.register_storage(self._storage)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
-        self._user_collate = collate_fn
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
@@ -238,7 +237,6 @@ class ReplayBuffer:
             previous = self._storage
             self._storage = storage
             self._writer.register_storage(storage)
-            self._user_collate = collate_fn
             self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
             self._clear_prefetch()
         return previous
