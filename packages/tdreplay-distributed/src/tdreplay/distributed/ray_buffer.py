@@ -355,10 +355,6 @@ class RayReplayBuffer:
         """The remote buffer's ``priority_key`` (TensorDict buffers), else ``None``."""
         return self._info.get("priority_key")
 
-    def _update_keys(self) -> tuple[str, ...]:
-        """Sample entries the remote sampler wants back with priority updates."""
-        return tuple(self._info.get("update_keys", ()))
-
     @property
     def max_size(self) -> int:
         """Slots of the remote buffer's storage."""
@@ -399,11 +395,17 @@ class RayReplayBuffer:
         Only ``index``, the priority entry and the entries the sampler asks back
         (``update_keys``, e.g. ``write_generation``) are sent.
         """
+        self._call("update_tensordict_priority", pack(self._priority_entries(data)))
+
+    def _priority_entries(self, data: Any) -> Any:
+        """``data`` reduced to what a priority update reads: ``index``, the priority entry and
+        the entries the remote sampler asks back (``update_keys``)."""
         if not is_tensor_collection(data):
             raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
-        keys = [k for k in ("index", self.priority_key, *self._update_keys())
-                if k is not None and k in data.keys()]
-        self._call("update_tensordict_priority", pack(data.select(*keys)))
+        present = data.keys()
+        keys = [k for k in ("index", self.priority_key, *self._info.get("update_keys", ()))
+                if k is not None and k in present]
+        return data.select(*keys)
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item (and reset the write count by default)."""
