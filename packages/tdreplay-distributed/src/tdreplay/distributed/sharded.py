@@ -253,9 +253,6 @@ class ShardedReplayBuffer:
     def priority_key(self) -> str | None:
         return self._shards[0].priority_key
 
-    def _update_keys(self) -> tuple[str, ...]:
-        return self._shards[0]._update_keys()
-
     @property
     def call_timeout(self) -> float | None:
         """Seconds a call (over all shards) waits for its answers."""
@@ -373,14 +370,10 @@ class ShardedReplayBuffer:
 
     def update_tensordict_priority(self, data: Any) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
-        if not is_tensor_collection(data):
-            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        data = self._shards[0]._priority_entries(data)  # the shards are built alike
         if "index" not in data.keys():
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
                            "and extended TensorDicts carry one).")
-        keys = [k for k in ("index", self.priority_key, *self._update_keys())
-                if k is not None and k in data.keys()]
-        data = data.select(*keys)
         index = data.get("index")
         if index.ndim == 0 or data.batch_dims == 0:
             data, index = data.unsqueeze(0), index.reshape(1)
