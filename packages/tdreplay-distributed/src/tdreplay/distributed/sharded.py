@@ -377,9 +377,8 @@ class ShardedReplayBuffer:
         index = data.get("index")
         if index.ndim == 0 or data.batch_dims == 0:
             data, index = data.unsqueeze(0), index.reshape(1)
-        first = index.reshape(index.shape[0], -1)[:, 0]  # a row's slots share a shard
-        _, shard_of = self._split(first)
-        self._split(index)  # every slot in range
+        _, slot_shard = self._split(index)  # every slot in range
+        shard_of = slot_shard.reshape(index.shape[0], -1)[:, 0]  # a row's slots share a shard
         calls = []
         for k in range(self.num_shards):
             rows = (shard_of == k).nonzero().squeeze(-1)
