@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
+from tdreplay.core.replay_buffer import _check_component
 
 from ._members import select_members
 from .collate import stack_parts
@@ -76,11 +77,6 @@ def _check_collate_fns(collate_fns: Any, n: int) -> list[Callable[[Any], Any]] |
         if not callable(fn):
             raise TypeError(f"collate_fns[{i}] must be callable, got {type(fn).__name__}.")
     return list(collate_fns)
-
-
-def _check_component(value: Any, kind: type, name: str) -> None:
-    if not isinstance(value, kind):
-        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}.")
 
 
 class ReplayBufferEnsemble(ReplayBuffer):
