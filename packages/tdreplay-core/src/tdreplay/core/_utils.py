@@ -81,6 +81,13 @@ def leading_dim(data: Any) -> int:
     return sizes.pop()
 
 
+def check_instance(value: Any, kind: type, name: str) -> Any:
+    """Return ``value``; raise a ``TypeError`` naming ``name`` unless it is a ``kind`` instance."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
+    return value
+
+
 def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
     """Raise a ``TypeError`` naming ``name`` unless ``data`` is a tensor collection."""
     if not is_tensor_collection(data):

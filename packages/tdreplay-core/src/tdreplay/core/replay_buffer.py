@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from ._utils import leading_dim
+from ._utils import check_instance, leading_dim
 from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
@@ -110,12 +110,6 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-def _check_component(value: Any, kind: type, name: str) -> Any:
-    if not isinstance(value, kind):
-        raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
-    return value
-
-
 class ReplayBuffer:
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
@@ -167,12 +161,12 @@ class ReplayBuffer:
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
-        self._storage = _check_component(storage if storage is not None else ListStorage(1000),
-                                         Storage, "storage")
-        self._sampler = _check_component(sampler if sampler is not None else RandomSampler(),
-                                         Sampler, "sampler")
-        self._writer = _check_component(writer if writer is not None else RoundRobinWriter(),
-                                        Writer, "writer")
+        self._storage = check_instance(storage if storage is not None else ListStorage(1000),
+                                       Storage, "storage")
+        self._sampler = check_instance(sampler if sampler is not None else RandomSampler(),
+                                       Sampler, "sampler")
+        self._writer = check_instance(writer if writer is not None else RoundRobinWriter(),
+                                      Writer, "writer")
         self._writer.register_storage(self._storage)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
@@ -232,7 +226,7 @@ class ReplayBuffer:
     def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
                     ) -> Storage:
         """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
-        _check_component(storage, Storage, "storage")
+        check_instance(storage, Storage, "storage")
         with self._lock:
             previous = self._storage
             self._storage = storage
@@ -243,7 +237,7 @@ class ReplayBuffer:
 
     def set_sampler(self, sampler: Sampler) -> Sampler:
         """Replace the sampler; returns the previous one."""
-        _check_component(sampler, Sampler, "sampler")
+        check_instance(sampler, Sampler, "sampler")
         with self._lock:
             previous = self._sampler
             self._sampler = sampler
@@ -254,7 +248,7 @@ class ReplayBuffer:
 
     def set_writer(self, writer: Writer) -> Writer:
         """Replace the writer; returns the previous one."""
-        _check_component(writer, Writer, "writer")
+        check_instance(writer, Writer, "writer")
         with self._lock:
             previous = self._writer
             self._writer = writer

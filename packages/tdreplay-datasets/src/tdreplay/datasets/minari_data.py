@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
+from tdreplay.core._utils import check_instance
 
 from ._files import publish, remove_empty_dirs, staging_dir
 from ._minari_ted import episode_to_ted
@@ -335,9 +336,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
         for value, kind, name in ((sampler, Sampler, "sampler"), (writer, Writer, "writer")):
-            if value is not None and not isinstance(value, kind):
-                raise TypeError(f"{name} must be a {kind.__name__} instance, got "
-                                f"{type(value).__name__}.")
+            if value is not None:
+                check_instance(value, kind, name)
         self.download = download
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.split_trajs = bool(split_trajs)
