@@ -124,7 +124,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def mark_update(self, slots: torch.Tensor) -> None:
         PrioritizedSampler.extend(self, slots)  # rewritten steps get the max priority again
-        self._index.note_update()
+        self._rewritten()
 
     def _empty(self) -> None:
         PrioritizedSampler._empty(self)

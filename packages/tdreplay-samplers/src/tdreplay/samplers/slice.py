@@ -248,12 +248,16 @@ class SliceSampler(Sampler):
         self._index.note_write(slots)
 
     def mark_update(self, slots: torch.Tensor) -> None:
-        self._index.note_update()
+        self._rewritten()
 
     def mark_edited(self, keys: list[Any] | None = None) -> None:
         """Entries edited in place: recompute the trajectories if their signals may have changed."""
         if self._edits_signals(keys):
-            self._index.note_update()
+            self._rewritten()
+
+    def _rewritten(self) -> None:
+        """Written steps changed in place: the trajectories are recomputed at the next batch."""
+        self._index.note_update()
 
     def _edits_signals(self, keys: list[Any] | None) -> bool:
         if self._static_traj is not None or self._static_ends is not None:
@@ -592,13 +596,9 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         super().extend(slots)
         self._stale = True
 
-    def mark_update(self, slots: torch.Tensor) -> None:
-        super().mark_update(slots)
+    def _rewritten(self) -> None:
+        super()._rewritten()
         self._stale = True
-
-    def mark_edited(self, keys: list[Any] | None = None) -> None:
-        super().mark_edited(keys)
-        self._stale = self._stale or self._edits_signals(keys)
 
     def _empty(self) -> None:
         super()._empty()
