@@ -47,7 +47,13 @@ from tensordict import TensorDict, TensorDictBase
 from tdreplay.core import ListStorageCheckpointer, StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
-from .tensor_storage import TensorStorage, TensorStorageCheckpointer, _leaf_keys
+from .tensor_storage import (
+    TensorStorage,
+    TensorStorageCheckpointer,
+    _as_key,
+    _key_path,
+    _leaf_keys,
+)
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -64,15 +70,6 @@ DEFAULT_REWARD_KEYS = ("reward",)
 # dtypes numpy (and h5py) cannot hold are saved as same-size integers and viewed back
 _NUMPY_STANDIN = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8,
                   torch.float8_e5m2: torch.uint8}
-
-
-def _key_path(key: Any) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
-def _as_key(path: Iterable[str]) -> Any:
-    path = tuple(path)
-    return path[0] if len(path) == 1 else path
 
 
 def _stored_path(key: tuple[str, ...]) -> tuple[str, ...]:

@@ -37,7 +37,14 @@ from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
 
-from .tensor_storage import LazyTensorStorage, _assemble, _build_tree, _leaf_keys
+from .tensor_storage import (
+    LazyTensorStorage,
+    _as_key,
+    _assemble,
+    _build_tree,
+    _key_path,
+    _leaf_keys,
+)
 
 try:  # POSIX
     import fcntl
@@ -68,7 +75,7 @@ def _dtype_from_str(name: str) -> torch.dtype:
 
 def _leaf_filename(key: Any, index: int) -> str:
     """File of a leaf: its key path as directories (``next/obs.memmap``) when safe."""
-    parts = (key,) if isinstance(key, str) else tuple(key)
+    parts = _key_path(key)
     safe = all(
         part and part not in (".", "..") and "/" not in part and "\\" not in part
         and "\0" not in part and part not in _RESERVED
@@ -378,7 +385,7 @@ class LazyMemmapStorage(LazyTensorStorage):
             "kind": self._kind,
             "treespec": treespec_dumps(self._treespec) if self._treespec is not None else None,
             "leaves": [
-                {"key": [key] if isinstance(key, str) else list(key), "file": rel,
+                {"key": list(_key_path(key)), "file": rel,
                  "dtype": str(dtype), "shape": list(shape)}
                 for key, rel, dtype, shape in self._new_files
             ],
@@ -394,7 +401,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         layout = json.loads((self._scratch_dir / _LAYOUT_FILE).read_text())
         keys, leaves = [], []
         for leaf in layout["leaves"]:
-            key = leaf["key"][0] if len(leaf["key"]) == 1 else tuple(leaf["key"])
+            key = _as_key(leaf["key"])
             mmt = MemoryMappedTensor.from_filename(
                 str(self._scratch_dir / leaf["file"]), dtype=_dtype_from_str(leaf["dtype"]),
                 shape=torch.Size(leaf["shape"]),

@@ -10,7 +10,7 @@ generic TensorDict indexing machinery.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -31,11 +31,22 @@ def _leaf_keys(td: TensorDictBase) -> list[Any]:
     return sorted(td.keys(include_nested=True, leaves_only=True), key=str)
 
 
+def _key_path(key: Any) -> tuple[str, ...]:
+    """A (nested) key as a tuple of names."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _as_key(path: Iterable[str]) -> Any:
+    """The key of a tuple of names (a plain string for one name)."""
+    path = tuple(path)
+    return path[0] if len(path) == 1 else path
+
+
 def _build_tree(keys: Sequence[Any]) -> dict:
     """Nested dict mapping each key path to the position of its leaf."""
     tree: dict = {}
     for pos, key in enumerate(keys):
-        path = (key,) if isinstance(key, str) else key
+        path = _key_path(key)
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
