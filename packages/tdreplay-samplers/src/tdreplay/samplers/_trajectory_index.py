@@ -205,7 +205,6 @@ class TrajectoryIndex:
         self.cut_after: int | None = None  # overrides newest_slot (static datasets)
         self.needs_rebuild = False
         self.pending: list[list[int]] = []  # [start slot, count, write size]
-        self.version = 0  # bumped whenever the set of trajectories may have changed
         self._storage_ref: Any = None
         self._trust_storage = False
         self._alloc_arrays(0, 0, 0)
@@ -259,7 +258,6 @@ class TrajectoryIndex:
         else:
             breaks = _EMPTY_I64
         self.newest_slot = int(arr[-1])
-        self.version += 1
         if breaks.size > 8 or len(self.pending) > _MAX_PENDING:
             # not a ring write (or far too many writes between two batches): rebuild later
             self.pending.clear()
@@ -278,7 +276,6 @@ class TrajectoryIndex:
     def note_update(self) -> None:
         """Written steps changed in place: recompute the trajectories at the next sync."""
         self.needs_rebuild = True
-        self.version += 1
 
     _rebase = False  # the write order broke the ring: re-base (flat) or isolate chunks
 
@@ -320,7 +317,6 @@ class TrajectoryIndex:
         self.needs_rebuild = True
         self._rebase = True
         self.newest_slot = -1
-        self.version += 1
 
     def _alive_slots(self) -> int:
         if self.mode == _MODE_LANES:
@@ -384,7 +380,6 @@ class TrajectoryIndex:
                           done is not None, phys + done_chunks, n0 + done_chunks, m, T,
                           max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
             done_chunks += m
-        self.version += 1
 
     def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
         """Recompute every trajectory from the storage (``O(buffer)``)."""
@@ -392,7 +387,6 @@ class TrajectoryIndex:
         filled = length // T
         self.needs_rebuild = False
         if self.mode == _MODE_LANES and (self._rebase or min(self.n_end, C) != filled):
-            self._rebase = False
             if self.multi:
                 self.mode = _MODE_ISOLATED
             else:
@@ -420,7 +414,6 @@ class TrajectoryIndex:
             self._alloc_arrays(1024, C, n_slots)
             if filled:
                 self._write(storage, reader, 0, 0, filled, remove_old=False)
-        self.version += 1
 
     def __getstate__(self) -> dict[str, Any]:
         # the storage travels with the buffer; the unpickled index trusts the one it next sees
@@ -510,7 +503,6 @@ class TrajectoryIndex:
         self.slot_rec = state["slot_rec"].numpy().copy() if self.track_slots else _EMPTY_I64
         if self.track_slots and self.slot_rec.size == 0 and self.T:
             self.needs_rebuild = True
-        self.version += 1
         self._storage_ref = None
         self._trust_storage = True
 
