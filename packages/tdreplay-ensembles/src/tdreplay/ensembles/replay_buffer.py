@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
-from tdreplay.core.replay_buffer import _check_component
+from tdreplay.core._utils import check_instance
 
 from ._members import select_members
 from .collate import stack_parts
@@ -212,9 +212,9 @@ class ReplayBufferEnsemble(ReplayBuffer):
             if missing:
                 raise ValueError("ReplayBufferEnsemble needs replay buffers, or all of storages, "
                                  f"samplers and writers (missing: {', '.join(missing)}).")
-            _check_component(storages, StorageEnsemble, "storages")
-            _check_component(samplers, SamplerEnsemble, "samplers")
-            _check_component(writers, WriterEnsemble, "writers")
+            check_instance(storages, StorageEnsemble, "storages")
+            check_instance(samplers, SamplerEnsemble, "samplers")
+            check_instance(writers, WriterEnsemble, "writers")
             if p is not None or sample_from_all or num_buffer_sampled is not None:
                 raise ValueError("p, sample_from_all and num_buffer_sampled are set on the "
                                  "SamplerEnsemble when the ensemble is built from components.")
