@@ -103,17 +103,16 @@ class CatFrames(Transform):
         self.done_key = one_key(done_key, "done_key")
 
     # ---- frame indices ---------------------------------------------------------------------
-    def _frame_index(self, start: torch.Tensor, count: int, offset: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Time index of ``count`` frames ending at ``t + offset`` for every step ``t``, clamped to
-        the trajectory start, and the mask of frames that are real (not padding).
+    def _frame_index(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Time index of the ``N`` frames ending at every step ``t``, clamped to the trajectory
+        start, and the mask of frames that are real (not padding).
 
-        ``start`` is ``[*batch, T]``; both outputs are ``[*batch, T, count]``.
+        ``start`` is ``[*batch, T]``; both outputs are ``[*batch, T, N]``.
         """
         T = start.shape[-1]
         t = torch.arange(T, device=start.device).unsqueeze(-1)
-        wanted = t + offset + torch.arange(count, device=start.device) - (count - 1)
-        wanted = wanted.expand(*start.shape, count)
+        wanted = t + torch.arange(1 - self.N, 1, device=start.device)
+        wanted = wanted.expand(*start.shape, self.N)
         first = start.unsqueeze(-1)
         real = wanted >= first
         return torch.where(real, wanted, first), real
@@ -145,18 +144,17 @@ class CatFrames(Transform):
                 raise ValueError(f"CatFrames: dim={self.dim} is not a feature dimension of entry "
                                  f"{key!r} of shape {tuple(value.shape)} (batch dims "
                                  f"{tuple(data.batch_size)}).")
-        start = trajectory_starts(last)
-        own_index, own_real = self._frame_index(start, self.N, 0)
+        own_index, own_real = self._frame_index(trajectory_starts(last))
         results = []
         for key, value in zip(self.in_keys, values):
             root_key = strip_next(key)
             root = data.get(root_key, None) if root_key is not None else None
             if isinstance(root, torch.Tensor) and root.shape == value.shape:
-                # ("next", key)[t] follows key[t]: stack key[t-N+2..t] then ("next", key)[t]
-                index, real = self._frame_index(start, self.N - 1, 0)
-                past = gather_time(root, index, batch_dims)
+                # ("next", key)[t] follows key[t]: stack key[t-N+2..t] (the last N - 1 of the N
+                # frames ending at t) then ("next", key)[t]
+                past = gather_time(root, own_index[..., 1:], batch_dims)
                 frames = torch.cat([past, value.unsqueeze(batch_dims)], batch_dims)
-                real = torch.cat([real, torch.ones_like(real[..., :1])], -1)
+                real = torch.cat([own_real[..., 1:], torch.ones_like(own_real[..., :1])], -1)
             else:
                 frames = gather_time(value, own_index, batch_dims)
                 real = own_real
