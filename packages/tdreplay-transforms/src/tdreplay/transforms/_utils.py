@@ -7,17 +7,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase
 
+from tdreplay.core._utils import ensure_tensordict
 from tdreplay.core.transform import NestedKey, _normalize_keys
 
 
 def require_tensordict(transform: Any, data: Any) -> TensorDictBase:
     """Return ``data`` if it is a TensorDict, else raise a ``TypeError`` naming ``transform``."""
-    if not is_tensor_collection(data):
-        raise TypeError(f"{type(transform).__name__} transforms TensorDicts, got "
-                        f"{type(data).__name__}.")
-    return data
+    return ensure_tensordict(data, f"the input of {type(transform).__name__}")
 
 
 def one_key(key: Any, name: str) -> NestedKey:
