@@ -15,6 +15,7 @@ import torch
 from tensordict import unravel_key
 
 from tdreplay.core import Sampler, Storage
+from tdreplay.core.sampler import _check_not_empty
 
 from ._storage_entries import MissingKeyError, StorageEntries, ends_array, ids_array, key_name
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
@@ -363,9 +364,7 @@ class SliceSampler(Sampler):
         return batch_size // self.slice_len, self.slice_len
 
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
-        n = len(storage)
-        if n == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+        n = _check_not_empty(storage)
         if seq_len > storage.max_size:
             raise ValueError(f"slices of {seq_len} steps are longer than the whole buffer "
                              f"(max_size={storage.max_size}).")

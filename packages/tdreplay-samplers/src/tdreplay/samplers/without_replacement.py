@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from tdreplay.core import Sampler, Storage
+from tdreplay.core.sampler import _check_batch_size, _check_not_empty
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -48,11 +49,8 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = False
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        n = len(storage)
-        if n == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+        _check_batch_size(batch_size)
+        n = _check_not_empty(storage)
         if self.drop_last and n < batch_size:
             raise RuntimeError(f"drop_last=True but the buffer holds {n} items, fewer than one "
                                f"batch of {batch_size}.")
