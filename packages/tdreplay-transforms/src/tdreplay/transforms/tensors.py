@@ -295,12 +295,11 @@ class DeviceCastTransform(Transform):
         self.device = torch.device(device)
         self.orig_device = torch.device(orig_device) if orig_device is not None else None
 
-    @staticmethod
-    def _move(transform: Transform, data: TensorDictBase, device: torch.device,
-              in_keys: list[NestedKey], out_keys: list[NestedKey]) -> TensorDictBase:
+    def _move(self, data: TensorDictBase, device: torch.device, in_keys: list[NestedKey],
+              out_keys: list[NestedKey]) -> TensorDictBase:
         if not in_keys:
             return data.to(device)
-        values = [transform._get(data, key) for key in in_keys]
+        values = [self._get(data, key) for key in in_keys]
         if data.device is not None and data.device != device:
             # entries on several devices: a TensorDict with a device would move them back
             data.clear_device_()
@@ -310,7 +309,7 @@ class DeviceCastTransform(Transform):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
-        return self._move(self, data, self.device, self.in_keys, self.out_keys)
+        return self._move(data, self.device, self.in_keys, self.out_keys)
 
     def inv(self, data: TensorDictBase) -> TensorDictBase:
         if self.orig_device is None:
@@ -318,7 +317,7 @@ class DeviceCastTransform(Transform):
         data = require_tensordict(self, data)
         if self.in_keys_inv:
             data = data.copy()
-        return self._move(self, data, self.orig_device, self.in_keys_inv, self.out_keys_inv)
+        return self._move(data, self.orig_device, self.in_keys_inv, self.out_keys_inv)
 
     def __repr__(self) -> str:
         return (f"DeviceCastTransform(device={self.device}, orig_device={self.orig_device}, "
