@@ -23,7 +23,6 @@ _MAX_CHANNELS = 4  # gray, gray + alpha, RGB, RGBA
 _MODES = ("nearest", "nearest-exact", "bilinear", "bicubic", "area")
 
 
-
 def _image_size(w: Any, h: Any, owner: str) -> tuple[int, int]:
     """``(w, h)`` with ``h`` defaulting to ``w``; both must be positive ints."""
     h = w if h is None else h
@@ -31,6 +30,7 @@ def _image_size(w: Any, h: Any, owner: str) -> tuple[int, int]:
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
     return w, h
+
 
 class _ImageTransform(Transform):
     """Reads images at ``in_keys`` (``["pixels"]`` by default) and writes the result at
@@ -54,9 +54,6 @@ class _ImageTransform(Transform):
         for key, result in zip(self.out_keys, results):
             data.set(key, result)
         return data
-
-    def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
-        return self._image("<tensor>", value)
 
     def _check(self, key: Any, image: Any, layout: str = "[..., C, H, W]") -> torch.Tensor:
         if not isinstance(image, torch.Tensor):
