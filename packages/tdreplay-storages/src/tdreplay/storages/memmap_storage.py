@@ -439,7 +439,7 @@ class LazyMemmapStorage(LazyTensorStorage):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         for name in ("_td_local", "_keys", "_leaves", "_flat_leaves", "_tree", "_key_set",
-                     "_inner", "_finalizer"):
+                     "_inner", "_expected_shapes", "_finalizer"):
             state.pop(name, None)
         return state
 

@@ -353,6 +353,8 @@ class TensorStorage(Storage):
                              for leaf in leaves]
         self._key_set = set(keys)
         self._inner = self._td.batch_size[1:]
+        # (lead dims, full shape of every source leaf) of the last write: see _source_leaves
+        self._expected_shapes: tuple[tuple[int, ...] | None, list[torch.Size]] = (None, [])
 
     # ---- writing ---------------------------------------------------------------------------------
     def _source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
@@ -360,13 +362,15 @@ class TensorStorage(Storage):
         out = _leaves_along_tree(td, self._tree, len(self._keys))
         if out is None:
             out = self._leaves_by_key(td)
-        nlead = len(lead)
-        for key, leaf, src in zip(self._keys, self._leaves, out):
-            if src.shape[:nlead] != lead or src.shape[nlead:] != leaf.shape[self.ndim:]:
-                raise ValueError(
-                    f"entry {key!r} has shape {tuple(src.shape)}, expected "
-                    f"{tuple(lead) + tuple(leaf.shape[self.ndim:])} for this storage."
-                )
+        cached_lead, expected = self._expected_shapes
+        if cached_lead != lead:  # writes mostly repeat one batch size: keep its shapes
+            expected = [torch.Size((*lead, *leaf.shape[self.ndim:])) for leaf in self._leaves]
+            self._expected_shapes = (lead, expected)
+        if [src.shape for src in out] != expected:
+            for key, src, shape in zip(self._keys, out, expected):
+                if src.shape != shape:
+                    raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
+                                     f"{tuple(shape)} for this storage.")
         return out
 
     def _leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
