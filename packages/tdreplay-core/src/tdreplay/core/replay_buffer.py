@@ -315,18 +315,26 @@ class ReplayBuffer:
         A list is a batch of items, a tuple one pytree batched along dim 0 of its leaves, a
         tensor or TensorDict a batch along its first dimension.
         """
+        data = self._prepare_batch(data)
+        with self._lock:
+            return self._write_batch(data)
+
+    def _prepare_batch(self, data: Any) -> Any:
+        """Check that ``data`` is a batch and run the write-side transforms (no lock held)."""
         if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
             raise TypeError(
                 "extend got a tuple (a pytree, written as one batched structure) but the storage "
                 "is a ListStorage, which stores unbound items: pass a list of items instead."
             )
         leading_dim(data)
-        data = self._write_side(data)
-        with self._lock:
-            rows = self._writer.extend(data)
-            slots = self._storage.rows_to_slots(rows)
-            if slots.numel():
-                self._sampler.extend(slots.reshape(-1))
+        return self._write_side(data)
+
+    def _write_batch(self, data: Any) -> torch.Tensor:
+        """Write a prepared batch and tell the sampler; the caller holds the lock."""
+        rows = self._writer.extend(data)
+        slots = self._storage.rows_to_slots(rows)
+        if slots.numel():
+            self._sampler.extend(slots.reshape(-1))
         return slots
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -709,9 +717,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
         present = tensordicts.keys()
         bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ()))
                        if k in present]
-        data = tensordicts.exclude(*bookkeeping) if bookkeeping else tensordicts
+        data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
+                                   else tensordicts)
         with self._lock:
-            slots = super().extend(data)
+            slots = self._write_batch(data)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries
