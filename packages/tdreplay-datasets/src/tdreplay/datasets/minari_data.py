@@ -378,12 +378,16 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         return self.root / self.dataset_id
 
     @property
+    def _split_path(self) -> Path:
+        """The dataset split into episodes: ``<root>/<dataset_id>_split`` (with or without
+        ``split_trajs``)."""
+        return self.root / (self.dataset_id + _SPLIT_SUFFIX)
+
+    @property
     def data_path(self) -> Path:
         """The data this buffer reads: ``<root>/<dataset_id>_split`` with ``split_trajs``,
         else :attr:`data_path_root`."""
-        if self.split_trajs:
-            return self.root / (self.dataset_id + _SPLIT_SUFFIX)
-        return self.data_path_root
+        return self._split_path if self.split_trajs else self.data_path_root
 
     @_classproperty
     def available_datasets(cls) -> list[str]:
@@ -407,10 +411,9 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         Empty namespace directories left under ``root`` are removed too. The buffer keeps the
         data it has mapped until it is dropped; the next construction converts again.
         """
-        super().delete()
-        for path in (self.data_path_root, self.root / (self.dataset_id + _SPLIT_SUFFIX)):
-            if path.exists():
-                shutil.rmtree(path)
+        super().delete()  # data_path and data_path_root
+        if self._split_path.exists():
+            shutil.rmtree(self._split_path)
         parents = self.data_path_root.relative_to(self.root).parents
         remove_empty_dirs([self.root / parent for parent in parents if parent != Path(".")])
 
@@ -447,12 +450,11 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             published = publish(built, target, replace=replace)
         if replace and published:
             # derived from the data just replaced
-            stale = self.root / (self.dataset_id + _SPLIT_SUFFIX)
-            if stale.exists():
-                shutil.rmtree(stale)
+            if self._split_path.exists():
+                shutil.rmtree(self._split_path)
 
     def _build_split(self, replace: bool) -> None:
-        target = self.root / (self.dataset_id + _SPLIT_SUFFIX)
+        target = self._split_path
         flat = load_memmap(self.data_path_root / _DATA)
         meta = self._read_metadata(self.data_path_root, raw=True)
         with staging_dir(target) as scratch:
