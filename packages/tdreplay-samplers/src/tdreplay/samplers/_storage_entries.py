@@ -52,11 +52,16 @@ class StorageEntries:
             self._cache_key = key
         return self._td
 
-    def describe(self, storage: Any) -> str:
-        """Which keys the storage holds, for error messages."""
+    def _example(self, storage: Any) -> Any:
+        """What tells the storage's keys: its view, or the first item of a list storage."""
         td = self._view(storage)
         if td is None and isinstance(storage, ListStorage) and len(storage):
             td = storage.get(0)
+        return td
+
+    def describe(self, storage: Any) -> str:
+        """Which keys the storage holds, for error messages."""
+        td = self._example(storage)
         if td is None or not is_tensor_collection(td):
             return f"the storage holds {type(td).__name__ if td is not None else 'no'} data, " \
                    "not TensorDicts"
@@ -64,9 +69,7 @@ class StorageEntries:
         return f"the stored TensorDicts have the keys {keys}"
 
     def has(self, storage: Any, key: Any) -> bool:
-        td = self._view(storage)
-        if td is None and isinstance(storage, ListStorage) and len(storage):
-            td = storage.get(0)
+        td = self._example(storage)
         if td is None or not is_tensor_collection(td):
             return False
         return unravel_key(key) in td.keys(include_nested=True, leaves_only=True)
