@@ -301,10 +301,13 @@ class ReplayBuffer:
         """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives."""
         data = self._write_side(data)
         with self._lock:
-            row = self._writer.add(data)
-            rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
-            slots = self._storage.rows_to_slots(rows)
-            self._sampler.extend(slots.reshape(-1))
+            return self._write_item(data)
+
+    def _write_item(self, data: Any) -> int | torch.Tensor:
+        """Write one item (write-side transforms done) and tell the sampler; lock held."""
+        rows = torch.as_tensor(self._writer.add(data), dtype=torch.long).reshape(-1)
+        slots = self._storage.rows_to_slots(rows)
+        self._sampler.extend(slots.reshape(-1))
         if self._storage.row_numel == 1 and rows.numel() == 1:
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
@@ -760,8 +763,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
                             f"{type(data).__name__}.")
         priority = self._priority_to_write(data, None)
+        item = self._write_side(data)
         with self._lock:
-            index = super().add(data)
+            index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
         if not data.is_locked:
