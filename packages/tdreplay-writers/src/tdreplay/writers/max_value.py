@@ -102,8 +102,8 @@ class TensorDictMaxValueWriter(Writer):
         self._age = 0  # how many rows were offered so far (each gets the next age)
 
     # ---- ranks ------------------------------------------------------------------------------
-    def _ranks(self, data: Any, batched: bool) -> list[float]:
-        """One float rank per offered row (a single-element list when ``batched`` is False)."""
+    def _ranks(self, data: Any, batched: bool) -> torch.Tensor:
+        """One float64 rank per offered row (a single element when ``batched`` is False)."""
         if not is_tensor_collection(data):
             raise TypeError(
                 f"{type(self).__name__} reads ranks from TensorDicts (entry {self.rank_key!r}); "
@@ -134,7 +134,7 @@ class TensorDictMaxValueWriter(Writer):
             rank = rank[:, 0]
         if torch.isnan(rank).any():
             raise ValueError(f"rank entry {self.rank_key!r} holds NaN: rows cannot be ranked.")
-        return rank.tolist()
+        return rank
 
     def _reduce(self, rank: torch.Tensor) -> torch.Tensor:
         if self.reduction == "sum":
@@ -148,9 +148,9 @@ class TensorDictMaxValueWriter(Writer):
         return rank.median(1).values
 
     # ---- planning ---------------------------------------------------------------------------
-    def _plan(self, ranks: list[float], capacity: int
+    def _plan(self, rank: torch.Tensor, capacity: int
               ) -> tuple[dict[int, int], list[_Entry], list[_Entry]]:
-        """Offer ``ranks`` to the heap (in place); return ``{row: batch position}`` and the log.
+        """Offer ``rank`` to the heap (in place); return ``{row: batch position}`` and the log.
 
         The log (entries pushed, entries popped) lets :meth:`_undo` restore the heap if the
         storage then rejects the write.
@@ -159,6 +159,7 @@ class TensorDictMaxValueWriter(Writer):
         if len(heap) > capacity:
             raise RuntimeError(f"the writer's heap holds {len(heap)} rows but the storage has "
                                f"{capacity}: was the storage replaced?")
+        ranks = rank.tolist()
         n = len(ranks)
         base_age = self._age
         positions = range(n)
@@ -167,12 +168,11 @@ class TensorDictMaxValueWriter(Writer):
             # Rows that cannot end up among the kept ones are dropped before the heap loop: when
             # full, anything at or below the minimum; and at most `capacity` rows of the batch can
             # survive (the best ones, earlier rows winning ties, as the heap would decide).
-            t = torch.tensor(ranks, dtype=torch.float64)
             keep = torch.ones(n, dtype=torch.bool)
             if free == 0:
-                keep = t > heap[0][0]
+                keep = rank > heap[0][0]
             if int(keep.sum()) > capacity:
-                order = torch.sort(torch.where(keep, t, -math.inf), descending=True, stable=True)
+                order = torch.sort(torch.where(keep, rank, -math.inf), descending=True, stable=True)
                 keep = torch.zeros(n, dtype=torch.bool)
                 keep[order.indices[:capacity]] = True
             positions = keep.nonzero().squeeze(1).tolist()
@@ -203,21 +203,21 @@ class TensorDictMaxValueWriter(Writer):
         heapq.heapify(restored)
         self._heap = restored
 
-    def _write(self, data: Any, ranks: list[float], capacity: int, single: bool) -> torch.Tensor:
-        written, pushed, popped = self._plan(ranks, capacity)
-        n = len(ranks)
+    def _write(self, data: Any, rank: torch.Tensor, capacity: int, single: bool) -> torch.Tensor:
+        written, pushed, popped = self._plan(rank, capacity)
+        n = rank.numel()
         # batch order: rows sorted by the batch position they hold
         pairs = sorted(written.items(), key=lambda rp: rp[1])
-        rows = torch.tensor([r for r, _ in pairs], dtype=torch.long)
+        row_list = [r for r, _ in pairs]
+        rows = torch.tensor(row_list, dtype=torch.long)
         if pairs:
             try:
                 if single:
-                    self.storage.set(int(rows[0]), data)
+                    self.storage.set(row_list[0], data)
                 else:
                     positions = [p for _, p in pairs]
-                    first = pairs[0][0]
-                    consecutive = rows.tolist() == list(range(first, first + n))
-                    if positions == list(range(n)) and consecutive:
+                    first = row_list[0]
+                    if positions == list(range(n)) and row_list == list(range(first, first + n)):
                         # the whole batch lands on consecutive rows: one block copy
                         self.storage.set(slice(first, first + n), data)
                     else:
@@ -232,22 +232,22 @@ class TensorDictMaxValueWriter(Writer):
     # ---- Writer API -------------------------------------------------------------------------
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         """Offer one item; return its row, or an empty tensor if it ranks too low to be kept."""
-        ranks = self._ranks(data, batched=False)
+        rank = self._ranks(data, batched=False)
         capacity = self.storage.rows_capacity_for(data, batched=False)
-        rows = self._write(data, ranks, capacity, single=True)
+        rows = self._write(data, rank, capacity, single=True)
         return int(rows[0]) if rows.numel() else rows
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Offer a batch; return the rows written (a subset of the batch, in batch order)."""
-        ranks = self._ranks(data, batched=True)
-        if not ranks:
+        rank = self._ranks(data, batched=True)
+        if not rank.numel():
             return torch.empty(0, dtype=torch.long)
         capacity = self.storage.rows_capacity_for(data, batched=True)
-        return self._write(data, ranks, capacity, single=False)
+        return self._write(data, rank, capacity, single=False)
 
     def get_insert_index(self, data: TensorDictBase) -> int | None:
         """The row ``data`` (one item) would be written to, or ``None``; changes nothing."""
-        rank = self._ranks(data, batched=False)[0]
+        rank = self._ranks(data, batched=False).item()
         capacity = self.storage.rows_capacity_for(data, batched=False)
         if len(self._heap) < capacity:
             return len(self._heap)
