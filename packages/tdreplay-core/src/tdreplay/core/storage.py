@@ -330,7 +330,7 @@ class ListStorage(Storage):
             items = [data]
         else:
             if isinstance(rows, slice):
-                rows_list = list(range(*rows.indices(self.max_size)))
+                rows_list = range(*rows.indices(self.max_size))  # within [0, max_size)
             else:
                 rows_list = as_long_tensor(rows, name="rows").reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
@@ -349,6 +349,12 @@ class ListStorage(Storage):
                 )
             if len(items) != len(rows_list):
                 raise ValueError(f"got {len(items)} items for {len(rows_list)} rows.")
+            if isinstance(rows_list, range) and rows_list.step == 1:
+                # a block (what extend writes): one slice assignment, no per-row checks
+                if rows_list and rows_list.start > len(self._storage):
+                    self._raise_gap(list(rows_list[:5]))
+                self._storage[rows_list.start:rows_list.stop] = items
+                return
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
             raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size "
@@ -356,13 +362,16 @@ class ListStorage(Storage):
         n = len(self._storage)
         appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):
-            raise IndexError(
-                f"ListStorage is filled without gaps: cannot write rows {appended[:5]} while "
-                f"{n} rows are written."
-            )
+            self._raise_gap(appended[:5])
         self._storage.extend([None] * len(appended))
         for r, item in zip(rows_list, items):
             self._storage[r] = item
+
+    def _raise_gap(self, rows: list[int]) -> None:
+        raise IndexError(
+            f"ListStorage is filled without gaps: cannot write rows {rows} while "
+            f"{len(self._storage)} rows are written."
+        )
 
     def get(self, slots: int | torch.Tensor) -> Any:
         if is_int(slots):
