@@ -16,7 +16,6 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
@@ -261,20 +260,19 @@ class CompressedListStorage(ListStorage):
         compress = self.codec.compress
         return [CompressedRow(layout, compress(raw[i].tobytes())) for i in range(n)]
 
-    def _raw(self, row: CompressedRow) -> bytes:
-        raw = self.codec.decompress(row.blob)
-        if len(raw) != row.layout.nbytes:
-            raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
-                             f"needs {row.layout.nbytes}: the codec does not round-trip.")
-        return raw
-
     def _decompress_batch(self, rows: Sequence[CompressedRow], shape: tuple[int, ...]) -> Any:
         """Rebuild rows sharing one layout as a batch of batch shape ``[*shape, *batch_size]``."""
         layout = rows[0].layout
-        buffer = torch.empty((len(rows), layout.nbytes), dtype=torch.uint8)
-        view = buffer.numpy()
+        nbytes = layout.nbytes  # one lookup for the batch (it hashes the whole layout)
+        buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
+        flat = memoryview(buffer.numpy().reshape(-1))
+        decompress = self.codec.decompress
         for i, row in enumerate(rows):
-            view[i] = np.frombuffer(self._raw(row), dtype=np.uint8)
+            raw = decompress(row.blob)
+            if len(raw) != nbytes:
+                raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
+                                 f"needs {nbytes}: the codec does not round-trip.")
+            flat[i * nbytes: (i + 1) * nbytes] = raw
         tensors = []
         offset = 0
         for _, dtype, leaf_shape in layout.leaves:
