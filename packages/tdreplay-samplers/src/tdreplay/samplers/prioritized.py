@@ -39,6 +39,7 @@ import torch
 
 from tdreplay.core import Sampler, Storage
 from tdreplay.core._utils import as_long_tensor
+from tdreplay.core.sampler import _check_batch_size, _check_not_empty
 
 from . import _prioritized_numba as _kernels
 from .segment_trees import MinSegmentTree, SumSegmentTree
@@ -448,10 +449,8 @@ class PrioritizedSampler(Sampler):
         ``info["priority_weight"]`` the importance weights ``(p_i / p_min) ** -beta`` (``dtype``)
         and ``info["write_generation"]`` the write generation of every drawn slot.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+        _check_batch_size(batch_size)
+        _check_not_empty(storage)
         self._ensure_trees(storage)
         if self._device.type == "cpu" and not float(self._sum.total()) > 0.0:
             raise RuntimeError("no written slot has a priority: the sampler was not told about "
@@ -708,6 +707,10 @@ class PrioritizedSampler(Sampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; checks everything before changing anything."""
         self.check_state_dict(state_dict)
+        self._apply_state(state_dict)
+
+    def _apply_state(self, state_dict: dict[str, Any]) -> None:
+        """Install a state that :meth:`check_state_dict` accepted (not checked again)."""
         if self._sum is None:
             backend, device = self._target(None)
         else:

@@ -223,12 +223,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     def state_dict(self) -> dict[str, Any]:
         return {**PrioritizedSampler.state_dict(self), "index": self._index.state_dict()}
 
-    _loading_priorities = False  # PrioritizedSampler.load_state_dict re-checks its own part
-
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self._loading_priorities:
-            PrioritizedSampler.check_state_dict(self, state_dict)
-            return
         if not isinstance(state_dict, dict) or "index" not in state_dict:
             raise ValueError(f"{type(self).__name__} state_dict must hold the priorities and an "
                              "'index' entry.")
@@ -238,12 +233,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
-        self._loading_priorities = True
-        try:
-            PrioritizedSampler.load_state_dict(
-                self, {k: v for k, v in state_dict.items() if k != "index"})
-        finally:
-            self._loading_priorities = False
+        self._apply_state({k: v for k, v in state_dict.items() if k != "index"})
         self._load_index(state_dict["index"])
 
     def __repr__(self) -> str:
