@@ -140,11 +140,19 @@ class RoundRobinWriter(Writer):
         if self._cursor > written:
             self._cursor = written
 
+    def _before_write(self, data: Any, cursor: int, capacity: int, batched: bool) -> Any:
+        """What is written: ``data`` itself; subclasses may return a changed copy.
+
+        Called by :meth:`add` / :meth:`extend` with the row the write starts at and the
+        storage's capacity in rows, once they are known and before anything is written.
+        """
+        return data
+
     def add(self, data: Any) -> int:
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self._cursor % capacity
-        storage.set(row, data)
+        storage.set(row, self._before_write(data, row, capacity, batched=False))
         self._cursor = (row + 1) % capacity
         self._write_count += 1
         return row
@@ -156,6 +164,7 @@ class RoundRobinWriter(Writer):
         cursor = self._cursor % capacity
         if n == 0:
             return torch.empty(0, dtype=torch.long)
+        data = self._before_write(data, cursor, capacity, batched=True)
         if cursor + n <= capacity:
             storage.set(slice(cursor, cursor + n), data)
             rows = torch.arange(cursor, cursor + n)

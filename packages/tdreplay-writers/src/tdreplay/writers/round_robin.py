@@ -28,13 +28,12 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
     ([3, 1, 2], [0, 1, 2])
     """
 
-    def _with_index(self, data: TensorDictBase, batched: bool) -> TensorDictBase:
+    def _before_write(self, data: TensorDictBase, cursor: int, capacity: int, batched: bool
+                      ) -> TensorDictBase:
         """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``."""
-        storage = self.storage
-        capacity = storage.rows_capacity_for(data, batched=batched)
         n = data.batch_size[0] if batched else 1
-        rows = (self._cursor + torch.arange(n)) % capacity
-        inner = data.batch_size[int(batched): int(batched) + storage.ndim - 1]
+        rows = (cursor + torch.arange(n)) % capacity
+        inner = data.batch_size[int(batched): int(batched) + self.storage.ndim - 1]
         numel = inner.numel()
         slots = (rows.reshape(-1, 1) * numel + torch.arange(numel)).reshape(rows.shape + inner)
         if not batched:
@@ -43,8 +42,9 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
         data.set("index", slots if data.device is None else slots.to(data.device))
         return data
 
+    # TensorDicts (or tensorclasses, converted) only, checked before anything else
     def add(self, data: Any) -> int:
-        return super().add(self._with_index(ensure_tensordict(data), batched=False))
+        return super().add(ensure_tensordict(data))
 
     def extend(self, data: Any) -> torch.Tensor:
-        return super().extend(self._with_index(ensure_tensordict(data), batched=True))
+        return super().extend(ensure_tensordict(data))
