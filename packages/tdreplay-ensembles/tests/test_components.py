@@ -372,7 +372,7 @@ def test_writer_ensemble_refuses_writes_and_sums_counts(tmp_path):
     assert state == {"0": {"cursor": 2, "write_count": 2}, "1": {"cursor": 1, "write_count": 4}}
     writers.dumps(tmp_path)
     w0.extend([9])
-    writers._empty()
+    writers.empty()
     assert writers.write_count == 0 and w0.cursor == 0
     writers.prepare_load(tmp_path)()
     assert (w0.cursor, w0.write_count, w1.cursor, w1.write_count) == (2, 2, 1, 4)

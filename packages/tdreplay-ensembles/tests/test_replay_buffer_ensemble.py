@@ -75,7 +75,7 @@ def test_build_from_buffers_shares_their_components():
     assert rb.sampler.samplers == (rb0.sampler, rb1.sampler)
     assert rb.writer.writers == (rb0.writer, rb1.writer)
     assert rb.storage.transforms == [rb0.transform, rb1.transform]
-    assert rb.collate_fns == [rb0._collate_fn, rb1._collate_fn]
+    assert rb.collate_fns == [rb0.collate_fn, rb1.collate_fn]
     assert rb.collate_fn is stack_parts and rb.batch_size == 4
 
 

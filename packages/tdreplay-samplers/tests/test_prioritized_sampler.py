@@ -202,7 +202,7 @@ def test_max_priority_within_buffer(backend):
     sampler.extend(torch.tensor([2]))  # the 3 is overwritten; the new item gets it...
     assert leaves(sampler)[2] == 3.0
     assert sampler.max_priority == 2.0  # ...but only priorities set by updates count
-    sampler._empty()
+    sampler.empty()
     assert sampler.max_priority == 1.0
 
 
@@ -326,7 +326,7 @@ def test_stale_check_can_be_turned_off(backend):
 def test_generation_never_repeats_after_empty(backend):
     sampler, storage = make(backend, 4, 4, alpha=1.0, eps=0.0)
     index, info = sampler.sample(storage, 4)
-    sampler._empty()
+    sampler.empty()
     assert leaves(sampler).sum() == 0
     sampler.extend(torch.arange(4))
     sampler.update_priority(index, torch.full((4,), 3.0), write_generation=info["write_generation"])

@@ -7,6 +7,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from ._utils import check_instance, leading_dim
+from .utils import check_instance, leading_dim
 from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
@@ -38,7 +39,7 @@ class _BufferLock:
 
     def __enter__(self) -> _BufferLock:
         self._thread_lock.acquire()
-        process_lock = getattr(self._buffer._storage, "process_lock", None)
+        process_lock = self._buffer.storage.process_lock
         if process_lock is not None:
             try:
                 process_lock.acquire()
@@ -148,6 +149,10 @@ class ReplayBuffer:
     (torch.Size([4]), 10, 10)
     """
 
+    #: Entry of a sampled TensorDict that ``update_tensordict_priority`` reads (``None``: the
+    #: buffer does not take priorities from its data; ``TensorDictReplayBuffer`` sets one).
+    priority_key: str | None = None
+
     def __init__(
         self,
         *,
@@ -219,6 +224,30 @@ class ReplayBuffer:
         return self._batch_size
 
     @property
+    def collate_fn(self) -> Callable[[Any], Any]:
+        """What turns the storage's items into a batch (set with :meth:`set_storage`)."""
+        return self._collate_fn
+
+    def locked(self) -> AbstractContextManager[Any]:
+        """The buffer's lock, as a context manager: what ``extend``, ``sample`` and the other
+        methods hold while they touch the storage, the sampler and the writer.
+
+        Code that composes buffers (an ensemble, a service) holds it to read or change several
+        components as one step. It is re-entrant: the buffer's own methods may be called under
+        it from the same thread.
+
+        Examples
+        --------
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> with rb.locked():
+        ...     _ = rb.extend([1, 2])
+        ...     n = len(rb)
+        >>> n
+        2
+        """
+        return self._lock
+
+    @property
     def write_count(self) -> int:
         """Items written through ``add`` and ``extend`` so far."""
         return self._writer.write_count
@@ -232,7 +261,7 @@ class ReplayBuffer:
             self._storage = storage
             self._writer.register_storage(storage)
             self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
-            self._clear_prefetch()
+            self.clear_prefetch()
         return previous
 
     def set_sampler(self, sampler: Sampler) -> Sampler:
@@ -243,7 +272,7 @@ class ReplayBuffer:
             self._sampler = sampler
             if self._rng is not None:
                 sampler.set_rng(self._rng)
-            self._clear_prefetch()
+            self.clear_prefetch()
         return previous
 
     def set_writer(self, writer: Writer) -> Writer:
@@ -393,16 +422,20 @@ class ReplayBuffer:
         data = self._collate_fn(data)
         # Info goes in before the read transforms, so they see where each item came from (slice
         # ends, indices), and again after them for any entry a transform dropped.
-        data = self._attach_info(data, info)
+        data = self.attach_info(data, info)
         if len(self._transform):
             data = self._transform(data)
-            data = self._attach_info(data, info, only_missing=True)
+            data = self.attach_info(data, info, only_missing=True)
         if self._pin_memory and torch.cuda.is_available():
             data = data.pin_memory()
         return data, info
 
-    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
-        """Write the sampler's info into the batch (TensorDict buffers); identity here."""
+    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
+        """Write the sampler's ``info`` (``index``, ``priority_weight``, ...) into a sampled
+        batch and return it; identity here, TensorDict buffers set the entries.
+
+        ``only_missing``: set only the entries ``data`` lacks (after read-side transforms).
+        """
         return data
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -418,7 +451,7 @@ class ReplayBuffer:
         return (data, info) if return_info else data
 
     def _sampler_is_finite(self) -> bool:
-        return bool(getattr(self._sampler, "finite_epochs", False))
+        return self._sampler.finite_epochs
 
     def _next_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         queue = self._prefetch_queue
@@ -429,7 +462,7 @@ class ReplayBuffer:
             if batch_size != self._prefetch_batch_size:
                 # without a default batch_size, each size asked for: queued batches of another
                 # size cannot be handed out
-                self._clear_prefetch()
+                self.clear_prefetch()
                 self._prefetch_batch_size = batch_size
             # top up to prefetch + 1, hand one out: exactly `prefetch` batches stay in flight
             while len(queue) < self._prefetch + 1:
@@ -441,10 +474,15 @@ class ReplayBuffer:
             except BaseException:
                 # the batches queued behind a failed one (e.g. sampled from an empty buffer)
                 # would fail too, or be stale: drop them so the next sample starts afresh
-                self._clear_prefetch()
+                self.clear_prefetch()
                 raise
 
-    def _clear_prefetch(self) -> None:
+    def clear_prefetch(self) -> None:
+        """Drop the batches sampled ahead (``prefetch``): the next sample draws afresh.
+
+        The buffer calls it whenever what a queued batch was drawn from changes (a new
+        storage or sampler, ``empty``, a restored state).
+        """
         # Drop queued batches without waiting for them: a running one may be waiting for the
         # buffer lock that our caller holds (waiting here would deadlock). Bumping the epoch
         # makes a dropped job that has not drawn yet return without touching the sampler or
@@ -509,10 +547,10 @@ class ReplayBuffer:
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item and reset the write cursor (and the write count by default)."""
         with self._lock:
-            self._clear_prefetch()
-            self._storage._empty()
-            self._writer._empty(empty_write_count)
-            self._sampler._empty()
+            self.clear_prefetch()
+            self._storage.empty()
+            self._writer.empty(empty_write_count)
+            self._sampler.empty()
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
         """Register ``hook(data) -> data`` applied to the storage contents before saving."""
@@ -543,7 +581,7 @@ class ReplayBuffer:
         with self._lock:
             self._sampler.check_state_dict(state_dict["_sampler"])
             self._writer.check_state_dict(state_dict["_writer"])
-            self._clear_prefetch()
+            self.clear_prefetch()
             self._storage.load_state_dict(state_dict["_storage"])
             self._sampler.load_state_dict(state_dict["_sampler"])
             self._writer.load_state_dict(state_dict["_writer"])
@@ -602,7 +640,7 @@ class ReplayBuffer:
                     )
                 commits.append(component.prepare_load(snap / name))
             rng_state = torch.load(snap / "rng.pt") if (snap / "rng.pt").is_file() else None
-            self._clear_prefetch()
+            self.clear_prefetch()
             for commit in commits:
                 commit()
             if rng_state is not None and self._rng is not None:
@@ -718,7 +756,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
         # bookkeeping of a previous extend or sample, never stored as data.
         present = tensordicts.keys()
-        bookkeeping = [k for k in ("index", *getattr(self._sampler, "info_keys", ()))
+        bookkeeping = [k for k in ("index", *self._sampler.info_keys)
                        if k in present]
         data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
                                    else tensordicts)
@@ -742,7 +780,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
         """The priorities ``data`` brings for a prioritized sampler, checked before any write."""
-        if update_priority is False or not getattr(self._sampler, "is_prioritized", False):
+        if update_priority is False or not self._sampler.is_prioritized:
             return None
         priority = data.get(self.priority_key, None)
         if priority is not None:
@@ -751,7 +789,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def _refresh_item_info(self, td: TensorDictBase, slots: torch.Tensor, present: Any) -> None:
         """Replace the sampler bookkeeping a re-written batch carries by that of its new rows."""
-        keys = [k for k in getattr(self._sampler, "update_keys", ()) if k in present]
+        keys = [k for k in self._sampler.update_keys if k in present]
         if not keys or td.is_locked:
             return
         info = self._sampler.item_info(slots)
@@ -778,7 +816,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not td.is_locked:
             _set_per_row(td, "index", slots)
 
-    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
+    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
             return data
         batch = data.batch_size
@@ -820,7 +858,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
         Does nothing when the sampler is not prioritized.
         """
-        if not getattr(self._sampler, "is_prioritized", False):
+        if not self._sampler.is_prioritized:
             return
         if not is_tensor_collection(data):
             raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
@@ -835,7 +873,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         # hand back what the sampler asked to see again (e.g. write generations, to skip rows
         # overwritten since the sample)
         extra = {}
-        for key in getattr(self._sampler, "update_keys", ()):
+        for key in self._sampler.update_keys:
             value = data.get(key, None)
             if value is not None:
                 extra[key] = value

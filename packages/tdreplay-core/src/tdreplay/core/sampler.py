@@ -10,6 +10,7 @@ import torch
 
 from ._stateful import StateDictCheckpointMixin
 from .storage import Storage
+from .utils import check_batch_size, check_not_empty
 
 
 class Sampler(StateDictCheckpointMixin, abc.ABC):
@@ -30,6 +31,12 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     """
 
     _rng: torch.Generator | None = None
+    #: True for samplers that keep priorities (``update_priority`` changes what is drawn); a
+    #: TensorDict buffer then writes priorities that come with the data.
+    is_prioritized: bool = False
+    #: True for samplers that run out at the end of an epoch (without replacement); a buffer
+    #: neither prefetches from them nor iterates past the epoch.
+    finite_epochs: bool = False
     #: per-item entries this sampler adds to samples (bookkeeping, never stored when a sample is
     #: written back)
     info_keys: tuple[str, ...] = ()
@@ -92,7 +99,22 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
         """Use ``generator`` for every random draw (reproducible sampling)."""
         self._rng = generator
 
-    def _empty(self) -> None:
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator of every random draw (``None``: torch's default generator).
+
+        Examples
+        --------
+        >>> s = RandomSampler()
+        >>> s.generator is None
+        True
+        >>> s.set_rng(torch.Generator().manual_seed(0))
+        >>> isinstance(s.generator, torch.Generator)
+        True
+        """
+        return self._rng
+
+    def empty(self) -> None:
         """Forget everything about written slots (called by ``ReplayBuffer.empty``)."""
 
     def state_dict(self) -> dict[str, Any]:
@@ -103,19 +125,6 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-def _check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-    return batch_size
-
-
-def _check_not_empty(storage: Storage) -> int:
-    n = len(storage)
-    if n == 0:
-        raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
-    return n
 
 
 class RandomSampler(Sampler):
@@ -132,6 +141,6 @@ class RandomSampler(Sampler):
     """
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n = _check_not_empty(storage)
-        _check_batch_size(batch_size)
+        n = check_not_empty(storage)
+        check_batch_size(batch_size)
         return torch.randint(0, n, (batch_size,), generator=self._rng), {}

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 
-from ._utils import as_long_tensor, is_int
+from .utils import as_long_tensor, is_int
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
 
@@ -66,7 +66,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
     def dumps(self, storage: ListStorage, path: Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        items = storage._apply_save_hooks(list(storage._storage))
+        items = storage.apply_save_hooks(storage.items())
         with open(path / "items.pkl", "wb") as f:
             pickle.dump(items, f, protocol=pickle.HIGHEST_PROTOCOL)
         write_json(path / "storage.json", {"class": type(storage).__name__,
@@ -83,10 +83,10 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
             )
         with open(path / "items.pkl", "rb") as f:
             items = pickle.load(f)
-        items = storage._apply_load_hooks(items)
+        items = storage.apply_load_hooks(items)
 
         def commit() -> None:
-            storage._storage = list(items)
+            storage.replace_items(items)
 
         return commit
 
@@ -137,8 +137,28 @@ class Storage(abc.ABC):
         """Index the written rows."""
 
     @abc.abstractmethod
-    def _empty(self) -> None:
-        """Forget every written item."""
+    def empty(self) -> None:
+        """Forget every written item (``ReplayBuffer.empty`` calls it under the buffer lock)."""
+
+    #: A re-entrant lock shared between processes (``acquire()`` / ``release()``), for storages
+    #: whose rows other processes write too (e.g. ``LazyMemmapStorage``); the buffer holds it
+    #: around every write and read of rows. ``None``: the storage lives in one process.
+    process_lock: Any = None
+
+    def shared_writer_counters(self) -> Any:
+        """An int64 array ``[cursor, write_count]`` in memory shared between processes, or
+        ``None`` (the default) to keep a writer's counters in the writer.
+
+        A storage written by several processes returns one, so that every process's writer
+        continues from the same position.
+        """
+        return None
+
+    @property
+    def shape(self) -> torch.Size | None:
+        """Shape of the storage's leading dimensions (``[rows, *inner]``), or ``None`` where
+        it has none (a list) or is not known yet (a lazy storage before its first write)."""
+        return None
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
@@ -267,12 +287,32 @@ class Storage(abc.ABC):
         """Register ``hook(data) -> data`` applied to the contents after they are read."""
         self._load_hooks.append(hook)
 
-    def _apply_save_hooks(self, data: Any) -> Any:
+    @property
+    def save_hooks(self) -> tuple[Callable[[Any], Any], ...]:
+        """The hooks :meth:`apply_save_hooks` runs, in registration order."""
+        return tuple(self._save_hooks)
+
+    @property
+    def load_hooks(self) -> tuple[Callable[[Any], Any], ...]:
+        """The hooks :meth:`apply_load_hooks` runs, in registration order."""
+        return tuple(self._load_hooks)
+
+    def apply_save_hooks(self, data: Any) -> Any:
+        """``data`` passed through every save hook: what a checkpointer writes.
+
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.register_save_hook(lambda items: [2 * x for x in items])
+        >>> s.apply_save_hooks([1, 2])
+        [2, 4]
+        """
         for hook in self._save_hooks:
             data = hook(data)
         return data
 
-    def _apply_load_hooks(self, data: Any) -> Any:
+    def apply_load_hooks(self, data: Any) -> Any:
+        """``data`` passed through every load hook: what a checkpointer installs."""
         for hook in self._load_hooks:
             data = hook(data)
         return data
@@ -398,8 +438,27 @@ class ListStorage(Storage):
     def __len__(self) -> int:
         return len(self._storage)
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         self._storage = []
+
+    def items(self) -> list[Any]:
+        """A new list of the written items, in row order (what checkpointers save).
+
+        Examples
+        --------
+        >>> s = ListStorage(3)
+        >>> s.set(torch.tensor([0, 1]), ["a", "b"])
+        >>> s.items()
+        ['a', 'b']
+        """
+        return list(self._storage)
+
+    def replace_items(self, items: Sequence[Any]) -> None:
+        """Make ``items`` the written rows (what checkpointers install); ``ValueError`` when
+        they do not fit in ``max_size``."""
+        if len(items) > self.max_size:
+            raise ValueError(f"items holds {len(items)} items; max_size is {self.max_size}.")
+        self._storage = list(items)
 
     def state_dict(self) -> dict[str, Any]:
         return {"storage": list(self._storage)}

@@ -162,7 +162,7 @@ def split_trajectories(
                 warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
                 return torch.nested.nested_tensor(list(x.split(splits, 0)), layout=layout)
 
-        return flat._fast_apply(nest, batch_size=[len(splits)], call_on_nested=False)
+        return flat.apply(nest, batch_size=[len(splits)], call_on_nested=False)
 
     num = starts.numel()
     max_len = int(lengths.max())

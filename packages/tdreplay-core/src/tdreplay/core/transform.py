@@ -12,24 +12,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
-NestedKey = str | tuple[str, ...]
-
-
-def _normalize_keys(keys: Any, name: str) -> list[NestedKey]:
-    if keys is None:
-        return []
-    if isinstance(keys, (str, tuple)):
-        keys = [keys]
-    out: list[NestedKey] = []
-    for key in keys:
-        if isinstance(key, str):
-            out.append(key)
-        elif isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
-            out.append(key[0] if len(key) == 1 else key)
-        else:
-            raise TypeError(f"{name} must hold str or tuple-of-str keys, got {key!r}.")
-    return out
-
+from .utils import NestedKey, normalize_keys
 
 class Transform:
     """Base class of transforms: maps ``in_keys`` to ``out_keys`` on sample, back on extend.
@@ -62,17 +45,17 @@ class Transform:
         in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
         out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
-        self.in_keys = _normalize_keys(in_keys, "in_keys")
-        self.out_keys = (_normalize_keys(out_keys, "out_keys") if out_keys is not None
+        self.in_keys = normalize_keys(in_keys, "in_keys")
+        self.out_keys = (normalize_keys(out_keys, "out_keys") if out_keys is not None
                          else list(self.in_keys))
         if len(self.in_keys) != len(self.out_keys):
             raise ValueError(
                 f"in_keys and out_keys must have the same length, got {len(self.in_keys)} "
                 f"in_keys {self.in_keys} and {len(self.out_keys)} out_keys {self.out_keys}."
             )
-        self.in_keys_inv = _normalize_keys(in_keys_inv, "in_keys_inv")
+        self.in_keys_inv = normalize_keys(in_keys_inv, "in_keys_inv")
         self.out_keys_inv = (
-            _normalize_keys(out_keys_inv, "out_keys_inv") if out_keys_inv is not None
+            normalize_keys(out_keys_inv, "out_keys_inv") if out_keys_inv is not None
             else list(self.in_keys_inv)
         )
         if len(self.in_keys_inv) != len(self.out_keys_inv):

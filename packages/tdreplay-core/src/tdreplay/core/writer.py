@@ -5,10 +5,11 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._stateful import StateDictCheckpointMixin
-from ._utils import leading_dim, slice_leading
+from .utils import leading_dim, slice_leading
 from .storage import Storage
 
 
@@ -25,52 +26,36 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``.
     """
 
-    #: Counters shared between processes, from a storage that offers them (see
-    #: :meth:`register_storage`); ``None`` keeps the counters in this object.
-    _shared_counters: Any = None
-
     def __init__(self) -> None:
         self._storage: Storage | None = None
-        self._write_count = 0
+        # [cursor, write_count]: in this object, or in memory shared between processes when
+        # the storage offers it (see register_storage)
+        self._own_counters = np.zeros(2, dtype=np.int64)
+        self._counters: Any = self._own_counters
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.
 
-        A storage shared between processes (e.g. ``LazyMemmapStorage``) offers
-        ``shared_writer_counters()``: an int64 array ``[cursor, write_count]`` in shared memory.
-        The writer then keeps its cursor and write count there, so every process writing
-        through the same storage continues from the same position.
+        A storage shared between processes (e.g. ``LazyMemmapStorage``) returns an int64 array
+        ``[cursor, write_count]`` in shared memory from ``shared_writer_counters()``. The writer
+        then keeps its cursor and write count there, so every process writing through the same
+        storage continues from the same position.
         """
         self._storage = storage
-        counters = getattr(storage, "shared_writer_counters", None)
-        self._shared_counters = counters() if counters is not None else None
-
-    def _shared_counter(self, pos: int, name: str) -> int:
-        counters = self._shared_counters
-        return self.__dict__.get(name, 0) if counters is None else int(counters[pos])
-
-    def _set_shared_counter(self, pos: int, name: str, value: int) -> None:
-        counters = self._shared_counters
-        if counters is None:
-            self.__dict__[name] = value
-        else:
-            counters[pos] = value
-
-    _write_count = property(lambda self: self._shared_counter(1, "_local_write_count"),
-                            lambda self, v: self._set_shared_counter(1, "_local_write_count", v))
+        shared = storage.shared_writer_counters()
+        self._counters = shared if shared is not None else self._own_counters
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        # shared counters are re-attached from the storage after unpickling
-        state.pop("_shared_counters", None)
+        if state["_counters"] is not state["_own_counters"]:
+            # shared counters are re-attached from the storage after unpickling
+            state["_counters"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        storage = state.get("_storage")
-        counters = getattr(storage, "shared_writer_counters", None) if storage is not None else None
-        if counters is not None:
-            self._shared_counters = _LazyCounters(storage)
+        if self._counters is None:
+            self._counters = _LazyCounters(self._storage)
 
     @property
     def storage(self) -> Storage:
@@ -88,22 +73,27 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
 
     @property
     def write_count(self) -> int:
-        """Number of items written so far."""
-        return self._write_count
+        """Number of items written so far (settable: writers count what they wrote)."""
+        return int(self._counters[1])
 
-    def _empty(self, empty_write_count: bool = True) -> None:
+    @write_count.setter
+    def write_count(self, value: int) -> None:
+        self._counters[1] = value
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Forget the write position (and the write count when ``empty_write_count``)."""
         if empty_write_count:
-            self._write_count = 0
+            self.write_count = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"write_count": self._write_count}
+        return {"write_count": self.write_count}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
-        self._write_count = int(state_dict["write_count"])
+        self.write_count = int(state_dict["write_count"])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(write_count={self._write_count})"
+        return f"{type(self).__name__}(write_count={self.write_count})"
 
 
 class RoundRobinWriter(Writer):
@@ -121,13 +111,6 @@ class RoundRobinWriter(Writer):
     ([0, 1], [2, 0], 4)
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._cursor = 0
-
-    _cursor = property(lambda self: self._shared_counter(0, "_local_cursor"),
-                       lambda self, v: self._set_shared_counter(0, "_local_cursor", v))
-
     def register_storage(self, storage: Storage) -> None:
         """Attach ``storage``; a cursor past its written rows moves back to their end.
 
@@ -137,8 +120,8 @@ class RoundRobinWriter(Writer):
         super().register_storage(storage)
         numel = storage.row_numel
         written = len(storage) // numel if numel else 0
-        if self._cursor > written:
-            self._cursor = written
+        if self.cursor > written:
+            self.cursor = written
 
     def _before_write(self, data: Any, cursor: int, capacity: int, batched: bool) -> Any:
         """What is written: ``data`` itself; subclasses may return a changed copy.
@@ -151,17 +134,17 @@ class RoundRobinWriter(Writer):
     def add(self, data: Any) -> int:
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
-        row = self._cursor % capacity
+        row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
-        self._cursor = (row + 1) % capacity
-        self._write_count += 1
+        self.cursor = (row + 1) % capacity
+        self.write_count += 1
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self.storage
         n = leading_dim(data)
         capacity = storage.rows_capacity_for(data, batched=True)
-        cursor = self._cursor % capacity
+        cursor = self.cursor % capacity
         if n == 0:
             return torch.empty(0, dtype=torch.long)
         data = self._before_write(data, cursor, capacity, batched=True)
@@ -174,29 +157,33 @@ class RoundRobinWriter(Writer):
                 storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
             else:
                 storage.set(rows, data)
-        self._cursor = (cursor + n) % capacity
-        self._write_count += n
+        self.cursor = (cursor + n) % capacity
+        self.write_count += n
         return rows
 
     @property
     def cursor(self) -> int:
-        """Next row to be written."""
-        return self._cursor
+        """Next row to be written (settable)."""
+        return int(self._counters[0])
 
-    def _empty(self, empty_write_count: bool = True) -> None:
-        super()._empty(empty_write_count)
-        self._cursor = 0
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        self._counters[0] = value
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        super().empty(empty_write_count)
+        self.cursor = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self._cursor, "write_count": self._write_count}
+        return {"cursor": self.cursor, "write_count": self.write_count}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
-        self._cursor = int(state_dict["cursor"])
-        self._write_count = int(state_dict["write_count"])
+        self.cursor = int(state_dict["cursor"])
+        self.write_count = int(state_dict["write_count"])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+        return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"
 
 
 class _LazyCounters:

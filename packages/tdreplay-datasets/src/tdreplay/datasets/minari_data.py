@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
-from tdreplay.core._utils import check_instance
+from tdreplay.core.utils import check_instance
 
 from ._files import publish, remove_empty_dirs, staging_dir
 from ._minari_ted import episode_to_ted

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
-from tdreplay.core._utils import check_instance
+from tdreplay.core.utils import check_instance
 
 from ._members import select_members
 from .collate import stack_parts
@@ -39,11 +39,11 @@ class _EnsembleLock:
         entered: list[ReplayBuffer] = []
         try:
             for rb in self._members:
-                rb._lock.__enter__()
+                rb.locked().__enter__()
                 entered.append(rb)
         except BaseException:
             for rb in reversed(entered):
-                rb._lock.__exit__(None, None, None)
+                rb.locked().__exit__(None, None, None)
             self._own.release()
             raise
         return self
@@ -51,7 +51,7 @@ class _EnsembleLock:
     def __exit__(self, *exc_info: Any) -> None:
         try:
             for rb in reversed(self._members):
-                rb._lock.__exit__(*exc_info)
+                rb.locked().__exit__(*exc_info)
         finally:
             self._own.release()
 
@@ -197,7 +197,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
                     raise TypeError(f"rbs[{i}] must be a ReplayBuffer, got {type(rb).__name__}.")
                 if isinstance(rb, ReplayBufferEnsemble):
                     raise TypeError(f"rbs[{i}] is a ReplayBufferEnsemble: ensembles do not nest.")
-            collate_fns = _check_collate_fns(collate_fns, len(rbs)) or [rb._collate_fn
+            collate_fns = _check_collate_fns(collate_fns, len(rbs)) or [rb.collate_fn
                                                                          for rb in rbs]
             storages = StorageEnsemble(*(rb.storage for rb in rbs),
                                        transforms=[rb.transform for rb in rbs])
@@ -359,7 +359,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             batch.append(data)
         return self._parts_collate(batch)
 
-    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
+    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         index = info.get("index")
         if is_tensor_collection(data):
             return self._attach_to(data, index, info, only_missing)
@@ -379,7 +379,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             return data
         # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
         # writes them; the ensemble index (a TensorDict) is written below
-        data = TensorDictReplayBuffer._attach_info(self, data, info, only_missing)
+        data = TensorDictReplayBuffer.attach_info(self, data, info, only_missing)
         if not isinstance(index, TensorDictBase):
             return data
         if only_missing and data.get("index", None) is not None:
@@ -399,10 +399,10 @@ class ReplayBufferEnsemble(ReplayBuffer):
         return data
 
     # ---- lifecycle ------------------------------------------------------------------------------
-    def _clear_prefetch(self) -> None:
-        super()._clear_prefetch()
+    def clear_prefetch(self) -> None:
+        super().clear_prefetch()
         for rb in getattr(self, "_rbs", ()):
-            rb._clear_prefetch()
+            rb.clear_prefetch()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError, Sampler, Storage
-from tdreplay.core.sampler import _check_batch_size
+from tdreplay.core.utils import check_batch_size
 
 from ._members import (
     check_members_state_dict,
@@ -198,7 +198,7 @@ class SamplerEnsemble(Sampler):
         if len(storage) != len(self._samplers):
             raise ValueError(f"the StorageEnsemble has {len(storage)} storages but the "
                              f"SamplerEnsemble has {len(self._samplers)} samplers.")
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         parts = self.num_buffer_sampled
         if batch_size % parts:
             raise ValueError(f"batch_size={batch_size} cannot be split evenly among "
@@ -263,9 +263,9 @@ class SamplerEnsemble(Sampler):
         for sampler in self._samplers:
             sampler.set_rng(generator)
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         for sampler in self._samplers:
-            sampler._empty()
+            sampler.empty()
 
     # ---- indexing -------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Sampler | SamplerEnsemble:
@@ -305,7 +305,7 @@ class SamplerEnsemble(Sampler):
         """
         path = Path(path)
         dump_members(self._samplers, path, "SamplerEnsemble")
-        torch.save([None if s._rng is None else s._rng.get_state() for s in self._samplers],
+        torch.save([None if s.generator is None else s.generator.get_state() for s in self._samplers],
                    path / RNG_FILE)
 
     def prepare_load(self, path: Any) -> Any:
@@ -321,8 +321,8 @@ class SamplerEnsemble(Sampler):
         def commit() -> None:
             install_members()
             for sampler, state in zip(self._samplers, states):
-                if state is not None and sampler._rng is not None:
-                    sampler._rng.set_state(state)
+                if state is not None and sampler.generator is not None:
+                    sampler.generator.set_state(state)
 
         return commit
 

@@ -184,9 +184,9 @@ class StorageEnsemble(Storage):
         """Number of storages."""
         return len(self._storages)
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         for storage in self._storages:
-            storage._empty()
+            storage.empty()
 
     # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -84,9 +84,9 @@ class WriterEnsemble(Writer):
         """Items written by all the writers."""
         return sum(writer.write_count for writer in self._writers)
 
-    def _empty(self, empty_write_count: bool = True) -> None:
+    def empty(self, empty_write_count: bool = True) -> None:
         for writer in self._writers:
-            writer._empty(empty_write_count)
+            writer.empty(empty_write_count)
 
     def __getitem__(self, index: Any) -> Writer | WriterEnsemble:
         """``ensemble[i]``: the i-th writer; a slice, sequence or 1-D tensor: a

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core._utils import as_long_tensor
-from tdreplay.core.sampler import _check_batch_size, _check_not_empty
+from tdreplay.core.utils import as_long_tensor
+from tdreplay.core.utils import check_batch_size, check_not_empty
 
 from . import _prioritized_numba as _kernels
 from .segment_trees import MinSegmentTree, SumSegmentTree
@@ -424,7 +424,7 @@ class PrioritizedSampler(Sampler):
         """``{"write_generation": ...}`` of ``slots`` as they are now."""
         return {WRITE_GENERATION_KEY: self.slot_generation(slots)}
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         """Forget every priority; the write clock keeps counting so old generations never match."""
         if self._sum is not None:
             clock = self._clock
@@ -449,8 +449,8 @@ class PrioritizedSampler(Sampler):
         ``info["priority_weight"]`` the importance weights ``(p_i / p_min) ** -beta`` (``dtype``)
         and ``info["write_generation"]`` the write generation of every drawn slot.
         """
-        _check_batch_size(batch_size)
-        _check_not_empty(storage)
+        check_batch_size(batch_size)
+        check_not_empty(storage)
         self._ensure_trees(storage)
         if self._device.type == "cpu" and not float(self._sum.total()) > 0.0:
             raise RuntimeError("no written slot has a priority: the sampler was not told about "

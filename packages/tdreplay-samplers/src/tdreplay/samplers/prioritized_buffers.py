@@ -105,7 +105,7 @@ class PrioritizedReplayBuffer(_PriorityUpdates, ReplayBuffer):
         super().__init__(storage=storage, sampler=sampler, **kwargs)
         sampler.place_for(storage)
 
-    def _attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
+    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         """Put ``info["priority_weight"]`` on the device of the sampled tensor (data unchanged)."""
         weight = info.get(PRIORITY_WEIGHT_KEY)
         device = getattr(data, "device", None)

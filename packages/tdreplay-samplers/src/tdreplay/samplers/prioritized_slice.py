@@ -126,9 +126,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         PrioritizedSampler.extend(self, slots)  # rewritten steps get the max priority again
         self._rewritten()
 
-    def _empty(self) -> None:
-        PrioritizedSampler._empty(self)
-        SliceSampler._empty(self)
+    def empty(self) -> None:
+        PrioritizedSampler.empty(self)
+        SliceSampler.empty(self)
 
     # ---- sampling ----------------------------------------------------------------------------
     def _min_steps(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 from tensordict import unravel_key
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.sampler import _check_not_empty
+from tdreplay.core.utils import check_not_empty
 
 from ._storage_entries import MissingKeyError, StorageEntries, ends_array, ids_array, key_name
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
@@ -275,7 +275,7 @@ class SliceSampler(Sampler):
                     return True
         return False
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         self._index.reset()
         self._entries.invalidate()
         self._signals = None
@@ -364,7 +364,7 @@ class SliceSampler(Sampler):
         return batch_size // self.slice_len, self.slice_len
 
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
-        n = _check_not_empty(storage)
+        n = check_not_empty(storage)
         if seq_len > storage.max_size:
             raise ValueError(f"slices of {seq_len} steps are longer than the whole buffer "
                              f"(max_size={storage.max_size}).")
@@ -599,8 +599,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         super()._rewritten()
         self._stale = True
 
-    def _empty(self) -> None:
-        super()._empty()
+    def empty(self) -> None:
+        super().empty()
         self._reset_epoch()
 
     @property

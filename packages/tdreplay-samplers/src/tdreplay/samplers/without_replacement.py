@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.sampler import _check_batch_size, _check_not_empty
+from tdreplay.core.utils import check_batch_size, check_not_empty
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -49,8 +49,8 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = False
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        _check_batch_size(batch_size)
-        n = _check_not_empty(storage)
+        check_batch_size(batch_size)
+        n = check_not_empty(storage)
         if self.drop_last and n < batch_size:
             raise RuntimeError(f"drop_last=True but the buffer holds {n} items, fewer than one "
                                f"batch of {batch_size}.")
@@ -67,7 +67,7 @@ class SamplerWithoutReplacement(Sampler):
     def ran_out(self) -> bool:
         return self._ran_out
 
-    def _empty(self) -> None:
+    def empty(self) -> None:
         self._perm = None
         self._pos = 0
         self._ran_out = False

@@ -277,7 +277,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         meta = storage._layout_meta()
         meta["checkpointer"] = type(self).__name__
         if storage.initialized:
-            written = storage._apply_save_hooks(storage._td[: storage._len_rows])
+            written = storage.apply_save_hooks(storage._td[: storage._len_rows])
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)
             meta["entries"] = entries
@@ -300,7 +300,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
             raise CheckpointError(f"cannot read the {type(self).__name__} checkpoint in "
                                   f"{str(path)!r}: {type(err).__name__}: {err}") from err
-        data = storage._apply_load_hooks(data)
+        data = storage.apply_load_hooks(data)
         storage._check_layout_compatible(meta, data)
         return lambda: storage._install(meta, data)
 

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
-from tdreplay.core._utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, is_int
 
 from .checkpointers import CompressedListStorageCheckpointer
 

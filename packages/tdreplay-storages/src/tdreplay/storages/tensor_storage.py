@@ -18,7 +18,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection, is_tens
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tdreplay.core import Storage, StorageCheckpointerBase
-from tdreplay.core._utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, is_int
 
 _KIND_TD = "tensordict"
 _KIND_TENSOR = "tensor"
@@ -110,7 +110,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta["checkpointer"] = type(self).__name__
         if storage.initialized:
             written = storage._td[: storage._len_rows]
-            written = storage._apply_save_hooks(written)
+            written = storage.apply_save_hooks(written)
             written.memmap(path / "data", num_threads=0)
             meta["files"] = file_table(path / "data")
         write_json(path / "storage.json", meta)
@@ -132,7 +132,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
             raise CheckpointError(f"cannot read the tensor storage checkpoint in {str(path)!r}: "
                                   f"{type(err).__name__}: {err}") from err
-        loaded = storage._apply_load_hooks(loaded)
+        loaded = storage.apply_load_hooks(loaded)
         storage._check_layout_compatible(meta, loaded)
 
         def commit() -> None:
@@ -494,7 +494,7 @@ class TensorStorage(Storage):
         self._td[: self._len_rows].update_(data, keys_to_update=keys_to_update)
 
     # ---- lifecycle -------------------------------------------------------------------------------
-    def _empty(self) -> None:
+    def empty(self) -> None:
         self._len_rows = 0
 
     def state_dict(self) -> dict[str, Any]:

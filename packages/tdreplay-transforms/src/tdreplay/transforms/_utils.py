@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdreplay.core._utils import ensure_tensordict
-from tdreplay.core.transform import NestedKey, _normalize_keys
+from tdreplay.core.utils import ensure_tensordict
+from tdreplay.core.utils import NestedKey, normalize_keys
 
 
 def require_tensordict(transform: Any, data: Any) -> TensorDictBase:
@@ -22,7 +22,7 @@ def one_key(key: Any, name: str) -> NestedKey:
     """Normalise a single nested key, raising a ``TypeError`` naming ``name`` otherwise."""
     if not isinstance(key, (str, tuple)):
         raise TypeError(f"{name} must be a str or a tuple of str, got {key!r}.")
-    keys = _normalize_keys(key, name)
+    keys = normalize_keys(key, name)
     if len(keys) != 1:
         raise TypeError(f"{name} must be one key, got {key!r}.")
     return keys[0]
@@ -32,7 +32,7 @@ def keys_arg(keys: Any, name: str) -> list[NestedKey]:
     """Normalise a key or a sequence of keys (``None`` -> empty list)."""
     if keys is not None and not isinstance(keys, (str, tuple, Sequence)):
         raise TypeError(f"{name} must be a key or a sequence of keys, got {keys!r}.")
-    return _normalize_keys(keys, name)
+    return normalize_keys(keys, name)
 
 
 def prefix_next(key: NestedKey) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Writer
-from tdreplay.core.transform import NestedKey, _normalize_keys
+from tdreplay.core.utils import NestedKey, normalize_keys
 
 _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 
@@ -91,7 +91,7 @@ class TensorDictMaxValueWriter(Writer):
             rank_key = ("next", "reward")
         if not isinstance(rank_key, (str, tuple)):
             raise TypeError(f"rank_key must be a str or a tuple of str, got {rank_key!r}.")
-        keys = _normalize_keys(rank_key, "rank_key")
+        keys = normalize_keys(rank_key, "rank_key")
         if len(keys) != 1:
             raise TypeError(f"rank_key must be one (nested) key, got {rank_key!r}.")
         if reduction not in _REDUCTIONS:
@@ -226,7 +226,7 @@ class TensorDictMaxValueWriter(Writer):
                 self._undo(pushed, popped)
                 raise
         self._age += n
-        self._write_count += len(pairs)
+        self.write_count += len(pairs)
         return rows
 
     # ---- Writer API -------------------------------------------------------------------------
@@ -262,15 +262,15 @@ class TensorDictMaxValueWriter(Writer):
             out[row] = rank
         return out
 
-    def _empty(self, empty_write_count: bool = True) -> None:
-        super()._empty(empty_write_count)
+    def empty(self, empty_write_count: bool = True) -> None:
+        super().empty(empty_write_count)
         self._heap = []
         self._age = 0
 
     def state_dict(self) -> dict[str, Any]:
         heap = self._heap
         return {
-            "write_count": self._write_count,
+            "write_count": self.write_count,
             "age": self._age,
             "heap_ranks": torch.tensor([e[0] for e in heap], dtype=torch.float64),
             "heap_ages": torch.tensor([-e[1] for e in heap], dtype=torch.long),
@@ -301,8 +301,8 @@ class TensorDictMaxValueWriter(Writer):
         heapq.heapify(heap)  # no-op on a saved heap; repairs a hand-made one
         self._heap = heap
         self._age = int(state_dict["age"])
-        self._write_count = int(state_dict["write_count"])
+        self.write_count = int(state_dict["write_count"])
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank_key={self.rank_key!r}, reduction={self.reduction!r}, "
-                f"kept={len(self._heap)}, write_count={self._write_count})")
+                f"kept={len(self._heap)}, write_count={self.write_count})")

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import RoundRobinWriter
-from tdreplay.core._utils import ensure_tensordict
+from tdreplay.core.utils import ensure_tensordict
 
 
 class TensorDictRoundRobinWriter(RoundRobinWriter):

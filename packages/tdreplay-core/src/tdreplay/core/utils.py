@@ -1,8 +1,24 @@
-"""Small helpers shared by the core components (index normalisation, batch sizes, pytrees)."""
+"""Checks and conversions of the extension API: what components of other packages call.
+
+Storages, samplers, writers and transforms written outside ``tdreplay.core`` (the sibling
+packages, or a user's own) validate their arguments with these helpers, so every component
+raises the same errors with the same messages. They are public and versioned with core.
+
+Examples
+--------
+>>> import torch
+>>> from tdreplay.core.utils import as_long_tensor, check_batch_size, normalize_keys
+>>> as_long_tensor([3, 1]).tolist(), check_batch_size(8), normalize_keys(["a", ("b", "c")], "keys")
+([3, 1], 8, ['a', ('b', 'c')])
+>>> check_batch_size(0)
+Traceback (most recent call last):
+...
+ValueError: batch_size must be a positive int, got 0.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import Any
 
 import numpy as np
@@ -11,6 +27,23 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_leaves
 
 INT_TYPES = (int, np.integer)
+
+#: A TensorDict key: a string, or a tuple of strings for a nested entry.
+NestedKey = str | tuple[str, ...]
+
+__all__ = [
+    "INT_TYPES",
+    "NestedKey",
+    "as_long_tensor",
+    "check_batch_size",
+    "check_instance",
+    "check_not_empty",
+    "ensure_tensordict",
+    "is_int",
+    "leading_dim",
+    "normalize_keys",
+    "slice_leading",
+]
 
 
 def is_int(index: Any) -> bool:
@@ -102,3 +135,58 @@ def slice_leading(data: Any, sl: slice) -> Any:
     from torch.utils._pytree import tree_map
 
     return tree_map(lambda x: x[sl] if isinstance(x, torch.Tensor) else x, data)
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """Return ``batch_size``; raise a ``ValueError`` unless it is a positive int.
+
+    Examples
+    --------
+    >>> check_batch_size(32)
+    32
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    return batch_size
+
+
+def check_not_empty(storage: Sized) -> int:
+    """Return ``len(storage)``; raise a ``RuntimeError`` when nothing is written yet.
+
+    Examples
+    --------
+    >>> check_not_empty([1, 2])
+    2
+    """
+    n = len(storage)
+    if n == 0:
+        raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+    return n
+
+
+def normalize_keys(keys: Any, name: str) -> list[NestedKey]:
+    """``keys`` (``None``, one key or a sequence of keys) as a list of keys.
+
+    A one-element tuple key becomes its string; anything but str or tuple-of-str raises a
+    ``TypeError`` naming ``name``.
+
+    Examples
+    --------
+    >>> normalize_keys(None, "in_keys"), normalize_keys("obs", "in_keys")
+    ([], ['obs'])
+    >>> normalize_keys([("next",), ("next", "obs")], "in_keys")
+    ['next', ('next', 'obs')]
+    """
+    if keys is None:
+        return []
+    if isinstance(keys, (str, tuple)):
+        keys = [keys]
+    out: list[NestedKey] = []
+    for key in keys:
+        if isinstance(key, str):
+            out.append(key)
+        elif isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+            out.append(key[0] if len(key) == 1 else key)
+        else:
+            raise TypeError(f"{name} must hold str or tuple-of-str keys, got {key!r}.")
+    return out
