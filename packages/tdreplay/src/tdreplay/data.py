@@ -7,6 +7,14 @@ hooks (``torchrl.trainers``) are here too.
 Names are resolved on first use (PEP 562), so ``import tdreplay.data`` stays cheap and Ray or
 Minari are imported only when their classes are used.
 
+``pip install tdreplay`` installs every component except the two with heavy third-party
+backends, which are extras: ``pip install "tdreplay[datasets]"`` (Minari, h5py),
+``pip install "tdreplay[distributed]"`` (Ray), ``pip install "tdreplay[all]"`` (both).
+``tdreplay.data`` serves the names of the components that are installed (``__all__`` lists
+those); a name of a component that is not installed (or cannot be imported) raises
+:class:`MissingComponentError`, an :class:`ImportError` naming the distribution and the
+``pip install`` line.
+
 Examples
 --------
 >>> import torch
@@ -21,6 +29,7 @@ torch.Size([8, 4])
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
@@ -108,17 +117,98 @@ _EXPORTS: dict[str, str] = {
     "ShardedReplayBuffer": "tdreplay.distributed",
 }
 
-__all__ = sorted(_EXPORTS)
+#: component module -> (its distribution, the extra of ``tdreplay`` that installs it or None)
+_COMPONENTS: dict[str, tuple[str, str | None]] = {
+    "tdreplay.core": ("tdreplay-core", None),
+    "tdreplay.storages": ("tdreplay-storages", None),
+    "tdreplay.samplers": ("tdreplay-samplers", None),
+    "tdreplay.writers": ("tdreplay-writers", None),
+    "tdreplay.transforms": ("tdreplay-transforms", None),
+    "tdreplay.ensembles": ("tdreplay-ensembles", None),
+    "tdreplay.trainers": ("tdreplay-trainers", None),
+    "tdreplay.datasets": ("tdreplay-datasets", "datasets"),
+    "tdreplay.distributed": ("tdreplay-distributed", "distributed"),
+}
+
+
+class MissingComponentError(ImportError):
+    """A name of :mod:`tdreplay.data` whose component is not installed or cannot be imported.
+
+    The message names the distribution and the ``pip install`` line that installs it (through
+    the meta-package's extra where there is one). A subclass of :class:`ImportError`, so
+    ``except ImportError`` catches it.
+
+    Attributes
+    ----------
+    distribution : str
+        The component's distribution, e.g. ``"tdreplay-distributed"``.
+    install : str
+        The command that installs it, e.g. ``'pip install "tdreplay[distributed]"'``.
+
+    Examples
+    --------
+    >>> err = MissingComponentError("RayReplayBuffer", "tdreplay.distributed")
+    >>> err.distribution, err.install
+    ('tdreplay-distributed', 'pip install "tdreplay[distributed]"')
+    >>> print(err)  # doctest: +ELLIPSIS
+    tdreplay.data.RayReplayBuffer needs tdreplay-distributed, which is not installed. Install ...
+    >>> isinstance(err, ImportError)
+    True
+    """
+
+    def __init__(self, name: str, module: str, missing: str | None = None) -> None:
+        self.distribution, extra = _COMPONENTS[module]
+        pinned = _pinned(self.distribution)
+        alone = f"pip install {pinned}"
+        self.install = f'pip install "tdreplay[{extra}]"' if extra else alone
+        if missing is None or missing == module or module.startswith(missing + "."):
+            what = f"{self.distribution}, which is not installed"
+        else:  # the component is there, one of its own dependencies is not
+            what = (f"{self.distribution}, which cannot be imported: its dependency "
+                    f"{missing!r} is not installed")
+        how = self.install if not extra else f"{self.install} (or: {alone})"
+        super().__init__(f"tdreplay.data.{name} needs {what}. Install it with: {how}",
+                         name=module)
+
+
+def _pinned(distribution: str) -> str:
+    """``distribution==<version>`` as the installed meta-package pins it, else the bare name."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("tdreplay") or []
+    except metadata.PackageNotFoundError:  # tdreplay.data run from a source tree
+        return distribution
+    for raw in requires:
+        req = raw.split(";")[0].replace(" ", "")
+        if req.startswith(distribution + "=="):
+            return req
+    return distribution
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+#: the public names of the installed components (what ``from tdreplay.data import *`` gives)
+__all__ = sorted(name for name, module in _EXPORTS.items() if _installed(module))
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tdreplay.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        component = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        raise MissingComponentError(name, module, missing=err.name) from err
+    value = getattr(component, name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__))
