@@ -7,19 +7,19 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from .utils import check_instance, leading_dim
 from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, InvertedTransform, Transform, as_transform
+from .utils import check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 
-from .utils import as_long_tensor, is_int
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
+from .utils import as_long_tensor, is_int
 
 
 class StorageCheckpointerBase:

@@ -14,6 +14,7 @@ from tensordict import TensorDictBase, is_tensor_collection
 
 from .utils import NestedKey, normalize_keys
 
+
 class Transform:
     """Base class of transforms: maps ``in_keys`` to ``out_keys`` on sample, back on extend.
 

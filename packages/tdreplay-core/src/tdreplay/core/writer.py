@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ._stateful import StateDictCheckpointMixin
-from .utils import leading_dim, slice_leading
 from .storage import Storage
+from .utils import leading_dim, slice_leading
 
 
 class Writer(StateDictCheckpointMixin, abc.ABC):
