@@ -291,7 +291,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         _check_written_by(meta, self)
         _check_meta(storage, meta)
         if not meta["initialized"]:
-            return storage._empty
+            return storage.empty
         try:
             arrays = self._read_arrays(path, meta["arrays"])
             data = _Compactor.expand(arrays, meta["entries"], torch.Size(meta["batch_size"]))

@@ -124,7 +124,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         _check_written_by(meta, self)
         _check_meta(storage, meta)
         if not meta["initialized"]:
-            return storage._empty
+            return storage.empty
         # sizes first: load_memmap would zero-extend a truncated file
         check_file_table(path / "data", meta.get("files", {}))
         try:
