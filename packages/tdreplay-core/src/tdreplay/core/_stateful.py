@@ -36,14 +36,14 @@ class StateDictCheckpointMixin:
                 f"got {sorted(got)}."
             )
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Write the component's state into directory ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         write_json(path / "component.json", {"class": type(self).__name__})
         torch.save(self.state_dict(), path / "state.pt")
 
-    def prepare_load(self, path: str | os.PathLike) -> Callable[[], None]:
+    def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
         """Read and check the state in ``path``; return a function that installs it."""
         path = Path(path)
         meta = read_json(path / "component.json")
@@ -59,6 +59,6 @@ class StateDictCheckpointMixin:
             raise CheckpointError(str(err)) from err
         return lambda: self.load_state_dict(state)
 
-    def loads(self, path: str | os.PathLike) -> None:
+    def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore the state written by :meth:`dumps`."""
         self.prepare_load(path)()

@@ -24,6 +24,7 @@ import os
 import shutil
 import uuid
 import zlib
+from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,7 +59,7 @@ def _snapshot_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
 
 
-def _read_pointer(path: Path) -> dict:
+def _read_pointer(path: Path) -> dict[str, Any]:
     pointer = path / POINTER_NAME
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {str(path)!r}: the path does not exist.")
@@ -71,6 +72,8 @@ def _read_pointer(path: Path) -> dict:
         meta = json.loads(pointer.read_text())
     except (OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint pointer {str(pointer)!r} is unreadable: {err}") from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint pointer {str(pointer)!r} does not hold a JSON object.")
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
@@ -81,7 +84,7 @@ def _read_pointer(path: Path) -> dict:
 
 
 @contextmanager
-def write_checkpoint(path: str | os.PathLike) -> Iterator[Path]:
+def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Context manager giving a fresh snapshot directory; commits it atomically on exit.
 
     Examples
@@ -140,7 +143,7 @@ def write_checkpoint(path: str | os.PathLike) -> Iterator[Path]:
             entry.unlink(missing_ok=True)
 
 
-def verify_checkpoint(path: str | os.PathLike) -> Path:
+def verify_checkpoint(path: str | os.PathLike[str]) -> Path:
     """Check the checkpoint at ``path`` and return its snapshot directory.
 
     Raises :class:`CheckpointError` when the path is missing, the format version differs, or a
@@ -179,18 +182,21 @@ def verify_checkpoint(path: str | os.PathLike) -> Path:
 
 
 @contextmanager
-def open_checkpoint(path: str | os.PathLike) -> Iterator[Path]:
+def open_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Verify the checkpoint at ``path`` and yield its snapshot directory for reading."""
     yield verify_checkpoint(path)
 
 
-def write_json(path: Path, obj: dict) -> None:
+def write_json(path: Path, obj: dict[str, Any]) -> None:
     """Write ``obj`` as JSON (helper for components' metadata files)."""
     path.write_text(json.dumps(obj, indent=1, sort_keys=True))
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON metadata file written by :func:`write_json`."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {str(path)!r} is missing.")
-    return json.loads(path.read_text())
+    obj = json.loads(path.read_text())
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a JSON object.")
+    return obj

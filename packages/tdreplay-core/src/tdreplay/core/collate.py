@@ -62,8 +62,8 @@ def stack_items(items: Any) -> Any:
                 return items
             flats.append(leaves)
         try:
-            stacked = [torch.stack(group) for group in zip(*flats)]
+            stacked_leaves = [torch.stack(group) for group in zip(*flats)]
         except RuntimeError:
             return items
-        return tree_unflatten(stacked, spec)
+        return tree_unflatten(stacked_leaves, spec)
     return items

@@ -178,7 +178,7 @@ class ReplayBuffer:
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
-        self._prefetch_queue: collections.deque[Future] = collections.deque()
+        self._prefetch_queue: collections.deque[Future[tuple[Any, dict[str, Any]] | None]] = collections.deque()
         self._prefetch_executor: ThreadPoolExecutor | None = None
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         self._transform = Compose()
@@ -409,7 +409,15 @@ class ReplayBuffer:
                 raise RuntimeError("sample() needs a batch_size: pass one or build the buffer "
                                    "with batch_size=...")
             return batch_size
-        return _check_count(batch_size, "batch_size", minimum=1)
+        checked = _check_count(batch_size, "batch_size", minimum=1)
+        assert checked is not None  # batch_size is not None here
+        return checked
+
+    def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        """Sample a batch now (no prefetch queue)."""
+        drawn = self._sample(batch_size)
+        assert drawn is not None  # only a dropped prefetch job draws nothing
+        return drawn
 
     def _sample(self, batch_size: int, prefetch_epoch: int | None = None
                 ) -> tuple[Any, dict[str, Any]] | None:
@@ -447,7 +455,7 @@ class ReplayBuffer:
         if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
             data, info = self._next_prefetched(bs)
         else:
-            data, info = self._sample(bs)
+            data, info = self._draw(bs)
         return (data, info) if return_info else data
 
     def _sampler_is_finite(self) -> bool:
@@ -470,7 +478,9 @@ class ReplayBuffer:
                                                             self._prefetch_epoch))
             future = queue.popleft()
             try:
-                return future.result()
+                drawn = future.result()
+                # a job dropped after it was handed out draws nothing: draw now instead
+                return drawn if drawn is not None else self._draw(batch_size)
             except BaseException:
                 # the batches queued behind a failed one (e.g. sampled from an empty buffer)
                 # would fail too, or be stale: drop them so the next sample starts afresh
@@ -502,7 +512,7 @@ class ReplayBuffer:
             while True:
                 yield self.sample()
         while True:
-            data, _ = self._sample(self._batch_size)
+            data, _ = self._draw(self._batch_size)
             yield data
             if self._sampler.ran_out:
                 return
@@ -563,7 +573,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """Storage, sampler and writer state (and the generator's state when one is set)."""
         with self._lock:
-            out = {
+            out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
                 "_writer": self._writer.state_dict(),
@@ -591,7 +601,7 @@ class ReplayBuffer:
     def _components(self) -> dict[str, Any]:
         return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save storage, sampler and writer state under directory ``path``, atomically.
 
         The new checkpoint is written beside the previous one and committed by an atomic
@@ -620,7 +630,7 @@ class ReplayBuffer:
                 if self._rng is not None:
                     torch.save(self._rng.get_state(), snap / "rng.pt")
 
-    def loads(self, path: str | os.PathLike) -> None:
+    def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
 
         Everything is read and checked before the buffer changes: a missing, corrupted or

@@ -16,7 +16,7 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
@@ -26,7 +26,10 @@ from .collate import stack_items
 from .utils import as_long_tensor, is_int
 
 
-class StorageCheckpointerBase:
+StorageT = TypeVar("StorageT", bound="Storage")
+
+
+class StorageCheckpointerBase(Generic[StorageT]):
     """Saves and restores a storage's contents in a checkpoint directory.
 
     A checkpointer implements :meth:`dumps` (write the storage into an existing empty
@@ -35,17 +38,17 @@ class StorageCheckpointerBase:
     called, so a bad checkpoint never leaves a half-loaded storage.
     """
 
-    def dumps(self, storage: Storage, path: Path) -> None:
+    def dumps(self, storage: StorageT, path: Path) -> None:
         raise NotImplementedError
 
-    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+    def prepare_load(self, storage: StorageT, path: Path) -> Callable[[], None]:
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
-class ListStorageCheckpointer(StorageCheckpointerBase):
+class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
     """Checkpointer of :class:`ListStorage`: pickles the list of items.
 
     Items are arbitrary Python objects, so loading unpickles: load only checkpoints you trust.
@@ -108,9 +111,9 @@ class Storage(abc.ABC):
     """
 
     ndim: int = 1
-    _default_checkpointer: type[StorageCheckpointerBase] = StorageCheckpointerBase
+    _default_checkpointer: type[StorageCheckpointerBase[Any]] = StorageCheckpointerBase
 
-    def __init__(self, max_size: int, checkpointer: StorageCheckpointerBase | None = None) -> None:
+    def __init__(self, max_size: int, checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
         self.max_size = int(max_size)
@@ -121,7 +124,7 @@ class Storage(abc.ABC):
 
     # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
-    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         """Write ``data`` at ``rows`` (leading-dimension positions)."""
 
     @abc.abstractmethod
@@ -268,12 +271,12 @@ class Storage(abc.ABC):
 
     # ---- hooks and checkpoints -------------------------------------------------------------------
     @property
-    def checkpointer(self) -> StorageCheckpointerBase:
+    def checkpointer(self) -> StorageCheckpointerBase[Any]:
         """The object that writes and reads this storage in checkpoints (settable)."""
         return self._checkpointer
 
     @checkpointer.setter
-    def checkpointer(self, value: StorageCheckpointerBase) -> None:
+    def checkpointer(self, value: StorageCheckpointerBase[Any]) -> None:
         if not isinstance(value, StorageCheckpointerBase):
             raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got "
                             f"{type(value).__name__}.")
@@ -317,17 +320,17 @@ class Storage(abc.ABC):
             data = hook(data)
         return data
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Write the contents into directory ``path`` with :attr:`checkpointer`."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.checkpointer.dumps(self, path)
 
-    def prepare_load(self, path: str | os.PathLike) -> Callable[[], None]:
+    def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
         """Read and check ``path``; return a function that installs it (see the checkpointers)."""
         return self.checkpointer.prepare_load(self, Path(path))
 
-    def loads(self, path: str | os.PathLike) -> None:
+    def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore the contents written by :meth:`dumps`."""
         self.prepare_load(path)()
 
@@ -360,11 +363,12 @@ class ListStorage(Storage):
     _default_checkpointer = ListStorageCheckpointer
 
     def __init__(self, max_size: int = 1000,
-                 checkpointer: StorageCheckpointerBase | None = None) -> None:
+                 checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
         super().__init__(max_size, checkpointer)
         self._storage: list[Any] = []
 
-    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+        rows_list: Sequence[int]
         if is_int(rows):
             rows_list = [int(rows)]
             items = [data]

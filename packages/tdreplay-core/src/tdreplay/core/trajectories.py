@@ -162,7 +162,9 @@ def split_trajectories(
                 warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
                 return torch.nested.nested_tensor(list(x.split(splits, 0)), layout=layout)
 
-        return flat.apply(nest, batch_size=[len(splits)], call_on_nested=False)
+        nested = flat.apply(nest, batch_size=[len(splits)], call_on_nested=False)
+        assert nested is not None  # apply returns a new TensorDict unless inplace=True
+        return nested
 
     num = starts.numel()
     max_len = int(lengths.max())
@@ -175,6 +177,8 @@ def split_trajectories(
         m = mask.to(x.device).reshape(num, max_len, *(1,) * (x.ndim - 2))
         return torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
-    out = out.apply(pad)
+    padded = out.apply(pad)
+    assert padded is not None  # apply returns a new TensorDict unless inplace=True
+    out = padded
     out.set(mask_key, mask.to(rollout.device) if rollout.device is not None else mask)
     return out

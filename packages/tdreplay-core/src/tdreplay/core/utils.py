@@ -19,7 +19,7 @@ ValueError: batch_size must be a positive int, got 0.
 from __future__ import annotations
 
 from collections.abc import Sequence, Sized
-from typing import Any
+from typing import Any, TypeGuard, TypeVar, cast
 
 import numpy as np
 import torch
@@ -27,6 +27,8 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_leaves
 
 INT_TYPES = (int, np.integer)
+
+T = TypeVar("T")
 
 #: A TensorDict key: a string, or a tuple of strings for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 
-def is_int(index: Any) -> bool:
+def is_int(index: object) -> TypeGuard[int | np.integer[Any] | torch.Tensor]:
     """Return True for a Python/numpy integer or a 0-d integer tensor."""
     if isinstance(index, INT_TYPES) and not isinstance(index, bool):
         return True
@@ -95,7 +97,7 @@ def leading_dim(data: Any) -> int:
         if not data.batch_size:
             raise ValueError("extend expects data with at least one batch dimension, got a "
                              "TensorDict with an empty batch_size; use add() for one item.")
-        return data.batch_size[0]
+        return int(data.batch_size[0])
     if isinstance(data, torch.Tensor):
         if data.ndim == 0:
             raise ValueError("extend expects data with a leading batch dimension, got a 0-d "
@@ -108,13 +110,14 @@ def leading_dim(data: Any) -> int:
         raise ValueError(f"cannot find a batch dimension in data of type {type(data).__name__}.")
     sizes = {leaf.shape[0] if isinstance(leaf, torch.Tensor) and leaf.ndim else None
              for leaf in leaves}
-    if len(sizes) != 1 or None in sizes:
+    size = next(iter(sizes)) if len(sizes) == 1 else None
+    if size is None:
         raise ValueError("every leaf of a pytree passed to extend must share the same leading "
                          f"dimension, got leading sizes {sorted(map(str, sizes))}.")
-    return sizes.pop()
+    return int(size)
 
 
-def check_instance(value: Any, kind: type, name: str) -> Any:
+def check_instance(value: object, kind: type[T], name: str) -> T:
     """Return ``value``; raise a ``TypeError`` naming ``name`` unless it is a ``kind`` instance."""
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
@@ -125,7 +128,7 @@ def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
     """Raise a ``TypeError`` naming ``name`` unless ``data`` is a tensor collection."""
     if not is_tensor_collection(data):
         raise TypeError(f"{name} must be a TensorDict (or tensorclass), got {type(data).__name__}.")
-    return data
+    return cast(TensorDictBase, data)
 
 
 def slice_leading(data: Any, sl: slice) -> Any:

@@ -55,7 +55,7 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if self._counters is None:
-            self._counters = _LazyCounters(self._storage)
+            self._counters = _LazyCounters(self.storage)
 
     @property
     def storage(self) -> Storage:
