@@ -24,10 +24,10 @@ import os
 import shutil
 import uuid
 import zlib
-from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 FORMAT_VERSION = 1
 POINTER_NAME = "tdreplay-checkpoint.json"

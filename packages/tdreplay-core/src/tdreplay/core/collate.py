@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 
 def identity_collate(data: Any) -> Any:

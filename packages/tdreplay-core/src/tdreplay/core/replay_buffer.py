@@ -23,6 +23,10 @@ from .utils import check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
 
 
+#: a sampled batch and its info (``index``, ``priority_weight``, ...)
+_Drawn = tuple[Any, dict[str, Any]]
+
+
 class _BufferLock:
     """The buffer's lock: a re-entrant thread lock, plus the storage's ``process_lock`` if any.
 
@@ -178,7 +182,7 @@ class ReplayBuffer:
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
-        self._prefetch_queue: collections.deque[Future[tuple[Any, dict[str, Any]] | None]] = collections.deque()
+        self._prefetch_queue: collections.deque[Future[_Drawn | None]] = collections.deque()
         self._prefetch_executor: ThreadPoolExecutor | None = None
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         self._transform = Compose()

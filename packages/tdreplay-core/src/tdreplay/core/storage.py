@@ -25,7 +25,6 @@ from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
 from .utils import as_long_tensor, is_int
 
-
 StorageT = TypeVar("StorageT", bound="Storage")
 
 
@@ -113,7 +112,8 @@ class Storage(abc.ABC):
     ndim: int = 1
     _default_checkpointer: type[StorageCheckpointerBase[Any]] = StorageCheckpointerBase
 
-    def __init__(self, max_size: int, checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
+    def __init__(self, max_size: int,
+                 checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
         self.max_size = int(max_size)

@@ -24,7 +24,7 @@ from typing import Any, TypeGuard, TypeVar, cast
 import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 INT_TYPES = (int, np.integer)
 
@@ -135,7 +135,7 @@ def slice_leading(data: Any, sl: slice) -> Any:
     """Slice ``data`` along its leading dimension (lists, tensors, TensorDicts and pytrees)."""
     if isinstance(data, list) or isinstance(data, torch.Tensor) or is_tensor_collection(data):
         return data[sl]
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
     return tree_map(lambda x: x[sl] if isinstance(x, torch.Tensor) else x, data)
 
