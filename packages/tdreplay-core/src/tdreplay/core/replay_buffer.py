@@ -22,7 +22,6 @@ from .transform import Compose, InvertedTransform, Transform, as_transform
 from .utils import check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
 
-
 #: a sampled batch and its info (``index``, ``priority_weight``, ...)
 _Drawn = tuple[Any, dict[str, Any]]
 
