@@ -339,6 +339,42 @@ print(f"imported {len(imported)} module(s) of {name}: ok")
 """
 
 
+# Run in the meta-package's venv (its wheel installed without extras): neither Ray nor Minari
+# nor h5py came with it, the core names work, and a name of an optional component raises the
+# ImportError that names its pip install line.
+META_NO_EXTRAS = r"""
+import importlib.metadata as md, importlib.util, pathlib, sys, sysconfig
+heavy = [d for d in ("ray", "minari", "h5py", "tdreplay-distributed", "tdreplay-datasets")
+         if importlib.util.find_spec(d.replace("-", ".")) or d in
+         {m.metadata["Name"].lower() for m in md.distributions()}]
+assert not heavy, f"pip install tdreplay (no extras) installed {heavy}"
+import torch
+from tensordict import TensorDict
+import tdreplay.data as data
+from tdreplay.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer, Trainer  # noqa
+rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10),
+                                       batch_size=4)
+rb.extend(TensorDict({"obs": torch.randn(10, 2)}, [10]))
+assert rb.sample()["obs"].shape == (4, 2)
+assert "RayReplayBuffer" not in data.__all__ and "ReplayBuffer" in data.__all__
+for name, extra, dist in [("RayReplayBuffer", "distributed", "tdreplay-distributed"),
+                          ("MinariExperienceReplay", "datasets", "tdreplay-datasets")]:
+    try:
+        exec(f"from tdreplay.data import {name}")
+    except ImportError as err:
+        msg = str(err)
+        assert dist in msg and f'pip install "tdreplay[{extra}]"' in msg, msg
+        print(f"from tdreplay.data import {name}: {type(err).__name__}: {msg}")
+    else:
+        sys.exit(f"{name} imported without tdreplay[{extra}]")
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+size = sum(f.stat().st_size for f in site.rglob("*") if f.is_file() and not f.is_symlink())
+count = sum(1 for _ in md.distributions())
+print(f"pip install tdreplay (no extras): {count} distributions, {size / 2**20:.0f} MiB "
+      "(torch, shared, not counted); no ray, minari or h5py")
+"""
+
+
 @nox.session(allow_parallel=True)
 def packaging(session: nox.Session) -> None:
     """Build every wheel; install each alone (with its local closure) and import everything."""
@@ -412,8 +448,9 @@ def bench(session: nox.Session) -> None:
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 
-# What examples/demo.py needs besides the packages: the CartPole environment and the plot.
-DEMO_DEPS = ["gymnasium>=1.0", "matplotlib>=3.7"]
+# What examples/demo.py needs besides the packages: the CartPole environment, the plot and
+# the progress bar.
+DEMO_DEPS = ["gymnasium>=1.0", "matplotlib>=3.7", "tqdm>=4.60"]
 
 
 @nox.session(default=False)
@@ -447,6 +484,35 @@ def docs(session: nox.Session) -> None:
             str(DOCS_BUILD / builder),
         )  # fmt: skip
     session.log(f"HTML: {DOCS_BUILD / 'html' / 'index.html'}")
+
+
+DIST_DIR = ROOT / "dist"
+
+
+@nox.session(default=False)
+def release(session: nox.Session) -> None:
+    """Every wheel and sdist into dist/, after the version checks (tools/check_pins.py).
+
+    Refuses (before building anything) when the meta-package does not pin every component at
+    its version, or when a package's range on a sibling does not admit the sibling's version
+    (a version bump that its dependents' ranges no longer admit). Not in the default run.
+    """
+    session.install("--quiet", "--no-compile", *BUILD_DEPS, "build>=1.2", "packaging>=23")
+    session.run("python", str(ROOT / "tools" / "check_pins.py"))
+    shutil.rmtree(DIST_DIR, ignore_errors=True)
+    DIST_DIR.mkdir()
+    for pkg in PACKAGES.values():
+        session.run(
+            "python", "-m", "build", "--no-isolation", "--sdist", "--wheel",
+            "--outdir", str(DIST_DIR), str(pkg.path),
+        )  # fmt: skip
+    built = sorted(p.name for p in DIST_DIR.iterdir())
+    wheels = [n for n in built if n.endswith(".whl")]
+    sdists = [n for n in built if n.endswith(".tar.gz")]
+    if len(wheels) != len(PACKAGES) or len(sdists) != len(PACKAGES):
+        session.error(f"expected {len(PACKAGES)} wheels and sdists in {DIST_DIR}, got {built}")
+    session.log(f"release: {len(wheels)} wheels and {len(sdists)} sdists in {DIST_DIR}: "
+                + ", ".join(built))
 
 
 # The default run; the slowest session first, so that it overlaps the others under --parallel.
