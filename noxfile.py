@@ -430,6 +430,9 @@ def packaging(session: nox.Session) -> None:
                 str(python), "-I", "-c", IMPORT_ALL, pkg.module, f"{TORCH_VERSION}+cpu",
                 external=True,
             )  # fmt: skip
+            if pkg.is_meta:
+                # ``pip install tdreplay`` without extras: light, and says what it lacks
+                session.run(str(python), "-I", "-c", META_NO_EXTRAS, external=True)
     session.log(f"packaging: {len(wheels)} wheels built, installed alone and imported")
 
 
