@@ -190,9 +190,9 @@ def test_respawn_rebuilds_every_shard_from_the_checkpoint(uniform, tmp_path):
     uniform.extend([torch.tensor(3.0)])
     uniform.dumps(tmp_path / "ckpt")
     uniform.extend([torch.tensor(4.0)])
-    old_pids = [shard._info["pid"] for shard in uniform.shards]
+    old_pids = [shard.actor_info["pid"] for shard in uniform.shards]
     uniform.respawn(tmp_path / "ckpt")
-    assert [shard._info["pid"] for shard in uniform.shards] != old_pids
+    assert [shard.actor_info["pid"] for shard in uniform.shards] != old_pids
     assert [shard[:].tolist() for shard in uniform.shards] == [[1.0, 2.0], [3.0]]
     assert uniform.write_count == 3
 

@@ -15,8 +15,16 @@ from typing import Any
 import torch
 from tensordict import is_tensor_collection
 
-from tdreplay.core import ListStorage, ReplayBuffer, Sampler, Storage, Writer
+from tdreplay.core import (
+    ListStorage,
+    ReplayBuffer,
+    Sampler,
+    Storage,
+    TensorDictReplayBuffer,
+    Writer,
+)
 
+from ._ray import import_ray
 from ._wire import Packed, pack, unpack
 
 __all__ = ["COMPONENTS", "BufferServer", "build_component",
@@ -65,7 +73,7 @@ def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
     """
     sampler, storage = buffer.sampler, buffer.storage
     written = len(storage)
-    if not getattr(sampler, "is_prioritized", False):
+    if not sampler.is_prioritized:
         return float(written), 1.0
     if written == 0:
         return 0.0, math.inf
@@ -75,6 +83,14 @@ def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
         raise TypeError(f"{type(sampler).__name__} does not expose its priority trees (_sum, "
                         "_min with total() and min()): a sharded buffer cannot weigh its shards.")
     return float(sum_tree.total()), float(min_tree.min())
+
+
+def _own_actor_id() -> str | None:
+    """Ray's id (hex) of the actor this runs in; ``None`` outside an actor."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_actor_id()
 
 
 class BufferServer:
@@ -113,12 +129,13 @@ class BufferServer:
         return {
             "buffer_cls": type(buffer).__name__,
             "batch_size": buffer.batch_size,
-            "priority_key": getattr(buffer, "priority_key", None),
-            "is_prioritized": bool(getattr(buffer.sampler, "is_prioritized", False)),
-            "update_keys": tuple(getattr(buffer.sampler, "update_keys", ())),
+            "priority_key": buffer.priority_key,
+            "is_prioritized": bool(buffer.sampler.is_prioritized),
+            "update_keys": tuple(buffer.sampler.update_keys),
             "max_size": buffer.storage.max_size,
             "meta": dict(self._meta),
             "pid": os.getpid(),
+            "actor_id": _own_actor_id(),
         }
 
     # ---- writes ------------------------------------------------------------------------------
@@ -144,7 +161,7 @@ class BufferServer:
         if not is_tensor_collection(data):
             return None
         present = data.keys()
-        keys = [key for key in ("index", *getattr(self.buffer.sampler, "info_keys", ()))
+        keys = [key for key in ("index", *self.buffer.sampler.info_keys)
                 if key in present]
         return data.select(*keys) if keys else None
 
@@ -153,7 +170,7 @@ class BufferServer:
 
     def update_tensordict_priority(self, payload: Any) -> None:
         buffer = self.buffer
-        if not hasattr(buffer, "update_tensordict_priority"):
+        if not isinstance(buffer, TensorDictReplayBuffer):
             raise TypeError(f"{type(buffer).__name__} has no update_tensordict_priority (use a "
                             "TensorDict buffer class, e.g. replay_buffer_cls="
                             "TensorDictReplayBuffer).")

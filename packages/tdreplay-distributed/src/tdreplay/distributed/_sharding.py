@@ -1,0 +1,225 @@
+"""What :class:`~tdreplay.distributed.ShardedReplayBuffer` computes on the client side, as
+functions: global slots <-> (shard, local slot), checked priority updates, and the merge of
+the batches drawn from several shards into one (module docstring of :mod:`.sharded`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+
+from tdreplay.core import CheckpointError
+
+__all__ = ["PRIORITY_WEIGHT_KEY", "check_manifest", "concat", "merge_samples",
+           "priority_for_slots", "shard_name", "split_priority_rows",
+           "split_priority_update", "split_slots", "take", "to_global",
+           "write_manifest"]
+
+PRIORITY_WEIGHT_KEY = "priority_weight"
+MANIFEST = "sharded.json"
+
+
+def shard_name(name: str, shard: int) -> str:
+    """The Ray name of shard ``shard`` of the sharded buffer ``name``."""
+    return f"{name}/shard-{shard}"
+
+
+def concat(parts: Sequence[Any]) -> Any:
+    """Join batches along their first dimension (tensors, TensorDicts, lists, tuples, dicts)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, torch.Tensor) or is_tensor_collection(first):
+        return torch.cat(list(parts), 0)
+    if isinstance(first, list):
+        return [item for part in parts for item in part]
+    if isinstance(first, tuple):
+        return tuple(concat([part[i] for part in parts]) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {key: concat([part[key] for part in parts]) for key in first}
+    raise TypeError(f"cannot join samples of type {type(first).__name__} drawn from several "
+                    "shards (expected tensors, TensorDicts, lists, tuples or dicts of them).")
+
+
+def take(data: Any, index: torch.Tensor) -> Any:
+    """Items ``index`` (1-d) of a batch, as :func:`concat` joins it."""
+    if isinstance(data, torch.Tensor) or is_tensor_collection(data):
+        return data[index]
+    if isinstance(data, list):
+        return [data[i] for i in index.tolist()]
+    if isinstance(data, tuple):
+        return tuple(take(part, index) for part in data)
+    if isinstance(data, dict):
+        return {key: take(value, index) for key, value in data.items()}
+    raise TypeError(f"cannot reorder a sample of type {type(data).__name__}.")
+
+
+def to_global(offsets: torch.Tensor, shard: int, slots: Any) -> torch.Tensor:
+    """Shard ``shard``'s local ``slots`` as global slots (``-1`` entries stay ``-1``)."""
+    slots = torch.as_tensor(slots)
+    offset = offsets[shard]
+    return torch.where(slots >= 0, slots + offset, slots)
+
+
+def split_slots(index: Any, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat ``index`` and the shard of each entry (``-1`` entries: shard ``-1``).
+
+    ``offsets``: ``[0, size_0, size_0 + size_1, ...]``. Raises ``IndexError`` for slots outside
+    ``[0, offsets[-1])`` (other than ``-1``), ``TypeError`` for non-integers.
+    """
+    try:
+        flat = torch.as_tensor(index).reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"index must be integers, got {type(index).__name__}.") from err
+    if flat.dtype.is_floating_point or flat.dtype.is_complex or flat.dtype is torch.bool:
+        raise TypeError(f"index must hold integers, got dtype {flat.dtype}.")
+    flat = flat.to(torch.long)
+    max_size = int(offsets[-1])
+    bad = (flat < -1) | (flat >= max_size)
+    if bool(bad.any()):
+        raise IndexError(f"index must lie in [0, {max_size}) (the global slots of the "
+                         f"{len(offsets) - 1} shards), got {flat[bad][:5].tolist()}. Nothing "
+                         "was updated.")
+    shard = torch.bucketize(flat, offsets[1:], right=True)
+    return flat, torch.where(flat >= 0, shard, -1)
+
+
+def priority_for_slots(index: Any, priority: Any, n: int) -> torch.Tensor:
+    """``priority`` as one value (or row of values) per entry of flat ``index`` (``n``
+    entries), checked: real, finite and >= 0."""
+    shape = torch.as_tensor(index).shape
+    priority = torch.as_tensor(priority)
+    if priority.ndim == 0:
+        priority = priority.expand(n)
+    elif priority.shape[: len(shape)] == shape:
+        priority = priority.reshape(n, *priority.shape[len(shape):])
+    elif priority.numel() == n:
+        priority = priority.reshape(n)
+    else:
+        raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of "
+                         f"shape {tuple(shape)}.")
+    if priority.dtype is torch.bool or priority.is_complex():
+        raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
+    values = priority.double()
+    if n and not bool(((values >= 0) & (values < math.inf)).all()):
+        raise ValueError("priority must be finite and >= 0. Nothing was updated.")
+    return priority
+
+
+def split_priority_update(index: Any, priority: Any, write_generation: Any,
+                          offsets: torch.Tensor
+                          ) -> list[tuple[int, torch.Tensor, torch.Tensor, dict[str, Any]]]:
+    """``update_priority(index, priority, write_generation=...)`` of global slots as
+    ``(shard, local slots, priorities, kwargs)`` per shard concerned, everything checked first.
+    """
+    flat, shard_of = split_slots(index, offsets)
+    n = flat.numel()
+    priority = priority_for_slots(index, priority, n)
+    generation = None
+    if write_generation is not None:
+        generation = torch.as_tensor(write_generation).reshape(-1)
+        if generation.numel() != n:
+            raise ValueError(f"write_generation has {generation.numel()} entries for {n} "
+                             "indices.")
+    parts = []
+    for k in range(len(offsets) - 1):
+        mask = shard_of == k
+        if not bool(mask.any()):
+            continue
+        kwargs = {} if generation is None else {"write_generation": generation[mask]}
+        parts.append((k, flat[mask] - offsets[k], priority[mask], kwargs))
+    return parts
+
+
+def split_priority_rows(data: TensorDictBase, offsets: torch.Tensor
+                        ) -> list[tuple[int, TensorDictBase]]:
+    """The rows of a priority update (``data`` with a global ``index`` entry) as
+    ``(shard, rows with local slots)`` per shard concerned; every slot is checked first."""
+    if "index" not in data.keys():
+        raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
+                       "and extended TensorDicts carry one).")
+    index = data.get("index")
+    if index.ndim == 0 or data.batch_dims == 0:
+        data, index = data.unsqueeze(0), index.reshape(1)
+    _, slot_shard = split_slots(index, offsets)  # every slot in range
+    shard_of = slot_shard.reshape(index.shape[0], -1)[:, 0]  # a row's slots share a shard
+    parts = []
+    for k in range(len(offsets) - 1):
+        rows = (shard_of == k).nonzero().squeeze(-1)
+        if not rows.numel():
+            continue
+        part = data[rows]
+        local = part.get("index")
+        part.set("index", torch.where(local >= 0, local - offsets[k], local))
+        parts.append((k, part))
+    return parts
+
+
+def merge_samples(which: torch.Tensor, drawn: list[int], counts: list[int],
+                  results: list[tuple[Any, ...]], masses: list[tuple[float, float, int]],
+                  offsets: torch.Tensor) -> tuple[Any, dict[str, Any]]:
+    """One batch from the shards' samples, in the order of ``which`` (the shard each position
+    drew), with global slots and global importance weights.
+
+    ``results[i]`` is ``(data, info, (sum, min), beta)`` of shard ``drawn[i]`` (which drew
+    ``counts[drawn[i]]`` items); ``masses[k]``: shard ``k``'s ``(sum, min, len)`` read before.
+    """
+    # the smallest p over all shards: fresh from the shards drawn, as read before otherwise
+    minimum = [m[1] for m in masses]
+    for k, (_, _, (_, shard_min), _) in zip(drawn, results):
+        minimum[k] = shard_min
+    global_min = min(minimum)
+    datas, infos = [], []
+    for k, (data, info, (_, shard_min), beta) in zip(drawn, results):
+        info = dict(info)
+        info["index"] = to_global(offsets, k, info["index"])
+        weight = info.get(PRIORITY_WEIGHT_KEY)
+        if isinstance(weight, torch.Tensor) and beta is not None and shard_min > global_min:
+            scale = math.exp(-beta * (math.log(shard_min) - math.log(global_min)))
+            info[PRIORITY_WEIGHT_KEY] = (weight.double() * scale).to(weight.dtype)
+        if is_tensor_collection(data):
+            for key in ("index", PRIORITY_WEIGHT_KEY):
+                if key in data.keys() and key in info:
+                    data.set(key, info[key].to(data.get(key).dtype).reshape(
+                        data.get(key).shape))
+        datas.append(data)
+        infos.append(info)
+    # rows come grouped by shard; put each at the position that drew its shard
+    order = torch.argsort(which, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(which.numel())
+    merged = take(concat(datas), inverse)
+    merged_info: dict[str, Any] = {}
+    for key in infos[0]:
+        values = [part[key] for part in infos]
+        if all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == counts[k]
+               for v, k in zip(values, drawn)):
+            merged_info[key] = torch.cat(values, 0)[inverse]
+        else:
+            merged_info[key] = values
+    return merged, merged_info
+
+
+def write_manifest(root: Path, num_shards: int) -> None:
+    """Write ``root/sharded.json`` atomically."""
+    tmp = root / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps({"num_shards": num_shards}))
+    os.replace(tmp, root / MANIFEST)
+
+
+def check_manifest(root: Path, num_shards: int) -> None:
+    """``CheckpointError`` unless ``root`` holds a sharded checkpoint of ``num_shards``."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{root} holds no readable sharded checkpoint ({MANIFEST}): "
+                              f"{err}") from err
+    if manifest.get("num_shards") != num_shards:
+        raise CheckpointError(f"the checkpoint at {root} has {manifest.get('num_shards')} "
+                              f"shards, this buffer {num_shards}.")
