@@ -181,9 +181,9 @@ def test_register_places_the_ops_and_the_module(loss_module):
                       progress_bar=False)
     hook = ReplayBufferTrainer(buffer(), batch_size=2)
     hook.register(trainer)
-    assert [op for op, _ in trainer._ops["batch_process"]] == [hook.extend]
-    assert [op for op, _ in trainer._ops["process_optim_batch"]] == [hook.sample]
-    assert [op for op, _ in trainer._ops["post_loss"]] == [hook.update_priority]
+    assert trainer.registered_ops("batch_process") == [hook.extend]
+    assert trainer.registered_ops("process_optim_batch") == [hook.sample]
+    assert trainer.registered_ops("post_loss") == [hook.update_priority]
     assert trainer.modules["replay_buffer"] is hook
     with pytest.raises(ValueError, match="already registered"):
         ReplayBufferTrainer(buffer(), batch_size=2).register(trainer)

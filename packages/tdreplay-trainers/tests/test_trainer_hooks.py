@@ -75,7 +75,7 @@ def test_unknown_destination_lists_the_valid_ones(batches, loss_module):
         assert dest in str(err.value)
     with pytest.raises(TypeError, match="callable"):
         trainer.register_op("post_steps", 3)
-    assert all(not trainer._ops[d] for d in HOOK_DESTINATIONS if d != "optimizer")
+    assert all(not trainer.registered_ops(d) for d in HOOK_DESTINATIONS if d != "optimizer")
 
 
 # ---- batch_process -----------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_post_optim_log_gets_the_sub_batch_and_its_dict_is_logged(batches, loss_
     trainer.register_op("post_optim_log", lambda sub: {"n": sub.numel(), "log_pbar": True})
     trainer.train()
     assert [c for c in logger.calls if c[0] == "n"] == [("n", 3, 4), ("n", 3, 8)]
-    assert trainer._pbar_values == {"n": 3}
+    assert trainer.pbar_values == {"n": 3}
 
 
 # ---- post_steps, pre/post_steps_log ------------------------------------------------------------
@@ -277,7 +277,7 @@ def test_steps_log_ops_get_the_batch_and_log_their_dict(dest, batches, loss_modu
     assert got[0] is collected[0] and got[1] is collected[1]
     assert [c for c in logger.calls if c[0] == "mean_frame"] == [("mean_frame", 1.5, 4),
                                                                  ("mean_frame", 5.5, 8)]
-    assert "mean_frame" not in trainer._pbar_values
+    assert "mean_frame" not in trainer.pbar_values
 
 
 def test_log_ops_must_return_a_dict_or_none(batches, loss_module):

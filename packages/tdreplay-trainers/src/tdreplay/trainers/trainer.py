@@ -3,74 +3,32 @@
 from __future__ import annotations
 
 import os
-import pickle
-import random
-import re
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from numbers import Number
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from tqdm.auto import tqdm
 
-from tdreplay.core.checkpoint import (
-    CheckpointError,
-    read_json,
-    verify_checkpoint,
-    write_checkpoint,
-    write_json,
+from ._checkpoint import CheckpointMethods
+from ._loop import (
+    MASK_KEY,
+    check_trainer_arguments,
+    count_frames,
+    run_optim_steps,
+    seed_everything,
 )
+from ._ops import HOOK_DESTINATIONS, OpRegistry
+from ._progress import Progress, ScalarLog
+from ._state import TrainerState
+from .hooks import OptimizerHook
 
-from .hooks import LOSS_PREFIX, OptimizerHook, loss_keys
-
-#: Where ops can be registered, in the order a training iteration reaches them.
-HOOK_DESTINATIONS: tuple[str, ...] = (
-    "batch_process",
-    "pre_steps_log",
-    "pre_optim_steps",
-    "process_optim_batch",
-    "post_loss",
-    "optimizer",
-    "post_optim",
-    "post_optim_log",
-    "post_steps",
-    "post_steps_log",
-)
-
-MASK_KEY = ("collector", "mask")
-_FILE_SUFFIXES = (".pt", ".pth")
-_MODULE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-_TRACKED = ("collected_frames", "optim_count", "last_save", "last_log")
+__all__ = ["HOOK_DESTINATIONS", "MASK_KEY", "Trainer"]
 
 
-def _check_int(value: Any, name: str, *, minimum: int, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise ValueError(f"{name} must be {expected}, got {value!r}.")
 
-
-def _saves_with_dumps(module: Any) -> bool:
-    return callable(getattr(module, "dumps", None)) and callable(getattr(module, "loads", None))
-
-
-def _has_state_dict(module: Any) -> bool:
-    return callable(getattr(module, "state_dict", None)) and callable(
-        getattr(module, "load_state_dict", None))
-
-
-def _to_log_value(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    return value
-
-
-class Trainer:
+class Trainer(CheckpointMethods):
     """A training loop with hooks: collect a batch, process it, run optimisation steps, log.
 
     ``train()`` runs, for every batch the ``collector`` yields::
@@ -170,51 +128,29 @@ class Trainer:
         seed: int | None = None,
         save_trainer_interval: int = 10000,
         log_interval: int = 10000,
-        save_trainer_file: str | os.PathLike | None = None,
+        save_trainer_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(collector, Iterable):
-            raise TypeError(f"collector must be an iterable of TensorDict batches, got "
-                            f"{type(collector).__name__}.")
-        _check_int(total_frames, "total_frames", minimum=1, allow_none=True)
-        _check_int(frame_skip, "frame_skip", minimum=1)
-        _check_int(optim_steps_per_batch, "optim_steps_per_batch", minimum=0)
-        if not callable(loss_module):
-            raise TypeError(f"loss_module must be callable, got {type(loss_module).__name__}.")
-        if logger is not None and not callable(getattr(logger, "log_scalar", None)):
-            raise TypeError(f"logger must have a log_scalar(name, value, step=...) method, got "
-                            f"{type(logger).__name__}.")
-        _check_int(seed, "seed", minimum=0, allow_none=True)
-        _check_int(save_trainer_interval, "save_trainer_interval", minimum=1)
-        _check_int(log_interval, "log_interval", minimum=0)
-        if clip_norm is not None and (isinstance(clip_norm, bool)
-                                      or not isinstance(clip_norm, Number) or not clip_norm > 0):
-            raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")
-
+        check_trainer_arguments(
+            collector=collector, total_frames=total_frames, frame_skip=frame_skip,
+            optim_steps_per_batch=optim_steps_per_batch, loss_module=loss_module, logger=logger,
+            clip_norm=clip_norm, seed=seed, save_trainer_interval=save_trainer_interval,
+            log_interval=log_interval)
         self.collector = collector
         self.total_frames = total_frames
         self.frame_skip = frame_skip
         self.optim_steps_per_batch = optim_steps_per_batch
-        self.loss_module = loss_module
         self.optimizer = optimizer
-        self.logger = logger
         self.clip_grad_norm = bool(clip_grad_norm)
         self.clip_norm = clip_norm
         self.progress_bar = bool(progress_bar)
         self.seed = seed
         self.save_trainer_interval = save_trainer_interval
-        self.log_interval = log_interval
         self.save_trainer_file = None if save_trainer_file is None else Path(save_trainer_file)
 
-        self._ops: dict[str, list[tuple[Callable[..., Any], dict[str, Any]]]] = {
-            dest: [] for dest in HOOK_DESTINATIONS
-        }
-        self._modules: dict[str, Any] = {}
-        self._collected_frames = 0
-        self._optim_count = 0
-        self._last_save = 0
-        self._last_log: dict[str, int] = {}
-        self._pbar_values: dict[str, Any] = {}
-        self._latest: dict[str, Any] = {}
+        self._ops = OpRegistry()
+        self._progress = Progress()
+        self._log = ScalarLog(logger, log_interval, self._progress)
+        self._state = TrainerState(self._progress, loss_module, collector)
         self._pbar: Any = None
 
         if optimizer is not None:
@@ -223,32 +159,59 @@ class Trainer:
         if seed is not None:
             self.set_seed()
 
-    # ---- counters ----------------------------------------------------------------------------
+    # ---- settings and counters -----------------------------------------------------------------
+    @property
+    def loss_module(self) -> Callable[[TensorDictBase], TensorDictBase]:
+        """The loss: ``loss_module(sub_batch) -> TensorDict`` (saved with the trainer)."""
+        return self._state.loss_module
+
+    @loss_module.setter
+    def loss_module(self, value: Callable[[TensorDictBase], TensorDictBase]) -> None:
+        self._state.loss_module = value
+
+    @property
+    def logger(self) -> Any:
+        """What gets the logged values (``log_scalar(name, value, step=...)``), or ``None``."""
+        return self._log.logger
+
+    @logger.setter
+    def logger(self, value: Any) -> None:
+        self._log.logger = value
+
+    @property
+    def log_interval(self) -> int:
+        """Frames between two calls of the logger for the same name."""
+        return self._log.log_interval
+
+    @log_interval.setter
+    def log_interval(self, value: int) -> None:
+        self._log.log_interval = value
+
     @property
     def collected_frames(self) -> int:
         """Frames collected so far (restored by :meth:`load_state_dict`)."""
-        return self._collected_frames
+        return self._progress.collected_frames
 
     @property
     def optim_count(self) -> int:
         """Optimisation steps done so far."""
-        return self._optim_count
+        return self._progress.optim_count
 
     @property
     def latest_logged(self) -> dict[str, Any]:
         """The last value logged under each name (a copy)."""
-        return dict(self._latest)
+        return self._log.latest
+
+    @property
+    def pbar_values(self) -> dict[str, Any]:
+        """The values logged with ``log_pbar=True``, shown on the progress bar (a copy)."""
+        return self._log.pbar_values
 
     def set_seed(self) -> None:
         """Seed torch, numpy, :mod:`random` and the collector with ``seed``."""
         if self.seed is None:
             raise ValueError("set_seed needs the trainer's seed to be set.")
-        set_seed = getattr(self.collector, "set_seed", None)
-        if callable(set_seed):
-            set_seed(self.seed)
-        torch.manual_seed(self.seed)
-        np.random.seed(self.seed)
-        random.seed(self.seed)
+        seed_everything(self.seed, self.collector)
 
     # ---- registration ------------------------------------------------------------------------
     def register_op(self, dest: str, op: Callable[..., Any], **kwargs: Any) -> None:
@@ -282,12 +245,20 @@ class Trainer:
         ...
         ValueError: unknown hook destination 'after_everything'; expected one of batch_process, ...
         """
-        if dest not in self._ops:
-            raise ValueError(f"unknown hook destination {dest!r}; expected one of "
-                             f"{', '.join(HOOK_DESTINATIONS)}.")
-        if not callable(op):
-            raise TypeError(f"op for {dest!r} must be callable, got {type(op).__name__}.")
-        self._ops[dest].append((op, kwargs))
+        self._ops.register(dest, op, **kwargs)
+
+    def registered_ops(self, dest: str) -> list[Callable[..., Any]]:
+        """The ops registered at ``dest``, in the order they run (a new list).
+
+        Examples
+        --------
+        >>> trainer = Trainer(collector=[], optim_steps_per_batch=0, loss_module=lambda td: td,
+        ...                   progress_bar=False)
+        >>> trainer.register_op("post_steps", print)
+        >>> trainer.registered_ops("post_steps") == [print], trainer.registered_ops("post_loss")
+        (True, [])
+        """
+        return self._ops.ops(dest)
 
     def register_module(self, module_name: str, module: Any) -> None:
         """Save ``module`` with the trainer under ``module_name``.
@@ -306,102 +277,25 @@ class Trainer:
         ...
         ValueError: a module named 'scale' is already registered; choose another name.
         """
-        if not isinstance(module_name, str) or not _MODULE_NAME.match(module_name):
-            raise ValueError(f"module_name must be a non-empty name of letters, digits, '_', "
-                             f"'.', '-' (not starting with '.' or '-'), got {module_name!r}.")
-        if module_name in self._modules:
-            raise ValueError(f"a module named {module_name!r} is already registered; choose "
-                           f"another name.")
-        if not (_has_state_dict(module) or _saves_with_dumps(module)):
-            raise TypeError(f"module {module_name!r} ({type(module).__name__}) has neither "
-                            f"state_dict/load_state_dict nor dumps/loads: it cannot be saved.")
-        self._modules[module_name] = module
+        self._state.register_module(module_name, module)
 
     @property
     def modules(self) -> dict[str, Any]:
         """Registered modules by name (a copy)."""
-        return dict(self._modules)
-
-    # ---- running hooks -----------------------------------------------------------------------
-    def _run_data_ops(self, dest: str, data: Any) -> Any:
-        for op, kwargs in self._ops[dest]:
-            out = op(data, **kwargs)
-            if is_tensor_collection(out):
-                data = out
-        return data
-
-    def _run_plain_ops(self, dest: str) -> None:
-        for op, kwargs in self._ops[dest]:
-            op(**kwargs)
-
-    def _run_log_ops(self, dest: str, batch: TensorDictBase) -> None:
-        for op, kwargs in self._ops[dest]:
-            result = op(batch, **kwargs)
-            if result is None:
-                continue
-            if not isinstance(result, Mapping):
-                raise TypeError(f"a {dest!r} op must return a dict of values to log or None; "
-                                f"{op!r} returned {type(result).__name__}.")
-            result = dict(result)
-            self._log(log_pbar=bool(result.pop("log_pbar", False)), **result)
-
-    def _log(self, log_pbar: bool = False, **values: Any) -> None:
-        for key, value in values.items():
-            value = _to_log_value(value)
-            self._latest[key] = value
-            if log_pbar:
-                self._pbar_values[key] = value
-            last = self._last_log.get(key)
-            if self.logger is not None and (last is None or self._collected_frames - last
-                                            >= self.log_interval):
-                self._last_log[key] = self._collected_frames
-                self.logger.log_scalar(key, value, step=self._collected_frames)
-
-    def _count_frames(self, batch: TensorDictBase) -> int:
-        mask = batch.get(MASK_KEY, None)
-        frames = int(mask.sum()) if mask is not None else batch.numel()
-        return frames * self.frame_skip
+        return self._state.modules
 
     # ---- the loops ---------------------------------------------------------------------------
+    def _check_optimizer(self) -> None:
+        if self.optim_steps_per_batch and not self._ops.has("optimizer"):
+            raise RuntimeError("the trainer has no 'optimizer' op: pass optimizer=... or "
+                               "register one with register_op('optimizer', ...).")
+
     def optim_steps(self, batch: TensorDictBase) -> None:
         """Run ``pre_optim_steps`` then ``optim_steps_per_batch`` optimisation steps on ``batch``
         and log the mean of every scalar entry of the losses."""
-        if self.optim_steps_per_batch and not self._ops["optimizer"]:
-            raise RuntimeError("the trainer has no 'optimizer' op: pass optimizer=... or "
-                               "register one with register_op('optimizer', ...).")
-        self._run_plain_ops("pre_optim_steps")
-        sums: dict[str, float] = {}
-        for _ in range(self.optim_steps_per_batch):
-            self._optim_count += 1
-            sub_batch = self._run_data_ops("process_optim_batch", batch)
-            losses = self.loss_module(sub_batch)
-            if not is_tensor_collection(losses) or not loss_keys(losses):
-                got = list(losses.keys()) if is_tensor_collection(losses) else losses
-                raise TypeError(f"loss_module must return a TensorDict with at least one "
-                                f"{LOSS_PREFIX!r} entry, got {got!r}.")
-            self._attach_sample_outputs(sub_batch, losses)
-            for op, kwargs in self._ops["post_loss"]:
-                op(sub_batch, **kwargs)
-            losses = self._run_data_ops("optimizer", losses).detach()
-            self._run_plain_ops("post_optim")
-            self._run_log_ops("post_optim_log", sub_batch)
-            for key, value in losses.items():
-                if isinstance(key, str) and isinstance(value, torch.Tensor) and value.numel() == 1:
-                    sums[key] = sums.get(key, 0.0) + float(value)
-        if self.optim_steps_per_batch:
-            self._log(optim_steps=self._optim_count,
-                      **{k: v / self.optim_steps_per_batch for k, v in sums.items()})
-
-    @staticmethod
-    def _attach_sample_outputs(sub_batch: TensorDictBase, losses: TensorDictBase) -> None:
-        """Write the loss's per-sample outputs (e.g. new priorities) into the sub-batch."""
-        if not is_tensor_collection(sub_batch) or not sub_batch.batch_dims:
-            return
-        shape = sub_batch.batch_size
-        for key, value in losses.items():
-            if (isinstance(key, str) and not key.startswith(LOSS_PREFIX)
-                    and isinstance(value, torch.Tensor) and value.shape[: len(shape)] == shape):
-                sub_batch.set(key, value.detach())
+        self._check_optimizer()
+        run_optim_steps(batch, self.optim_steps_per_batch, ops=self._ops,
+                        loss_module=self.loss_module, progress=self._progress, log=self._log)
 
     def train(self) -> None:
         """Run the loop until ``total_frames`` frames are collected or the collector ends.
@@ -409,31 +303,32 @@ class Trainer:
         Continues from :attr:`collected_frames` (so a loaded trainer resumes its count) and
         saves the trainer when it stops, if ``save_trainer_file`` is set.
         """
-        if self.optim_steps_per_batch and not self._ops["optimizer"]:
-            raise RuntimeError("the trainer has no 'optimizer' op: pass optimizer=... or "
-                               "register one with register_op('optimizer', ...).")
-        if self.total_frames is not None and self._collected_frames >= self.total_frames:
+        self._check_optimizer()
+        progress, ops, log = self._progress, self._ops, self._log
+        if self.total_frames is not None and progress.collected_frames >= self.total_frames:
             return
         init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
-        self._pbar = tqdm(total=self.total_frames, initial=self._collected_frames,
+        self._pbar = tqdm(total=self.total_frames, initial=progress.collected_frames,
                           disable=not self.progress_bar, unit="frame", dynamic_ncols=True)
         try:
             for batch in self.collector:
                 if not is_tensor_collection(batch):
                     raise TypeError(f"the collector must yield TensorDict batches, got "
                                     f"{type(batch).__name__}.")
-                batch = self._run_data_ops("batch_process", batch)
-                frames = self._count_frames(batch)
-                self._collected_frames += frames
-                self._run_log_ops("pre_steps_log", batch)
-                if self._collected_frames > init_random_frames:
+                batch = ops.run_data("batch_process", batch)
+                frames = count_frames(batch, self.frame_skip)
+                progress.collected_frames += frames
+                ops.run_log("pre_steps_log", batch, log.log)
+                if progress.collected_frames > init_random_frames:
                     self.optim_steps(batch)
-                self._run_plain_ops("post_steps")
-                self._run_log_ops("post_steps_log", batch)
+                ops.run_plain("post_steps")
+                ops.run_log("post_steps_log", batch, log.log)
                 self._pbar.update(frames)
-                if self._pbar_values:
-                    self._pbar.set_postfix(self._pbar_values, refresh=False)
-                if self.total_frames is not None and self._collected_frames >= self.total_frames:
+                pbar_values = log.pbar_values
+                if pbar_values:
+                    self._pbar.set_postfix(pbar_values, refresh=False)
+                if self.total_frames is not None \
+                        and progress.collected_frames >= self.total_frames:
                     break
                 self.save_trainer()
             self.save_trainer(force_save=True)
@@ -454,186 +349,8 @@ class Trainer:
         if callable(shutdown):
             shutdown()
 
-    # ---- state -------------------------------------------------------------------------------
-    def _own_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "collected_frames": self._collected_frames,
-            "optim_count": self._optim_count,
-            "last_save": self._last_save,
-            "last_log": dict(self._last_log),
-        }
-        if _has_state_dict(self.loss_module):
-            state["loss_module"] = self.loss_module.state_dict()
-        if _has_state_dict(self.collector):
-            state["collector"] = self.collector.state_dict()
-        return state
-
-    def state_dict(self) -> dict[str, Any]:
-        """Counters, loss module, collector (when it has a state) and every registered module.
-
-        Raises ``TypeError`` when a registered module can only save itself to a directory
-        (``dumps`` without ``state_dict``): use :meth:`dumps` then.
-        """
-        state = self._own_state()
-        modules = {}
-        for name, module in self._modules.items():
-            if not _has_state_dict(module):
-                raise TypeError(f"module {name!r} has no state_dict; save the trainer to a "
-                                f"directory with dumps() instead.")
-            modules[name] = module.state_dict()
-        state["modules"] = modules
-        return state
-
-    def _check_state(self, state: Mapping[str, Any], module_names: set[str]) -> None:
-        if not isinstance(state, Mapping):
-            raise ValueError(f"state_dict must be a dict, got {type(state).__name__}.")
-        expected = set(_TRACKED) | {"modules"}
-        if _has_state_dict(self.loss_module):
-            expected.add("loss_module")
-        if _has_state_dict(self.collector):
-            expected.add("collector")
-        missing = expected - set(state)
-        if missing:
-            raise ValueError(f"trainer state_dict is missing {sorted(missing)}.")
-        saved = set(state["modules"])
-        if saved != module_names:
-            raise ValueError(f"trainer state_dict holds modules {sorted(saved)} but the trainer "
-                             f"expects {sorted(module_names)} (register the same modules, under "
-                             f"the same names, before loading).")
-
-    def _install_state(self, state: Mapping[str, Any]) -> None:
-        if "loss_module" in state:
-            self.loss_module.load_state_dict(state["loss_module"])
-        if "collector" in state and _has_state_dict(self.collector):
-            self.collector.load_state_dict(state["collector"])
-        for name, module_state in state["modules"].items():
-            self._modules[name].load_state_dict(module_state)
-        self._collected_frames = int(state["collected_frames"])
-        self._optim_count = int(state["optim_count"])
-        self._last_save = int(state["last_save"])
-        self._last_log = dict(state["last_log"])
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the same modules must be registered under the same names.
-
-        The structure is checked before anything changes.
-        """
-        self._check_state(state_dict, set(self._modules))
-        self._install_state(state_dict)
-
-    def dumps(self, path: str | os.PathLike) -> None:
-        """Save the trainer into checkpoint directory ``path``, atomically.
-
-        Layout of the snapshot: ``trainer.json`` (how each module was saved), ``trainer.pt``
-        (:func:`torch.save` of the state, with the modules that have no ``dumps``) and
-        ``modules/<name>/`` for each registered module with ``dumps`` / ``loads`` (a replay
-        buffer writes its own crash-safe checkpoint there). The snapshot is committed with one
-        atomic rename: a crash leaves the previous checkpoint loadable.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> from torch import nn
-        >>> from tensordict import TensorDict
-        >>> from tdreplay.core import ListStorage, TensorDictReplayBuffer
-        >>> def make():
-        ...     trainer = Trainer(collector=[], optim_steps_per_batch=0,
-        ...                       loss_module=nn.Linear(2, 1), progress_bar=False)
-        ...     rb = TensorDictReplayBuffer(storage=ListStorage(10))
-        ...     trainer.register_module("replay_buffer", rb)
-        ...     return trainer, rb
-        >>> trainer, rb = make()
-        >>> _ = rb.extend(TensorDict({"obs": torch.arange(3.0)}, [3]))
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     trainer.dumps(d)
-        ...     restored, restored_rb = make()
-        ...     restored.loads(d)
-        >>> len(restored_rb), restored_rb.write_count
-        (3, 3)
-        >>> torch.equal(restored.loss_module.weight, trainer.loss_module.weight)
-        True
-        """
-        with write_checkpoint(path) as snap:
-            state = self._own_state()
-            state["modules"] = {}
-            how: dict[str, str] = {}
-            for name, module in self._modules.items():
-                if _saves_with_dumps(module):
-                    module.dumps(snap / "modules" / name)
-                    how[name] = "dumps"
-                else:
-                    state["modules"][name] = module.state_dict()
-                    how[name] = "state_dict"
-            torch.save(state, snap / "trainer.pt")
-            write_json(snap / "trainer.json", {"trainer": type(self).__name__, "modules": how})
-
-    def loads(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint directory written by :meth:`dumps`.
-
-        Every file is checked (sizes and CRCs) and the saved modules must match the registered
-        ones before anything changes; modules saved with ``dumps`` then load themselves (a
-        replay buffer validates its files before it changes), and the rest of the state is
-        installed. A bad checkpoint raises :class:`~tdreplay.core.CheckpointError`.
-        """
-        snap = verify_checkpoint(Path(path))
-        meta = read_json(snap / "trainer.json")
-        how: dict[str, str] = meta.get("modules", {})
-        if set(how) != set(self._modules):
-            raise CheckpointError(f"checkpoint holds modules {sorted(how)} but the trainer has "
-                                  f"{sorted(self._modules)} registered.")
-        for name, kind in how.items():
-            if kind == "dumps" and not _saves_with_dumps(self._modules[name]):
-                raise CheckpointError(f"module {name!r} was saved with dumps, but the registered "
-                                      f"{type(self._modules[name]).__name__} has no loads().")
-        try:
-            state = torch.load(snap / "trainer.pt", weights_only=True)
-            self._check_state(state, {n for n, kind in how.items() if kind == "state_dict"})
-        except (ValueError, RuntimeError, OSError, pickle.UnpicklingError) as err:
-            raise CheckpointError(
-                f"trainer state in {str(path)!r} cannot be loaded: {err}") from err
-        for name, kind in how.items():
-            if kind == "dumps":
-                self._modules[name].loads(snap / "modules" / name)
-        self._install_state(state)
-
-    def save_trainer(self, force_save: bool = False) -> None:
-        """Save to ``save_trainer_file`` when ``save_trainer_interval`` frames have passed since
-        the last save, or now with ``force_save``. Does nothing without ``save_trainer_file``."""
-        if self.save_trainer_file is None:
-            return
-        if not force_save and self._collected_frames - self._last_save < self.save_trainer_interval:
-            return
-        self._last_save = self._collected_frames
-        path = self.save_trainer_file
-        if path.suffix in _FILE_SUFFIXES:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-            try:
-                torch.save(self.state_dict(), tmp)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        else:
-            self.dumps(path)
-
-    def load_from_file(self, file: str | os.PathLike) -> Trainer:
-        """Load what :meth:`save_trainer` wrote: a checkpoint directory or a ``.pt`` file.
-
-        A ``.pt`` file is unpickled (it may hold TensorDicts), so only load files you trust;
-        checkpoint directories load tensors only.
-        """
-        path = Path(file)
-        if path.is_dir():
-            self.loads(path)
-        else:
-            if not path.is_file():
-                raise FileNotFoundError(f"no trainer checkpoint at {str(path)!r}.")
-            self.load_state_dict(torch.load(path, weights_only=False))
-        return self
-
     def __repr__(self) -> str:
-        ops = {dest: len(ops) for dest, ops in self._ops.items() if ops}
-        return (f"{type(self).__name__}(collected_frames={self._collected_frames}, "
-                f"optim_count={self._optim_count}, total_frames={self.total_frames}, "
-                f"optim_steps_per_batch={self.optim_steps_per_batch}, ops={ops}, "
-                f"modules={list(self._modules)})")
+        return (f"{type(self).__name__}(collected_frames={self.collected_frames}, "
+                f"optim_count={self.optim_count}, total_frames={self.total_frames}, "
+                f"optim_steps_per_batch={self.optim_steps_per_batch}, ops={self._ops.counts()}, "
+                f"modules={list(self._state.modules)})")

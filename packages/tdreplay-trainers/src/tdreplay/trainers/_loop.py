@@ -1,0 +1,110 @@
+"""The parts of a trainer's loop that are plain functions: argument checks, seeding, the
+optimisation steps after each collected batch, and counting frames."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from numbers import Number
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+
+from ._ops import OpRegistry
+from ._progress import Progress, ScalarLog
+from .hooks import LOSS_PREFIX, loss_keys
+
+__all__ = ["MASK_KEY", "check_trainer_arguments", "count_frames", "run_optim_steps",
+           "seed_everything"]
+
+#: Entry of a collected batch that marks its valid frames (only those are counted).
+MASK_KEY = ("collector", "mask")
+
+
+def _check_int(value: Any, name: str, *, minimum: int, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
+        raise ValueError(f"{name} must be {expected}, got {value!r}.")
+
+
+def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: Any,
+                            optim_steps_per_batch: Any, loss_module: Any, logger: Any,
+                            clip_norm: Any, seed: Any, save_trainer_interval: Any,
+                            log_interval: Any) -> None:
+    """Raise ``TypeError`` / ``ValueError`` naming the first bad argument of ``Trainer``."""
+    if not isinstance(collector, Iterable):
+        raise TypeError(f"collector must be an iterable of TensorDict batches, got "
+                        f"{type(collector).__name__}.")
+    _check_int(total_frames, "total_frames", minimum=1, allow_none=True)
+    _check_int(frame_skip, "frame_skip", minimum=1)
+    _check_int(optim_steps_per_batch, "optim_steps_per_batch", minimum=0)
+    if not callable(loss_module):
+        raise TypeError(f"loss_module must be callable, got {type(loss_module).__name__}.")
+    if logger is not None and not callable(getattr(logger, "log_scalar", None)):
+        raise TypeError(f"logger must have a log_scalar(name, value, step=...) method, got "
+                        f"{type(logger).__name__}.")
+    _check_int(seed, "seed", minimum=0, allow_none=True)
+    _check_int(save_trainer_interval, "save_trainer_interval", minimum=1)
+    _check_int(log_interval, "log_interval", minimum=0)
+    if clip_norm is not None and (isinstance(clip_norm, bool)
+                                  or not isinstance(clip_norm, Number) or not clip_norm > 0):
+        raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")
+
+
+def seed_everything(seed: int, collector: Any) -> None:
+    """Seed torch, numpy, :mod:`random` and ``collector`` (its ``set_seed``, when it has one)."""
+    set_seed = getattr(collector, "set_seed", None)
+    if callable(set_seed):
+        set_seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def count_frames(batch: TensorDictBase, frame_skip: int) -> int:
+    """Valid frames of ``batch`` (``MASK_KEY`` when present, else all), times ``frame_skip``."""
+    mask = batch.get(MASK_KEY, None)
+    frames = int(mask.sum()) if mask is not None else batch.numel()
+    return frames * frame_skip
+
+
+def _attach_sample_outputs(sub_batch: TensorDictBase, losses: TensorDictBase) -> None:
+    """Write the loss's per-sample outputs (e.g. new priorities) into the sub-batch."""
+    if not is_tensor_collection(sub_batch) or not sub_batch.batch_dims:
+        return
+    shape = sub_batch.batch_size
+    for key, value in losses.items():
+        if (isinstance(key, str) and not key.startswith(LOSS_PREFIX)
+                and isinstance(value, torch.Tensor) and value.shape[: len(shape)] == shape):
+            sub_batch.set(key, value.detach())
+
+
+def run_optim_steps(batch: TensorDictBase, steps: int, *, ops: OpRegistry,
+                    loss_module: Callable[[TensorDictBase], TensorDictBase],
+                    progress: Progress, log: ScalarLog) -> None:
+    """``pre_optim_steps``, then ``steps`` optimisation steps on ``batch``; logs the mean of
+    every scalar entry of the losses (see ``Trainer.optim_steps``)."""
+    ops.run_plain("pre_optim_steps")
+    sums: dict[str, float] = {}
+    for _ in range(steps):
+        progress.optim_count += 1
+        sub_batch = ops.run_data("process_optim_batch", batch)
+        losses = loss_module(sub_batch)
+        if not is_tensor_collection(losses) or not loss_keys(losses):
+            got = list(losses.keys()) if is_tensor_collection(losses) else losses
+            raise TypeError(f"loss_module must return a TensorDict with at least one "
+                            f"{LOSS_PREFIX!r} entry, got {got!r}.")
+        _attach_sample_outputs(sub_batch, losses)
+        ops.run_each("post_loss", sub_batch)
+        losses = ops.run_data("optimizer", losses).detach()
+        ops.run_plain("post_optim")
+        ops.run_log("post_optim_log", sub_batch, log.log)
+        for key, value in losses.items():
+            if isinstance(key, str) and isinstance(value, torch.Tensor) and value.numel() == 1:
+                sums[key] = sums.get(key, 0.0) + float(value)
+    if steps:
+        log.log(optim_steps=progress.optim_count, **{k: v / steps for k, v in sums.items()})
