@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -36,12 +36,13 @@ def make_qnet(hidden: int = 128, obs_dim: int = 4, n_actions: int = 2) -> nn.Mod
 class EpsilonGreedyCollector:
     """Steps ``num_envs`` CartPole environments with an epsilon-greedy policy over ``qnet``.
 
-    Each iteration yields one TensorDict of shape ``[num_envs, steps_per_env]`` with
-    ``observation``, ``action``, ``("next", "observation")``, ``("next", "reward")``,
-    ``("next", "terminated")``, ``("next", "done")`` and ``("collector", "mask")`` (every frame
-    valid). Epsilon decays linearly from ``eps_start`` to ``eps_end`` over ``eps_decay_frames``
-    frames; the first ``init_random_frames`` frames are uniformly random (and the trainer does
-    no optimisation step before them).
+    Each iteration yields one TensorDict of shape ``[num_envs, steps_per_env]`` (fewer steps
+    when :attr:`stop_at` ends the batch sooner) with ``observation``, ``action``,
+    ``("next", "observation")``, ``("next", "reward")``, ``("next", "terminated")``,
+    ``("next", "done")`` and ``("collector", "mask")`` (the frames collected). Epsilon decays
+    linearly from ``eps_start`` to ``eps_end`` over ``eps_decay_frames`` frames; the first
+    ``init_random_frames`` frames are uniformly random (and the trainer does no optimisation
+    step before them).
 
     ``state_dict`` holds the frame count (so epsilon continues after a resume), the recent
     training-episode returns and the random generator; the environments themselves start new
@@ -69,6 +70,9 @@ class EpsilonGreedyCollector:
         self.init_random_frames = init_random_frames
         self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
         self.frames = 0
+        #: called before each batch: the frame count the batch must not go past (the next
+        #: evaluation, the end of the run), or None; batches then end exactly there
+        self.stop_at: Callable[[], int | None] | None = None
         self.recent_returns: list[float] = []
         self._envs = [gym.make(ENV_ID) for _ in range(num_envs)]
         self._generator = torch.Generator()
@@ -107,20 +111,34 @@ class EpsilonGreedyCollector:
             yield self.collect()
 
     def collect(self) -> TensorDictBase:
-        """Run ``steps_per_env`` steps in every environment and return the transitions."""
-        n, t = self.num_envs, self.steps_per_env
+        """Step the environments side by side and return the transitions.
+
+        ``num_envs * steps_per_env`` frames, or fewer when :attr:`stop_at` says the batch must
+        end sooner: then only the first environments take the last step, and the mask
+        (``("collector", "mask")``) marks the frames that were not collected.
+        """
+        n = self.num_envs
+        budget = n * self.steps_per_env
+        stop = self.stop_at() if self.stop_at is not None else None
+        if stop is not None and stop > self.frames:
+            budget = min(budget, stop - self.frames)
+        t = -(-budget // n)
+        last_column = budget - (t - 1) * n  # environments stepping in the last column
         if self._obs is None:
             self._obs = self._reset_all()
-        obs = np.empty((n, t, 4), np.float32)
-        next_obs = np.empty((n, t, 4), np.float32)
-        action = np.empty((n, t), np.int64)
-        reward = np.empty((n, t), np.float32)
-        terminated = np.empty((n, t), bool)
-        done = np.empty((n, t), bool)
+        obs = np.zeros((n, t, 4), np.float32)
+        next_obs = np.zeros((n, t, 4), np.float32)
+        action = np.zeros((n, t), np.int64)
+        reward = np.zeros((n, t), np.float32)
+        terminated = np.zeros((n, t), bool)
+        done = np.zeros((n, t), bool)
+        mask = np.ones((n, t), bool)
+        mask[last_column:, t - 1] = False
         for step in range(t):
+            stepping = n if step < t - 1 else last_column
             obs[:, step] = self._obs
             acts = self._act(self._obs)
-            for i, env in enumerate(self._envs):
+            for i, env in enumerate(self._envs[:stepping]):
                 o, r, term, trunc, _ = env.step(int(acts[i]))
                 action[i, step], reward[i, step] = acts[i], r
                 next_obs[i, step], terminated[i, step], done[i, step] = o, term, term or trunc
@@ -131,7 +149,7 @@ class EpsilonGreedyCollector:
                     o, _ = env.reset(seed=int(torch.randint(0, 2**31 - 1, (),
                                                             generator=self._generator)))
                 self._obs[i] = o
-            self.frames += n
+            self.frames += stepping
         return TensorDict(
             {
                 "observation": torch.from_numpy(obs),
@@ -142,7 +160,7 @@ class EpsilonGreedyCollector:
                     "terminated": torch.from_numpy(terminated),
                     "done": torch.from_numpy(done),
                 },
-                "collector": {"mask": torch.ones(n, t, dtype=torch.bool)},
+                "collector": {"mask": torch.from_numpy(mask)},
             },
             batch_size=[n, t],
         )
@@ -264,6 +282,11 @@ class Evaluator(TrainerHookBase):
         return {"eval_return": value, "log_pbar": True}
 
     @property
+    def next_at(self) -> int:
+        """The frame count of the next evaluation."""
+        return self._next
+
+    @property
     def best(self) -> float:
         return max((v for _, v in self.history), default=-math.inf)
 
@@ -305,3 +328,17 @@ class TrainingReturnLog:
             return None
         return {"train_return": float(np.mean(recent[-10:])),
                 "epsilon": round(self.collector.epsilon, 3), "log_pbar": True}
+
+
+class ReplayRatio:
+    """``batch_process`` op: ``optim_steps_per_batch`` follows the batch's frame count, so a
+    short batch (one that ends at an evaluation or at the end of the run) gets proportionally
+    fewer optimisation steps: ``steps_per_frame`` optimisation steps per collected frame."""
+
+    def __init__(self, trainer: Trainer, steps_per_frame: float) -> None:
+        self.trainer, self.steps_per_frame = trainer, steps_per_frame
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        mask = batch.get(("collector", "mask"), None)
+        frames = int(mask.sum()) if mask is not None else batch.numel()
+        self.trainer.optim_steps_per_batch = max(1, round(frames * self.steps_per_frame))
