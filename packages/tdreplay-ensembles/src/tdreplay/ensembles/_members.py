@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
+from tdreplay.core import Sampler, Writer
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 ENSEMBLE_FILE = "ensemble.json"
@@ -100,9 +101,8 @@ def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str)
         raise ValueError(f"{kind} state_dict must have one entry per member, keys "
                          f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
     for i, member in enumerate(members):
-        check = getattr(member, "check_state_dict", None)
-        if check is not None:
-            check(state_dict[str(i)])
+        if isinstance(member, (Sampler, Writer)):  # storages check their state when loading
+            member.check_state_dict(state_dict[str(i)])
 
 
 def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], kind: str) -> None:

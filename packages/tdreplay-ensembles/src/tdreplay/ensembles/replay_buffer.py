@@ -10,7 +10,15 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
-from tdreplay.core import ReplayBuffer, Sampler, Storage, TensorDictReplayBuffer, Transform, Writer
+from tdreplay.core import (
+    ListStorage,
+    ReplayBuffer,
+    Sampler,
+    Storage,
+    TensorDictReplayBuffer,
+    Transform,
+    Writer,
+)
 from tdreplay.core.utils import check_instance
 
 from ._members import select_members
@@ -77,6 +85,17 @@ def _check_collate_fns(collate_fns: Any, n: int) -> list[Callable[[Any], Any]] |
         if not callable(fn):
             raise TypeError(f"collate_fns[{i}] must be callable, got {type(fn).__name__}.")
     return list(collate_fns)
+
+
+_TD_INFO_WRITER: list[TensorDictReplayBuffer] = []
+
+
+def _td_info_writer() -> TensorDictReplayBuffer:
+    """A TensorDictReplayBuffer whose ``attach_info`` writes a sampler's per-item info into a
+    TensorDict part as TensorDict buffers do (it reads only its arguments), made once."""
+    if not _TD_INFO_WRITER:
+        _TD_INFO_WRITER.append(TensorDictReplayBuffer(storage=ListStorage(1)))
+    return _TD_INFO_WRITER[0]
 
 
 class ReplayBufferEnsemble(ReplayBuffer):
@@ -166,6 +185,10 @@ class ReplayBufferEnsemble(ReplayBuffer):
     ...
     RuntimeError: ReplayBufferEnsemble.extend: an ensemble cannot be written to; ...
     """
+
+    #: the member buffers (empty until ``__init__`` sets them: the base ``__init__`` may call
+    #: ``clear_prefetch`` first)
+    _rbs: tuple[ReplayBuffer, ...] = ()
 
     def __init__(
         self,
@@ -338,7 +361,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             collate_fns=[self._collate_fns[i] for i in positions],
             p=None if p is None else p[positions],
             sample_from_all=self._sampler.sample_from_all,
-            num_buffer_sampled=self._sampler._num_buffer_sampled,
+            num_buffer_sampled=self._sampler.requested_num_buffer_sampled,
             pin_memory=self._pin_memory,
             prefetch=self._prefetch or None,
             generator=self._rng,
@@ -379,7 +402,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             return data
         # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
         # writes them; the ensemble index (a TensorDict) is written below
-        data = TensorDictReplayBuffer.attach_info(self, data, info, only_missing)
+        data = _td_info_writer().attach_info(data, info, only_missing)
         if not isinstance(index, TensorDictBase):
             return data
         if only_missing and data.get("index", None) is not None:
@@ -401,7 +424,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
     # ---- lifecycle ------------------------------------------------------------------------------
     def clear_prefetch(self) -> None:
         super().clear_prefetch()
-        for rb in getattr(self, "_rbs", ()):
+        for rb in self._rbs:
             rb.clear_prefetch()
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -142,6 +142,8 @@ class SamplerEnsemble(Sampler):
         self._num_buffer_sampled = _check_num_buffer_sampled(num_buffer_sampled, n, sample_from_all)
         self._sample_from_all = sample_from_all
         self._samplers: tuple[Sampler, ...] = tuple(samplers)
+        #: Whether any member sampler is prioritized (fixed: the members are).
+        self.is_prioritized = any(sampler.is_prioritized for sampler in self._samplers)
 
     # ---- configuration --------------------------------------------------------------------------
     @property
@@ -170,6 +172,20 @@ class SamplerEnsemble(Sampler):
         """Number of buffers (parts) a batch is drawn from."""
         if self._num_buffer_sampled is None:
             return len(self._samplers)
+        return self._num_buffer_sampled
+
+    @property
+    def requested_num_buffer_sampled(self) -> int | None:
+        """``num_buffer_sampled`` as given: ``None`` means every buffer, however many there
+        are (what a selection of the buffers, ``ensemble[[0, 2]]``, keeps).
+
+        Examples
+        --------
+        >>> from tdreplay.core import RandomSampler
+        >>> ensemble = SamplerEnsemble(RandomSampler(), RandomSampler(), RandomSampler())
+        >>> ensemble.num_buffer_sampled, ensemble.requested_num_buffer_sampled
+        (3, None)
+        """
         return self._num_buffer_sampled
 
     @num_buffer_sampled.setter
@@ -245,11 +261,6 @@ class SamplerEnsemble(Sampler):
                 slots, part_priority,
                 storage=None if storage is None else storage.storages[buffer_id])
 
-    @property
-    def is_prioritized(self) -> bool:
-        """Whether any member sampler is prioritized."""
-        return any(getattr(s, "is_prioritized", False) for s in self._samplers)
-
     def extend(self, slots: torch.Tensor) -> None:
         raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "
                            "ensemble (rb[i].extend(...)), which updates its own sampler.")
@@ -305,8 +316,8 @@ class SamplerEnsemble(Sampler):
         """
         path = Path(path)
         dump_members(self._samplers, path, "SamplerEnsemble")
-        torch.save([None if s.generator is None else s.generator.get_state() for s in self._samplers],
-                   path / RNG_FILE)
+        torch.save([None if s.generator is None else s.generator.get_state()
+                    for s in self._samplers], path / RNG_FILE)
 
     def prepare_load(self, path: Any) -> Any:
         """Read and check every sampler's checkpoint; return a function installing them."""
