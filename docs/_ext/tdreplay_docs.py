@@ -17,6 +17,15 @@ Directives
     ``python benchmarks/run_all.py``, the ``bench`` nox session), or a note saying that there
     are no results yet.
 
+Docstring and signature hooks
+-----------------------------
+- Private bases (``_PriorityUpdates``, ``_ImageTransform``, ...) are not shown in "Bases:";
+  a private base is replaced by its own public bases.
+- A parameter described as ``As :class:`PrioritizedSampler`...`` is written out: each name
+  of the entry gets the type and the description that the named class documents for it (what
+  follows the reference, e.g. ``(eps defaults to 1e-8)``, is kept as a note); the keyword
+  arguments that a ``**kwargs`` entry names are written out the same way.
+
 Checks
 ------
 Every guide example must run when the docs build. A Python code block of a guide that is not
@@ -243,8 +252,9 @@ class BenchmarksDirective(SphinxDirective):
             self.env.note_dependency(str(PLOT))
             lines += [".. figure:: /_generated/benchmarks.png", "   :width: 100%", "",
                       "   ``benchmarks/results/latest.png``, drawn by "
-                      "``benchmarks/plot_results.py`` from the same results (log scale: each bar "
-                      "is relative to its own unit).",
+                      "``benchmarks/plot_results.py`` from the same results: one panel per "
+                      "unit, each saying whether higher or lower is better (log scale where "
+                      "the values span more than two orders of magnitude).",
                       ""]
         else:
             lines += [".. note::", "", "   No plot (``benchmarks/results/latest.png``) beside "
@@ -253,8 +263,8 @@ class BenchmarksDirective(SphinxDirective):
         for row in results:
             groups.setdefault(str(row.get("script", "results")), []).append(row)
         for script, rows in groups.items():
-            title = f"``{script}.py``"
-            lines += [title, "~" * len(title), ""]
+            # a rubric, not a section: the table of contents lists pages, not script names
+            lines += [f".. rubric:: Results of ``benchmarks/{script}.py``", ""]
             dates = sorted({str(row["date"]) for row in rows if "date" in row})
             if dates:
                 lines += [f"Measured on {', '.join(dates)}.", ""]
@@ -368,11 +378,172 @@ def drop_type_docstring(app, what, name, obj, options, lines: list[str]) -> None
         lines[:] = []
 
 
+# ------------------------------------------------------------------------------------------
+# Public bases only
+# ------------------------------------------------------------------------------------------
+
+
+def public_bases(app, name, obj, options, bases: list) -> None:
+    """Show public bases only: a private base (``_Name``) is replaced by its public bases."""
+    out: list = []
+
+    def add(base) -> None:
+        if getattr(base, "__name__", "").startswith("_"):
+            for parent in base.__bases__:
+                if parent is not object:
+                    add(parent)
+        elif base not in out:
+            out.append(base)
+
+    for base in bases:
+        add(base)
+    bases[:] = out or [object]
+
+
+# ------------------------------------------------------------------------------------------
+# "As :class:`X`" parameters written out
+# ------------------------------------------------------------------------------------------
+
+PARAMETER_SECTIONS = {"parameters", "parameter", "params", "other parameters",
+                      "keyword arguments"}
+AS_CLASS = re.compile(r"^As\s+:(?:py:)?class:`~?([\w.]+)`")
+
+
+def _is_header(lines: list[str], i: int) -> bool:
+    return (i + 1 < len(lines) and lines[i].strip() != "" and not lines[i].startswith(" ")
+            and set(lines[i + 1].strip()) == {"-"} and len(lines[i + 1].strip()) >= 3)
+
+
+def parameter_entries(lines: list[str]) -> list[tuple[int, int, list[str], str, list[str]]]:
+    """``(start, end, names, type, description lines)`` of every entry of the parameter
+    sections of numpy-style docstring ``lines`` (``end`` exclusive, description dedented)."""
+    entries = []
+    i, section = 0, None
+    while i < len(lines):
+        if _is_header(lines, i):
+            section = lines[i].strip().lower()
+            i += 2
+            continue
+        line = lines[i]
+        if section in PARAMETER_SECTIONS and line and not line.startswith(" "):
+            if not FIELD_LINE.match(line):
+                section = None  # prose after the section
+                i += 1
+                continue
+            head, _, kind = line.partition(" : ")
+            names = [n.strip() for n in head.rstrip(" ,:").split(",") if n.strip()]
+            j = i + 1
+            # a list of names wrapped over two lines ("a, b," / "c")
+            while line.rstrip().endswith(",") and j < len(lines) and lines[j] \
+                    and not lines[j].startswith(" ") and FIELD_LINE.match(lines[j]):
+                more, _, kind = lines[j].partition(" : ")
+                names += [n.strip() for n in more.rstrip(" ,:").split(",") if n.strip()]
+                line = lines[j]
+                j += 1
+            desc_start = j
+            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
+                if not lines[j].strip() and (j + 1 >= len(lines)
+                                             or not lines[j + 1].startswith(" ")):
+                    break
+                j += 1
+            desc = [d[4:] if d.startswith("    ") else d.strip() for d in lines[desc_start:j]]
+            entries.append((i, j, names, kind.strip(), desc))
+            i = j
+            continue
+        i += 1
+    return entries
+
+
+def _resolve(ref: str, context: object) -> object | None:
+    """The object a ``:class:`` reference names, seen from the module of ``context``."""
+    module = importlib.import_module(getattr(context, "__module__", None) or "builtins")
+    if "." not in ref and hasattr(module, ref):
+        return getattr(module, ref)
+    mod_name, _, attr = ref.rpartition(".")
+    for candidate in (mod_name, f"{module.__name__.rpartition('.')[0]}.{mod_name}"):
+        try:
+            return getattr(importlib.import_module(candidate), attr)
+        except (ImportError, AttributeError, ValueError):
+            continue
+    return None
+
+
+def documented_parameters(cls: object) -> dict[str, tuple[str, list[str]]]:
+    """``{name: (type, description lines)}`` of the parameters ``cls`` documents (its own
+    "As ..." entries written out first)."""
+    lines = (inspect.getdoc(cls) or "").splitlines()
+    expand_as_class(None, "class", "", cls, None, lines)
+    found = {}
+    for _start, _end, names, kind, desc in parameter_entries(lines):
+        for name in names:
+            found.setdefault(name.lstrip("*"), (kind, desc))
+    return found
+
+
+def _written_out(name: str, kind: str, desc: list[str], note: str) -> list[str]:
+    out = [f"{name} : {kind}" if kind else name]
+    out += [f"    {d}" if d else "" for d in desc]
+    if note:
+        out.append(f"    {note}")
+    return out
+
+
+def expand_as_class(app, what, name, obj, options, lines: list[str]) -> None:
+    """Write out the parameters described as ``As :class:`X`...``: each gets X's type and
+    description (what follows the reference stays, as a note)."""
+    entries = parameter_entries(lines)
+    for start, end, names, kind, desc in reversed(entries):
+        text = " ".join(d.strip() for d in desc)
+        match = AS_CLASS.match(text)
+        if not match:
+            continue
+        target = _resolve(match.group(1), obj)
+        if target is None or target is obj:
+            continue
+        source = documented_parameters(target)
+        remainder = text[match.end():].strip()
+        note = remainder.lstrip(".,;: ").strip()
+        if note.startswith("(") and note.endswith(")") or note.startswith("(") \
+                and note.endswith(")."):
+            note = note.rstrip(".")[1:-1].strip()
+        if note:
+            note = note[0].upper() + note[1:]
+            note = note if note.endswith(".") else note + "."
+        mentioned = set(re.findall(r"``(\w+)``", remainder))
+        excepted = set(re.findall(r"``(\w+)``", remainder.partition("except")[2]))
+        ref = f":class:`~{target.__module__}.{target.__qualname__}`"
+        new: list[str] = []
+        kept: list[str] = []
+        for param in names:
+            if param.startswith("**"):
+                for kw in [kw for kw in source if kw in mentioned - excepted]:
+                    new += _written_out(kw, *source[kw], "")
+                kept.append(param)
+                continue
+            if param not in source:
+                kept.append(param)
+                continue
+            src_kind, src_desc = source[param]
+            mine = note if note and (not mentioned or param in mentioned) else ""
+            new += _written_out(param, kind or src_kind, src_desc,
+                                (mine + f" (As {ref}.)").strip() if mine else f"As {ref}.")
+        if kept:
+            if kept == names and not any(k.startswith("**") for k in kept):
+                continue  # nothing could be written out: leave the entry as it is
+            rest = [f"    {d}" if d else "" for d in desc]
+            if any(k.startswith("**") for k in kept):
+                rest = [f"    Passed on to {ref}{remainder and ' ' + remainder}"]
+            new += [", ".join(kept) + (f" : {kind}" if kind else "")] + rest
+        lines[start:end] = new
+
+
 def setup(app):
     app.setup_extension("sphinx.ext.napoleon")
     app.connect("autodoc-process-docstring", drop_type_docstring, priority=300)
     # before napoleon (priority 500) turns the sections into reST
     app.connect("autodoc-process-docstring", separate_prose, priority=400)
+    app.connect("autodoc-process-docstring", expand_as_class, priority=450)
+    app.connect("autodoc-process-bases", public_bases)
     app.add_autodoc_attrgetter(type, class_attrgetter)
     app.add_directive("tdreplay-package", PackageDirective)
     app.add_directive("tdreplay-facade", FacadeDirective)
