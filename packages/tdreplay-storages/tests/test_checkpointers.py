@@ -356,7 +356,7 @@ def test_compressed_checkpointer_round_trip_keeps_blobs(tmp_path):
     restored.loads(tmp_path)
     assert len(restored) == 6 and restored.write_count == 9 and restored.writer.cursor == 3
     assert_same(restored[:], rb[:])
-    assert [r.blob for r in restored.storage._storage] == [r.blob for r in rb.storage._storage]
+    assert [r.blob for r in restored.storage.items()] == [r.blob for r in rb.storage.items()]
     # rows of several structures survive too
     mixed = CompressedListStorage(4)
     mixed.set(0, torch.arange(3))

@@ -7,11 +7,12 @@ from .checkpointers import (
     FlatStorageCheckpointer,
     H5StorageCheckpointer,
     NestedStorageCheckpointer,
+    TensorStorageCheckpointer,
 )
 from .compressed_storage import CompressedListStorage
 from .lazy_stack_storage import LazyStackStorage
 from .memmap_storage import LazyMemmapStorage
-from .tensor_storage import LazyTensorStorage, TensorStorage, TensorStorageCheckpointer
+from .tensor_storage import LazyTensorStorage, TensorStorage
 
 __version__ = "0.1.0"
 

@@ -36,24 +36,19 @@ raises a :class:`~tdreplay.core.CheckpointError` saying which one to set.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdreplay.core import ListStorageCheckpointer, StorageCheckpointerBase
+from tdreplay.core import ListStorageCheckpointer, Storage, StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
-from .tensor_storage import (
-    TensorStorage,
-    TensorStorageCheckpointer,
-    _as_key,
-    _key_path,
-    _leaf_keys,
-)
+from ._compressed_rows import CompressedRow, RowLayout
+from ._layout import as_key, dtype_from_str, key_path, leaf_keys
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -78,10 +73,10 @@ def _stored_path(key: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _dtype_from_str(name: str) -> torch.dtype:
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise CheckpointError(f"checkpoint names an unknown dtype {name!r}.")
-    return dtype
+    try:
+        return dtype_from_str(name)
+    except ValueError:
+        raise CheckpointError(f"checkpoint names an unknown dtype {name!r}.") from None
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -98,10 +93,97 @@ def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return tensor.view(dtype) if standin is not None else tensor
 
 
-def _check_tensor_storage(storage: Any, checkpointer: StorageCheckpointerBase) -> None:
-    if not isinstance(storage, TensorStorage):
+@runtime_checkable
+class TensorLayoutStorage(Protocol):
+    """What the tensor checkpointers need of a storage (``TensorStorage`` and its subclasses).
+
+    The checkpointers read and install a storage only through these public members, so a
+    storage module imports its checkpointer and never the other way round.
+
+    Examples
+    --------
+    >>> from tdreplay.storages import LazyTensorStorage, ListStorage
+    >>> isinstance(LazyTensorStorage(4), TensorLayoutStorage)
+    True
+    >>> isinstance(ListStorage(4), TensorLayoutStorage)
+    False
+    """
+
+    @property
+    def max_size(self) -> int: ...
+
+    @property
+    def ndim(self) -> int: ...
+
+    @property
+    def initialized(self) -> bool: ...
+
+    def layout_meta(self) -> dict[str, Any]: ...
+
+    def written_rows(self) -> TensorDictBase: ...
+
+    def check_layout_compatible(self, meta: dict[str, Any], data: TensorDictBase) -> None: ...
+
+    def install(self, meta: dict[str, Any], data: TensorDictBase) -> None: ...
+
+    def apply_save_hooks(self, data: Any) -> Any: ...
+
+    def apply_load_hooks(self, data: Any) -> Any: ...
+
+    def empty(self) -> None: ...
+
+
+class _NamedCodec(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class CompressedRowStorage(Protocol):
+    """What :class:`CompressedListStorageCheckpointer` needs of a storage
+    (``CompressedListStorage``): its rows as :class:`CompressedRow` and its codec.
+
+    Examples
+    --------
+    >>> from tdreplay.storages import CompressedListStorage, ListStorage
+    >>> isinstance(CompressedListStorage(4), CompressedRowStorage)
+    True
+    >>> isinstance(ListStorage(4), CompressedRowStorage)
+    False
+    """
+
+    @property
+    def max_size(self) -> int: ...
+
+    @property
+    def codec(self) -> _NamedCodec: ...
+
+    @property
+    def save_hooks(self) -> tuple[Callable[[Any], Any], ...]: ...
+
+    @property
+    def load_hooks(self) -> tuple[Callable[[Any], Any], ...]: ...
+
+    def items(self) -> list[Any]: ...
+
+    def replace_items(self, items: Sequence[Any]) -> None: ...
+
+
+def _tensor_storage(storage: Storage, checkpointer: StorageCheckpointerBase) -> TensorLayoutStorage:
+    """``storage`` as a :class:`TensorLayoutStorage`; ``TypeError`` when it is not one."""
+    if not isinstance(storage, TensorLayoutStorage):
         raise TypeError(f"{type(checkpointer).__name__} saves tensor storages (TensorStorage, "
                         f"LazyTensorStorage, LazyMemmapStorage), not {type(storage).__name__}.")
+    return storage
+
+
+def _compressed_storage(storage: Storage,
+                        checkpointer: StorageCheckpointerBase) -> CompressedRowStorage:
+    """``storage`` as a :class:`CompressedRowStorage`; ``TypeError`` when it is not one."""
+    if not isinstance(storage, CompressedRowStorage):
+        raise TypeError(f"{type(checkpointer).__name__} saves CompressedListStorage, not "
+                        f"{type(storage).__name__}.")
+    return storage
 
 
 def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBase) -> None:
@@ -114,7 +196,7 @@ def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBas
         )
 
 
-def _check_meta(storage: TensorStorage, meta: dict[str, Any]) -> None:
+def _check_meta(storage: TensorLayoutStorage, meta: dict[str, Any]) -> None:
     for name in ("max_size", "ndim"):
         if meta.get(name) != getattr(storage, name):
             raise CheckpointError(f"checkpoint storage has {name}={meta.get(name)} but this "
@@ -141,6 +223,65 @@ def check_file_table(root: Path, table: dict[str, int]) -> None:
                                   f"{size}: truncated or altered.")
 
 
+class TensorStorageCheckpointer(StorageCheckpointerBase):
+    """Saves a tensor storage's written rows as memory-mapped files (TensorDict's format).
+
+    The default checkpointer of :class:`~tdreplay.storages.TensorStorage`,
+    :class:`~tdreplay.storages.LazyTensorStorage` and
+    :class:`~tdreplay.storages.LazyMemmapStorage`. Only the written rows are saved (in
+    ``data/``, readable with ``TensorDict.load_memmap``); loading checks the layout (keys,
+    shapes, ``max_size``, ``ndim``) against the target storage before anything changes.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> s = LazyTensorStorage(10)
+    >>> s.set(slice(0, 3), TensorDict({"obs": torch.arange(3.)}, [3]))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = LazyTensorStorage(10)
+    ...     t.loads(d)
+    >>> len(t), t[:]["obs"].tolist()
+    (3, [0.0, 1.0, 2.0])
+    """
+
+    def dumps(self, storage: Storage, path: Path) -> None:
+        source = _tensor_storage(storage, self)
+        path = Path(path)
+        meta = source.layout_meta()
+        meta["checkpointer"] = type(self).__name__
+        if source.initialized:
+            written = source.apply_save_hooks(source.written_rows())
+            written.memmap(path / "data", num_threads=0)
+            meta["files"] = file_table(path / "data")
+        write_json(path / "storage.json", meta)
+
+    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+        target = _tensor_storage(storage, self)
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        _check_written_by(meta, self)
+        _check_meta(target, meta)
+        if not meta["initialized"]:
+            return target.empty
+        # sizes first: load_memmap would zero-extend a truncated file
+        check_file_table(path / "data", meta.get("files", {}))
+        try:
+            loaded = TensorDict.load_memmap(path / "data")
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read the tensor storage checkpoint in {str(path)!r}: "
+                                  f"{type(err).__name__}: {err}") from err
+        loaded = target.apply_load_hooks(loaded)
+        target.check_layout_compatible(meta, loaded)
+
+        def commit() -> None:
+            target.install(meta, loaded)
+
+        return commit
+
+
 # ---- TED compaction ----------------------------------------------------------------------------
 def _bits(tensor: torch.Tensor, batch_dims: int) -> torch.Tensor:
     """Bytes of each element of the batch, for bitwise comparison: ``[*batch, nbytes]``."""
@@ -154,7 +295,7 @@ class _Compactor:
     def __init__(self, done_keys: Iterable[Any] | None, reward_keys: Iterable[Any] | None) -> None:
         self.done_keys = tuple(DEFAULT_DONE_KEYS if done_keys is None else done_keys)
         self.reward_keys = tuple(DEFAULT_REWARD_KEYS if reward_keys is None else reward_keys)
-        self._excluded = {_key_path(k) for k in self.done_keys + self.reward_keys}
+        self._excluded = {key_path(k) for k in self.done_keys + self.reward_keys}
 
     def _excluded_key(self, path: tuple[str, ...]) -> bool:
         return path in self._excluded or (path[-1],) in self._excluded
@@ -167,17 +308,17 @@ class _Compactor:
         steps = data.batch_size[dim]
         arrays: dict[tuple[str, ...], torch.Tensor] = {}
         entries: list[dict[str, Any]] = []
-        keys = [_key_path(k) for k in _leaf_keys(data)]
+        keys = [key_path(k) for k in leaf_keys(data)]
         key_set = set(keys)
         for path in keys:
-            value = data.get(_as_key(path))
+            value = data.get(as_key(path))
             entry = {"key": list(path), "dtype": str(value.dtype), "shape": list(value.shape),
                      "stored": "full"}
             source = path[1:]
             if (path[0] == "next" and len(path) > 1 and source[0] != "next"
                     and source in key_set and not self._excluded_key(source) and steps > 1
                     and math.prod(value.shape[batch_dims:]) > 0):
-                root = data.get(_as_key(source))
+                root = data.get(as_key(source))
                 if root.shape == value.shape and root.dtype == value.dtype:
                     same = (_bits(value, batch_dims).narrow(dim, 0, steps - 1)
                             == _bits(root, batch_dims).narrow(dim, 1, steps - 1)).all(-1)
@@ -216,7 +357,7 @@ class _Compactor:
                     raise CheckpointError(f"checkpoint entry {path} holds {value.dtype} "
                                           f"{tuple(value.shape)}; its description says {dtype} "
                                           f"{tuple(shape)}.")
-                out.set(_as_key(path), value)
+                out.set(as_key(path), value)
             elif entry["stored"] == "shifted":
                 shifted.append((path, dtype, shape, entry))
             else:
@@ -224,7 +365,7 @@ class _Compactor:
                                       f"{entry['stored']!r}, which this version cannot read.")
         for path, dtype, shape, entry in shifted:
             source = tuple(entry["source"])
-            root = out.get(_as_key(source), None)
+            root = out.get(as_key(source), None)
             mask = arrays[path + ("@mask",)]
             explicit = arrays[path + ("@explicit",)]
             if root is None or root.shape != shape or root.dtype != dtype:
@@ -241,7 +382,7 @@ class _Compactor:
             value = torch.empty(shape, dtype=dtype)
             value.narrow(dim, 0, steps - 1).copy_(root.narrow(dim, 1, steps - 1))
             value[mask] = explicit
-            out.set(_as_key(path), value)
+            out.set(as_key(path), value)
         return out
 
 
@@ -271,27 +412,27 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
     def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:
         raise NotImplementedError
 
-    def dumps(self, storage: TensorStorage, path: Path) -> None:
-        _check_tensor_storage(storage, self)
+    def dumps(self, storage: Storage, path: Path) -> None:
+        source = _tensor_storage(storage, self)
         path = Path(path)
-        meta = storage._layout_meta()
+        meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
-        if storage.initialized:
-            written = storage.apply_save_hooks(storage._td[: storage._len_rows])
+        if source.initialized:
+            written = source.apply_save_hooks(source.written_rows())
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)
             meta["entries"] = entries
             meta["arrays"] = self._write_arrays(path, arrays)
         write_json(path / "storage.json", meta)
 
-    def prepare_load(self, storage: TensorStorage, path: Path) -> Callable[[], None]:
-        _check_tensor_storage(storage, self)
+    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+        target = _tensor_storage(storage, self)
         path = Path(path)
         meta = read_json(path / "storage.json")
         _check_written_by(meta, self)
-        _check_meta(storage, meta)
+        _check_meta(target, meta)
         if not meta["initialized"]:
-            return storage.empty
+            return target.empty
         try:
             arrays = self._read_arrays(path, meta["arrays"])
             data = _Compactor.expand(arrays, meta["entries"], torch.Size(meta["batch_size"]))
@@ -300,9 +441,9 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
             raise CheckpointError(f"cannot read the {type(self).__name__} checkpoint in "
                                   f"{str(path)!r}: {type(err).__name__}: {err}") from err
-        data = storage.apply_load_hooks(data)
-        storage._check_layout_compatible(meta, data)
-        return lambda: storage._install(meta, data)
+        data = target.apply_load_hooks(data)
+        target.check_layout_compatible(meta, data)
+        return lambda: target.install(meta, data)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(done_keys={self.done_keys}, "
@@ -410,7 +551,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
         index = {}
         for i, (key, tensor) in enumerate(arrays.items()):
             stored = _stored_path(key)
-            tree.set(_as_key(stored), tensor.contiguous())
+            tree.set(as_key(stored), tensor.contiguous())
             index[str(i)] = {"key": list(key), "stored": list(stored)}
         tree.memmap(path / "data", num_threads=0)
         return {"arrays": index, "files": file_table(path / "data")}
@@ -423,7 +564,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
         tree = TensorDict.load_memmap(data_dir)
         arrays = {}
         for info in index["arrays"].values():
-            value = tree.get(_as_key(info["stored"]), None)
+            value = tree.get(as_key(info["stored"]), None)
             if value is None:
                 raise CheckpointError(f"checkpoint entry {info['stored']} is missing.")
             arrays[tuple(info["key"])] = value.as_subclass(torch.Tensor).clone()
@@ -542,12 +683,13 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
     [[8, 9, 10, 11], [0, 1, 2, 3]]
     """
 
-    def dumps(self, storage: Any, path: Path) -> None:
-        if storage._save_hooks or storage._load_hooks:
+    def dumps(self, storage: Storage, path: Path) -> None:
+        source = _compressed_storage(storage, self)
+        if source.save_hooks or source.load_hooks:
             raise RuntimeError("CompressedListStorageCheckpointer saves rows compressed as they "
                                "are: save/load hooks are not supported.")
         path = Path(path)
-        rows = list(storage._storage)
+        rows: list[CompressedRow] = source.items()
         layouts: dict[Any, int] = {}
         row_layouts = np.empty(len(rows), dtype=np.int32)
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -561,37 +703,36 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         write_json(path / "storage.json", {
             "class": type(storage).__name__,
             "checkpointer": type(self).__name__,
-            "max_size": storage.max_size,
+            "max_size": source.max_size,
             "len": len(rows),
-            "codec": storage.codec.name,
+            "codec": source.codec.name,
             "layouts": [
                 {"kind": layout.kind, "batch_size": list(layout.batch_size),
-                 "leaves": [{"key": None if key is None else list(_key_path(key)),
+                 "leaves": [{"key": None if key is None else list(key_path(key)),
                              "dtype": str(dtype), "shape": list(shape)}
                             for key, dtype, shape in layout.leaves]}
                 for layout in layouts
             ],
         })
 
-    def prepare_load(self, storage: Any, path: Path) -> Callable[[], None]:
-        from .compressed_storage import CompressedRow, RowLayout
-
-        if storage._load_hooks:
+    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+        target = _compressed_storage(storage, self)
+        if target.load_hooks:
             raise CheckpointError("CompressedListStorageCheckpointer does not run load hooks.")
         path = Path(path)
         meta = read_json(path / "storage.json")
         _check_written_by(meta, self)
         n = int(meta["len"])
-        if n > storage.max_size:
+        if n > target.max_size:
             raise CheckpointError(f"checkpoint holds {n} rows but the storage max_size is "
-                                  f"{storage.max_size}.")
-        if meta["codec"] != storage.codec.name:
+                                  f"{target.max_size}.")
+        if meta["codec"] != target.codec.name:
             raise CheckpointError(f"checkpoint rows are compressed with {meta['codec']!r}; this "
-                                  f"storage uses {storage.codec.name!r}.")
+                                  f"storage uses {target.codec.name!r}.")
         try:
             layouts = [
                 RowLayout(info["kind"], tuple(info["batch_size"]), tuple(
-                    (None if leaf["key"] is None else _as_key(leaf["key"]),
+                    (None if leaf["key"] is None else as_key(leaf["key"]),
                      _dtype_from_str(leaf["dtype"]), tuple(leaf["shape"]))
                     for leaf in info["leaves"]))
                 for info in meta["layouts"]
@@ -610,10 +751,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             raise CheckpointError("checkpoint offsets do not match blobs.bin (truncated?).")
         if n and (row_layouts.min() < 0 or row_layouts.max() >= len(layouts)):
             raise CheckpointError("checkpoint rows name structures that are not in its table.")
-        rows = [CompressedRow(storage._intern(layouts[row_layouts[i]]),
-                              blobs[offsets[i]: offsets[i + 1]]) for i in range(n)]
+        rows = [CompressedRow(layouts[row_layouts[i]], blobs[offsets[i]: offsets[i + 1]])
+                for i in range(n)]
 
         def commit() -> None:
-            storage._storage = rows
+            target.replace_items(rows)
 
         return commit

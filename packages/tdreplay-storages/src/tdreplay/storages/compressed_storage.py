@@ -10,11 +10,10 @@ it is installed, else ``zlib`` from the standard library.
 
 from __future__ import annotations
 
-import functools
 import math
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
@@ -22,7 +21,10 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
+from ._compressed_rows import CompressedRow, RowLayout, itemsize
 from .checkpointers import CompressedListStorageCheckpointer
+
+__all__ = ["Codec", "CompressedListStorage", "CompressedRow", "RowLayout", "default_codec"]
 
 try:
     import zstandard as _zstd
@@ -31,33 +33,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 _ZLIB_LEVELS = range(-1, 10)
 _ZSTD_LEVELS = range(-131072, 23)
-
-
-class RowLayout(NamedTuple):
-    """Structure of a compressed row: what is needed to rebuild it from its raw bytes.
-
-    ``kind`` is ``"tensor"`` or ``"tensordict"``; ``batch_size`` the TensorDict's batch size
-    (``()`` for a tensor); ``leaves`` one ``(key, dtype, shape)`` per leaf, in the order their
-    bytes are concatenated (``key`` is ``None`` for a tensor row).
-    """
-
-    kind: str
-    batch_size: tuple[int, ...]
-    leaves: tuple[tuple[Any, torch.dtype, tuple[int, ...]], ...]
-
-    @property
-    def nbytes(self) -> int:
-        return _layout_nbytes(self)
-
-
-@functools.cache
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-@functools.lru_cache(maxsize=4096)
-def _layout_nbytes(layout: RowLayout) -> int:
-    return sum(math.prod(shape) * _itemsize(dtype) for _, dtype, shape in layout.leaves)
 
 
 class Codec:
@@ -130,13 +105,6 @@ def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
 
     name = f"custom:{getattr(compression_fn, '__qualname__', type(compression_fn).__name__)}"
     return Codec(name, compress, decompress)
-
-
-class CompressedRow(NamedTuple):
-    """One stored row: its layout and the compressed bytes of its leaves."""
-
-    layout: RowLayout
-    blob: bytes
 
 
 class CompressedListStorage(ListStorage):
@@ -276,7 +244,7 @@ class CompressedListStorage(ListStorage):
         tensors = []
         offset = 0
         for _, dtype, leaf_shape in layout.leaves:
-            size = math.prod(leaf_shape) * _itemsize(dtype)
+            size = math.prod(leaf_shape) * itemsize(dtype)
             if size == 0:
                 tensor = torch.empty((*shape, *leaf_shape), dtype=dtype)
             elif len(rows) == 1:
@@ -362,7 +330,30 @@ class CompressedListStorage(ListStorage):
                              f"this storage uses {self.codec.name!r}.")
         if len(rows) > self.max_size:
             raise ValueError(f"state_dict holds {len(rows)} rows; max_size is {self.max_size}.")
-        self._storage = [CompressedRow(self._intern(r.layout), r.blob) for r in rows]
+        self.replace_items(rows)
+
+    def replace_items(self, items: Sequence[Any]) -> None:
+        """Make ``items`` (:class:`CompressedRow` values, as :meth:`items` returns them) the
+        written rows; what checkpointers install.
+
+        Rows of equal layouts share one layout object again (a batch decompresses at once).
+        ``TypeError`` for an item that is not a ``CompressedRow``, ``ValueError`` when they do
+        not fit in ``max_size``.
+
+        Examples
+        --------
+        >>> s = CompressedListStorage(4)
+        >>> s.set(torch.arange(2), torch.arange(6).reshape(2, 3))
+        >>> t = CompressedListStorage(4)
+        >>> t.replace_items(s.items())
+        >>> t.get(torch.tensor([1, 0])).tolist()
+        [[3, 4, 5], [0, 1, 2]]
+        """
+        if not all(isinstance(row, CompressedRow) for row in items):
+            raise TypeError("CompressedListStorage rows must be CompressedRow values.")
+        if len(items) > self.max_size:
+            raise ValueError(f"items holds {len(items)} items; max_size is {self.max_size}.")
+        self._storage = [CompressedRow(self._intern(r.layout), r.blob) for r in items]
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "

@@ -37,14 +37,9 @@ from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
 
-from .tensor_storage import (
-    LazyTensorStorage,
-    _as_key,
-    _assemble,
-    _build_tree,
-    _key_path,
-    _leaf_keys,
-)
+from ._formats import DataFormat, treespec_loads
+from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
+from .tensor_storage import LazyTensorStorage
 
 try:  # POSIX
     import fcntl
@@ -67,15 +62,15 @@ _STATE_SIZE = 8
 
 
 def _dtype_from_str(name: str) -> torch.dtype:
-    dtype = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r} in a memmap layout file.")
-    return dtype
+    try:
+        return dtype_from_str(name)
+    except ValueError:
+        raise ValueError(f"unknown dtype {name!r} in a memmap layout file.") from None
 
 
 def _leaf_filename(key: Any, index: int) -> str:
     """File of a leaf: its key path as directories (``next/obs.memmap``) when safe."""
-    parts = _key_path(key)
+    parts = key_path(key)
     safe = all(
         part and part not in (".", "..") and "/" not in part and "\\" not in part
         and "\0" not in part and part not in _RESERVED
@@ -309,33 +304,18 @@ class LazyMemmapStorage(LazyTensorStorage):
         """``[cursor, write_count]`` in shared memory: writers keep their counters there."""
         return self._state.array[_STATE_CURSOR:_STATE_WRITES + 1]
 
-    @property
-    def _len_rows(self) -> int:
-        state = self.__dict__.get("_state")
-        if state is None:  # during construction
-            return self.__dict__.get("_local_len_rows", 0)
-        return int(state.array[_STATE_LEN])
+    # the row count and the layout live in the scratch directory, shared by every process
+    def _rows_written(self) -> int:
+        return int(self._state.array[_STATE_LEN])
 
-    @_len_rows.setter
-    def _len_rows(self, value: int) -> None:
-        state = self.__dict__.get("_state")
-        if state is None:
-            self.__dict__["_local_len_rows"] = value
-        else:
-            state.array[_STATE_LEN] = value
+    def _set_rows_written(self, rows: int) -> None:
+        self._state.array[_STATE_LEN] = rows
 
-    @property
-    def _td(self) -> Any:
-        td = self.__dict__.get("_td_local")
-        if td is None:
-            state = self.__dict__.get("_state")
-            if state is not None and state.array[_STATE_INIT]:
-                td = self._attach_layout()
-        return td
-
-    @_td.setter
-    def _td(self, value: Any) -> None:
-        self.__dict__["_td_local"] = value
+    def _current_layout(self) -> TensorLayout | None:
+        layout = self._layout
+        if layout is None and self._state.array[_STATE_INIT]:
+            layout = self._attach_layout()  # laid out by another process (or before pickling)
+        return layout
 
     @property
     def device(self) -> torch.device:
@@ -353,11 +333,11 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     def _create(self, td: Any, batched: bool) -> None:
         with self._lock_obj:
-            if self._td is not None:  # another process laid the storage out meanwhile
+            if self._current_layout() is not None:  # another process laid it out meanwhile
                 return
             self._new_files: list[tuple[Any, str, torch.dtype, tuple[int, ...]]] = []
             try:
-                keys = _leaf_keys(td)
+                keys = leaf_keys(td)
                 taken = [self._scratch_dir / _leaf_filename(k, i) for i, k in enumerate(keys)]
                 existing = [str(p) for p in taken if p.exists()]
                 if existing:
@@ -370,22 +350,21 @@ class LazyMemmapStorage(LazyTensorStorage):
             except BaseException:
                 for _, rel, _, _ in self._new_files:
                     (self._scratch_dir / rel).unlink(missing_ok=True)
-                self.__dict__["_td_local"] = None
+                self._layout = None
                 raise
             finally:
                 del self._new_files
             self._state.array[_STATE_INIT] = 1
 
     def _write_layout(self) -> None:
-        from torch.utils._pytree import treespec_dumps
-
+        assert self._layout is not None
         layout = {
             "format": _FORMAT,
-            "shape": list(self.__dict__["_td_local"].batch_size),
-            "kind": self._kind,
-            "treespec": treespec_dumps(self._treespec) if self._treespec is not None else None,
+            "shape": list(self._layout.shape),
+            "kind": self._format.kind,
+            "treespec": self._format.meta()["treespec"],
             "leaves": [
-                {"key": list(_key_path(key)), "file": rel,
+                {"key": list(key_path(key)), "file": rel,
                  "dtype": str(dtype), "shape": list(shape)}
                 for key, rel, dtype, shape in self._new_files
             ],
@@ -394,14 +373,12 @@ class LazyMemmapStorage(LazyTensorStorage):
         tmp.write_text(json.dumps(layout))
         os.replace(tmp, self._scratch_dir / _LAYOUT_FILE)
 
-    def _attach_layout(self) -> Any:
+    def _attach_layout(self) -> TensorLayout:
         """Map the files another process (or a pickled original) laid out."""
-        from torch.utils._pytree import treespec_loads
-
         layout = json.loads((self._scratch_dir / _LAYOUT_FILE).read_text())
         keys, leaves = [], []
         for leaf in layout["leaves"]:
-            key = _as_key(leaf["key"])
+            key = as_key(leaf["key"])
             mmt = MemoryMappedTensor.from_filename(
                 str(self._scratch_dir / leaf["file"]), dtype=_dtype_from_str(leaf["dtype"]),
                 shape=torch.Size(leaf["shape"]),
@@ -410,9 +387,10 @@ class LazyMemmapStorage(LazyTensorStorage):
             leaves.append(mmt.as_subclass(torch.Tensor))
         shape = torch.Size(layout["shape"])
         spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
-        self._set_kind(layout["kind"], spec)
-        self._adopt(_assemble(_build_tree(keys), leaves, shape, self._device))
-        return self.__dict__["_td_local"]
+        self._format = DataFormat(layout["kind"], spec)
+        self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),
+                                    self.ndim, self._device)
+        return self._layout
 
     # ---- reads and writes under the process lock -------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
@@ -438,17 +416,12 @@ class LazyMemmapStorage(LazyTensorStorage):
     # ---- pickling: map the same files in the receiving process -----------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_td_local", "_keys", "_leaves", "_flat_leaves", "_tree", "_key_set",
-                     "_inner", "_expected_shapes", "_finalizer"):
-            state.pop(name, None)
+        state.pop("_finalizer", None)
+        state["_layout"] = None  # the receiving process maps the files again
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__["_td_local"] = None
-
     def __repr__(self) -> str:
-        shape = None if self._td is None else tuple(self._td.batch_size)
+        shape = None if self.shape is None else tuple(self.shape)
         return (f"{type(self).__name__}(max_size={self.max_size}, ndim={self.ndim}, shape={shape}, "
                 f"len={len(self)}, scratch_dir={str(self._scratch_dir)!r}, "
                 f"device={self._out_device})")

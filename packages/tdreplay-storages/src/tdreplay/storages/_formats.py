@@ -1,0 +1,184 @@
+"""The kinds of data a tensor storage holds, and their conversion to and from a TensorDict.
+
+A :class:`~tdreplay.storages.TensorStorage` keeps every kind (TensorDict, tensor, tensorclass,
+pytree of tensors) as a TensorDict: :func:`to_tensordict` views the data as one, and the
+storage's :class:`DataFormat` turns what it reads back into the kind that was written.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection, is_tensorclass
+from torch.utils._pytree import (  # noqa: PLC2701 (no public pytree in torch 2.13)
+    tree_flatten,
+    tree_unflatten,
+    treespec_dumps,
+    treespec_loads,
+)
+
+from tdreplay.core.checkpoint import CheckpointError
+
+KIND_TD = "tensordict"
+KIND_TENSOR = "tensor"
+KIND_PYTREE = "pytree"
+KIND_TC = "tensorclass"
+#: the key a tensor is kept under
+TENSOR_KEY = "_tensor"
+
+
+def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
+    """View ``data`` as a TensorDict; returns ``(td, kind, extra)``.
+
+    ``extra`` is the pytree structure or the tensorclass of the data (``None`` otherwise).
+    Tensors and pytrees get ``ndim`` batch dimensions (``ndim - 1`` for one item, when
+    ``batched`` is false), the leading dimensions a storage of that ``ndim`` counts in its
+    capacity.
+
+    Examples
+    --------
+    >>> td, kind, extra = to_tensordict(torch.zeros(3, 2), batched=True)
+    >>> kind, td.batch_size, extra
+    ('tensor', torch.Size([3]), None)
+    """
+    if is_tensorclass(data):
+        # to_dict shares the tensors (to_tensordict would copy them); nested tensorclasses
+        # become plain TensorDicts, which from_tensordict turns back into their classes
+        td = TensorDict(data.to_dict(retain_none=False), batch_size=data.batch_size,
+                        device=data.device)
+        return td, KIND_TC, type(data)
+    if is_tensor_collection(data):
+        return data, KIND_TD, None
+    nbatch = ndim if batched else ndim - 1
+    if isinstance(data, torch.Tensor):
+        if data.ndim < nbatch:
+            raise ValueError(f"data has shape {tuple(data.shape)}; a storage with ndim={ndim} "
+                             f"needs at least {nbatch} leading dims.")
+        return TensorDict({TENSOR_KEY: data}, batch_size=data.shape[:nbatch]), KIND_TENSOR, None
+    if isinstance(data, list):
+        if not data:
+            raise ValueError("cannot write an empty list to a TensorStorage.")
+        return to_tensordict(torch.stack(data) if isinstance(data[0], torch.Tensor)
+                             else TensorDict.maybe_dense_stack(data)
+                             if is_tensor_collection(data[0])
+                             else stack_pytrees(data), batched=True, ndim=ndim)
+    leaves, spec = tree_flatten(data)
+    if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
+        raise TypeError(f"a TensorStorage holds tensors, TensorDicts, tensorclasses or pytrees "
+                        f"of tensors; got {type(data).__name__}.")
+    bs = leaves[0].shape[:nbatch]
+    if any(x.shape[:nbatch] != bs or x.ndim < nbatch for x in leaves):
+        raise ValueError(f"every leaf of the pytree must share its {nbatch} leading dims, got "
+                         f"shapes {[tuple(x.shape) for x in leaves]}.")
+    td = TensorDict({str(i): x for i, x in enumerate(leaves)}, batch_size=bs)
+    return td, KIND_PYTREE, spec
+
+
+def stack_pytrees(items: list[Any]) -> Any:
+    """Stack a list of pytrees of tensors sharing one structure into one pytree."""
+    flats, specs = zip(*(tree_flatten(x) for x in items))
+    if not flats[0] or not all(isinstance(x, torch.Tensor) for leaves in flats for x in leaves):
+        raise TypeError(f"a TensorStorage holds tensors, TensorDicts, tensorclasses or pytrees of "
+                        f"tensors; got a list of {type(items[0]).__name__}.")
+    if any(spec != specs[0] for spec in specs):
+        raise ValueError("the items of a list written to a TensorStorage must share one pytree "
+                         "structure.")
+    return tree_unflatten([torch.stack(group) for group in zip(*flats)], specs[0])
+
+
+class DataFormat:
+    """The kind of data a tensor storage holds and how to give it back from a TensorDict.
+
+    Parameters
+    ----------
+    kind : str
+        ``"tensordict"``, ``"tensor"``, ``"tensorclass"`` or ``"pytree"``.
+    extra : optional
+        The pytree structure (``"pytree"``) or the tensorclass (``"tensorclass"``).
+
+    Examples
+    --------
+    >>> fmt = DataFormat("tensor")
+    >>> fmt.from_td(TensorDict({TENSOR_KEY: torch.ones(2)}, [2])).tolist()
+    [1.0, 1.0]
+    """
+
+    def __init__(self, kind: str = KIND_TD, extra: Any = None) -> None:
+        self.kind = kind
+        self.treespec = extra if kind == KIND_PYTREE else None
+        self.tensorclass = extra if kind == KIND_TC else None
+        #: the pytree structure or tensorclass (``None`` for other kinds)
+        self.extra = self.treespec if kind == KIND_PYTREE else self.tensorclass
+
+    def check_same(self, kind: str, extra: Any) -> None:
+        """Raise unless data of ``kind`` / ``extra`` can be written next to this format's."""
+        if kind == self.kind and (extra is None or extra == self.extra):
+            return
+        if kind != self.kind:
+            raise TypeError(f"this storage holds {self.kind} data; got {kind} data.")
+        if kind == KIND_TC:
+            name = getattr(self.tensorclass, "__name__", None)
+            raise TypeError(f"this storage holds {name} tensorclass data; got "
+                            f"{extra.__name__}.")
+        raise ValueError(f"data has pytree structure {extra}, but this storage holds "
+                         f"{self.treespec}.")
+
+    def from_td(self, td: TensorDictBase) -> Any:
+        """The data of this format that ``td`` holds (``td`` itself for TensorDicts)."""
+        if self.kind == KIND_TD:
+            return td
+        if self.kind == KIND_TENSOR:
+            return td.get(TENSOR_KEY)
+        if self.kind == KIND_TC:
+            return self.tensorclass.from_tensordict(td)
+        return tree_unflatten([td.get(str(i)) for i in range(self.treespec.num_leaves)],
+                              self.treespec)
+
+    def meta(self) -> dict[str, str | None]:
+        """The pytree structure / tensorclass of the data, as strings a checkpoint can hold."""
+        cls = self.tensorclass
+        return {
+            "treespec": treespec_dumps(self.treespec) if self.treespec is not None else None,
+            "tensorclass": None if cls is None else f"{cls.__module__}:{cls.__qualname__}",
+        }
+
+    def check_meta(self, meta: dict[str, Any]) -> None:
+        """Raise :class:`~tdreplay.core.CheckpointError` unless a checkpoint's metadata names
+        this format's kind (and its pytree structure / tensorclass, when it has one)."""
+        if meta.get("kind", self.kind) != self.kind:
+            raise CheckpointError(f"checkpoint holds {meta['kind']} data, this storage "
+                                  f"{self.kind}.")
+        for name, ours in self.meta().items():
+            if ours is not None and meta.get(name) != ours:
+                raise CheckpointError(f"checkpoint {name} {meta.get(name)!r} differs from this "
+                                      f"storage's {ours!r}.")
+
+    @staticmethod
+    def resolve_extra(meta: dict[str, Any]) -> Any:
+        """The treespec or tensorclass a checkpoint's metadata names (``None`` for other kinds).
+
+        Raises :class:`~tdreplay.core.CheckpointError` when it cannot be rebuilt here.
+        """
+        kind = meta.get("kind", KIND_TD)
+        if kind == KIND_PYTREE:
+            if not meta.get("treespec"):
+                raise CheckpointError("checkpoint holds pytree data but no pytree structure.")
+            return treespec_loads(meta["treespec"])
+        if kind == KIND_TC:
+            path = meta.get("tensorclass") or ""
+            module, _, qualname = path.partition(":")
+            try:
+                obj: Any = importlib.import_module(module)
+                for part in qualname.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError, ValueError) as err:
+                raise CheckpointError(
+                    f"checkpoint holds tensorclass {path!r}, which cannot be imported here ("
+                    f"{err}); define it at module level, or write one item to the storage first."
+                ) from err
+            if not is_tensorclass(obj):
+                raise CheckpointError(f"checkpoint tensorclass {path!r} is not a tensorclass.")
+            return obj
+        return None

@@ -1,0 +1,253 @@
+"""Building blocks shared by the tensor storages and the checkpointers (no storage imports).
+
+- nested keys as tuples of names and back (:func:`key_path`, :func:`as_key`), the sorted leaf
+  keys of a TensorDict (:func:`leaf_keys`), dtype names (:func:`dtype_from_str`);
+- the tree of a storage's keys (:func:`build_tree`), walked to read a source TensorDict's
+  leaves in storage order (:func:`leaves_along_tree`) and to build an output TensorDict from
+  leaves (:func:`assemble`);
+- :class:`TensorLayout`: the preallocated TensorDict of a tensor storage and its leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdreplay.core.checkpoint import CheckpointError
+
+#: A TensorDict key: a name, or a tuple of names for a nested entry.
+NestedKey = str | tuple[str, ...]
+
+
+def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
+    """The leaf keys of ``td`` (nested ones as tuples), sorted by their string form."""
+    return sorted(td.keys(include_nested=True, leaves_only=True), key=str)
+
+
+def key_path(key: NestedKey) -> tuple[str, ...]:
+    """A (nested) key as a tuple of names."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def as_key(path: Iterable[str]) -> NestedKey:
+    """The key of a tuple of names (a plain string for one name)."""
+    path = tuple(path)
+    return path[0] if len(path) == 1 else path
+
+
+def dtype_from_str(name: str) -> torch.dtype:
+    """The torch dtype ``str(dtype)`` wrote (``"torch.float32"`` or ``"float32"``).
+
+    Raises ``ValueError`` for a name that is not a torch dtype.
+    """
+    dtype = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}.")
+    return dtype
+
+
+def build_tree(keys: Sequence[NestedKey]) -> dict[str, Any]:
+    """Nested dict mapping each key path to the position of its leaf in ``keys``."""
+    tree: dict[str, Any] = {}
+    for pos, key in enumerate(keys):
+        path = key_path(key)
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = pos
+    return tree
+
+
+def leaves_along_tree(td: TensorDictBase, tree: dict[str, Any],
+                      count: int) -> list[torch.Tensor] | None:
+    """Leaves of a plain ``TensorDict`` in storage order, walking its entries along ``tree``.
+
+    Checks that ``td`` has exactly the storage's keys at every level. Returns ``None`` when
+    ``td`` is not a plain TensorDict or its keys differ (the caller then takes the generic path,
+    which also names the mismatched keys).
+    """
+    out: list[Any] = [None] * count
+    stack: list[tuple[Any, dict[str, Any]]] = [(td, tree)]
+    while stack:
+        node_td, node = stack.pop()
+        if type(node_td) is not TensorDict:
+            return None
+        seen = 0
+        for name, value in node_td.items():
+            sub = node.get(name)
+            if sub is None:
+                return None
+            seen += 1
+            if type(sub) is dict:
+                stack.append((value, sub))
+            elif isinstance(value, torch.Tensor):
+                out[sub] = value
+            else:
+                return None
+        if seen != len(node):
+            return None
+    return out
+
+
+def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
+             device: torch.device | None) -> TensorDict:
+    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``."""
+    source: dict[str, Any] = {}
+    for name, node in tree.items():
+        if isinstance(node, dict):
+            source[name] = assemble(node, leaves, batch_size, device)
+        else:
+            source[name] = leaves[node]
+    # non_blocking=False: the leaves are already on ``device`` (no transfer to wait for)
+    return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
+
+
+class TensorLayout:
+    """The tensors of a tensor storage: its TensorDict and its leaves in storage order.
+
+    Parameters
+    ----------
+    td : TensorDictBase
+        Batch shape ``[rows, *inner, ...]``; its leaves become the storage's tensors (moved to
+        ``device`` when elsewhere).
+    ndim : int
+        Leading dimensions counted in the storage's capacity (``rows`` and ``inner``).
+    device : torch.device
+        Where the storage's tensors live.
+
+    Examples
+    --------
+    >>> layout = TensorLayout(TensorDict({"b": torch.zeros(4, 2), ("a", "c"): torch.ones(4)}, [4]),
+    ...                       ndim=1, device=torch.device("cpu"))
+    >>> layout.keys, layout.rows, layout.row_numel
+    ([('a', 'c'), 'b'], 4, 1)
+    """
+
+    @classmethod
+    def allocate(cls, td: TensorDictBase, shape: torch.Size, skip: int,
+                 allocate: Callable[[torch.Size, torch.dtype, NestedKey], torch.Tensor],
+                 ndim: int, device: torch.device) -> TensorLayout:
+        """A layout of batch shape ``shape`` for data like ``td``.
+
+        Each leaf of ``td`` gets a tensor ``allocate(shape + leaf.shape[skip:], leaf.dtype,
+        key)``; ``TypeError`` for an entry that is not a tensor.
+        """
+        keys = leaf_keys(td)
+        leaves = []
+        for key in keys:
+            x = td.get(key)
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"entry {key!r} is a {type(x).__name__}: a TensorStorage holds "
+                                "tensors only (use LazyStackStorage or ListStorage otherwise).")
+            leaves.append(allocate(shape + x.shape[skip:], x.dtype, key))
+        return cls(assemble(build_tree(keys), leaves, shape, device), ndim, device)
+
+    def __init__(self, td: TensorDictBase, ndim: int, device: torch.device) -> None:
+        keys = leaf_keys(td)
+        leaves = []
+        for key in keys:
+            leaf = td.get(key)
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(f"entry {key!r} is a {type(leaf).__name__}: a TensorStorage holds "
+                                "tensors only (use LazyStackStorage or ListStorage otherwise).")
+            leaves.append(leaf if leaf.device == device else leaf.to(device))
+        self.ndim = ndim
+        self.keys = keys
+        self.key_set = set(keys)
+        self.leaves = leaves
+        self.tree = build_tree(keys)
+        self.td = assemble(self.tree, leaves, td.batch_size[:ndim], device)
+        #: the leaves with the ``ndim`` leading dimensions flattened into one of slots
+        self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
+        self.shape = self.td.batch_size
+        self.rows = self.shape[0]
+        self.inner = self.shape[1:]
+        self.row_numel = self.inner.numel()
+        # (lead dims, full shape of every source leaf) of the last write: see source_leaves
+        self._expected: tuple[tuple[int, ...] | None, list[torch.Size]] = (None, [])
+
+    def source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
+        """Leaves of ``td`` in storage order, after checking keys and shapes.
+
+        ``lead`` is the expected shape before each leaf's own dimensions (``[n, *inner]`` for
+        ``n`` rows). Raises ``KeyError`` naming missing / unexpected keys and ``ValueError``
+        naming an entry of another shape.
+        """
+        out = leaves_along_tree(td, self.tree, len(self.keys))
+        if out is None:
+            out = self.leaves_by_key(td)
+        cached_lead, expected = self._expected
+        if cached_lead != lead:  # writes mostly repeat one batch size: keep its shapes
+            expected = [torch.Size((*lead, *leaf.shape[self.ndim:])) for leaf in self.leaves]
+            self._expected = (lead, expected)
+        if [src.shape for src in out] != expected:
+            for key, src, shape in zip(self.keys, out, expected):
+                if src.shape != shape:
+                    raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
+                                     f"{tuple(shape)} for this storage.")
+        return out
+
+    def leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
+        """Generic (slower) leaf lookup for any tensor collection; names mismatched keys."""
+        keys = td.keys(include_nested=True, leaves_only=True)
+        if len(keys) != len(self.keys) or not all(k in self.key_set for k in keys):
+            got = set(keys)
+            missing = sorted(map(str, self.key_set - got))
+            extra = sorted(map(str, got - self.key_set))
+            raise KeyError(f"data keys do not match the storage: missing {missing}, unexpected "
+                           f"{extra}.")
+        return [td.get(key) for key in self.keys]
+
+    def check_rows_compatible(self, data: TensorDictBase, rows: int) -> None:
+        """Raise :class:`~tdreplay.core.CheckpointError` unless ``rows`` rows fit and ``data`` has
+        this layout's keys, row shapes (after the leading dimension) and dtypes."""
+        if rows > self.rows:
+            raise CheckpointError(f"checkpoint holds {rows} rows, more than this storage's "
+                                  f"{self.rows}.")
+        keys = set(leaf_keys(data))
+        if keys != self.key_set:
+            raise CheckpointError(
+                f"checkpoint keys {sorted(map(str, keys))} differ from the storage keys "
+                f"{sorted(map(str, self.key_set))}."
+            )
+        for key, leaf in zip(self.keys, self.leaves):
+            src = data.get(key)
+            if src.shape[1:] != leaf.shape[1:]:
+                raise CheckpointError(f"checkpoint entry {key!r} has row shape "
+                                      f"{tuple(src.shape[1:])}, the storage "
+                                      f"{tuple(leaf.shape[1:])}.")
+            if src.dtype != leaf.dtype:
+                raise CheckpointError(f"checkpoint entry {key!r} has dtype {src.dtype}, the "
+                                      f"storage {leaf.dtype}.")
+
+    def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor]) -> None:
+        """Copy ``src`` (leaves in storage order) into rows ``[start, stop)`` of every leaf."""
+        for leaf, s in zip(self.leaves, src):
+            leaf[start:stop].copy_(s)
+
+    def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
+        """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""
+        for leaf, s in zip(self.leaves, src):
+            leaf.index_copy_(0, rows, s.to(leaf.device, leaf.dtype))
+
+    def set_entry(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> None:
+        """Set entry ``key`` of the first ``rows`` rows to ``value`` in place (at ``index`` of
+        those rows when given); ``KeyError`` / ``ValueError`` before anything is written."""
+        leaf = self.td.get(key, None)
+        if leaf is None:
+            raise KeyError(f"key {key!r} is not in the storage (keys: "
+                           f"{[str(k) for k in self.keys]}).")
+        written = leaf[:rows]
+        value = torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device)
+        try:  # a value that does not fit raises before anything is written
+            if index is None:
+                written.copy_(value.expand_as(written))
+            else:
+                written[index] = value
+        except (RuntimeError, IndexError) as err:
+            where = "the written rows" if index is None else f"index {index!r}"
+            raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit "
+                             f"{where} of entry shape {tuple(written.shape)}: {err}") from err
