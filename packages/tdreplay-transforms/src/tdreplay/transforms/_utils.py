@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdreplay.core.utils import ensure_tensordict
-from tdreplay.core.utils import NestedKey, normalize_keys
+from tdreplay.core.utils import NestedKey, ensure_tensordict, normalize_keys
 
 
 def require_tensordict(transform: Any, data: Any) -> TensorDictBase:
