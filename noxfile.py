@@ -339,6 +339,16 @@ print(f"imported {len(imported)} module(s) of {name}: ok")
 """
 
 
+CORE_DATA_HINT = r"""
+try:
+    import tdreplay.data
+except ModuleNotFoundError as err:
+    assert err.name == "tdreplay.data" and "pip install tdreplay" in str(err), err
+    print(f"import tdreplay.data with tdreplay-core alone: {err}")
+else:
+    raise SystemExit("tdreplay.data imported without the meta-package")
+"""
+
 # Run in the meta-package's venv (its wheel installed without extras): neither Ray nor Minari
 # nor h5py came with it, the core names work, and a name of an optional component raises the
 # ImportError that names its pip install line.
@@ -430,6 +440,9 @@ def packaging(session: nox.Session) -> None:
                 str(python), "-I", "-c", IMPORT_ALL, pkg.module, f"{TORCH_VERSION}+cpu",
                 external=True,
             )  # fmt: skip
+            if pkg.dist == "tdreplay-core":
+                # without the meta-package, ``import tdreplay.data`` says what to install
+                session.run(str(python), "-c", CORE_DATA_HINT, external=True)
             if pkg.is_meta:
                 # ``pip install tdreplay`` without extras: light, and says what it lacks
                 session.run(str(python), "-I", "-c", META_NO_EXTRAS, external=True)
