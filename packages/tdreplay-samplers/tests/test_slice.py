@@ -354,7 +354,7 @@ class ReversedWriter(Writer):
         rows = (self._next - torch.arange(n)) % cap
         self.storage.set(rows, data)
         self._next = int(rows[-1] - 1) % cap
-        self._write_count += n
+        self.write_count += n
         return rows
 
 
