@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tdreplay.samplers import segment_trees as st_mod
 from tdreplay.samplers.segment_trees import (
+    FANOUT,
     MinSegmentTree,
     NumbaMinTree,
     NumbaSumTree,
@@ -20,8 +21,12 @@ from tdreplay.samplers.segment_trees import (
     SumSegmentTree,
     TorchMinTree,
     TorchSumTree,
+    TreeLayout,
     _base,
+    _factory,
+    _layout,
     _numba,
+    _numba_kernels,
     _torch,
 )
 
@@ -62,9 +67,9 @@ def all_trees(kind: str, capacity: int) -> list[SegmentTree]:
 
 def raw(tree: SegmentTree) -> np.ndarray:
     """A copy of the whole flat node array (both backends share the layout), scratch zeroed."""
-    arr = tree._tree
+    arr = tree.nodes
     arr = arr.detach().cpu().numpy().copy() if isinstance(arr, torch.Tensor) else arr.copy()
-    arr[_base.TreeLayout.scratch] = 0.0
+    arr[TreeLayout.scratch] = 0.0
     return arr
 
 
@@ -76,20 +81,20 @@ def same_nodes(trees: list[SegmentTree]) -> np.ndarray:
     return nodes[0]
 
 
-def internal_nodes(layout: _base.TreeLayout) -> list[np.ndarray]:
+def internal_nodes(layout: TreeLayout) -> list[np.ndarray]:
     """Positions of the nodes that have children, per level (root level first)."""
     blocks = [layout.level(d + 1) for d in range(layout.depth)]
     return [
-        np.arange(layout.offsets[d], layout.offsets[d] + (b.stop - b.start) // _base.FANOUT)
+        np.arange(layout.offsets[d], layout.offsets[d] + (b.stop - b.start) // FANOUT)
         for d, b in enumerate(blocks)
     ]
 
 
-def check_nodes_reduce_children(nodes: np.ndarray, layout: _base.TreeLayout, kind: str) -> None:
+def check_nodes_reduce_children(nodes: np.ndarray, layout: TreeLayout, kind: str) -> None:
     """Every internal node is exactly the reduction of its 8 children (pairwise for sums)."""
     for level, positions in enumerate(internal_nodes(layout)):
         start = layout.offsets[level + 1]
-        children = nodes[start : start + _base.FANOUT * len(positions)].reshape(-1, _base.FANOUT)
+        children = nodes[start : start + FANOUT * len(positions)].reshape(-1, FANOUT)
         if kind == "sum":
             pairs = children[:, 0::2] + children[:, 1::2]
             expected = (pairs[:, 0] + pairs[:, 1]) + (pairs[:, 2] + pairs[:, 3])
@@ -322,7 +327,7 @@ def test_scan_after_many_random_updates_has_no_drift():
         ref_update(leaves, *batch)
     tree = same_nodes(trees)
     # every internal node is exactly the sum of its children: nothing accumulated
-    layout = trees[0]._layout
+    layout = trees[0].layout
     check_nodes_reduce_children(tree, layout, "sum")
     np.testing.assert_array_equal(tree[layout.leaf_offset : layout.leaf_offset + capacity], leaves)
     total = flt(trees[0].total())
@@ -441,7 +446,7 @@ def test_update_touches_only_the_paths_of_the_updated_leaves(backend, kind):
     idx = rng.integers(0, capacity, size=500)
     tree.update(idx, rng.random(500) + 0.5)
     changed = np.flatnonzero(raw(tree) != before)
-    layout = tree._layout
+    layout = tree.layout
     allowed = set()
     for leaf in idx.tolist():
         for level in range(layout.depth, -1, -1):
@@ -506,8 +511,8 @@ def test_numba_kernels_compile_once():
     NumbaMinTree(7).update(np.array([1]), np.array([1.0]))
     NumbaSumTree(100).rebuild()
     NumbaMinTree(100).rebuild()
-    kernels = (_numba._update_sum, _numba._update_min, _numba._scan, _numba._rebuild_sum,
-               _numba._rebuild_min)
+    kernels = (_numba_kernels.update_sum, _numba_kernels.update_min, _numba_kernels.scan,
+               _numba_kernels.rebuild_sum, _numba_kernels.rebuild_min)
     for kernel in kernels:
         assert len(kernel.signatures) == 1, kernel
 
@@ -574,8 +579,8 @@ def test_rebuild_recomputes_internal_nodes(backend, kind):
     tree = make(kind, 1000, *backend)
     tree.update(np.arange(1000), rng.random(1000))
     before = raw(tree)
-    for positions in internal_nodes(tree._layout):
-        tree._tree[positions] = -7.0
+    for positions in internal_nodes(tree.layout):
+        tree.nodes[positions] = -7.0
     assert (raw(tree) != before).any()
     tree.rebuild()
     np.testing.assert_array_equal(raw(tree), before)
@@ -595,9 +600,9 @@ def test_factory_dispatch_and_attributes():
     assert "capacity=10" in repr(m)
     for capacity, depth, leaves in [(1, 1, 1), (8, 1, 8), (9, 2, 16), (64, 2, 64), (65, 3, 128),
                                     (10**6, 7, 2**20), (2**20 + 1, 7, 2**20 + 2**18)]:
-        layout = _base.TreeLayout(capacity)
+        layout = TreeLayout(capacity)
         assert (layout.depth, layout.leaf_count) == (depth, leaves)
-        assert all(offset % _base.FANOUT == 0 for offset in layout.offsets)
+        assert all(offset % FANOUT == 0 for offset in layout.offsets)
         assert layout.size - layout.leaf_offset >= capacity
 
 
@@ -658,8 +663,8 @@ def test_numba_backend_rejects_devices_and_validate_false():
 @pytest.mark.parametrize("kind", ["sum", "min"])
 def test_torch_without_validation_ignores_out_of_range_indices(kind):
     """The CUDA default (no host sync): bad indices are dropped, reads give the identity."""
-    tree = make(kind, 10, "torch", "cpu")
-    tree._validate_opt = False
+    cls = SumSegmentTree if kind == "sum" else MinSegmentTree
+    tree = cls(10, backend="torch", device="cpu", validate=False)
     ref = make(kind, 10, "torch", "cpu")
     tree.update(torch.tensor([1, -1, 10, 3, 99, 3]), torch.tensor([1.0, 5.0, 6.0, 2.0, 7.0, 4.0]))
     ref.update(torch.tensor([1, 3]), torch.tensor([1.0, 4.0]))
@@ -710,6 +715,6 @@ def test_cuda_operations_do_not_sync_the_host():
 
 
 def test_doctests():
-    for mod in (st_mod, _base, _numba, _torch):
+    for mod in (st_mod, _layout, _base, _numba_kernels, _numba, _torch, _factory):
         result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, mod.__name__

@@ -1,12 +1,12 @@
-"""Fused numba kernels of :class:`~tdreplay.samplers.PrioritizedSampler` on numba trees.
+"""Fused numba kernels of the prioritized sampler on numba trees (pure functions).
 
-One sampler call is one kernel call: ``sample_kernel`` draws the slots and reads their stored
-priorities and write generations; ``update_kernel`` checks a whole priority update and then
-applies it to the sum, min (and max) trees. They work on the flat node arrays of the numba
-trees (:mod:`.segment_trees._numba`) and reuse that module's descent and update kernels
-(re-exported here as ``update_sum`` / ``update_min`` for the sampler's ``extend``), so the
-results are exactly those of the tree methods; what they save is the Python overhead of several
-checked tree calls per step, which dominates at small batch sizes.
+One sampler call is one kernel call: ``extend_kernel`` gives written slots their priority in
+the sum, min (and max) trees; ``sample_kernel`` draws slots and reads their stored priorities
+and write generations; ``update_kernel`` checks a whole priority update and then applies it.
+They work on the flat node arrays the numba trees expose (``tree.nodes``, ``tree.offsets``)
+and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba_kernels`), so
+the results are exactly those of the tree methods; what they save is the Python overhead of
+several checked tree calls per step, which dominates at small batch sizes.
 """
 
 from __future__ import annotations
@@ -14,12 +14,26 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .segment_trees._numba import _scan
-from .segment_trees._numba import _update_min as update_min
-from .segment_trees._numba import _update_sum as update_sum
+from .segment_trees._numba_kernels import scan, update_min, update_sum
+
+__all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "extend_kernel",
+           "sample_kernel", "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
+
+
+@njit(cache=False, nogil=True)
+def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
+                  leaf):  # pragma: no cover - compiled
+    """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum and min trees;
+    with ``has_max``, ``+inf`` in the max tree (no priority set by an update yet)."""
+    values = np.full(index.shape[0], leaf)
+    update_sum(sum_nodes, offsets, index, values)
+    update_min(min_nodes, offsets, index, values)
+    if has_max:
+        values.fill(np.inf)
+        update_min(max_nodes, offsets, index, values)
 
 
 @njit(cache=False, nogil=True)
@@ -39,7 +53,7 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, out_index, out_leaf,
             masses[i] = (i + u[i]) / n * total
         else:
             masses[i] = u[i] * total
-    _scan(sum_nodes, offsets, masses, out_index)
+    scan(sum_nodes, offsets, masses, out_index)
     for i in range(n):
         slot = out_index[i]
         out_leaf[i] = sum_nodes[leaves + slot]

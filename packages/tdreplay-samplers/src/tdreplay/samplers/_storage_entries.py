@@ -124,3 +124,24 @@ def ends_array(values: torch.Tensor) -> np.ndarray:
         flat = flat != 0
     flat = flat.any(-1) if flat.shape[1] != 1 else flat[:, 0]
     return np.ascontiguousarray(flat.cpu().numpy())
+
+
+def touches(edited: list[Any] | None, keys: list[Any]) -> bool:
+    """Whether editing the entries ``edited`` (``None``: any entry) may change one of ``keys``
+    (an edited entry is one of them or holds one of them).
+
+    Examples
+    --------
+    >>> touches(["next"], [("next", "done")]), touches(["obs"], [("next", "done")])
+    (True, False)
+    """
+    if edited is None:
+        return True
+    for key in edited:
+        path = unravel_key(key)
+        path = path if isinstance(path, tuple) else (path,)
+        for signal in keys:
+            signal_path = signal if isinstance(signal, tuple) else (signal,)
+            if signal_path[: len(path)] == path:
+                return True
+    return False

@@ -28,7 +28,7 @@ def _prioritized_sampler(storage: Storage, options: dict[str, Any], kwargs: dict
     return PrioritizedSampler(storage.max_size, **options)
 
 
-class _PriorityUpdates:
+class _PriorityUpdates(ReplayBuffer):
     """``update_priority`` that forwards the sample's write generations to the sampler."""
 
     def update_priority(self, index: Any, priority: Any, *, write_generation: Any = None) -> None:
@@ -38,9 +38,10 @@ class _PriorityUpdates:
         ``write_generation`` (``info["write_generation"]`` of the sample the priorities were
         computed for) lets the sampler skip slots overwritten since that sample.
         """
-        kwargs = {} if write_generation is None else {"write_generation": write_generation}
-        with self._lock:
-            self._sampler.update_priority(index, priority, storage=self._storage, **kwargs)
+        kwargs: dict[str, Any] = ({} if write_generation is None
+                                  else {"write_generation": write_generation})
+        with self.locked():
+            self.sampler.update_priority(index, priority, storage=self.storage, **kwargs)
 
 
 class PrioritizedReplayBuffer(_PriorityUpdates, ReplayBuffer):

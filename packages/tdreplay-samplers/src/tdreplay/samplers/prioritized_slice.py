@@ -8,15 +8,23 @@ import numpy as np
 import torch
 
 from tdreplay.core import Storage
+from tdreplay.core.utils import NestedKey
 
+from ._slicing import (
+    REJECTION_ROUNDS,
+    no_trajectory_error,
+    ragged_arange,
+    slice_shape,
+    slice_slots,
+)
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
-from .slice import _REJECTION_ROUNDS, SliceSampler, _ragged_arange, _slice_slots
+from .slice import SliceSampler
 
 __all__ = ["PrioritizedSliceSampler"]
 
 
-class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
+class PrioritizedSliceSampler(SliceSampler):
     """Slices of trajectories whose first step is drawn in proportion to its priority.
 
     Every step has a priority (as with :class:`PrioritizedSampler`: new steps get the current
@@ -39,6 +47,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     a slice (exact rejection sampling, ``O(batch)`` as long as most of the priority mass can
     start a slice). When that keeps failing, the steps that cannot start a slice are masked in
     the tree for one draw (TorchRL's method, ``O(trajectories * slice length)``).
+
+    The priorities are kept by a :class:`PrioritizedSampler` of the steps (:attr:`priorities`)
+    that draws the candidate starts; this sampler forwards its priority API to it.
 
     Parameters
     ----------
@@ -75,6 +86,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     """
 
     _tracks_slots = True
+    is_prioritized = True
+    info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
+    update_keys = (WRITE_GENERATION_KEY,)
 
     def __init__(
         self,
@@ -87,13 +101,13 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         *,
         num_slices: int | None = None,
         slice_len: int | None = None,
-        end_key: Any = None,
-        traj_key: Any = None,
-        trajectory_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        trajectory_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
-        truncated_key: Any = ("next", "truncated"),
+        truncated_key: NestedKey | None = ("next", "truncated"),
         strict_length: bool = True,
         compile: bool | dict = False,
         span: bool | int | tuple[bool | int, bool | int] = False,
@@ -104,12 +118,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         skip_stale_updates: bool = True,
         validate: bool | None = None,
     ) -> None:
-        PrioritizedSampler.__init__(
-            self, max_capacity, alpha, beta, eps=eps, dtype=dtype, reduction=reduction,
+        self._priorities = PrioritizedSampler(
+            max_capacity, alpha, beta, eps=eps, dtype=dtype, reduction=reduction,
             max_priority_within_buffer=max_priority_within_buffer, device=device,
             backend=backend, skip_stale_updates=skip_stale_updates, validate=validate)
-        SliceSampler.__init__(
-            self, num_slices=num_slices, slice_len=slice_len, end_key=end_key,
+        super().__init__(
+            num_slices=num_slices, slice_len=slice_len, end_key=end_key,
             traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
             trajectories=trajectories, cache_values=cache_values, truncated_key=truncated_key,
             strict_length=strict_length, compile=compile, span=span, use_gpu=use_gpu)
@@ -117,18 +131,116 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             raise ValueError("PrioritizedSliceSampler supports span on the right only "
                              f"(span=(False, ...)), got span={span!r}.")
 
+    # ---- priorities (forwarded to the step sampler) -------------------------------------------
+    @property
+    def priorities(self) -> PrioritizedSampler:
+        """The :class:`PrioritizedSampler` of the steps, which draws the candidate starts."""
+        return self._priorities
+
+    @property
+    def max_capacity(self) -> int:
+        """Number of steps the priorities cover."""
+        return self._priorities.max_capacity
+
+    @property
+    def alpha(self) -> float:
+        """Priority exponent (settable); see :class:`PrioritizedSampler`."""
+        return self._priorities.alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._priorities.alpha = value
+
+    @property
+    def beta(self) -> float:
+        """Importance-sampling exponent (settable); see :class:`PrioritizedSampler`."""
+        return self._priorities.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._priorities.beta = value
+
+    @property
+    def eps(self) -> float:
+        """Added to every priority before the exponent."""
+        return self._priorities.eps
+
+    @property
+    def reduction(self) -> str:
+        """How multi-dimensional priorities are reduced to one per step."""
+        return self._priorities.reduction
+
+    @property
+    def device(self) -> torch.device | None:
+        """Device of the priority trees (``None`` until they exist)."""
+        return self._priorities.device
+
+    @property
+    def backend(self) -> str | None:
+        """Backend of the priority trees (``None`` until they exist)."""
+        return self._priorities.backend
+
+    @property
+    def validate(self) -> bool:
+        """Whether :meth:`update_priority` checks its inputs on the host and raises."""
+        return self._priorities.validate
+
+    @property
+    def max_priority(self) -> float:
+        """Priority new steps get; see :attr:`PrioritizedSampler.max_priority`."""
+        return self._priorities.max_priority
+
+    @property
+    def total_priority(self) -> float:
+        """Sum of the stored step priorities; see :attr:`PrioritizedSampler.total_priority`."""
+        return self._priorities.total_priority
+
+    @property
+    def min_priority(self) -> float:
+        """Least stored step priority; see :attr:`PrioritizedSampler.min_priority`."""
+        return self._priorities.min_priority
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for every draw: trajectories, starts and priorities."""
+        super().set_rng(generator)
+        self._priorities.set_rng(generator)
+
+    def place_for(self, storage: Storage) -> None:
+        """Settle the priority trees where ``storage`` lives (or on ``device``)."""
+        self._priorities.place_for(storage)
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None,
+                        write_generation: Any = None) -> None:
+        """Set the priorities of the steps ``index``; see
+        :meth:`PrioritizedSampler.update_priority`."""
+        self._priorities.update_priority(index, priority, storage=storage,
+                                         write_generation=write_generation)
+
+    def check_priority(self, priority: Any) -> None:
+        """Raise as :meth:`update_priority` would on these values; see
+        :meth:`PrioritizedSampler.check_priority`."""
+        self._priorities.check_priority(priority)
+
+    def slot_generation(self, slots: Any) -> torch.Tensor:
+        """Current write generation of ``slots`` (``0``: never written)."""
+        return self._priorities.slot_generation(slots)
+
+    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"write_generation": ...}`` of ``slots`` as they are now."""
+        return self._priorities.item_info(slots)
+
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
-        PrioritizedSampler.extend(self, slots)
+        self._priorities.extend(slots)
         self._index.note_write(slots)
 
     def mark_update(self, slots: torch.Tensor) -> None:
-        PrioritizedSampler.extend(self, slots)  # rewritten steps get the max priority again
+        self._priorities.extend(slots)  # rewritten steps get the max priority again
         self._rewritten()
 
     def empty(self) -> None:
-        PrioritizedSampler.empty(self)
-        SliceSampler.empty(self)
+        self._priorities.empty()
+        super().empty()
 
     # ---- sampling ----------------------------------------------------------------------------
     def _min_steps(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:
@@ -160,12 +272,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         lengths = rec[:, LEN]
         need = self._min_steps(lengths, seq_len)
         tail = np.where(need > 0, need - 1, lengths)
-        owner, offset = _ragged_arange(tail)
+        owner, offset = ragged_arange(tail)
         pos = rec[owner, START] + lengths[owner] - tail[owner] + offset
         return torch.from_numpy(index.slots_of(rec[owner, LANE], pos))
 
     def _draw(self, storage: Storage, n: int) -> tuple[np.ndarray, torch.Tensor]:
-        slots, info = PrioritizedSampler.sample(self, storage, n)
+        slots, info = self._priorities.sample(storage, n)
         return slots.cpu().numpy(), info[PRIORITY_WEIGHT_KEY].cpu()
 
     def _draw_starts(self, storage: Storage, index: TrajectoryIndex, k: int, seq_len: int
@@ -182,7 +294,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             return keep.size
 
         need = k
-        for _ in range(_REJECTION_ROUNDS):
+        for _ in range(REJECTION_ROUNDS):
             need -= draw(need + need // 2 + 8, need)
             if need == 0:
                 break
@@ -190,28 +302,22 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             # most of the priority mass sits on steps that cannot start a slice: mask them
             lengths = index.rec[index.live_records(), LEN]
             if not (self._min_steps(lengths, seq_len) > 0).any():
-                raise self._no_trajectory_error(index, seq_len)
-            masked = self._masked_starts(index, seq_len).to(self._device)
-            saved = self._sum.get(masked)
-            self._sum.update(masked, torch.zeros_like(saved) if isinstance(saved, torch.Tensor)
-                             else 0.0)
-            try:
+                raise no_trajectory_error(index, seq_len)
+            with self._priorities.excluded(self._masked_starts(index, seq_len)):
                 while need:
                     need -= draw(need, need)
-            finally:
-                self._sum.update(masked, saved)
         lanes, pos, room, weights = zip(*parts)
         return np.concatenate(lanes), np.concatenate(pos), np.concatenate(room), torch.cat(weights)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        num_slices, seq_len = self._slice_shape(batch_size)
+        num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
-        self._ensure_trees(storage)
+        self._priorities.place_for(storage)
         index = self._sync(storage)
         if index.num_trajectories == 0:
             raise RuntimeError("the buffer holds no trajectory to sample from.")
         lanes, first, room, weights = self._draw_starts(storage, index, num_slices, seq_len)
-        slots, ends, owner = _slice_slots(index, lanes, first, np.minimum(room, seq_len), seq_len)
+        slots, ends, owner = slice_slots(index, lanes, first, np.minimum(room, seq_len), seq_len)
         info = self._truncation_info(storage, slots, ends)
         # (repeat_interleave with a tensor of repeats costs milliseconds on CPU)
         info[PRIORITY_WEIGHT_KEY] = weights.repeat_interleave(seq_len) if owner is None \
@@ -221,19 +327,23 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {**PrioritizedSampler.state_dict(self), "index": self._index.state_dict()}
+        return {**self._priorities.state_dict(), "index": self._index.state_dict()}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not isinstance(state_dict, dict) or "index" not in state_dict:
             raise ValueError(f"{type(self).__name__} state_dict must hold the priorities and an "
                              "'index' entry.")
-        PrioritizedSampler.check_state_dict(
-            self, {k: v for k, v in state_dict.items() if k != "index"})
+        self._priorities.check_state_dict(
+            {k: v for k, v in state_dict.items() if k != "index"})
         TrajectoryIndex.check_state_dict(state_dict["index"])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.check_state_dict(state_dict)
-        self._apply_state({k: v for k, v in state_dict.items() if k != "index"})
+        if not isinstance(state_dict, dict) or "index" not in state_dict:
+            raise ValueError(f"{type(self).__name__} state_dict must hold the priorities and an "
+                             "'index' entry.")
+        TrajectoryIndex.check_state_dict(state_dict["index"])
+        # checks the priorities, then loads them: nothing changes if they are refused
+        self._priorities.load_state_dict({k: v for k, v in state_dict.items() if k != "index"})
         self._load_index(state_dict["index"])
 
     def __repr__(self) -> str:

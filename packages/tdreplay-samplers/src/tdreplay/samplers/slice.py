@@ -15,14 +15,29 @@ import torch
 from tensordict import unravel_key
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.utils import check_not_empty
+from tdreplay.core.utils import NestedKey, check_not_empty
 
-from ._storage_entries import MissingKeyError, StorageEntries, ends_array, ids_array, key_name
+from ._slicing import (
+    REJECTION_ROUNDS,
+    check_static,
+    no_trajectory_error,
+    slice_shape,
+    slice_slots,
+    span_starts,
+    static_cut,
+)
+from ._storage_entries import (
+    MissingKeyError,
+    StorageEntries,
+    ends_array,
+    ids_array,
+    key_name,
+    touches,
+)
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 
 _DEFAULT_END_KEY = ("next", "done")
 _DEFAULT_TRAJ_KEY = "episode"
-_REJECTION_ROUNDS = 8
 
 
 def _positive_int_or_none(value: Any, name: str) -> int | None:
@@ -53,36 +68,6 @@ def _normalize_span(span: Any) -> tuple[bool | int, bool | int]:
 def _replace_last(key: Any, name: str) -> Any:
     key = unravel_key(key)
     return (*key[:-1], name) if isinstance(key, tuple) else name
-
-
-def _ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(owner, offset)`` of runs of ``lengths`` items laid end to end: the run of each item
-    and its place in that run."""
-    owner = np.repeat(np.arange(lengths.size), lengths)
-    offset = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return owner, offset
-
-
-def _slice_slots(index: TrajectoryIndex, lanes: np.ndarray, starts: np.ndarray,
-                 seq: np.ndarray | None, seq_len: int
-                 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray | None]:
-    """Flat slots of slices laid end to end: slice ``i`` runs along lane ``lanes[i]`` from
-    position ``starts[i]`` for ``seq[i]`` steps (``seq_len`` when ``seq`` is ``None``).
-
-    Returns the int64 slots, the place of each slice's last step in them and the slice of each
-    step (``None`` when every slice has ``seq_len`` steps: step ``j`` is in slice ``j //
-    seq_len``).
-    """
-    if seq is None or (seq == seq_len).all():
-        pos = starts[:, None] + np.arange(seq_len)
-        slots = index.slots_of(lanes[:, None], pos).reshape(-1)
-        ends = np.arange(seq_len - 1, lanes.size * seq_len, seq_len)
-        owner = None
-    else:
-        owner, offset = _ragged_arange(seq)
-        ends = np.cumsum(seq) - 1
-        slots = index.slots_of(lanes[owner], starts[owner] + offset)
-    return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)), ends, owner
 
 
 class SliceSampler(Sampler):
@@ -178,13 +163,13 @@ class SliceSampler(Sampler):
         *,
         num_slices: int | None = None,
         slice_len: int | None = None,
-        end_key: Any = None,
-        traj_key: Any = None,
-        trajectory_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        trajectory_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
-        truncated_key: Any = ("next", "truncated"),
+        truncated_key: NestedKey | None = ("next", "truncated"),
         strict_length: bool = True,
         compile: bool | dict = False,
         span: bool | int | tuple[bool | int, bool | int] = False,
@@ -206,8 +191,8 @@ class SliceSampler(Sampler):
                              "combined with end_key or traj_key.")
         if ends is not None and trajectories is not None:
             raise ValueError("ends and trajectories are exclusive: give one of them.")
-        self._static_ends = self._check_static(ends, "ends", bool_ok=True)
-        self._static_traj = self._check_static(trajectories, "trajectories", bool_ok=False)
+        self._static_ends = check_static(ends, "ends")
+        self._static_traj = check_static(trajectories, "trajectories")
         self._explicit_traj = traj_key is not None
         self._explicit_end = end_key is not None
         self.end_key = unravel_key(end_key) if end_key is not None else _DEFAULT_END_KEY
@@ -227,18 +212,6 @@ class SliceSampler(Sampler):
 
     _tracks_slots = False
 
-    @staticmethod
-    def _check_static(value: Any, name: str, bool_ok: bool) -> torch.Tensor | None:
-        if value is None:
-            return None
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(value).__name__}.")
-        if name == "ends":
-            return value.reshape(-1).to(torch.bool).cpu()
-        if value.is_floating_point() or value.dtype is torch.bool:
-            raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
-        return value.reshape(-1).to(torch.int64).cpu()
-
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_entries"] = StorageEntries()  # views of the storage are not pickled
@@ -251,29 +224,15 @@ class SliceSampler(Sampler):
     def mark_update(self, slots: torch.Tensor) -> None:
         self._rewritten()
 
-    def mark_edited(self, keys: list[Any] | None = None) -> None:
+    def mark_edited(self, keys: list[NestedKey] | None = None) -> None:
         """Entries edited in place: recompute the trajectories if their signals may have changed."""
-        if self._edits_signals(keys):
+        if self._static_traj is None and self._static_ends is None \
+                and touches(keys, [self.traj_key, self.end_key]):
             self._rewritten()
 
     def _rewritten(self) -> None:
         """Written steps changed in place: the trajectories are recomputed at the next batch."""
         self._index.note_update()
-
-    def _edits_signals(self, keys: list[Any] | None) -> bool:
-        if self._static_traj is not None or self._static_ends is not None:
-            return False
-        if keys is None:
-            return True
-        signals = [self.traj_key, self.end_key]
-        for key in keys:
-            edited = unravel_key(key)
-            edited = edited if isinstance(edited, tuple) else (edited,)
-            for signal in signals:
-                path = signal if isinstance(signal, tuple) else (signal,)
-                if path[: len(edited)] == edited:
-                    return True
-        return False
 
     def empty(self) -> None:
         self._index.reset()
@@ -312,13 +271,19 @@ class SliceSampler(Sampler):
             return np.ascontiguousarray(self._static_traj[start:stop].numpy()), None
         if self._static_ends is not None:
             return None, np.ascontiguousarray(self._static_ends[start:stop].numpy())
+        assert self._signals is not None  # resolved by _sync before the index reads blocks
         traj, end = self._signals
         ids = done = None
         if traj is not None:
-            ids = ids_array(self._entries.block(storage, traj, start, stop), key_name(traj))
+            ids = ids_array(self._block(storage, traj, start, stop), key_name(traj))
         if end is not None:
-            done = ends_array(self._entries.block(storage, end, start, stop))
+            done = ends_array(self._block(storage, end, start, stop))
         return ids, done
+
+    def _block(self, storage: Storage, key: Any, start: int, stop: int) -> torch.Tensor:
+        values = self._entries.block(storage, key, start, stop)
+        assert values is not None  # _resolve_signals found the key in the storage
+        return values
 
     def _sync(self, storage: Storage) -> TrajectoryIndex:
         n = len(storage)
@@ -328,41 +293,13 @@ class SliceSampler(Sampler):
                 raise ValueError(f"{'trajectories' if self._static_traj is not None else 'ends'}"
                                  f" describes {static.numel()} steps but the storage holds {n}.")
             if self._index.cut_after is None:  # O(steps): once, the flags never change
-                self._index.cut_after = self._static_cut(static)
+                self._index.cut_after = static_cut(static, ends=self._static_ends is not None)
         elif self._signals is None or self._index.pending or self._index.needs_rebuild:
             self._signals = self._resolve_signals(storage)
         self._index.sync(storage, self._read_block)
         return self._index
 
-    def _static_cut(self, static: torch.Tensor) -> int:
-        """Slot after which a full flat ring is cut when trajectories wrap around its end."""
-        n = static.numel()
-        if self._static_ends is not None:
-            if bool(static[-1]) or not bool(static.any()):
-                return n - 1
-            return int(static.nonzero()[-1])
-        change = (static[1:] != static[:-1]).nonzero()
-        if static[0] != static[-1] or not change.numel():
-            return n - 1
-        return int(change[-1])
-
     # ---- sampling --------------------------------------------------------------------------------
-    def _slice_shape(self, batch_size: Any) -> tuple[int, int]:
-        """``(num_slices, seq_len)`` of a batch."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-                or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        batch_size = int(batch_size)
-        if self.num_slices is not None:
-            if batch_size % self.num_slices:
-                raise ValueError(f"batch_size={batch_size} is not divisible by num_slices="
-                                 f"{self.num_slices}.")
-            return self.num_slices, batch_size // self.num_slices
-        if batch_size % self.slice_len:
-            raise ValueError(f"batch_size={batch_size} is not divisible by slice_len="
-                             f"{self.slice_len}.")
-        return batch_size // self.slice_len, self.slice_len
-
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
         n = check_not_empty(storage)
         if seq_len > storage.max_size:
@@ -377,19 +314,11 @@ class SliceSampler(Sampler):
                                  f"length ({seq_len}).")
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        num_slices, seq_len = self._slice_shape(batch_size)
+        num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
         index = self._sync(storage)
         records = self._draw_trajectories(index, num_slices, seq_len)
         return self._slices(storage, index, records, seq_len, self.span)
-
-    def _no_trajectory_error(self, index: TrajectoryIndex, seq_len: int) -> RuntimeError:
-        lengths = index.rec[index.live_records(), LEN]
-        return RuntimeError(
-            f"Did not find a single trajectory with sufficient length (length range: "
-            f"{int(lengths.min())} - {int(lengths.max())} / required={seq_len}): use shorter "
-            "slices or strict_length=False."
-        )
 
     def _randint(self, high: int, n: int) -> np.ndarray:
         return torch.randint(high, (n,), generator=self._rng).numpy()
@@ -407,7 +336,7 @@ class SliceSampler(Sampler):
         need = k
         # rejection sampling: exact (accepted draws are uniform over the long-enough
         # trajectories) and O(batch) unless almost every trajectory is too short
-        for _ in range(_REJECTION_ROUNDS):
+        for _ in range(REJECTION_ROUNDS):
             cand = live[self._randint(m, need + need // 2 + 8)]
             ok = cand[rec[cand, LEN] >= seq_len][:need]
             out.append(ok)
@@ -416,7 +345,7 @@ class SliceSampler(Sampler):
                 return np.concatenate(out)
         eligible = live[rec[live, LEN] >= seq_len]
         if eligible.size == 0:
-            raise self._no_trajectory_error(index, seq_len)
+            raise no_trajectory_error(index, seq_len)
         out.append(eligible[self._randint(eligible.size, need)])
         return np.concatenate(out)
 
@@ -436,39 +365,10 @@ class SliceSampler(Sampler):
         else:
             seq = np.minimum(lengths, seq_len) if not self.strict_length else \
                 np.full(k, seq_len, dtype=np.int64)
-            rel, seq = self._span_starts(u, lengths, seq, span)
-        slots, ends, _ = _slice_slots(index, chosen[:, LANE], chosen[:, START] + rel, seq,
+            rel, seq = span_starts(u, lengths, seq, span)
+        slots, ends, _ = slice_slots(index, chosen[:, LANE], chosen[:, START] + rel, seq,
                                       seq_len)
         return slots, self._truncation_info(storage, slots, ends)
-
-    @staticmethod
-    def _span_starts(u: np.ndarray, lengths: np.ndarray, seq: np.ndarray,
-                     span: tuple[bool | int, bool | int]) -> tuple[np.ndarray, np.ndarray]:
-        """Relative slice starts and lengths, overhanging the trajectory as ``span`` allows.
-
-        A start is uniform over ``[start_point, end_point)``; the part of a slice outside its
-        trajectory is cut off (TorchRL's ``span`` semantics).
-        """
-        last_start = lengths - seq + 1
-        if not span[1]:
-            end_point = last_start
-        elif span[1] is True:
-            end_point = lengths + 1
-        else:
-            end_point = last_start + span[1]
-        if not span[0]:
-            start_point = np.zeros_like(seq)
-        elif span[0] is True:
-            start_point = 1 - seq
-        else:
-            start_point = np.full_like(seq, -span[0])
-        rel = np.floor(u * (end_point - start_point)).astype(np.int64) + start_point
-        if span[0]:
-            seq = np.where(rel < 0, seq + rel, seq)
-            rel = np.maximum(rel, 0)
-        if span[1]:
-            seq = np.minimum(seq, lengths - rel)
-        return rel, seq
 
     def _truncation_info(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray
                          ) -> dict[str, Any]:
@@ -563,13 +463,13 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         num_slices: int | None = None,
         slice_len: int | None = None,
         drop_last: bool = False,
-        end_key: Any = None,
-        traj_key: Any = None,
-        trajectory_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        trajectory_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
-        truncated_key: Any = ("next", "truncated"),
+        truncated_key: NestedKey | None = ("next", "truncated"),
         strict_length: bool = True,
         shuffle: bool = True,
         compile: bool | dict = False,
@@ -612,7 +512,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         if self.strict_length:
             live = live[index.rec[live, LEN] >= seq_len]
             if live.size == 0:
-                raise self._no_trajectory_error(index, seq_len)
+                raise no_trajectory_error(index, seq_len)
         if self.shuffle:
             live = live[torch.randperm(live.size, generator=self._rng).numpy()]
         else:
@@ -622,7 +522,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._perm, self._pos, self._epoch_len, self._stale = live, 0, seq_len, False
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        num_slices, seq_len = self._slice_shape(batch_size)
+        num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
         index = self._sync(storage)
         if index.num_trajectories == 0:

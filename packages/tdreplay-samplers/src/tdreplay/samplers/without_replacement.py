@@ -57,9 +57,11 @@ class SamplerWithoutReplacement(Sampler):
         remaining = 0 if self._perm is None else self._perm.numel() - self._pos
         if remaining == 0 or (self.drop_last and remaining < batch_size):
             self._new_epoch(n)
-        index = self._perm[self._pos: self._pos + batch_size]
+        perm = self._perm
+        assert perm is not None  # set by _new_epoch
+        index = perm[self._pos: self._pos + batch_size]
         self._pos += index.numel()
-        remaining = self._perm.numel() - self._pos
+        remaining = perm.numel() - self._pos
         self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
         return index, {}
 

@@ -2,8 +2,10 @@
 
 Design
 ------
-:class:`SumSegmentTree` and :class:`MinSegmentTree` are the interface. Calling one of them
-returns an instance of a concrete backend class, chosen by ``backend`` (and ``device``):
+:class:`SumTree` and :class:`MinTree` are the interfaces; :func:`make_sum_tree` and
+:func:`make_min_tree` build a tree of the backend chosen by ``backend`` (and ``device``).
+``SumSegmentTree(...)`` / ``MinSegmentTree(...)`` call them (TorchRL's spelling) and every
+backend class counts as their subclass:
 
 =========================  =====================  ======================================
 class                      backend                inputs / outputs
@@ -13,6 +15,10 @@ class                      backend                inputs / outputs
 :class:`TorchSumTree`      ``"torch"`` (any dev)  tensors (numpy accepted) / tensors
 :class:`TorchMinTree`      ``"torch"`` (any dev)  same
 =========================  =====================  ======================================
+
+Modules: ``_layout`` (node layout), ``_base`` (interfaces), ``_numba_kernels`` (the numba
+kernels, pure functions over a node array), ``_numba`` and ``_torch`` (the backends) and
+``_factory`` (the backend choice); each imports only those before it.
 
 Both backends share one flat float64 layout, :class:`TreeLayout`: an 8-ary tree whose nodes
 keep their 8 children side by side (one 64-byte cache line), root at position 0, leaf ``i`` at
@@ -39,7 +45,16 @@ array([0, 2, 2, 3])
 True
 """
 
-from ._base import BACKENDS, FANOUT, MinSegmentTree, SegmentTree, SumSegmentTree, TreeLayout
+from ._base import MinTree, SegmentTree, SumTree
+from ._factory import (
+    BACKENDS,
+    MinSegmentTree,
+    SumSegmentTree,
+    make_min_tree,
+    make_sum_tree,
+    resolve_backend,
+)
+from ._layout import FANOUT, TreeLayout
 from ._numba import NumbaMinTree, NumbaSumTree
 from ._torch import TorchMinTree, TorchSumTree
 
@@ -47,11 +62,16 @@ __all__ = [
     "BACKENDS",
     "FANOUT",
     "MinSegmentTree",
+    "MinTree",
     "NumbaMinTree",
     "NumbaSumTree",
     "SegmentTree",
     "SumSegmentTree",
+    "SumTree",
     "TorchMinTree",
     "TorchSumTree",
     "TreeLayout",
+    "make_min_tree",
+    "make_sum_tree",
+    "resolve_backend",
 ]

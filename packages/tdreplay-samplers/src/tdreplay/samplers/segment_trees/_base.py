@@ -1,4 +1,9 @@
-"""Backend-independent parts of the segment trees: interface, validation, state."""
+"""Backend-independent parts of the segment trees: the interfaces, validation and state.
+
+:class:`SegmentTree` is what both backends share; :class:`SumTree` and :class:`MinTree` add the
+operations of each reduction. The backends subclass them (:mod:`._numba`, :mod:`._torch`); this
+module imports neither: a backend is chosen by the factory (:mod:`._factory`).
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,24 @@ import abc
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-__all__ = [
-    "BACKENDS",
-    "FANOUT",
-    "MinSegmentTree",
-    "SegmentTree",
-    "SumSegmentTree",
-    "TreeLayout",
-]
+from ._layout import TreeLayout
 
-#: Names accepted by the ``backend`` argument.
-BACKENDS: tuple[str, ...] = ("numba", "torch")
+__all__ = ["MinTree", "SegmentTree", "SumTree", "check_capacity"]
 
 
-def _check_capacity(capacity: Any) -> int:
+def check_capacity(capacity: Any) -> int:
+    """Return ``capacity`` as an int; ``TypeError`` / ``ValueError`` unless it is a positive int.
+
+    Examples
+    --------
+    >>> check_capacity(8)
+    8
+    """
     if isinstance(capacity, bool):
         raise TypeError(f"capacity must be a positive int, got {capacity!r}")
     try:
@@ -39,123 +42,14 @@ def _check_capacity(capacity: Any) -> int:
     return value
 
 
-#: Children per internal node: 8 float64 values fill one 64-byte cache line, so a descent or an
-#: update reads one line per level and a 1,000,000-slot tree has 7 levels instead of 20.
-FANOUT = 8
-
-
-@dataclass(frozen=True)
-class TreeLayout:
-    """Where the nodes of a ``capacity``-leaf tree sit in its flat float64 array.
-
-    Both backends use this layout and the same arithmetic, so they hold bit-identical arrays.
-    The tree has ``depth + 1`` levels: level ``0`` is the root, level ``depth`` the leaves.
-    Level ``d`` is stored contiguously from ``offsets[d]``; node ``j`` of level ``d`` has the
-    children ``8j .. 8j + 7`` of level ``d + 1``, stored side by side (one aligned block of
-    :data:`FANOUT` values). Level ``1`` holds ``r <= 8`` real nodes (padded to a block) and every
-    deeper level ``8`` times as many as the one above, so the ``leaf_count = r * 8 ** (depth - 1)``
-    leaves exceed ``capacity`` by less than ``8 ** (depth - 1)`` (less than ``capacity``).
-    Padding nodes hold the identity of the reduction. Position :attr:`scratch` (in the root's
-    block) is never read: the torch backend sends ignored writes there.
-
-    Examples
-    --------
-    >>> layout = TreeLayout(1000)
-    >>> layout.depth, layout.leaf_count, layout.offsets
-    (4, 1024, (0, 8, 16, 32, 160))
-    >>> layout.size, layout.leaf_offset
-    (1184, 160)
-    """
-
-    capacity: int
-    #: Number of levels below the root (``>= 1``).
-    depth: int = field(init=False)
-    #: Leaves allocated: ``capacity`` rounded up to a multiple of ``8 ** (depth - 1)``.
-    leaf_count: int = field(init=False)
-    #: Start of each level in the flat array, root level first (multiples of 8).
-    offsets: tuple[int, ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        depth, span = 1, 1  # span: leaves under one node of level 1
-        while span * FANOUT < self.capacity:
-            depth += 1
-            span *= FANOUT
-        roots = -(-self.capacity // span)  # real nodes of level 1
-        sizes = [FANOUT, FANOUT] + [roots * FANOUT**d for d in range(1, depth)]
-        starts = [0]
-        for size in sizes[:-1]:
-            starts.append(starts[-1] + size)
-        object.__setattr__(self, "depth", depth)
-        object.__setattr__(self, "leaf_count", roots * span)
-        object.__setattr__(self, "offsets", tuple(starts))
-
-    @property
-    def leaf_offset(self) -> int:
-        """Position of leaf ``0``."""
-        return self.offsets[-1]
-
-    @property
-    def size(self) -> int:
-        """Length of the flat array (the leaf level is at least one block long)."""
-        return self.leaf_offset + max(self.leaf_count, FANOUT)
-
-    @property
-    def leaves(self) -> slice:
-        """Positions of the ``capacity`` leaves."""
-        return slice(self.leaf_offset, self.leaf_offset + self.capacity)
-
-    def level(self, level: int) -> slice:
-        """Positions of level ``level``, padding included (a whole number of blocks)."""
-        end = self.offsets[level + 1] if level < self.depth else self.size
-        return slice(self.offsets[level], end)
-
-    #: Position of the root.
-    root: ClassVar[int] = 0
-    #: A position never read (the rest of the root's block is padding).
-    scratch: ClassVar[int] = 1
-
-    def query_positions(self, start: int, end: int) -> list[int]:
-        """Positions whose reduction, in this order, is the reduction of leaves ``start..end-1``.
-
-        At each level from the leaves up, the partial blocks at both ends are taken one node at a
-        time (left end, then right end) and the whole blocks between them are left to the level
-        above. Both backends reduce these positions in this order, so they agree exactly.
-        """
-        offsets = self.offsets
-        positions: list[int] = []
-        lo, hi, level = start, end, self.depth
-        while lo < hi:
-            if level == 0:
-                positions.append(self.root)
-                break
-            up_lo = -(-lo // FANOUT) * FANOUT
-            up_hi = hi // FANOUT * FANOUT
-            left_end = min(hi, up_lo)
-            right_start = max(left_end, up_hi)
-            positions += range(offsets[level] + lo, offsets[level] + left_end)
-            positions += range(offsets[level] + right_start, offsets[level] + hi)
-            lo, hi, level = up_lo // FANOUT, up_hi // FANOUT, level - 1
-        return positions
-
-
-def _resolve_backend(backend: str | None, device: Any) -> str:
-    if backend is None:
-        if device is None or torch.device(device).type == "cpu":
-            return "numba"
-        return "torch"
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
-    return backend
-
-
 class SegmentTree(abc.ABC):
     """Common interface of the sum and min segment trees.
 
     A tree holds ``capacity`` leaves, indexed ``0 .. capacity - 1`` (the flat slot indices of a
     replay buffer), stored in float64 in the flat array of an 8-ary tree laid out by
-    :class:`TreeLayout` (the 8 children of a node fill one 64-byte cache line). Leaves never
-    written hold the identity of the reduction (``0`` for sums, ``+inf`` for minima), padding
-    leaves ``capacity .. leaf_count - 1`` included.
+    :class:`~._layout.TreeLayout` (the 8 children of a node fill one 64-byte cache line).
+    Leaves never written hold the identity of the reduction (``0`` for sums, ``+inf`` for
+    minima), padding leaves ``capacity .. leaf_count - 1`` included.
 
     Drift: :meth:`update` sets the leaves and then *recomputes* every ancestor from its 8
     children (``((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))`` or their minimum) instead of
@@ -167,8 +61,8 @@ class SegmentTree(abc.ABC):
     Values are not checked: NaN, negative (for sums) or infinite priorities are the caller's job
     (the prioritized sampler validates them) and make results unspecified.
 
-    Do not instantiate this class; use :class:`SumSegmentTree` / :class:`MinSegmentTree` (which
-    pick a backend) or the concrete classes.
+    Do not instantiate this class; use :func:`~._factory.make_sum_tree` /
+    :func:`~._factory.make_min_tree` (which pick a backend) or the concrete classes.
     """
 
     #: ``"sum"`` or ``"min"``.
@@ -181,28 +75,20 @@ class SegmentTree(abc.ABC):
     capacity: int
     device: torch.device
 
-    def __new__(cls, capacity: int | None = None, *args: Any, **kwargs: Any) -> SegmentTree:
-        # ``SumSegmentTree(...)`` / ``MinSegmentTree(...)`` return the concrete class of the
-        # backend. ``capacity`` is optional so that pickle can recreate a concrete tree (it
-        # calls ``cls.__new__(cls)`` and then restores the instance's state).
-        if cls in (SumSegmentTree, MinSegmentTree):
-            from ._numba import NumbaMinTree, NumbaSumTree
-            from ._torch import TorchMinTree, TorchSumTree
-
-            backend = _resolve_backend(kwargs.get("backend"), kwargs.get("device"))
-            concrete = {
-                ("sum", "numba"): NumbaSumTree,
-                ("sum", "torch"): TorchSumTree,
-                ("min", "numba"): NumbaMinTree,
-                ("min", "torch"): TorchMinTree,
-            }
-            cls = concrete[cls.kind, backend]
-        return super().__new__(cls)
-
     def _init_layout(self, capacity: Any) -> None:
         """Check ``capacity`` and set ``capacity`` and the node layout (both backends)."""
-        self.capacity = _check_capacity(capacity)
+        self.capacity = check_capacity(capacity)
         self._layout = TreeLayout(self.capacity)
+
+    @property
+    def layout(self) -> TreeLayout:
+        """Where the nodes sit in :attr:`nodes` (shared by both backends)."""
+        return self._layout
+
+    @property
+    @abc.abstractmethod
+    def nodes(self) -> np.ndarray | torch.Tensor:
+        """The flat float64 node array laid out by :attr:`layout` (a view, not a copy)."""
 
     # -- abstract backend hooks -------------------------------------------------------------
     @abc.abstractmethod
@@ -210,11 +96,11 @@ class SegmentTree(abc.ABC):
         """Set ``leaf[index] = value`` for a batch (last occurrence wins for duplicates)."""
 
     @abc.abstractmethod
-    def get(self, index: Any) -> Any:
+    def get(self, index: Any) -> np.ndarray | float | torch.Tensor:
         """Return the leaf values at ``index`` (same shape as ``index``)."""
 
     @abc.abstractmethod
-    def query(self, start: int = 0, end: int | None = None) -> Any:
+    def query(self, start: int = 0, end: int | None = None) -> float | torch.Tensor:
         """Return the reduction of the leaves ``start .. end - 1``."""
 
     @abc.abstractmethod
@@ -233,7 +119,7 @@ class SegmentTree(abc.ABC):
     def __len__(self) -> int:
         return self.capacity
 
-    def __getitem__(self, index: Any) -> Any:
+    def __getitem__(self, index: Any) -> np.ndarray | float | torch.Tensor:
         return self.get(index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -312,60 +198,26 @@ class SegmentTree(abc.ABC):
         self.rebuild()
 
 
-class SumSegmentTree(SegmentTree):
-    """Sum segment tree over ``capacity`` float64 leaves (empty leaves are ``0``).
+class SumTree(SegmentTree):
+    """Interface of the sum trees: leaves are ``0`` until set; the root is their sum.
 
-    Calling ``SumSegmentTree(capacity, backend=..., device=...)`` returns an instance of the
-    concrete backend class (:class:`NumbaSumTree` or :class:`TorchSumTree`), which is also an
-    instance of :class:`SumSegmentTree`.
-
-    Parameters
-    ----------
-    capacity : int
-        Number of leaves, ``> 0``.
-    backend : {"numba", "torch", None}, optional
-        ``"numba"``: CPU tree with numba kernels, takes and returns numpy arrays.
-        ``"torch"``: tree in a torch tensor on ``device``, takes and returns tensors.
-        ``None`` (default): ``"numba"`` if ``device`` is ``None`` or a CPU device, else ``"torch"``.
-    device : torch.device or str, optional
-        Device of the torch tree (default CPU). The numba tree only accepts CPU.
-    validate : bool, optional
-        Torch backend only: check that indices are in range (raising ``IndexError``) and that the
-        tree is non-empty before :meth:`scan_lower_bound`. Checking needs the values on the host,
-        so it defaults to ``True`` on CPU and ``False`` on other devices, where out-of-range
-        indices are ignored by :meth:`update` and read as the empty-leaf value by :meth:`get`,
-        without a host sync. The numba backend always validates.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> tree = SumSegmentTree(5, backend="numba")
-    >>> tree.update(np.array([0, 2, 4]), np.array([1.0, 2.0, 3.0]))
-    >>> tree.total()
-    6.0
-    >>> tree.query(1, 4)
-    2.0
-    >>> tree.scan_lower_bound(np.array([0.5, 1.0, 2.9, 3.0, 100.0]))
-    array([0, 2, 2, 4, 4])
-    >>> ttree = SumSegmentTree(5, backend="torch")
-    >>> ttree.load_state_dict(tree.state_dict())
-    >>> ttree.scan_lower_bound(torch.tensor([0.5, 2.9, 3.0]))
-    tensor([0, 2, 4])
+    Implemented by :class:`~._numba.NumbaSumTree` and :class:`~._torch.TorchSumTree`; build one
+    with :func:`~._factory.make_sum_tree` (or ``SumSegmentTree(...)``), which picks the backend.
     """
 
     kind = "sum"
     identity = 0.0
 
     @abc.abstractmethod
-    def total(self) -> Any:
+    def total(self) -> float | torch.Tensor:
         """Return the sum of all leaves (the root)."""
 
-    def sum(self) -> Any:
+    def sum(self) -> float | torch.Tensor:
         """Alias of :meth:`total`."""
         return self.total()
 
     @abc.abstractmethod
-    def scan_lower_bound(self, mass: Any) -> Any:
+    def scan_lower_bound(self, mass: Any) -> np.ndarray | int | torch.Tensor:
         """For each ``m`` in ``mass``, return the smallest leaf ``i`` with ``prefix_sum(0..i) > m``.
 
         This is the proportional prioritized-replay descent of a binary sum tree, whose nodes
@@ -379,29 +231,16 @@ class SumSegmentTree(SegmentTree):
         """
 
 
-class MinSegmentTree(SegmentTree):
-    """Min segment tree over ``capacity`` float64 leaves (empty leaves are ``+inf``).
+class MinTree(SegmentTree):
+    """Interface of the min trees: leaves are ``+inf`` until set; the root is their minimum.
 
-    Calling ``MinSegmentTree(capacity, backend=..., device=...)`` returns an instance of
-    :class:`NumbaMinTree` or :class:`TorchMinTree`; the arguments are those of
-    :class:`SumSegmentTree`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> tree = MinSegmentTree(4)
-    >>> tree.min()
-    inf
-    >>> tree.update(np.array([1, 3]), np.array([5.0, 2.0]))
-    >>> tree.min(), tree.query(0, 2)
-    (2.0, 5.0)
-    >>> tree[np.array([0, 1])]
-    array([inf,  5.])
+    Implemented by :class:`~._numba.NumbaMinTree` and :class:`~._torch.TorchMinTree`; build one
+    with :func:`~._factory.make_min_tree` (or ``MinSegmentTree(...)``).
     """
 
     kind = "min"
     identity = math.inf
 
     @abc.abstractmethod
-    def min(self) -> Any:
+    def min(self) -> float | torch.Tensor:
         """Return the minimum over all leaves (``+inf`` if none was set)."""

@@ -1,6 +1,6 @@
 """Device segment trees: a flat float64 torch tensor updated and searched level by level.
 
-The trees use the 8-ary :class:`~._base.TreeLayout` and the arithmetic of the numba kernels:
+The trees use the 8-ary :class:`~._layout.TreeLayout` and the arithmetic of the numba kernels:
 each level is viewed as rows of 8 children, gathered with one ``index_select`` per level.
 Every operation is a fixed number of tensor ops per tree level (O(log C) kernel launches for a
 whole batch), with shapes that depend only on the batch size, so nothing waits on the device:
@@ -15,12 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import (
-    FANOUT,
-    MinSegmentTree,
-    SegmentTree,
-    SumSegmentTree,
-)
+from ._base import MinTree, SegmentTree, SumTree
+from ._layout import FANOUT
 
 __all__ = ["TorchMinTree", "TorchSumTree"]
 
@@ -39,7 +35,7 @@ def _step(m: torch.Tensor, go_right: torch.Tensor, left: torch.Tensor, right: to
           ) -> torch.Tensor:
     """One binary step of the descent: where going right, ``min(m - left, below(right))``.
 
-    ``right > 0`` wherever ``go_right`` holds (see ``_numba._scan``); elsewhere the value of
+    ``right > 0`` wherever ``go_right`` holds (see ``_numba_kernels.scan``); elsewhere the value of
     ``_below`` is discarded.
     """
     return torch.where(go_right, torch.minimum(m - left, _below(right)), m)
@@ -81,6 +77,20 @@ class _TorchTree(SegmentTree):
         return self._level(level).view(-1, FANOUT)
 
     @property
+    def nodes(self) -> torch.Tensor:
+        """The flat float64 node tensor on :attr:`device` (a view; see
+        :class:`~._layout.TreeLayout`).
+
+        Examples
+        --------
+        >>> tree = TorchSumTree(3)
+        >>> tree.update(torch.tensor([1]), torch.tensor([2.0]))
+        >>> tree.nodes[tree.layout.leaf_offset + 1].item()
+        2.0
+        """
+        return self._tree
+
+    @property
     def validate(self) -> bool:
         """Whether indices (and the total before a scan) are checked on the host."""
         if self._validate_opt is not None:
@@ -110,8 +120,8 @@ class _TorchTree(SegmentTree):
         t = t.reshape(-1).to(device=self.device, dtype=torch.int64)
         if self.validate:
             if t.numel():
-                lo, hi = torch.aminmax(t)
-                lo, hi = int(lo), int(hi)
+                lo_t, hi_t = torch.aminmax(t)
+                lo, hi = int(lo_t), int(hi_t)
                 if lo < 0 or hi >= self.capacity:
                     raise self._index_error(lo, hi)
             return t, shape, None
@@ -217,8 +227,8 @@ class _TorchTree(SegmentTree):
         self._tree[self._layout.leaves].copy_(values)
 
 
-class TorchSumTree(_TorchTree, SumSegmentTree):
-    """Sum tree in a float64 tensor on any device; see :class:`SumSegmentTree`.
+class TorchSumTree(_TorchTree, SumTree):
+    """Sum tree in a float64 tensor on any device; see :class:`~._base.SumTree`.
 
     Inputs may be tensors, numpy arrays or sequences; outputs are tensors on ``device``
     (``total()`` and ``query()`` return 0-d tensors so that nothing syncs on CUDA).
@@ -249,7 +259,7 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
         return self._tree[self._layout.root].clone()
 
     def scan_lower_bound(self, mass: Any) -> torch.Tensor:
-        """Batched prefix-sum search; see :meth:`SumSegmentTree.scan_lower_bound`.
+        """Batched prefix-sum search; see :meth:`~._base.SumTree.scan_lower_bound`.
 
         The whole batch descends one level per step (O(log C) tensor ops). Returns int64 leaf
         indices with the shape of ``mass`` on the tree's device.
@@ -273,7 +283,7 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
                     f"scan_lower_bound needs a tree with a positive total, got total={total}"
                 )
         ninf = self._ninf
-        # the descent of the numba kernel, op for op (see _numba._scan)
+        # the descent of the numba kernel, op for op (see _numba_kernels.scan)
         # clamp to [0, nextafter(total, -inf)]; NaN -> 0
         m = torch.minimum(
             torch.where(m >= 0.0, m, 0.0), torch.nextafter(tree[self._layout.root], ninf)
@@ -282,7 +292,7 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
         for level in range(1, self._layout.depth + 1):
             children = self._blocks(level).index_select(0, node)  # [B, 8]
             halves = _pair_sums(_pair_sums(children))
-            # binary steps within the block, over halves, pairs and children (see _numba._scan)
+            # binary steps within the block, over halves, pairs and children (as in _numba_kernels)
             go_half = m >= halves[:, 0]
             m = _step(m, go_half, halves[:, 0], halves[:, 1])
             quad = torch.where(go_half.unsqueeze(1), children[:, 4:], children[:, :4])
@@ -296,8 +306,8 @@ class TorchSumTree(_TorchTree, SumSegmentTree):
         return node.reshape(shape)
 
 
-class TorchMinTree(_TorchTree, MinSegmentTree):
-    """Min tree in a float64 tensor on any device; see :class:`MinSegmentTree`.
+class TorchMinTree(_TorchTree, MinTree):
+    """Min tree in a float64 tensor on any device; see :class:`~._base.MinTree`.
 
     Examples
     --------

@@ -1,0 +1,246 @@
+"""Kernels over a :class:`~._priority_state.PriorityState`: one interface, two backends.
+
+:class:`PriorityKernels` is what a prioritized sampler does to its priority state: give written
+slots a priority (``extend``), draw slots for uniform numbers (``draw``) and apply a priority
+update (``update``). :class:`NumbaKernels` runs each as one fused numba call on the trees' node
+arrays (:mod:`._priority_numba`); :class:`TorchKernels` as tensor operations on the trees' device
+that never read values back to the host. Both give identical trees and draws. The kernels keep
+no state: everything they read or change is in the state they are given.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar, cast
+
+import torch
+
+from . import _priority_numba as fused
+from ._priority_state import PriorityState
+from ._priority_values import check_priority_values, leaf_values, reduce_priority
+from .segment_trees import NumbaMinTree, NumbaSumTree
+
+__all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_update",
+           "excluded", "kernels_for", "uniform"]
+
+_CPU = torch.device("cpu")
+
+
+def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
+                 n_written: int | None) -> None:
+    """Raise ``ValueError`` / ``IndexError`` for bad priorities or indices (reads the host)."""
+    check_priority_values(raw.to(_CPU, torch.float64))
+    capacity = state.capacity
+    index = index.to(_CPU)
+    lo, hi = torch.aminmax(index)
+    if int(lo) < -1 or int(hi) >= capacity:
+        bad = index[(index < -1) | (index >= capacity)]
+        raise IndexError(f"index must lie in [0, {capacity}) (max_capacity); got "
+                         f"{bad[:5].tolist()}. Nothing was updated.")
+    live = index >= 0
+    slot_gen = state.generation.index_select(0, index.clamp_min(0).to(state.device)).to(_CPU)
+    unwritten = live & (slot_gen == 0)
+    if n_written is not None:
+        unwritten |= live & (index >= n_written)
+    if bool(unwritten.any()):
+        raise IndexError(f"index points at unwritten slots {index[unwritten][:5].tolist()}"
+                         f"{'' if n_written is None else f' (the storage holds {n_written})'}. "
+                         "Nothing was updated.")
+
+
+class PriorityKernels(abc.ABC):
+    """What a prioritized sampler does to its :class:`~._priority_state.PriorityState`."""
+
+    #: Backend of the states these kernels work on.
+    backend: ClassVar[str]
+
+    @abc.abstractmethod
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
+        """Store ``leaf`` (0-d float64) for the checked ``slots`` (on the state's device)."""
+
+    @abc.abstractmethod
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Slots for the uniform draws ``u`` (float64 in ``[0, 1)``), with their stored priorities
+        and write generations. ``stratified``: draw ``i`` falls in the ``i``-th of ``len(u)``
+        equal parts of the mass."""
+
+    @abc.abstractmethod
+    def log_min(self, state: PriorityState) -> float | torch.Tensor:
+        """``log`` of the least stored priority (of the importance weights)."""
+
+    @abc.abstractmethod
+    def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
+               reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
+               n_written: int | None) -> bool:
+        """Set the priorities ``raw`` (one per flat ``index``, or rows to reduce) of the slots.
+
+        ``-1`` entries are skipped, and those whose write generation is no longer ``token``
+        (when given). Returns ``False``, changing nothing, when the update holds a bad
+        priority or index that the kernel found (the caller then raises with
+        :func:`check_update`); kernels that do not check return ``True`` and drop bad entries.
+        """
+
+
+def _numba_trees(state: PriorityState
+                 ) -> tuple[NumbaSumTree, NumbaMinTree, NumbaMinTree | None]:
+    """The trees of a numba state, typed as what they are."""
+    return (cast(NumbaSumTree, state.sum_tree), cast(NumbaMinTree, state.min_tree),
+            cast("NumbaMinTree | None", state.max_tree))
+
+
+class NumbaKernels(PriorityKernels):
+    """Kernels of numba states: one fused numba call each, checks included in ``update``."""
+
+    backend = "numba"
+
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
+        index = slots.contiguous().numpy()
+        sum_tree, min_tree, max_tree = _numba_trees(state)
+        fused.extend_kernel(
+            sum_tree.nodes, min_tree.nodes,
+            max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
+            sum_tree.offsets, index, float(leaf))
+
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # the same draws and float64 operations as the torch kernels: both backends draw the
+        # same slots for the same generator state
+        n = u.shape[0]
+        index = torch.empty(n, dtype=torch.long)
+        leaf = torch.empty(n, dtype=torch.float64)
+        gen = torch.empty(n, dtype=torch.long)
+        sum_tree = cast(NumbaSumTree, state.sum_tree)
+        fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
+                            state.host_generation, index.numpy(), leaf.numpy(), gen.numpy())
+        return index, leaf, gen
+
+    def log_min(self, state: PriorityState) -> float:
+        return math.log(float(state.min_tree.min()))
+
+    def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
+               reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
+               n_written: int | None) -> bool:
+        index = index.to(_CPU).contiguous()
+        raw = raw.to(_CPU, torch.float64).contiguous()
+        reduced = reduce_priority(raw, index.numel(), reduction)
+        leaf = leaf_values(reduced, alpha, eps)  # torch's pow, as the torch kernels: same trees
+        tok = (token.to(_CPU).contiguous() if token is not None else index).numpy()
+        sum_tree, min_tree, max_tree = _numba_trees(state)
+        capacity = state.capacity
+        code, _, top = fused.update_kernel(
+            sum_tree.nodes, min_tree.nodes,
+            max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
+            sum_tree.offsets, capacity, capacity if n_written is None else n_written,
+            state.host_generation, index.numpy(), raw.reshape(-1).numpy(), reduced.numpy(),
+            leaf.numpy(), tok, token is not None)
+        if code != fused.OK:
+            return False
+        if top > float(state.max_priority):
+            state.max_priority.fill_(top)
+        return True
+
+
+class TorchKernels(PriorityKernels):
+    """Kernels of torch states: tensor operations only, no host sync on devices."""
+
+    backend = "torch"
+
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
+        state.sum_tree.update(slots, leaf)
+        state.min_tree.update(slots, leaf)
+        if state.max_tree is not None:
+            # a new item has no priority set by update_priority yet
+            state.max_tree.update(slots, math.inf)
+
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = u.shape[0]
+        if stratified:
+            u = (torch.arange(n, dtype=torch.float64, device=state.device) + u) / n
+        sum_tree = state.sum_tree
+        index = sum_tree.scan_lower_bound(u * sum_tree.total())
+        assert isinstance(index, torch.Tensor)
+        leaf = sum_tree.get(index)
+        assert isinstance(leaf, torch.Tensor)
+        return index, leaf, state.generation.index_select(0, index)
+
+    def log_min(self, state: PriorityState) -> torch.Tensor:
+        return torch.log(torch.as_tensor(state.min_tree.min()))
+
+    def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
+               reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
+               n_written: int | None) -> bool:
+        # an update holding a bad priority changes nothing; -1, out-of-range, unwritten and
+        # stale entries are sent to index -1, which the unchecked torch trees ignore
+        dev, capacity = state.device, state.capacity
+        index = index.to(dev, non_blocking=True)
+        priority = raw.to(dev, torch.float64, non_blocking=True)
+        ok = ((priority >= 0) & (priority < math.inf)).all()  # NaN fails both
+        priority = reduce_priority(priority, index.numel(), reduction)
+        in_range = (index >= 0) & (index < capacity)
+        slot_gen = state.generation.index_select(0, index.clamp(0, capacity - 1))
+        keep = in_range & (slot_gen > 0) & ok
+        if n_written is not None:
+            keep &= index < n_written
+        if token is not None:
+            keep &= slot_gen == token.to(dev, non_blocking=True)
+        target = torch.where(keep, index, -1)
+        leaf = leaf_values(torch.where(keep, priority, 1.0), alpha, eps)
+        state.sum_tree.update(target, leaf)
+        state.min_tree.update(target, leaf)
+        if state.max_tree is not None:
+            state.max_tree.update(target, -priority)
+        top = torch.where(keep, priority, -math.inf).max()
+        state.max_priority = torch.maximum(state.max_priority, top)
+        return True
+
+
+_KERNELS: dict[str, PriorityKernels] = {"numba": NumbaKernels(), "torch": TorchKernels()}
+
+
+def kernels_for(state: PriorityState) -> PriorityKernels:
+    """The kernels of ``state``'s backend."""
+    return _KERNELS[state.backend]
+
+
+def uniform(n: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` float64 draws in ``[0, 1)`` on ``device``, from ``generator`` (wherever it is)."""
+    if generator is None:
+        return torch.rand(n, dtype=torch.float64, device=device)
+    if generator.device == device:
+        return torch.rand(n, dtype=torch.float64, device=device, generator=generator)
+    u = torch.rand(n, dtype=torch.float64, device=generator.device, generator=generator)
+    return u.to(device, non_blocking=True)
+
+
+@contextmanager
+def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
+    """Within the block, the sum tree holds ``0`` for ``slots`` (they cannot be drawn); their
+    stored priorities are put back after it."""
+    slots = slots.to(state.device)
+    sum_tree = state.sum_tree
+    saved = sum_tree.get(slots)
+    sum_tree.update(slots, torch.zeros_like(saved) if isinstance(saved, torch.Tensor) else 0.0)
+    try:
+        yield
+    finally:
+        sum_tree.update(slots, saved)
+
+
+def apply_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
+                 validate: bool, reduction: str, alpha: float, eps: float,
+                 token: torch.Tensor | None, n_written: int | None) -> None:
+    """Check (``validate``, or what the kernels check) and apply a priority update: the
+    arguments are those of :meth:`PriorityKernels.update`. Raises, changing nothing, on a bad
+    priority or index (see :func:`check_update`)."""
+    if state.backend != "numba" and validate:
+        check_update(state, index, raw, n_written)
+    if not kernels_for(state).update(state, index, raw, reduction=reduction, alpha=alpha,
+                                     eps=eps, token=token, n_written=n_written):
+        check_update(state, index, raw, n_written)  # raises, with a detailed message
+        raise AssertionError("the update kernel refused the update but the host check found "
+                             "nothing wrong")  # pragma: no cover

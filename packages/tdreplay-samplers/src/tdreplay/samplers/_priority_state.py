@@ -1,0 +1,228 @@
+"""The priority state of a prioritized sampler, as plain data, and its host form.
+
+:class:`PriorityState` holds everything a prioritized sampler knows about its slots: the sum
+and min trees of the stored priorities, the optional max tree, the write generation of every
+slot and the largest priority ever set. It has no behaviour of its own: the kernels
+(:mod:`._priority_kernels`) read and change it, and :class:`~.prioritized.PrioritizedSampler`
+composes the two. A state lives on one backend and device; :func:`export_state` copies it to the
+host (what ``state_dict`` saves and what :func:`new_state` rebuilds from, on any backend).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+
+from ._priority_values import check_real
+from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
+
+__all__ = ["STATE_KEYS", "HostState", "PriorityState", "check_state_dict", "default_priority",
+           "empty_host_state", "export_state", "host_from_state_dict", "new_state", "placement",
+           "settle",
+           "to_state_dict"]
+
+_CPU = torch.device("cpu")
+
+#: Keys of a prioritized sampler's ``state_dict``.
+STATE_KEYS = frozenset({"max_capacity", "alpha", "beta", "eps", "priorities", "set_priorities",
+                        "max_priority", "write_generation", "write_clock"})
+
+
+class HostState(TypedDict):
+    """The per-slot state on the host: what :func:`export_state` returns."""
+
+    priorities: torch.Tensor  # float64 [capacity]: stored priorities, 0 where unwritten
+    set_priorities: torch.Tensor  # float64 [capacity]: priorities set by updates, -inf if none
+    write_generation: torch.Tensor  # int64 [capacity]: 0 where never written
+    max_priority: float  # largest priority ever set (-inf before the first update)
+
+
+@dataclass
+class PriorityState:
+    """Per-slot priority state on one backend and device (plain data; see the module docstring).
+
+    ``sum_tree`` and ``min_tree`` hold the stored priorities ``p_i`` (``0`` / ``+inf`` where
+    unwritten); ``max_tree`` (``max_priority_within_buffer`` only) is a min tree of ``-q_i`` over
+    the priorities ``q_i`` set by updates; ``generation`` the write generation of every slot on
+    ``device`` (``host_generation``: its numpy view for the numba kernels, ``None`` on devices);
+    ``max_priority`` a 0-d float64 tensor on ``device``.
+
+    Examples
+    --------
+    >>> state = new_state(4, "numba", torch.device("cpu"), within_buffer=False)
+    >>> state.capacity, state.backend, float(state.sum_tree.total()), state.max_tree is None
+    (4, 'numba', 0.0, True)
+    """
+
+    backend: str
+    device: torch.device
+    sum_tree: SumTree
+    min_tree: MinTree
+    max_tree: MinTree | None
+    generation: torch.Tensor
+    host_generation: np.ndarray | None
+    max_priority: torch.Tensor
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots."""
+        return self.sum_tree.capacity
+
+
+def empty_host_state(capacity: int) -> HostState:
+    """The host state of ``capacity`` slots never written."""
+    return {"priorities": torch.zeros(capacity, dtype=torch.float64),
+            "set_priorities": torch.full((capacity,), -math.inf, dtype=torch.float64),
+            "write_generation": torch.zeros(capacity, dtype=torch.long),
+            "max_priority": -math.inf}
+
+
+def new_state(capacity: int, backend: str, device: torch.device, *, within_buffer: bool,
+              host: HostState | None = None) -> PriorityState:
+    """A state of ``capacity`` slots on ``backend`` / ``device``: empty, or a copy of ``host``."""
+    kw: dict[str, Any] = {"backend": backend, "device": device}
+    if backend == "torch":
+        kw["validate"] = False  # the sampler checks inputs itself, without syncing devices
+    sum_tree, min_tree = make_sum_tree(capacity, **kw), make_min_tree(capacity, **kw)
+    max_tree = make_min_tree(capacity, **kw) if within_buffer else None
+    # numpy allocates large arrays with huge pages where the OS offers them (torch does not):
+    # the kernels read the generations of random slots
+    gen = torch.from_numpy(np.zeros(capacity, dtype=np.int64))
+    max_priority = -math.inf
+    if host is not None:
+        leaves = host["priorities"]
+        sum_tree.load_state_dict({"capacity": capacity, "values": leaves})
+        min_tree.load_state_dict({"capacity": capacity, "values": torch.where(
+            leaves > 0, leaves, math.inf)})
+        if max_tree is not None:
+            max_tree.load_state_dict({"capacity": capacity, "values": -host["set_priorities"]})
+        gen.copy_(host["write_generation"])  # a copy: the caller's state stays its own
+        max_priority = host["max_priority"]
+    gen = gen.to(device)
+    return PriorityState(
+        backend=backend, device=device, sum_tree=sum_tree, min_tree=min_tree, max_tree=max_tree,
+        generation=gen, host_generation=gen.numpy() if backend == "numba" else None,
+        max_priority=torch.tensor(max_priority, dtype=torch.float64, device=device))
+
+
+def export_state(state: PriorityState) -> HostState:
+    """A host copy of ``state`` (what :func:`new_state` takes)."""
+    set_priorities = (-state.max_tree.state_dict()["values"] if state.max_tree is not None
+                      else torch.full((state.capacity,), -math.inf, dtype=torch.float64))
+    return {"priorities": state.sum_tree.state_dict()["values"],
+            "set_priorities": set_priorities,
+            "write_generation": state.generation.cpu().clone(),
+            "max_priority": float(state.max_priority)}
+
+
+def check_state_dict(state_dict: Any, capacity: int, within_buffer: bool, owner: str) -> None:
+    """Raise ``ValueError`` unless ``state_dict`` is a prioritized sampler state that a sampler
+    ``owner`` of ``capacity`` slots (tracking the max within the buffer or not) can load."""
+    if not isinstance(state_dict, dict) or set(state_dict) != STATE_KEYS:
+        got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+        raise ValueError(f"{owner} state_dict must have the keys {sorted(STATE_KEYS)}, got "
+                         f"{got}.")
+    cap = state_dict["max_capacity"]
+    if cap != capacity:
+        raise ValueError(f"state_dict is for max_capacity={cap}, this sampler has "
+                         f"max_capacity={capacity}.")
+    for key in ("alpha", "beta", "eps"):
+        check_real(state_dict[key], f"state_dict[{key!r}]")
+    leaves = state_dict["priorities"]
+    if not isinstance(leaves, torch.Tensor) or leaves.shape != (cap,) \
+            or leaves.dtype is not torch.float64:
+        raise ValueError(f"state_dict['priorities'] must be a float64 tensor of shape ({cap},).")
+    if not bool(((leaves >= 0) & (leaves < math.inf)).all()):
+        raise ValueError("state_dict['priorities'] holds NaN, infinite or negative values.")
+    gen = state_dict["write_generation"]
+    if not isinstance(gen, torch.Tensor) or gen.shape != (cap,) or gen.dtype is not torch.long:
+        raise ValueError(f"state_dict['write_generation'] must be an int64 tensor of shape "
+                         f"({cap},).")
+    clock = state_dict["write_clock"]
+    if isinstance(clock, bool) or not isinstance(clock, int) or clock < 0 \
+            or (gen.numel() and int(gen.max()) > clock) or int(gen.min()) < 0:
+        raise ValueError("state_dict['write_clock'] must be an int >= every write generation.")
+    if bool(((leaves > 0) != (gen > 0)).any()):
+        raise ValueError("state_dict['priorities'] and ['write_generation'] disagree on which "
+                         "slots are written.")
+    max_priority = state_dict["max_priority"]
+    if not isinstance(max_priority, float) or math.isnan(max_priority) \
+            or max_priority == math.inf:
+        raise ValueError(f"state_dict['max_priority'] must be a float, got {max_priority!r}.")
+    set_priorities = state_dict["set_priorities"]
+    if within_buffer:
+        if not isinstance(set_priorities, torch.Tensor) or set_priorities.shape != (cap,) \
+                or set_priorities.dtype is not torch.float64:
+            raise ValueError("this sampler tracks the max priority within the buffer but "
+                             "state_dict['set_priorities'] is not a float64 tensor of shape "
+                             f"({cap},).")
+    elif set_priorities is not None:
+        raise ValueError("state_dict comes from a sampler with max_priority_within_buffer=True "
+                         "but this one has max_priority_within_buffer=False.")
+
+
+def default_priority(state: PriorityState) -> torch.Tensor:
+    """Priority of new items (0-d float64 tensor on the state's device): the max priority set
+    (in the buffer, with a max tree), ``1`` before any."""
+    if state.max_tree is not None:
+        current = torch.as_tensor(-state.max_tree.min(), dtype=torch.float64,
+                                  device=state.device)
+    else:
+        current = state.max_priority
+    return torch.where(current > -math.inf, current, 1.0)
+
+
+def to_state_dict(host: HostState, *, alpha: float, beta: float, eps: float,
+                  within_buffer: bool, clock: int) -> dict[str, Any]:
+    """A sampler's ``state_dict`` (keys :data:`STATE_KEYS`) from its host state and settings."""
+    return {
+        "max_capacity": host["priorities"].shape[0],
+        "alpha": alpha,
+        "beta": beta,
+        "eps": eps,
+        "priorities": host["priorities"],
+        "set_priorities": host["set_priorities"] if within_buffer else None,
+        "max_priority": host["max_priority"],
+        "write_generation": host["write_generation"],
+        "write_clock": clock,
+    }
+
+
+def host_from_state_dict(state_dict: dict[str, Any], within_buffer: bool) -> HostState:
+    """The host state of a ``state_dict`` that :func:`check_state_dict` accepted."""
+    cap = state_dict["max_capacity"]
+    return {
+        "priorities": state_dict["priorities"],
+        "set_priorities": (state_dict["set_priorities"] if within_buffer
+                           else torch.full((cap,), -math.inf, dtype=torch.float64)),
+        "write_generation": state_dict["write_generation"],
+        "max_priority": state_dict["max_priority"],
+    }
+
+
+def placement(backend: str | None, device: torch.device | None) -> tuple[str, torch.device]:
+    """``(backend, device)`` of a state asked for ``backend`` on ``device`` (``None``: CPU):
+    numba on CPU and torch elsewhere unless ``backend`` says; numba states live on CPU.
+
+    Examples
+    --------
+    >>> placement(None, None), placement("torch", None)
+    (('numba', device(type='cpu')), ('torch', device(type='cpu')))
+    """
+    device = device or _CPU
+    backend = backend or ("numba" if device.type == "cpu" else "torch")
+    return backend, (_CPU if backend == "numba" else device)
+
+
+def settle(state: PriorityState | None, capacity: int, backend: str, device: torch.device, *,
+           within_buffer: bool) -> PriorityState:
+    """``state`` on ``backend`` / ``device``: itself when it is there already, else a copy
+    moved there (a new empty state when ``state`` is ``None``)."""
+    if state is not None and (backend, device) == (state.backend, state.device):
+        return state
+    host = export_state(state) if state is not None else None
+    return new_state(capacity, backend, device, within_buffer=within_buffer, host=host)

@@ -1,0 +1,180 @@
+"""Checks and conversions of priority values (pure functions over host or device tensors)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from tdreplay.core.utils import as_long_tensor
+
+__all__ = ["REDUCTIONS", "TINY", "as_priority_tensor", "check_priority_values", "check_real",
+           "check_options", "check_slots", "flat_priority", "leaf_values", "prepare_update",
+           "reduce_priority", "slots_on"]
+
+#: Accepted ``reduction`` names.
+REDUCTIONS = ("max", "min", "sum", "mean", "median")
+#: Smallest normal float64: the least stored priority of a written slot.
+TINY = float(np.finfo(np.float64).tiny)
+
+
+def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
+    """``value`` as a float; raise unless it is a finite real number ``>= minimum``.
+
+    Examples
+    --------
+    >>> check_real(1, "alpha")
+    1.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}.")
+    value = float(value)
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value}.")
+    return value
+
+
+def as_priority_tensor(priority: Any) -> torch.Tensor:
+    """``priority`` (number, array or tensor of real numbers) as a detached tensor."""
+    if not isinstance(priority, torch.Tensor):
+        if isinstance(priority, np.ndarray):
+            priority = torch.from_numpy(priority)
+        else:
+            try:
+                priority = torch.as_tensor(priority)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise TypeError(f"priority must be a number, an array or a tensor of real "
+                                f"numbers, got {type(priority).__name__}.") from err
+    if priority.dtype is torch.bool or priority.is_complex():
+        raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
+    return priority.detach()
+
+
+def check_priority_values(priority: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless every value of the host tensor ``priority`` is finite, >= 0."""
+    if not priority.numel():
+        return
+    lo, hi = torch.aminmax(priority.reshape(-1))
+    if not (float(lo) >= 0.0 and float(hi) < math.inf):
+        bad = priority[~((priority >= 0) & (priority < math.inf))].reshape(-1)
+        raise ValueError(f"priority must be finite and >= 0; got {bad[:5].tolist()}. "
+                         "Nothing was updated.")
+
+
+def reduce_priority(priority: torch.Tensor, n: int, reduction: str) -> torch.Tensor:
+    """Reduce ``priority`` (``n`` items, each a value or a row of trailing values) to ``n``.
+
+    Examples
+    --------
+    >>> reduce_priority(torch.tensor([[1.0, 3.0], [2.0, 0.0]]), 2, "max").tolist()
+    [3.0, 2.0]
+    """
+    if priority.ndim <= 1:
+        return priority
+    flat = priority.reshape(n, -1)
+    if flat.shape[1] == 1:
+        return flat[:, 0]
+    if reduction == "max":
+        return flat.amax(1)
+    if reduction == "min":
+        return flat.amin(1)
+    if reduction == "sum":
+        return flat.sum(1)
+    if reduction == "mean":
+        return flat.mean(1)
+    return flat.median(1).values
+
+
+def flat_priority(index: torch.Tensor, priority: Any) -> torch.Tensor:
+    """Priorities matching the flat ``index``: one per item, or ``[n, k]`` rows to reduce."""
+    priority = as_priority_tensor(priority)
+    n = index.numel()
+    if priority.ndim == 0:
+        return priority.reshape(1).expand(n)
+    if priority.shape == index.shape:
+        return priority.reshape(-1)
+    if priority.ndim > index.ndim and priority.shape[: index.ndim] == index.shape:
+        return priority.reshape(n, -1)  # reduced after the checks
+    if priority.numel() == n:
+        return priority.reshape(-1)
+    raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of shape "
+                     f"{tuple(index.shape)}: expected a scalar, the index shape, or the index "
+                     "shape followed by trailing dims to reduce.")
+
+
+def leaf_values(priority: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
+    """Stored values of raw priorities: ``max((priority + eps) ** alpha, tiny)``.
+
+    Examples
+    --------
+    >>> leaf_values(torch.tensor([0.0, 3.0], dtype=torch.float64), 1.0, 1.0).tolist()
+    [1.0, 4.0]
+    """
+    return torch.pow(priority + eps, alpha).clamp_min_(TINY)
+
+
+def check_slots(slots: torch.Tensor, capacity: int) -> None:
+    """Raise ``IndexError`` unless every host slot lies in ``[0, capacity)``."""
+    lo, hi = torch.aminmax(slots)
+    if int(lo) < 0 or int(hi) >= capacity:
+        raise IndexError(f"slots must lie in [0, {capacity}) (max_capacity), got "
+                         f"values in [{int(lo)}, {int(hi)}].")
+
+
+def prepare_update(index: Any, priority: Any, write_generation: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(flat int64 index, priorities matching it, flat write generations or None)`` of an
+    update, checked for types and shapes.
+
+    Examples
+    --------
+    >>> index, raw, token = prepare_update(torch.tensor([[0, 1]]), 2.0, None)
+    >>> index.tolist(), raw.tolist(), token
+    ([0, 1], [2.0, 2.0], None)
+    """
+    index = as_long_tensor(index, name="index")
+    raw = flat_priority(index, priority)
+    token = None
+    if write_generation is not None:
+        token = as_long_tensor(write_generation, name="write_generation")
+        if token.numel() != index.numel():
+            raise ValueError(f"write_generation of shape {tuple(token.shape)} does not match "
+                             f"index of shape {tuple(index.shape)}.")
+        token = token.reshape(-1)
+    return index.reshape(-1), raw, token
+
+
+def check_options(max_capacity: Any, *, eps: Any, dtype: Any, reduction: Any, backend: Any,
+                  device: Any, validate: Any) -> tuple[int, float, torch.device | None]:
+    """Check a prioritized sampler's options; return ``(max_capacity, eps, device)``."""
+    if isinstance(max_capacity, bool) or not isinstance(max_capacity, (int, np.integer)) \
+            or max_capacity <= 0:
+        raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}.")
+    eps = check_real(eps, "eps")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}.")
+    if backend not in (None, "numba", "torch"):
+        raise ValueError(f"backend must be 'numba', 'torch' or None, got {backend!r}.")
+    req_device = None if device is None else torch.device(device)
+    if backend == "numba" and req_device is not None and req_device.type != "cpu":
+        raise ValueError(f"the numba backend keeps its trees on CPU; got device={device!r} "
+                         "(use backend='torch' or None for device trees).")
+    if validate not in (None, True, False):
+        raise TypeError(f"validate must be a bool or None, got {validate!r}.")
+    return int(max_capacity), eps, req_device
+
+
+def slots_on(slots: torch.Tensor, capacity: int, device: torch.device) -> torch.Tensor:
+    """``slots`` moved to ``device``, checked to lie in ``[0, capacity)`` (``IndexError``)
+    wherever they are on the host, before or after the move: never on a device (no sync)."""
+    checked = slots.device.type == "cpu"
+    if checked:
+        check_slots(slots, capacity)
+    slots = slots.to(device, non_blocking=True)
+    if not checked and slots.device.type == "cpu":
+        check_slots(slots, capacity)
+    return slots

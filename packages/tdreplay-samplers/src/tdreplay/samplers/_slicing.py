@@ -1,0 +1,143 @@
+"""Where slices go: pure functions over a :class:`~._trajectory_index.TrajectoryIndex`.
+
+The shape of a batch of slices, their starts (with ``span`` overhangs), their flat slots, and
+the checks of trajectories given up front; shared by the slice samplers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._trajectory_index import LEN, TrajectoryIndex
+
+__all__ = ["REJECTION_ROUNDS", "check_static", "no_trajectory_error", "ragged_arange",
+           "slice_shape", "slice_slots", "span_starts", "static_cut"]
+
+#: Rounds of rejection sampling before falling back to an exact draw among eligible items.
+REJECTION_ROUNDS = 8
+
+
+def slice_shape(batch_size: Any, num_slices: int | None, slice_len: int | None
+                ) -> tuple[int, int]:
+    """``(num_slices, seq_len)`` of a batch, given one of ``num_slices`` and ``slice_len``.
+
+    Examples
+    --------
+    >>> slice_shape(12, 3, None), slice_shape(12, None, 3)
+    ((3, 4), (4, 3))
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    batch_size = int(batch_size)
+    if num_slices is not None:
+        if batch_size % num_slices:
+            raise ValueError(f"batch_size={batch_size} is not divisible by num_slices="
+                             f"{num_slices}.")
+        return num_slices, batch_size // num_slices
+    assert slice_len is not None
+    if batch_size % slice_len:
+        raise ValueError(f"batch_size={batch_size} is not divisible by slice_len="
+                         f"{slice_len}.")
+    return batch_size // slice_len, slice_len
+
+
+def ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, offset)`` of runs of ``lengths`` items laid end to end: the run of each item
+    and its place in that run."""
+    owner = np.repeat(np.arange(lengths.size), lengths)
+    offset = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return owner, offset
+
+
+def slice_slots(index: TrajectoryIndex, lanes: np.ndarray, starts: np.ndarray,
+                seq: np.ndarray | None, seq_len: int
+                ) -> tuple[torch.Tensor, np.ndarray, np.ndarray | None]:
+    """Flat slots of slices laid end to end: slice ``i`` runs along lane ``lanes[i]`` from
+    position ``starts[i]`` for ``seq[i]`` steps (``seq_len`` when ``seq`` is ``None``).
+
+    Returns the int64 slots, the place of each slice's last step in them and the slice of each
+    step (``None`` when every slice has ``seq_len`` steps: step ``j`` is in slice ``j //
+    seq_len``).
+    """
+    if seq is None or (seq == seq_len).all():
+        pos = starts[:, None] + np.arange(seq_len)
+        slots = index.slots_of(lanes[:, None], pos).reshape(-1)
+        ends = np.arange(seq_len - 1, lanes.size * seq_len, seq_len)
+        owner = None
+    else:
+        owner, offset = ragged_arange(seq)
+        ends = np.cumsum(seq) - 1
+        slots = index.slots_of(lanes[owner], starts[owner] + offset)
+    return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)), ends, owner
+
+
+def span_starts(u: np.ndarray, lengths: np.ndarray, seq: np.ndarray,
+                 span: tuple[bool | int, bool | int]) -> tuple[np.ndarray, np.ndarray]:
+    """Relative slice starts and lengths, overhanging the trajectory as ``span`` allows.
+
+    A start is uniform over ``[start_point, end_point)``; the part of a slice outside its
+    trajectory is cut off (TorchRL's ``span`` semantics).
+    """
+    last_start = lengths - seq + 1
+    if not span[1]:
+        end_point = last_start
+    elif span[1] is True:
+        end_point = lengths + 1
+    else:
+        end_point = last_start + span[1]
+    if not span[0]:
+        start_point = np.zeros_like(seq)
+    elif span[0] is True:
+        start_point = 1 - seq
+    else:
+        start_point = np.full_like(seq, -span[0])
+    rel = np.floor(u * (end_point - start_point)).astype(np.int64) + start_point
+    if span[0]:
+        seq = np.where(rel < 0, seq + rel, seq)
+        rel = np.maximum(rel, 0)
+    if span[1]:
+        seq = np.minimum(seq, lengths - rel)
+    return rel, seq
+
+
+def check_static(value: Any, name: str) -> torch.Tensor | None:
+    """``ends`` (bool flags) or ``trajectories`` (int64 ids) given up front, flat on the CPU."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(value).__name__}.")
+    if name == "ends":
+        return value.reshape(-1).to(torch.bool).cpu()
+    if value.is_floating_point() or value.dtype is torch.bool:
+        raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
+    return value.reshape(-1).to(torch.int64).cpu()
+
+
+def static_cut(static: torch.Tensor, ends: bool) -> int:
+    """Slot after which a full flat ring is cut when trajectories wrap around its end.
+
+    ``static``: the end flags (``ends``) or the trajectory ids of every slot.
+    """
+    n = static.numel()
+    if ends:
+        if bool(static[-1]) or not bool(static.any()):
+            return n - 1
+        return int(static.nonzero()[-1])
+    change = (static[1:] != static[:-1]).nonzero()
+    if static[0] != static[-1] or not change.numel():
+        return n - 1
+    return int(change[-1])
+
+
+def no_trajectory_error(index: TrajectoryIndex, seq_len: int) -> RuntimeError:
+    """The error of a batch for which no trajectory is long enough."""
+    lengths = index.rec[index.live_records(), LEN]
+    return RuntimeError(
+        f"Did not find a single trajectory with sufficient length (length range: "
+        f"{int(lengths.min())} - {int(lengths.max())} / required={seq_len}): use shorter "
+        "slices or strict_length=False."
+    )

@@ -1,0 +1,235 @@
+"""numba kernels of the CPU segment trees: pure functions over a tree's flat node array.
+
+Every kernel takes the flat float64 node array of a :class:`~.TreeLayout` tree (``nodes``), its
+int64 level offsets (``offsets``) and C-contiguous int64 / float64 inputs; each is called with
+one fixed signature, so it compiles once per process on first use. They are the one
+implementation of the numba trees' ``update``, ``rebuild`` and ``scan_lower_bound`` and are
+reused by the prioritized sampler's fused kernels (:mod:`tdreplay.samplers._priority_numba`).
+
+The kernels hold no state and check nothing: the tree classes (:mod:`._numba`) validate inputs.
+``update`` writes the leaves in batch order (the last duplicate wins) and then recomputes the
+ancestors from their 8 children one level at a time for the whole batch, dropping the items
+whose recomputed node is unchanged (their ancestors are then already consistent). ``scan``
+descends groups of masses level by level inside one kernel call (no Python loop over the batch)
+and prefetches each mass's next block, so the cache misses of a large tree overlap instead of
+adding up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["rebuild_min", "rebuild_sum", "scan", "update_min", "update_sum"]
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------------------------
+@njit(cache=False, nogil=True, inline="always")
+def _block_sum(tree, b):  # pragma: no cover - compiled
+    """The sum of the block ``tree[b : b + 8]``, in the fixed pairwise order of both backends."""
+    return ((tree[b] + tree[b + 1]) + (tree[b + 2] + tree[b + 3])) + (
+        (tree[b + 4] + tree[b + 5]) + (tree[b + 6] + tree[b + 7]))
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _block_min(tree, b):  # pragma: no cover - compiled
+    """The minimum of the block ``tree[b : b + 8]``."""
+    res = tree[b]
+    for c in range(1, 8):
+        v = tree[b + c]
+        res = v if v < res else res
+    return res
+
+
+#: Masses descended together by :func:`scan`: independent descents interleaved level by level
+#: keep several cache misses in flight (the deep levels of a large tree miss in cache).
+_SCAN_GROUP = 128
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
+    """Hint the CPU to load ``array[index]`` into cache (``llvm.prefetch``; no effect on values)."""
+
+    def codegen(context, builder, signature, args):
+        arrayty = signature.args[0]
+        ary = context.make_array(arrayty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, arrayty, ary, [args[1]],
+                                       wraparound=False)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, high locality, data cache
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
+
+
+#: How many indices ahead :func:`_update` prefetches the leaf it will write, so that the
+#: misses of the next writes overlap with the current one.
+_UPDATE_PREFETCH = 8
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _block_reduce(tree, b, is_min):  # pragma: no cover - compiled
+    return _block_min(tree, b) if is_min else _block_sum(tree, b)
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _level_blocks(tree, offsets, level):  # pragma: no cover - compiled
+    """Number of nodes of ``level`` that have children (blocks in level ``level + 1``)."""
+    depth = offsets.shape[0] - 1
+    end = tree.shape[0] if level + 1 == depth else offsets[level + 2]
+    return (end - offsets[level + 1]) // 8
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
+    """Recompute every node of ``level`` and of the levels above it from their children."""
+    for lv in range(level, -1, -1):
+        children = offsets[lv + 1]
+        start = offsets[lv]
+        for node in range(_level_blocks(tree, offsets, lv)):
+            tree[start + node] = _block_reduce(tree, children + 8 * node, is_min)
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
+    # Leaves first, in batch order (the last duplicate wins); then the ancestors one level at a
+    # time for the whole batch: the items of a level are independent, so their loads overlap
+    # (a walk to the root per item would chain every load on the previous store). An item whose
+    # recomputed node is unchanged is dropped (its ancestors are consistent; a duplicate parent
+    # is recomputed once, by the first item that reaches it). Once a level has no more nodes
+    # than items still going up, that level and those above are recomputed whole.
+    depth = offsets.shape[0] - 1
+    leaves = offsets[depth]
+    n = index.shape[0]
+    for i in range(n):
+        if i + _UPDATE_PREFETCH < n:
+            _prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
+        tree[leaves + index[i]] = values[i]
+    nodes = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        nodes[i] = index[i] >> 3
+    live = n
+    for level in range(depth - 1, -1, -1):
+        if live == 0:
+            return
+        if (1 if level == 0 else offsets[level + 1] - offsets[level]) <= live:
+            _rebuild_from(tree, offsets, level, is_min)
+            return
+        children = offsets[level + 1]
+        start = offsets[level]
+        kept = 0
+        for i in range(live):
+            node = nodes[i]
+            new = _block_reduce(tree, children + 8 * node, is_min)
+            if new != tree[start + node]:
+                tree[start + node] = new
+                nodes[kept] = node >> 3
+                kept += 1
+        live = kept
+
+
+# entry points: one compiled kernel each (a bool argument would be compiled once per value)
+@njit(cache=False, nogil=True)
+def update_sum(tree, offsets, index, values):  # pragma: no cover - compiled
+    _update(tree, offsets, index, values, False)
+
+
+@njit(cache=False, nogil=True)
+def update_min(tree, offsets, index, values):  # pragma: no cover - compiled
+    _update(tree, offsets, index, values, True)
+
+
+@njit(cache=False, nogil=True)
+def rebuild_sum(tree, offsets):  # pragma: no cover - compiled
+    _rebuild_from(tree, offsets, offsets.shape[0] - 2, False)
+
+
+@njit(cache=False, nogil=True)
+def rebuild_min(tree, offsets):  # pragma: no cover - compiled
+    _rebuild_from(tree, offsets, offsets.shape[0] - 2, True)
+
+
+@intrinsic
+def _below(typingctx, x):  # pragma: no cover - compiled
+    """``nextafter(x, -inf)`` for ``x > 0``: the float whose bit pattern is one less.
+
+    Used only where ``x > 0`` (the descent's right children), where it equals ``np.nextafter``
+    and ``torch.nextafter`` bit for bit, without a libm call.
+    """
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        bits = builder.bitcast(args[0], i64)
+        return builder.bitcast(builder.sub(bits, i64(1)), ir.DoubleType())
+
+    return types.float64(types.float64), codegen
+
+
+@njit(cache=False, nogil=True)
+def scan(tree, offsets, masses, out):  # pragma: no cover - compiled
+    # The same clamped descent as the torch backend (bit-identical results). Within a block of
+    # 8 children, the descent is binary over the pairwise sums the block's parent is made of
+    # (halves, then pairs, then single children): at each step go right if m >= left, and then
+    # m = min(m - left, nextafter(right, -inf)). m starts in [0, nextafter(total, -inf)], so
+    # m < value(node) holds at every step: right > 0 whenever the descent goes right, and the
+    # leaf reached has a positive value and an index < capacity.
+    depth = offsets.shape[0] - 1
+    hi = np.nextafter(tree[offsets[0]], -np.inf)
+    n = masses.shape[0]
+    ms = np.empty(_SCAN_GROUP, dtype=np.float64)
+    nodes = np.empty(_SCAN_GROUP, dtype=np.int64)
+    pairs = np.empty(4 * _SCAN_GROUP, dtype=np.float64)
+    for first in range(0, n, _SCAN_GROUP):
+        g = min(_SCAN_GROUP, n - first)
+        for j in range(g):
+            m = masses[first + j]
+            if not m >= 0.0:  # negative or NaN
+                m = 0.0
+            if m > hi:
+                m = hi
+            ms[j] = m
+            nodes[j] = 0
+        for level in range(1, depth + 1):  # one tree level per pass, for the whole group
+            base = offsets[level]
+            for j in range(g):
+                # branch-free steps: the sides are picked by indexing (pairs / tree) and the
+                # masses by selects, since a mispredicted branch would flush the loads in
+                # flight. Then prefetch the block of the next level: it is read one pass later,
+                # after the rest of the group, so the miss overlaps with that work.
+                m = ms[j]
+                b = base + 8 * nodes[j]
+                q = 4 * j
+                pairs[q] = tree[b] + tree[b + 1]
+                pairs[q + 1] = tree[b + 2] + tree[b + 3]
+                pairs[q + 2] = tree[b + 4] + tree[b + 5]
+                pairs[q + 3] = tree[b + 6] + tree[b + 7]
+                left = pairs[q] + pairs[q + 1]
+                right = pairs[q + 2] + pairs[q + 3]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                half = 2 * go
+                left = pairs[q + half]
+                right = pairs[q + half + 1]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                child = 2 * half + 2 * go
+                left = tree[b + child]
+                right = tree[b + child + 1]
+                go = m >= left
+                step = min(m - left, _below(right))
+                m = step if go else m
+                node = 8 * nodes[j] + child + go
+                nodes[j] = node
+                ms[j] = m
+                if level < depth:
+                    _prefetch(tree, offsets[level + 1] + 8 * node)
+        for j in range(g):
+            out[first + j] = nodes[j]
