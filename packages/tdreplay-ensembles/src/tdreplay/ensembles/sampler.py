@@ -174,6 +174,11 @@ class SamplerEnsemble(Sampler):
             return len(self._samplers)
         return self._num_buffer_sampled
 
+    @num_buffer_sampled.setter
+    def num_buffer_sampled(self, value: int | None) -> None:
+        self._num_buffer_sampled = _check_num_buffer_sampled(value, len(self._samplers),
+                                                             self._sample_from_all)
+
     @property
     def requested_num_buffer_sampled(self) -> int | None:
         """``num_buffer_sampled`` as given: ``None`` means every buffer, however many there
@@ -187,11 +192,6 @@ class SamplerEnsemble(Sampler):
         (3, None)
         """
         return self._num_buffer_sampled
-
-    @num_buffer_sampled.setter
-    def num_buffer_sampled(self, value: int | None) -> None:
-        self._num_buffer_sampled = _check_num_buffer_sampled(value, len(self._samplers),
-                                                             self._sample_from_all)
 
     # ---- sampling -------------------------------------------------------------------------------
     def _draw_buffers(self) -> torch.Tensor:
