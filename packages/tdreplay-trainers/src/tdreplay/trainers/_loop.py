@@ -51,7 +51,7 @@ def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: An
     _check_int(save_trainer_interval, "save_trainer_interval", minimum=1)
     _check_int(log_interval, "log_interval", minimum=0)
     if clip_norm is not None and (isinstance(clip_norm, bool)
-                                  or not isinstance(clip_norm, Number) or not clip_norm > 0):
+                                  or not isinstance(clip_norm, Number) or not clip_norm > 0):  # type: ignore[operator]
         raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")
 
 
@@ -107,4 +107,5 @@ def run_optim_steps(batch: TensorDictBase, steps: int, *, ops: OpRegistry,
             if isinstance(key, str) and isinstance(value, torch.Tensor) and value.numel() == 1:
                 sums[key] = sums.get(key, 0.0) + float(value)
     if steps:
-        log.log(optim_steps=progress.optim_count, **{k: v / steps for k, v in sums.items()})
+        means: dict[str, Any] = {k: v / steps for k, v in sums.items()}
+        log.log(optim_steps=progress.optim_count, **means)

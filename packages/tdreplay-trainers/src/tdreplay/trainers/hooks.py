@@ -135,7 +135,8 @@ class OptimizerHook(TrainerHookBase):
         if self.clip_norm is not None and self.clip_grad_norm:
             return float(nn.utils.clip_grad_norm_(params, self.clip_norm))
         norm = float(torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(p.grad.detach()) for p in params])))
+            torch.stack([torch.linalg.vector_norm(grad.detach()) for p in params
+                         if (grad := p.grad) is not None])))
         if self.clip_norm is not None:
             nn.utils.clip_grad_value_(params, self.clip_norm)
         return norm

@@ -107,12 +107,12 @@ class ReplayBufferTrainer(TrainerHookBase):
                              f"{tuple(mask.shape)}.")
         return batch[mask]
 
-    def _pad(self, batch: TensorDictBase) -> TensorDictBase:
-        if len(self.max_dims) != batch.batch_dims:
-            raise ValueError(f"max_dims has {len(self.max_dims)} entries but the batch has "
+    def _pad(self, batch: TensorDictBase, max_dims: tuple[int, ...]) -> TensorDictBase:
+        if len(max_dims) != batch.batch_dims:
+            raise ValueError(f"max_dims has {len(max_dims)} entries but the batch has "
                              f"{batch.batch_dims} dimensions {tuple(batch.batch_size)}.")
         pad_size = []
-        for d, (size, limit) in enumerate(zip(batch.batch_size, self.max_dims)):
+        for d, (size, limit) in enumerate(zip(batch.batch_size, max_dims)):
             if limit != -1 and size > limit:
                 raise ValueError(f"batch dimension {d} has size {size}, more than "
                                  f"max_dims[{d}]={limit}.")
@@ -129,7 +129,7 @@ class ReplayBufferTrainer(TrainerHookBase):
         if self.flatten_tensordicts:
             batch = self._flatten(batch)
         elif self.max_dims is not None:
-            batch = self._pad(batch)
+            batch = self._pad(batch, self.max_dims)
         if self.memmap:
             batch = batch.memmap()
         self.replay_buffer.extend(batch)
