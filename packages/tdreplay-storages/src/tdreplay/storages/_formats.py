@@ -131,10 +131,13 @@ class DataFormat:
             return td
         if self.kind == KIND_TENSOR:
             return td.get(TENSOR_KEY)
+        extra = self.extra
+        if extra is None:  # laid out by another process, which records no tensorclass
+            raise RuntimeError(f"this storage holds {self.kind} data of a structure unknown "
+                               "in this process: write one item here first.")
         if self.kind == KIND_TC:
-            return self.tensorclass.from_tensordict(td)
-        return tree_unflatten([td.get(str(i)) for i in range(self.treespec.num_leaves)],
-                              self.treespec)
+            return extra.from_tensordict(td)
+        return tree_unflatten([td.get(str(i)) for i in range(extra.num_leaves)], extra)
 
     def meta(self) -> dict[str, str | None]:
         """The pytree structure / tensorclass of the data, as strings a checkpoint can hold."""

@@ -228,6 +228,11 @@ class TensorLayout:
         for leaf, s in zip(self.leaves, src):
             leaf[start:stop].copy_(s)
 
+    def copy_row(self, row: int, src: Sequence[torch.Tensor]) -> None:
+        """Copy ``src`` (leaves of one row, in storage order) into row ``row``."""
+        for leaf, s in zip(self.leaves, src):
+            leaf[row].copy_(s)
+
     def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""
         for leaf, s in zip(self.leaves, src):

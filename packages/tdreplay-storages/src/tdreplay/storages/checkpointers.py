@@ -312,8 +312,8 @@ class _Compactor:
         key_set = set(keys)
         for path in keys:
             value = data.get(as_key(path))
-            entry = {"key": list(path), "dtype": str(value.dtype), "shape": list(value.shape),
-                     "stored": "full"}
+            entry: dict[str, Any] = {"key": list(path), "dtype": str(value.dtype),
+                                     "shape": list(value.shape), "stored": "full"}
             source = path[1:]
             if (path[0] == "next" and len(path) > 1 and source[0] != "next"
                     and source in key_set and not self._excluded_key(source) and steps > 1

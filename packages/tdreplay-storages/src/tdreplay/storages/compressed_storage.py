@@ -27,7 +27,7 @@ from .checkpointers import CompressedListStorageCheckpointer
 __all__ = ["Codec", "CompressedListStorage", "CompressedRow", "RowLayout", "default_codec"]
 
 try:
-    import zstandard as _zstd
+    import zstandard as _zstd  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # pragma: no cover - depends on the environment
     _zstd = None
 
@@ -142,7 +142,9 @@ class CompressedListStorage(ListStorage):
     True
     """
 
-    _default_checkpointer = CompressedListStorageCheckpointer
+    # core's ListStorage leaves its _default_checkpointer unannotated (inferred as
+    # type[ListStorageCheckpointer]); Storage declares type[StorageCheckpointerBase]
+    _default_checkpointer = CompressedListStorageCheckpointer  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -162,7 +164,8 @@ class CompressedListStorage(ListStorage):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
         super().__init__(max_size, checkpointer)
         self.compression_level = compression_level
-        self.codec = (default_codec(compression_level) if compression_fn is None
+        self.codec = (default_codec(compression_level)
+                      if compression_fn is None or decompression_fn is None
                       else _user_codec(compression_fn, decompression_fn))
         self._device = torch.device(device)
         self._layouts: dict[RowLayout, RowLayout] = {}
@@ -233,7 +236,7 @@ class CompressedListStorage(ListStorage):
         layout = rows[0].layout
         nbytes = layout.nbytes  # one lookup for the batch (it hashes the whole layout)
         buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
-        flat = memoryview(buffer.numpy().reshape(-1))
+        flat = buffer.numpy().reshape(-1).data  # a memoryview of the buffer's bytes
         decompress = self.codec.decompress
         for i, row in enumerate(rows):
             raw = decompress(row.blob)
@@ -271,7 +274,7 @@ class CompressedListStorage(ListStorage):
         return [self._decompress(row) for row in rows]
 
     # ---- storage contract ------------------------------------------------------------------------
-    def set(self, rows: int | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         if is_int(rows):
             compressed: Any = self._compress(data)
         else:

@@ -44,7 +44,7 @@ from .tensor_storage import LazyTensorStorage
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover - Windows: exclusion within a process only
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 _CONFIG_FILE = "tdreplay-memmap.json"
 _STATE_FILE = "tdreplay-memmap-state.bin"
@@ -115,9 +115,9 @@ class _ProcessLock:
 
     def __init__(self, path: str) -> None:
         self.path = str(path)
-        self._pid: int | None = None
-        self._fd: int | None = None
-        self._thread_lock: threading.RLock | None = None
+        self._pid: int | None = None  # the process that opened _fd (None: not opened yet)
+        self._fd = -1
+        self._thread_lock = threading.RLock()
         self._depth = 0
 
     def _ensure_open(self) -> None:
@@ -129,7 +129,7 @@ class _ProcessLock:
                 return
             inherited = self._fd
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if inherited is not None:  # a fork's copy of the parent's descriptor
+            if inherited >= 0:  # a fork's copy of the parent's descriptor
                 os.close(inherited)
             self._thread_lock = threading.RLock()
             self._depth = 0
@@ -163,7 +163,7 @@ class _ProcessLock:
         return (_ProcessLock, (self.path,))
 
     def __del__(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd >= 0 and self._pid == os.getpid():
             try:
                 os.close(self._fd)
             except OSError:

@@ -223,7 +223,7 @@ class TensorStorage(Storage):
                 raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
             row %= cap
             src = layout.source_leaves(td, tuple(layout.inner))
-            layout.copy_rows(row, row + 1, [s.unsqueeze(0) for s in src])
+            layout.copy_row(row, src)
             self._set_rows_written(max(self._rows_written(), row + 1))
             return
         if isinstance(rows, slice):
