@@ -29,7 +29,7 @@ from ._formats import KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, assemble
 from .checkpointers import TensorStorageCheckpointer
 
-__all__ = ["LazyTensorStorage", "TensorDict", "TensorStorage", "TensorStorageCheckpointer"]
+__all__ = ["LazyTensorStorage", "TensorStorage", "TensorStorageCheckpointer"]
 
 
 def _wrapped(storage: Any, max_size: int | None,
