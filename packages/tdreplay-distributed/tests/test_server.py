@@ -116,3 +116,14 @@ def test_update_tensordict_priority_needs_a_tensordict_buffer():
     server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8)}, {})
     with pytest.raises(TypeError, match="no update_tensordict_priority"):
         server.update_tensordict_priority(pack(TensorDict({"index": torch.zeros(1)}, [1])))
+
+
+def test_sampling_mass_needs_the_priority_mass_of_a_prioritized_sampler():
+    class OpaquePrioritized(RandomSampler):
+        is_prioritized = True  # keeps priorities, but tells nothing about their mass
+
+    server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8),
+                                         "sampler": OpaquePrioritized}, {})
+    server.extend(pack([1, 2, 3]), {})
+    with pytest.raises(TypeError, match="total_priority and min_priority"):
+        server.sampling_mass()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tensordict import is_tensor_collection
@@ -27,7 +27,7 @@ from tdreplay.core import (
 from ._ray import import_ray
 from ._wire import Packed, pack, unpack
 
-__all__ = ["COMPONENTS", "BufferServer", "build_component",
+__all__ = ["COMPONENTS", "BufferServer", "PriorityMass", "build_component",
            "check_component_spec", "seeded_generator"]
 
 #: Component arguments built inside the actor, with the type each must be (or build).
@@ -63,12 +63,29 @@ def seeded_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+@runtime_checkable
+class PriorityMass(Protocol):
+    """What a prioritized sampler tells about its stored priorities ``p_i = (priority_i + eps)
+    ** alpha`` (``tdreplay.samplers.PrioritizedSampler`` has both): a sharded buffer weighs
+    its shards by them."""
+
+    @property
+    def total_priority(self) -> float:
+        """Sum of ``p_i`` over the written slots."""
+        ...
+
+    @property
+    def min_priority(self) -> float:
+        """Least ``p_i`` over the written slots (``inf`` if none)."""
+        ...
+
+
 def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
     """``(sum, min)`` of the sampling weights of the written slots.
 
     A prioritized sampler draws slot ``i`` with probability ``p_i / sum_j p_j`` where
-    ``p_i = (priority_i + eps) ** alpha`` is what its sum tree holds, so its mass is the sum
-    tree's total and ``min`` the min tree's minimum (used for the importance weights). Any
+    ``p_i = (priority_i + eps) ** alpha`` is what its sum tree holds, so its mass is its
+    ``total_priority`` and ``min`` its ``min_priority`` (used for the importance weights). Any
     other sampler draws the written slots uniformly: mass ``len(storage)``, weight 1 each.
     """
     sampler, storage = buffer.sampler, buffer.storage
@@ -77,12 +94,11 @@ def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
         return float(written), 1.0
     if written == 0:
         return 0.0, math.inf
-    # PrioritizedSampler keeps p_i = (priority + eps) ** alpha in a sum tree and a min tree.
-    sum_tree, min_tree = getattr(sampler, "_sum", None), getattr(sampler, "_min", None)
-    if sum_tree is None or min_tree is None:
-        raise TypeError(f"{type(sampler).__name__} does not expose its priority trees (_sum, "
-                        "_min with total() and min()): a sharded buffer cannot weigh its shards.")
-    return float(sum_tree.total()), float(min_tree.min())
+    if not isinstance(sampler, PriorityMass):
+        raise TypeError(f"{type(sampler).__name__} does not expose its priority mass "
+                        "(total_priority and min_priority): a sharded buffer cannot weigh its "
+                        "shards.")
+    return float(sampler.total_priority), float(sampler.min_priority)
 
 
 def _own_actor_id() -> str | None:

@@ -76,7 +76,8 @@ class _TensorPickler(pickle.Pickler):
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
         raw = tensor.reshape(-1).view(torch.uint8).numpy()
-        return _rebuild_tensor, (pickle.PickleBuffer(raw), tensor.dtype, tuple(tensor.shape))
+        buffer = pickle.PickleBuffer(raw)  # type: ignore[arg-type]  # ndarray exports a buffer
+        return _rebuild_tensor, (buffer, tensor.dtype, tuple(tensor.shape))
 
 
 def pack(obj: Any) -> Packed:
