@@ -1,8 +1,9 @@
 """A process killed (SIGKILL) in the middle of ``ReplayBuffer.dumps`` never costs a checkpoint.
 
 A child process fills a buffer, saves it (version 1), writes more, and is killed at a chosen
-point of the second save: while storage files are written, before the manifest, before and
-after the pointer file is replaced. The test then checks that the checkpoint directory loads
+point of the second save: once the new snapshot is recorded in the pointer, while storage
+files are written, before the manifest, before and after the pointer file is replaced by the
+commit. The test then checks that the checkpoint directory loads
 exactly one complete version (version 1 before the commit point, version 2 after it), that no
 half-written snapshot is ever what loads, and that the next save cleans up. A last test kills
 a process that saves in a loop at random moments from outside.
@@ -104,7 +105,12 @@ CHILD = BUILD + textwrap.dedent(
     advance(rb, 1)                      # version 1 lives only in memory until the next save
     print("saved 0", flush=True)
 
-    if kill_point == "storage_files":   # some of the storage's array files are written
+    def replaces_pointer(src, dst):
+        return os.path.basename(dst) == checkpoint.POINTER_NAME
+
+    if kill_point == "after_record":    # new snapshot recorded as the format's, not yet created
+        kill_at(checkpoint.os, "replace", calls=1, after=True, when=replaces_pointer)
+    elif kill_point == "storage_files":   # some of the storage's array files are written
         if kind == "memmap":
             kill_at(tensor_storage.TensorDict, "memmap")  # TensorDict's own writer
         else:
@@ -114,11 +120,10 @@ CHILD = BUILD + textwrap.dedent(
     elif kill_point == "before_manifest":
         kill_at(checkpoint, "_crc32")
     elif kill_point == "before_pointer":  # manifest written, new pointer not yet in place
-        kill_at(checkpoint, "_fsync_path",
-                when=lambda p: os.path.basename(p).startswith("." + checkpoint.POINTER_NAME))
+        # (the first replace of the pointer recorded the new snapshot, the second commits it)
+        kill_at(checkpoint.os, "replace", calls=2, when=replaces_pointer)
     elif kill_point == "after_pointer":   # pointer replaced, old snapshot not yet removed
-        kill_at(checkpoint.os, "replace", after=True,
-                when=lambda src, dst: os.path.basename(dst) == checkpoint.POINTER_NAME)
+        kill_at(checkpoint.os, "replace", calls=2, after=True, when=replaces_pointer)
     rb.dumps(path)
     print("saved 1", flush=True)
     '''
@@ -175,19 +180,21 @@ def snapshots(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("kind", "kill_point", "survivor"),
+    ("kind", "kill_point", "survivor", "n_leftovers"),
     [
         # memmap storage + TensorStorageCheckpointer (TensorDict memmap files) at every point,
         # flat storage checkpointer (raw files of its own) while its files are written
-        ("memmap", "storage_files", 0),
-        ("flat", "storage_files", 0),
-        ("memmap", "storage_done", 0),
-        ("memmap", "before_manifest", 0),
-        ("memmap", "before_pointer", 0),
-        ("memmap", "after_pointer", 1),
+        ("memmap", "after_record", 0, 0),
+        ("memmap", "storage_files", 0, 1),
+        ("flat", "storage_files", 0, 1),
+        ("memmap", "storage_done", 0, 1),
+        ("memmap", "before_manifest", 0, 1),
+        ("memmap", "before_pointer", 0, 1),
+        ("memmap", "after_pointer", 1, 1),
     ],
 )
-def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, kind, kill_point, survivor):
+def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, kind, kill_point, survivor,
+                                                       n_leftovers):
     path = tmp_path / "ckpt"
     proc = run_child(CHILD, kind, str(tmp_path / "child-scratch"), str(path), kill_point)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
@@ -198,8 +205,10 @@ def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, kind, kill_poin
     pointer = json.loads((path / POINTER_NAME).read_text())
     assert snap.name == pointer["snapshot"] and (snap / MANIFEST_NAME).is_file()
     leftovers = [name for name in snapshots(path) if name != snap.name]
-    assert len(leftovers) == 1  # the crashed save's snapshot (new or old) is still there
-    if kill_point in ("storage_files", "storage_done", "before_manifest"):
+    # the crashed save's snapshot (new or old) is still there, recorded as the format's own
+    assert len(leftovers) == n_leftovers
+    assert set(leftovers) <= set(pointer["snapshots"])
+    if kill_point in ("storage_files", "storage_done", "before_manifest") and leftovers:
         # unfinished: without a manifest, nothing could load it even if pointed to
         assert not (path / leftovers[0] / MANIFEST_NAME).exists()
 

@@ -52,11 +52,19 @@ class StateDictCheckpointMixin:
                 f"checkpoint holds a {meta.get('class')} but this buffer has a "
                 f"{type(self).__name__}."
             )
-        state = torch.load(path / "state.pt", weights_only=True)
+        file = path / "state.pt"
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
+        try:
+            state = torch.load(file, weights_only=True)
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: {err}") from err
+        if not isinstance(state, dict):
+            raise CheckpointError(f"checkpoint file {str(file)!r} does not hold a state dict.")
         try:
             self.check_state_dict(state)
-        except ValueError as err:
-            raise CheckpointError(str(err)) from err
+        except (ValueError, TypeError, KeyError) as err:
+            raise CheckpointError(f"{err} (in {str(file)!r})") from err
         return lambda: self.load_state_dict(state)
 
     def loads(self, path: str | os.PathLike[str]) -> None:

@@ -3,7 +3,8 @@
 A checkpoint written at ``path`` is laid out as::
 
     path/
-      tdreplay-checkpoint.json      # pointer: format version + name of the current snapshot
+      tdreplay-checkpoint.json      # pointer: format version, current snapshot, owned snapshots
+      .tdreplay-checkpoint.lock     # advisory lock serialising writers (and readers vs writers)
       snapshot-<n>-<uuid>/          # one complete snapshot
         manifest.json               # size and CRC-32 of every file of the snapshot
         ...                         # whatever the components wrote
@@ -12,9 +13,17 @@ A new snapshot is written completely (files flushed and fsynced, manifest last) 
 current one, then the pointer file is replaced atomically with :func:`os.replace`, and only
 then are older snapshots removed. A process killed at any moment therefore leaves either the
 previous checkpoint or the new one loadable, never a half-written one: the pointer only ever
-names a complete snapshot. :func:`open_checkpoint` checks the format version and every file's
-size and CRC before returning, so a truncated or corrupted checkpoint is refused before a
-buffer changes.
+names a complete snapshot. :func:`open_checkpoint` checks the pointer's and the manifest's
+checksums, the format version and every file's size and CRC before returning, so a
+truncated or corrupted checkpoint is refused, naming the damaged file, before a buffer changes.
+
+The format owns exactly what it writes. The pointer records (under ``"snapshots"``) every
+snapshot directory it created that may still exist, *before* the directory is created; a
+save removes only recorded snapshots (older ones, and those of saves that crashed), never
+another entry of the directory, whatever its name. Writers hold an exclusive
+:func:`fcntl.flock` on the lock file for the whole save, so saves of several processes or
+threads to one path run one after the other and the last one committed is what loads;
+readers hold a shared lock, so a save never removes a snapshot while it is being read.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -32,6 +42,9 @@ from typing import Any
 FORMAT_VERSION = 1
 POINTER_NAME = "tdreplay-checkpoint.json"
 MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".tdreplay-checkpoint.lock"
+SNAPSHOT_PREFIX = "snapshot-"
+_TMP_POINTER_NAME = f".{POINTER_NAME}.tmp"
 _CHUNK = 1 << 22
 
 
@@ -59,7 +72,75 @@ def _snapshot_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
 
 
+@contextmanager
+def _locked(root: Path, *, shared: bool) -> Iterator[None]:
+    """Hold an advisory ``flock`` on ``root/LOCK_NAME`` (shared or exclusive).
+
+    The lock is released when the file is closed, including when the process dies, so a
+    killed writer never leaves the checkpoint locked. Readers that cannot create the lock file
+    (a read-only directory) read without it; platforms without ``fcntl`` run unlocked.
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock there
+        yield
+        return
+    import fcntl
+
+    lock_path = root / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        if not shared:
+            raise
+        try:
+            fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            yield  # nothing to lock on: a read-only directory no writer can change either
+            return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _pointer_body_crc(body: dict[str, Any]) -> int:
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+def _write_pointer(root: Path, snapshot: str | None, manifest_crc32: int | None,
+                   snapshots: list[str]) -> None:
+    """Replace the pointer atomically (temporary file, fsync, rename, fsync of ``root``).
+
+    The temporary file has one fixed name: writers hold the exclusive lock, so one writes it
+    at a time, and what a killed writer left is overwritten by the next one.
+    """
+    body: dict[str, Any] = {"format_version": FORMAT_VERSION, "snapshot": snapshot,
+                            "manifest_crc32": manifest_crc32, "snapshots": snapshots}
+    body["crc32"] = _pointer_body_crc(body)
+    tmp = root / _TMP_POINTER_NAME
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(body))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / POINTER_NAME)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_path(root)
+
+
+def _is_snapshot_name(name: object) -> bool:
+    """A name this format gives snapshots: ``snapshot-<n>-<hex>``, a plain directory name."""
+    if not isinstance(name, str) or not name.startswith(SNAPSHOT_PREFIX):
+        return False
+    parts = name[len(SNAPSHOT_PREFIX):].split("-")
+    return (len(parts) == 2 and parts[0].isdigit() and bool(parts[1])
+            and all(c in "0123456789abcdef" for c in parts[1]))
+
+
 def _read_pointer(path: Path) -> dict[str, Any]:
+    """The pointer of the checkpoint at ``path``, checked; ``CheckpointError`` naming it."""
     pointer = path / POINTER_NAME
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {str(path)!r}: the path does not exist.")
@@ -69,7 +150,7 @@ def _read_pointer(path: Path) -> dict[str, Any]:
             "(was it written with ReplayBuffer.dumps?)."
         )
     try:
-        meta = json.loads(pointer.read_text())
+        meta = json.loads(pointer.read_bytes().decode())
     except (OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint pointer {str(pointer)!r} is unreadable: {err}") from err
     if not isinstance(meta, dict):
@@ -77,114 +158,258 @@ def _read_pointer(path: Path) -> dict[str, Any]:
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
-            f"checkpoint at {str(path)!r} has format version {version!r}; this tdreplay reads "
-            f"format version {FORMAT_VERSION}."
+            f"checkpoint pointer {str(pointer)!r} has format version {version!r}; this tdreplay "
+            f"reads format version {FORMAT_VERSION}."
         )
+    if "snapshots" in meta or "crc32" in meta:
+        # written by this version: the pointer checks itself (a pointer without these keys
+        # was written before they existed and is read as it was)
+        body = {k: v for k, v in meta.items() if k != "crc32"}
+        snapshots = meta.get("snapshots")
+        if (meta.get("crc32") != _pointer_body_crc(body) or not isinstance(snapshots, list)
+                or not all(_is_snapshot_name(s) for s in snapshots)):
+            raise CheckpointError(f"checkpoint pointer {str(pointer)!r} is corrupted "
+                                  "(checksum mismatch).")
+    snapshot = meta.get("snapshot")
+    if snapshot is not None and not _is_snapshot_name(snapshot):
+        raise CheckpointError(f"checkpoint pointer {str(pointer)!r} is corrupted: it names "
+                              f"{snapshot!r}, not a snapshot directory.")
     return meta
+
+
+def _owned_snapshots(root: Path) -> tuple[str | None, int | None, list[str]]:
+    """(current snapshot, its manifest's CRC-32, snapshots this format created that may still
+    exist) at ``root``.
+
+    A pointer that cannot be read proves nothing: then no snapshot is owned, and nothing of
+    the directory will be removed.
+    """
+    if not (root / POINTER_NAME).is_file():
+        return None, None, []
+    try:
+        meta = _read_pointer(root)
+    except CheckpointError:
+        return None, None, []
+    current = meta.get("snapshot")
+    crc = meta.get("manifest_crc32")
+    recorded = meta.get("snapshots")
+    owned = list(recorded) if isinstance(recorded, list) else []
+    if current is not None and current not in owned:
+        owned.append(current)  # a pointer of an older writer records only its snapshot
+    return current, crc if isinstance(crc, int) else None, owned
+
+
+def _new_snapshot_name(root: Path, current: str | None, owned: list[str]) -> str:
+    counter = 0
+    for name in [current, *owned]:
+        if name is not None:
+            counter = max(counter, int(name[len(SNAPSHOT_PREFIX):].split("-")[0]) + 1)
+    while True:
+        name = f"{SNAPSHOT_PREFIX}{counter:06d}-{uuid.uuid4().hex[:12]}"
+        if not os.path.lexists(root / name) and name not in owned:
+            return name
+
+
+def _remove_snapshot(root: Path, name: str) -> None:
+    entry = root / name
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextmanager
 def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Context manager giving a fresh snapshot directory; commits it atomically on exit.
 
+    The directory ``path`` is created if needed; entries in it that this format did not
+    create are left alone. Concurrent saves to one ``path`` (threads or processes) take
+    turns on an advisory lock; each commits a complete snapshot, and the last one committed
+    is what loads. An exception inside the block (a full disk, a failing component) removes
+    the new snapshot and keeps the previous checkpoint.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint directory.
+
+    Yields
+    ------
+    pathlib.Path
+        The empty snapshot directory to write into.
+
     Examples
     --------
     >>> import tempfile, pathlib
     >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (pathlib.Path(d) / "snapshot-000001-mine").mkdir()   # not the format's
     ...     with write_checkpoint(d) as snap:
     ...         _ = (snap / "hello.txt").write_text("hi")
     ...     with open_checkpoint(d) as snap:
     ...         print((snap / "hello.txt").read_text())
+    ...     print((pathlib.Path(d) / "snapshot-000001-mine").is_dir())
     hi
+    True
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
-    previous = None
-    if (root / POINTER_NAME).is_file():
+    with _locked(root, shared=False):
+        current, current_crc, owned = _owned_snapshots(root)
+        owned = [name for name in owned if name == current or os.path.lexists(root / name)]
+        name = _new_snapshot_name(root, current, owned)
+        # record the new snapshot as ours before it exists: a save killed from here on leaves
+        # a directory the next save knows it may remove
+        _write_pointer(root, current, current_crc, [*owned, name])
+        snap = root / name
         try:
-            previous = json.loads((root / POINTER_NAME).read_text()).get("snapshot")
-        except (OSError, ValueError):
-            previous = None
-    counter = 0
-    if previous and previous.startswith("snapshot-"):
+            snap.mkdir()
+            yield snap
+            files = {}
+            for file in _snapshot_files(snap):
+                _fsync_path(file)
+                files[file.relative_to(snap).as_posix()] = {
+                    "size": file.stat().st_size,
+                    "crc32": _crc32(file),
+                }
+            manifest = snap / MANIFEST_NAME
+            with open(manifest, "w") as f:
+                f.write(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_path(snap)
+            manifest_crc = _crc32(manifest)
+            # the commit: from here on the new snapshot is the checkpoint
+            _write_pointer(root, name, manifest_crc, [*owned, name])
+        except BaseException:
+            _remove_snapshot(root, name)
+            try:  # forget it again (harmless if this fails: a recorded name may be missing)
+                _write_pointer(root, current, current_crc, owned)
+            except OSError:
+                pass
+            raise
+        # Committed: drop the older snapshots and those of crashed saves, all recorded as ours.
+        for old in owned:
+            if old != name:
+                _remove_snapshot(root, old)
         try:
-            counter = int(previous.split("-")[1]) + 1
-        except (IndexError, ValueError):
-            counter = 0
-    name = f"snapshot-{counter:06d}-{uuid.uuid4().hex[:8]}"
-    snap = root / name
-    snap.mkdir()
+            _write_pointer(root, name, manifest_crc, [name])
+        except OSError:
+            pass  # the pointer still names the new snapshot; the next save forgets the others
+
+
+def _load_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        yield snap
-        files = {}
-        for file in _snapshot_files(snap):
-            _fsync_path(file)
-            files[file.relative_to(snap).as_posix()] = {
-                "size": file.stat().st_size,
-                "crc32": _crc32(file),
-            }
-        manifest = snap / MANIFEST_NAME
-        manifest.write_text(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
-        _fsync_path(manifest)
-        _fsync_path(snap)
-        tmp_pointer = root / f".{POINTER_NAME}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp_pointer.write_text(json.dumps({"format_version": FORMAT_VERSION, "snapshot": name}))
-        _fsync_path(tmp_pointer)
-        os.replace(tmp_pointer, root / POINTER_NAME)
-        _fsync_path(root)
-    except BaseException:
-        shutil.rmtree(snap, ignore_errors=True)
-        raise
-    # The new snapshot is committed: drop older snapshots and leftovers of crashed writes.
-    for entry in root.iterdir():
-        if entry.name.startswith("snapshot-") and entry.name != name:
-            shutil.rmtree(entry, ignore_errors=True)
-        elif entry.name.startswith(f".{POINTER_NAME}.") and entry.name.endswith(".tmp"):
-            entry.unlink(missing_ok=True)
+        obj = json.loads(path.read_bytes().decode())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {what} {str(path)!r} is corrupted: {err}") from err
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"checkpoint {what} {str(path)!r} does not hold a JSON object.")
+    return obj
+
+
+def _manifest_files(manifest: dict[str, Any], manifest_path: Path) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, crc32)}`` of a manifest, checked for shape."""
+    files = manifest.get("files")
+    out: dict[str, tuple[int, int]] = {}
+    if isinstance(files, dict):
+        for rel, info in files.items():
+            size = info.get("size") if isinstance(info, dict) else None
+            crc = info.get("crc32") if isinstance(info, dict) else None
+            parts = Path(rel).parts
+            if (not isinstance(size, int) or not isinstance(crc, int) or not parts
+                    or Path(rel).is_absolute() or ".." in parts):
+                break
+            out[rel] = (size, crc)
+        else:
+            return out
+    raise CheckpointError(f"checkpoint manifest {str(manifest_path)!r} is corrupted: its file "
+                          "list is malformed.")
 
 
 def verify_checkpoint(path: str | os.PathLike[str]) -> Path:
     """Check the checkpoint at ``path`` and return its snapshot directory.
 
-    Raises :class:`CheckpointError` when the path is missing, the format version differs, or a
-    file is missing, truncated or corrupted (size or CRC-32 mismatch).
+    Raises :class:`CheckpointError`, naming the file at fault, when the path is missing, the
+    pointer or the manifest is damaged, the format version differs, or a file is missing,
+    truncated or corrupted (size or CRC-32 mismatch). It takes no lock: use
+    :func:`open_checkpoint` to read while other processes may save to ``path``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with write_checkpoint(d) as snap:
+    ...         _ = (snap / "a.txt").write_text("a")
+    ...     _ = (verify_checkpoint(d) / "a.txt").write_text("b")  # same size, other bytes
+    ...     try:
+    ...         verify_checkpoint(d)
+    ...     except CheckpointError as err:
+    ...         print(str(err).endswith("a.txt' is corrupted (CRC-32 mismatch)."))
+    True
     """
     root = Path(path)
     meta = _read_pointer(root)
-    snap = root / str(meta.get("snapshot"))
+    name = meta.get("snapshot")
+    if name is None:
+        raise CheckpointError(
+            f"no complete checkpoint at {str(root)!r}: the first save to it did not finish.")
+    snap = root / str(name)
     manifest_path = snap / MANIFEST_NAME
     if not manifest_path.is_file():
         raise CheckpointError(
-            f"checkpoint snapshot {str(snap)!r} has no manifest: it is incomplete.")
+            f"checkpoint manifest {str(manifest_path)!r} is missing: the snapshot is incomplete.")
+    expected_crc = meta.get("manifest_crc32")
+    crc_ok = expected_crc is None or _crc32(manifest_path) == expected_crc
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as err:
-        raise CheckpointError(
-            f"checkpoint manifest {str(manifest_path)!r} is corrupted: {err}") from err
+        manifest = _load_json(manifest_path, "manifest")
+    except CheckpointError as err:
+        if crc_ok:
+            raise
+        raise CheckpointError(f"checkpoint manifest {str(manifest_path)!r} is corrupted "
+                              "(CRC-32 mismatch).") from err
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
-            f"checkpoint manifest has format version {manifest.get('format_version')!r}; "
-            f"expected {FORMAT_VERSION}."
+            f"checkpoint manifest {str(manifest_path)!r} has format version "
+            f"{manifest.get('format_version')!r}; expected {FORMAT_VERSION}."
         )
-    for rel, info in manifest["files"].items():
+    if not crc_ok:
+        raise CheckpointError(
+            f"checkpoint manifest {str(manifest_path)!r} is corrupted (CRC-32 mismatch).")
+    for rel, (expected_size, crc) in _manifest_files(manifest, manifest_path).items():
         file = snap / rel
         if not file.is_file():
             raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
         size = file.stat().st_size
-        if size != info["size"]:
+        if size != expected_size:
             raise CheckpointError(
                 f"checkpoint file {str(file)!r} is truncated or altered: {size} bytes, "
-                f"expected {info['size']}."
+                f"expected {expected_size}."
             )
-        if _crc32(file) != info["crc32"]:
+        if _crc32(file) != crc:
             raise CheckpointError(f"checkpoint file {str(file)!r} is corrupted (CRC-32 mismatch).")
     return snap
 
 
 @contextmanager
 def open_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Verify the checkpoint at ``path`` and yield its snapshot directory for reading."""
-    yield verify_checkpoint(path)
+    """Verify the checkpoint at ``path`` and yield its snapshot directory for reading.
+
+    A shared lock is held until the block ends, so a concurrent save to ``path`` waits and
+    cannot remove the snapshot being read.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with write_checkpoint(d) as snap:
+    ...         _ = (snap / "n.txt").write_text("1")
+    ...     with open_checkpoint(d) as snap:
+    ...         print((snap / "n.txt").read_text())
+    1
+    """
+    root = Path(path)
+    if not root.is_dir():
+        verify_checkpoint(root)  # raises, naming what is missing
+    with _locked(root, shared=True):
+        yield verify_checkpoint(root)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -193,10 +418,11 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON metadata file written by :func:`write_json`."""
+    """Read a JSON metadata file written by :func:`write_json`.
+
+    Raises :class:`CheckpointError` naming ``path`` when it is missing or is not a JSON
+    object.
+    """
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {str(path)!r} is missing.")
-    obj = json.loads(path.read_text())
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a JSON object.")
-    return obj
+    return _load_json(path, "file")
