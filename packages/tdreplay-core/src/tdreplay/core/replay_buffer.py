@@ -12,14 +12,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from .checkpoint import CheckpointError, read_json, verify_checkpoint, write_checkpoint, write_json
+from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, InvertedTransform, Transform, as_transform
-from .utils import check_instance, leading_dim
+from .utils import INT_TYPES, check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
 
 #: a sampled batch and its info (``index``, ``priority_weight``, ...)
@@ -62,14 +63,16 @@ class _BufferLock:
 
 
 def _check_count(value: Any, name: str, minimum: int) -> int | None:
-    """``None`` or an int >= ``minimum``; ``TypeError`` for another type, ``ValueError`` below."""
+    """``None`` or a Python int >= ``minimum`` (from a Python or numpy integer; bools are
+    refused); ``TypeError`` for another type, ``ValueError`` below ``minimum``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
         raise TypeError(f"{name} must be an int or None, got {type(value).__name__} ({value!r}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
-    return value
+    count = int(value)
+    if count < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {count}.")
+    return count
 
 
 def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
@@ -587,13 +590,43 @@ class ReplayBuffer:
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; checks every part before changing anything."""
+        """Restore :meth:`state_dict`; checks every part before changing anything.
+
+        A state of a buffer with another capacity, a writer cursor outside the storage, or a
+        generator state that does not fit is refused with a ``ValueError`` naming the field,
+        and the buffer stays as it was.
+
+        Examples
+        --------
+        >>> small = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = small.extend([1, 2, 3, 4, 5])
+        >>> big = ReplayBuffer(storage=ListStorage(8))
+        >>> big.load_state_dict(small.state_dict())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['_storage']: state_dict['max_size'] is 4 but this ListStorage ...
+        >>> len(big)
+        0
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
         missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
         if missing:
             raise ValueError(f"state_dict is missing {sorted(missing)}.")
         with self._lock:
-            self._sampler.check_state_dict(state_dict["_sampler"])
-            self._writer.check_state_dict(state_dict["_writer"])
+            for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
+                                    ("_writer", self._writer)):
+                try:
+                    component.check_state_dict(state_dict[part])
+                except (ValueError, TypeError, KeyError) as err:
+                    raise ValueError(f"state_dict[{part!r}]: {err}") from err
+            rng_state = state_dict.get("_rng")
+            if self._rng is not None and rng_state is not None:
+                try:
+                    torch.Generator(device=self._rng.device).set_state(rng_state)
+                except (TypeError, RuntimeError) as err:
+                    raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
+                                     f"generator: {err}") from err
             self.clear_prefetch()
             self._storage.load_state_dict(state_dict["_storage"])
             self._sampler.load_state_dict(state_dict["_sampler"])
@@ -640,8 +673,7 @@ class ReplayBuffer:
         mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
         leaves the buffer exactly as it was.
         """
-        with self._lock:
-            snap = verify_checkpoint(Path(path))
+        with self._lock, open_checkpoint(Path(path)) as snap:
             meta = read_json(snap / "buffer.json")
             commits = []
             for name, component in self._components().items():
@@ -649,15 +681,34 @@ class ReplayBuffer:
                 if saved != type(component).__name__:
                     raise CheckpointError(
                         f"checkpoint {name} is a {saved}, but this buffer's {name} is a "
-                        f"{type(component).__name__}."
+                        f"{type(component).__name__} ({str(snap / 'buffer.json')!r})."
                     )
                 commits.append(component.prepare_load(snap / name))
-            rng_state = torch.load(snap / "rng.pt") if (snap / "rng.pt").is_file() else None
+            rng_state = self._read_rng_state(snap / "rng.pt")
             self.clear_prefetch()
             for commit in commits:
                 commit()
             if rng_state is not None and self._rng is not None:
                 self._rng.set_state(rng_state)
+
+    def _read_rng_state(self, path: Path) -> torch.Tensor | None:
+        """The generator state saved at ``path`` (``None`` when none was saved), checked
+        against this buffer's generator before anything changes."""
+        if not path.is_file():
+            return None
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+        if self._rng is not None:
+            try:
+                if not isinstance(state, torch.Tensor):
+                    raise TypeError(f"a {type(state).__name__}, not a tensor")
+                torch.Generator(device=self._rng.device).set_state(state)
+            except (TypeError, RuntimeError, ValueError) as err:
+                raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
+                                      f"state: {err}") from err
+        return state if isinstance(state, torch.Tensor) else None
 
     save = dumps
     dump = dumps

@@ -76,15 +76,29 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
 
     def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
         path = Path(path)
-        meta = read_json(path / "storage.json")
-        if meta["max_size"] != storage.max_size:
+        meta_path = path / "storage.json"
+        meta = read_json(meta_path)
+        max_size, length = meta.get("max_size"), meta.get("len")
+        if not is_int(max_size) or not is_int(length):
+            raise CheckpointError(f"checkpoint file {str(meta_path)!r} lacks integer 'max_size' "
+                                  "and 'len' entries.")
+        if max_size != storage.max_size:
             # the writer's cursor wraps at max_size: another capacity would not continue alike
             raise CheckpointError(
-                f"checkpoint storage has max_size={meta['max_size']} but this storage has "
-                f"max_size={storage.max_size}."
+                f"checkpoint storage has max_size={max_size} but this storage has "
+                f"max_size={storage.max_size} ({str(meta_path)!r})."
             )
-        with open(path / "items.pkl", "rb") as f:
-            items = pickle.load(f)
+        items_path = path / "items.pkl"
+        try:
+            with open(items_path, "rb") as f:
+                items = pickle.load(f)  # documented: load trusted checkpoints only
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(
+                f"checkpoint file {str(items_path)!r} is unreadable: {err!r}") from err
+        if not isinstance(items, list) or len(items) != length or length > max_size:
+            raise CheckpointError(
+                f"checkpoint file {str(items_path)!r} does not hold the list of {length} items "
+                f"{meta_path.name} announces.")
         items = storage.apply_load_hooks(items)
 
         def commit() -> None:
@@ -170,6 +184,24 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` naming the field when :meth:`load_state_dict` would refuse
+        ``state_dict`` (another capacity, too many rows, a missing entry); changes nothing.
+
+        ``ReplayBuffer.load_state_dict`` calls it before any component changes. The base
+        checks nothing: a storage whose ``load_state_dict`` validates only while it loads
+        should override it.
+
+        Examples
+        --------
+        >>> state = {"storage": [1, 2], "max_size": 8}
+        >>> ListStorage(4).check_state_dict(state)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['max_size'] is 8 but this ListStorage has max_size=4: ...
+        """
+        return None
 
     # ---- geometry --------------------------------------------------------------------------------
     @property
@@ -432,9 +464,14 @@ class ListStorage(Storage):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self._storage[index]
-        if is_int(index) and int(index) < 0:  # rb[-1]: the last written item, as for a list
-            index = int(index) + len(self._storage)
-        return self.get(index)
+        n = len(self._storage)
+        if is_int(index):
+            item = int(index)
+            if not -n <= item < n:
+                raise IndexError(f"index {item} is out of range: it is not written "
+                                 f"({n} items are).")
+            return self.get(item % n)  # rb[-1]: the last written item, as for a list
+        return self.get(as_long_tensor(index, name="index"))
 
     def default_collate(self, data: Any) -> Any:
         return stack_items(data)
@@ -465,12 +502,42 @@ class ListStorage(Storage):
         self._storage = list(items)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"storage": list(self._storage)}
+        """``{"storage": items, "max_size": capacity}``."""
+        return {"storage": list(self._storage), "max_size": self.max_size}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Refuse a ``state_dict`` of another capacity or with more items than fit.
+
+        A ``state_dict`` without ``"max_size"`` (written before it was recorded) is checked
+        for its number of items only.
+
+        Examples
+        --------
+        >>> s = ListStorage(2)
+        >>> s.check_state_dict({"storage": [1, 2, 3], "max_size": 2})
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['storage'] holds 3 items; this ListStorage has max_size=2.
+        """
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"{type(self).__name__} state_dict must be a dict, got "
+                             f"{type(state_dict).__name__}.")
         items = state_dict.get("storage")
         if not isinstance(items, list):
-            raise ValueError("ListStorage state_dict needs a 'storage' list.")
+            raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
+        if "max_size" in state_dict:
+            max_size = state_dict["max_size"]
+            if not is_int(max_size) or int(max_size) != self.max_size:
+                # the writer's cursor wraps at max_size: another capacity would not continue
+                # alike (the next extend would overwrite live rows while others stay empty)
+                raise ValueError(
+                    f"state_dict['max_size'] is {max_size!r} but this {type(self).__name__} has "
+                    f"max_size={self.max_size}: a buffer of another capacity cannot be restored "
+                    "into it.")
         if len(items) > self.max_size:
-            raise ValueError(f"state_dict holds {len(items)} items; max_size is {self.max_size}.")
-        self._storage = list(items)
+            raise ValueError(f"state_dict['storage'] holds {len(items)} items; this "
+                             f"{type(self).__name__} has max_size={self.max_size}.")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        self._storage = list(state_dict["storage"])

@@ -60,25 +60,58 @@ def is_int(index: object) -> TypeGuard[int | np.integer[Any] | torch.Tensor]:
     )
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: Any, name: str) -> int:
+    """``int(value)``; ``IndexError`` naming ``name`` when it does not fit in int64."""
+    out = int(value)
+    if not _INT64_MIN <= out <= _INT64_MAX:
+        raise IndexError(f"{name} holds {out}, which does not fit in int64: indices must lie "
+                         "in [-2**63, 2**63).")
+    return out
+
+
 def as_long_tensor(index: Any, *, name: str = "index", device: Any = None) -> torch.Tensor:
     """Convert an int, a sequence of ints, a numpy array or a tensor into an int64 tensor.
 
-    Raises ``TypeError`` naming ``name`` when the value is not an integer index.
+    Raises ``TypeError`` naming ``name`` when the value is not an integer index, and
+    ``IndexError`` naming it when a value does not fit in int64 (e.g. ``2**64``, or a uint64
+    value of ``2**63`` or more), instead of wrapping it around.
+
+    Examples
+    --------
+    >>> as_long_tensor([2, 0]).tolist(), as_long_tensor(np.uint8(7)).tolist()
+    ([2, 0], 7)
+    >>> as_long_tensor(2**64, name="index")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    IndexError: index holds 18446744073709551616, which does not fit in int64: ...
     """
     if isinstance(index, torch.Tensor):
         if index.is_floating_point() or index.dtype is torch.bool or index.is_complex():
             raise TypeError(f"{name} must hold integers, got a tensor of dtype {index.dtype}.")
-        out = index.to(torch.long)
+        if index.dtype is torch.uint64:
+            signed = index.view(torch.long)  # the same bits: values >= 2**63 read negative
+            if bool((signed < 0).any()):
+                big = index[signed < 0].reshape(-1)[0].item()
+                _int64(big, name)
+            out = signed
+        else:
+            out = index.to(torch.long)
     elif isinstance(index, np.ndarray):
         if not np.issubdtype(index.dtype, np.integer):
             raise TypeError(f"{name} must hold integers, got an array of dtype {index.dtype}.")
+        if np.issubdtype(index.dtype, np.unsignedinteger) and index.size \
+                and int(index.max()) > _INT64_MAX:
+            _int64(index.max(), name)
         out = torch.from_numpy(index.astype(np.int64, copy=False))
     elif is_int(index):
-        out = torch.tensor(int(index), dtype=torch.long)
+        out = torch.tensor(_int64(index, name), dtype=torch.long)
     elif isinstance(index, Sequence) and not isinstance(index, (str, bytes)):
         if not all(is_int(i) for i in index):
             raise TypeError(f"{name} must be a sequence of integers, got {index!r}.")
-        out = torch.tensor([int(i) for i in index], dtype=torch.long)
+        out = torch.tensor([_int64(i, name) for i in index], dtype=torch.long)
     else:
         raise TypeError(f"{name} must be an int, a sequence of ints or an integer tensor, "
                         f"got {type(index).__name__}.")
@@ -141,16 +174,22 @@ def slice_leading(data: Any, sl: slice) -> Any:
 
 
 def check_batch_size(batch_size: Any) -> int:
-    """Return ``batch_size``; raise a ``ValueError`` unless it is a positive int.
+    """Return ``batch_size`` as a Python int; raise a ``ValueError`` unless it is a positive
+    int (a Python or numpy integer; bools are refused).
 
     Examples
     --------
-    >>> check_batch_size(32)
-    32
+    >>> check_batch_size(32), check_batch_size(np.int64(4))
+    (32, 4)
+    >>> check_batch_size(True)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be a positive int, got True.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+    if not isinstance(batch_size, INT_TYPES) or isinstance(batch_size, (bool, np.bool_)) \
+            or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-    return batch_size
+    return int(batch_size)
 
 
 def check_not_empty(storage: Sized) -> int:

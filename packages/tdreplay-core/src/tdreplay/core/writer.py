@@ -10,7 +10,7 @@ import torch
 
 from ._stateful import StateDictCheckpointMixin
 from .storage import Storage
-from .utils import leading_dim, slice_leading
+from .utils import is_int, leading_dim, slice_leading
 
 
 class Writer(StateDictCheckpointMixin, abc.ABC):
@@ -87,6 +87,13 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
 
     def state_dict(self) -> dict[str, Any]:
         return {"write_count": self.write_count}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Refuse a ``state_dict`` with other keys or a ``write_count`` that is not an int
+        >= 0 (``ValueError`` naming the field); changes nothing."""
+        super().check_state_dict(state_dict)
+        if "write_count" in state_dict:
+            _check_counter(state_dict["write_count"], "write_count", type(self).__name__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
@@ -177,6 +184,28 @@ class RoundRobinWriter(Writer):
     def state_dict(self) -> dict[str, Any]:
         return {"cursor": self.cursor, "write_count": self.write_count}
 
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Refuse a ``state_dict`` whose ``cursor`` is not in ``[0, capacity)`` of the
+        registered storage (or whose ``write_count`` is negative): ``ValueError`` naming the
+        field, nothing changed.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(ListStorage(4))
+        >>> w.check_state_dict({"cursor": 999, "write_count": 3})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: RoundRobinWriter state_dict['cursor'] is 999, outside [0, 4): ...
+        """
+        super().check_state_dict(state_dict)
+        cursor = _check_counter(state_dict["cursor"], "cursor", type(self).__name__)
+        capacity = self._storage.rows_capacity if self._storage is not None else None
+        if capacity is not None and cursor >= capacity:
+            raise ValueError(f"{type(self).__name__} state_dict['cursor'] is {cursor}, outside "
+                             f"[0, {capacity}): the storage holds {capacity} rows.")
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         self.cursor = int(state_dict["cursor"])
@@ -184,6 +213,16 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"
+
+
+def _check_counter(value: Any, field: str, owner: str) -> int:
+    """``value`` as an int >= 0; ``ValueError`` naming ``owner``'s ``field`` otherwise."""
+    if not is_int(value):
+        raise ValueError(f"{owner} state_dict[{field!r}] must be an int, got "
+                         f"{type(value).__name__} ({value!r}).")
+    if int(value) < 0:
+        raise ValueError(f"{owner} state_dict[{field!r}] is {int(value)}; it must be >= 0.")
+    return int(value)
 
 
 class _LazyCounters:
