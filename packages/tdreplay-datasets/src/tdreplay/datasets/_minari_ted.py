@@ -97,10 +97,12 @@ def episode_to_ted(episode: Any, dropped: set[str]) -> TensorDict:
     )
     infos = _to_tree(episode.infos or {}, "infos", dropped)
     if infos:
-        infos = _as_td(_pad_front(infos, steps), steps + 1, "infos")
-        parts = {name: infos.pop(name) for name in _LIFTED_INFOS if name in infos.keys()}
-        if not infos.is_empty():
-            parts["info"] = infos
+        info_td = _as_td(_pad_front(infos, steps), steps + 1, "infos")
+        if not isinstance(info_td, TensorDict):
+            raise TypeError(f"episode infos must be a dict of entries, got {type(infos).__name__}.")
+        parts = {name: info_td.pop(name) for name in _LIFTED_INFOS if name in info_td.keys()}
+        if not info_td.is_empty():
+            parts["info"] = info_td
         for name, part in parts.items():
             td.set(name, part[:-1])
             td.set(("next", name), part[1:])

@@ -67,7 +67,7 @@ def _check_dataset_id(dataset_id: Any) -> str:
 class _classproperty:
     """A read-only property of the class (and of its instances)."""
 
-    def __init__(self, fget: Callable[[type], Any]) -> None:
+    def __init__(self, fget: Callable[[Any], Any]) -> None:
         self.fget = fget
         self.__doc__ = fget.__doc__
 
@@ -146,7 +146,7 @@ def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
     total = int(dataset.total_steps)
     dropped: set[str] = set()
     data = None
-    layout = None
+    layout: dict[Any, tuple[tuple[int, ...], Any]] | None = None
     index = 0
     with tqdm(total=total, desc=f"converting {dataset_id}", unit="step") as bar:
         for episode in dataset.iterate_episodes():
@@ -161,7 +161,7 @@ def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
                 raise ValueError(
                     f"episode {episode.id} of the Minari dataset {dataset_id!r} has entries "
                     f"{sorted(map(str, leaf_layout(td).items()))}, the first episode "
-                    f"{sorted(map(str, layout.items()))}: cannot store them in one table.")
+                    f"{sorted(map(str, (layout or {}).items()))}: cannot store them in one table.")
             if index + steps > total:
                 raise ValueError(f"the Minari dataset {dataset_id!r} has more steps than the "
                                  f"{total} its metadata declares.")

@@ -26,8 +26,10 @@ def _take_rows(data: TensorDictBase, positions: list[int]) -> TensorDictBase:
     TensorDict: advanced indexing is much slower when the CPU is busy)."""
     index = torch.tensor(positions, dtype=torch.long)
     if type(data) is TensorDict:
-        return data.apply(lambda x: x.index_select(0, index.to(x.device)),
-                          batch_size=[len(positions), *data.batch_size[1:]])
+        taken = data.apply(lambda x: x.index_select(0, index.to(x.device)),
+                           batch_size=[len(positions), *data.batch_size[1:]])
+        assert taken is not None  # apply returns a new TensorDict unless inplace=True
+        return taken
     return data[index]
 
 
@@ -162,7 +164,7 @@ class TensorDictMaxValueWriter(Writer):
         ranks = rank.tolist()
         n = len(ranks)
         base_age = self._age
-        positions = range(n)
+        positions: list[int] | range = range(n)
         free = capacity - len(heap)
         if n > free:
             # Rows that cannot end up among the kept ones are dropped before the heap loop: when
