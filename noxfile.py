@@ -80,9 +80,8 @@ class Package:
 
     @property
     def src(self) -> Path:
-        """Source of the package's own module(s): a directory, or ``data.py`` for the meta."""
-        if self.is_meta:
-            return self.path / "src" / "tdreplay" / "data.py"
+        """Source of the package's own modules: the directory of its module (``tdreplay/data``
+        for the meta)."""
         return self.path / "src" / Path(*self.module.split("."))
 
     def feature_extras(self) -> list[str]:
@@ -413,9 +412,12 @@ def packaging(session: nox.Session) -> None:
         if "tdreplay/__init__.py" in names:
             problems.append(f"{whl.name} ships tdreplay/__init__.py (the namespace is PEP 420)")
         if PACKAGES[name].is_meta:
+            # the facade package only: tdreplay/data/ (its own modules, TorchRL's paths)
             code = [n for n in names if ".dist-info/" not in n]
-            if code != ["tdreplay/data.py"]:
-                problems.append(f"{whl.name} must ship only tdreplay/data.py, ships {code}")
+            stray = [n for n in code if not n.startswith("tdreplay/data/")]
+            if stray or "tdreplay/data/__init__.py" not in code:
+                problems.append(f"{whl.name} must ship only the package tdreplay/data/, "
+                                f"ships {code}")
     if problems:
         session.error("\n".join(problems))
 
@@ -475,9 +477,7 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", "--config", str(contracts),
                 env={"PYTHONPATH": os.pathsep.join(sources)})
     session.run("mypy", "--config-file", str(ROOT / "mypy.ini"),
-                # the meta-package is one module (tdreplay/data.py), the others packages
-                *(arg for pkg in PACKAGES.values()
-                  for arg in ("-m" if pkg.is_meta else "-p", pkg.module)),
+                *(arg for pkg in PACKAGES.values() for arg in ("-p", pkg.module)),
                 env={"MYPYPATH": os.pathsep.join(sources)})
 
 

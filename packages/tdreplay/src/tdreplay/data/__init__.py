@@ -7,6 +7,10 @@ hooks (``torchrl.trainers``) are here too.
 Names are resolved on first use (PEP 562), so ``import tdreplay.data`` stays cheap and Ray or
 Minari are imported only when their classes are used.
 
+TorchRL's submodule paths are here too, serving the same objects:
+``from tdreplay.data.replay_buffers.samplers import PrioritizedSampler`` is
+``tdreplay.data.PrioritizedSampler`` (see :mod:`tdreplay.data.torchrl_paths`).
+
 ``pip install tdreplay`` installs every component except the two with heavy third-party
 backends, which are extras: ``pip install "tdreplay[datasets]"`` (Minari, h5py),
 ``pip install "tdreplay[distributed]"`` (Ray), ``pip install "tdreplay[all]"`` (both).
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -197,10 +202,17 @@ def _installed(module: str) -> bool:
 __all__ = sorted(name for name, module in _EXPORTS.items() if _installed(module))
 
 
+#: submodules: TorchRL's module paths (``tdreplay.data.replay_buffers.samplers``, ...)
+_SUBMODULES = frozenset({"datasets", "replay_buffers", "torchrl_paths"})
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'tdreplay.data' has no attribute {name!r}")
+        if name in _SUBMODULES and __name__ == "tdreplay.data":
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module 'tdreplay.data' has no attribute {name!r}", name=name,
+                             obj=sys.modules.get(__name__))
     try:
         component = importlib.import_module(module)
     except ModuleNotFoundError as err:
