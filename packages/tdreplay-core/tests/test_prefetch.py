@@ -24,10 +24,10 @@ def make(prefetch: int | None, seed: int = 0, sampler=None) -> ReplayBuffer:
 def test_exactly_n_batches_in_flight_after_each_sample(n):
     rb = make(prefetch=n)
     rb.extend(scalars(0, 20))
-    assert len(rb._prefetch_queue) == 0
+    assert rb._prefetcher.queued == 0
     for _ in range(5):
         assert rb.sample().shape == torch.Size([4])
-        assert len(rb._prefetch_queue) == n
+        assert rb._prefetcher.queued == n
 
 
 def test_prefetched_draws_equal_direct_draws():
@@ -42,17 +42,17 @@ def test_other_batch_size_is_sampled_directly():
     rb.extend(scalars(0, 20))
     rb.sample()
     assert rb.sample(7).shape == torch.Size([7])
-    assert len(rb._prefetch_queue) == 2
+    assert rb._prefetcher.queued == 2
 
 
 def test_failed_prefetch_is_not_replayed_after_the_buffer_fills():
     rb = make(prefetch=2)
     with pytest.raises(RuntimeError, match="empty"):
         rb.sample()
-    assert len(rb._prefetch_queue) == 0
+    assert rb._prefetcher.queued == 0
     rb.extend(scalars(0, 10))
     assert rb.sample().shape == torch.Size([4])
-    assert len(rb._prefetch_queue) == 2
+    assert rb._prefetcher.queued == 2
 
 
 def test_empty_drops_prefetched_batches():
@@ -60,7 +60,7 @@ def test_empty_drops_prefetched_batches():
     rb.extend(scalars(0, 10))
     rb.sample()
     rb.empty()
-    assert len(rb._prefetch_queue) == 0
+    assert rb._prefetcher.queued == 0
     rb.extend(scalars(100, 110))
     for _ in range(4):
         assert all(v >= 100 for v in rb.sample().tolist())  # nothing from before empty()
@@ -97,7 +97,7 @@ def test_reset_while_a_prefetch_waits_for_the_lock_does_not_deadlock():
     worker.start()
     worker.join(timeout=60)
     assert done.is_set(), "empty() deadlocked against the prefetch thread"
-    assert len(rb) == 0 and len(rb._prefetch_queue) == 0
+    assert len(rb) == 0 and rb._prefetcher.queued == 0
 
 
 def test_prefetch_validation():
@@ -114,4 +114,4 @@ def test_without_default_batch_size_each_sample_has_the_size_asked_for():
     rb = ReplayBuffer(storage=ListStorage(100), prefetch=2)
     rb.extend(scalars(0, 50))
     assert [rb.sample(n).shape[0] for n in (4, 8, 8, 3, 4)] == [4, 8, 8, 3, 4]
-    assert len(rb._prefetch_queue) == 2
+    assert rb._prefetcher.queued == 2

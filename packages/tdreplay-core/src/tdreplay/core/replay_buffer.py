@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import collections
-import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
+from .buffer_edits import InPlaceEditsMixin
+from .buffer_state import BufferStateMixin
+from .buffer_wiring import BufferWiringMixin
+from .prefetch import Prefetcher
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
-from .transform import Compose, InvertedTransform, Transform, as_transform
+from .transform import Compose, Transform, as_transform
 from .utils import INT_TYPES, check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
-
-#: a sampled batch and its info (``index``, ``priority_weight``, ...)
-_Drawn = tuple[Any, dict[str, Any]]
 
 
 class _BufferLock:
@@ -117,7 +113,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer:
+class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -184,8 +180,6 @@ class ReplayBuffer:
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
-        self._prefetch_queue: collections.deque[Future[_Drawn | None]] = collections.deque()
-        self._prefetch_executor: ThreadPoolExecutor | None = None
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         self._transform = Compose()
         if transform is not None:
@@ -194,11 +188,7 @@ class ReplayBuffer:
             else:
                 self._transform.append(as_transform(transform))
         self._lock = _BufferLock(self)
-        # serialises samplers that share the prefetch queue; never held together with _lock
-        # by the thread that waits for a prefetched batch
-        self._prefetch_lock = threading.Lock()
-        self._prefetch_epoch = 0
-        self._prefetch_batch_size: int | None = None  # batch size of the queued batches
+        self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._rng: torch.Generator | None = None
         if generator is not None:
             self.set_rng(generator)
@@ -258,73 +248,11 @@ class ReplayBuffer:
         """Items written through ``add`` and ``extend`` so far."""
         return self._writer.write_count
 
-    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
-                    ) -> Storage:
-        """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
-        check_instance(storage, Storage, "storage")
-        with self._lock:
-            previous = self._storage
-            self._storage = storage
-            self._writer.register_storage(storage)
-            self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
-            self.clear_prefetch()
-        return previous
 
-    def set_sampler(self, sampler: Sampler) -> Sampler:
-        """Replace the sampler; returns the previous one."""
-        check_instance(sampler, Sampler, "sampler")
-        with self._lock:
-            previous = self._sampler
-            self._sampler = sampler
-            if self._rng is not None:
-                sampler.set_rng(self._rng)
-            self.clear_prefetch()
-        return previous
 
-    def set_writer(self, writer: Writer) -> Writer:
-        """Replace the writer; returns the previous one."""
-        check_instance(writer, Writer, "writer")
-        with self._lock:
-            previous = self._writer
-            self._writer = writer
-            writer.register_storage(self._storage)
-        return previous
 
-    def set_rng(self, generator: torch.Generator) -> None:
-        """Use ``generator`` for every random draw of the sampler."""
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
-        self._rng = generator
-        self._sampler.set_rng(generator)
 
-    # ---- transforms ------------------------------------------------------------------------------
-    def append_transform(self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
-                         ) -> ReplayBuffer:
-        """Append a transform; with ``invert=True`` it runs on writes instead of samples.
 
-        Examples
-        --------
-        >>> from tensordict import TensorDict
-        >>> rb = ReplayBuffer(storage=ListStorage(10))
-        >>> def add_one(data):
-        ...     data += 1
-        ...     return data
-        >>> _ = rb.append_transform(add_one, invert=True)
-        >>> data = TensorDict({"a": torch.zeros(3)}, [3])
-        >>> _ = rb.extend(data)
-        >>> bool((data["a"] == 1).all())
-        True
-        """
-        transform = as_transform(transform)
-        self._transform.append(InvertedTransform(transform) if invert else transform)
-        return self
-
-    def insert_transform(self, index: int, transform: Transform | Callable[[Any], Any], *,
-                         invert: bool = False) -> ReplayBuffer:
-        """Insert a transform at ``index`` (see :meth:`append_transform`)."""
-        transform = as_transform(transform)
-        self._transform.insert(index, InvertedTransform(transform) if invert else transform)
-        return self
 
     # ---- writing ---------------------------------------------------------------------------------
     def _write_side(self, data: Any) -> Any:
@@ -375,21 +303,7 @@ class ReplayBuffer:
             self._sampler.extend(slots.reshape(-1))
         return slots
 
-    def __setitem__(self, index: Any, value: Any) -> None:
-        value = self._write_side(value)
-        with self._lock:
-            rows = self._storage.index_to_rows(index, value)
-            self._storage[index] = value
-            self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
 
-    def write_all(self, data: Any, end: int | None = None) -> None:
-        """Write ``data`` back in physical order: ``rb[:end] = data``.
-
-        ``end`` defaults to the leading size of ``data``.
-        """
-        if end is None:
-            end = leading_dim(data)
-        self[:end] = data
 
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -428,7 +342,7 @@ class ReplayBuffer:
     def _sample(self, batch_size: int, prefetch_epoch: int | None = None
                 ) -> tuple[Any, dict[str, Any]] | None:
         with self._lock:
-            if prefetch_epoch is not None and prefetch_epoch != self._prefetch_epoch:
+            if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
@@ -459,7 +373,7 @@ class ReplayBuffer:
         """
         bs = self._resolve_batch_size(batch_size)
         if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
-            data, info = self._next_prefetched(bs)
+            data, info = self._prefetcher.next(bs, self._sample)
         else:
             data, info = self._draw(bs)
         return (data, info) if return_info else data
@@ -467,48 +381,13 @@ class ReplayBuffer:
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
 
-    def _next_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        queue = self._prefetch_queue
-        with self._prefetch_lock:
-            if self._prefetch_executor is None:
-                self._prefetch_executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="tdreplay-prefetch")
-            if batch_size != self._prefetch_batch_size:
-                # without a default batch_size, each size asked for: queued batches of another
-                # size cannot be handed out
-                self.clear_prefetch()
-                self._prefetch_batch_size = batch_size
-            # top up to prefetch + 1, hand one out: exactly `prefetch` batches stay in flight
-            while len(queue) < self._prefetch + 1:
-                queue.append(self._prefetch_executor.submit(self._sample, batch_size,
-                                                            self._prefetch_epoch))
-            future = queue.popleft()
-            try:
-                drawn = future.result()
-                # a job dropped after it was handed out draws nothing: draw now instead
-                return drawn if drawn is not None else self._draw(batch_size)
-            except BaseException:
-                # the batches queued behind a failed one (e.g. sampled from an empty buffer)
-                # would fail too, or be stale: drop them so the next sample starts afresh
-                self.clear_prefetch()
-                raise
-
     def clear_prefetch(self) -> None:
         """Drop the batches sampled ahead (``prefetch``): the next sample draws afresh.
 
         The buffer calls it whenever what a queued batch was drawn from changes (a new
         storage or sampler, ``empty``, a restored state).
         """
-        # Drop queued batches without waiting for them: a running one may be waiting for the
-        # buffer lock that our caller holds (waiting here would deadlock). Bumping the epoch
-        # makes a dropped job that has not drawn yet return without touching the sampler or
-        # its generator, so a reset/restored buffer samples as a fresh one would.
-        self._prefetch_epoch += 1
-        while self._prefetch_queue:
-            try:
-                self._prefetch_queue.popleft().cancel()
-            except IndexError:  # emptied by another thread meanwhile
-                break
+        self._prefetcher.clear()
 
     def __iter__(self) -> Iterator[Any]:
         """Yield batches of ``batch_size``; ends after one epoch with a finite sampler."""
@@ -528,36 +407,8 @@ class ReplayBuffer:
         with self._lock:
             self._sampler.update_priority(index, priority, storage=self._storage)
 
-    # ---- in-place edits of tensor storages -------------------------------------------------------
-    def set_(self, key: Any, value: Any) -> ReplayBuffer:
-        """Set entry ``key`` of every written row in place."""
-        with self._lock:
-            self._storage.set_key(key, value)
-            self._sampler.mark_edited([key])
-        return self
 
-    def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
-        """Set entry ``key`` at rows ``index`` in place."""
-        with self._lock:
-            self._storage.set_key(key, value, index)
-            self._sampler.mark_edited([key])
-        return self
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None
-                ) -> ReplayBuffer:
-        """Update the written rows in place from a dict or TensorDict."""
-        with self._lock:
-            self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
-            if keys_to_update is not None:
-                edited = list(keys_to_update)
-            elif is_tensor_collection(input_dict_or_td):
-                edited = list(input_dict_or_td.keys(include_nested=True, leaves_only=True))
-            elif isinstance(input_dict_or_td, dict):
-                edited = list(input_dict_or_td)
-            else:
-                edited = None
-            self._sampler.mark_edited(edited)
-        return self
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
@@ -568,188 +419,15 @@ class ReplayBuffer:
             self._writer.empty(empty_write_count)
             self._sampler.empty()
 
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register ``hook(data) -> data`` applied to the storage contents before saving."""
-        self._storage.register_save_hook(hook)
 
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register ``hook(data) -> data`` applied to the storage contents after loading."""
-        self._storage.register_load_hook(hook)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Storage, sampler and writer state (and the generator's state when one is set)."""
-        with self._lock:
-            out: dict[str, Any] = {
-                "_storage": self._storage.state_dict(),
-                "_sampler": self._sampler.state_dict(),
-                "_writer": self._writer.state_dict(),
-                "_batch_size": self._batch_size,
-            }
-            if self._rng is not None:
-                out["_rng"] = self._rng.get_state()
-        return out
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; checks every part before changing anything.
 
-        A state of a buffer with another capacity, a writer cursor outside the storage, or a
-        generator state that does not fit is refused with a ``ValueError`` naming the field,
-        and the buffer stays as it was.
 
-        Examples
-        --------
-        >>> small = ReplayBuffer(storage=ListStorage(4))
-        >>> _ = small.extend([1, 2, 3, 4, 5])
-        >>> big = ReplayBuffer(storage=ListStorage(8))
-        >>> big.load_state_dict(small.state_dict())  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: state_dict['_storage']: state_dict['max_size'] is 4 but this ListStorage ...
-        >>> len(big)
-        0
-        """
-        if not isinstance(state_dict, dict):
-            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
-        missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
-        if missing:
-            raise ValueError(f"state_dict is missing {sorted(missing)}.")
-        with self._lock:
-            for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
-                                    ("_writer", self._writer)):
-                try:
-                    component.check_state_dict(state_dict[part])
-                except (ValueError, TypeError, KeyError) as err:
-                    raise ValueError(f"state_dict[{part!r}]: {err}") from err
-            rng_state = state_dict.get("_rng")
-            if self._rng is not None and rng_state is not None:
-                try:
-                    torch.Generator(device=self._rng.device).set_state(rng_state)
-                except (TypeError, RuntimeError) as err:
-                    raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
-                                     f"generator: {err}") from err
-            self.clear_prefetch()
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._sampler.load_state_dict(state_dict["_sampler"])
-            self._writer.load_state_dict(state_dict["_writer"])
-            if self._rng is not None and "_rng" in state_dict:
-                self._rng.set_state(state_dict["_rng"])
 
-    def _components(self) -> dict[str, Any]:
-        return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}
 
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save storage, sampler and writer state under directory ``path``, atomically.
 
-        The new checkpoint is written beside the previous one and committed by an atomic
-        rename; a crash mid-way leaves the previous checkpoint loadable.
 
-        Examples
-        --------
-        >>> import tempfile
-        >>> rb = ReplayBuffer(storage=ListStorage(5))
-        >>> _ = rb.extend([1, 2, 3])
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     rb.dumps(d)
-        ...     restored = ReplayBuffer(storage=ListStorage(5))
-        ...     restored.loads(d)
-        >>> restored[:], restored.write_count
-        ([1, 2, 3], 3)
-        """
-        with self._lock:
-            with write_checkpoint(path) as snap:
-                meta = {"buffer": type(self).__name__, "len": len(self),
-                        "write_count": self.write_count}
-                for name, component in self._components().items():
-                    meta[name] = type(component).__name__
-                    component.dumps(snap / name)
-                write_json(snap / "buffer.json", meta)
-                if self._rng is not None:
-                    torch.save(self._rng.get_state(), snap / "rng.pt")
-
-    def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
-
-        Everything is read and checked before the buffer changes: a missing, corrupted or
-        mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
-        leaves the buffer exactly as it was.
-        """
-        with self._lock, open_checkpoint(Path(path)) as snap:
-            meta = read_json(snap / "buffer.json")
-            commits = []
-            for name, component in self._components().items():
-                saved = meta.get(name)
-                if saved != type(component).__name__:
-                    raise CheckpointError(
-                        f"checkpoint {name} is a {saved}, but this buffer's {name} is a "
-                        f"{type(component).__name__} ({str(snap / 'buffer.json')!r})."
-                    )
-                commits.append(component.prepare_load(snap / name))
-            rng_state = self._read_rng_state(snap / "rng.pt")
-            self.clear_prefetch()
-            for commit in commits:
-                commit()
-            if rng_state is not None and self._rng is not None:
-                self._rng.set_state(rng_state)
-
-    def _read_rng_state(self, path: Path) -> torch.Tensor | None:
-        """The generator state saved at ``path`` (``None`` when none was saved), checked
-        against this buffer's generator before anything changes."""
-        if not path.is_file():
-            return None
-        try:
-            state = torch.load(path, weights_only=True)
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
-        if self._rng is not None:
-            try:
-                if not isinstance(state, torch.Tensor):
-                    raise TypeError(f"a {type(state).__name__}, not a tensor")
-                torch.Generator(device=self._rng.device).set_state(state)
-            except (TypeError, RuntimeError, ValueError) as err:
-                raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
-                                      f"state: {err}") from err
-        return state if isinstance(state, torch.Tensor) else None
-
-    save = dumps
-    dump = dumps
-    load = loads
-
-    @classmethod
-    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
-        """The Ray actor class of this buffer class (needs Ray, e.g. from ``tdreplay-distributed``).
-
-        ``cls.as_remote(remote_config).remote(**kwargs)`` builds the buffer inside a Ray actor;
-        its methods are then called as ``actor.extend.remote(data)``. Ray is imported here, on
-        first use: tdreplay-core does not depend on it. For a buffer whose components are built
-        inside the actor, with timeouts and clear errors, see
-        :class:`tdreplay.distributed.RayReplayBuffer`.
-
-        Parameters
-        ----------
-        remote_config : dict, optional
-            Options of ``ray.remote`` (``num_cpus``, ``max_concurrency``, ...).
-
-        Raises
-        ------
-        ImportError
-            Ray is not installed.
-
-        Examples
-        --------
-        >>> import ray  # doctest: +SKIP
-        >>> actor = ReplayBuffer.as_remote({"num_cpus": 0}).remote(  # doctest: +SKIP
-        ...     storage=ListStorage(10))
-        >>> ray.get(actor.extend.remote([1, 2, 3])).tolist()  # doctest: +SKIP
-        [0, 1, 2]
-        """
-        try:
-            import ray
-        except ImportError as err:
-            raise ImportError(
-                f"{cls.__name__}.as_remote needs Ray, which tdreplay-core does not install: "
-                "pip install tdreplay-distributed (it depends on ray), or pip install ray."
-            ) from err
-        return ray.remote(**remote_config)(cls) if remote_config else ray.remote(cls)
 
     def __repr__(self) -> str:
         return (
@@ -762,21 +440,19 @@ class ReplayBuffer:
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the components; locks and prefetched batches stay in this process."""
         state = self.__dict__.copy()
-        for name in ("_lock", "_prefetch_lock", "_prefetch_queue", "_prefetch_executor"):
+        for name in ("_lock", "_prefetcher"):
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = _BufferLock(self)
-        self._prefetch_lock = threading.Lock()
-        self._prefetch_queue = collections.deque()
-        self._prefetch_executor = None
+        self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
 
     def __del__(self) -> None:
-        executor = getattr(self, "_prefetch_executor", None)
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        prefetcher = self.__dict__.get("_prefetcher")
+        if prefetcher is not None:
+            prefetcher.shutdown()
 
 
 class TensorDictReplayBuffer(ReplayBuffer):

@@ -1,0 +1,77 @@
+"""In-place edits of a buffer's stored items: ``rb[i] = ...``, ``set_``, ``set_at_``, ``update_``.
+
+:class:`InPlaceEditsMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
+from: every edit holds the buffer's lock and tells the sampler which slots or entries changed
+(so priorities and trajectory boundaries follow the data).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tensordict import is_tensor_collection
+
+from .sampler import Sampler
+from .storage import Storage
+from .utils import leading_dim
+
+SelfT = TypeVar("SelfT", bound="InPlaceEditsMixin")
+
+
+class InPlaceEditsMixin:
+    """Index assignment and in-place entry edits (mixed into :class:`ReplayBuffer`)."""
+
+    _storage: Storage
+    _sampler: Sampler
+    _lock: AbstractContextManager[Any]
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def _write_side(self, data: Any) -> Any: ...
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        value = self._write_side(value)
+        with self._lock:
+            rows = self._storage.index_to_rows(index, value)
+            self._storage[index] = value
+            self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
+
+    def write_all(self, data: Any, end: int | None = None) -> None:
+        """Write ``data`` back in physical order: ``rb[:end] = data``.
+
+        ``end`` defaults to the leading size of ``data``.
+        """
+        if end is None:
+            end = leading_dim(data)
+        self[:end] = data
+
+    def set_(self: SelfT, key: Any, value: Any) -> SelfT:
+        """Set entry ``key`` of every written row in place."""
+        with self._lock:
+            self._storage.set_key(key, value)
+            self._sampler.mark_edited([key])
+        return self
+
+    def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
+        """Set entry ``key`` at rows ``index`` in place."""
+        with self._lock:
+            self._storage.set_key(key, value, index)
+            self._sampler.mark_edited([key])
+        return self
+
+    def update_(self: SelfT, input_dict_or_td: Any, clone: bool = False, *,
+                keys_to_update: Any = None) -> SelfT:
+        """Update the written rows in place from a dict or TensorDict."""
+        with self._lock:
+            self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
+            if keys_to_update is not None:
+                edited = list(keys_to_update)
+            elif is_tensor_collection(input_dict_or_td):
+                edited = list(input_dict_or_td.keys(include_nested=True, leaves_only=True))
+            elif isinstance(input_dict_or_td, dict):
+                edited = list(input_dict_or_td)
+            else:
+                edited = None
+            self._sampler.mark_edited(edited)
+        return self
+

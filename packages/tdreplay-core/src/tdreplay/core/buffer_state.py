@@ -1,0 +1,226 @@
+"""Saving and restoring a buffer: ``state_dict`` / ``load_state_dict``, ``dumps`` / ``loads``.
+
+:class:`BufferStateMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
+from: it saves and restores the storage, the sampler, the writer and the generator as one
+step, under the buffer's lock, and checks everything before it changes anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
+from .sampler import Sampler
+from .storage import Storage
+from .writer import Writer
+
+
+class BufferStateMixin:
+    """State and checkpoints of a replay buffer (mixed into :class:`ReplayBuffer`)."""
+
+    _storage: Storage
+    _sampler: Sampler
+    _writer: Writer
+    _rng: torch.Generator | None
+    _batch_size: int | None
+    _lock: AbstractContextManager[Any]
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def clear_prefetch(self) -> None: ...
+
+        @property
+        def write_count(self) -> int: ...
+
+        def __len__(self) -> int: ...
+
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the storage contents before saving."""
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register ``hook(data) -> data`` applied to the storage contents after loading."""
+        self._storage.register_load_hook(hook)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Storage, sampler and writer state (and the generator's state when one is set)."""
+        with self._lock:
+            out: dict[str, Any] = {
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_batch_size": self._batch_size,
+            }
+            if self._rng is not None:
+                out["_rng"] = self._rng.get_state()
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; checks every part before changing anything.
+
+        A state of a buffer with another capacity, a writer cursor outside the storage, or a
+        generator state that does not fit is refused with a ``ValueError`` naming the field,
+        and the buffer stays as it was.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> small = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = small.extend([1, 2, 3, 4, 5])
+        >>> big = ReplayBuffer(storage=ListStorage(8))
+        >>> big.load_state_dict(small.state_dict())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['_storage']: state_dict['max_size'] is 4 but this ListStorage ...
+        >>> len(big)
+        0
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
+        missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
+        if missing:
+            raise ValueError(f"state_dict is missing {sorted(missing)}.")
+        with self._lock:
+            for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
+                                    ("_writer", self._writer)):
+                try:
+                    component.check_state_dict(state_dict[part])
+                except (ValueError, TypeError, KeyError) as err:
+                    raise ValueError(f"state_dict[{part!r}]: {err}") from err
+            rng_state = state_dict.get("_rng")
+            if self._rng is not None and rng_state is not None:
+                try:
+                    torch.Generator(device=self._rng.device).set_state(rng_state)
+                except (TypeError, RuntimeError) as err:
+                    raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
+                                     f"generator: {err}") from err
+            self.clear_prefetch()
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._sampler.load_state_dict(state_dict["_sampler"])
+            self._writer.load_state_dict(state_dict["_writer"])
+            if self._rng is not None and "_rng" in state_dict:
+                self._rng.set_state(state_dict["_rng"])
+
+    def _components(self) -> dict[str, Any]:
+        return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save storage, sampler and writer state under directory ``path``, atomically.
+
+        The new checkpoint is written beside the previous one and committed by an atomic
+        rename; a crash mid-way leaves the previous checkpoint loadable.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(5))
+        >>> _ = rb.extend([1, 2, 3])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     rb.dumps(d)
+        ...     restored = ReplayBuffer(storage=ListStorage(5))
+        ...     restored.loads(d)
+        >>> restored[:], restored.write_count
+        ([1, 2, 3], 3)
+        """
+        with self._lock:
+            with write_checkpoint(path) as snap:
+                meta = {"buffer": type(self).__name__, "len": len(self),
+                        "write_count": self.write_count}
+                for name, component in self._components().items():
+                    meta[name] = type(component).__name__
+                    component.dumps(snap / name)
+                write_json(snap / "buffer.json", meta)
+                if self._rng is not None:
+                    torch.save(self._rng.get_state(), snap / "rng.pt")
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
+
+        Everything is read and checked before the buffer changes: a missing, corrupted or
+        mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
+        leaves the buffer exactly as it was.
+        """
+        with self._lock, open_checkpoint(Path(path)) as snap:
+            meta = read_json(snap / "buffer.json")
+            commits = []
+            for name, component in self._components().items():
+                saved = meta.get(name)
+                if saved != type(component).__name__:
+                    raise CheckpointError(
+                        f"checkpoint {name} is a {saved}, but this buffer's {name} is a "
+                        f"{type(component).__name__} ({str(snap / 'buffer.json')!r})."
+                    )
+                commits.append(component.prepare_load(snap / name))
+            rng_state = self._read_rng_state(snap / "rng.pt")
+            self.clear_prefetch()
+            for commit in commits:
+                commit()
+            if rng_state is not None and self._rng is not None:
+                self._rng.set_state(rng_state)
+
+    def _read_rng_state(self, path: Path) -> torch.Tensor | None:
+        """The generator state saved at ``path`` (``None`` when none was saved), checked
+        against this buffer's generator before anything changes."""
+        if not path.is_file():
+            return None
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+        if self._rng is not None:
+            try:
+                if not isinstance(state, torch.Tensor):
+                    raise TypeError(f"a {type(state).__name__}, not a tensor")
+                torch.Generator(device=self._rng.device).set_state(state)
+            except (TypeError, RuntimeError, ValueError) as err:
+                raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
+                                      f"state: {err}") from err
+        return state if isinstance(state, torch.Tensor) else None
+
+    @classmethod
+    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
+        """The Ray actor class of this buffer class (needs Ray, e.g. from ``tdreplay-distributed``).
+
+        ``cls.as_remote(remote_config).remote(**kwargs)`` builds the buffer inside a Ray actor;
+        its methods are then called as ``actor.extend.remote(data)``. Ray is imported here, on
+        first use: tdreplay-core does not depend on it. For a buffer whose components are built
+        inside the actor, with timeouts and clear errors, see
+        :class:`tdreplay.distributed.RayReplayBuffer`.
+
+        Parameters
+        ----------
+        remote_config : dict, optional
+            Options of ``ray.remote`` (``num_cpus``, ``max_concurrency``, ...).
+
+        Raises
+        ------
+        ImportError
+            Ray is not installed.
+
+        Examples
+        --------
+        >>> import ray  # doctest: +SKIP
+        >>> from tdreplay.core import ListStorage, ReplayBuffer  # doctest: +SKIP
+        >>> actor = ReplayBuffer.as_remote({"num_cpus": 0}).remote(  # doctest: +SKIP
+        ...     storage=ListStorage(10))
+        >>> ray.get(actor.extend.remote([1, 2, 3])).tolist()  # doctest: +SKIP
+        [0, 1, 2]
+        """
+        try:
+            import ray
+        except ImportError as err:
+            raise ImportError(
+                f"{cls.__name__}.as_remote needs Ray, which tdreplay-core does not install: "
+                "pip install tdreplay-distributed (it depends on ray), or pip install ray."
+            ) from err
+        return ray.remote(**remote_config)(cls) if remote_config else ray.remote(cls)
+
+    save = dumps
+    dump = dumps
+    load = loads

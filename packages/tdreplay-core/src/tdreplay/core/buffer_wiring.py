@@ -1,0 +1,106 @@
+"""Changing what a buffer is made of: its storage, sampler, writer, generator and transforms.
+
+:class:`BufferWiringMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
+from: each change holds the buffer's lock and drops the batches drawn ahead from the old parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from .sampler import Sampler
+from .storage import Storage
+from .transform import Compose, InvertedTransform, Transform, as_transform
+from .utils import check_instance
+from .writer import Writer
+
+SelfT = TypeVar("SelfT", bound="BufferWiringMixin")
+
+
+class BufferWiringMixin:
+    """``set_storage`` / ``set_sampler`` / ``set_writer`` / ``set_rng`` and the transforms
+    (mixed into :class:`ReplayBuffer`)."""
+
+    _storage: Storage
+    _sampler: Sampler
+    _writer: Writer
+    _rng: torch.Generator | None
+    _transform: Compose
+    _collate_fn: Callable[[Any], Any]
+    _lock: AbstractContextManager[Any]
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def clear_prefetch(self) -> None: ...
+
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
+                    ) -> Storage:
+        """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
+        check_instance(storage, Storage, "storage")
+        with self._lock:
+            previous = self._storage
+            self._storage = storage
+            self._writer.register_storage(storage)
+            self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
+            self.clear_prefetch()
+        return previous
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Replace the sampler; returns the previous one."""
+        check_instance(sampler, Sampler, "sampler")
+        with self._lock:
+            previous = self._sampler
+            self._sampler = sampler
+            if self._rng is not None:
+                sampler.set_rng(self._rng)
+            self.clear_prefetch()
+        return previous
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Replace the writer; returns the previous one."""
+        check_instance(writer, Writer, "writer")
+        with self._lock:
+            previous = self._writer
+            self._writer = writer
+            writer.register_storage(self._storage)
+        return previous
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Use ``generator`` for every random draw of the sampler."""
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        self._rng = generator
+        self._sampler.set_rng(generator)
+
+    def append_transform(self: SelfT, transform: Transform | Callable[[Any], Any], *,
+                         invert: bool = False) -> SelfT:
+        """Append a transform; with ``invert=True`` it runs on writes instead of samples.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> def add_one(data):
+        ...     data += 1
+        ...     return data
+        >>> _ = rb.append_transform(add_one, invert=True)
+        >>> data = TensorDict({"a": torch.zeros(3)}, [3])
+        >>> _ = rb.extend(data)
+        >>> bool((data["a"] == 1).all())
+        True
+        """
+        transform = as_transform(transform)
+        self._transform.append(InvertedTransform(transform) if invert else transform)
+        return self
+
+    def insert_transform(self: SelfT, index: int, transform: Transform | Callable[[Any], Any], *,
+                         invert: bool = False) -> SelfT:
+        """Insert a transform at ``index`` (see :meth:`append_transform`)."""
+        transform = as_transform(transform)
+        self._transform.insert(index, InvertedTransform(transform) if invert else transform)
+        return self
+
