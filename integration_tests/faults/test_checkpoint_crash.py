@@ -5,8 +5,10 @@ point of the second save: once the new snapshot is recorded in the pointer, whil
 files are written, before the manifest, before and after the pointer file is replaced by the
 commit. The test then checks that the checkpoint directory loads
 exactly one complete version (version 1 before the commit point, version 2 after it), that no
-half-written snapshot is ever what loads, and that the next save cleans up. A last test kills
-a process that saves in a loop at random moments from outside.
+half-written snapshot is ever what loads, that the next save cleans up what the format wrote
+and nothing else (a user's entries named like snapshots survive). A last test kills a process
+that saves in a loop at random moments from outside. (The storage-agnostic steps of a save are
+killed one by one, many more times, in test_kill_dumps.py.)
 """
 
 from __future__ import annotations
@@ -175,36 +177,34 @@ def assert_same_buffer(restored: ReplayBuffer, expected: ReplayBuffer) -> None:
         assert torch.equal(restored.sample()["i"], expected.sample()["i"])
 
 
-def snapshots(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.name.startswith("snapshot-"))
-
-
 @pytest.mark.parametrize(
     ("kind", "kill_point", "survivor", "n_leftovers"),
     [
-        # memmap storage + TensorStorageCheckpointer (TensorDict memmap files) at every point,
-        # flat storage checkpointer (raw files of its own) while its files are written
-        ("memmap", "after_record", 0, 0),
+        # memmap storage + TensorStorageCheckpointer (TensorDict memmap files) and the flat
+        # storage checkpointer (raw files of its own) while their files are written, and around
+        # the commit. The other steps of the commit protocol (record, manifest, pointer) do not
+        # depend on the storage: test_kill_dumps.py kills each of them, before and after.
         ("memmap", "storage_files", 0, 1),
         ("flat", "storage_files", 0, 1),
         ("memmap", "storage_done", 0, 1),
-        ("memmap", "before_manifest", 0, 1),
-        ("memmap", "before_pointer", 0, 1),
         ("memmap", "after_pointer", 1, 1),
     ],
 )
-def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, kind, kill_point, survivor,
-                                                       n_leftovers):
+def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, faults, tally, kind, kill_point,
+                                                       survivor, n_leftovers):
     path = tmp_path / "ckpt"
+    faults.plant_decoys(path)  # a user's entries named like snapshots: they must survive
     proc = run_child(CHILD, kind, str(tmp_path / "child-scratch"), str(path), kill_point)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert "saved 0" in proc.stdout and "saved 1" not in proc.stdout
+    tally.injected(f"SIGKILL at a named point of dumps ({kind} storage)")
 
     # the pointer names one complete snapshot: the old one before the commit, the new one after
     snap = verify_checkpoint(path)
     pointer = json.loads((path / POINTER_NAME).read_text())
     assert snap.name == pointer["snapshot"] and (snap / MANIFEST_NAME).is_file()
-    leftovers = [name for name in snapshots(path) if name != snap.name]
+    leftovers = sorted(faults.snapshot_dirs(path) - set(faults.DECOYS) - {snap.name})
+    faults.assert_owned_layout(path, settled=False)
     # the crashed save's snapshot (new or old) is still there, recorded as the format's own
     assert len(leftovers) == n_leftovers
     assert set(leftovers) <= set(pointer["snapshots"])
@@ -218,17 +218,17 @@ def test_kill_during_dumps_keeps_a_complete_checkpoint(tmp_path, kind, kill_poin
 
     # the next save commits and clears what the crash left behind
     restored.dumps(path)
-    assert snapshots(path) == [json.loads((path / POINTER_NAME).read_text())["snapshot"]]
-    assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
+    faults.assert_owned_layout(path, settled=True)  # no .tmp either
     again = make(kind, str(tmp_path / "again-scratch"))
     again.loads(path)
     assert len(again) == len(restored) and again.write_count == restored.write_count
 
 
-def test_kill_at_random_moments_of_a_save_loop(tmp_path):
+def test_kill_at_random_moments_of_a_save_loop(tmp_path, faults, tally):
     kind = "memmap"
     rng = random.Random(1234)
     path = tmp_path / "ckpt"
+    faults.plant_decoys(path)
     script = tmp_path / "loop.py"
     script.write_text(LOOP_CHILD)
     last_saved = -1
@@ -243,6 +243,7 @@ def test_kill_at_random_moments_of_a_save_loop(tmp_path):
         time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
+        tally.injected("SIGKILL at a random moment of a save loop (memmap storage)")
         reported = [int(x.split()[1]) for x in (line + out).splitlines() if x.startswith("saved")]
         last_saved = max(reported)
 
@@ -253,3 +254,4 @@ def test_kill_at_random_moments_of_a_save_loop(tmp_path):
         version = restored.write_count // 24 - 1
         assert restored.write_count % 24 == 0 and version in (last_saved, last_saved + 1)
         assert_same_buffer(restored, reference(kind, tmp_path / f"reference{attempt}", version))
+        faults.assert_owned_layout(path, settled=False)

@@ -50,7 +50,7 @@ class StateDictCheckpointMixin:
         if meta.get("class") != type(self).__name__:
             raise CheckpointError(
                 f"checkpoint holds a {meta.get('class')} but this buffer has a "
-                f"{type(self).__name__}."
+                f"{type(self).__name__} ({str(path / 'component.json')!r})."
             )
         file = path / "state.pt"
         if not file.is_file():
