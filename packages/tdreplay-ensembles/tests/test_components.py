@@ -247,9 +247,8 @@ def test_sampler_ensemble_generator_makes_draws_reproducible():
         ({"p": ["a", "b"]}, TypeError, "p must hold numbers"),
         ({"p": torch.tensor([True, False])}, TypeError, "p must hold real numbers"),
         ({"p": [0.5, 0.5], "sample_from_all": True}, ValueError, "p and sample_from_all"),
-        ({"num_buffer_sampled": 3}, ValueError,
-         r"num_buffer_sampled must be between 1 and the number of buffers \(2\), got 3"),
-        ({"num_buffer_sampled": 0}, ValueError, "num_buffer_sampled must be between 1"),
+        ({"num_buffer_sampled": 0}, ValueError, "num_buffer_sampled must be a positive int"),
+        ({"num_buffer_sampled": -2}, ValueError, "num_buffer_sampled must be a positive int"),
         ({"num_buffer_sampled": 1.0}, TypeError, "num_buffer_sampled must be an int"),
         ({"num_buffer_sampled": 1, "sample_from_all": True}, ValueError, "contradicts"),
         ({"sample_from_all": 1}, TypeError, "sample_from_all must be a bool"),
@@ -293,8 +292,11 @@ def test_sampler_ensemble_setters_and_indexing():
         sampler.p = [1, -1, 1]
     sampler.num_buffer_sampled = None
     assert sampler.num_buffer_sampled == 3
+    sampler.num_buffer_sampled = 4  # more parts than buffers: drawn with replacement
+    assert sampler.num_buffer_sampled == 4
     with pytest.raises(ValueError, match="num_buffer_sampled"):
-        sampler.num_buffer_sampled = 4
+        sampler.num_buffer_sampled = 0
+    assert sampler.num_buffer_sampled == 4  # refused: unchanged
     everything = SamplerEnsemble(s0, s1, sample_from_all=True)
     with pytest.raises(ValueError, match="p cannot be set while sample_from_all"):
         everything.p = [1, 1]

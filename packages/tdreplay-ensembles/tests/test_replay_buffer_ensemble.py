@@ -130,8 +130,8 @@ def test_build_from_components_makes_extendable_buffers():
          r"p must hold one weight per buffer \(2\), got 3"),
         (lambda rbs, comps: ReplayBufferEnsemble(*rbs, p=[1, 1], sample_from_all=True),
          ValueError, "p and sample_from_all"),
-        (lambda rbs, comps: ReplayBufferEnsemble(*rbs, num_buffer_sampled=3), ValueError,
-         r"num_buffer_sampled must be between 1 and the number of buffers \(2\)"),
+        (lambda rbs, comps: ReplayBufferEnsemble(*rbs, num_buffer_sampled=0), ValueError,
+         "num_buffer_sampled must be a positive int"),
         (lambda rbs, comps: ReplayBufferEnsemble(*rbs, batch_size=0), ValueError,
          "batch_size must be >= 1"),
     ],
@@ -193,8 +193,8 @@ def test_indexing_returns_buffers_and_sub_ensembles():
     assert rb[(2, slice(1, 3))]["obs"].tolist() == [2001.0, 2002.0]
     with pytest.raises(IndexError, match="out of range for 3 buffers"):
         rb[3]
-    with pytest.raises(ValueError, match="num_buffer_sampled"):
-        rb[:1]  # one buffer cannot supply num_buffer_sampled=2 parts
+    single = rb[:1]  # one buffer supplies both parts (drawn with replacement)
+    assert single.sample(4)["index", "buffer_ids"].tolist() == [[0, 0], [0, 0]]
 
 
 def test_read_across_buffers_joins_parts():
@@ -229,6 +229,28 @@ def test_sample_shapes_ids_and_values():
         ids = sample["index", "buffer_ids"]
         assert bool((ids == ids[:, :1]).all())  # one buffer per part
         _check_sample_matches_storage(sample)
+
+
+def test_more_parts_than_buffers_draws_buffers_with_replacement():
+    rb = _ensemble(5, 7, num_buffer_sampled=8, batch_size=16)
+    seen = set()
+    for _ in range(10):
+        sample = rb.sample()
+        assert sample.batch_size == torch.Size([8, 2])
+        ids = sample["index", "buffer_ids"]
+        assert bool((ids == ids[:, :1]).all())  # one buffer per part
+        assert set(ids.unique().tolist()) <= {0, 1}
+        seen.update(ids.unique().tolist())
+        _check_sample_matches_storage(sample)
+    assert seen == {0, 1}
+
+
+def test_more_parts_than_buffers_follow_p():
+    rb = _ensemble(5, 7, 3, p=[0, 1, 0], num_buffer_sampled=6)
+    sample = rb.sample(12)
+    assert sample.batch_size == torch.Size([6, 2])
+    assert sample["index", "buffer_ids"].unique().tolist() == [1]
+    _check_sample_matches_storage(sample)
 
 
 def test_sample_return_info():

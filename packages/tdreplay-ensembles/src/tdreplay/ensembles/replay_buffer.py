@@ -149,7 +149,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
     sample_from_all : bool
         Take one part from every buffer. Defaults to ``False``.
     num_buffer_sampled : int, optional
-        Number of buffers (parts) per batch; defaults to the number of buffers.
+        Number of parts per batch, each from one buffer drawn with replacement (so it may
+        exceed the number of buffers); defaults to the number of buffers.
     pin_memory, prefetch, generator
         As for :class:`~tdreplay.core.ReplayBuffer`.
 

@@ -65,9 +65,9 @@ def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int 
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"num_buffer_sampled must be an int or None, got {type(value).__name__}.")
     value = int(value)
-    if not 1 <= value <= n:
-        raise ValueError(f"num_buffer_sampled must be between 1 and the number of buffers ({n}), "
-                         f"got {value}.")
+    if value < 1:
+        raise ValueError(f"num_buffer_sampled must be a positive int (the number of parts of a "
+                         f"batch), got {value}.")
     if sample_from_all and value != n:
         raise ValueError(f"sample_from_all=True samples every buffer ({n}); num_buffer_sampled="
                          f"{value} contradicts it (leave it None).")
@@ -90,16 +90,18 @@ class SamplerEnsemble(Sampler):
     sample_from_all : bool
         Every batch takes one part from every buffer, in order. Defaults to ``False``.
     num_buffer_sampled : int, optional
-        How many buffers a batch is drawn from (between 1 and the number of buffers).
-        Defaults to the number of buffers.
+        How many parts a batch is made of, each drawn from one buffer (a positive int; it may
+        exceed the number of buffers, as buffers are drawn with replacement). Defaults to the
+        number of buffers.
 
     Notes
     -----
     As in TorchRL, buffers are drawn **with replacement**: with ``p`` (or uniformly) one buffer
     can supply several parts of one batch, so ``p`` really is the share of parts that come from
-    each buffer. ``num_buffer_sampled`` is the number of parts; it may not exceed the number of
-    buffers. Before anything is drawn, every buffer that can be drawn (weight > 0) must hold
-    data, so sampling fails the same way whatever the draw.
+    each buffer. ``num_buffer_sampled`` is the number of parts; above the number of buffers,
+    some buffer necessarily supplies several parts. Before anything is drawn, every buffer
+    that can be drawn (weight > 0) must hold data, so sampling fails the same way whatever
+    the draw.
 
     :meth:`sample` returns the index as a TensorDict of batch size ``[parts, *part_shape]``
     with ``"index"`` (slots in each buffer's storage) and ``"buffer_ids"`` (which buffer each
@@ -169,7 +171,7 @@ class SamplerEnsemble(Sampler):
 
     @property
     def num_buffer_sampled(self) -> int:
-        """Number of buffers (parts) a batch is drawn from."""
+        """Number of parts of a batch, each drawn from one buffer (with replacement)."""
         if self._num_buffer_sampled is None:
             return len(self._samplers)
         return self._num_buffer_sampled
