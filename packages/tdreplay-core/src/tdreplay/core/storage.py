@@ -23,9 +23,12 @@ from tensordict import LazyStackedTensorDict, is_tensor_collection
 
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
-from .utils import as_long_tensor, is_int
+from .utils import as_long_tensor, check_instance, is_int
 
 StorageT = TypeVar("StorageT", bound="Storage")
+
+#: the capacity of a list storage built with ``max_size=None`` (TorchRL's "unlimited")
+UNBOUNDED = 2**63 - 1
 
 
 class StorageCheckpointerBase(Generic[StorageT]):
@@ -121,15 +124,25 @@ class Storage(abc.ABC):
       (``storage[10:]`` is empty while fewer than 11 rows are written).
     - ``state_dict()`` / ``load_state_dict()``, ``dumps(path)`` / ``loads(path)`` (through
       :attr:`checkpointer`) save and restore the whole contents.
+
+    Every storage accepts TorchRL's ``compilable`` keyword (a bool, kept as
+    :attr:`compilable`). It changes nothing in tdreplay: TorchRL's ``compilable=True`` keeps the
+    written-row count in a plain Python int instead of a ``multiprocessing`` value so that
+    ``torch.compile`` can trace writes; tdreplay's storages keep that count in a plain int
+    already (a ``LazyMemmapStorage`` shares it between processes through its own files either
+    way), so writes, reads and samples are the same with either value.
     """
 
     ndim: int = 1
     _default_checkpointer: type[StorageCheckpointerBase[Any]] = StorageCheckpointerBase
 
     def __init__(self, max_size: int,
-                 checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
+                 checkpointer: StorageCheckpointerBase[Any] | None = None, *,
+                 compilable: bool = False) -> None:
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
+        #: TorchRL's ``compilable`` flag; no effect in tdreplay (see the class docstring)
+        self.compilable = check_instance(compilable, bool, "compilable")
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None
                               else self._default_checkpointer())
@@ -379,10 +392,14 @@ class ListStorage(Storage):
 
     Parameters
     ----------
-    max_size : int
-        Capacity in items. Defaults to 1000 (as ``torchrl.data.ListStorage``).
+    max_size : int or None
+        Capacity in items. Defaults to 1000 (the capacity of the default storage of TorchRL's
+        ``ReplayBuffer``); ``None`` makes it unbounded (``2**63 - 1`` items), as TorchRL's
+        ``ListStorage(max_size=None)``.
     checkpointer : StorageCheckpointerBase, optional
         Defaults to :class:`ListStorageCheckpointer`.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`Storage`).
 
     Examples
     --------
@@ -394,9 +411,11 @@ class ListStorage(Storage):
 
     _default_checkpointer = ListStorageCheckpointer
 
-    def __init__(self, max_size: int = 1000,
-                 checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
-        super().__init__(max_size, checkpointer)
+    def __init__(self, max_size: int | None = 1000,
+                 checkpointer: StorageCheckpointerBase[Any] | None = None, *,
+                 compilable: bool = False) -> None:
+        super().__init__(UNBOUNDED if max_size is None else max_size, checkpointer,
+                         compilable=compilable)
         self._storage: list[Any] = []
 
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:

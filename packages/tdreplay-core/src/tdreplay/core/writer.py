@@ -10,7 +10,7 @@ import torch
 
 from ._stateful import StateDictCheckpointMixin
 from .storage import Storage
-from .utils import is_int, leading_dim, slice_leading
+from .utils import check_instance, is_int, leading_dim, slice_leading
 
 
 class Writer(StateDictCheckpointMixin, abc.ABC):
@@ -24,9 +24,18 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
       storage accepted the write, so a rejected write leaves everything as it was.
     - ``write_count``: items written since creation (or since ``empty(empty_write_count=True)``).
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``.
+
+    Every writer accepts TorchRL's ``compilable`` keyword (a bool, kept as :attr:`compilable`).
+    It changes nothing in tdreplay: TorchRL's ``compilable=True`` keeps the cursor in a plain
+    Python int instead of a ``multiprocessing`` value so that ``torch.compile`` can trace
+    writes; tdreplay's writers keep their counters in the writer (or, for a storage shared
+    between processes, in the storage's shared memory) either way, so the rows written are the
+    same with either value.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, compilable: bool = False) -> None:
+        #: TorchRL's ``compilable`` flag; no effect in tdreplay (see the class docstring)
+        self.compilable = check_instance(compilable, bool, "compilable")
         self._storage: Storage | None = None
         # [cursor, write_count]: in this object, or in memory shared between processes when
         # the storage offers it (see register_storage)

@@ -128,6 +128,8 @@ class CompressedListStorage(ListStorage):
         Where decompressed rows are sent. Defaults to ``"cpu"``.
     checkpointer : StorageCheckpointerBase, optional
         Defaults to :class:`CompressedListStorageCheckpointer`.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
 
     Examples
     --------
@@ -155,6 +157,7 @@ class CompressedListStorage(ListStorage):
         compression_level: int = 3,
         device: str | torch.device = "cpu",
         checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
     ) -> None:
         if (compression_fn is None) != (decompression_fn is None):
             raise ValueError("compression_fn and decompression_fn must be given together.")
@@ -162,7 +165,7 @@ class CompressedListStorage(ListStorage):
                          ("decompression_fn", decompression_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
-        super().__init__(max_size, checkpointer)
+        super().__init__(max_size, checkpointer, compilable=compilable)
         self.compression_level = compression_level
         self.codec = (default_codec(compression_level)
                       if compression_fn is None or decompression_fn is None

@@ -17,10 +17,12 @@ class LazyStackStorage(ListStorage):
 
     Parameters
     ----------
-    max_size : int
-        Capacity in items (1000 by default).
+    max_size : int, optional
+        Capacity in items; unbounded when not given (as TorchRL's ``LazyStackStorage``).
     stack_dim : int
         Dimension along which sampled items are stacked.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
 
     Examples
     --------
@@ -34,9 +36,10 @@ class LazyStackStorage(ListStorage):
     ('LazyStackedTensorDict', torch.Size([5]))
     """
 
-    def __init__(self, max_size: int = 1000, *, stack_dim: int = 0,
-                 checkpointer: StorageCheckpointerBase | None = None) -> None:
-        super().__init__(max_size, checkpointer)
+    def __init__(self, max_size: int | None = None, *, stack_dim: int = 0,
+                 checkpointer: StorageCheckpointerBase | None = None,
+                 compilable: bool = False) -> None:
+        super().__init__(max_size, checkpointer, compilable=compilable)
         self.stack_dim = stack_dim
 
     def default_collate(self, data: Any) -> Any:

@@ -221,6 +221,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         written-row count and cursor (``max_size`` and ``ndim`` must match).
     checkpointer : StorageCheckpointerBase, optional
         Defaults to :class:`TensorStorageCheckpointer`.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
 
     Notes
     -----
@@ -250,8 +252,10 @@ class LazyMemmapStorage(LazyTensorStorage):
         ndim: int = 1,
         existsok: bool = False,
         checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
     ) -> None:
-        super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer)
+        super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer,
+                         compilable=compilable)
         self._out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.existsok = bool(existsok)
         if scratch_dir is None:

@@ -92,6 +92,8 @@ class TensorStorage(Storage):
         How many leading dimensions count towards the capacity. With ``ndim=2`` and data of
         batch shape ``[B, T]``, the storage has shape ``[max_size // T, T]`` and ``extend``
         writes ``B`` rows of ``T`` steps.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
 
     Examples
     --------
@@ -113,6 +115,7 @@ class TensorStorage(Storage):
         device: str | torch.device = "cpu",
         ndim: int = 1,
         checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
     ) -> None:
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
@@ -121,7 +124,7 @@ class TensorStorage(Storage):
             max_size = wrapped[0]
         if max_size is None:
             raise ValueError("max_size must be given when no storage is passed.")
-        super().__init__(max_size, checkpointer)
+        super().__init__(max_size, checkpointer, compilable=compilable)
         self.ndim = ndim
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._layout: TensorLayout | None = None
@@ -437,6 +440,8 @@ class LazyTensorStorage(TensorStorage):
         Where the data lives (``"cpu"`` by default; ``"cuda"`` keeps the whole buffer on GPU).
     ndim : int
         Leading dimensions counted in the capacity (see :class:`TensorStorage`).
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
 
     Examples
     --------
@@ -454,5 +459,7 @@ class LazyTensorStorage(TensorStorage):
         device: str | torch.device = "cpu",
         ndim: int = 1,
         checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
     ) -> None:
-        super().__init__(None, max_size, device=device, ndim=ndim, checkpointer=checkpointer)
+        super().__init__(None, max_size, device=device, ndim=ndim, checkpointer=checkpointer,
+                         compilable=compilable)

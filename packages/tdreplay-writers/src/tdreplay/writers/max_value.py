@@ -52,6 +52,8 @@ class TensorDictMaxValueWriter(Writer):
         How a rank with more than one element per row (e.g. the rewards of a ``[T]`` trajectory
         in a ``ndim=2`` storage, or a trailing ``[1]`` dimension) becomes one number: ``"sum"``
         (default), ``"mean"``, ``"max"``, ``"min"`` or ``"median"``.
+    compilable : bool
+        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Writer`).
 
     Notes
     -----
@@ -87,8 +89,9 @@ class TensorDictMaxValueWriter(Writer):
     [0, 7]
     """
 
-    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum") -> None:
-        super().__init__()
+    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum", *,
+                 compilable: bool = False) -> None:
+        super().__init__(compilable=compilable)
         if rank_key is None:
             rank_key = ("next", "reward")
         if not isinstance(rank_key, (str, tuple)):

@@ -1,0 +1,60 @@
+"""TorchRL's constructor arguments accepted by the storages (issue 16)."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, ReplayBuffer
+from tdreplay.storages import (
+    CompressedListStorage,
+    LazyMemmapStorage,
+    LazyStackStorage,
+    LazyTensorStorage,
+    TensorStorage,
+)
+
+FACTORIES = {
+    "list": lambda **kw: ListStorage(10, **kw),
+    "tensor": lambda **kw: TensorStorage(TensorDict({"x": torch.zeros(10)}, [10]), **kw),
+    "lazy_tensor": lambda **kw: LazyTensorStorage(10, **kw),
+    "memmap": lambda **kw: LazyMemmapStorage(10, **kw),
+    "lazy_stack": lambda **kw: LazyStackStorage(10, **kw),
+    "compressed": lambda **kw: CompressedListStorage(10, **kw),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+@pytest.mark.parametrize("compilable", [False, True])
+def test_compilable_is_accepted_and_changes_nothing(kind, compilable):
+    storage = FACTORIES[kind](compilable=compilable)
+    assert storage.compilable is compilable
+    rb = ReplayBuffer(storage=storage, batch_size=3)
+    data = TensorDict({"x": torch.arange(12.0)}, [12])
+    rb.extend(data)
+    assert len(rb) == 10
+    got = rb[:]
+    rows = got["x"] if not isinstance(got, list) else torch.stack([r["x"] for r in got])
+    # the round-robin writer wrapped: rows 0 and 1 hold items 10 and 11
+    assert rows.tolist() == [10.0, 11.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_compilable_must_be_a_bool(kind):
+    with pytest.raises(TypeError, match="compilable"):
+        FACTORIES[kind](compilable="yes")
+
+
+def test_lazy_stack_storage_without_max_size_is_unbounded():
+    storage = LazyStackStorage()
+    assert storage.max_size == 2**63 - 1
+    rb = ReplayBuffer(storage=storage)
+    for i in range(1500):  # past the 1000 of a ListStorage's default
+        rb.add(TensorDict(a=torch.full((i % 3 + 1,), float(i))))
+    assert len(rb) == 1500
+    assert rb[1499]["a"].tolist() == [1499.0] * 3  # 1499 % 3 + 1 steps
+    assert rb[0]["a"].tolist() == [0.0]
+
+
+def test_list_storage_max_size_none_is_unbounded():
+    assert ListStorage(None).max_size == 2**63 - 1
+    assert ListStorage().max_size == 1000

@@ -1,0 +1,43 @@
+"""TorchRL's ``compilable`` argument accepted by the writers (issue 16)."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, ReplayBuffer, RoundRobinWriter
+from tdreplay.writers import (
+    ImmutableDatasetWriter,
+    TensorDictMaxValueWriter,
+    TensorDictRoundRobinWriter,
+)
+
+WRITERS = {
+    "round_robin": lambda **kw: RoundRobinWriter(**kw),
+    "td_round_robin": lambda **kw: TensorDictRoundRobinWriter(**kw),
+    "max_value": lambda **kw: TensorDictMaxValueWriter(rank_key="r", **kw),
+    "immutable": lambda **kw: ImmutableDatasetWriter(**kw),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+@pytest.mark.parametrize("compilable", [False, True])
+def test_compilable_is_accepted(kind, compilable):
+    assert WRITERS[kind](compilable=compilable).compilable is compilable
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+def test_compilable_must_be_a_bool(kind):
+    with pytest.raises(TypeError, match="compilable"):
+        WRITERS[kind](compilable=1)
+
+
+@pytest.mark.parametrize("compilable", [False, True])
+def test_rows_written_do_not_depend_on_compilable(compilable):
+    rb = ReplayBuffer(storage=ListStorage(3),
+                      writer=TensorDictMaxValueWriter(rank_key="r", compilable=compilable))
+    rows = rb.extend(TensorDict({"r": torch.tensor([3.0, 1.0, 2.0, 5.0])}, [4]))
+    assert sorted(rows.tolist()) == [0, 1, 2]
+    assert sorted(float(td["r"]) for td in rb[:]) == [2.0, 3.0, 5.0]
+    rb = ReplayBuffer(storage=ListStorage(3), writer=RoundRobinWriter(compilable=compilable))
+    assert rb.extend([1, 2, 3, 4]).tolist() == [0, 1, 2, 0]
+    assert rb[:] == [4, 2, 3]
