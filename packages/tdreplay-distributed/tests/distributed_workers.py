@@ -67,3 +67,35 @@ def run_collector(address: str, namespace: str, name: str, collector: int, batch
         if pause:
             time.sleep(pause)
     ray.shutdown()
+
+
+class Collector:
+    """A collector for a Ray actor: it is handed a buffer (pickled) and writes batches to it."""
+
+    def __init__(self, buffer, collector: int) -> None:
+        self.buffer = buffer
+        self.collector = collector
+
+    def run(self, batches: int, size: int) -> list[int]:
+        """Write ``batches`` batches of ``size`` rows; the slots the last one went to."""
+        slots = []
+        for seq in range(batches):
+            slots = self.buffer.extend(make_batch(self.collector, seq, size)).tolist()
+        return slots
+
+
+class Learner:
+    """A learner for a Ray actor: samples the buffer it was handed."""
+
+    def __init__(self, buffer) -> None:
+        self.buffer = buffer
+
+    def sample(self, batch_size: int) -> tuple[int, bool, list[int]]:
+        """``(len, rows intact, collectors seen)`` of one sample."""
+        data = self.buffer.sample(batch_size)
+        return len(self.buffer), rows_are_intact(data), sorted(set(data["collector"].tolist()))
+
+
+def extend_in_task(buffer, collector: int, size: int) -> list[int]:
+    """A Ray task's body: write one batch to the buffer it was handed; its slots."""
+    return buffer.extend(make_batch(collector, 0, size)).tolist()

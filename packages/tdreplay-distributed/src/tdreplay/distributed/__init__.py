@@ -3,11 +3,13 @@
 :class:`RayReplayBuffer` puts one buffer in a Ray actor that collectors and learners in any
 process share (found by name with :meth:`RayReplayBuffer.attach`); :class:`ShardedReplayBuffer`
 spreads a buffer over several actors and samples them as one, prioritized sampling included.
-Ray is imported on first use.
+Both pickle, so Ray tasks and actors can be handed them. :class:`RemoteTensorDictReplayBuffer`
+is TorchRL's buffer for ``torch.distributed.rpc``. Ray is imported on first use.
 """
 
 from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 from .ray_buffer import RayReplayBuffer
+from .remote import RemoteTensorDictReplayBuffer
 from .sharded import ShardedReplayBuffer
 
 __version__ = "0.1.0"
@@ -17,5 +19,6 @@ __all__ = [
     "RayReplayBuffer",
     "RemoteBufferError",
     "RemoteCallTimeoutError",
+    "RemoteTensorDictReplayBuffer",
     "ShardedReplayBuffer",
 ]

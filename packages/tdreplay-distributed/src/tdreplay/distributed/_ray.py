@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 
-__all__ = ["check_timeout", "ensure_ray", "import_ray", "wait_all"]
+__all__ = ["RayLease", "check_timeout", "ensure_ray", "import_ray", "wait_all"]
 
 
 def import_ray() -> Any:
@@ -30,6 +31,56 @@ def ensure_ray(ray_init_config: dict[str, Any] | None) -> Any:
     if not ray.is_initialized():
         ray.init(**(ray_init_config or {}))
     return ray
+
+
+class RayLease:
+    """A buffer's use of this process's Ray runtime, as TorchRL's ``RayReplayBuffer`` holds one.
+
+    :meth:`acquire` initialises Ray if it is not (``ray.init(**ray_init_config)``); when the
+    last lease of the process is released (the buffers' ``close()``), Ray is shut down if a
+    lease started it. A Ray runtime started by the user (``ray.init`` before the buffers) is
+    never shut down by them.
+
+    Examples
+    --------
+    >>> import ray
+    >>> lease = RayLease.acquire(None)  # Ray is already running here: it is not ours
+    >>> lease.release(); lease.release()  # releasing twice counts once
+    >>> ray.is_initialized()
+    True
+    """
+
+    _lock = threading.Lock()
+    _count = 0
+    _owns_runtime = False
+
+    def __init__(self) -> None:
+        self._released = False
+
+    @classmethod
+    def acquire(cls, ray_init_config: dict[str, Any] | None) -> RayLease:
+        """A lease, Ray initialised with ``ray_init_config`` unless it already is."""
+        with cls._lock:
+            ray = import_ray()
+            started = not ray.is_initialized()
+            ensure_ray(ray_init_config)
+            if started:
+                RayLease._owns_runtime = True
+            RayLease._count += 1
+        return cls()
+
+    def release(self) -> None:
+        """Give the lease back (once); the last one shuts down a Ray that a lease started."""
+        with RayLease._lock:
+            if self._released:
+                return
+            self._released = True
+            RayLease._count -= 1
+            if RayLease._count == 0 and RayLease._owns_runtime:
+                RayLease._owns_runtime = False
+                ray = import_ray()
+                if ray.is_initialized():
+                    ray.shutdown()
 
 
 def check_timeout(value: Any, name: str) -> float | None:

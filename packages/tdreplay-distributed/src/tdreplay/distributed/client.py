@@ -19,7 +19,7 @@ from tdreplay.core import ReplayBuffer
 
 from ._ray import check_timeout, import_ray, wait_all
 from ._server import COMPONENTS, BufferServer, check_component_spec
-from .errors import RemoteCallTimeoutError
+from .errors import BufferActorDiedError, RemoteCallTimeoutError
 
 __all__ = ["ActorClient", "SpawnArgs", "check_name"]
 
@@ -75,6 +75,21 @@ class ActorClient:
     >>> client.call("length"), client.info["max_size"], client.can_respawn
     (0, 4, True)
     >>> client.shutdown()
+
+    A client pickles (to a Ray task or actor, a process pool): the copy calls the same actor,
+    as a client from :meth:`for_named_actor` would, without the creation arguments (only the
+    creator respawns the actor) and without the calls this one has in flight.
+
+    >>> import pickle
+    >>> client = ActorClient.for_new_actor(spec={"storage": partial(ListStorage, 4)},
+    ...                                    replay_buffer_cls=ReplayBuffer)
+    >>> client.spawn()
+    >>> copy = pickle.loads(pickle.dumps(client))
+    >>> copy.call("length"), copy.actor_id == client.actor_id, copy.can_respawn
+    (0, True, False)
+    >>> client.close()
+    >>> client.closed, copy.closed  # the copy learns it from its next call
+    (True, False)
     """
 
     def __init__(self, *, name: str | None = None, namespace: str | None = None,
@@ -89,6 +104,20 @@ class ActorClient:
         self._info: dict[str, Any] = {}
         self._label = self._make_label(None)
         self._prefetched: collections.deque[Any] = collections.deque()
+        self._prefetch_lock = threading.Lock()
+        self._closed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy in another process keeps: the connection, not the creation arguments,
+        the calls in flight or the lock (see the class docstring)."""
+        state = self.__dict__.copy()
+        del state["_prefetch_lock"], state["_prefetched"]
+        state["_spawn_args"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._prefetched = collections.deque()
         self._prefetch_lock = threading.Lock()
 
     @classmethod
@@ -163,6 +192,11 @@ class ActorClient:
         return self._info.get("actor_id")
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called on this client."""
+        return self._closed
+
+    @property
     def can_respawn(self) -> bool:
         """True for the client that created the actor (it has the creation arguments)."""
         return self._spawn_args is not None
@@ -188,7 +222,13 @@ class ActorClient:
 
     # ---- calls ---------------------------------------------------------------------------------
     def submit(self, method: str, *args: Any) -> Any:
-        """The object ref of ``method(*args)`` on the actor (wait for it with :meth:`wait`)."""
+        """The object ref of ``method(*args)`` on the actor (wait for it with :meth:`wait`).
+
+        Raises :class:`~tdreplay.distributed.BufferActorDiedError` after :meth:`close`.
+        """
+        if self._closed:
+            raise BufferActorDiedError(f"{method} failed: buffer actor {self._label} was closed "
+                                       "(close() kills the actor for good).", actor=self._label)
         return getattr(self._handle, method).remote(*args)
 
     def wait(self, ref: Any, what: str, timeout: Any = _DEFAULT) -> Any:
@@ -304,3 +344,18 @@ class ActorClient:
         """Kill the actor (no restart)."""
         if self._handle is not None:
             import_ray().kill(self._handle, no_restart=True)
+
+    def close(self) -> None:
+        """Kill the actor for good, quietly if it is already dead or Ray is shut down; later
+        calls of this client raise :class:`~tdreplay.distributed.BufferActorDiedError`.
+        Closing twice does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.drop_prefetched()
+        ray = import_ray()
+        if self._handle is not None and ray.is_initialized():
+            try:
+                ray.kill(self._handle, no_restart=True)
+            except (ValueError, RuntimeError):  # already gone (TorchRL ignores these too)
+                pass

@@ -14,6 +14,7 @@ from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 from ._ray import ensure_ray
 from ._wire import pack, unpack
 from .client import ActorClient, check_name
+from .lifecycle import ClosableBuffer
 
 __all__ = ["RayReplayBuffer"]
 
@@ -37,7 +38,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     return data.select(*keys)
 
 
-class RayReplayBuffer:
+class RayReplayBuffer(ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -94,9 +95,14 @@ class RayReplayBuffer:
     buffer raises (bad data, bad batch size, ...) reach the caller as their own type, and leave
     the buffer as it was, as for a local buffer.
 
+    Sharing: the buffer pickles, so Ray tasks and actors (collectors, learners) can be handed
+    it. A copy is a client of the same actor, as :meth:`attach` gives (unnamed actors too),
+    with an empty ``prefetch`` queue and without the creator's :meth:`respawn`.
+
     Examples
     --------
     >>> from functools import partial
+    >>> import pickle
     >>> import torch
     >>> from tdreplay.core import ListStorage
     >>> rb = RayReplayBuffer(storage=partial(ListStorage, 100), batch_size=4, name="doc-rb",
@@ -108,7 +114,10 @@ class RayReplayBuffer:
     10
     >>> len(rb), rb.write_count, rb.sample().shape
     (11, 11, torch.Size([4]))
-    >>> rb.shutdown()
+    >>> copy = pickle.loads(pickle.dumps(rb))  # what a Ray task or actor receives
+    >>> copy.add(torch.tensor(11.0)), len(rb)
+    (11, 12)
+    >>> rb.close()
     """
 
     def __init__(
@@ -134,12 +143,14 @@ class RayReplayBuffer:
             replay_buffer_cls=replay_buffer_cls, remote_config=remote_config, name=name,
             namespace=namespace, call_timeout=call_timeout, start_timeout=start_timeout)
         self._bind(client, prefetch)
-        ensure_ray(ray_init_config)
-        client.spawn()
+        self._start_with_ray(ray_init_config, client.spawn)
 
     def _bind(self, client: ActorClient, prefetch: int | None) -> None:
         self._prefetch = _check_prefetch(prefetch)
         self._client = client
+
+    def _actor_clients(self) -> list[ActorClient]:
+        return [self._client]
 
     @classmethod
     def from_client(cls, client: ActorClient, *, prefetch: int | None = None) -> RayReplayBuffer:
@@ -209,6 +220,7 @@ class RayReplayBuffer:
             This client was attached, not the creator.
         """
         client = self._client
+        self._check_not_closed()
         if not client.can_respawn:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
@@ -221,7 +233,7 @@ class RayReplayBuffer:
 
     def shutdown(self) -> None:
         """Kill the actor (no restart); every client's later calls raise
-        :class:`~tdreplay.distributed.BufferActorDiedError`."""
+        :class:`~tdreplay.distributed.BufferActorDiedError`. :meth:`respawn` can replace it."""
         self._client.shutdown()
 
     # ---- what this client knows ----------------------------------------------------------------

@@ -43,6 +43,7 @@ from ._sharding import (
 )
 from ._wire import pack, unpack
 from .client import ActorClient
+from .lifecycle import ClosableBuffer
 from .ray_buffer import RayReplayBuffer, priority_entries
 
 __all__ = ["ShardedReplayBuffer"]
@@ -50,7 +51,7 @@ __all__ = ["ShardedReplayBuffer"]
 WRITE_STRATEGIES = ("round_robin", "least_written")
 
 
-class ShardedReplayBuffer:
+class ShardedReplayBuffer(ClosableBuffer):
     """A replay buffer split over ``num_shards`` Ray buffer actors, sampled as one buffer.
 
     Each ``extend`` goes whole to one shard (so a batch's rows stay together in one storage):
@@ -92,7 +93,10 @@ class ShardedReplayBuffer:
     >>> data, info = rb.sample(return_info=True)
     >>> data.shape, set(info["index"].tolist()) <= {0, 1, 10}
     (torch.Size([6]), True)
-    >>> rb.shutdown()
+    >>> rb.close()
+
+    It pickles, for Ray tasks and actors: a copy is a client of the same shards, as
+    :meth:`attach` gives (a copy of the cursor and generator), without :meth:`respawn`.
     """
 
     def __init__(
@@ -124,7 +128,6 @@ class ShardedReplayBuffer:
         self._configure(name, write_strategy, call_timeout, generator)
         seeds = (torch.randint(0, 2**62, (num_shards,), generator=generator).tolist()
                  if generator is not None else [None] * num_shards)
-        ensure_ray(ray_init_config)
         clients = []
         for shard, seed in enumerate(seeds):
             spec = {"storage": storage, "sampler": sampler, "writer": writer,
@@ -136,7 +139,7 @@ class ShardedReplayBuffer:
                 name=None if name is None else shard_name(name, shard), namespace=namespace,
                 call_timeout=call_timeout, start_timeout=start_timeout,
                 meta={"shard": shard, "num_shards": num_shards}))
-        _start(clients)
+        self._start_with_ray(ray_init_config, lambda: _start(clients))
         self._set_clients(clients)
 
     def _configure(self, name: str | None, write_strategy: str, call_timeout: float | None,
@@ -151,6 +154,9 @@ class ShardedReplayBuffer:
         self._cursor = 0
         self._clients: list[ActorClient] = []
         self._shards: list[RayReplayBuffer] = []
+
+    def _actor_clients(self) -> list[ActorClient]:
+        return list(self._clients)
 
     def _set_clients(self, clients: list[ActorClient]) -> None:
         self._clients = clients
@@ -368,6 +374,7 @@ class ShardedReplayBuffer:
         """Replace every shard's actor by a new one, restored from ``path`` if given."""
         if path is not None:
             check_manifest(Path(os.path.abspath(os.fspath(path))), self.num_shards)
+        self._check_not_closed()
         if not all(client.can_respawn for client in self._clients):
             raise RuntimeError("respawn() needs the creation arguments, which only the "
                                "client that created the buffer has.")
@@ -385,7 +392,7 @@ class ShardedReplayBuffer:
             client.reconnect()
 
     def shutdown(self) -> None:
-        """Kill every shard's actor."""
+        """Kill every shard's actor (:meth:`respawn` can replace them)."""
         for client in self._clients:
             client.shutdown()
 

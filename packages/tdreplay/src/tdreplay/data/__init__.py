@@ -119,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "RayReplayBuffer": "tdreplay.distributed",
     "RemoteBufferError": "tdreplay.distributed",
     "RemoteCallTimeoutError": "tdreplay.distributed",
+    "RemoteTensorDictReplayBuffer": "tdreplay.distributed",
     "ShardedReplayBuffer": "tdreplay.distributed",
 }
 
