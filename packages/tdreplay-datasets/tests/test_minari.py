@@ -55,9 +55,9 @@ def count_conversions(monkeypatch) -> list[str]:
     calls: list[str] = []
     convert = minari_data._convert
 
-    def counting(dataset, dataset_id, dest):
+    def counting(dataset, dataset_id, dest, *args):
         calls.append(dataset_id)
-        return convert(dataset, dataset_id, dest)
+        return convert(dataset, dataset_id, dest, *args)
 
     monkeypatch.setattr(minari_data, "_convert", counting)
     return calls

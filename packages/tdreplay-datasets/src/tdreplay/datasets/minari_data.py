@@ -27,6 +27,7 @@ from tdreplay.core import Sampler, Transform, Writer, split_trajectories
 from tdreplay.core.utils import check_instance
 
 from ._files import publish, remove_empty_dirs, staging_dir
+from ._integrity import check_leaf_files, leaf_files, read_json
 from ._minari_ted import episode_to_ted
 from ._parallel_map import leaf_layout, load_memmap
 from .base import BaseDatasetExperienceReplay
@@ -37,6 +38,7 @@ _FORMAT = 1
 _MARKER = "tdreplay-dataset.json"
 _DATA = "data"
 _SPLIT_SUFFIX = "_split"
+_MINARI_META = "metadata.json"  # beside Minari's data files (main_data.hdf5, ...)
 # MINARI_DATASETS_PATH is process-wide: one download at a time may point it elsewhere
 _MINARI_PATH_LOCK = threading.Lock()
 
@@ -115,7 +117,6 @@ def _download(dataset_id: str, root: Path) -> None:
 
 def _open_local(dataset_id: str) -> Any:
     """The Minari dataset ``dataset_id`` of the local Minari cache (never downloads)."""
-    import minari
 
     where = local_minari_dir() / dataset_id / _DATA
     if not where.is_dir():
@@ -123,7 +124,50 @@ def _open_local(dataset_id: str) -> Any:
             f"the Minari dataset {dataset_id!r} is not in the local Minari cache: looked for "
             f"{str(where)!r} (the cache is $MINARI_DATASETS_PATH, else ~/.minari/datasets). "
             "Create it with minari, or pass load_from_local_minari=False to download it.")
-    return minari.MinariDataset(where)
+    return _open_minari(dataset_id, where)
+
+
+def _data_files(where: Path) -> str:
+    """The data files of the Minari dataset directory ``where`` (e.g. ``main_data.hdf5``)."""
+    try:
+        names = sorted(str(p) for p in where.iterdir() if p.is_file() and p.name != _MINARI_META)
+    except OSError:
+        names = []
+    return ", ".join(repr(n) for n in names) or repr(str(where))
+
+
+def _unreadable(dataset_id: str, where: Path, err: Exception) -> ValueError:
+    """The error for a Minari dataset whose files cannot be read, naming them."""
+    culprit = where / _MINARI_META
+    named = repr(str(culprit)) if isinstance(err, json.JSONDecodeError) and culprit.is_file() \
+        else _data_files(where)
+    return ValueError(f"cannot read the Minari dataset {dataset_id!r}: {named} is damaged or not "
+                      f"a Minari dataset file ({type(err).__name__}: {err}).")
+
+
+def _open_minari(dataset_id: str, where: Path) -> Any:
+    """``minari.MinariDataset(where)``; a damaged file is a ``ValueError`` naming it."""
+    import minari
+
+    try:
+        return minari.MinariDataset(where)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise _unreadable(dataset_id, where, err) from err
+
+
+def _episodes(dataset: Any, dataset_id: str, where: Path | None) -> Iterator[Any]:
+    """``dataset.iterate_episodes()``; a file that cannot be read is named in the error."""
+    episodes = iter(dataset.iterate_episodes())
+    while True:
+        try:
+            episode = next(episodes)
+        except StopIteration:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            if where is None:
+                raise
+            raise _unreadable(dataset_id, where, err) from err
+        yield episode
 
 
 def _serialize_space(space: Any) -> str | None:
@@ -135,11 +179,12 @@ def _serialize_space(space: Any) -> str | None:
         return None
 
 
-def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
+def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = None) -> None:
     """Write ``dataset`` (a ``minari.MinariDataset``) to ``dest`` in the TED layout.
 
     Episodes go one after the other in the dataset's order into memmap files sized for the
     whole dataset; a progress bar counts the steps. Text entries are left out with a warning.
+    ``source`` is the Minari dataset's directory, named when its files cannot be read.
     """
     from tqdm.auto import tqdm
 
@@ -149,7 +194,7 @@ def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
     layout: dict[Any, tuple[tuple[int, ...], Any]] | None = None
     index = 0
     with tqdm(total=total, desc=f"converting {dataset_id}", unit="step") as bar:
-        for episode in dataset.iterate_episodes():
+        for episode in _episodes(dataset, dataset_id, source):
             td = episode_to_ted(episode, dropped)
             steps = td.batch_size[0]
             if steps == 0:
@@ -185,6 +230,8 @@ def _convert(dataset: Any, dataset_id: str, dest: Path) -> None:
         "observation_space": _serialize_space(dataset.observation_space),
         "action_space": _serialize_space(dataset.action_space),
         "dropped_text": sorted(dropped),
+        # leaf file -> size in bytes, checked on every load (a leaf missing from meta.json)
+        "files": leaf_files(dest / _DATA),
     })
 
 
@@ -358,7 +405,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                 self._build_flat(replace=False)
             if self.split_trajs:
                 self._build_split(replace=False)
-        data = load_memmap(self.data_path / _DATA)
+        data = self._load_checked(self.data_path)
         self.metadata = self._read_metadata(self.data_path)
         super().__init__(
             data,
@@ -422,7 +469,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         """Whether ``path`` holds a complete conversion; raises if it holds something else."""
         marker = path / _MARKER
         if marker.is_file():
-            meta = json.loads(marker.read_text())
+            meta = read_json(marker, "the dataset marker file")
             if meta.get("format") == _FORMAT and meta.get("dataset_id") == self.dataset_id:
                 return True
         if not path.exists() or (path.is_dir() and not any(path.iterdir())):
@@ -435,17 +482,18 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         target = self.data_path_root
         with staging_dir(target) as scratch:
             if self.load_from_local_minari:
+                source = local_minari_dir() / self.dataset_id / _DATA
                 dataset = _open_local(self.dataset_id)
             else:
-                import minari
 
                 raw = scratch / "minari"
                 with _minari_datasets_path(raw):
                     _download(self.dataset_id, self.root)
-                dataset = minari.MinariDataset(raw / self.dataset_id / _DATA)
+                source = raw / self.dataset_id / _DATA
+                dataset = _open_minari(self.dataset_id, source)
             built = scratch / "converted"
             built.mkdir()
-            _convert(dataset, self.dataset_id, built)
+            _convert(dataset, self.dataset_id, built, source)
             del dataset
             published = publish(built, target, replace=replace)
         if replace and published:
@@ -455,21 +503,32 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
 
     def _build_split(self, replace: bool) -> None:
         target = self._split_path
-        flat = load_memmap(self.data_path_root / _DATA)
+        flat = self._load_checked(self.data_path_root)
         meta = self._read_metadata(self.data_path_root, raw=True)
         with staging_dir(target) as scratch:
             split = split_trajectories(flat, trajectory_key="episode")
             built = scratch / "converted"
             split.memmap(built / _DATA, num_threads=0)
-            _write_marker(built, {**meta, "split_trajs": True, "max_len": split.batch_size[1]})
+            _write_marker(built, {**meta, "split_trajs": True, "max_len": split.batch_size[1],
+                                  "files": leaf_files(built / _DATA)})
             publish(built, target, replace=replace)
 
     @staticmethod
+    def _load_checked(path: Path) -> Any:
+        """The memmap data of the conversion in ``path``, after checking that every leaf file
+        is there at its full size (``ValueError`` naming the file otherwise; nothing on disk
+        changes: mapping a short file would zero-extend it)."""
+        marker = read_json(path / _MARKER, "the dataset marker file")
+        check_leaf_files(path / _DATA, marker.get("files"))
+        return load_memmap(path / _DATA)
+
+    @staticmethod
     def _read_metadata(path: Path, raw: bool = False) -> dict[str, Any]:
-        meta = json.loads((path / _MARKER).read_text())
+        meta = read_json(path / _MARKER, "the dataset marker file")
         meta.pop("format", None)
         if raw:
             return meta
+        meta.pop("files", None)
         from minari.serialization import deserialize_space
 
         for name in ("observation_space", "action_space"):
