@@ -185,7 +185,7 @@ def _sample_checked(rb: TensorDictReplayBuffer, trajectories: set, seq_len: int,
                     strict: bool) -> None:
     n = len(rb)
     longest = max(len(t) for t in trajectories)
-    if seq_len > rb.storage.max_size or (strict and seq_len > n):
+    if strict and (seq_len > rb.storage.max_size or seq_len > n):
         with pytest.raises(ValueError, match="longer than"):
             rb.sample(4 * seq_len)
         return
@@ -238,7 +238,7 @@ def test_epoch_covers_each_trajectory_once(sc: dict) -> None:
     trajectories = oracle(rb.storage, layout, sc["signals"] in ("ids", "both"),
                           sc["signals"] in ("done", "both"))
     eligible = {t for t in trajectories if len(t) >= seq_len or not sc["strict"]}
-    if not eligible or seq_len > sc["max_size"] or (sc["strict"] and seq_len > len(rb)):
+    if not eligible or (sc["strict"] and (seq_len > sc["max_size"] or seq_len > len(rb))):
         with pytest.raises((RuntimeError, ValueError)):
             rb.sample()
         return

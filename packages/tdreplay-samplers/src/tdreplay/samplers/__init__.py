@@ -6,11 +6,12 @@ from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .prioritized_slice import PrioritizedSliceSampler
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
-from .without_replacement import SamplerWithoutReplacement
+from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchLargerThanBufferError",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",

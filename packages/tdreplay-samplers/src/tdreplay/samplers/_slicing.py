@@ -6,6 +6,7 @@ the checks of trajectories given up front; shared by the slice samplers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,21 @@ import torch
 
 from ._trajectory_index import LEN, TrajectoryIndex
 
-__all__ = ["REJECTION_ROUNDS", "check_static", "no_trajectory_error", "ragged_arange",
-           "slice_shape", "slice_slots", "span_starts", "static_cut"]
+__all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "check_static", "draw_trajectories",
+           "no_trajectory_error",
+           "ragged_arange", "slice_shape", "slice_slots", "span_starts", "static_cut"]
+
+class ArgumentConflictError(ValueError, RuntimeError):
+    """Arguments that exclude each other were given together.
+
+    A ``ValueError``, and the ``RuntimeError`` TorchRL raises in these cases.
+
+    Examples
+    --------
+    >>> [issubclass(ArgumentConflictError, e) for e in (ValueError, RuntimeError)]
+    [True, True]
+    """
+
 
 #: Rounds of rejection sampling before falling back to an exact draw among eligible items.
 REJECTION_ROUNDS = 8
@@ -43,6 +57,36 @@ def slice_shape(batch_size: Any, num_slices: int | None, slice_len: int | None
         raise ValueError(f"batch_size={batch_size} is not divisible by slice_len="
                          f"{slice_len}.")
     return batch_size // slice_len, slice_len
+
+
+def draw_trajectories(index: TrajectoryIndex, k: int, seq_len: int, strict_length: bool,
+                      randint: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """``k`` record ids drawn uniformly among trajectories of at least ``seq_len`` steps (any
+    trajectory unless ``strict_length``); ``randint(high, n)`` draws ``n`` ints in ``[0, high)``.
+    """
+    live = index.live_records()
+    m = live.size
+    if m == 0:
+        raise RuntimeError("the buffer holds no trajectory to sample from.")
+    if not strict_length:
+        return live[randint(m, k)]
+    rec = index.rec
+    out: list[np.ndarray] = []
+    need = k
+    # rejection sampling: exact (accepted draws are uniform over the long-enough
+    # trajectories) and O(batch) unless almost every trajectory is too short
+    for _ in range(REJECTION_ROUNDS):
+        cand = live[randint(m, need + need // 2 + 8)]
+        ok = cand[rec[cand, LEN] >= seq_len][:need]
+        out.append(ok)
+        need -= ok.size
+        if need == 0:
+            return np.concatenate(out)
+    eligible = live[rec[live, LEN] >= seq_len]
+    if eligible.size == 0:
+        raise no_trajectory_error(index, seq_len)
+    out.append(eligible[randint(eligible.size, need)])
+    return np.concatenate(out)
 
 
 def ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -62,6 +62,7 @@ from ._priority_values import (
     prepare_update,
     slots_on,
 )
+from .without_replacement import check_replacement
 
 __all__ = ["PRIORITY_WEIGHT_KEY", "WRITE_GENERATION_KEY", "PrioritizedSampler"]
 
@@ -113,6 +114,9 @@ class PrioritizedSampler(Sampler):
         ones. Defaults to True for CPU trees and False for device trees (checking would need a
         host sync there; bad updates are then dropped on the device instead). Numba trees always
         validate.
+    replacement : bool
+        TorchRL's ``replacement=``: there is no prioritized sampler without replacement, so
+        ``False`` raises a ``TypeError`` (as in TorchRL).
 
     Examples
     --------
@@ -151,7 +155,9 @@ class PrioritizedSampler(Sampler):
         stratified: bool = False,
         skip_stale_updates: bool = True,
         validate: bool | None = None,
+        replacement: bool = True,
     ) -> None:
+        check_replacement(replacement, type(self).__name__, variant=False)
         self._capacity, self._eps, self._req_device = check_options(
             max_capacity, eps=eps, dtype=dtype, reduction=reduction, backend=backend,
             device=device, validate=validate)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ._slicing import (
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 from .prioritized import PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY, PrioritizedSampler
 from .slice import SliceSampler
+from .without_replacement import check_replacement
 
 __all__ = ["PrioritizedSliceSampler"]
 
@@ -55,8 +57,8 @@ class PrioritizedSliceSampler(SliceSampler):
     ----------
     max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer
         As :class:`PrioritizedSampler`.
-    num_slices, slice_len, end_key, traj_key, trajectory_key, ends, trajectories, cache_values,
-    truncated_key, strict_length, compile, use_gpu
+    num_slices, slice_len, end_key, end_keys, traj_key, trajectory_key, ends, trajectories,
+    cache_values, truncated_key, strict_length, compile, use_gpu
         As :class:`SliceSampler`.
     span : bool, int or (False, bool | int)
         Only the right side is supported: slices may hang over the end of their trajectory
@@ -65,6 +67,9 @@ class PrioritizedSliceSampler(SliceSampler):
     device, backend, skip_stale_updates, validate
         As :class:`PrioritizedSampler`. The trajectory bookkeeping stays on the CPU, so with
         device trees every batch copies its candidate start steps to the host.
+    replacement : bool
+        TorchRL's ``replacement=``: there is no prioritized slice sampler without replacement,
+        so ``False`` raises a ``TypeError`` (as in TorchRL).
 
     Examples
     --------
@@ -117,7 +122,10 @@ class PrioritizedSliceSampler(SliceSampler):
         backend: str | None = None,
         skip_stale_updates: bool = True,
         validate: bool | None = None,
+        replacement: bool = True,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
+        check_replacement(replacement, type(self).__name__, variant=False)
         self._priorities = PrioritizedSampler(
             max_capacity, alpha, beta, eps=eps, dtype=dtype, reduction=reduction,
             max_priority_within_buffer=max_priority_within_buffer, device=device,
@@ -126,7 +134,8 @@ class PrioritizedSliceSampler(SliceSampler):
             num_slices=num_slices, slice_len=slice_len, end_key=end_key,
             traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
             trajectories=trajectories, cache_values=cache_values, truncated_key=truncated_key,
-            strict_length=strict_length, compile=compile, span=span, use_gpu=use_gpu)
+            strict_length=strict_length, compile=compile, span=span, use_gpu=use_gpu,
+            end_keys=end_keys)
         if self.span[0]:
             raise ValueError("PrioritizedSliceSampler supports span on the right only "
                              f"(span=(False, ...)), got span={span!r}.")

@@ -8,6 +8,7 @@ so sampling costs ``O(batch)`` whatever the size of the buffer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,27 +18,23 @@ from tensordict import unravel_key
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
+from ._signals import AUTO_TRAJ_KEYS, Signals, read_signals, resolve_signals
 from ._slicing import (
-    REJECTION_ROUNDS,
+    ArgumentConflictError,
     check_static,
+    draw_trajectories,
     no_trajectory_error,
     slice_shape,
     slice_slots,
     span_starts,
     static_cut,
 )
-from ._storage_entries import (
-    MissingKeyError,
-    StorageEntries,
-    ends_array,
-    ids_array,
-    key_name,
-    touches,
-)
+from ._storage_entries import StorageEntries, touches
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
+from .without_replacement import SamplerWithoutReplacement, check_replacement
 
 _DEFAULT_END_KEY = ("next", "done")
-_DEFAULT_TRAJ_KEY = "episode"
+_DEFAULT_TRAJ_KEY = "episode"  # what traj_key reports until a key is detected
 
 
 def _positive_int_or_none(value: Any, name: str) -> int | None:
@@ -107,10 +104,16 @@ class SliceSampler(Sampler):
         Steps per slice; the batch size must be divisible by it. Exclusive with ``num_slices``.
     end_key : NestedKey, optional
         Entry marking the last step of a trajectory. Defaults to ``("next", "done")``.
+    end_keys : sequence of NestedKey, optional
+        Several end entries, OR-ed (e.g. ``("next", "terminated")`` and ``("next",
+        "truncated")``); those the data lacks are skipped. Exclusive with ``end_key``.
     traj_key, trajectory_key : NestedKey, optional
         Entry holding integer trajectory ids (``trajectory_key`` is an alias of ``traj_key``).
-        When neither key is given, ``"episode"`` is used if the data has it, else the end key.
-        Giving both ``end_key`` and a trajectory key splits on either signal.
+        As in TorchRL: when neither a trajectory key nor an end key is given,
+        ``("collector", "traj_ids")`` is used if the data has it, else ``"episode"``, else the
+        end key (:attr:`traj_key` then names the key found); a trajectory key the data lacks
+        falls back to the end key, end keys the data lacks fall back to the trajectory ids.
+        Giving both a trajectory key and end keys splits on either signal.
     ends : torch.Tensor, optional
         Boolean end flags of every written step (flat slot order), for static datasets whose
         flags are known up front. Exclusive with the keys and with ``trajectories``. On a full
@@ -137,12 +140,17 @@ class SliceSampler(Sampler):
         (shorter slices). An int ``i`` allows an overhang of at most ``i`` steps.
     use_gpu : bool or torch.device
         Accepted for TorchRL compatibility; the bookkeeping is ``O(batch)`` on the CPU.
+    replacement : bool
+        ``False`` makes a :class:`SliceSamplerWithoutReplacement` instead (the other arguments,
+        e.g. ``drop_last`` and ``shuffle``, go to it), as in TorchRL. Defaults to ``True``.
 
     Examples
     --------
     >>> from tensordict import TensorDict
     >>> from tdreplay.core import TensorDictReplayBuffer
     >>> from tdreplay.storages import LazyTensorStorage
+    >>> type(SliceSampler(slice_len=4, replacement=False)).__name__
+    'SliceSamplerWithoutReplacement'
     >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
     ...                             sampler=SliceSampler(num_slices=2, traj_key="episode"),
     ...                             batch_size=8)
@@ -157,6 +165,13 @@ class SliceSampler(Sampler):
     >>> s["next", "truncated"].view(2, 4)[:, -1].all().item()     # slice ends are truncated
     True
     """
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> SliceSampler:
+        # TorchRL's SliceSampler(replacement=False) is a SliceSamplerWithoutReplacement
+        if cls is SliceSampler and isinstance(replacement, (bool, np.bool_)) \
+                and not replacement:
+            cls = SliceSamplerWithoutReplacement
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -174,7 +189,11 @@ class SliceSampler(Sampler):
         compile: bool | dict = False,
         span: bool | int | tuple[bool | int, bool | int] = False,
         use_gpu: bool | torch.device = False,
+        replacement: bool = True,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
+        check_replacement(replacement, type(self).__name__,
+                          variant=isinstance(self, SamplerWithoutReplacement))
         self.num_slices = _positive_int_or_none(num_slices, "num_slices")
         self.slice_len = _positive_int_or_none(slice_len, "slice_len")
         if (self.num_slices is None) == (self.slice_len is None):
@@ -185,17 +204,29 @@ class SliceSampler(Sampler):
             raise ValueError(f"traj_key={traj_key!r} and trajectory_key={trajectory_key!r} are "
                              "aliases of one argument: give one of them.")
         traj_key = traj_key if traj_key is not None else trajectory_key
+        if end_key is not None and end_keys is not None:
+            raise ArgumentConflictError("end_key and end_keys are exclusive arguments: pass one "
+                                        "key as end_key, or several (OR-ed) as end_keys.")
+        if end_keys is not None:
+            if isinstance(end_keys, (str, bytes)) or not isinstance(end_keys, Sequence) \
+                    or not end_keys:
+                raise ValueError(f"end_keys must be a non-empty sequence of keys, got "
+                                 f"{end_keys!r}.")
+            self.end_keys: tuple[Any, ...] | None = tuple(unravel_key(k) for k in end_keys)
+        else:
+            self.end_keys = None
         if (ends is not None or trajectories is not None) and (
-                traj_key is not None or end_key is not None):
-            raise ValueError("ends/trajectories give the trajectories directly: they cannot be "
-                             "combined with end_key or traj_key.")
+                traj_key is not None or end_key is not None or end_keys is not None):
+            raise ArgumentConflictError("ends/trajectories give the trajectories directly: they "
+                                        "cannot be combined with end_key, end_keys or traj_key.")
         if ends is not None and trajectories is not None:
             raise ValueError("ends and trajectories are exclusive: give one of them.")
         self._static_ends = check_static(ends, "ends")
         self._static_traj = check_static(trajectories, "trajectories")
         self._explicit_traj = traj_key is not None
-        self._explicit_end = end_key is not None
+        self._explicit_end = end_key is not None or end_keys is not None
         self.end_key = unravel_key(end_key) if end_key is not None else _DEFAULT_END_KEY
+        self._end_keys = self.end_keys if self.end_keys is not None else (self.end_key,)
         self.traj_key = unravel_key(traj_key) if traj_key is not None else _DEFAULT_TRAJ_KEY
         self.cache_values = bool(cache_values)
         self.truncated_key = unravel_key(truncated_key) if truncated_key is not None else None
@@ -208,7 +239,7 @@ class SliceSampler(Sampler):
         self.use_gpu = use_gpu
         self._index = TrajectoryIndex(track_slots=self._tracks_slots)
         self._entries = StorageEntries()
-        self._signals: tuple[Any, Any] | None = None  # (traj key or None, end key or None)
+        self._signals: Signals | None = None
 
     _tracks_slots = False
 
@@ -227,7 +258,7 @@ class SliceSampler(Sampler):
     def mark_edited(self, keys: list[NestedKey] | None = None) -> None:
         """Entries edited in place: recompute the trajectories if their signals may have changed."""
         if self._static_traj is None and self._static_ends is None \
-                and touches(keys, [self.traj_key, self.end_key]):
+                and touches(keys, [self.traj_key, *AUTO_TRAJ_KEYS, *self._end_keys]):
             self._rewritten()
 
     def _rewritten(self) -> None:
@@ -240,30 +271,23 @@ class SliceSampler(Sampler):
         self._signals = None
 
     # ---- trajectory signals --------------------------------------------------------------------
-    def _resolve_signals(self, storage: Storage) -> tuple[Any, Any]:
-        """Which entries define the trajectories: ``(traj key or None, end key or None)``."""
-        entries = self._entries
-        has_traj = entries.has(storage, self.traj_key)
-        has_end = entries.has(storage, self.end_key)
-        if self._explicit_traj and not has_traj:
-            raise MissingKeyError(
-                f"{type(self).__name__}: the trajectory key {key_name(self.traj_key)} "
-                f"is not in the storage ({entries.describe(storage)}).")
-        if self._explicit_end and not has_end:
-            raise MissingKeyError(
-                f"{type(self).__name__}: the end key {key_name(self.end_key)} is not "
-                f"in the storage ({entries.describe(storage)}).")
-        if self._explicit_traj or self._explicit_end:
-            return (self.traj_key if self._explicit_traj else None,
-                    self.end_key if self._explicit_end else None)
-        if has_traj:
-            return self.traj_key, None
-        if has_end:
-            return None, self.end_key
-        raise MissingKeyError(f"{type(self).__name__} found neither the trajectory key "
-                       f"{key_name(self.traj_key)} nor the end key {key_name(self.end_key)} in "
-                       f"the storage ({entries.describe(storage)}): pass traj_key=... or "
-                       "end_key=... naming the entry that delimits trajectories.")
+    def _resolve_signals(self, storage: Storage) -> Signals:
+        """Which entries define the trajectories: ``(traj key or None, end keys or None)``."""
+        traj_key = self.traj_key if self._explicit_traj else None
+        # explicit end keys are looked at first only when no trajectory key is given: the
+        # trajectory ids come first otherwise (TorchRL's order), the end keys are the fallback
+        signals = resolve_signals(self._entries, storage, type(self).__name__,
+                                  traj_key=traj_key, end_keys=self._end_keys)
+        traj, ends = signals
+        if self._explicit_end and not self._explicit_traj and ends is not None:
+            traj = None  # end keys given and stored: trajectories by end flags only
+        elif self._explicit_traj and traj is not None and not self._explicit_end:
+            ends = None  # trajectory key given and stored
+        elif not self._explicit_traj and not self._explicit_end and traj is not None:
+            ends = None  # detected trajectory ids
+        if traj is not None and not self._explicit_traj:
+            self.traj_key = traj  # the key detected, as TorchRL reports it
+        return traj, ends
 
     def _read_block(self, storage: Storage, start: int, stop: int
                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -272,18 +296,7 @@ class SliceSampler(Sampler):
         if self._static_ends is not None:
             return None, np.ascontiguousarray(self._static_ends[start:stop].numpy())
         assert self._signals is not None  # resolved by _sync before the index reads blocks
-        traj, end = self._signals
-        ids = done = None
-        if traj is not None:
-            ids = ids_array(self._block(storage, traj, start, stop), key_name(traj))
-        if end is not None:
-            done = ends_array(self._block(storage, end, start, stop))
-        return ids, done
-
-    def _block(self, storage: Storage, key: Any, start: int, stop: int) -> torch.Tensor:
-        values = self._entries.block(storage, key, start, stop)
-        assert values is not None  # _resolve_signals found the key in the storage
-        return values
+        return read_signals(self._entries, storage, self._signals, start, stop)
 
     def _sync(self, storage: Storage) -> TrajectoryIndex:
         n = len(storage)
@@ -302,9 +315,10 @@ class SliceSampler(Sampler):
     # ---- sampling --------------------------------------------------------------------------------
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
         n = check_not_empty(storage)
-        if seq_len > storage.max_size:
+        if self.strict_length and seq_len > storage.max_size:
             raise ValueError(f"slices of {seq_len} steps are longer than the whole buffer "
-                             f"(max_size={storage.max_size}).")
+                             f"(max_size={storage.max_size}): use shorter slices or "
+                             "strict_length=False.")
         if self.strict_length and seq_len > n:
             raise ValueError(f"slices of {seq_len} steps are longer than the {n} steps in the "
                              "buffer (strict_length=True).")
@@ -317,37 +331,12 @@ class SliceSampler(Sampler):
         num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
         index = self._sync(storage)
-        records = self._draw_trajectories(index, num_slices, seq_len)
+        records = draw_trajectories(index, num_slices, seq_len, self.strict_length,
+                                    self._randint)
         return self._slices(storage, index, records, seq_len, self.span)
 
     def _randint(self, high: int, n: int) -> np.ndarray:
         return torch.randint(high, (n,), generator=self._rng).numpy()
-
-    def _draw_trajectories(self, index: TrajectoryIndex, k: int, seq_len: int) -> np.ndarray:
-        """``k`` record ids drawn uniformly among trajectories of at least ``seq_len`` steps."""
-        live = index.live_records()
-        m = live.size
-        if m == 0:
-            raise RuntimeError("the buffer holds no trajectory to sample from.")
-        if not self.strict_length:
-            return live[self._randint(m, k)]
-        rec = index.rec
-        out: list[np.ndarray] = []
-        need = k
-        # rejection sampling: exact (accepted draws are uniform over the long-enough
-        # trajectories) and O(batch) unless almost every trajectory is too short
-        for _ in range(REJECTION_ROUNDS):
-            cand = live[self._randint(m, need + need // 2 + 8)]
-            ok = cand[rec[cand, LEN] >= seq_len][:need]
-            out.append(ok)
-            need -= ok.size
-            if need == 0:
-                return np.concatenate(out)
-        eligible = live[rec[live, LEN] >= seq_len]
-        if eligible.size == 0:
-            raise no_trajectory_error(index, seq_len)
-        out.append(eligible[self._randint(eligible.size, need)])
-        return np.concatenate(out)
 
     def _slices(self, storage: Storage, index: TrajectoryIndex, records: np.ndarray,
                 seq_len: int, span: tuple[bool | int, bool | int]
@@ -419,7 +408,7 @@ class SliceSampler(Sampler):
         return f"{type(self).__name__}({self._repr_args()}, span={self.span})"
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     """Slices without replacement: each trajectory gives one slice per epoch.
 
     An epoch is a (shuffled) pass over the trajectories in the buffer when it starts; each
@@ -437,9 +426,12 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     shuffle : bool
         Visit trajectories in random order (``False``: in storage order of their first step).
     **kwargs
-        As :class:`SliceSampler` (``num_slices`` / ``slice_len``, keys, ``ends`` /
+        As :class:`SliceSampler` (``num_slices`` / ``slice_len``, keys and ``end_keys``, ``ends`` /
         ``trajectories``, ``truncated_key``, ``strict_length``, ``cache_values``, ``compile``,
         ``use_gpu``); ``span`` is not supported (each trajectory is visited once).
+        ``replacement`` is TorchRL's: only ``False`` is accepted.
+
+    It is a :class:`SamplerWithoutReplacement` too (``isinstance`` holds, as in TorchRL).
 
     Examples
     --------
@@ -474,12 +466,15 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         shuffle: bool = True,
         compile: bool | dict = False,
         use_gpu: bool | torch.device = False,
+        replacement: bool = False,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
-        super().__init__(num_slices=num_slices, slice_len=slice_len, end_key=end_key,
-                         traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
-                         trajectories=trajectories, cache_values=cache_values,
-                         truncated_key=truncated_key, strict_length=strict_length,
-                         compile=compile, span=False, use_gpu=use_gpu)
+        SliceSampler.__init__(self, num_slices=num_slices, slice_len=slice_len, end_key=end_key,
+                              traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
+                              trajectories=trajectories, cache_values=cache_values,
+                              truncated_key=truncated_key, strict_length=strict_length,
+                              compile=compile, span=False, use_gpu=use_gpu,
+                              replacement=replacement, end_keys=end_keys)
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
         self._reset_epoch()
