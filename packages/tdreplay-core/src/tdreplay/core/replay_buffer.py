@@ -6,7 +6,8 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +22,8 @@ from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
 from .utils import INT_TYPES, check_instance, leading_dim
 from .writer import RoundRobinWriter, Writer
+
+T = TypeVar("T")
 
 
 class _BufferLock:
@@ -56,6 +59,37 @@ class _BufferLock:
                 process_lock.release()
         finally:
             self._thread_lock.release()
+
+
+def _component(value: Any, kind: type[T], default: Callable[[], Any]) -> T:
+    """``value``, or what it returns when it is a factory (TorchRL passes
+    ``storage=partial(ListStorage)``), or ``default()`` when ``None``; checked to be a ``kind``
+    (the error names the argument: ``storage``, ``sampler``, ``writer``)."""
+    if value is None:
+        value = default()
+    elif not isinstance(value, kind) and callable(value):
+        value = value()
+    return check_instance(value, kind, kind.__name__.lower())
+
+
+def _check_flags(compilable: Any, delayed_init: Any) -> bool:
+    """``compilable``; ``TypeError`` naming the argument unless it is a bool and
+    ``delayed_init`` is a bool or None."""
+    if delayed_init is not None:
+        check_instance(delayed_init, bool, "delayed_init")
+    return check_instance(compilable, bool, "compilable")
+
+
+def _transform_from(transform: Any, transform_factory: Callable[[], Any] | None) -> Any:
+    """``transform``, or what ``transform_factory()`` returns (never both: ``TypeError``)."""
+    if transform_factory is None:
+        return transform
+    if transform is not None:
+        raise TypeError("transform and transform_factory are mutually exclusive: pass one.")
+    if not callable(transform_factory):
+        raise TypeError(f"transform_factory must be callable, got "
+                        f"{type(transform_factory).__name__}.")
+    return transform_factory()
 
 
 def _check_count(value: Any, name: str, minimum: int) -> int | None:
@@ -137,6 +171,11 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         Default batch size of :meth:`sample` and of iteration.
     generator : torch.Generator, optional
         Random generator used by the sampler, for reproducible sampling.
+    transform_factory : callable, optional
+        Returns the transform (as TorchRL); not together with ``transform``.
+    compilable, delayed_init : bool, optional
+        As TorchRL, no effect (``compilable`` goes to the default storage and writer, see
+        :class:`Storage`). Parts (``storage`` etc. may be factories) are built at once.
 
     Thread safety: one lock guards writes, index assignment and the read of sampled rows, so a
     collector thread can ``extend`` while learner threads ``sample``; a sample never sees a
@@ -167,13 +206,15 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         transform: Transform | Callable[[Any], Any] | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        transform_factory: Callable[[], Any] | None = None,
+        compilable: bool = False,
+        delayed_init: bool | None = None,
     ) -> None:
-        self._storage = check_instance(storage if storage is not None else ListStorage(1000),
-                                       Storage, "storage")
-        self._sampler = check_instance(sampler if sampler is not None else RandomSampler(),
-                                       Sampler, "sampler")
-        self._writer = check_instance(writer if writer is not None else RoundRobinWriter(),
-                                      Writer, "writer")
+        self.compilable = _check_flags(compilable, delayed_init)
+        self._storage = _component(storage, Storage, partial(ListStorage, compilable=compilable))
+        self._sampler = _component(sampler, Sampler, RandomSampler)
+        self._writer = _component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
+        transform = _transform_from(transform, transform_factory)
         self._writer.register_storage(self._storage)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
@@ -192,6 +233,8 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         self._rng: torch.Generator | None = None
         if generator is not None:
             self.set_rng(generator)
+
+    initialized = True  #: always True: parts are built at construction (``delayed_init``)
 
     # ---- components ------------------------------------------------------------------------------
     @property
