@@ -71,8 +71,9 @@ def test_torchrl_tutorial_imports_migrate_with_the_one_line_change():
     rb = ReplayBuffer(storage=ListStorage(10), sampler=PrioritizedSampler(10, 0.7, 0.5),
                       writer=RoundRobinWriter())
     assert rb.extend([1, 2, 3]).tolist() == [0, 1, 2]
-    assert {TensorDictReplayBuffer, LazyMemmapStorage, SliceSampler} <= set(
-        vars(tdreplay.data).values())
+    assert TensorDictReplayBuffer is tdreplay.data.TensorDictReplayBuffer
+    assert LazyMemmapStorage is tdreplay.data.LazyMemmapStorage
+    assert SliceSampler is tdreplay.data.SliceSampler
 
 
 def test_submodules_are_attributes_as_in_torchrl():
