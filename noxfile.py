@@ -489,6 +489,41 @@ def bench(session: nox.Session) -> None:
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 
+# The peers of ``bench-peers``, each in a virtualenv of its own (they need another tensordict
+# than tdreplay's), all seeing the shared CPU torch and installed under its constraint.
+# torchrl 0.14.1 installs and imports against torch 2.13.0+cpu, but its C++ extension (the
+# segment trees of its prioritized sampler) was built for another torch and does not load:
+# its prioritized workloads are reported as skipped, with the reason.
+PEER_REQUIREMENTS = {
+    "cpprb": ["cpprb==11.0.0", "tensordict>=0.15,<0.16"],  # tensordict: benchmarks/_common.py
+    "torchrl": ["torchrl==0.14.1"],
+}
+PEER_VENVS = NOX_DIR / "_peer-venvs"
+
+
+@nox.session(name="bench-peers", default=False)
+def bench_peers(session: nox.Session) -> None:
+    """tdreplay, cpprb, TorchRL and bare torch on the same workloads: benchmarks/peers_run.py.
+
+    Writes benchmarks/results/peers.json (ratios included), peers.png and scaling.png.
+    Arguments after -- go to peers_run.py (``--quick``: smaller buffers in the scaling runs).
+    """
+    _setup_venv(session)
+    _install_all(session, "matplotlib>=3.7", with_tooling=False)
+    pip = [str(Path(session.bin) / "python"), "-m", "pip"]
+    pythons = []
+    for peer, requirements in PEER_REQUIREMENTS.items():
+        venv = PEER_VENVS / peer
+        python = venv / "bin" / "python"
+        if not python.exists():
+            session.run(sys.executable, "-m", "venv", "--without-pip", str(venv), external=True)
+        _link_torch(python)  # before anything is installed: pip sees torch, never fetches one
+        session.run(*pip, "--python", str(python), "install", *PIP_INSTALL, *requirements)
+        session.run(str(python), "-c", CHECK_TORCH, external=True)
+        pythons += ["--python", f"{peer}={python}"]
+    session.run("python", str(ROOT / "benchmarks" / "peers_run.py"), *pythons, *session.posargs)
+
+
 # What examples/demo.py needs besides the packages: the CartPole environment, the plot and
 # the progress bar.
 DEMO_DEPS = ["gymnasium>=1.0", "matplotlib>=3.7", "tqdm>=4.60"]
