@@ -41,3 +41,14 @@ def test_rows_written_do_not_depend_on_compilable(compilable):
     rb = ReplayBuffer(storage=ListStorage(3), writer=RoundRobinWriter(compilable=compilable))
     assert rb.extend([1, 2, 3, 4]).tolist() == [0, 1, 2, 0]
     assert rb[:] == [4, 2, 3]
+
+
+@pytest.mark.parametrize("data", [torch.zeros(3), {"r": torch.zeros(3)}])
+def test_max_value_writer_refuses_non_tensordicts_as_torchrl(data):
+    """TorchRL raises RuntimeError here: tdreplay's error is a TypeError and a RuntimeError."""
+    rb = ReplayBuffer(storage=ListStorage(3), writer=TensorDictMaxValueWriter(rank_key="r"))
+    for op in (rb.extend, rb.add):
+        with pytest.raises(RuntimeError, match="tensor collection") as info:
+            op(data)
+        assert isinstance(info.value, TypeError)
+    assert len(rb) == 0 and rb.write_count == 0

@@ -104,8 +104,7 @@ class TensorStorage(Storage):
     """
 
     _default_checkpointer = TensorStorageCheckpointer
-    #: written rows (the base keeps the count here; see :meth:`_rows_written`)
-    _len_rows: int = 0
+    _len_rows: int = 0  #: written rows (the base keeps the count here; see _rows_written)
 
     def __init__(
         self,
@@ -120,8 +119,7 @@ class TensorStorage(Storage):
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
         wrapped = None if storage is None else _wrapped(storage, max_size, ndim)
-        if wrapped is not None:
-            max_size = wrapped[0]
+        max_size = wrapped[0] if wrapped is not None else max_size
         if max_size is None:
             raise ValueError("max_size must be given when no storage is passed.")
         super().__init__(max_size, checkpointer, compilable=compilable)

@@ -3,13 +3,14 @@
 from tdreplay.core import RoundRobinWriter, Writer
 
 from .immutable import ImmutableDatasetWriter
-from .max_value import TensorDictMaxValueWriter
+from .max_value import NotATensorCollectionError, TensorDictMaxValueWriter
 from .round_robin import TensorDictRoundRobinWriter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ImmutableDatasetWriter",
+    "NotATensorCollectionError",
     "RoundRobinWriter",
     "TensorDictMaxValueWriter",
     "TensorDictRoundRobinWriter",

@@ -21,6 +21,25 @@ _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 _Entry = tuple[float, int, int]
 
 
+class NotATensorCollectionError(TypeError, RuntimeError):
+    """Data without a rank entry to read: not a TensorDict (or tensorclass).
+
+    A ``TypeError``; also a ``RuntimeError``, which TorchRL's ``TensorDictMaxValueWriter`` raises
+    for the same data, so that ``except RuntimeError`` written for TorchRL keeps working.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> w = TensorDictMaxValueWriter()
+    >>> w.register_storage(ListStorage(2))
+    >>> try:
+    ...     w.extend(torch.zeros(3))
+    ... except RuntimeError as err:
+    ...     print(type(err).__name__, isinstance(err, TypeError))
+    NotATensorCollectionError True
+    """
+
+
 def _take_rows(data: TensorDictBase, positions: list[int]) -> TensorDictBase:
     """``data[positions]`` along the first dim (``index_select`` per leaf for a dense
     TensorDict: advanced indexing is much slower when the CPU is busy)."""
@@ -110,9 +129,9 @@ class TensorDictMaxValueWriter(Writer):
     def _ranks(self, data: Any, batched: bool) -> torch.Tensor:
         """One float64 rank per offered row (a single element when ``batched`` is False)."""
         if not is_tensor_collection(data):
-            raise TypeError(
-                f"{type(self).__name__} reads ranks from TensorDicts (entry {self.rank_key!r}); "
-                f"got {type(data).__name__}."
+            raise NotATensorCollectionError(
+                f"{type(self).__name__} expects data to be a tensor collection (a TensorDict, "
+                f"whose entry {self.rank_key!r} it reads ranks from); got {type(data).__name__}."
             )
         rank = data.get(self.rank_key, None)
         if rank is None:
