@@ -29,6 +29,7 @@ class BufferWiringMixin:
     _sampler: Sampler
     _writer: Writer
     _rng: torch.Generator | None
+    _batch_size: int | None
     _transform: Compose
     _collate_fn: Callable[[Any], Any]
     _lock: AbstractContextManager[Any]
@@ -48,9 +49,24 @@ class BufferWiringMixin:
             self.clear_prefetch()
         return previous
 
+    def _check_sampler_batch_size(self, sampler: Sampler) -> None:
+        """``ValueError`` (TorchRL's message) when ``sampler`` needs a batch size known in
+        advance (:attr:`Sampler.requires_batch_size`) and the buffer has none."""
+        if self._batch_size is None and sampler.requires_batch_size:
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size. "
+                f"Please pass the batch-size to the ReplayBuffer constructor ({sampler!r} drops "
+                "the last incomplete batch of an epoch: it needs the buffer's batch_size).")
+
     def set_sampler(self, sampler: Sampler) -> Sampler:
-        """Replace the sampler; returns the previous one."""
+        """Replace the sampler; returns the previous one.
+
+        A sampler that needs a batch size known in advance (e.g.
+        ``SamplerWithoutReplacement(drop_last=True)``) is refused with a ``ValueError`` by a
+        buffer built without ``batch_size``; the buffer keeps its sampler.
+        """
         check_instance(sampler, Sampler, "sampler")
+        self._check_sampler_batch_size(sampler)
         with self._lock:
             previous = self._sampler
             self._sampler = sampler

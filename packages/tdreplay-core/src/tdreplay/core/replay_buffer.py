@@ -169,6 +169,8 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         Applied to every sample (and, when appended with ``invert=True``, to every write).
     batch_size : int, optional
         Default batch size of :meth:`sample` and of iteration.
+        Required by samplers that drop the last incomplete batch of an epoch
+        (:attr:`Sampler.requires_batch_size`, e.g. ``drop_last=True``): ``ValueError`` without.
     generator : torch.Generator, optional
         Random generator used by the sampler, for reproducible sampling.
     transform_factory : callable, optional
@@ -222,6 +224,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
+        self._check_sampler_batch_size(self._sampler)
         self._transform = Compose()
         if transform is not None:
             if isinstance(transform, Compose):

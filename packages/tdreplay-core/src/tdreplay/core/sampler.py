@@ -27,6 +27,8 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     - ``update_priority(index, priority)``: prioritized samplers only.
     - ``ran_out``: True once an epoch is over (samplers without replacement); the buffer's
       iterator stops there.
+    - ``requires_batch_size``: True when the buffer must have a ``batch_size`` (checked when
+      the buffer is built and by ``set_sampler``).
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``: the whole sampling state.
     """
 
@@ -93,6 +95,22 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     @property
     def ran_out(self) -> bool:
         """Whether the current epoch is exhausted (always False for samplers with replacement)."""
+        return False
+
+    @property
+    def requires_batch_size(self) -> bool:
+        """Whether this sampler needs the buffer to know its batch size in advance (``False``
+        by default).
+
+        A sampler that drops the incomplete last batch of an epoch (``drop_last=True``) can
+        only tell where an epoch ends when every batch has the same, known size: a buffer
+        refuses it (``ValueError``, as TorchRL) unless it was given a ``batch_size``.
+
+        Examples
+        --------
+        >>> RandomSampler().requires_batch_size
+        False
+        """
         return False
 
     def set_rng(self, generator: torch.Generator | None) -> None:

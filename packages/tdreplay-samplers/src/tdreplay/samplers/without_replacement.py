@@ -65,7 +65,9 @@ class SamplerWithoutReplacement(Sampler):
     Parameters
     ----------
     drop_last : bool
-        Drop the last batch of an epoch when it would be smaller than ``batch_size``.
+        Drop the last batch of an epoch when it would be smaller than ``batch_size``. The
+        buffer must then be built with a ``batch_size`` (``ValueError`` otherwise, as TorchRL:
+        :attr:`requires_batch_size`).
     shuffle : bool
         Shuffle each epoch (``False`` walks the slots in storage order).
     replacement : bool
@@ -125,6 +127,12 @@ class SamplerWithoutReplacement(Sampler):
     @property
     def ran_out(self) -> bool:
         return self._ran_out
+
+    @property
+    def requires_batch_size(self) -> bool:
+        """``drop_last``: only a known batch size tells which last batch is incomplete, so a
+        buffer built without ``batch_size`` refuses this sampler with ``drop_last=True``."""
+        return self.drop_last
 
     def empty(self) -> None:
         self._order = None

