@@ -314,6 +314,39 @@ def integration(session: nox.Session) -> None:
     _pytest(session, ROOT / "integration_tests", junit="integration")
 
 
+# TorchRL's replay-buffer test suite with only its imports switched to tdreplay (a
+# specification to measure against, kept beside the repository; see its README.md).
+CONFORMANCE_DIR = ROOT.parent / "shared" / "conformance" / "torchrl-rb"
+# Not under .nox/_reports: tools/ci_summary.py totals every report there, and the conformance
+# failures (TorchRL features tdreplay lacks) are not failures of the default run.
+CONFORMANCE_REPORT = NOX_DIR / "_conformance" / "conformance.xml"
+
+
+@nox.session(default=False)
+def conformance(session: nox.Session) -> None:
+    """TorchRL's replay-buffer tests against tdreplay (every package installed); prints the
+    counts and the failures grouped by cause. Not in the default run, and exits 0 when tests
+    fail: it measures, it does not gate."""
+    if not CONFORMANCE_DIR.is_dir():
+        session.skip(f"no conformance suite at {CONFORMANCE_DIR} (TorchRL's replay-buffer "
+                     "tests with the imports switched to tdreplay): nothing to run")
+    _setup_venv(session)
+    _install_all(session, with_tooling=True)
+    CONFORMANCE_REPORT.parent.mkdir(parents=True, exist_ok=True)
+    CONFORMANCE_REPORT.unlink(missing_ok=True)
+    # pytest's default import mode (prepend): the suite imports its helpers (_rb_common, ...)
+    # as top-level modules; the folder is named on the command line (its conftest.py collects
+    # it only then).
+    session.run(
+        "python", "-m", "pytest", os.path.relpath(CONFORMANCE_DIR, ROOT),
+        "-q", "-p", "no:cacheprovider", "--timeout=120", "-rfE",
+        f"--junitxml={CONFORMANCE_REPORT}", *session.posargs,
+        success_codes=[0, 1],
+    )  # fmt: skip
+    session.run("python", str(ROOT / "tools" / "conformance_summary.py"),
+                str(CONFORMANCE_REPORT))
+
+
 WHEEL_DIR = NOX_DIR / "_wheels"
 VENVS_DIR = NOX_DIR / "_packaging-venvs"
 

@@ -153,3 +153,10 @@ def test_ray_started_by_the_user_stays_up(monkeypatch, no_leases):
     lease = _ray.RayLease.acquire({"num_cpus": 1})
     lease.release()
     assert fake.calls == [] and fake.initialized
+
+
+def test_a_ray_buffer_is_not_iterable_item_by_item(td_buffer):
+    """Not TorchRL's epoch iteration (not served yet), nor Python's fallback over rb[i]."""
+    td_buffer.extend(make_batch(0, 0, 4))
+    with pytest.raises(TypeError, match="not iterable"):
+        iter(td_buffer)

@@ -310,6 +310,10 @@ class RayReplayBuffer(ClosableBuffer):
         if bookkeeping is not None and is_tensor_collection(data) and not data.is_locked:
             data.update(bookkeeping)
 
+    #: not iterable (TorchRL's epoch iteration is not served yet): without this, Python would
+    #: iterate rb[0], rb[1], ... one item at a time through __getitem__
+    __iter__ = None
+
     def __setitem__(self, index: Any, value: Any) -> None:
         self._client.call("set_item", pack(index), pack(value))
 
