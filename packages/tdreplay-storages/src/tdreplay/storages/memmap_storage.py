@@ -7,6 +7,7 @@ Layout of the scratch directory::
       tdreplay-memmap-state.bin     # int64 counters mapped by every process (see _STATE_*)
       tdreplay-memmap.lock          # flock(2) target: the cross-process write lock
       tdreplay-memmap-layout.json   # written once the first write laid the storage out
+      tdreplay-memmap-torn.bin      # rows an overwrite in flight covers (scattered rows only)
       obs.memmap, next/obs.memmap   # one file per leaf, named after its key
 
 Every process that uses the storage (a forked child, a spawned child that received it
@@ -16,6 +17,11 @@ written rows and the writer's cursor and write count live in the shared state fi
 ``len()``, ``sample()`` and the next ``extend`` of every process agree. Writes and reads go
 under a re-entrant lock that is a thread lock in each process plus ``flock`` on the lock
 file between processes (released by the kernel if a process dies while holding it).
+
+Crashes: the row count is committed after the data, so the rows of a first write become
+visible only once whole. An overwrite of counted rows is recorded before it starts and the
+record cleared after; rows a killed writer left half-written are dropped by whoever takes the
+lock next (``_torn_writes.py``), so a reopened storage never counts a torn row.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from tdreplay.core import StorageCheckpointerBase
 
 from ._formats import DataFormat, treespec_loads
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
+from ._torn_writes import PACKED_ROWS, STATE_TORN, TornWrites, packed_range
 from .tensor_storage import LazyTensorStorage
 
 try:  # POSIX
@@ -50,7 +57,8 @@ _CONFIG_FILE = "tdreplay-memmap.json"
 _STATE_FILE = "tdreplay-memmap-state.bin"
 _LOCK_FILE = "tdreplay-memmap.lock"
 _LAYOUT_FILE = "tdreplay-memmap-layout.json"
-_RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE}
+_TORN_FILE = "tdreplay-memmap-torn.bin"
+_RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE, _TORN_FILE}
 _FORMAT = 1
 
 # slots of the shared state array
@@ -58,6 +66,7 @@ _STATE_INIT = 0  # 1 once the layout file is written
 _STATE_LEN = 1  # written rows
 _STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counters()
 _STATE_WRITES = 3  # write count    }
+_STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
 _STATE_SIZE = 8
 
 
@@ -97,6 +106,9 @@ class _SharedCounters:
         # Python-level __getitem__ (len() and every write read these counters)
         self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
                                shape=(_STATE_SIZE,)).view(np.ndarray)
+        #: the same memory as a memoryview: indexing it returns / takes plain ints, about
+        #: three times faster than the ndarray (the hot paths read and write through it)
+        self.view = self.array.data
 
     def __reduce__(self) -> tuple:
         return (_SharedCounters, (self.path,))
@@ -268,6 +280,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._lock_obj = _ProcessLock(str(path / _LOCK_FILE))
         with self._lock_obj:
             self._open_or_create_state(path)
+            self._torn = TornWrites(self._state, path / _TORN_FILE)
+            self._recover_torn_rows()
 
     def _open_or_create_state(self, path: Path) -> None:
         config = {"format": _FORMAT, "max_size": self.max_size, "ndim": self.ndim}
@@ -310,10 +324,11 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     # the row count and the layout live in the scratch directory, shared by every process
     def _rows_written(self) -> int:
-        return int(self._state.array[_STATE_LEN])
+        count: int = self._state.view[_STATE_LEN]
+        return count
 
     def _set_rows_written(self, rows: int) -> None:
-        self._state.array[_STATE_LEN] = rows
+        self._state.view[_STATE_LEN] = rows
 
     def _current_layout(self) -> TensorLayout | None:
         layout = self._layout
@@ -397,12 +412,54 @@ class LazyMemmapStorage(LazyTensorStorage):
         return self._layout
 
     # ---- reads and writes under the process lock -------------------------------------------
+    def _recover_torn_rows(self) -> int:
+        """Drop the rows a writer that died was overwriting (under the lock); how many."""
+        torn = self._torn
+        return torn.recover(self._current_layout()) if torn.pending else 0
+
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
         with self._lock_obj:
+            state = self._state.view
+            if state[_STATE_TORN]:
+                self._recover_torn_rows()
+            if type(rows) is slice and rows.step is None:  # what round-robin writers pass
+                start, stop, layout = rows.start, rows.stop, self._layout
+                if start is not None and start >= state[_STATE_LEN]:
+                    # rows past the count (a first write): the count moves after the data
+                    super().set(rows, data)
+                    return
+                if layout is not None and start is not None and stop is not None \
+                        and 0 <= start < stop <= layout.rows < PACKED_ROWS:
+                    state[_STATE_TORN] = packed_range(start, stop)  # overwritten rows
+                    try:
+                        super().set(rows, data)
+                    except BaseException as err:
+                        self._torn.failed(err, layout)
+                        raise
+                    state[_STATE_TORN] = 0
+                    return
+            self._set_over_counted(rows, data)
+
+    def _set_over_counted(self, rows: int | slice | torch.Tensor | Sequence[int],
+                          data: Any) -> None:
+        """``set`` of rows that may be counted already: recorded while they are overwritten."""
+        torn = self._torn
+        written = self._rows_written()
+        layout = self._current_layout() if written else None
+        if layout is None or not torn.begin(rows, written, layout.rows):
             super().set(rows, data)
+            return
+        try:
+            super().set(rows, data)
+        except BaseException as err:
+            torn.failed(err, layout)
+            raise
+        torn.end()
 
     def get(self, slots: int | torch.Tensor) -> Any:
         with self._lock_obj:
+            if self._torn.pending:
+                self._recover_torn_rows()
             out = super().get(slots)
         if self._out_device.type != "cpu":
             out = out.to(self._out_device)
@@ -410,6 +467,8 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     def __getitem__(self, index: Any) -> Any:
         with self._lock_obj:
+            if self._torn.pending:
+                self._recover_torn_rows()
             out = super().__getitem__(index)
         return out if self._out_device.type == "cpu" else out.to(self._out_device)
 

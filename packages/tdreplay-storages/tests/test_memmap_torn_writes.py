@@ -1,0 +1,147 @@
+"""A LazyMemmapStorage whose writer died in the middle of a write never counts a torn row."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ReplayBuffer
+from tdreplay.storages import LazyMemmapStorage
+from tdreplay.storages._layout import TensorLayout
+
+CAP = 10
+
+
+def rows(start: int, n: int) -> TensorDict:
+    ids = torch.arange(start, start + n)
+    return TensorDict({"a": ids.double().unsqueeze(-1).expand(n, 4).clone(), "id": ids,
+                       "z": (-ids).float().unsqueeze(-1).expand(n, 4).clone()}, [n])
+
+
+def ids_of(storage: LazyMemmapStorage) -> list[int]:
+    n = len(storage)
+    if not n:
+        return []
+    td = storage[:n]
+    whole = (td["a"] == td["id"].double().unsqueeze(-1)).all(-1) \
+        & (td["z"] == (-td["id"]).float().unsqueeze(-1)).all(-1)
+    assert bool(whole.all()), f"torn rows counted: {td['id'][~whole].tolist()}"
+    return td["id"].tolist()
+
+
+def buffer(path) -> ReplayBuffer:
+    return ReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=path, existsok=True),
+                        batch_size=2)
+
+
+def die_in_the_middle(path, written: int, n: int, how: str | int) -> None:
+    """Write ``written`` rows, then die (SIGKILL) after the first leaf of the next write."""
+    rb = buffer(path)
+    start = 0
+    while start < written:
+        step = min(4, written - start)
+        rb.extend(rows(start, step))
+        start += step
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def copy_rows(self, start, stop, src):
+        self.leaves[0][start:stop].copy_(src[0])
+        die()
+
+    def index_copy_rows(self, index, src):
+        self.leaves[0].index_copy_(0, index, src[0].to(self.leaves[0].dtype))
+        die()
+
+    def copy_row(self, row, src):
+        self.leaves[0][row].copy_(src[0])
+        die()
+
+    # a forked child: the patches die with it
+    TensorLayout.copy_rows = copy_rows  # type: ignore[method-assign]
+    TensorLayout.index_copy_rows = index_copy_rows  # type: ignore[method-assign]
+    TensorLayout.copy_row = copy_row  # type: ignore[method-assign]
+    if how == "extend":
+        rb.extend(rows(1000, n))
+    else:
+        rb.storage.set(how, rows(1000, 1)[0])
+
+
+def run_and_kill(path, written: int, n: int, how: str | int = "extend") -> None:
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=die_in_the_middle, args=(path, written, n, how))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("written, n, expected", [
+    (6, 3, list(range(6))),  # a first write: its rows were never counted
+    (8, 4, list(range(8))),  # the first write past the end: 8, 9 uncounted, wraps to 0, 1
+    # a full ring, overwriting rows 2-4 (oldest first: 5..9, then 0, 1)
+    (12, 3, [5, 6, 7, 8, 9, 10, 11]),
+    # a full ring, the write wraps: rows 8, 9, 0 torn; survivors 1..7 = ids 11, 2..7
+    (18, 3, [11, 12, 13, 14, 15, 16, 17]),
+])
+def test_killed_extend_leaves_no_torn_row(tmp_path, written, n, expected):
+    if written == 8:  # 8 rows + 4: rows 8, 9 new, then 0, 1 overwritten
+        expected = [2, 3, 4, 5, 6, 7]
+    run_and_kill(tmp_path, written, n)
+    rb = buffer(tmp_path)
+    assert ids_of(rb.storage) == expected
+    # the ring goes on: the next rows fill the dropped places, oldest evicted first
+    rb.extend(rows(2000, CAP - len(rb) + 1))
+    got = ids_of(rb.storage)
+    assert len(got) == CAP and got.count(2000) == 1 and expected[0] not in got
+    assert sorted(got) == sorted(expected[1:] + list(range(2000, 2000 + CAP - len(expected) + 1)))
+
+
+def test_killed_in_place_edit_drops_only_that_row(tmp_path):
+    run_and_kill(tmp_path, 7, 1, how=4)
+    rb = buffer(tmp_path)
+    assert ids_of(rb.storage) == [0, 1, 2, 3, 5, 6]
+
+
+def test_a_live_reader_drops_the_torn_rows_before_reading(tmp_path):
+    reader = buffer(tmp_path)
+    reader.extend(rows(0, 4))
+    run_and_kill(tmp_path, 0, 1, how=4)  # a first write of row 4: never counted
+    assert ids_of(reader.storage) == [0, 1, 2, 3]
+    run_and_kill(tmp_path, 0, 1, how=1)  # an overwrite of row 1: dropped by the next reader
+    assert ids_of(reader.storage) == [0, 2, 3]
+    run_and_kill(tmp_path, 0, 2)  # a first write of 2 rows (at the cursor, 3): never counted
+    assert ids_of(reader.storage) == [0, 2, 3]
+    reader.extend(rows(50, 1))
+    assert ids_of(reader.storage) == [0, 2, 3, 50]
+
+
+def test_refused_overwrite_changes_nothing(tmp_path):
+    rb = buffer(tmp_path)
+    rb.extend(rows(0, CAP))
+    with pytest.raises((KeyError, ValueError)):
+        rb.storage.set(slice(0, 2), TensorDict({"a": torch.zeros(2, 4)}, [2]))
+    assert ids_of(rb.storage) == list(range(CAP))
+    assert not rb.storage._torn.pending
+    rb.extend(rows(100, 2))
+    assert ids_of(rb.storage)[:2] == [100, 101]
+
+
+def test_interrupted_overwrite_in_process_drops_the_rows(tmp_path, monkeypatch):
+    rb = buffer(tmp_path)
+    rb.extend(rows(0, CAP))
+
+    def interrupted(self, start, stop, src):
+        self.leaves[0][start:stop].copy_(src[0])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TensorLayout, "copy_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rb.extend(rows(100, 3))
+    monkeypatch.undo()
+    assert ids_of(rb.storage) == list(range(3, CAP))
