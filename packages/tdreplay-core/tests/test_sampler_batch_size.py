@@ -59,3 +59,18 @@ def test_a_sampler_that_does_not_require_it_needs_no_batch_size() -> None:
     rb = ReplayBuffer(storage=ListStorage(10), sampler=Plain())
     rb.extend(torch.arange(3) + 5)
     assert rb.sample(2).tolist() == [5, 5]
+
+
+def test_random_sampler_replacement_false_is_the_sampler_without_replacement() -> None:
+    from tdreplay.core import SamplerWithoutReplacement
+
+    s = RandomSampler(replacement=False, drop_last=True, shuffle=False)
+    assert type(s) is SamplerWithoutReplacement and s.requires_batch_size
+    storage = ListStorage(10)
+    storage.set(torch.arange(5), list("abcde"))
+    assert [s.sample(storage, 2)[0].tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    assert s.ran_out  # the last item would make an incomplete batch: dropped
+    with pytest.raises(ValueError, match=MESSAGE):
+        ReplayBuffer(storage=ListStorage(10), sampler=RandomSampler(replacement=False,
+                                                                     drop_last=True))
+    assert type(RandomSampler(replacement=True)) is RandomSampler

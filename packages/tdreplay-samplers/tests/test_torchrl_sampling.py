@@ -52,3 +52,47 @@ def test_drop_last_sampler_set_on_a_buffer_with_batch_size() -> None:
     rb.extend(torch.arange(10))
     rb.set_sampler(SamplerWithoutReplacement(drop_last=True))
     assert [len(b) for b in rb] == [4, 4]
+
+
+# ---- RandomSampler(replacement=False) ------------------------------------------------------------
+def test_random_sampler_replacement_dispatch() -> None:
+    from tdreplay.core import RandomSampler, Sampler
+    from tdreplay.core import SamplerWithoutReplacement as CoreSWR
+
+    assert SamplerWithoutReplacement is CoreSWR  # one class, served by both packages
+    assert type(RandomSampler()) is RandomSampler
+    assert type(RandomSampler(replacement=True)) is RandomSampler
+    s = RandomSampler(replacement=False)
+    assert type(s) is SamplerWithoutReplacement
+    assert (s.drop_last, s.shuffle) == (False, True)
+    s = RandomSampler(replacement=False, drop_last=True, shuffle=False)
+    assert type(s) is SamplerWithoutReplacement and isinstance(s, Sampler)
+    assert (s.drop_last, s.shuffle) == (True, False)
+
+
+def test_random_sampler_replacement_bad_input() -> None:
+    from tdreplay.core import RandomSampler
+
+    with pytest.raises(TypeError, match="replacement must be a bool"):
+        RandomSampler(replacement="no")
+    with pytest.raises(TypeError, match="drop_last"):
+        RandomSampler(drop_last=True)  # only the variant without replacement has it
+
+    class Mine(RandomSampler):
+        pass
+
+    with pytest.raises(TypeError, match="Mine has no without-replacement variant"):
+        Mine(replacement=False)
+    assert type(Mine(replacement=True)) is Mine
+
+
+def test_random_sampler_without_replacement_in_a_buffer_covers_every_item() -> None:
+    from tdreplay.core import RandomSampler
+
+    rb = ReplayBuffer(storage=ListStorage(11), sampler=RandomSampler(replacement=False),
+                      batch_size=3)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(torch.arange(11))
+    batches = [rb.sample().tolist() for _ in range(4)]
+    assert [len(b) for b in batches] == [3, 3, 3, 2]
+    assert sorted(sum(batches, [])) == list(range(11))

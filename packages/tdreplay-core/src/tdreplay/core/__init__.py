@@ -2,13 +2,15 @@
 
 Interfaces (:class:`Storage`, :class:`Sampler`, :class:`Writer`, :class:`Transform`), the
 buffers (:class:`ReplayBuffer`, :class:`TensorDictReplayBuffer`) and the defaults a bare buffer
-needs (:class:`ListStorage`, :class:`RandomSampler`, :class:`RoundRobinWriter`).
+needs (:class:`ListStorage`, :class:`RandomSampler`, :class:`RoundRobinWriter`), and
+:class:`SamplerWithoutReplacement` (what ``RandomSampler(replacement=False)`` returns, as in
+TorchRL).
 """
 
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
-from .sampler import RandomSampler, Sampler
+from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
 from .trajectories import split_trajectories
 from .transform import CallableTransform, Compose, InvertedTransform, Transform
@@ -18,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "BatchLargerThanBufferError",
     "CallableTransform",
     "CheckpointError",
     "Compose",
@@ -28,6 +31,7 @@ __all__ = [
     "ReplayBuffer",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerWithoutReplacement",
     "Storage",
     "StorageCheckpointerBase",
     "TensorDictReplayBuffer",

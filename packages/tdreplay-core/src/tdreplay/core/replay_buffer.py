@@ -168,9 +168,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
     transform : Transform or callable, optional
         Applied to every sample (and, when appended with ``invert=True``, to every write).
     batch_size : int, optional
-        Default batch size of :meth:`sample` and of iteration.
-        Required by samplers that drop the last incomplete batch of an epoch
-        (:attr:`Sampler.requires_batch_size`, e.g. ``drop_last=True``): ``ValueError`` without.
+        Default batch size of :meth:`sample` and iteration (``drop_last`` samplers need it).
     generator : torch.Generator, optional
         Random generator used by the sampler, for reproducible sampling.
     transform_factory : callable, optional

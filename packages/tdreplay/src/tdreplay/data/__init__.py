@@ -42,6 +42,7 @@ __version__ = "0.1.0"
 #: public name -> the component module that defines it
 _EXPORTS: dict[str, str] = {
     # tdreplay.core
+    "BatchLargerThanBufferError": "tdreplay.core",
     "CallableTransform": "tdreplay.core",
     "CheckpointError": "tdreplay.core",
     "Compose": "tdreplay.core",
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ReplayBuffer": "tdreplay.core",
     "RoundRobinWriter": "tdreplay.core",
     "Sampler": "tdreplay.core",
+    "SamplerWithoutReplacement": "tdreplay.core",
     "Storage": "tdreplay.core",
     "StorageCheckpointerBase": "tdreplay.core",
     "TensorDictReplayBuffer": "tdreplay.core",
@@ -76,12 +78,12 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedReplayBuffer": "tdreplay.samplers",
     "PrioritizedSampler": "tdreplay.samplers",
     "PrioritizedSliceSampler": "tdreplay.samplers",
-    "SamplerWithoutReplacement": "tdreplay.samplers",
     "SliceSampler": "tdreplay.samplers",
     "SliceSamplerWithoutReplacement": "tdreplay.samplers",
     "TensorDictPrioritizedReplayBuffer": "tdreplay.samplers",
     # tdreplay.writers
     "ImmutableDatasetWriter": "tdreplay.writers",
+    "NotATensorCollectionError": "tdreplay.writers",
     "TensorDictMaxValueWriter": "tdreplay.writers",
     "TensorDictRoundRobinWriter": "tdreplay.writers",
     # tdreplay.transforms
