@@ -29,7 +29,8 @@ next.obs[32], next.reward[1], next.done[1] bool}`` (277 bytes) unless said other
   A size whose buffer would not fit in the memory available now is skipped, with the reason.
 
 Rates are the median of three timing windows of ``--seconds / 3`` (``runs`` holds all three),
-by ``_common.rate``; a one-off (a first fill) is timed as one call of ``rate``. torch runs on
+by ``_common.rate``; a one-off (a first fill) is timed as one call of ``rate``. ``cpu_rate``
+is the same rate by this process's CPU time (steadier on a shared machine). torch runs on
 ``--threads`` threads (1 by default: cpprb uses one, and the machine is shared).
 """
 
@@ -43,6 +44,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,17 +332,29 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def measure(fn: Callable[[], object], seconds: float, repeats: int = 3) -> tuple[float, list]:
-    """(median, all) calls per second of ``fn`` over ``repeats`` windows of ``_common.rate``."""
-    runs = [rate(fn, min_time=seconds / repeats) for _ in range(repeats)]
-    return statistics.median(runs), [round(r, 1) for r in runs]
+def measure(fn: Callable[[], object], seconds: float, repeats: int = 3
+            ) -> tuple[float, list, float]:
+    """(median, all, by CPU time) calls per second of ``fn`` over ``repeats`` windows of
+    ``_common.rate``. The last figure counts this process's CPU time instead of the wall clock:
+    other processes of a shared machine take wall time, not this process's CPU time."""
+    calls = [0]
+
+    def counted() -> None:
+        fn()
+        calls[0] += 1
+
+    cpu = time.process_time()
+    runs = [rate(counted, min_time=seconds / repeats) for _ in range(repeats)]
+    by_cpu = calls[0] / max(time.process_time() - cpu, 1e-9)
+    return statistics.median(runs), runs, by_cpu
 
 
-def once(fn: Callable[[], object], repeats: int = 3) -> tuple[float, list]:
-    """(median, all) calls per second of a one-off ``fn`` (e.g. a first fill), ``repeats`` calls
-    timed one at a time."""
+def once(fn: Callable[[], object], repeats: int = 3) -> tuple[float, list, float]:
+    """As :func:`measure`, for a one-off ``fn`` (e.g. a first fill): ``repeats`` calls timed
+    one at a time."""
+    cpu = time.process_time()
     runs = [rate(fn, min_time=0.0, warmup=0) for _ in range(repeats)]
-    return statistics.median(runs), [round(r, 4) for r in runs]
+    return statistics.median(runs), runs, repeats / max(time.process_time() - cpu, 1e-9)
 
 
 def skipped(name: str, reason: str, **extra: object) -> None:
@@ -362,11 +376,12 @@ def run(names: list[str], body: Callable[[], None], **extra: object) -> None:
         gc.collect()
 
 
-def report_rate(name: str, result: tuple[float, list], scale: float = 1.0,
+def report_rate(name: str, result: tuple[float, list, float], scale: float = 1.0,
                 **extra: object) -> None:
-    value, runs = result
+    value, runs, by_cpu = result
     report(name, value * scale, METRICS[name][1], runs=[round(r * scale, 1) for r in runs],
-           loadavg_1m=load(), threads=torch.get_num_threads(), **extra)
+           cpu_rate=round(by_cpu * scale, 1), loadavg_1m=load(),
+           threads=torch.get_num_threads(), **extra)
 
 
 # ------------------------------------------------------------------------------------------
@@ -521,6 +536,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"scaling sizes {QUICK_SIZES} instead of {SCALING_SIZES}")
     parser.add_argument("--seconds", type=float, default=1.5, help="timing per measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--sizes", type=int, nargs="*", default=None,
+                        help="buffer sizes of the scaling runs (overrides --quick)")
     parser.add_argument("--dir", type=Path, default=None, help="where memmap files go")
     parser.add_argument("--only", nargs="*", default=None,
                         help="workload groups: uniform prioritized slices memmap scaling")
@@ -538,8 +555,8 @@ def main(argv: list[str] | None = None) -> None:
         "prioritized": lambda: prioritized_workloads(peer, args.seconds),
         "slices": lambda: slice_workloads(peer, args.seconds),
         "memmap": lambda: memmap_workloads(peer, args.seconds, root),
-        "scaling": lambda: scaling_workloads(peer, args.seconds,
-                                             QUICK_SIZES if args.quick else SCALING_SIZES),
+        "scaling": lambda: scaling_workloads(
+            peer, args.seconds, args.sizes or (QUICK_SIZES if args.quick else SCALING_SIZES)),
     }
     try:
         for group, body in groups.items():

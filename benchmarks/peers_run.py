@@ -3,14 +3,16 @@
 Run by ``nox -s bench-peers`` (not in the default run), which makes a virtualenv for each peer
 (cpprb, TorchRL: each with its own tensordict, all sharing the session's CPU torch) and passes
 their interpreters with ``--python PEER=PATH``. tdreplay and the floor run with this
-interpreter. Each peer runs in its own process, one after the other; its JSON lines are
-collected and merged:
+interpreter. Peers take turns, one workload group (and one buffer size of the scaling runs) at
+a time, each in a process of its own: what else the machine runs then weighs on every peer
+alike. The JSON lines are collected and merged:
 
 - ``results``: every measurement, with its ``peer``;
 - ``skipped``: what a peer could not run, and why (no memmap in cpprb, a buffer size that did
   not fit in memory, ...);
 - ``ratios``: for every workload (and buffer size) tdreplay measured, tdreplay's speed over the
-  best peer's (cpprb, TorchRL) and over the floor's: above 1 means tdreplay is faster;
+  best peer's (cpprb, TorchRL) and over the floor's: above 1 means tdreplay is faster
+  (``*_cpu``: the same by each process's CPU time, less sensitive to the machine's load);
 - ``machine``: as ``run_all.py`` records it, plus the load average before and after the run
   (other processes slow every peer down).
 
@@ -39,6 +41,8 @@ ORDER = ["tdreplay", "cpprb", "torchrl", "floor"]
 #: the libraries tdreplay is compared with (the floor is not a library)
 COMPETITORS = ["cpprb", "torchrl"]
 SUBJECT, FLOOR = "tdreplay", "floor"
+#: the workload groups of ``peers.py --only``, run in turn by every peer
+GROUPS = ["uniform", "prioritized", "slices", "memmap"]
 
 
 def parse_lines(stdout: str) -> dict[str, object]:
@@ -75,26 +79,35 @@ def _key(row: dict) -> tuple[str, int | None]:
     return str(row["name"]), row.get("rows")
 
 
+def _best(values: dict[str, float], unit: str) -> str | None:
+    if not values:
+        return None
+    pick = max if better(unit) == "higher" else min
+    return pick(values, key=values.__getitem__)
+
+
 def ratios(runs: dict[str, dict], labels: dict[str, str] | None = None) -> list[dict]:
     """One row per workload (and buffer size) that tdreplay measured: its value, the best
-    competitor's, the floor's, and tdreplay's speed-up over each (None where absent)."""
+    competitor's, the floor's, and tdreplay's speed-up over each (None where absent); the
+    ``*_cpu`` entries compare the rates by CPU time (``cpu_rate``) where every side has one."""
     values: dict[tuple[str, int | None], dict[str, float]] = {}
+    cpu: dict[tuple[str, int | None], dict[str, float]] = {}
     units: dict[str, str] = {}
     for peer, run in runs.items():
         for row in run.get("results", []):
             values.setdefault(_key(row), {})[peer] = float(row["value"])
+            if row.get("cpu_rate") is not None:
+                cpu.setdefault(_key(row), {})[peer] = float(row["cpu_rate"])
             units[str(row["name"])] = str(row["unit"])
     out = []
-    for (name, rows), by_peer in values.items():
+    for key, by_peer in values.items():
+        name, rows = key
         if SUBJECT not in by_peer:
             continue
         unit = units[name]
         mine = by_peer[SUBJECT]
         rivals = {p: v for p, v in by_peer.items() if p in COMPETITORS}
-        best = None
-        if rivals:
-            pick = max if better(unit) == "higher" else min
-            best = pick(rivals, key=rivals.__getitem__)
+        best = _best(rivals, unit)
         floor = by_peer.get(FLOOR)
         row = {"name": name, "label": (labels or {}).get(name, name), "unit": unit,
                SUBJECT: mine, "best_peer": best,
@@ -102,6 +115,15 @@ def ratios(runs: dict[str, dict], labels: dict[str, str] | None = None) -> list[
                "vs_best_peer": speedup(mine, rivals[best], unit) if best else None,
                "peers": rivals, FLOOR: floor,
                "vs_floor": speedup(mine, floor, unit) if floor is not None else None}
+        by_cpu = cpu.get(key, {})
+        if SUBJECT in by_cpu:
+            cpu_rivals = {p: v for p, v in by_cpu.items() if p in COMPETITORS}
+            cpu_best = _best(cpu_rivals, unit)
+            row["best_peer_cpu"] = cpu_best
+            row["vs_best_peer_cpu"] = (speedup(by_cpu[SUBJECT], cpu_rivals[cpu_best], unit)
+                                       if cpu_best else None)
+            row["vs_floor_cpu"] = (speedup(by_cpu[SUBJECT], by_cpu[FLOOR], unit)
+                                   if FLOOR in by_cpu else None)
         if rows is not None:
             row["rows"] = rows
         out.append(row)
@@ -109,8 +131,8 @@ def ratios(runs: dict[str, dict], labels: dict[str, str] | None = None) -> list[
 
 
 def run_peer(peer: str, python: str, flags: list[str]) -> dict[str, object]:
-    """Run ``peers.py PEER`` with ``python``; its parsed lines, exit code and time."""
-    print(f"== {peer} ({python})", flush=True)
+    """Run ``peers.py PEER *flags`` with ``python``; its parsed lines, exit code and time."""
+    print(f"== {peer} {' '.join(flags)}", flush=True)
     start = time.perf_counter()
     proc = subprocess.run([python, str(HERE / "peers.py"), peer, *flags], cwd=HERE,
                           capture_output=True, text=True)
@@ -127,6 +149,19 @@ def run_peer(peer: str, python: str, flags: list[str]) -> dict[str, object]:
         parsed["error"] = proc.stderr[-3000:]
         print(proc.stderr[-3000:], file=sys.stderr)
     return parsed
+
+
+def accumulate(total: dict[str, object], part: dict[str, object]) -> dict[str, object]:
+    """``total`` (one peer's runs so far) with the run ``part`` added."""
+    errors = [e for e in (total.get("error"), part.get("error")) if e]
+    out = {"info": part.get("info") or total.get("info", {}),
+           "results": [*total.get("results", []), *part.get("results", [])],
+           "skipped": [*total.get("skipped", []), *part.get("skipped", [])],
+           "returncode": max(int(total.get("returncode", 0)), int(part.get("returncode", 0))),
+           "seconds": round(float(total.get("seconds", 0)) + float(part.get("seconds", 0)), 1)}
+    if errors:
+        out["error"] = "\n".join(errors)
+    return out
 
 
 def merge(runs: dict[str, dict], machine: dict[str, object],
@@ -149,12 +184,16 @@ def _fmt_ratio(value: float | None) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'workload':<62} {'vs best peer':>18} {'vs floor':>9}")
+    print(f"{'workload':<62} {'vs best peer':>18} {'vs floor':>9}   by CPU time: "
+          f"{'vs best peer':>18} {'vs floor':>9}")
     for row in rows:
         label = row["label"] + (f" [{row['rows']:,} rows]" if "rows" in row else "")
         best = f"{_fmt_ratio(row['vs_best_peer'])} ({row['best_peer']})" if row["best_peer"] \
             else "-"
-        print(f"{label:<62} {best:>18} {_fmt_ratio(row['vs_floor']):>9}")
+        cpu = row.get("best_peer_cpu")
+        best_cpu = f"{_fmt_ratio(row.get('vs_best_peer_cpu'))} ({cpu})" if cpu else "-"
+        print(f"{label:<62} {best:>18} {_fmt_ratio(row['vs_floor']):>9}   {'':13}"
+              f"{best_cpu:>18} {_fmt_ratio(row.get('vs_floor_cpu')):>9}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,25 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.python:
         peer, _, path = item.partition("=")
         pythons[peer] = path
-    flags = ["--quick"] if args.quick else []
-    if args.seconds is not None:
-        flags += ["--seconds", str(args.seconds)]
+    flags = ["--seconds", str(args.seconds)] if args.seconds is not None else []
 
-    from peers import METRICS  # torch and tensordict: in every peer's environment
+    from peers import METRICS, QUICK_SIZES, SCALING_SIZES  # torch, tensordict: everywhere
     from run_all import machine as machine_info
 
     machine = {**machine_info(), "loadavg_before": [round(x, 2) for x in os.getloadavg()],
                "quick": args.quick}
-    runs = {}
+    peers = [p for p in ORDER if not args.peers or p in args.peers]
+    for peer in [p for p in peers if p not in pythons]:
+        print(f"== {peer}: no interpreter given (--python {peer}=PATH), not run", file=sys.stderr)
+    peers = [p for p in peers if p in pythons]
+    steps = [["--only", group] for group in GROUPS]
+    steps += [["--only", "scaling", "--sizes", str(size)]
+              for size in (QUICK_SIZES if args.quick else SCALING_SIZES)]
+    runs: dict[str, dict] = {peer: {} for peer in peers}
     start = time.perf_counter()
-    for peer in ORDER:
-        if args.peers and peer not in args.peers:
-            continue
-        if peer not in pythons:
-            print(f"== {peer}: no interpreter given (--python {peer}=PATH), not run",
-                  file=sys.stderr)
-            continue
-        runs[peer] = run_peer(peer, pythons[peer], flags)
+    for step in steps:  # peers take turns: the machine's load weighs on each alike
+        for peer in peers:
+            runs[peer] = accumulate(runs[peer], run_peer(peer, pythons[peer], step + flags))
     machine["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     machine["seconds"] = round(time.perf_counter() - start, 1)
     payload = merge(runs, machine, {name: label for name, (label, _) in METRICS.items()})

@@ -48,19 +48,22 @@ def result(name, value, unit="calls/s", **extra):
 
 
 RUNS = {
-    "tdreplay": {"results": [result("sample_256", 200.0), result("extend_1k", 30.0),
+    "tdreplay": {"results": [result("sample_256", 200.0, cpu_rate=150.0),
+                             result("extend_1k", 30.0),
                              result("slices_32x32", 1500.0),
                              result("scaling/uniform_sample_256", 90.0, rows=1_000_000),
                              result("scaling/uniform_sample_256", 60.0, rows=10_000_000),
                              result("dumps", 2.0, unit="s")]},
-    "cpprb": {"results": [result("sample_256", 100.0), result("extend_1k", 40.0),
+    "cpprb": {"results": [result("sample_256", 100.0, cpu_rate=50.0), result("extend_1k", 40.0),
                           result("scaling/uniform_sample_256", 45.0, rows=1_000_000),
                           result("scaling/uniform_sample_256", 40.0, rows=10_000_000),
                           result("dumps", 3.0, unit="s")],
               "skipped": [{"name": "slices_32x32", "skipped": "cpprb has no slice sampler"}]},
-    "torchrl": {"results": [result("sample_256", 50.0), result("extend_1k", 10.0),
+    "torchrl": {"results": [result("sample_256", 50.0, cpu_rate=100.0),
+                            result("extend_1k", 10.0),
                             result("slices_32x32", 150.0), result("dumps", 1.0, unit="s")]},
-    "floor": {"results": [result("sample_256", 400.0), result("extend_1k", 60.0),
+    "floor": {"results": [result("sample_256", 400.0, cpu_rate=300.0),
+                          result("extend_1k", 60.0),
                           result("scaling/uniform_sample_256", 180.0, rows=1_000_000)]},
 }
 
@@ -80,8 +83,12 @@ def test_ratios_against_the_best_peer_and_the_floor(peers_run):
     assert sample["vs_best_peer"] == 2.0 and sample["floor"] == 400.0
     assert sample["vs_floor"] == 0.5
     assert sample["peers"] == {"cpprb": 100.0, "torchrl": 50.0}  # the floor is no peer
+    # by CPU time: the best peer is the one fastest by CPU time
+    assert (sample["best_peer_cpu"], sample["vs_best_peer_cpu"]) == ("torchrl", 1.5)
+    assert sample["vs_floor_cpu"] == 0.5
 
     extend = rows["extend_1k", None]  # slower than cpprb: below 1
+    assert "vs_best_peer_cpu" not in extend  # no CPU rates measured
     assert extend["best_peer"] == "cpprb" and extend["vs_best_peer"] == 0.75
     assert extend["vs_floor"] == 0.5
 
@@ -130,3 +137,17 @@ def test_merge_tags_rows_with_their_peer(peers_run):
                                    "skipped": "cpprb has no slice sampler"}]
     assert payload["ratios"] == peers_run.ratios(runs, {"sample_256": "sample(256)"})
     json.dumps(payload)  # what peers.json holds
+
+
+def test_accumulate_joins_one_peers_runs(peers_run):
+    total = {}
+    for part in ({"info": {"version": "1"}, "results": [result("sample_256", 1.0)],
+                  "skipped": [], "returncode": 0, "seconds": 1.5},
+                 {"info": {}, "results": [result("extend_1k", 2.0)],
+                  "skipped": [{"name": "memmap_sample_256", "skipped": "no memmap"}],
+                  "returncode": 1, "seconds": 2.0, "error": "Traceback"}):
+        total = peers_run.accumulate(total, part)
+    assert total["info"] == {"version": "1"}
+    assert [r["name"] for r in total["results"]] == ["sample_256", "extend_1k"]
+    assert total["skipped"] == [{"name": "memmap_sample_256", "skipped": "no memmap"}]
+    assert (total["returncode"], total["seconds"], total["error"]) == (1, 3.5, "Traceback")
