@@ -48,6 +48,7 @@ from tdreplay.core import ListStorageCheckpointer, Storage, StorageCheckpointerB
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
+from ._file_writes import memmap_by_writes
 from ._layout import as_key, dtype_from_str, key_path, leaf_keys
 
 __all__ = [
@@ -254,7 +255,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
             written = source.apply_save_hooks(source.written_rows())
-            written.memmap(path / "data", num_threads=0)
+            memmap_by_writes(written, path / "data")  # OSError on a full disk, not SIGBUS
             meta["files"] = file_table(path / "data")
         write_json(path / "storage.json", meta)
 
@@ -553,7 +554,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
             stored = _stored_path(key)
             tree.set(as_key(stored), tensor.contiguous())
             index[str(i)] = {"key": list(key), "stored": list(stored)}
-        tree.memmap(path / "data", num_threads=0)
+        memmap_by_writes(tree, path / "data")
         return {"arrays": index, "files": file_table(path / "data")}
 
     def _read_arrays(self, path: Path, index: dict) -> dict[tuple[str, ...], torch.Tensor]:

@@ -343,8 +343,19 @@ class LazyMemmapStorage(LazyTensorStorage):
     # ---- layout ----------------------------------------------------------------------------------
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
         filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))
+        # recorded before they exist: a failed first write removes exactly what it created
+        self._created.extend(d for d in reversed(filename.parents)
+                             if d.is_relative_to(self._scratch_dir) and not d.exists())
         filename.parent.mkdir(parents=True, exist_ok=True)
-        mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename), existsok=True)
+        self._created.append(filename)
+        try:
+            mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename),
+                                           existsok=True)
+        except RuntimeError as err:  # torch reports a failed write of the file this way
+            if os.strerror(errno.ENOSPC) not in str(err):
+                raise
+            raise OSError(errno.ENOSPC, f"cannot create {str(filename)!r} (memory-mapped "
+                                        f"storage): {os.strerror(errno.ENOSPC)}") from err
         _reserve(filename, mmt.numel() * mmt.element_size())
         self._new_files.append((key, filename.relative_to(self._scratch_dir).as_posix(),
                                 dtype, tuple(shape)))
@@ -355,6 +366,7 @@ class LazyMemmapStorage(LazyTensorStorage):
             if self._current_layout() is not None:  # another process laid it out meanwhile
                 return
             self._new_files: list[tuple[Any, str, torch.dtype, tuple[int, ...]]] = []
+            self._created: list[Path] = []  # leaf files and directories, in creation order
             try:
                 keys = leaf_keys(td)
                 taken = [self._scratch_dir / _leaf_filename(k, i) for i, k in enumerate(keys)]
@@ -367,13 +379,25 @@ class LazyMemmapStorage(LazyTensorStorage):
                 super()._create(td, batched)
                 self._write_layout()
             except BaseException:
-                for _, rel, _, _ in self._new_files:
-                    (self._scratch_dir / rel).unlink(missing_ok=True)
+                self._remove_created()
                 self._layout = None
                 raise
             finally:
-                del self._new_files
+                del self._new_files, self._created
             self._state.array[_STATE_INIT] = 1
+
+    def _remove_created(self) -> None:
+        """Remove what a failed first write created (files, then directories deepest first,
+        and a temporary layout file): a retry finds ``scratch_dir`` as it was."""
+        (self._scratch_dir / f"{_LAYOUT_FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
+        for path in reversed(self._created):
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                pass  # not empty (someone else's files): left
 
     def _write_layout(self) -> None:
         assert self._layout is not None
