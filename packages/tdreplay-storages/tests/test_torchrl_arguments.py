@@ -57,4 +57,10 @@ def test_lazy_stack_storage_without_max_size_is_unbounded():
 
 def test_list_storage_max_size_none_is_unbounded():
     assert ListStorage(None).max_size == 2**63 - 1
-    assert ListStorage().max_size == 1000
+    # TorchRL 0.14's default: ListStorage() is unbounded, a bare buffer's storage holds 1000
+    storage = ListStorage()
+    assert storage.max_size == 2**63 - 1
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(range(1500))  # nothing overwritten past 1000
+    assert len(rb) == 1500 and rb[0] == 0 and rb[1499] == 1499
+    assert ReplayBuffer().storage.max_size == 1000

@@ -14,13 +14,14 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from .buffer_edits import InPlaceEditsMixin
+from .buffer_items import as_batch
 from .buffer_state import BufferStateMixin
 from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
-from .utils import INT_TYPES, check_instance, leading_dim
+from .utils import INT_TYPES, check_instance
 from .writer import RoundRobinWriter, Writer
 
 T = TypeVar("T")
@@ -211,7 +212,8 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         delayed_init: bool | None = None,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
-        self._storage = _component(storage, Storage, partial(ListStorage, compilable=compilable))
+        self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
+                                   partial(ListStorage, 1000, compilable=compilable))
         self._sampler = _component(sampler, Sampler, RandomSampler)
         self._writer = _component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
         transform = _transform_from(transform, transform_factory)
@@ -336,8 +338,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
                 "extend got a tuple (a pytree, written as one batched structure) but the storage "
                 "is a ListStorage, which stores unbound items: pass a list of items instead."
             )
-        leading_dim(data)
-        return self._write_side(data)
+        return self._write_side(as_batch(data))  # any iterable of items: a list
 
     def _write_batch(self, data: Any) -> torch.Tensor:
         """Write a prepared batch and tell the sampler; the caller holds the lock."""

@@ -393,9 +393,9 @@ class ListStorage(Storage):
     Parameters
     ----------
     max_size : int or None
-        Capacity in items. Defaults to 1000 (the capacity of the default storage of TorchRL's
-        ``ReplayBuffer``); ``None`` makes it unbounded (``2**63 - 1`` items), as TorchRL's
-        ``ListStorage(max_size=None)``.
+        Capacity in items. ``None`` (the default, as TorchRL's ``ListStorage()``) makes it
+        unbounded (``2**63 - 1`` items): nothing is ever overwritten. A buffer built without a
+        storage gets ``ListStorage(1000)``, as TorchRL's.
     checkpointer : StorageCheckpointerBase, optional
         Defaults to :class:`ListStorageCheckpointer`.
     compilable : bool
@@ -411,7 +411,7 @@ class ListStorage(Storage):
 
     _default_checkpointer = ListStorageCheckpointer
 
-    def __init__(self, max_size: int | None = 1000,
+    def __init__(self, max_size: int | None = None,
                  checkpointer: StorageCheckpointerBase[Any] | None = None, *,
                  compilable: bool = False) -> None:
         super().__init__(UNBOUNDED if max_size is None else max_size, checkpointer,

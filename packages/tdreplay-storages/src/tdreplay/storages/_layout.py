@@ -111,8 +111,10 @@ class TensorLayout:
     Parameters
     ----------
     td : TensorDictBase
-        Batch shape ``[rows, *inner, ...]``; its leaves become the storage's tensors (moved to
-        ``device`` when elsewhere).
+        Batch shape ``[rows, *inner, *item_batch]``; its leaves become the storage's tensors
+        (moved to ``device`` when elsewhere). Batch dims past the ``ndim`` leading ones are
+        the batch dims of every item (an item added with batch size ``[10]`` reads back with
+        it).
     ndim : int
         Leading dimensions counted in the storage's capacity (``rows`` and ``inner``).
     device : torch.device
@@ -130,10 +132,11 @@ class TensorLayout:
     def allocate(cls, td: TensorDictBase, shape: torch.Size, skip: int,
                  allocate: Callable[[torch.Size, torch.dtype, NestedKey], torch.Tensor],
                  ndim: int, device: torch.device) -> TensorLayout:
-        """A layout of batch shape ``shape`` for data like ``td``.
+        """A layout of shape ``shape`` (``[rows, *inner]``) for data like ``td``.
 
         Each leaf of ``td`` gets a tensor ``allocate(shape + leaf.shape[skip:], leaf.dtype,
-        key)``; ``TypeError`` for an entry that is not a tensor.
+        key)``; ``TypeError`` for an entry that is not a tensor. The batch dims of ``td`` past
+        ``skip`` stay batch dims of every item (:attr:`item_batch`), as TorchRL keeps them.
         """
         keys = leaf_keys(td)
         leaves = []
@@ -143,7 +146,8 @@ class TensorLayout:
                 raise TypeError(f"entry {key!r} is a {type(x).__name__}: a TensorStorage holds "
                                 "tensors only (use LazyStackStorage or ListStorage otherwise).")
             leaves.append(allocate(shape + x.shape[skip:], x.dtype, key))
-        return cls(assemble(build_tree(keys), leaves, shape, device), ndim, device)
+        batch = shape + td.batch_size[skip:]
+        return cls(assemble(build_tree(keys), leaves, batch, device), ndim, device)
 
     def __init__(self, td: TensorDictBase, ndim: int, device: torch.device) -> None:
         keys = leaf_keys(td)
@@ -159,10 +163,12 @@ class TensorLayout:
         self.key_set = set(keys)
         self.leaves = leaves
         self.tree = build_tree(keys)
-        self.td = assemble(self.tree, leaves, td.batch_size[:ndim], device)
+        self.td = assemble(self.tree, leaves, td.batch_size, device)
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots
         self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
-        self.shape = self.td.batch_size
+        self.shape = self.td.batch_size[:ndim]
+        #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
+        self.item_batch = self.td.batch_size[ndim:]
         self.rows = self.shape[0]
         self.inner = self.shape[1:]
         self.row_numel = self.inner.numel()

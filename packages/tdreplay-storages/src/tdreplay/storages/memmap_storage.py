@@ -404,6 +404,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         layout = {
             "format": _FORMAT,
             "shape": list(self._layout.shape),
+            "item_batch": list(self._layout.item_batch),  # an item's own batch dims
             "kind": self._format.kind,
             "treespec": self._format.meta()["treespec"],
             "leaves": [
@@ -428,7 +429,7 @@ class LazyMemmapStorage(LazyTensorStorage):
             )
             keys.append(key)
             leaves.append(mmt.as_subclass(torch.Tensor))
-        shape = torch.Size(layout["shape"])
+        shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
         spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
         self._format = DataFormat(layout["kind"], spec)
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),

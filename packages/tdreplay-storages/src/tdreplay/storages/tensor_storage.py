@@ -267,7 +267,8 @@ class TensorStorage(Storage):
         leaves = [torch.index_select(leaf, 0, flat) for leaf in layout.flat_leaves]
         if shape != flat.shape:
             leaves = [leaf.reshape(shape + leaf.shape[1:]) for leaf in leaves]
-        return self._format.from_td(assemble(layout.tree, leaves, shape, layout.td.device))
+        return self._format.from_td(assemble(layout.tree, leaves, shape + layout.item_batch,
+                                             layout.td.device))
 
     def __getitem__(self, index: Any) -> Any:
         if not self.initialized:

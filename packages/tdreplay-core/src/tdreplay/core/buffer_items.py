@@ -1,0 +1,51 @@
+"""What ``extend`` accepts as a batch: the conversion of plain iterables of items.
+
+A list is a batch of items, a tuple (or dict) one pytree batched along dim 0 of its leaves,
+a tensor or TensorDict a batch along its first dimension. Any other iterable of items (a
+``range``, a generator, a ``set``, a ``deque``, a numpy array) is read into a list once and
+then written as a list of items, as TorchRL's ``ReplayBuffer.extend`` takes "any iterable".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from tensordict import is_tensor_collection
+
+from .utils import leading_dim
+
+__all__ = ["as_batch"]
+
+
+def as_batch(data: Any) -> Any:
+    """``data`` as a batch ``extend`` can write, checked (``leading_dim``).
+
+    Tensors, TensorDicts, lists, tuples and mappings (pytrees) are returned as they are; any
+    other iterable (``range``, generator, ``set``, numpy array, ...) becomes the list of its
+    items (a generator is consumed). A string, bytes or a single object that is not iterable
+    is one item, not a batch: ``TypeError`` (use ``add``).
+
+    Examples
+    --------
+    >>> as_batch(range(3))
+    [0, 1, 2]
+    >>> as_batch(x * x for x in range(3))
+    [0, 1, 4]
+    >>> as_batch([1, 2])
+    [1, 2]
+    >>> as_batch(7)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: extend expects a batch of items (...), got int: use add() to write one item.
+    """
+    if isinstance(data, (torch.Tensor, list, tuple, Mapping)) or is_tensor_collection(data):
+        leading_dim(data)
+        return data
+    if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
+        raise TypeError(
+            f"extend expects a batch of items (a list or any iterable of items, a tensor or "
+            f"TensorDict batched along dim 0, a tuple pytree), got {type(data).__name__}: "
+            "use add() to write one item.")
+    return list(data)
