@@ -9,6 +9,7 @@ TorchRL).
 
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
+from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
@@ -27,9 +28,13 @@ __all__ = [
     "InvertedTransform",
     "ListStorage",
     "ListStorageCheckpointer",
+    "MinSize",
     "RandomSampler",
+    "RateLimitTimeout",
+    "RateLimiter",
     "ReplayBuffer",
     "RoundRobinWriter",
+    "SampleToInsertRatio",
     "Sampler",
     "SamplerWithoutReplacement",
     "Storage",

@@ -15,9 +15,10 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import as_batch
-from .buffer_state import BufferStateMixin
+from .buffer_rate_limit import RateLimitedMixin
 from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
+from .rate_limit import RateLimiter
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
@@ -148,7 +149,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
+class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -177,6 +178,8 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
     compilable, delayed_init : bool, optional
         As TorchRL, no effect (``compilable`` goes to the default storage and writer, see
         :class:`Storage`). Parts (``storage`` etc. may be factories) are built at once.
+    rate_limiter : RateLimiter, optional
+        When ``sample`` and writes may go on (:mod:`tdreplay.core.rate_limit`, as Reverb's).
 
     Thread safety: one lock guards writes, index assignment and the read of sampled rows, so a
     collector thread can ``extend`` while learner threads ``sample``; a sample never sees a
@@ -210,6 +213,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         transform_factory: Callable[[], Any] | None = None,
         compilable: bool = False,
         delayed_init: bool | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
         self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
@@ -234,6 +238,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         self._lock = _BufferLock(self)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._rng: torch.Generator | None = None
+        self.set_rate_limiter(rate_limiter)
         if generator is not None:
             self.set_rng(generator)
 
@@ -309,7 +314,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
     def add(self, data: Any) -> int | torch.Tensor:
         """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives."""
         data = self._write_side(data)
-        with self._lock:
+        with self._limit_inserts(data, single=True), self._lock:
             return self._write_item(data)
 
     def _write_item(self, data: Any) -> int | torch.Tensor:
@@ -328,7 +333,7 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         tensor or TensorDict a batch along its first dimension.
         """
         data = self._prepare_batch(data)
-        with self._lock:
+        with self._limit_inserts(data), self._lock:
             return self._write_batch(data)
 
     def _prepare_batch(self, data: Any) -> Any:
@@ -417,10 +422,11 @@ class ReplayBuffer(BufferWiringMixin, BufferStateMixin, InPlaceEditsMixin):
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
         bs = self._resolve_batch_size(batch_size)
-        if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
-            data, info = self._prefetcher.next(bs, self._sample)
-        else:
-            data, info = self._draw(bs)
+        with self._limit_samples(bs):
+            if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
+                data, info = self._prefetcher.next(bs, self._sample)
+            else:
+                data, info = self._draw(bs)
         return (data, info) if return_info else data
 
     def _sampler_is_finite(self) -> bool:
@@ -545,7 +551,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                        if k in present]
         data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
                                    else tensordicts)
-        with self._lock:
+        with self._limit_inserts(data), self._lock:
             slots = self._write_batch(data)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
@@ -587,7 +593,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                             f"{type(data).__name__}.")
         priority = self._priority_to_write(data, None)
         item = self._write_side(data)
-        with self._lock:
+        with self._limit_inserts(item, single=True), self._lock:
             index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)

@@ -1,0 +1,179 @@
+"""Rate limiters (Reverb's MinSize / SampleToInsertRatio) on local buffers."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import (
+    CheckpointError,
+    ListStorage,
+    MinSize,
+    RateLimiter,
+    RateLimitTimeout,
+    ReplayBuffer,
+    SampleToInsertRatio,
+    TensorDictReplayBuffer,
+)
+
+
+def test_min_size_non_blocking_raises_at_once_then_allows():
+    rb = ReplayBuffer(storage=ListStorage(100), rate_limiter=MinSize(5, timeout=0), batch_size=4)
+    rb.extend([1, 2, 3, 4])
+    assert not rb.can_sample(4)
+    with pytest.raises(RateLimitTimeout, match="non-blocking") as err:
+        rb.sample()
+    assert isinstance(err.value, TimeoutError) and err.value.operation == "sample"
+    assert rb.rate_limiter.samples == 0  # a refused sample is not counted
+    rb.add(5)
+    assert rb.can_sample(4) and len(rb.sample()) == 4
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (5, 4)
+
+
+def test_min_size_blocks_until_another_thread_inserts():
+    rb = TensorDictReplayBuffer(storage=ListStorage(100), rate_limiter=MinSize(10, timeout=30),
+                                batch_size=3)
+    out = {}
+
+    def learner():
+        out["batch"] = rb.sample()
+        out["when"] = time.monotonic()
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    time.sleep(0.2)
+    rb.extend(TensorDict({"x": torch.arange(6)}, [6]))
+    time.sleep(0.2)
+    assert "batch" not in out  # still 6 < 10
+    written = time.monotonic()
+    rb.extend(TensorDict({"x": torch.arange(4)}, [4]))
+    thread.join(30)
+    assert out["batch"].batch_size == torch.Size([3]) and out["when"] >= written
+
+
+def test_blocking_sample_times_out_with_a_clear_error():
+    rb = ReplayBuffer(rate_limiter=MinSize(2, timeout=0.2))
+    start = time.monotonic()
+    with pytest.raises(RateLimitTimeout, match="within 0.2 s"):
+        rb.sample(1)
+    assert time.monotonic() - start >= 0.2
+
+
+def test_sample_to_insert_ratio_blocks_the_side_that_runs_ahead():
+    limiter = SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=4, error_buffer=8.0,
+                                  timeout=0)
+    assert (limiter.min_diff, limiter.max_diff) == (0.0, 16.0)
+    rb = ReplayBuffer(storage=ListStorage(1000), rate_limiter=limiter)
+    rb.extend(list(range(4)))  # inserts free up to min size
+    rb.extend(list(range(4)))  # diff 16 <= 16
+    with pytest.raises(RateLimitTimeout, match="inserting 1 items") as err:
+        rb.add(0)  # diff 18 > 16
+    assert err.value.operation == "insert" and len(rb) == 8 and limiter.inserts == 8
+    rb.sample(10)  # diff 16 - 10 = 6 >= 0
+    with pytest.raises(RateLimitTimeout):
+        rb.sample(7)  # 6 - 7 < 0: learners wait for collectors
+    rb.sample(6)
+    rb.extend(list(range(8)))  # diff 16
+    assert (limiter.inserts, limiter.samples) == (16, 16)
+
+
+def test_inserts_wait_for_samples_in_another_thread():
+    limiter = SampleToInsertRatio(1.0, 1, (0.0, 4.0), timeout=30)
+    rb = ReplayBuffer(storage=ListStorage(1000), rate_limiter=limiter)
+    rb.extend([0, 1, 2, 3])
+    done = threading.Event()
+
+    def collector():
+        rb.extend([4, 5])
+        done.set()
+
+    thread = threading.Thread(target=collector)
+    thread.start()
+    assert not done.wait(0.3)
+    rb.sample(2)
+    thread.join(30)
+    assert done.is_set() and len(rb) == 6
+
+
+def test_a_batch_that_can_never_be_allowed_is_refused():
+    rb = ReplayBuffer(rate_limiter=SampleToInsertRatio(1.0, 1, 3.0, timeout=None))
+    rb.extend([1, 2])
+    with pytest.raises(ValueError, match="never allowed"):
+        rb.sample(10)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"samples_per_insert": 0, "min_size_to_sample": 1, "error_buffer": 5}, "samples_per_insert"),
+    ({"samples_per_insert": 4, "min_size_to_sample": 1, "error_buffer": 2}, "error_buffer"),
+    ({"samples_per_insert": 1, "min_size_to_sample": 0, "error_buffer": 5}, "min_size_to_sample"),
+])
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SampleToInsertRatio(**kwargs)
+
+
+def test_bad_limiter_and_timeout_are_refused():
+    with pytest.raises(TypeError, match="rate_limiter must be a RateLimiter"):
+        ReplayBuffer(rate_limiter=5)
+    with pytest.raises(ValueError, match="timeout"):
+        MinSize(3, timeout=-1)
+
+
+def test_a_failed_write_is_not_counted():
+    rb = ReplayBuffer(storage=ListStorage(10), rate_limiter=MinSize(1))
+    with pytest.raises(TypeError):
+        rb.extend((1, 2))  # a tuple into a ListStorage
+    rb.extend([1])
+    assert rb.rate_limiter.inserts == 1
+
+
+def test_counts_travel_in_state_dict_dumps_and_pickles(tmp_path):
+    rb = ReplayBuffer(storage=ListStorage(10), rate_limiter=SampleToInsertRatio(1.0, 2, 5.0))
+    rb.extend([1, 2, 3])
+    rb.sample(2)
+    state = rb.state_dict()
+    assert state["_rate_limiter"] == {"class": "SampleToInsertRatio", "inserts": 3, "samples": 2}
+    other = ReplayBuffer(storage=ListStorage(10), rate_limiter=SampleToInsertRatio(1.0, 2, 5.0))
+    other.load_state_dict(state)
+    assert (other.rate_limiter.inserts, other.rate_limiter.samples) == (3, 2)
+
+    rb.dumps(tmp_path / "ckpt")
+    restored = ReplayBuffer(storage=ListStorage(10), rate_limiter=SampleToInsertRatio(1.0, 2, 5.0))
+    restored.loads(tmp_path / "ckpt")
+    assert (restored.rate_limiter.inserts, restored.rate_limiter.samples) == (3, 2)
+    assert len(restored) == 3
+
+    wrong = ReplayBuffer(storage=ListStorage(10), rate_limiter=MinSize(1))
+    with pytest.raises(CheckpointError, match="SampleToInsertRatio"):
+        wrong.loads(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="_rate_limiter"):
+        wrong.load_state_dict(state)
+    assert len(wrong) == 0 and wrong.rate_limiter.inserts == 0  # unchanged
+
+    copy = pickle.loads(pickle.dumps(rb))
+    assert (copy.rate_limiter.inserts, copy.rate_limiter.samples) == (3, 2)
+    copy.extend([4])  # the copy's limiter has its own lock
+    assert copy.rate_limiter.inserts == 4 and rb.rate_limiter.inserts == 3
+
+
+def test_call_timeout_overrides_the_limiters_timeout_in_this_thread():
+    limiter = MinSize(2, timeout=None)
+    rb = ReplayBuffer(rate_limiter=limiter)
+    with limiter.call_timeout(0.1), pytest.raises(RateLimitTimeout, match="0.1 s"):
+        rb.sample(1)
+    assert isinstance(limiter, RateLimiter)
+
+
+def test_prefetching_buffer_waits_for_min_size():
+    rb = ReplayBuffer(storage=ListStorage(10), rate_limiter=MinSize(3, timeout=0), prefetch=2,
+                      batch_size=2)
+    rb.extend([1, 2])
+    with pytest.raises(RateLimitTimeout):
+        rb.sample()
+    rb.add(3)
+    assert len(rb.sample()) == 2
