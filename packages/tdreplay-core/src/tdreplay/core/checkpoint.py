@@ -52,6 +52,23 @@ class CheckpointError(RuntimeError):
     """Raised when a checkpoint is missing, corrupted, of another format, or does not match."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path, or a file a checkpoint needs, does not exist.
+
+    Also a ``FileNotFoundError``, as TorchRL raises for a missing path: ``except
+    FileNotFoundError:`` written for TorchRL keeps working, and ``except CheckpointError:``
+    catches it with every other damaged checkpoint.
+
+    Examples
+    --------
+    >>> try:
+    ...     read_json(Path("/no/such/dir/storage.json"))
+    ... except FileNotFoundError as err:
+    ...     print(type(err).__name__, isinstance(err, CheckpointError))
+    CheckpointNotFoundError True
+    """
+
+
 def _crc32(path: Path) -> int:
     crc = 0
     with open(path, "rb") as f:
@@ -143,9 +160,9 @@ def _read_pointer(path: Path) -> dict[str, Any]:
     """The pointer of the checkpoint at ``path``, checked; ``CheckpointError`` naming it."""
     pointer = path / POINTER_NAME
     if not path.exists():
-        raise CheckpointError(f"no checkpoint at {str(path)!r}: the path does not exist.")
+        raise CheckpointNotFoundError(f"no checkpoint at {str(path)!r}: the path does not exist.")
     if not pointer.is_file():
-        raise CheckpointError(
+        raise CheckpointNotFoundError(
             f"no tdreplay checkpoint at {str(path)!r}: {POINTER_NAME} is missing "
             "(was it written with ReplayBuffer.dumps?)."
         )
@@ -376,7 +393,7 @@ def verify_checkpoint(path: str | os.PathLike[str]) -> Path:
     for rel, (expected_size, crc) in _manifest_files(manifest, manifest_path).items():
         file = snap / rel
         if not file.is_file():
-            raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
+            raise CheckpointNotFoundError(f"checkpoint file {str(file)!r} is missing.")
         size = file.stat().st_size
         if size != expected_size:
             raise CheckpointError(
@@ -424,5 +441,5 @@ def read_json(path: Path) -> dict[str, Any]:
     object.
     """
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file {str(path)!r} is missing.")
+        raise CheckpointNotFoundError(f"checkpoint file {str(path)!r} is missing.")
     return _load_json(path, "file")

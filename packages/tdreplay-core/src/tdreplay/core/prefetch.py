@@ -3,15 +3,58 @@
 from __future__ import annotations
 
 import collections
+import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from contextlib import contextmanager
 from typing import Any
+
+import torch
+from tensordict import is_tensor_collection
 
 #: a sampled batch and its info (``index``, ``priority_weight``, ...)
 Drawn = tuple[Any, dict[str, Any]]
 #: ``draw(batch_size, epoch)``: a batch, or ``None`` when ``epoch`` is no longer current
 DrawFn = Callable[[int, "int | None"], "Drawn | None"]
+
+
+#: how long saving a buffer waits for the batches being drawn ahead
+SETTLE_TIMEOUT_S = 60.0
+
+
+class PrefetchStateError(ValueError, RuntimeError):
+    """A saved prefetch queue that this buffer cannot restore (another ``prefetch`` depth,
+    a malformed state). A ``ValueError`` like tdreplay's other refused states, and a
+    ``RuntimeError`` as TorchRL raises; the buffer is left unchanged."""
+
+
+def detached_copy(value: Any) -> Any:
+    """A copy of a drawn batch or its info that shares no memory with ``value``.
+
+    Tensors are detached and cloned, keeping ``requires_grad`` (a batch computed with
+    autograd is saved by value, not with its graph); TensorDicts, lists, tuples and dicts are
+    copied entry by entry; anything else is deep-copied.
+
+    Examples
+    --------
+    >>> x = torch.arange(3.0, requires_grad=True) * 2
+    >>> y = detached_copy({"a": x})["a"]
+    >>> y.is_leaf, y.requires_grad, y.tolist()
+    (True, True, [0.0, 2.0, 4.0])
+    """
+    if isinstance(value, torch.Tensor):
+        out = value.detach().clone()
+        return out.requires_grad_() if value.requires_grad else out
+    if is_tensor_collection(value):
+        return value.apply(detached_copy)
+    if isinstance(value, (list, tuple)):
+        items = [detached_copy(v) for v in value]
+        return type(value)(items) if type(value) in (list, tuple) else copy.deepcopy(value)
+    if isinstance(value, dict):
+        return {k: detached_copy(v) for k, v in value.items()}
+    return copy.deepcopy(value)
 
 
 class Prefetcher:
@@ -87,6 +130,83 @@ class Prefetcher:
                 raise
             assert fresh is not None  # draw(..., None) always draws
             return fresh
+
+    # ---- saving and restoring the queue (a buffer's state_dict / dumps / pickle) -------------
+    @contextmanager
+    def held(self, settle: bool) -> Iterator[None]:
+        """Hold the queue still: no batch is handed out or queued meanwhile.
+
+        With ``settle``, first wait until every queued batch is drawn (so the generator and
+        the sampler have made every draw the queue holds). Take it *before* the buffer's
+        lock: the jobs being waited for take that lock to draw. :meth:`export` and
+        :meth:`restore` are called under it.
+        """
+        with self._lock:
+            if settle and self._queue:
+                _, pending = wait_futures(list(self._queue), timeout=SETTLE_TIMEOUT_S)
+                if pending:
+                    raise RuntimeError(
+                        f"{len(pending)} batches drawn ahead (prefetch) did not finish within "
+                        f"{SETTLE_TIMEOUT_S:.0f} s: is the buffer's lock held by this thread?")
+            yield
+
+    def export(self) -> dict[str, Any]:
+        """The queued batches, copied (:func:`detached_copy`), with the depth and batch size:
+        what :meth:`restore` takes. Call under :meth:`held` with ``settle=True``.
+
+        Examples
+        --------
+        >>> p = Prefetcher(1)
+        >>> _ = p.next(2, lambda bs, epoch: ([0] * bs, {}))
+        >>> with p.held(settle=True):
+        ...     state = p.export()
+        >>> state["capacity"], state["batch_size"], state["queue"]
+        (1, 2, [([0, 0], {})])
+        >>> p.shutdown()
+        """
+        queue = []
+        for future in self._queue:
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                break  # a failed draw: the restored buffer draws afresh from there
+            drawn = future.result()
+            if drawn is None:
+                break
+            queue.append(detached_copy(drawn))
+        return {"version": 1, "capacity": self.depth, "batch_size": self._batch_size,
+                "queue": queue}
+
+    def check_state(self, state: Any) -> None:
+        """:class:`PrefetchStateError` unless :meth:`restore` can take ``state`` (``None``: no
+        saved queue). Changes nothing."""
+        if state is None:
+            return
+        if not isinstance(state, dict) or not isinstance(state.get("queue"), (list, tuple)):
+            raise PrefetchStateError("the saved prefetch state must be a dict with a 'queue' "
+                                     "list of batches drawn ahead.")
+        queue, capacity = state["queue"], state.get("capacity")
+        if not queue:
+            return  # nothing was drawn ahead: any depth samples alike
+        if capacity != self.depth:
+            raise PrefetchStateError(
+                f"Cannot restore a prefetch queue with capacity {capacity} into a replay "
+                f"buffer with prefetch={self.depth}: its {len(queue)} batches drawn ahead "
+                "would be handed out in another order than the saved buffer's.")
+        if len(queue) > self.depth or not isinstance(state.get("batch_size"), int) or any(
+                not isinstance(d, (tuple, list)) or len(d) != 2 for d in queue):
+            raise PrefetchStateError(f"the saved prefetch queue holds {len(queue)} entries "
+                                     f"for a depth of {self.depth}, or malformed entries.")
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Replace the queue by the batches of ``state`` (from :meth:`export`, checked with
+        :meth:`check_state`): the next batches handed out are those. ``None``: just clear."""
+        self.clear()
+        if not state or not state["queue"]:
+            return
+        for data, info in state["queue"]:
+            future: Future[Drawn | None] = Future()
+            future.set_result((detached_copy(data), detached_copy(info)))
+            self._queue.append(future)
+        self._batch_size = state["batch_size"]
 
     def clear(self) -> None:
         """Drop the queued batches without waiting for them and start a new epoch.

@@ -488,17 +488,12 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
             f"\n    transform={self._transform!r})"
         )
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle the components; locks and prefetched batches stay in this process."""
-        state = self.__dict__.copy()
-        for name in ("_lock", "_prefetcher"):
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:  # (__getstate__: BufferStateMixin)
+        prefetched = state.pop("_prefetch_state", None)
         self.__dict__.update(state)
         self._lock = _BufferLock(self)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
+        self._prefetcher.restore(prefetched)
 
     def __del__(self) -> None:
         prefetcher = self.__dict__.get("_prefetcher")
