@@ -8,18 +8,23 @@ step, under the buffer's lock, and checks everything before it changes anything.
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
+from .prefetch import Prefetcher
 from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage
 from .writer import Writer
+
+#: the file of a checkpoint holding the batches a prefetching buffer had drawn ahead
+_PREFETCH_FILE = "prefetch.pkl"
 
 
 class BufferStateMixin:
@@ -31,6 +36,7 @@ class BufferStateMixin:
     _rng: torch.Generator | None
     _batch_size: int | None
     _lock: AbstractContextManager[Any]
+    _prefetcher: Prefetcher
     _stateful: StatefulParts | None = None  # created by the first register_stateful
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
@@ -77,9 +83,39 @@ class BufferStateMixin:
                 self._stateful = StatefulParts()
             self._stateful.register(name, part)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Storage, sampler and writer state (and the generator's state when one is set)."""
+    def stats(self) -> dict[str, int | float | bool]:
+        """A cheap, JSON-ready snapshot of the buffer's counters, as TorchRL's ``stats()``.
+
+        Entries: ``size`` (``len(buffer)``), ``write_count`` (items written through ``add``
+        and ``extend``; 0 for a writer that does not write, e.g. ``ImmutableDatasetWriter``),
+        ``prefetch_queue_size`` (batches drawn ahead), ``initialized`` (always ``True``:
+        tdreplay builds its parts at construction), ``capacity`` (the storage's ``max_size``)
+        and ``utilization`` (``size / capacity``). Reads no data and changes nothing.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> _ = rb.extend(range(4))
+        >>> rb.stats()  # doctest: +NORMALIZE_WHITESPACE
+        {'size': 4, 'write_count': 4, 'prefetch_queue_size': 0, 'initialized': True,
+         'capacity': 10, 'utilization': 0.4}
+        """
         with self._lock:
+            size, capacity = len(self), self._storage.max_size
+            write_count, queued = self.write_count, self._prefetcher.queued
+        return {"size": int(size), "write_count": int(write_count),
+                "prefetch_queue_size": int(queued), "initialized": True,
+                "capacity": int(capacity), "utilization": size / capacity if capacity else 0.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Storage, sampler and writer state (and the generator's state when one is set).
+
+        A buffer with ``prefetch`` also saves the batches it has drawn ahead (copies, under
+        ``"_prefetch_state"``), after waiting for the ones being drawn: the restored buffer
+        hands out the same batches next, then draws on as the saved one would.
+        """
+        with self._prefetcher.held(settle=True), self._lock:
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
@@ -88,9 +124,22 @@ class BufferStateMixin:
             }
             if self._rng is not None:
                 out["_rng"] = self._rng.get_state()
+            if self._prefetcher.depth:
+                out["_prefetch_state"] = self._prefetcher.export()
             if self._stateful:
                 out["_stateful"] = self._stateful.state_dict()
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the components and the batches drawn ahead (copies, once drawn: a copy
+        samples as the original would); locks and the prefetch worker stay in this process."""
+        with self._prefetcher.held(settle=True), self._lock:
+            state = self.__dict__.copy()
+            for name in ("_lock", "_prefetcher"):
+                state.pop(name, None)
+            if self._prefetcher.depth:
+                state["_prefetch_state"] = self._prefetcher.export()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; checks every part before changing anything.
@@ -111,13 +160,19 @@ class BufferStateMixin:
         ValueError: state_dict['_storage']: state_dict['max_size'] is 4 but this ListStorage ...
         >>> len(big)
         0
+
+        Batches a prefetching buffer had drawn ahead are restored too; a buffer of another
+        ``prefetch`` depth refuses them with :class:`~tdreplay.core.prefetch.PrefetchStateError`
+        (a ``ValueError`` and, as TorchRL's error, a ``RuntimeError``).
         """
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
         missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
         if missing:
             raise ValueError(f"state_dict is missing {sorted(missing)}.")
-        with self._lock:
+        prefetch_state = state_dict.get("_prefetch_state")
+        with self._prefetcher.held(settle=False), self._lock:
+            self._prefetcher.check_state(prefetch_state)
             for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
                                     ("_writer", self._writer)):
                 try:
@@ -144,6 +199,7 @@ class BufferStateMixin:
                 self._rng.set_state(state_dict["_rng"])
             if self._stateful:
                 self._stateful.load_state_dict(state_dict["_stateful"])
+            self._prefetcher.restore(prefetch_state)
 
     def _components(self) -> dict[str, Any]:
         return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}
@@ -167,7 +223,7 @@ class BufferStateMixin:
         >>> restored[:], restored.write_count
         ([1, 2, 3], 3)
         """
-        with self._lock:
+        with self._prefetcher.held(settle=True), self._lock:
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
                         "write_count": self.write_count}
@@ -179,6 +235,10 @@ class BufferStateMixin:
                 write_json(snap / "buffer.json", meta)
                 if self._rng is not None:
                     torch.save(self._rng.get_state(), snap / "rng.pt")
+                prefetched = self._prefetcher.export()
+                if prefetched["queue"]:  # batches drawn ahead: pickled, as list storages are
+                    with open(snap / _PREFETCH_FILE, "wb") as f:
+                        pickle.dump(prefetched, f, protocol=pickle.HIGHEST_PROTOCOL)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
@@ -187,7 +247,8 @@ class BufferStateMixin:
         mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
         leaves the buffer exactly as it was.
         """
-        with self._lock, open_checkpoint(Path(path)) as snap:
+        with self._prefetcher.held(settle=False), self._lock, \
+                open_checkpoint(Path(path)) as snap:
             meta = read_json(snap / "buffer.json")
             commits = []
             for name, component in self._components().items():
@@ -202,11 +263,26 @@ class BufferStateMixin:
                 commits.append(self._stateful.prepare_load(snap / "stateful",
                                                            list(meta.get("stateful", []))))
             rng_state = self._read_rng_state(snap / "rng.pt")
+            prefetched = self._read_prefetch_state(snap / _PREFETCH_FILE)
             self.clear_prefetch()
             for commit in commits:
                 commit()
             if rng_state is not None and self._rng is not None:
                 self._rng.set_state(rng_state)
+            self._prefetcher.restore(prefetched)
+
+    def _read_prefetch_state(self, path: Path) -> dict[str, Any] | None:
+        """The batches drawn ahead saved at ``path`` (``None`` when none were), checked
+        against this buffer's ``prefetch`` before anything changes."""
+        if not path.is_file():
+            return None
+        try:
+            with open(path, "rb") as f:
+                state = pickle.load(f)  # documented: load trusted checkpoints only
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+        self._prefetcher.check_state(state)
+        return cast(dict[str, Any], state)
 
     def _read_rng_state(self, path: Path) -> torch.Tensor | None:
         """The generator state saved at ``path`` (``None`` when none was saved), checked
