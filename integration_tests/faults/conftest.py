@@ -4,7 +4,10 @@ The suite kills, starves and damages what ``tdreplay-core`` writes, then checks 
 left loads, equals a state that was really saved, and that nothing was lost. It uses core's
 buffers and components only (``ListStorage``, ``RandomSampler``, ``RoundRobinWriter``), so it
 does not depend on the other packages' refactors; ``test_checkpoint_crash.py`` covers the
-memmap and flat storage checkpointers the same way.
+memmap and flat storage checkpointers the same way. ``test_kill_memmap_extend.py`` kills
+writers of a shared ``LazyMemmapStorage`` (no half-written row may count, no whole row be
+lost) and ``test_storage_files.py`` fills the disk under the tensor checkpointers and a memmap
+storage's first write, and damages every file of converted datasets and their Minari sources.
 
 Versions: a *family* of buffers grows by ``STEP`` rows per version (a deterministic function
 of the version and the family), samples once per version (so the generator state moves), and

@@ -73,7 +73,7 @@ CHILD = BUILD + textwrap.dedent(
     import os, signal, sys
     import tdreplay.core.checkpoint as checkpoint
     import tdreplay.storages.checkpointers as checkpointers
-    import tdreplay.storages.tensor_storage as tensor_storage
+    import tdreplay.storages._file_writes as file_writes
 
     kind, scratch, path, kill_point = sys.argv[1:5]
 
@@ -114,7 +114,8 @@ CHILD = BUILD + textwrap.dedent(
         kill_at(checkpoint.os, "replace", calls=1, after=True, when=replaces_pointer)
     elif kill_point == "storage_files":   # some of the storage's array files are written
         if kind == "memmap":
-            kill_at(tensor_storage.TensorDict, "memmap")  # TensorDict's own writer
+            # the second leaf file of the tensor checkpointer's data (written with pwrite)
+            kill_at(file_writes, "_write_all", calls=2)
         else:
             kill_at(checkpointers, "_to_numpy", calls=3)
     elif kill_point == "storage_done":  # storage complete, sampler and writer not written
