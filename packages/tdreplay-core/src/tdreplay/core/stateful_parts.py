@@ -1,9 +1,10 @@
 """Extra stateful parts a buffer saves and restores with its own state.
 
-A part is any object with ``state_dict()``, ``check_state_dict(state)`` (raises ``ValueError``
-on a state it cannot load, changing nothing) and ``load_state_dict(state)``, e.g. a parameter scheduler
-(``tdreplay.samplers.LinearScheduler``) that anneals the sampler's ``beta``: its step count
-belongs to the checkpoint as much as the sampler's priorities. The buffer registers it with
+A part is any object with ``state_dict()``, ``check_state_dict(state)`` (raises
+``ValueError`` on a state it cannot load, changing nothing) and ``load_state_dict(state)``,
+e.g. a parameter scheduler (``tdreplay.samplers.LinearScheduler``) that anneals the
+sampler's ``beta``: its step count belongs to the checkpoint as much as the sampler's
+priorities. The buffer registers it with
 :meth:`~tdreplay.core.ReplayBuffer.register_stateful`; then ``state_dict`` / ``dumps`` save its
 state and ``load_state_dict`` / ``loads`` check it with everything else before restoring it.
 
