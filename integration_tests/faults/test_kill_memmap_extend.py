@@ -12,7 +12,6 @@ since evicted it (the rows counted are exactly the newest ones, oldest first fro
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import time

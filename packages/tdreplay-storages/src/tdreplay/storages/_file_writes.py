@@ -23,7 +23,9 @@ _CHUNK = 1 << 22  # bytes per write
 
 def _write_all(filename: str, tensor: torch.Tensor) -> None:
     data = tensor.detach().to("cpu").contiguous().reshape(-1)
-    raw = data.view(torch.uint8).numpy().data if data.numel() else memoryview(b"")
+    if not data.numel():
+        return  # memmap_like makes no file for an empty leaf (nor does memmap)
+    raw = data.view(torch.uint8).numpy().data
     fd = os.open(filename, os.O_WRONLY)
     try:
         offset = 0
