@@ -5,6 +5,13 @@ from tdreplay.core import RandomSampler, Sampler
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .prioritized_slice import PrioritizedSliceSampler
+from .scheduler import (
+    LambdaScheduler,
+    LinearScheduler,
+    ParameterScheduler,
+    SchedulerList,
+    StepScheduler,
+)
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
@@ -12,13 +19,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchLargerThanBufferError",
+    "LambdaScheduler",
+    "LinearScheduler",
+    "ParameterScheduler",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
+    "SchedulerList",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StepScheduler",
     "TensorDictPrioritizedReplayBuffer",
 ]

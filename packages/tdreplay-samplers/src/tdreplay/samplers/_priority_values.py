@@ -21,13 +21,21 @@ TINY = float(np.finfo(np.float64).tiny)
 
 
 def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
-    """``value`` as a float; raise unless it is a finite real number ``>= minimum``.
+    """``value`` as a float; raise unless it is a finite real number ``>= minimum`` (a Python
+    or numpy number, or a one-element real tensor, read once: TorchRL's tensor ``alpha``).
 
     Examples
     --------
     >>> check_real(1, "alpha")
     1.0
+    >>> check_real(torch.tensor(0.5), "beta")
+    0.5
     """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"{name} must be a real number or a one-element real tensor, got a "
+                            f"tensor of shape {tuple(value.shape)} and dtype {value.dtype}.")
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}.")
     value = float(value)

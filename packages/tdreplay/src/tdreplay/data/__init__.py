@@ -75,11 +75,16 @@ _EXPORTS: dict[str, str] = {
     "TensorStorage": "tdreplay.storages",
     "TensorStorageCheckpointer": "tdreplay.storages",
     # tdreplay.samplers
+    "LambdaScheduler": "tdreplay.samplers",
+    "LinearScheduler": "tdreplay.samplers",
+    "ParameterScheduler": "tdreplay.samplers",
     "PrioritizedReplayBuffer": "tdreplay.samplers",
     "PrioritizedSampler": "tdreplay.samplers",
     "PrioritizedSliceSampler": "tdreplay.samplers",
+    "SchedulerList": "tdreplay.samplers",
     "SliceSampler": "tdreplay.samplers",
     "SliceSamplerWithoutReplacement": "tdreplay.samplers",
+    "StepScheduler": "tdreplay.samplers",
     "TensorDictPrioritizedReplayBuffer": "tdreplay.samplers",
     # tdreplay.writers
     "ImmutableDatasetWriter": "tdreplay.writers",

@@ -1,0 +1,435 @@
+"""Parameter schedulers: anneal a sampler's parameter (e.g. ``alpha`` / ``beta`` of a
+:class:`~tdreplay.samplers.PrioritizedSampler`) step by step, as TorchRL's
+``torchrl.data.replay_buffers.scheduler``.
+
+A scheduler is built on a buffer or on a sampler and changes one attribute of the sampler each
+time :meth:`ParameterScheduler.step` is called (typically once per training iteration):
+
+- :class:`LinearScheduler`: from the value the parameter had when the scheduler was built to
+  ``final_value`` in ``num_steps`` equal steps, then stays there;
+- :class:`StepScheduler`: every ``n_steps`` steps, multiply the parameter by ``gamma`` (or add
+  ``gamma``, ``mode="additive"``), clipped to ``[min_value, max_value]``;
+- :class:`LambdaScheduler`: the initial value times ``lambda_fn(step_count)``;
+- :class:`SchedulerList`: steps several schedulers together.
+
+Checkpoints. A scheduler built on a buffer registers itself with it
+(:meth:`~tdreplay.core.ReplayBuffer.register_stateful`, under ``"scheduler.<param_name>"``),
+so that ``rb.state_dict()`` / ``rb.dumps(path)`` save how far it has gone and
+``rb.load_state_dict`` / ``rb.loads`` restore it: a run resumed from a checkpoint goes on
+annealing where it stopped. A scheduler built on a bare sampler saves nothing by itself; register
+it with ``rb.register_stateful(name, scheduler)``. Its own :meth:`~ParameterScheduler.state_dict`
+holds plain numbers and tensors.
+
+Thread safety: a scheduler built on a buffer changes the parameter under the buffer's lock, so a
+sample drawn meanwhile in another thread sees the old or the new value, never a mix.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import re
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+from tdreplay.core import ReplayBuffer, Sampler
+from tdreplay.core.utils import is_int
+
+__all__ = ["LambdaScheduler", "LinearScheduler", "ParameterScheduler", "SchedulerList",
+           "StepScheduler"]
+
+Value = float | torch.Tensor
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _as_value(value: Any, name: str) -> Value:
+    """``value`` as a float, or as a detached clone when it is a one-element real tensor;
+    ``TypeError`` naming ``name`` otherwise."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"{name} must be a real number or a one-element real tensor, got a "
+                            f"tensor of shape {tuple(value.shape)} and dtype {value.dtype}.")
+        return value.detach().clone()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_np_real(value):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r}).")
+    return float(value)
+
+
+def _is_np_real(value: Any) -> bool:
+    import numpy as np
+
+    return isinstance(value, (np.integer, np.floating))
+
+
+def _bound(value: Any, name: str, default: float) -> float:
+    if value is None:
+        return default
+    bound = _as_value(value, name)
+    out = float(bound) if isinstance(bound, float) else float(bound.item())
+    if math.isnan(out):
+        raise ValueError(f"{name} must not be NaN.")
+    return out
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if not is_int(value):
+        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} ({value!r}).")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be a positive int, got {int(value)}.")
+    return int(value)
+
+
+class ParameterScheduler(abc.ABC):
+    """Base of the schedulers: sets ``sampler.<param_name>`` on every :meth:`step`.
+
+    Parameters
+    ----------
+    obj : ReplayBuffer or Sampler
+        The buffer whose sampler to adjust (the scheduler then registers itself with the buffer,
+        see the module docstring), or the sampler itself.
+    param_name : str
+        The sampler's attribute to adjust, e.g. ``"beta"``.
+    min_value, max_value : float, optional
+        Bounds the new values are clipped to (``None``: unbounded).
+
+    Raises
+    ------
+    TypeError
+        ``obj`` is neither a buffer nor a sampler, or a bound is not a number.
+    ValueError
+        The sampler has no attribute ``param_name``, or ``min_value > max_value``.
+
+    Subclasses implement :meth:`compute` (the value after ``step_count`` steps, before
+    clipping) and may extend :meth:`state_dict` with their settings.
+    """
+
+    def __init__(self, obj: ReplayBuffer | Sampler, param_name: str,
+                 min_value: float | None = None, max_value: float | None = None) -> None:
+        self._buffer: ReplayBuffer | None
+        if isinstance(obj, ReplayBuffer):
+            sampler, self._buffer = obj.sampler, obj
+        elif isinstance(obj, Sampler):
+            sampler, self._buffer = obj, None
+        else:
+            raise TypeError(f"{type(self).__name__} adjusts a parameter of a sampler: pass a "
+                            f"ReplayBuffer or a Sampler as obj, got {type(obj).__name__}.")
+        if not isinstance(param_name, str) or not _NAME.match(param_name) \
+                or param_name.startswith("_"):
+            raise ValueError(f"param_name must name a public attribute of the sampler, got "
+                             f"{param_name!r}.")
+        if not hasattr(sampler, param_name):
+            raise ValueError(f"Provided class {type(sampler).__name__} does not have an "
+                             f"attribute {param_name} (param_name).")
+        self.sampler = sampler
+        self.param_name = param_name
+        self.min_value = _bound(min_value, "min_value", -math.inf)
+        self.max_value = _bound(max_value, "max_value", math.inf)
+        if self.min_value > self.max_value:
+            raise ValueError(f"min_value ({self.min_value}) is above max_value "
+                             f"({self.max_value}).")
+        self.initial_value = _as_value(getattr(sampler, param_name), param_name)
+        self.step_count = 0
+        if self._buffer is not None:
+            self._buffer.register_stateful(f"scheduler.{param_name}", self)
+
+    # ---- stepping ------------------------------------------------------------------------------
+    @property
+    def current_value(self) -> Value:
+        """The parameter's value now (read from the sampler)."""
+        return _as_value(getattr(self.sampler, self.param_name), self.param_name)
+
+    @abc.abstractmethod
+    def compute(self, step_count: int) -> Value:
+        """The parameter's value after ``step_count`` steps, before clipping."""
+
+    def _clip(self, value: Value) -> Value:
+        if isinstance(value, torch.Tensor):
+            return value.clamp(self.min_value, self.max_value)
+        return min(max(float(value), self.min_value), self.max_value)
+
+    def _locked(self) -> AbstractContextManager[Any]:
+        return self._buffer.locked() if self._buffer is not None else nullcontext()
+
+    def step(self) -> None:
+        """Advance one step and set the sampler's parameter to its new (clipped) value.
+
+        If the sampler refuses the value (e.g. a negative ``alpha``), the error propagates and
+        the scheduler stays where it was.
+        """
+        with self._locked():
+            value = self._clip(self.compute(self.step_count + 1))
+            setattr(self.sampler, self.param_name, value)
+            self.step_count += 1
+
+    # ---- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """``step_count``, ``initial_value``, the bounds and the subclass's settings."""
+        initial = self.initial_value
+        return {"step_count": self.step_count,
+                "initial_value": initial.clone() if isinstance(initial, torch.Tensor) else initial,
+                "min_value": self.min_value, "max_value": self.max_value}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` naming the field unless ``state_dict`` fits this scheduler."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"{type(self).__name__} state_dict must be a dict, got "
+                             f"{type(state_dict).__name__}.")
+        expected, got = set(self.state_dict()), set(state_dict)
+        if expected != got:
+            raise ValueError(f"{type(self).__name__} state_dict keys differ: expected "
+                             f"{sorted(expected)}, got {sorted(got)}.")
+        count = state_dict["step_count"]
+        if not is_int(count) or int(count) < 0:
+            raise ValueError(f"{type(self).__name__} state_dict['step_count'] must be an int "
+                             f">= 0, got {count!r}.")
+        for key in ("initial_value", "min_value", "max_value"):
+            try:
+                _as_value(state_dict[key], key)
+            except TypeError as err:
+                raise ValueError(f"{type(self).__name__} state_dict[{key!r}]: {err}") from err
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (checked first: a bad one changes nothing)."""
+        self.check_state_dict(state_dict)
+        self.step_count = int(state_dict["step_count"])
+        self.initial_value = _as_value(state_dict["initial_value"], "initial_value")
+        self.min_value = float(state_dict["min_value"])
+        self.max_value = float(state_dict["max_value"])
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(param_name={self.param_name!r}, "
+                f"step_count={self.step_count}, value={self.current_value})")
+
+
+class LambdaScheduler(ParameterScheduler):
+    """Sets the parameter to its initial value times ``lambda_fn(step_count)`` (as
+    :class:`torch.optim.lr_scheduler.LambdaLR`).
+
+    Examples
+    --------
+    >>> from tdreplay.samplers import PrioritizedSampler
+    >>> sampler = PrioritizedSampler(10, alpha=0.8, beta=0.5)
+    >>> scheduler = LambdaScheduler(sampler, "beta", lambda n: 1 + n / 10, max_value=1.0)
+    >>> for _ in range(3):
+    ...     scheduler.step()
+    >>> sampler.beta
+    0.65
+    """
+
+    def __init__(self, obj: ReplayBuffer | Sampler, param_name: str,
+                 lambda_fn: Callable[[int], float], min_value: float | None = None,
+                 max_value: float | None = None) -> None:
+        if not callable(lambda_fn):
+            raise TypeError(f"lambda_fn must be callable, got {type(lambda_fn).__name__}.")
+        self.lambda_fn = lambda_fn
+        super().__init__(obj, param_name, min_value, max_value)
+
+    def compute(self, step_count: int) -> Value:
+        return self.initial_value * self.lambda_fn(step_count)
+
+
+class LinearScheduler(ParameterScheduler):
+    """Moves the parameter linearly from its value when the scheduler is built to
+    ``final_value`` in ``num_steps`` steps; it stays at ``final_value`` after.
+
+    Parameters
+    ----------
+    obj : ReplayBuffer or Sampler
+        The buffer whose sampler to adjust, or the sampler.
+    param_name : str
+        E.g. ``"beta"`` (anneal the importance-sampling correction towards 1).
+    final_value : float
+        The value reached after ``num_steps`` steps.
+    num_steps : int
+        Number of steps of the ramp (>= 1).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tdreplay.core import ReplayBuffer
+    >>> from tdreplay.samplers import PrioritizedSampler
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(10),
+    ...                   sampler=PrioritizedSampler(10, alpha=0.7, beta=0.6))
+    >>> scheduler = LinearScheduler(rb, param_name="beta", final_value=1.0, num_steps=4)
+    >>> values = []
+    >>> for _ in range(5):
+    ...     scheduler.step()
+    ...     values.append(round(rb.sampler.beta, 6))
+    >>> values
+    [0.7, 0.8, 0.9, 1.0, 1.0]
+    >>> rb.state_dict()["_stateful"]["scheduler.beta"]["step_count"]   # saved with the buffer
+    5
+    """
+
+    def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, final_value: float,
+                 num_steps: int) -> None:
+        self.final_value = _as_value(final_value, "final_value")
+        self.num_steps = _positive_int(num_steps, "num_steps")
+        super().__init__(obj, param_name)
+        if isinstance(self.initial_value, torch.Tensor):
+            self.final_value = torch.as_tensor(self.final_value).to(self.initial_value)
+
+    def compute(self, step_count: int) -> Value:
+        if step_count >= self.num_steps:
+            return self.final_value
+        delta = (self.final_value - self.initial_value) / self.num_steps
+        return self.initial_value + delta * step_count
+
+    def state_dict(self) -> dict[str, Any]:
+        final = self.final_value
+        return {**super().state_dict(), "num_steps": self.num_steps,
+                "final_value": final.clone() if isinstance(final, torch.Tensor) else final}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().check_state_dict(state_dict)
+        try:
+            _positive_int(state_dict["num_steps"], "num_steps")
+            _as_value(state_dict["final_value"], "final_value")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        super().load_state_dict(state_dict)
+        self.num_steps = int(state_dict["num_steps"])
+        self.final_value = _as_value(state_dict["final_value"], "final_value")
+
+
+_MODES = ("multiplicative", "additive")
+
+
+class StepScheduler(ParameterScheduler):
+    """Every ``n_steps`` steps, multiplies the parameter by ``gamma`` (``mode="multiplicative"``)
+    or adds ``gamma`` to it (``mode="additive"``), clipped to ``[min_value, max_value]``.
+
+    Parameters
+    ----------
+    obj : ReplayBuffer or Sampler
+        The buffer whose sampler to adjust, or the sampler.
+    param_name : str
+        E.g. ``"beta"``.
+    gamma : float
+        Factor or increment. Defaults to 0.9.
+    n_steps : int
+        Change the parameter every ``n_steps`` steps (>= 1). Defaults to 1.
+    mode : {"multiplicative", "additive"}
+        Defaults to ``"multiplicative"``.
+    min_value, max_value : float, optional
+        Bounds.
+
+    Examples
+    --------
+    >>> from tdreplay.samplers import PrioritizedSampler
+    >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.6)
+    >>> scheduler = StepScheduler(sampler, "beta", gamma=0.1, n_steps=2, mode="additive",
+    ...                           max_value=0.75)
+    >>> values = []
+    >>> for _ in range(5):
+    ...     scheduler.step()
+    ...     values.append(round(sampler.beta, 6))
+    >>> values
+    [0.6, 0.7, 0.7, 0.75, 0.75]
+    """
+
+    def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, gamma: float = 0.9,
+                 n_steps: int = 1, mode: str = "multiplicative",
+                 min_value: float | None = None, max_value: float | None = None) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"Invalid mode: {mode!r}. Choose 'multiplicative' or 'additive'.")
+        gamma_value = _as_value(gamma, "gamma")
+        self.gamma = float(gamma_value) if isinstance(gamma_value, float) \
+            else float(gamma_value.item())
+        self.n_steps = _positive_int(n_steps, "n_steps")
+        self.mode = mode
+        super().__init__(obj, param_name, min_value, max_value)
+
+    def compute(self, step_count: int) -> Value:
+        current = self.current_value
+        if step_count % self.n_steps:
+            return current
+        return current + self.gamma if self.mode == "additive" else current * self.gamma
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "gamma": self.gamma, "n_steps": self.n_steps,
+                "mode": self.mode}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().check_state_dict(state_dict)
+        try:
+            _positive_int(state_dict["n_steps"], "n_steps")
+            _as_value(state_dict["gamma"], "gamma")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
+        if state_dict["mode"] not in _MODES:
+            raise ValueError(f"{type(self).__name__} state_dict['mode'] must be one of "
+                             f"{_MODES}, got {state_dict['mode']!r}.")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        super().load_state_dict(state_dict)
+        self.gamma = float(state_dict["gamma"])
+        self.n_steps = int(state_dict["n_steps"])
+        self.mode = str(state_dict["mode"])
+
+
+class SchedulerList:
+    """Several schedulers stepped together (in order).
+
+    Examples
+    --------
+    >>> from tdreplay.samplers import PrioritizedSampler
+    >>> sampler = PrioritizedSampler(10, alpha=1.0, beta=0.5)
+    >>> schedulers = SchedulerList([LinearScheduler(sampler, "alpha", 0.5, num_steps=5),
+    ...                             StepScheduler(sampler, "beta", 0.1, mode="additive")])
+    >>> schedulers.step()
+    >>> round(sampler.alpha, 6), round(sampler.beta, 6)
+    (0.9, 0.6)
+    """
+
+    def __init__(self, schedulers: ParameterScheduler | Iterable[ParameterScheduler]) -> None:
+        if isinstance(schedulers, ParameterScheduler):
+            schedulers = [schedulers]
+        self.schedulers: list[ParameterScheduler] = []
+        for scheduler in schedulers:
+            self.append(scheduler)
+
+    def append(self, scheduler: ParameterScheduler) -> None:
+        """Add ``scheduler`` (``TypeError`` unless it is a :class:`ParameterScheduler`)."""
+        if not isinstance(scheduler, ParameterScheduler):
+            raise TypeError(f"SchedulerList holds ParameterScheduler objects, got "
+                            f"{type(scheduler).__name__}.")
+        self.schedulers.append(scheduler)
+
+    def step(self) -> None:
+        """Step every scheduler, in order."""
+        for scheduler in self.schedulers:
+            scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of every scheduler, by position."""
+        return {str(i): s.state_dict() for i, s in enumerate(self.schedulers)}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state_dict`` fits these schedulers."""
+        if not isinstance(state_dict, dict) or set(state_dict) != set(self.state_dict()):
+            raise ValueError(f"SchedulerList state_dict must hold one state per scheduler "
+                             f"({len(self.schedulers)}).")
+        for i, scheduler in enumerate(self.schedulers):
+            scheduler.check_state_dict(state_dict[str(i)])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (all checked before any scheduler changes)."""
+        self.check_state_dict(state_dict)
+        for i, scheduler in enumerate(self.schedulers):
+            scheduler.load_state_dict(state_dict[str(i)])
+
+    def __len__(self) -> int:
+        return len(self.schedulers)
+
+    def __repr__(self) -> str:
+        return f"SchedulerList({self.schedulers!r})"
