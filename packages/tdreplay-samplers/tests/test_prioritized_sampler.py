@@ -365,11 +365,42 @@ def test_storage_filled_before_the_sampler_saw_it(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_extend_rejects_out_of_range_slots(backend):
-    sampler = PrioritizedSampler(4, 0.5, 0.5, backend=backend)
-    with pytest.raises(IndexError, match="max_capacity"):
-        sampler.extend(torch.tensor([2, 4]))
-    assert leaves(sampler).sum() == 0
+def test_extend_beyond_max_capacity_grows_the_trees(backend):
+    # a storage larger than max_capacity (TorchRL rounds its C++ trees up to a power of two)
+    sampler = PrioritizedSampler(4, 1.0, 1.0, eps=0.0, backend=backend)
+    sampler.extend(torch.tensor([2, 4]))
+    assert sampler.max_capacity == 8  # at least doubled
+    assert leaves(sampler).tolist() == [0, 0, 1, 0, 1, 0, 0, 0]
+    sampler.update_priority(torch.tensor([4]), torch.tensor([3.0]))
+    sampler.extend(torch.tensor([20]))
+    assert sampler.max_capacity == 21
+    assert leaves(sampler)[[2, 4, 20]].tolist() == [1.0, 3.0, 3.0]  # kept; new at the max
+    with pytest.raises(IndexError, match="unwritten"):
+        sampler.update_priority(torch.tensor([5]), torch.tensor([1.0]))
+    with pytest.raises(IndexError, match=r"\[0, 21\)"):  # updates never grow
+        sampler.update_priority(torch.tensor([21]), torch.tensor([1.0]))
+    storage = storage_with(21, 21)
+    index, _ = sampler.sample(storage, 2000)
+    assert set(index.tolist()) == {2, 4, 20}  # only written slots are drawn
+    counts = torch.bincount(index, minlength=21)[[2, 4, 20]].double() / 2000
+    assert torch.allclose(counts, torch.tensor([1 / 7, 3 / 7, 3 / 7], dtype=torch.float64),
+                          atol=0.05)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grown_state_loads_into_a_sampler_of_the_original_size(backend):
+    sampler = PrioritizedSampler(4, 1.0, 1.0, eps=0.0, backend=backend)
+    sampler.extend(torch.arange(6))
+    sampler.update_priority(torch.tensor([5]), torch.tensor([2.0]))
+    restored = PrioritizedSampler(4, 1.0, 1.0, eps=0.0, backend=backend)
+    restored.load_state_dict(sampler.state_dict())
+    assert restored.max_capacity == 8
+    assert torch.equal(leaves(restored), leaves(sampler))
+    larger = PrioritizedSampler(10, 1.0, 1.0, eps=0.0, backend=backend)
+    larger.load_state_dict(sampler.state_dict())  # a smaller state is padded: nothing lost
+    assert larger.max_capacity == 10 and leaves(larger)[:8].tolist() == leaves(sampler).tolist()
+    with pytest.raises(ValueError, match="max_capacity"):
+        larger.load_state_dict({**sampler.state_dict(), "max_capacity": 0})
 
 
 # ---- backends agree --------------------------------------------------------------------------
@@ -431,10 +462,10 @@ def test_state_dict_round_trip_samples_the_same(source, target, within):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("within", [False, True])
-def test_extend_refuses_slots_out_of_range_and_changes_nothing(backend, within):
+def test_extend_refuses_negative_slots_and_changes_nothing(backend, within):
     sampler, _ = make(backend, 8, 4, max_priority_within_buffer=within)
     before = sampler.state_dict()
-    for slots in ([3, 8], [-1], [0, 100]):
+    for slots in ([3, -2], [-1], [-5, 100]):
         with pytest.raises(IndexError, match="slots"):
             sampler.extend(torch.tensor(slots))
     after = sampler.state_dict()

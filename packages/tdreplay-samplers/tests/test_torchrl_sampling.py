@@ -96,3 +96,36 @@ def test_random_sampler_without_replacement_in_a_buffer_covers_every_item() -> N
     batches = [rb.sample().tolist() for _ in range(4)]
     assert [len(b) for b in batches] == [3, 3, 3, 2]
     assert sorted(sum(batches, [])) == list(range(11))
+
+
+# ---- PrioritizedSampler: a storage larger than max_capacity, unwritten slots ---------------------
+def test_prioritized_sampler_smaller_than_the_storage_grows() -> None:
+    from tensordict import TensorDict
+
+    from tdreplay.samplers import PrioritizedSampler
+
+    rb = TensorDictReplayBuffer(sampler=PrioritizedSampler(5, alpha=1.0, beta=1.0, eps=0.0),
+                                batch_size=5)  # default storage: ListStorage(1000)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(TensorDict({"a": torch.arange(3), "td_error": torch.ones(3)}, [3]))
+    rb.extend(TensorDict({"a": torch.arange(3, 8), "td_error": torch.full((5,), 2.0)}, [5]))
+    assert len(rb) == 8 and rb.sampler.max_capacity == 10
+    assert rb.sampler.state_dict()["priorities"][:9].tolist() == [1.0] * 3 + [2.0] * 5 + [0.0]
+    s = rb.sample(4000)
+    assert torch.equal(s["a"], s["index"])  # every drawn slot holds the row written there
+    freq = torch.bincount(s["index"], minlength=8).double() / 4000
+    assert torch.allclose(freq, torch.tensor([1 / 13] * 3 + [2 / 13] * 5, dtype=torch.float64),
+                          atol=0.03)
+
+
+def test_prioritized_update_of_an_unwritten_slot_is_refused_and_changes_nothing() -> None:
+    from tdreplay.samplers import PrioritizedSampler
+
+    sampler = PrioritizedSampler(10, alpha=1.0, beta=1.0)
+    sampler.extend(torch.arange(2))
+    before = sampler.state_dict()
+    with pytest.raises(IndexError, match="unwritten slots \\[5\\].*belong to no item"):
+        sampler.update_priority(torch.tensor([0, 5]), torch.tensor([100.0, 100.0]))
+    after = sampler.state_dict()
+    assert torch.equal(before["priorities"], after["priorities"])
+    assert sampler.max_priority == 1.0  # the refused update did not raise the max either

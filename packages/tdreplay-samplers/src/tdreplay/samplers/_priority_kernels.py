@@ -47,8 +47,9 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
         unwritten |= live & (index >= n_written)
     if bool(unwritten.any()):
         raise IndexError(f"index points at unwritten slots {index[unwritten][:5].tolist()}"
-                         f"{'' if n_written is None else f' (the storage holds {n_written})'}. "
-                         "Nothing was updated.")
+                         f"{'' if n_written is None else f' (the storage holds {n_written})'}: "
+                         "a priority there would belong to no item (a write replaces it with "
+                         "the max priority). Nothing was updated.")
 
 
 class PriorityKernels(abc.ABC):

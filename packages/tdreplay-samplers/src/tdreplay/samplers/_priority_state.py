@@ -21,9 +21,8 @@ from ._priority_values import check_real
 from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
 
 __all__ = ["STATE_KEYS", "HostState", "PriorityState", "check_state_dict", "default_priority",
-           "empty_host_state", "export_state", "host_from_state_dict", "new_state", "placement",
-           "settle",
-           "to_state_dict"]
+           "empty_host_state", "export_state", "grown", "host_from_state_dict", "new_state",
+           "padded", "placement", "settle", "to_state_dict"]
 
 _CPU = torch.device("cpu")
 
@@ -119,17 +118,61 @@ def export_state(state: PriorityState) -> HostState:
             "max_priority": float(state.max_priority)}
 
 
-def check_state_dict(state_dict: Any, capacity: int, within_buffer: bool, owner: str) -> None:
+def padded(host: HostState, capacity: int) -> HostState:
+    """``host`` with unwritten slots appended up to ``capacity`` (itself if it has as many).
+
+    Examples
+    --------
+    >>> host = padded(empty_host_state(2), 3)
+    >>> host["priorities"].shape, host["write_generation"].tolist()
+    (torch.Size([3]), [0, 0, 0])
+    """
+    extra = capacity - host["priorities"].shape[0]
+    if extra <= 0:
+        return host
+    pad = empty_host_state(extra)
+    return {"priorities": torch.cat([host["priorities"], pad["priorities"]]),
+            "set_priorities": torch.cat([host["set_priorities"], pad["set_priorities"]]),
+            "write_generation": torch.cat([host["write_generation"], pad["write_generation"]]),
+            "max_priority": host["max_priority"]}
+
+
+def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool) -> PriorityState:
+    """``state``, or a copy with more slots (at least twice as many) when host ``slots`` go
+    beyond its capacity: a storage larger than ``max_capacity`` (TorchRL's C++ trees round the
+    capacity up to a power of two and write past it; here the trees grow, keeping every
+    priority). Slots on a device are not read (no host sync): they never grow the state.
+
+    Examples
+    --------
+    >>> state = new_state(4, "torch", torch.device("cpu"), within_buffer=False)
+    >>> grown(state, torch.tensor([0, 5]), within_buffer=False).capacity
+    8
+    >>> grown(state, torch.tensor([3]), within_buffer=False) is state
+    True
+    """
+    if slots.device.type != "cpu" or not slots.numel():
+        return state
+    low, high = torch.aminmax(slots)
+    needed = int(high) + 1
+    if needed <= state.capacity or int(low) < 0:  # negative slots: refused by the caller
+        return state
+    capacity = max(needed, 2 * state.capacity)
+    return new_state(capacity, state.backend, state.device, within_buffer=within_buffer,
+                     host=padded(export_state(state), capacity))
+
+
+def check_state_dict(state_dict: Any, within_buffer: bool, owner: str) -> None:
     """Raise ``ValueError`` unless ``state_dict`` is a prioritized sampler state that a sampler
-    ``owner`` of ``capacity`` slots (tracking the max within the buffer or not) can load."""
+    ``owner`` (tracking the max within the buffer or not) can load. A state of another
+    ``max_capacity`` loads too: the sampler takes the larger of the two (no slot is lost)."""
     if not isinstance(state_dict, dict) or set(state_dict) != STATE_KEYS:
         got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
         raise ValueError(f"{owner} state_dict must have the keys {sorted(STATE_KEYS)}, got "
                          f"{got}.")
     cap = state_dict["max_capacity"]
-    if cap != capacity:
-        raise ValueError(f"state_dict is for max_capacity={cap}, this sampler has "
-                         f"max_capacity={capacity}.")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ValueError(f"state_dict['max_capacity'] must be an int >= 1, got {cap!r}.")
     for key in ("alpha", "beta", "eps"):
         check_real(state_dict[key], f"state_dict[{key!r}]")
     leaves = state_dict["priorities"]

@@ -40,18 +40,15 @@ import torch
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty
 
+from ._priority_checkpoint import PriorityStateDictMixin
 from ._priority_kernels import apply_update, excluded, kernels_for, uniform
 from ._priority_state import (
     PriorityState,
-    check_state_dict,
     default_priority,
-    empty_host_state,
-    export_state,
-    host_from_state_dict,
+    grown,
     new_state,
     placement,
     settle,
-    to_state_dict,
 )
 from ._priority_values import (
     as_priority_tensor,
@@ -74,13 +71,14 @@ WRITE_GENERATION_KEY = "write_generation"
 _CPU = torch.device("cpu")
 
 
-class PrioritizedSampler(Sampler):
+class PrioritizedSampler(PriorityStateDictMixin, Sampler):
     """Samples slot ``i`` with probability ``p_i ** alpha / sum_j p_j ** alpha``.
 
     Parameters
     ----------
     max_capacity : int
-        Number of slots of the storage (its ``max_size``).
+        Number of slots of the storage (its ``max_size``). When slots beyond it are written
+        (a larger storage), the trees grow to hold them, keeping every priority.
     alpha : float
         Priority exponent, ``>= 0``; ``0`` samples uniformly.
     beta : float
@@ -178,7 +176,7 @@ class PrioritizedSampler(Sampler):
     # ---- configuration -----------------------------------------------------------------------
     @property
     def max_capacity(self) -> int:
-        """Number of slots the trees cover."""
+        """Number of slots the trees cover (more than asked for once they grew)."""
         return self._capacity
 
     @property
@@ -262,6 +260,12 @@ class PrioritizedSampler(Sampler):
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
         return state
 
+    def _fit(self, slots: torch.Tensor) -> PriorityState:
+        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`)."""
+        state = self._state = grown(self._ensure_state(), slots, within_buffer=self._within_buffer)
+        self._capacity = state.capacity
+        return state
+
     def place_for(self, storage: Storage) -> None:
         """Settle the trees where ``storage`` lives (or on ``device``); buffers call this."""
         self._ensure_state(storage)
@@ -272,8 +276,8 @@ class PrioritizedSampler(Sampler):
         slots = as_long_tensor(slots, name="slots").reshape(-1)
         if not slots.numel():
             return
-        state = self._ensure_state()
-        slots = slots_on(slots, self._capacity, state.device)
+        state = self._fit(slots)
+        slots = slots_on(slots, state.capacity, state.device)
         leaf = leaf_values(default_priority(state), self._alpha, self._eps)
         kernels_for(state).extend(state, slots, leaf)
         self._clock += 1
@@ -378,7 +382,7 @@ class PrioritizedSampler(Sampler):
             index, priority, write_generation if self.skip_stale_updates else None)
         if not index.numel():
             return
-        state = self._ensure_state(storage)
+        state = self._ensure_state(storage)  # never grows: written slots are within
         apply_update(state, index, raw, validate=self.validate, reduction=self.reduction,
                      alpha=self._alpha, eps=self._eps, token=token,
                      n_written=len(storage) if storage is not None else None)
@@ -392,32 +396,6 @@ class PrioritizedSampler(Sampler):
         priority = as_priority_tensor(priority)
         if self._state is None or self.validate:
             check_priority_values(priority.to(_CPU, torch.float64))
-
-    # ---- state -------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Priorities, generations, max priority, ``alpha``/``beta``/``eps`` (host tensors)."""
-        host = (export_state(self._state) if self._state is not None
-                else empty_host_state(self._capacity))
-        return to_state_dict(host, alpha=self._alpha, beta=self._beta, eps=self._eps,
-                             within_buffer=self._within_buffer, clock=self._clock)
-
-    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state_dict`` can be loaded into this sampler."""
-        check_state_dict(state_dict, self._capacity, self._within_buffer, type(self).__name__)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; checks everything before changing anything."""
-        self.check_state_dict(state_dict)
-        state = self._state
-        backend, device = ((state.backend, state.device) if state is not None
-                           else placement(self._req_backend, self._req_device))
-        self._state = new_state(self._capacity, backend, device,
-                                within_buffer=self._within_buffer,
-                                host=host_from_state_dict(state_dict, self._within_buffer))
-        self._clock = state_dict["write_clock"]
-        self._alpha = float(state_dict["alpha"])
-        self._beta = float(state_dict["beta"])
-        self._eps = float(state_dict["eps"])
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(max_capacity={self._capacity}, alpha={self._alpha}, "

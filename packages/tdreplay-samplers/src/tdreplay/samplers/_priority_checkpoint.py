@@ -1,0 +1,69 @@
+"""``state_dict`` / ``check_state_dict`` / ``load_state_dict`` of a prioritized sampler.
+
+:class:`PriorityStateDictMixin` is the room of :class:`~.prioritized.PrioritizedSampler` that
+saves and restores its :class:`~._priority_state.PriorityState` (host tensors, see
+:func:`~._priority_state.to_state_dict`). A state saved by a sampler whose trees grew (a
+storage larger than ``max_capacity``) loads into a new sampler of the original size: the
+sampler takes the larger capacity, so no slot is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._priority_state import (
+    PriorityState,
+    check_state_dict,
+    empty_host_state,
+    export_state,
+    host_from_state_dict,
+    new_state,
+    padded,
+    placement,
+    to_state_dict,
+)
+
+__all__ = ["PriorityStateDictMixin"]
+
+
+class PriorityStateDictMixin:
+    """Saving and restoring the priority state (mixed into ``PrioritizedSampler``)."""
+
+    _state: PriorityState | None
+    _capacity: int
+    _within_buffer: bool
+    _req_backend: str | None
+    _req_device: torch.device | None
+    _clock: int
+    _alpha: float
+    _beta: float
+    _eps: float
+
+    def state_dict(self) -> dict[str, Any]:
+        """Priorities, generations, max priority, ``alpha``/``beta``/``eps`` (host tensors)."""
+        host = (export_state(self._state) if self._state is not None
+                else empty_host_state(self._capacity))
+        return to_state_dict(host, alpha=self._alpha, beta=self._beta, eps=self._eps,
+                             within_buffer=self._within_buffer, clock=self._clock)
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state_dict`` can be loaded into this sampler."""
+        check_state_dict(state_dict, self._within_buffer, type(self).__name__)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; checks everything before changing anything."""
+        self.check_state_dict(state_dict)
+        state = self._state
+        backend, device = ((state.backend, state.device) if state is not None
+                           else placement(self._req_backend, self._req_device))
+        capacity = max(self._capacity, state_dict["max_capacity"])
+        host = padded(host_from_state_dict(state_dict, self._within_buffer), capacity)
+        self._state = new_state(capacity, backend, device, within_buffer=self._within_buffer,
+                                host=host)
+        self._capacity = capacity
+        self._clock = state_dict["write_clock"]
+        self._alpha = float(state_dict["alpha"])
+        self._beta = float(state_dict["beta"])
+        self._eps = float(state_dict["eps"])
