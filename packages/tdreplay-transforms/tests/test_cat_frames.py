@@ -117,3 +117,54 @@ def test_errors_name_the_key():
         CatFrames(2, -1, in_keys=["a", "b"], out_keys=["c"])
     with pytest.raises(ValueError, match="time dimension"):
         CatFrames(2, -1, in_keys=["obs"])(td[0, 0])
+
+
+class TestMakeRbTransformAndSampler:
+    @staticmethod
+    def episodes() -> TensorDict:
+        obs = torch.arange(20.0).unsqueeze(-1)
+        done = (torch.arange(20) % 10 == 9).unsqueeze(-1)
+        return TensorDict({"obs": obs, ("next", "obs"): obs + 1, "ep": torch.arange(20) // 10,
+                           ("next", "done"): done}, [20])
+
+    def test_samples_stacks_and_stores_frames(self):
+        from tdreplay.core import TensorDictReplayBuffer
+        from tdreplay.samplers import SliceSampler
+        from tdreplay.storages import LazyTensorStorage
+
+        cat = CatFrames(N=3, dim=-1, in_keys=["obs"], out_keys=["stack"])
+        transform, sampler = cat.make_rb_transform_and_sampler(batch_size=5, traj_key="ep")
+        assert isinstance(sampler, SliceSampler) and sampler.slice_len == 3
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler,
+                                    transform=transform, batch_size=5)
+        rb.extend(self.episodes().set("stack", torch.zeros(20, 3)))
+        assert "stack" not in rb.storage[0].keys()          # stacks never stored
+        s = rb.sample()
+        assert s.batch_size == (5,)
+        stack, nxt = s["stack"], s["next", "stack"]
+        assert stack.shape == (5, 3) and stack.dtype == torch.float32
+        assert torch.equal(stack[:, -1:], s["obs"])
+        assert (stack.diff(dim=-1) == 1).all()              # consecutive frames of one episode
+        assert torch.equal(nxt[:, :-1], stack[:, 1:]) and torch.equal(nxt[:, -1:], s["next", "obs"])
+        assert torch.equal(s["ep"], s["obs"].squeeze(-1).long() // 10)
+
+    def test_without_replacement_and_bad_kwargs(self):
+        from tdreplay.transforms.frame_sampler import (
+            FrameStackSliceSampler,
+            FrameStackSliceSamplerWithoutReplacement,
+        )
+
+        cat = CatFrames(N=2, dim=-1, in_keys=["obs"])
+        transform, sampler = cat.make_rb_transform_and_sampler(4, traj_key="ep",
+                                                               replacement=False)
+        assert isinstance(sampler, FrameStackSliceSamplerWithoutReplacement)
+        assert len(transform) == 1                           # in_keys == out_keys: nothing dropped
+        with pytest.raises(TypeError, match="slice_len"):
+            cat.make_rb_transform_and_sampler(4, slice_len=3)
+        with pytest.raises(ValueError, match="frames"):
+            FrameStackSliceSampler(0)
+
+    def test_transform_needs_whole_windows(self):
+        transform, _ = CatFrames(N=3, dim=-1, in_keys=["obs"]).make_rb_transform_and_sampler(1)
+        with pytest.raises(ValueError, match="multiple of N=3"):
+            transform(self.episodes()[:4])

@@ -2,19 +2,37 @@
 
 Every transform builds on :class:`tdreplay.core.Transform`; :class:`Compose` (from
 ``tdreplay.core``) chains them, and plain callables are accepted wherever a transform is.
+The slice samplers of ``CatFrames.make_rb_transform_and_sampler`` live in
+:mod:`tdreplay.transforms.frame_sampler` (imported on use: it imports ``tdreplay.samplers``).
 """
 
 from tdreplay.core import CallableTransform, Compose, InvertedTransform, Transform
 
+from .actions import DiscreteActionProjection, gSDENoise
 from .cat_frames import CatFrames
+from .checks import FiniteTensorDictCheck, PinMemoryTransform
 from .image import CenterCrop, GrayScale, Resize, ToTensorImage
 from .keys import ExcludeTransform, RenameTransform, SelectTransform
 from .multistep import MultiStep
-from .tensors import CatTensors, DeviceCastTransform, DTypeCastTransform, UnsqueezeTransform
+from .next_state import NextStateReconstructor
+from .normalization import ObservationNorm
+from .policy_age import PolicyAgeFilter
+from .reward import BinarizeReward, RewardClipping, RewardScaling
+from .tensors import (
+    CatTensors,
+    DeviceCastTransform,
+    DoubleToFloat,
+    DTypeCastTransform,
+    FlattenObservation,
+    SqueezeTransform,
+    UnsqueezeTransform,
+)
+from .vecnorm import VecNorm
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BinarizeReward",
     "CallableTransform",
     "CatFrames",
     "CatTensors",
@@ -22,14 +40,27 @@ __all__ = [
     "Compose",
     "DTypeCastTransform",
     "DeviceCastTransform",
+    "DiscreteActionProjection",
+    "DoubleToFloat",
     "ExcludeTransform",
+    "FiniteTensorDictCheck",
+    "FlattenObservation",
     "GrayScale",
     "InvertedTransform",
     "MultiStep",
+    "NextStateReconstructor",
+    "ObservationNorm",
+    "PinMemoryTransform",
+    "PolicyAgeFilter",
     "RenameTransform",
     "Resize",
+    "RewardClipping",
+    "RewardScaling",
     "SelectTransform",
+    "SqueezeTransform",
     "ToTensorImage",
     "Transform",
     "UnsqueezeTransform",
+    "VecNorm",
+    "gSDENoise",
 ]

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDictBase
 
-from tdreplay.core import Transform
+from tdreplay.core import Compose, Transform
 from tdreplay.core.transform import NestedKey
 
 from ._utils import (
     gather_time,
     keys_arg,
     one_key,
+    prefix_next,
     require_tensordict,
     strip_next,
     time_flags,
     trajectory_starts,
 )
+from .keys import ExcludeTransform
+
+if TYPE_CHECKING:
+    from tdreplay.samplers import SliceSampler
 
 
 class CatFrames(Transform):
@@ -163,6 +169,70 @@ class CatFrames(Transform):
             data.set(key, result)
         return data
 
+    def make_rb_transform_and_sampler(self, batch_size: int | None = None,
+                                      **sampler_kwargs: Any) -> tuple[Compose, SliceSampler]:
+        """A buffer transform and sampler that stack frames on sample, so that a buffer stores
+        single frames (``N`` times less memory than stacks).
+
+        The sampler (a :class:`~tdreplay.transforms.frame_sampler.FrameStackSliceSampler`,
+        built with ``sampler_kwargs``, e.g. ``traj_key=``) draws, for a batch of ``B``, ``B``
+        slices of ``N`` consecutive steps; the transform stacks each slice's frames (for the
+        in_keys and their ``("next", ...)`` entries) and keeps each slice's last step, so a
+        sample has ``B`` rows, each with the ``N`` frames ending at it. Its write side drops
+        the out_keys that are not in_keys, so stacks never reach the storage.
+        ``batch_size`` is accepted for TorchRL's signature and unused (the buffer's batch
+        size counts stacked rows).
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import TensorDictReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> t, sampler = CatFrames(N=3, dim=-1, in_keys=["obs"], out_keys=["stack"]
+        ...                        ).make_rb_transform_and_sampler(batch_size=4, traj_key="ep")
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler,
+        ...                             transform=t, batch_size=4)
+        >>> obs = torch.arange(20.0).unsqueeze(-1)
+        >>> done = (torch.arange(20) % 10 == 9).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"obs": obs, ("next", "obs"): obs + 1,
+        ...                           "ep": torch.arange(20) // 10, ("next", "done"): done}, [20]))
+        >>> s = rb.sample()
+        >>> s["stack"].shape, bool((s["stack"].diff(dim=-1) == 1).all())
+        (torch.Size([4, 3]), True)
+        """
+        from .frame_sampler import make_frame_stack_sampler
+
+        in_keys: list[NestedKey] = [*self.in_keys, *(prefix_next(k) for k in self.in_keys)]
+        out_keys: list[NestedKey] = [*self.out_keys, *(prefix_next(k) for k in self.out_keys)]
+        stacker = CatFrames(self.N, self.dim, in_keys=in_keys, out_keys=out_keys,
+                            padding=self.padding, padding_value=self.padding_value,
+                            done_key=self.done_key)
+        transient = [key for key in out_keys if key not in set(in_keys)]
+        transform = Compose(_LastOfWindows(stacker))
+        if transient:
+            transform.append(ExcludeTransform(*transient, inverse=True))
+        return transform, make_frame_stack_sampler(self.N, **sampler_kwargs)
+
     def __repr__(self) -> str:
         return (f"CatFrames(N={self.N}, dim={self.dim}, padding={self.padding!r}, "
                 f"keys={self.in_keys})")
+
+
+class _LastOfWindows(Transform):
+    """A flat sample of windows of ``N`` steps -> ``[-1, N]``, ``CatFrames``, last step each."""
+
+    def __init__(self, stacker: CatFrames) -> None:
+        super().__init__()
+        self.stacker = stacker
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        n = self.stacker.N
+        if data.batch_dims != 1 or data.batch_size[0] % n:
+            raise ValueError(f"CatFrames (buffer transform): the sample must be flat with a "
+                             f"multiple of N={n} rows (slices of N steps), got batch_size="
+                             f"{tuple(data.batch_size)}.")
+        return self.stacker(data.reshape(-1, n))[:, -1]
+
+    def __repr__(self) -> str:
+        return f"LastOfWindows({self.stacker!r})"

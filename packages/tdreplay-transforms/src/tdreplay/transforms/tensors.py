@@ -1,8 +1,10 @@
 """Transforms that reshape, concatenate, cast or move tensors: ``CatTensors``,
-``UnsqueezeTransform``, ``DTypeCastTransform``, ``DeviceCastTransform``."""
+``FlattenObservation``, ``UnsqueezeTransform``, ``SqueezeTransform``, ``DTypeCastTransform``,
+``DoubleToFloat``, ``DeviceCastTransform``."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -99,6 +101,73 @@ class CatTensors(Transform):
         return f"CatTensors(in_keys={self.in_keys}, out_key={self.out_keys[0]!r}, dim={self.dim})"
 
 
+class FlattenObservation(Transform):
+    """Flattens the dimensions ``first_dim`` to ``last_dim`` (both included) of entries on sample.
+
+    Parameters
+    ----------
+    first_dim, last_dim : int
+        First and last dimension flattened. Negative (counted from the last dimension, so they do
+        not depend on the batch size) unless ``allow_positive_dim=True``; ``first_dim`` must not
+        come after ``last_dim``.
+    in_keys, out_keys : sequence of nested keys
+        Entries flattened. Defaults to ``["pixels"]``; ``out_keys`` defaults to ``in_keys``.
+    allow_positive_dim : bool
+        Accept non-negative dims (counted from the first batch dimension).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(4, 3, 16)}, [4])
+    >>> FlattenObservation(-2, -1, in_keys=["obs"], out_keys=["flat"])(td)["flat"].shape
+    torch.Size([4, 48])
+    """
+
+    def __init__(
+        self,
+        first_dim: int,
+        last_dim: int,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        allow_positive_dim: bool = False,
+    ) -> None:
+        for name, value in (("first_dim", first_dim), ("last_dim", last_dim)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"FlattenObservation: {name} must be an int, got {value!r}.")
+            if value >= 0 and not allow_positive_dim:
+                raise ValueError(f"FlattenObservation: {name}={value} is not negative; pass "
+                                 "allow_positive_dim=True to count from the first batch "
+                                 "dimension.")
+        if (first_dim < 0) == (last_dim < 0) and first_dim > last_dim:
+            raise ValueError(f"FlattenObservation: first_dim={first_dim} comes after "
+                             f"last_dim={last_dim}.")
+        in_keys = ["pixels"] if in_keys is None else in_keys
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"))
+        self.first_dim = first_dim
+        self.last_dim = last_dim
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        values = [self._get(data, key) for key in self.in_keys]
+        results = []
+        for key, value in zip(self.in_keys, values):
+            try:
+                results.append(value.flatten(self.first_dim, self.last_dim))
+            except (IndexError, RuntimeError) as err:
+                raise ValueError(f"FlattenObservation cannot flatten dims {self.first_dim}.."
+                                 f"{self.last_dim} of entry {key!r} of shape "
+                                 f"{tuple(value.shape)}: {err}") from err
+        for key, result in zip(self.out_keys, results):
+            data.set(key, result)
+        return data
+
+    def __repr__(self) -> str:
+        return (f"FlattenObservation(first_dim={self.first_dim}, last_dim={self.last_dim}, "
+                f"in_keys={self.in_keys}, out_keys={self.out_keys})")
+
+
 class UnsqueezeTransform(Transform):
     """Inserts a singleton dimension at ``dim`` on sample; removes it on extend (inverse keys).
 
@@ -134,10 +203,11 @@ class UnsqueezeTransform(Transform):
         in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
         out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
+        name = type(self).__name__
         if not isinstance(dim, int) or isinstance(dim, bool):
-            raise TypeError(f"UnsqueezeTransform: dim must be an int, got {dim!r}.")
+            raise TypeError(f"{name}: dim must be an int, got {dim!r}.")
         if dim >= 0 and not allow_positive_dim:
-            raise ValueError(f"UnsqueezeTransform: dim={dim} is not negative; pass "
+            raise ValueError(f"{name}: dim={dim} is not negative; pass "
                              "allow_positive_dim=True to count from the first batch dimension.")
         super().__init__(keys_arg(in_keys, "in_keys"),
                          None if out_keys is None else keys_arg(out_keys, "out_keys"),
@@ -145,31 +215,95 @@ class UnsqueezeTransform(Transform):
                          None if out_keys_inv is None else keys_arg(out_keys_inv, "out_keys_inv"))
         self.dim = dim
 
-    def forward(self, data: TensorDictBase) -> TensorDictBase:
-        require_tensordict(self, data)
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            value = self._get(data, in_key)
+    def _unsqueeze(self, data: TensorDictBase, in_keys: list[NestedKey],
+                   out_keys: list[NestedKey]) -> TensorDictBase:
+        values = [self._get(data, key) for key in in_keys]
+        for in_key, value in zip(in_keys, values):
             if not -value.ndim - 1 <= self.dim <= value.ndim:
-                raise ValueError(f"UnsqueezeTransform: dim={self.dim} is out of range for entry "
-                                 f"{in_key!r} of shape {tuple(value.shape)}.")
+                raise ValueError(f"{type(self).__name__}: dim={self.dim} is out of range for "
+                                 f"entry {in_key!r} of shape {tuple(value.shape)}.")
+        for out_key, value in zip(out_keys, values):
             data.set(out_key, value.unsqueeze(self.dim))
         return data
+
+    def _squeeze(self, data: TensorDictBase, in_keys: list[NestedKey],
+                 out_keys: list[NestedKey]) -> TensorDictBase:
+        values = [self._get(data, key) for key in in_keys]
+        for in_key, value in zip(in_keys, values):
+            if not -value.ndim <= self.dim < value.ndim or value.shape[self.dim] != 1:
+                raise ValueError(f"{type(self).__name__}: entry {in_key!r} of shape "
+                                 f"{tuple(value.shape)} has no singleton dimension at "
+                                 f"dim={self.dim} to squeeze.")
+        for out_key, value in zip(out_keys, values):
+            data.set(out_key, value.squeeze(self.dim))
+        return data
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        return self._unsqueeze(data, self.in_keys, self.out_keys)
 
     def inv(self, data: TensorDictBase) -> TensorDictBase:
         if not self.in_keys_inv:
             return data
         data = require_tensordict(self, data).copy()
-        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
-            value = self._get(data, in_key)
-            if not -value.ndim <= self.dim < value.ndim or value.shape[self.dim] != 1:
-                raise ValueError(f"UnsqueezeTransform: entry {in_key!r} of shape "
-                                 f"{tuple(value.shape)} has no singleton dimension at "
-                                 f"dim={self.dim} to squeeze.")
-            data.set(out_key, value.squeeze(self.dim))
-        return data
+        return self._squeeze(data, self.in_keys_inv, self.out_keys_inv)
 
     def __repr__(self) -> str:
-        return f"UnsqueezeTransform(dim={self.dim}, keys={self.in_keys})"
+        return f"{type(self).__name__}(dim={self.dim}, keys={self.in_keys})"
+
+
+class SqueezeTransform(UnsqueezeTransform):
+    """Removes the singleton dimension ``dim`` on sample; inserts it back on extend (inverse keys).
+
+    The mirror of :class:`UnsqueezeTransform`, with the same arguments. An entry whose
+    dimension ``dim`` is not of size one raises a ``ValueError`` (TorchRL leaves it unchanged).
+    ``squeeze_dim=`` (TorchRL's older name of ``dim``) is accepted.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(4, 3, 1)}, [4])
+    >>> SqueezeTransform(-1, in_keys=["obs"])(td)["obs"].shape
+    torch.Size([4, 3])
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        *,
+        allow_positive_dim: bool = False,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        squeeze_dim: int | None = None,
+    ) -> None:
+        if dim is None:
+            if squeeze_dim is None:
+                raise TypeError("SqueezeTransform: dim must be given.")
+            warnings.warn("SqueezeTransform: squeeze_dim is deprecated, pass dim.",
+                          DeprecationWarning, stacklevel=2)
+            dim = squeeze_dim
+        elif squeeze_dim is not None:
+            raise TypeError("SqueezeTransform: give dim or squeeze_dim, not both.")
+        super().__init__(dim, allow_positive_dim=allow_positive_dim, in_keys=in_keys,
+                         out_keys=out_keys, in_keys_inv=in_keys_inv, out_keys_inv=out_keys_inv)
+
+    @property
+    def squeeze_dim(self) -> int:
+        """The dimension squeezed on sample (``dim``)."""
+        return self.dim
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        return self._squeeze(data, self.in_keys, self.out_keys)
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        if not self.in_keys_inv:
+            return data
+        data = require_tensordict(self, data).copy()
+        return self._unsqueeze(data, self.in_keys_inv, self.out_keys_inv)
 
 
 class DTypeCastTransform(Transform):
@@ -253,6 +387,35 @@ class DTypeCastTransform(Transform):
     def __repr__(self) -> str:
         keys = self.in_keys or "all"
         return f"DTypeCastTransform({self.dtype_in} -> {self.dtype_out}, keys={keys})"
+
+
+class DoubleToFloat(DTypeCastTransform):
+    """Casts ``float64`` entries to ``float32`` on sample, back to ``float64`` on extend.
+
+    :class:`DTypeCastTransform` with ``dtype_in=torch.float64, dtype_out=torch.float32``: with
+    ``in_keys`` only those entries are cast, without them every ``float64`` entry is (and, on
+    extend, every ``float32`` entry is cast back unless ``in_keys_inv`` says which).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"obs": torch.ones(2, dtype=torch.double),
+    ...                  "other": torch.ones(2, dtype=torch.double)}, [2])
+    >>> out = DoubleToFloat(in_keys=["obs"])(td)
+    >>> out["obs"].dtype, out["other"].dtype
+    (torch.float32, torch.float64)
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        super().__init__(torch.float64, torch.float32, in_keys, out_keys, in_keys_inv,
+                         out_keys_inv)
 
 
 class DeviceCastTransform(Transform):

@@ -1,0 +1,79 @@
+"""Slice samplers whose batch size counts frame stacks, for ``CatFrames`` applied on sample.
+
+``CatFrames.make_rb_transform_and_sampler`` builds them: a buffer that stores single frames
+and stacks ``N`` of them on sample draws, for a batch of ``B``, ``B`` slices of ``N``
+consecutive steps (``B * N`` rows), which its transform turns back into ``B`` stacked rows.
+This module imports ``tdreplay.samplers`` (and with it numba), so ``tdreplay.transforms``
+imports it only when such a sampler is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tdreplay.core import Storage
+from tdreplay.samplers import SliceSampler, SliceSamplerWithoutReplacement
+
+
+def _frames(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"frames must be a positive int, got {value!r}.")
+    return value
+
+
+class FrameStackSliceSampler(SliceSampler):
+    """A :class:`~tdreplay.samplers.SliceSampler` of slices of ``frames`` steps whose
+    ``batch_size`` is a number of slices: ``sample(storage, B)`` returns ``B * frames`` rows.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> storage = LazyTensorStorage(20)
+    >>> storage.set(torch.arange(20), TensorDict({"episode": torch.arange(20) // 10}, [20]))
+    >>> index, info = FrameStackSliceSampler(4, traj_key="episode").sample(storage, 3)
+    >>> index.shape
+    torch.Size([12])
+    """
+
+    def __init__(self, frames: int, **kwargs: Any) -> None:
+        if "slice_len" in kwargs or "num_slices" in kwargs:
+            raise TypeError("FrameStackSliceSampler sets slice_len to frames; do not pass "
+                            "slice_len or num_slices.")
+        self.frames = _frames(frames)
+        super().__init__(slice_len=self.frames, **kwargs)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        return super().sample(storage, _frames(batch_size) * self.frames)
+
+
+class FrameStackSliceSamplerWithoutReplacement(SliceSamplerWithoutReplacement):
+    """:class:`FrameStackSliceSampler` drawing without replacement (``replacement=False``).
+
+    Examples
+    --------
+    >>> sampler = FrameStackSliceSamplerWithoutReplacement(4, traj_key="episode")
+    >>> sampler.slice_len, sampler.frames
+    (4, 4)
+    """
+
+    def __init__(self, frames: int, **kwargs: Any) -> None:
+        if "slice_len" in kwargs or "num_slices" in kwargs:
+            raise TypeError("FrameStackSliceSamplerWithoutReplacement sets slice_len to frames; "
+                            "do not pass slice_len or num_slices.")
+        self.frames = _frames(frames)
+        super().__init__(slice_len=self.frames, **kwargs)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        return super().sample(storage, _frames(batch_size) * self.frames)
+
+
+def make_frame_stack_sampler(frames: int, **sampler_kwargs: Any) -> SliceSampler:
+    """A frame-stack slice sampler; ``replacement=False`` gives the without-replacement one."""
+    replacement = sampler_kwargs.pop("replacement", True)
+    if replacement is False:
+        return FrameStackSliceSamplerWithoutReplacement(frames, **sampler_kwargs)
+    return FrameStackSliceSampler(frames, replacement=replacement, **sampler_kwargs)

@@ -1,0 +1,174 @@
+"""``ObservationNorm``: a fixed affine normalisation, its ``loc`` and ``scale`` as state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core import Transform
+from tdreplay.core.transform import NestedKey
+
+from ._state import as_tensor_arg, checked_state
+from ._utils import keys_arg, one_key, require_tensordict
+
+
+class ObservationNorm(Transform):
+    """Affine map of entries on sample: ``obs * scale + loc`` (``(obs - loc) / scale`` with
+    ``standard_normal=True``); the inverse map on extend for ``in_keys_inv``.
+
+    ``loc`` and ``scale`` are given, or left out and computed from data with
+    :meth:`init_stats_from` (TorchRL's ``init_stats`` rolls out an environment; a buffer has
+    the data already). They are the transform's state: :meth:`state_dict` /
+    :meth:`load_state_dict` (keys ``loc``, ``scale``, ``standard_normal``, as TorchRL's).
+
+    Parameters
+    ----------
+    loc, scale : number or tensor, optional
+        Both or neither. A number ``scale`` is clamped to at least ``eps``.
+    in_keys : sequence of nested keys
+        Entries normalised on sample (required).
+    out_keys : sequence of nested keys, optional
+        Where they go; defaults to ``in_keys``.
+    in_keys_inv, out_keys_inv : sequence of nested keys, optional
+        Entries mapped back on extend (nothing happens on extend without them).
+    standard_normal : bool
+        Standardise (``(obs - loc) / scale``) instead of ``obs * scale + loc``.
+    eps : float, optional
+        Lower bound of the scale; defaults to the machine epsilon of a floating ``scale``
+        tensor, else ``1e-6``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> t = ObservationNorm(loc=1.0, scale=2.0, in_keys=["obs"], in_keys_inv=["obs"])
+    >>> t(TensorDict({"obs": torch.ones(2)}, [2]))["obs"]
+    tensor([3., 3.])
+    >>> t.inv(TensorDict({"obs": torch.ones(2)}, [2]))["obs"]
+    tensor([0., 0.])
+    >>> data = TensorDict({"obs": torch.randn(1000, 3) * 5 + 2}, [1000])
+    >>> t = ObservationNorm(in_keys=["obs"], standard_normal=True)
+    >>> t.init_stats_from(data)
+    >>> out = t(data.clone())["obs"]
+    >>> bool(out.mean(0).abs().max() < 1e-4), bool((out.std(0) - 1).abs().max() < 1e-4)
+    (True, True)
+    """
+
+    def __init__(
+        self,
+        loc: float | torch.Tensor | None = None,
+        scale: float | torch.Tensor | None = None,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        standard_normal: bool = False,
+        eps: float | None = None,
+    ) -> None:
+        if in_keys is None:
+            raise RuntimeError("ObservationNorm needs in_keys: the entries to normalise.")
+        if (loc is None) != (scale is None):
+            raise ValueError("ObservationNorm: give both loc and scale, or neither (and call "
+                             "init_stats_from).")
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"),
+                         keys_arg(in_keys_inv, "in_keys_inv"),
+                         None if out_keys_inv is None else keys_arg(out_keys_inv, "out_keys_inv"))
+        if eps is None:
+            floating = isinstance(scale, torch.Tensor) and scale.dtype.is_floating_point
+            eps = torch.finfo(scale.dtype).eps if floating else 1e-6  # type: ignore[union-attr]
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+            raise ValueError(f"ObservationNorm: eps must be a non-negative number, got {eps!r}.")
+        self.eps = float(eps)
+        self.standard_normal = bool(standard_normal)
+        self.loc: torch.Tensor | None = None
+        self.scale: torch.Tensor | None = None
+        if loc is not None and scale is not None:
+            self.loc = as_tensor_arg(self, loc, "loc")
+            self.scale = as_tensor_arg(self, scale, "scale")
+            if not isinstance(scale, torch.Tensor):
+                self.scale = self.scale.clamp_min(self.eps)
+
+    @property
+    def initialized(self) -> bool:
+        """Whether ``loc`` and ``scale`` are set."""
+        return self.loc is not None
+
+    def _stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.loc is None or self.scale is None:
+            raise RuntimeError("ObservationNorm: loc and scale are not initialized; pass them to "
+                               "the constructor or call init_stats_from(data).")
+        return self.loc, self.scale
+
+    def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        loc, scale = self._stats()
+        if self.standard_normal:
+            return (obs - loc) / scale
+        return obs * scale + loc
+
+    def _inv_apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        loc, scale = self._stats()
+        if self.standard_normal:
+            return obs * scale + loc
+        return (obs - loc) / scale
+
+    def init_stats_from(
+        self,
+        data: TensorDictBase,
+        reduce_dim: int | Sequence[int] = 0,
+        keep_dims: Sequence[int] | None = None,
+        key: NestedKey | None = None,
+    ) -> None:
+        """Set ``loc`` and ``scale`` from the mean and standard deviation of ``data[key]``.
+
+        ``reduce_dim`` are the dimensions reduced (``0``: over the batch); ``keep_dims`` (a
+        subset of them) stay as singletons. ``key`` defaults to the only in_key. Raises a
+        ``RuntimeError`` when the stats are already set or not finite.
+        """
+        if self.initialized:
+            raise RuntimeError(f"ObservationNorm: loc and scale are already initialized "
+                               f"({self.loc}, {self.scale}).")
+        if key is None:
+            if len(self.in_keys) > 1:
+                raise RuntimeError("ObservationNorm has several in_keys: pass key= to say which "
+                                   "entry the stats come from.")
+            key = self.in_keys[0]
+        value = self._get(require_tensordict(self, data), one_key(key, "key"))
+        dims = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
+        if not dims or not all(isinstance(d, int) and -value.ndim <= d < value.ndim for d in dims):
+            raise ValueError(f"ObservationNorm: reduce_dim={reduce_dim!r} must name dimensions "
+                             f"of {key!r} (shape {tuple(value.shape)}).")
+        dims = sorted(d % value.ndim - value.ndim for d in dims)
+        keep = sorted(d % value.ndim - value.ndim for d in (keep_dims or ()))
+        if not set(keep) <= set(dims):
+            raise ValueError("ObservationNorm: keep_dims must be part of reduce_dim.")
+        loc = value.mean(dims, keepdim=True)
+        scale = value.std(dims, keepdim=True)
+        for d in sorted(set(dims) - set(keep)):
+            loc, scale = loc.squeeze(d), scale.squeeze(d)
+        if not self.standard_normal:
+            scale = 1 / scale.clamp_min(self.eps)
+            loc = -loc * scale
+        if not (torch.isfinite(loc).all() and torch.isfinite(scale).all()):
+            raise RuntimeError("ObservationNorm: non-finite loc or scale computed from the data.")
+        self.loc, self.scale = loc, scale.clamp_min(self.eps)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``loc``, ``scale`` and ``standard_normal`` (initialized transforms only)."""
+        loc, scale = self._stats()
+        return {"loc": loc.clone(), "scale": scale.clone(),
+                "standard_normal": torch.tensor(self.standard_normal)}
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned (checked before anything changes)."""
+        state = checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
+        self.loc, self.scale = state["loc"].clone(), state["scale"].clone()
+        self.standard_normal = bool(state["standard_normal"])
+
+    def __repr__(self) -> str:
+        if self.loc is None or self.scale is None:
+            return f"ObservationNorm(uninitialized, keys={self.in_keys})"
+        return (f"ObservationNorm(loc={self.loc.tolist()}, scale={self.scale.tolist()}, "
+                f"keys={self.in_keys})")

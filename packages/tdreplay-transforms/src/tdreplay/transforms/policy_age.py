@@ -1,0 +1,112 @@
+"""``PolicyAgeFilter``: drop rows stamped by a behaviour policy too many versions old."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdreplay.core import Transform
+from tdreplay.core.transform import NestedKey
+
+from ._utils import one_key
+
+
+class PolicyAgeFilter(Transform):
+    """Drops rows whose ``policy_version`` lags the current version by more than
+    ``max_policy_lag``, on extend (stale rows never enter the buffer) and on sample (rows that
+    became stale since are dropped, so a batch may come back smaller).
+
+    A row's version is its oldest element's (``[B, T]`` rows: the minimum over ``T``). Data
+    without the version entry passes through with a warning (once), or raises a ``KeyError``
+    with ``strict=True``.
+
+    Parameters
+    ----------
+    current_version : int or callable
+        The live policy version, or a function returning it (called on every filtering pass).
+    max_policy_lag : int
+        Largest allowed ``current_version - version`` (non-negative).
+    policy_version_key : nested key
+        Entry holding the version that produced each row. Defaults to ``"policy_version"``.
+    strict : bool
+        Raise on data without that entry instead of passing it through.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ReplayBuffer
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> version = {"now": 3}
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(10),
+    ...                   transform=PolicyAgeFilter(lambda: version["now"], max_policy_lag=1))
+    >>> _ = rb.extend(TensorDict({"policy_version": torch.tensor([0, 2, 3])}, [3]))
+    >>> len(rb)                                  # version 0 was too old to enter
+    2
+    >>> version["now"] = 4
+    >>> rb[:]["policy_version"]                  # version 2 is now too old too
+    tensor([3])
+    """
+
+    def __init__(
+        self,
+        current_version: int | Callable[[], int],
+        max_policy_lag: int,
+        *,
+        policy_version_key: NestedKey = "policy_version",
+        strict: bool = False,
+    ) -> None:
+        super().__init__()
+        if not callable(current_version):
+            if isinstance(current_version, bool) or not isinstance(current_version, int):
+                raise TypeError(f"PolicyAgeFilter: current_version must be an int or a callable "
+                                f"returning one, got {current_version!r}.")
+        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int):
+            raise TypeError(f"PolicyAgeFilter: max_policy_lag must be an int, got "
+                            f"{max_policy_lag!r}.")
+        if max_policy_lag < 0:
+            raise ValueError(f"PolicyAgeFilter: max_policy_lag must be non-negative, got "
+                             f"{max_policy_lag}.")
+        self.current_version = current_version
+        self.max_policy_lag = max_policy_lag
+        self.policy_version_key = one_key(policy_version_key, "policy_version_key")
+        self.strict = bool(strict)
+        self._warned = False
+
+    def version_now(self) -> int:
+        """The current policy version (calls ``current_version`` when it is a callable)."""
+        version = self.current_version
+        return int(version()) if callable(version) else version
+
+    def filter(self, data: Any) -> Any:
+        """``data`` without its stale rows (unchanged when nothing is stale)."""
+        if not isinstance(data, TensorDictBase) or data.batch_dims < 1 \
+                or data.batch_size[0] == 0:
+            return data
+        version = data.get(self.policy_version_key, None)
+        if version is None:
+            if self.strict:
+                raise KeyError(f"PolicyAgeFilter: {self.policy_version_key!r} is not in the "
+                               "data; check that the producer stamps versions under that key, "
+                               "or pass strict=False to let unstamped data through.")
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"PolicyAgeFilter: no {self.policy_version_key!r} entry in the "
+                              "data; it passes through unfiltered.", UserWarning, stacklevel=3)
+            return data
+        oldest = version.reshape(data.batch_size[0], -1).min(dim=-1).values
+        keep = self.version_now() - oldest <= self.max_policy_lag
+        return data if bool(keep.all()) else data[keep]
+
+    def forward(self, data: Any) -> Any:
+        return self.filter(data)
+
+    def inv(self, data: Any) -> Any:
+        return self.filter(data)
+
+    def __repr__(self) -> str:
+        return (f"PolicyAgeFilter(max_policy_lag={self.max_policy_lag}, "
+                f"policy_version_key={self.policy_version_key!r})")

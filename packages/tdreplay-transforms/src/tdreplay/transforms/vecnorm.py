@@ -1,0 +1,251 @@
+"""``VecNorm``: standardise entries with running (decayed) statistics of the data seen."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdreplay.core import Compose, Transform
+from tdreplay.core.transform import NestedKey
+
+from ._state import checked_state
+from ._utils import keys_arg, require_tensordict
+from .normalization import ObservationNorm
+
+_SUFFIXES = ("_sum", "_ssq", "_count")
+
+
+def _stat_key(key: NestedKey, suffix: str) -> NestedKey:
+    """``"obs"`` -> ``"obs_sum"``; ``("a", "b")`` -> ``("a", "b_sum")``."""
+    return key + suffix if isinstance(key, str) else (*key[:-1], key[-1] + suffix)
+
+
+def _flat_name(key: NestedKey) -> str:
+    return key if isinstance(key, str) else ".".join(key)
+
+
+def _sum_left(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    while value.ndim > like.ndim:
+        value = value.sum(0)
+    return value
+
+
+class VecNorm(Transform):
+    """Standardises entries on sample with running statistics, updated by every sample seen.
+
+    For each entry it keeps a decayed sum, sum of squares and count (per feature), updates them
+    with the batch (unless frozen), then returns ``(x - mean) / std`` with
+    ``std = sqrt(max(ssq / count - mean ** 2, eps))``, as TorchRL's ``VecNorm``. Nothing happens
+    on extend. The statistics are the transform's state (:meth:`state_dict`, keys
+    ``"<key>_sum"``, ``"<key>_ssq"``, ``"<key>_count"``, nested keys joined with ``"."``);
+    updates hold ``lock``, so a prefetching buffer may run it from its worker thread.
+
+    Parameters
+    ----------
+    in_keys, out_keys : sequence of nested keys
+        Entries normalised (an absent one is skipped). Defaults to ``["observation",
+        "reward"]``; ``out_keys`` defaults to ``in_keys``.
+    shared_td : TensorDict, optional
+        Statistics to use and update in place (in shared memory or memory-mapped), holding
+        ``"<key>_sum"``, ``"<key>_ssq"`` and ``"<key>_count"`` for every in_key.
+    lock : context manager, optional
+        Held while the statistics change; a new ``threading.Lock`` by default.
+    decay : float
+        Decay of the running sums, in ``(0, 1]``. Defaults to ``0.9999``.
+    eps : float
+        Lower bound of the variance and of the standard deviation. Defaults to ``1e-4``.
+    shapes : list of torch.Size, optional
+        Shape of the statistics of each in_key (the trailing dims of the entry); defaults to
+        the entry's shape past the batch dims.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> t = VecNorm(in_keys=["obs"], decay=1.0)
+    >>> out = t(TensorDict({"obs": torch.randn(1000, 3) * 4 + 2}, [1000]))["obs"]
+    >>> bool(out.mean(0).abs().max() < 1e-3), bool((out.std(0) - 1).abs().max() < 1e-2)
+    (True, True)
+    >>> sorted(t.state_dict())
+    ['obs_count', 'obs_ssq', 'obs_sum']
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        shared_td: TensorDictBase | None = None,
+        lock: AbstractContextManager[Any] | None = None,
+        decay: float = 0.9999,
+        eps: float = 1e-4,
+        shapes: Sequence[torch.Size | Sequence[int]] | None = None,
+        new_api: bool | None = None,
+    ) -> None:
+        if new_api:
+            raise NotImplementedError("VecNorm(new_api=True) asks for TorchRL's VecNormV2, "
+                                      "which tdreplay does not have.")
+        in_keys = ["observation", "reward"] if in_keys is None else in_keys
+        super().__init__(keys_arg(in_keys, "in_keys"),
+                         None if out_keys is None else keys_arg(out_keys, "out_keys"))
+        for name, value, low in (("decay", decay, 0.0), ("eps", eps, 0.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+                raise ValueError(f"VecNorm: {name} must be a non-negative number, got {value!r}.")
+        if not 0 < decay <= 1:
+            raise ValueError(f"VecNorm: decay must be in (0, 1], got {decay!r}.")
+        if shapes is not None and len(shapes) != len(self.in_keys):
+            raise ValueError(f"VecNorm: shapes has {len(shapes)} entries for "
+                             f"{len(self.in_keys)} in_keys.")
+        if shared_td is not None:
+            if not isinstance(shared_td, TensorDictBase):
+                raise TypeError(f"VecNorm: shared_td must be a TensorDict, got "
+                                f"{type(shared_td).__name__}.")
+            if not (shared_td.is_shared() or shared_td.is_memmap()):
+                raise RuntimeError("VecNorm: shared_td must be in shared memory or memory-mapped.")
+            present = set(shared_td.keys(True, True))
+            for key in self.in_keys:
+                absent = [k for k in (_stat_key(key, s) for s in _SUFFIXES) if k not in present]
+                if absent:
+                    raise KeyError(f"VecNorm: shared_td lacks {absent} for in_key {key!r}.")
+        self.stats: TensorDictBase | None = shared_td
+        self.lock: AbstractContextManager[Any] = threading.Lock() if lock is None else lock
+        self.decay = float(decay)
+        self.eps = float(eps)
+        self.shapes = None if shapes is None else [torch.Size(s) for s in shapes]
+        self.frozen = False
+
+    # ---- freezing ------------------------------------------------------------------------------
+    def freeze(self) -> VecNorm:
+        """Stop updating the statistics (they are still used); returns ``self``."""
+        self.frozen = True
+        return self
+
+    def unfreeze(self) -> VecNorm:
+        """Update the statistics again; returns ``self``."""
+        self.frozen = False
+        return self
+
+    def frozen_copy(self) -> VecNorm:
+        """A frozen copy with a copy of the current statistics (not updated by ``self``)."""
+        if self.stats is None:
+            raise RuntimeError("VecNorm has seen no data yet: nothing to copy.")
+        clone = copy.copy(self)
+        clone.stats = self.stats.clone()
+        clone.lock = threading.Lock()
+        return clone.freeze()
+
+    # ---- statistics ----------------------------------------------------------------------------
+    def _init(self, key: NestedKey, value: torch.Tensor, data: TensorDictBase) -> TensorDictBase:
+        stats = self.stats if self.stats is not None else TensorDict()
+        if _stat_key(key, "_sum") not in stats.keys(True, True):
+            if self.shapes is None:
+                shape = value.shape[data.batch_dims:]
+            else:
+                shape = self.shapes[self.in_keys.index(key)]
+            zeros = torch.zeros(shape, dtype=value.dtype, device=value.device)
+            stats.set(_stat_key(key, "_sum"), zeros)
+            stats.set(_stat_key(key, "_ssq"), zeros.clone())
+            stats.set(_stat_key(key, "_count"), torch.zeros(1, device=value.device))
+        self.stats = stats
+        return stats
+
+    def _update(self, key: NestedKey, value: torch.Tensor, n: int, data: TensorDictBase
+                ) -> torch.Tensor:
+        stats = self._init(key, value, data)
+        total = stats.get(_stat_key(key, "_sum"))
+        ssq = stats.get(_stat_key(key, "_ssq"))
+        count = stats.get(_stat_key(key, "_count"))
+        if not self.frozen:
+            total.mul_(self.decay).add_(_sum_left(value, total))
+            ssq.mul_(self.decay).add_(_sum_left(value.pow(2), ssq))
+            count.mul_(self.decay).add_(n)
+        mean = total / count
+        std = (ssq / count - mean.pow(2)).clamp_min(self.eps).sqrt()
+        return (value - mean) / std.clamp_min(self.eps)
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        require_tensordict(self, data)
+        with self.lock:
+            for key, out_key in zip(self.in_keys, self.out_keys):
+                value = data.get(key, None)
+                if value is None:
+                    continue
+                data.set(out_key, self._update(key, value, max(1, data.numel()), data))
+        return data
+
+    def _loc_scale(self, key: NestedKey) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.stats is None or _stat_key(key, "_sum") not in self.stats.keys(True, True):
+            raise RuntimeError(f"VecNorm has no statistics for {key!r} yet: it has seen no "
+                               "data with that entry.")
+        total, ssq, count = (self.stats.get(_stat_key(key, s)) for s in _SUFFIXES)
+        loc = total / count
+        return loc, (ssq / count - loc.pow(2)).clamp_min(self.eps).sqrt()
+
+    @property
+    def standard_normal(self) -> bool:
+        """Always ``True``: ``loc`` and ``scale`` standardise (``(x - loc) / scale``)."""
+        return True
+
+    @property
+    def loc(self) -> TensorDict:
+        """The current means, one entry per in_key."""
+        return TensorDict({key: self._loc_scale(key)[0] for key in self.in_keys})
+
+    @property
+    def scale(self) -> TensorDict:
+        """The current standard deviations, one entry per in_key."""
+        return TensorDict({key: self._loc_scale(key)[1] for key in self.in_keys})
+
+    def denorm(self, data: TensorDictBase) -> TensorDictBase:
+        """A shallow copy of ``data`` with each out_key mapped back (``x * scale + loc``) into
+        its in_key."""
+        data = require_tensordict(self, data).copy()
+        for key, out_key in zip(self.in_keys, self.out_keys):
+            value = data.get(out_key, None)
+            if value is not None:
+                loc, scale = self._loc_scale(key)
+                data.set(key, value * scale + loc)
+        return data
+
+    def to_observation_norm(self) -> ObservationNorm | Compose:
+        """Static :class:`ObservationNorm` transforms (one per key) with the current stats."""
+        norms = [ObservationNorm(*self._loc_scale(key), in_keys=[key], out_keys=[out_key],
+                                 standard_normal=True)
+                 for key, out_key in zip(self.in_keys, self.out_keys)]
+        return norms[0] if len(norms) == 1 else Compose(*norms)
+
+    # ---- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The running statistics (empty before any data was seen)."""
+        if self.stats is None:
+            return {}
+        return {_flat_name(k): torch.as_tensor(v).clone()
+                for k, v in self.stats.items(True, True)}
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned; shared statistics are updated in place."""
+        names = [str(name) for name in state_dict] if isinstance(state_dict, dict) else []
+        state = checked_state(self, state_dict, names)
+        keys = {_flat_name(_stat_key(k, s)): _stat_key(k, s) for k in self.in_keys
+                for s in _SUFFIXES}
+        unknown = sorted(set(state) - set(keys))
+        if unknown:
+            raise KeyError(f"VecNorm.load_state_dict: {unknown} are not statistics of in_keys "
+                           f"{self.in_keys}.")
+        loaded = TensorDict({keys[name]: value.clone() for name, value in state.items()})
+        with self.lock:
+            if self.stats is not None and (self.stats.is_shared() or self.stats.is_memmap()):
+                self.stats.update_(loaded)
+            else:
+                self.stats = loaded
+
+    def __repr__(self) -> str:
+        return (f"VecNorm(keys={self.in_keys}, decay={self.decay}, eps={self.eps}, "
+                f"frozen={self.frozen})")

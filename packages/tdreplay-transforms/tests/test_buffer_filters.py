@@ -1,0 +1,127 @@
+"""NextStateReconstructor and PolicyAgeFilter, alone and in buffers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.samplers import SliceSampler
+from tdreplay.storages import LazyTensorStorage
+from tdreplay.transforms import NextStateReconstructor, PolicyAgeFilter
+
+TRAJ = ("collector", "traj_ids")
+
+
+def trajectories(n_traj: int = 3, length: int = 4) -> TensorDict:
+    n = n_traj * length
+    done = torch.zeros(n, 1, dtype=torch.bool)
+    done[length - 1::length] = True
+    return TensorDict({"observation": torch.arange(n * 2.0).reshape(n, 2),
+                       ("next", "done"): done,
+                       TRAJ: torch.arange(n_traj).repeat_interleave(length)}, [n])
+
+
+class TestNextStateReconstructor:
+    def test_values_dtype_and_boundaries(self):
+        td = trajectories(2, 3)
+        out = NextStateReconstructor()(td)
+        nxt = out["next", "observation"]
+        assert nxt.shape == (6, 2) and nxt.dtype == torch.float32
+        for i in (0, 1, 3, 4):
+            assert torch.equal(nxt[i], td["observation"][i + 1])
+        assert torch.isnan(nxt[[2, 5]]).all()
+
+    def test_slice_sampler_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(12),
+                          sampler=SliceSampler(slice_len=4, traj_key=TRAJ),
+                          transform=NextStateReconstructor(fill_value=-1.0), batch_size=8)
+        rb.extend(trajectories())
+        s = rb.sample()
+        nxt, obs = s["next", "observation"], s["observation"]
+        for start in (0, 4):
+            assert torch.equal(nxt[start:start + 3], obs[start + 1:start + 4])
+            assert (nxt[start + 3] == -1).all()
+
+    def test_done_splits_same_trajectory(self):
+        td = TensorDict({"observation": torch.arange(4.0).unsqueeze(-1),
+                         TRAJ: torch.zeros(4, dtype=torch.long),
+                         ("next", "done"): torch.tensor([False, True, False, False])}, [4])
+        nxt = NextStateReconstructor()(td)["next", "observation"].squeeze(-1)
+        assert nxt[0] == 1 and torch.isnan(nxt[1]) and nxt[2] == 3 and torch.isnan(nxt[3])
+
+    def test_step_count_and_integer_fill(self):
+        td = TensorDict({"observation": torch.arange(4).unsqueeze(-1),
+                         ("s",): torch.tensor([0, 2, 3, 4])}, [4])
+        t = NextStateReconstructor(traj_key=None, done_key=None, step_count_key="s",
+                                   fill_value=-7)
+        nxt = t(td)["next", "observation"].squeeze(-1)
+        assert nxt.dtype == torch.int64 and nxt.tolist() == [-7, 2, 3, -7]
+        with pytest.raises(TypeError, match="non-floating"):
+            NextStateReconstructor(traj_key=None, done_key=None)(td)
+
+    def test_strictness_and_errors(self):
+        td = TensorDict({"observation": torch.zeros(3, 1)}, [3])
+        with pytest.raises(KeyError, match="trajectory key"):
+            NextStateReconstructor()(td.clone())
+        out = NextStateReconstructor(strict=False)(td.clone())
+        assert torch.isnan(out["next", "observation"][-1]).all()
+        with pytest.raises(ValueError, match="flat"):
+            NextStateReconstructor()(TensorDict({"observation": torch.zeros(2, 3)}, [2, 3]))
+        with pytest.raises(TypeError, match="fill_value"):
+            NextStateReconstructor(fill_value="x")
+        with pytest.raises(ValueError, match="keys"):
+            NextStateReconstructor(keys=[])
+        with pytest.raises(KeyError, match="missing"):
+            NextStateReconstructor(keys=["missing"], traj_key=None, done_key=None)(td)
+
+    def test_empty_and_single_row(self):
+        t = NextStateReconstructor(traj_key=None, done_key=None)
+        assert t(TensorDict({"observation": torch.zeros(0, 2)}, [0])).batch_size == (0,)
+        one = t(TensorDict({"observation": torch.zeros(1, 2)}, [1]))
+        assert torch.isnan(one["next", "observation"]).all()
+
+
+def stamped(versions: list[int]) -> TensorDict:
+    v = torch.tensor(versions)
+    return TensorDict({"obs": torch.arange(len(versions)), "policy_version": v}, [len(v)])
+
+
+class TestPolicyAgeFilter:
+    def test_filters_writes_and_samples(self):
+        now = {"v": 3}
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=8,
+                                    transform=PolicyAgeFilter(lambda: now["v"], 1))
+        rb.extend(stamped([0, 2, 2, 3]))
+        assert len(rb) == 3
+        now["v"] = 4
+        s = rb.sample()
+        assert (s["policy_version"] == 3).all() and s["index"].shape == s.batch_size
+        now["v"] = 10
+        assert rb.sample().batch_size == (0,)
+
+    def test_rows_use_oldest_and_nested_key(self):
+        td = TensorDict({("meta", "v"): torch.tensor([[5, 5], [5, 2]])}, [2, 2])
+        out = PolicyAgeFilter(5, 2, policy_version_key=("meta", "v"))(td)
+        assert out.batch_size == (1, 2)
+
+    def test_all_stale_write_writes_nothing(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=PolicyAgeFilter(9, 0))
+        rb.extend(stamped([1, 2]))
+        assert len(rb) == 0
+
+    def test_missing_key(self):
+        td = TensorDict({"obs": torch.zeros(2)}, [2])
+        with pytest.warns(UserWarning, match="policy_version"):
+            assert PolicyAgeFilter(0, 0)(td) is td
+        with pytest.raises(KeyError, match="PolicyAgeFilter"):
+            PolicyAgeFilter(0, 0, strict=True)(td)
+
+    def test_bad_arguments(self):
+        with pytest.raises(ValueError, match="non-negative"):
+            PolicyAgeFilter(3, -1)
+        with pytest.raises(TypeError, match="current_version"):
+            PolicyAgeFilter("3", 1)
+        with pytest.raises(TypeError, match="max_policy_lag"):
+            PolicyAgeFilter(3, 1.5)
