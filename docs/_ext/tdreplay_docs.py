@@ -16,6 +16,10 @@ Directives
     The machine, the table and the plot of ``benchmarks/results/latest.json`` (written by
     ``python benchmarks/run_all.py``, the ``bench`` nox session), or a note saying that there
     are no results yet.
+``.. tdreplay-peers::``
+    The same for ``benchmarks/results/peers.json`` (``nox -s bench-peers``): the machine, the
+    peers' versions, the table of tdreplay's speed over the best peer and over the floor,
+    ``peers.png``, ``scaling.png`` and what a peer could not run.
 
 Docstring and signature hooks
 -----------------------------
@@ -60,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES_DIR = ROOT / "packages"
 RESULTS = ROOT / "benchmarks" / "results" / "latest.json"
 PLOT = ROOT / "benchmarks" / "results" / "latest.png"
+PEERS = ROOT / "benchmarks" / "results" / "peers.json"
 GUIDES_DIR = "guides/"
 PYTHON_LANGUAGES = {"python", "python3", "py", "pycon", "default", "ipython"}
 
@@ -280,6 +285,90 @@ class BenchmarksDirective(SphinxDirective):
         if not results:
             lines += ["The results file holds no results.", ""]
         self.state_machine.insert_input(StringList(lines, source=str(RESULTS)), str(RESULTS))
+        return []
+
+
+def _ratio(value: float | None, by_cpu: float | None = None) -> str:
+    """``2.15x (CPU time: 1.90x)``, or ``–`` when there is nothing to compare."""
+    text = "–" if value is None else f"{value:.2f}x"
+    return text + (f" (CPU time: {by_cpu:.2f}x)" if by_cpu is not None else "")
+
+
+def _peer_figure(env, name: str, caption: str) -> list[str]:
+    """A figure of ``benchmarks/results/<name>``, copied under the source directory."""
+    plot = PEERS.with_name(name)
+    if not plot.is_file():
+        return [".. note::", "", f"   No ``benchmarks/results/{name}``: run ``nox -s "
+                "bench-peers``.", ""]
+    target = Path(env.srcdir) / "_generated" / f"peers-{name}"
+    target.parent.mkdir(exist_ok=True)
+    if not target.exists() or target.read_bytes() != plot.read_bytes():
+        shutil.copyfile(plot, target)
+    env.note_dependency(str(plot))
+    return [f".. figure:: /_generated/peers-{name}", "   :width: 100%", "", f"   {caption}", ""]
+
+
+class PeersDirective(SphinxDirective):
+    """``.. tdreplay-peers::``: tdreplay against cpprb, TorchRL and the floor."""
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(PEERS))
+        if not PEERS.is_file():
+            lines = [".. note::", "", "   No comparison yet: ``benchmarks/results/peers.json`` "
+                     "does not exist in this checkout. Run ``nox -s bench-peers``.", ""]
+            self.state_machine.insert_input(StringList(lines, source="<peers>"), "<peers>")
+            return []
+        payload = json.loads(PEERS.read_text())
+        m = payload.get("machine", {})
+        lines = [f"Measured on {m.get('date')}: ``{m.get('cpu')}``, {m.get('cores')} cores, "
+                 f"Python {m.get('python')}, PyTorch ``{m.get('torch')}``, load average "
+                 f"{m.get('loadavg_before', ['?'])[0]} before the run and "
+                 f"{m.get('loadavg_after', ['?'])[0]} after it"
+                 + (" (``--quick``)" if m.get("quick") else "") + ". Peers:", ""]
+        for peer, info in payload.get("peers", {}).items():
+            extra = ", ".join(f"{k} ``{v}``" for k, v in info.items()
+                              if k not in {"peer", "version", "seconds", "returncode", "error"})
+            failed = " **(failed)**" if info.get("returncode") else ""
+            lines.append(f"* {peer} ``{info.get('version')}`` ({extra}){failed}")
+        lines += ["", "Speed-ups are tdreplay's rate over the best peer's (cpprb, TorchRL) and "
+                  "over the floor's: above 1 tdreplay is faster. Rates are medians of three "
+                  "timing windows by the wall clock; in brackets, the same ratio of the rates "
+                  "by each process's CPU time, which other processes on the machine disturb "
+                  "less.", ""]
+        for title, scaling in (("Workloads on 1,000,000 slots", False),
+                               ("Sampling against buffer size (33-byte rows)", True)):
+            rows = [r for r in payload.get("ratios", []) if ("rows" in r) == scaling]
+            if not rows:
+                continue
+            lines += [f".. rubric:: {title}", "", ".. list-table::", "   :header-rows: 1", "",
+                      "   * - workload", "     - unit", "     - tdreplay", "     - best peer",
+                      "     - tdreplay / best peer", "     - floor", "     - tdreplay / floor"]
+            for r in rows:
+                label = r["label"] + (f" ({r['rows']:,} rows)" if scaling else "")
+                best = (f"{_fmt(r['best_peer_value'])} ({r['best_peer']})" if r["best_peer"]
+                        else "–")
+                floor = _fmt(r["floor"]) if r.get("floor") is not None else "–"
+                lines += [f"   * - {label}", f"     - {r['unit']}", f"     - {_fmt(r['tdreplay'])}",
+                          f"     - {best}",
+                          f"     - {_ratio(r['vs_best_peer'], r.get('vs_best_peer_cpu'))}",
+                          f"     - {floor}",
+                          f"     - {_ratio(r['vs_floor'], r.get('vs_floor_cpu'))}"]
+            lines.append("")
+        lines += _peer_figure(self.env, "peers.png", "``benchmarks/results/peers.png``: one "
+                              "panel per unit, each saying whether higher or lower is better.")
+        lines += _peer_figure(self.env, "scaling.png", "``benchmarks/results/scaling.png``: "
+                              "microseconds per call against the number of rows (lower is "
+                              "better; a flat line does not grow with the buffer).")
+        skips: dict[tuple[str, str], list[str]] = {}
+        for s in payload.get("skipped", []):
+            where = f" at {s['rows']:,} rows" if "rows" in s else ""
+            skips.setdefault((s["peer"], s["skipped"]), []).append(f"``{s['name']}``{where}")
+        if skips:
+            lines += ["Not measured:", ""]
+            lines += [f"* {peer}: {', '.join(names)}: {why}"
+                      for (peer, why), names in skips.items()]
+            lines.append("")
+        self.state_machine.insert_input(StringList(lines, source=str(PEERS)), str(PEERS))
         return []
 
 
@@ -548,5 +637,6 @@ def setup(app):
     app.add_directive("tdreplay-package", PackageDirective)
     app.add_directive("tdreplay-facade", FacadeDirective)
     app.add_directive("tdreplay-benchmarks", BenchmarksDirective)
+    app.add_directive("tdreplay-peers", PeersDirective)
     app.connect("doctree-read", check_examples_run)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
