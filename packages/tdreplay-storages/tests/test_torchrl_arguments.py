@@ -1,5 +1,11 @@
 """TorchRL's constructor arguments accepted by the storages (issue 16)."""
 
+import gc
+import shutil
+import signal
+import subprocess
+import sys
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -64,3 +70,76 @@ def test_list_storage_max_size_none_is_unbounded():
     rb.extend(range(1500))  # nothing overwritten past 1000
     assert len(rb) == 1500 and rb[0] == 0 and rb[1499] == 1499
     assert ReplayBuffer().storage.max_size == 1000
+
+
+# ---- LazyMemmapStorage(auto_cleanup=) ---------------------------------------------------------
+def _written_memmap(**kw):
+    storage = LazyMemmapStorage(20, **kw)
+    ReplayBuffer(storage=storage).extend(TensorDict({"a": torch.arange(4.0)}, [4]))
+    return storage
+
+
+def test_auto_cleanup_defaults_as_torchrl(tmp_path):
+    assert LazyMemmapStorage(10).auto_cleanup is True  # a temporary directory goes with it
+    assert LazyMemmapStorage(10, scratch_dir=tmp_path / "a").auto_cleanup is False
+    assert LazyMemmapStorage(10, scratch_dir=tmp_path / "b", auto_cleanup=True).auto_cleanup
+    assert LazyMemmapStorage(10, auto_cleanup=False).auto_cleanup is False
+    with pytest.raises(TypeError, match="auto_cleanup"):
+        LazyMemmapStorage(10, auto_cleanup="yes")
+
+
+def test_cleanup_removes_the_scratch_dir_once(tmp_path):
+    storage = _written_memmap(scratch_dir=tmp_path / "s")
+    assert (tmp_path / "s").is_dir()
+    assert storage.cleanup() is True
+    assert not (tmp_path / "s").exists()
+    assert storage.cleanup() is False  # nothing left
+
+
+def test_cleanup_of_a_never_written_or_vanished_storage_reports_nothing_removed(tmp_path):
+    assert LazyMemmapStorage(10, auto_cleanup=True).cleanup() is False
+    storage = _written_memmap(scratch_dir=tmp_path / "s")
+    shutil.rmtree(tmp_path / "s")
+    assert storage.cleanup() is False
+
+
+def test_auto_cleanup_removes_a_given_dir_when_the_storage_goes(tmp_path):
+    storage = _written_memmap(scratch_dir=tmp_path / "s", auto_cleanup=True)
+    del storage
+    gc.collect()
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_given_dir_is_kept_by_default(tmp_path):
+    storage = _written_memmap(scratch_dir=tmp_path / "s")
+    del storage
+    gc.collect()
+    assert (tmp_path / "s").is_dir()
+    reopened = LazyMemmapStorage(20, scratch_dir=tmp_path / "s", existsok=True)
+    assert reopened[:]["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("how", ["exit", "sigint"])
+def test_auto_cleanup_at_exit_and_on_ctrl_c(tmp_path, how):
+    scratch = tmp_path / "s"
+    script = (
+        "import time, torch\n"
+        "from tensordict import TensorDict\n"
+        "from tdreplay.core import ReplayBuffer\n"
+        "from tdreplay.storages import LazyMemmapStorage\n"
+        f"s = LazyMemmapStorage(10, scratch_dir={str(scratch)!r}, auto_cleanup=True)\n"
+        "ReplayBuffer(storage=s).extend(TensorDict(a=torch.zeros(3), batch_size=[3]))\n"
+        "print('READY', flush=True)\n"
+        + ("time.sleep(60)\n" if how == "sigint" else ""))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        if how == "sigint":
+            assert scratch.is_dir()
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not scratch.exists()

@@ -220,9 +220,12 @@ class LazyMemmapStorage(LazyTensorStorage):
     max_size : int
         Capacity in slots.
     scratch_dir : str or path-like, optional
-        Directory of the memory-mapped files. ``None`` creates a temporary directory, removed
-        when the storage is garbage-collected in the process that created it (or at exit).
-        A directory you give is never removed.
+        Directory of the memory-mapped files. ``None`` creates a temporary directory.
+    auto_cleanup : bool, optional
+        Remove the scratch directory when the storage is garbage-collected in the process
+        that created it, or when that process exits (normally, or on Ctrl+C / SIGINT).
+        Defaults to TorchRL's: ``True`` for a temporary directory, ``False`` for a
+        ``scratch_dir`` you give (your data is kept). :meth:`cleanup` removes it at once.
     device : str or torch.device
         Where sampled data is sent (the files themselves are on the CPU). ``"cpu"`` by default.
     ndim : int
@@ -265,17 +268,23 @@ class LazyMemmapStorage(LazyTensorStorage):
         existsok: bool = False,
         checkpointer: StorageCheckpointerBase | None = None,
         compilable: bool = False,
+        auto_cleanup: bool | None = None,
     ) -> None:
         super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable)
         self._out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.existsok = bool(existsok)
+        if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
+            raise TypeError(f"auto_cleanup must be a bool or None, got {auto_cleanup!r}.")
         if scratch_dir is None:
             path = Path(tempfile.mkdtemp(prefix="tdreplay-memmap-"))
-            self._finalizer = weakref.finalize(self, _remove_scratch_dir, str(path), os.getpid())
         else:
             path = Path(scratch_dir).expanduser().resolve()
             path.mkdir(parents=True, exist_ok=True)
+        #: whether the scratch directory goes with the storage (see ``auto_cleanup``)
+        self.auto_cleanup = scratch_dir is None if auto_cleanup is None else auto_cleanup
+        if self.auto_cleanup:  # at garbage collection or exit, in this process only
+            self._finalizer = weakref.finalize(self, _remove_scratch_dir, str(path), os.getpid())
         self._scratch_dir = path
         self._lock_obj = _ProcessLock(str(path / _LOCK_FILE))
         with self._lock_obj:
@@ -312,6 +321,30 @@ class LazyMemmapStorage(LazyTensorStorage):
     def scratch_dir(self) -> Path:
         """Directory holding the memory-mapped files."""
         return self._scratch_dir
+
+    def cleanup(self) -> bool:
+        """Remove the scratch directory and its files now, whatever ``auto_cleanup`` says.
+
+        Returns ``True`` when written data was removed, ``False`` when there was none (never
+        written, already cleaned up, or the directory is gone). The storage must not be used
+        afterwards; other processes sharing it lose it too.
+
+        Examples
+        --------
+        >>> s = LazyMemmapStorage(10)
+        >>> s.set(slice(0, 2), torch.zeros(2))
+        >>> s.cleanup(), s.scratch_dir.exists(), s.cleanup()
+        (True, False, False)
+        """
+        finalizer = self.__dict__.get("_finalizer")
+        if finalizer is not None:
+            finalizer.detach()
+        path = self._scratch_dir
+        if not path.is_dir():
+            return False
+        written = bool(self._state.array[_STATE_INIT])
+        shutil.rmtree(path, ignore_errors=True)
+        return written
 
     @property
     def process_lock(self) -> _ProcessLock:
