@@ -5,6 +5,7 @@ from tdreplay.core import RandomSampler, Sampler
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .prioritized_slice import PrioritizedSliceSampler
+from .prompt_group import PromptGroupSampler
 from .scheduler import (
     LambdaScheduler,
     LinearScheduler,
@@ -25,6 +26,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
