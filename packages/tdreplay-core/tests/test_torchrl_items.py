@@ -219,3 +219,37 @@ def test_a_state_without_a_queue_loads_into_any_depth():
     restored.sample()
     restored.load_state_dict(state)
     _assert_same_next_samples(source, restored)
+
+
+# ---- save hooks with TorchRL's shift / is_full ------------------------------------------------
+class _ShiftHook:
+    shift = None
+    is_full = None
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, data):
+        self.seen.append((self.shift, self.is_full, list(data)))
+        return data
+
+
+def test_save_hooks_learn_shift_and_is_full_before_they_run(tmp_path):
+    rb = ReplayBuffer(storage=ListStorage(10))
+    hook = _ShiftHook()
+    rb.register_save_hook(hook)
+    rb.extend(range(5))
+    rb.dumps(tmp_path / "a")
+    assert hook.seen == [(5, False, [0, 1, 2, 3, 4])]
+    rb.extend(range(5, 12))  # wraps: rows 0 and 1 hold 10 and 11, the next write goes to 2
+    rb.dumps(tmp_path / "b")
+    assert hook.seen[-1] == (2, True, [10, 11, 2, 3, 4, 5, 6, 7, 8, 9])
+
+
+def test_save_hooks_without_the_attributes_are_left_alone(tmp_path):
+    seen = []
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.register_save_hook(lambda items: seen.append(list(items)) or items)
+    rb.extend(range(3))
+    rb.dumps(tmp_path)
+    assert seen == [[0, 1, 2]]

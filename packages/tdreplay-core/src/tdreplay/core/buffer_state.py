@@ -21,10 +21,45 @@ from .prefetch import Prefetcher
 from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage
-from .writer import Writer
+from .writer import RoundRobinWriter, Writer
 
 #: the file of a checkpoint holding the batches a prefetching buffer had drawn ahead
 _PREFETCH_FILE = "prefetch.pkl"
+
+
+def tell_save_hooks(storage: Storage, writer: Writer) -> None:
+    """Give the save hooks that declare TorchRL's ``shift`` / ``is_full`` attributes where the
+    next write goes and whether the storage is full, before they see the saved contents.
+
+    ``shift`` is the row the writer writes next (a :class:`RoundRobinWriter`'s cursor; the
+    number of written rows for other writers), ``is_full`` whether every slot is written. A
+    hook uses them e.g. to save trajectories in time order. Hooks without them are untouched.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> class Hook:
+    ...     shift = is_full = None
+    ...     def __call__(self, data):
+    ...         return data
+    >>> rb, hook = ReplayBuffer(storage=ListStorage(10)), Hook()
+    >>> rb.register_save_hook(hook)
+    >>> _ = rb.extend(range(5))
+    >>> tell_save_hooks(rb.storage, rb.writer)
+    >>> hook.shift, hook.is_full
+    (5, False)
+    """
+    hooks = [hook for hook in storage.save_hooks
+             if hasattr(hook, "shift") or hasattr(hook, "is_full")]  # TorchRL's hook protocol
+    if not hooks:
+        return
+    rows = len(storage) // max(storage.row_numel, 1)
+    shift = writer.cursor if isinstance(writer, RoundRobinWriter) else rows
+    for hook in hooks:
+        if hasattr(hook, "shift"):
+            hook.shift = int(shift)
+        if hasattr(hook, "is_full"):
+            hook.is_full = len(storage) == storage.max_size
 
 
 class BufferStateMixin:
@@ -224,6 +259,7 @@ class BufferStateMixin:
         ([1, 2, 3], 3)
         """
         with self._prefetcher.held(settle=True), self._lock:
+            tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
                         "write_count": self.write_count}
