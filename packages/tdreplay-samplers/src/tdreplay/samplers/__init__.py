@@ -14,6 +14,7 @@ from .scheduler import (
     StepScheduler,
 )
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
+from .staleness import StalenessAwareSampler
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "SchedulerList",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
     "StepScheduler",
     "TensorDictPrioritizedReplayBuffer",
 ]

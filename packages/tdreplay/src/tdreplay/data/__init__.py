@@ -85,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "SchedulerList": "tdreplay.samplers",
     "SliceSampler": "tdreplay.samplers",
     "SliceSamplerWithoutReplacement": "tdreplay.samplers",
+    "StalenessAwareSampler": "tdreplay.samplers",
     "StepScheduler": "tdreplay.samplers",
     "TensorDictPrioritizedReplayBuffer": "tdreplay.samplers",
     # tdreplay.writers
