@@ -96,8 +96,11 @@ def test_non_strict_and_right_span() -> None:
         sizes.add(batch.shape[0])
         assert (batch["step"].diff() == 1).all()
     assert sizes == {1, 2, 3, 4}
-    with pytest.raises(ValueError, match="right only"):
-        PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True)
+    with pytest.warns(UserWarning, match="no left span"):  # as TorchRL: left span turned off
+        sampler = PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True)
+    assert sampler.span == (False, True)
+    with pytest.warns(UserWarning, match="no left span"):
+        assert PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=5, span=3).span == (False, 3)
 
 
 def test_new_steps_get_max_priority_and_updates_work_per_step() -> None:

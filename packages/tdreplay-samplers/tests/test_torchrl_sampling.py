@@ -129,3 +129,50 @@ def test_prioritized_update_of_an_unwritten_slot_is_refused_and_changes_nothing(
     after = sampler.state_dict()
     assert torch.equal(before["priorities"], after["priorities"])
     assert sampler.max_priority == 1.0  # the refused update did not raise the max either
+
+
+# ---- PrioritizedSliceSampler: span and trajectories shorter than a slice -------------------------
+def _trajs(lengths: list[int]):
+    from tensordict import TensorDict
+
+    parts = [TensorDict({"traj": torch.full((n,), t), "step": torch.arange(n),
+                         "done": torch.arange(n).eq(n - 1).unsqueeze(-1)}, [n])
+             for t, n in enumerate(lengths)]
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("span", [(False, True), (False, 3), 3, True])
+def test_prioritized_slice_short_trajectories_with_a_right_span(span) -> None:
+    import warnings
+
+    from tdreplay.samplers import PrioritizedSliceSampler
+
+    data = _trajs([3, 6, 9])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # left span turned off (int / True)
+        sampler = PrioritizedSliceSampler(18, 1.0, 1.0, end_key="done", slice_len=5,
+                                          strict_length=True, span=span)
+    assert sampler.span[0] is False
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(18), sampler=sampler, batch_size=5)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(data)
+    starts_in_0 = set()
+    for _ in range(300):
+        s = rb.sample()
+        assert s["traj"].unique().numel() == 1 and (s["step"].diff() == 1).all()
+        if int(s["traj"][0]) == 0:
+            starts_in_0.add(int(s["step"][0]))
+            assert s.shape[0] == 3 - int(s["step"][0])  # cut at the trajectory's end
+    # a slice needs 5 - overhang steps before it may hang over: 1 (True) or 2 (span 3)
+    assert starts_in_0 == ({0, 1, 2} if sampler.span[1] is True else {0, 1})
+
+
+def test_prioritized_slice_strict_without_span_skips_short_trajectories() -> None:
+    from tdreplay.samplers import PrioritizedSliceSampler
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(18), batch_size=5,
+                                sampler=PrioritizedSliceSampler(18, 1.0, 1.0, end_key="done",
+                                                                slice_len=5))
+    rb.extend(_trajs([3, 6, 9]))
+    trajs = {int(rb.sample()["traj"][0]) for _ in range(100)}
+    assert trajs == {1, 2}

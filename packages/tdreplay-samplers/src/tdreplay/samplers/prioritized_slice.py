@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,10 +61,11 @@ class PrioritizedSliceSampler(SliceSampler):
     num_slices, slice_len, end_key, end_keys, traj_key, trajectory_key, ends, trajectories,
     cache_values, truncated_key, strict_length, compile, use_gpu
         As :class:`SliceSampler`.
-    span : bool, int or (False, bool | int)
-        Only the right side is supported: slices may hang over the end of their trajectory
+    span : bool, int or (bool | int, bool | int)
+        Only the right side is used: slices may hang over the end of their trajectory
         (``True``: any step can start a slice; ``i``: by at most ``i`` steps) and are cut
-        there. A start is a stored step, so there is nothing to hang over on the left.
+        there. A start is a stored step, so there is nothing to hang over on the left: a left
+        span (e.g. ``span=3`` or ``True``) is turned off with a ``UserWarning``, as in TorchRL.
     device, backend, skip_stale_updates, validate
         As :class:`PrioritizedSampler`. The trajectory bookkeeping stays on the CPU, so with
         device trees every batch copies its candidate start steps to the host.
@@ -136,9 +138,11 @@ class PrioritizedSliceSampler(SliceSampler):
             trajectories=trajectories, cache_values=cache_values, truncated_key=truncated_key,
             strict_length=strict_length, compile=compile, span=span, use_gpu=use_gpu,
             end_keys=end_keys)
-        if self.span[0]:
-            raise ValueError("PrioritizedSliceSampler supports span on the right only "
-                             f"(span=(False, ...)), got span={span!r}.")
+        if self.span[0]:  # as TorchRL: a warning, and the left span is turned off
+            warnings.warn(f"{type(self).__name__} has no left span (a start is a stored step, "
+                          f"nothing hangs over on its left): span={span!r} is taken as "
+                          f"span=(False, {self.span[1]!r}).", UserWarning, stacklevel=2)
+            self.span = (False, self.span[1])
 
     # ---- priorities (forwarded to the step sampler) -------------------------------------------
     @property
@@ -256,12 +260,14 @@ class PrioritizedSliceSampler(SliceSampler):
         """Steps that must follow (and include) a start in a trajectory of ``lengths`` steps.
 
         ``0`` marks a trajectory that cannot start any slice (too short, ``strict_length``).
+        With ``strict_length`` and a right span, a trajectory shorter than a slice is sampled
+        when it has the steps a slice needs before it may hang over (as TorchRL).
         """
         right = self.span[1]
         overhang = seq_len - 1 if right is True else int(right)
         if self.strict_length:
-            need = np.full_like(lengths, max(seq_len - overhang, 1))
-            return np.where(lengths >= seq_len, need, 0)
+            need = max(seq_len - overhang, 1)
+            return np.where(lengths >= need, need, 0)
         return np.maximum(np.minimum(lengths, seq_len) - overhang, 1)
 
     def _room(self, index: TrajectoryIndex, starts: np.ndarray, seq_len: int
