@@ -143,3 +143,12 @@ def test_auto_cleanup_at_exit_and_on_ctrl_c(tmp_path, how):
             proc.kill()
             proc.wait()
     assert not scratch.exists()
+
+
+def test_a_used_scratch_dir_is_refused_with_torchrls_error_type_too(tmp_path):
+    from tdreplay.storages.memmap_storage import ScratchDirInUseError
+    _written_memmap(scratch_dir=tmp_path / "s")
+    for error in (ScratchDirInUseError, FileExistsError, RuntimeError):
+        with pytest.raises(error, match="existsok"):
+            LazyMemmapStorage(20, scratch_dir=tmp_path / "s")
+    assert LazyMemmapStorage(20, scratch_dir=tmp_path / "s", existsok=True)[:]["a"].numel() == 4

@@ -199,6 +199,14 @@ def _reserve(filename: Path, nbytes: int) -> None:
         os.close(fd)
 
 
+class ScratchDirInUseError(FileExistsError, RuntimeError):
+    """``scratch_dir`` already holds a memmap storage and ``existsok`` is False.
+
+    A ``FileExistsError``, and a ``RuntimeError`` as TorchRL raises in that case: ``except
+    RuntimeError:`` written for TorchRL keeps working.
+    """
+
+
 def _remove_scratch_dir(path: str, owner_pid: int) -> None:
     # only the process that created a temporary scratch dir removes it (forked children
     # inherit the finalizer)
@@ -232,7 +240,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         Leading dimensions counted in the capacity (see :class:`TensorStorage`).
     existsok : bool
         What to do when ``scratch_dir`` already holds a memmap storage: ``False`` (default)
-        raises :class:`FileExistsError`; ``True`` opens it and continues with its contents,
+        raises :class:`ScratchDirInUseError` (a ``FileExistsError`` and, as TorchRL's, a
+        ``RuntimeError``); ``True`` opens it and continues with its contents,
         written-row count and cursor (``max_size`` and ``ndim`` must match).
     checkpointer : StorageCheckpointerBase, optional
         Defaults to :class:`TensorStorageCheckpointer`.
@@ -297,7 +306,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         config_path = path / _CONFIG_FILE
         if config_path.is_file():
             if not self.existsok:
-                raise FileExistsError(
+                raise ScratchDirInUseError(
                     f"scratch_dir {str(path)!r} already holds a LazyMemmapStorage: pass "
                     "existsok=True to open it (and continue with its contents), or choose "
                     "another scratch_dir."
