@@ -176,3 +176,76 @@ def test_prioritized_slice_strict_without_span_skips_short_trajectories() -> Non
     rb.extend(_trajs([3, 6, 9]))
     trajs = {int(rb.sample()["traj"][0]) for _ in range(100)}
     assert trajs == {1, 2}
+
+
+# ---- SliceSampler(pad_output=), is_init marks ------------------------------------------------------
+def _with_init(lengths: list[int]):
+    data = _trajs(lengths)
+    data["is_init"] = (data["step"] == 0).unsqueeze(-1)
+    data["obs"] = torch.arange(data.shape[0]).float()
+    return data
+
+
+def test_pad_output_pads_short_slices_with_their_last_step_and_masks_them() -> None:
+    from tdreplay.samplers import SliceSampler
+
+    with pytest.raises(ValueError, match="pad_output=True is incompatible"):
+        SliceSampler(slice_len=4, traj_key="traj", pad_output=True)  # strict_length=True
+    sampler = SliceSampler(slice_len=5, traj_key="traj", strict_length=False, pad_output=True)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(11), sampler=sampler, batch_size=15)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(_with_init([3, 6, 2]))
+    for _ in range(20):
+        s = rb.sample().reshape(3, 5)
+        mask = s["collector", "mask"]
+        assert mask.dtype is torch.bool and mask.shape == (3, 5)
+        n = mask.sum(-1)
+        assert bool((mask == (torch.arange(5) < n[:, None])).all())  # real steps first
+        for i in range(3):
+            k = int(n[i])
+            real = s[i, :k]
+            assert (real["traj"] == real["traj"][0]).all() and (real["step"].diff() == 1).all()
+            assert (s[i, k:]["index"] == real["index"][-1]).all()  # padding repeats the last
+            assert s["next", "truncated"][i].view(-1).nonzero().view(-1).tolist() == [k - 1]
+            assert s["is_init"][i, 0].item()  # every slice starts anew
+
+
+def test_pad_output_without_short_trajectories_pads_nothing() -> None:
+    from tdreplay.samplers import SliceSampler
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), batch_size=8, sampler=SliceSampler(
+        slice_len=4, traj_key="traj", strict_length=False, pad_output=True))
+    rb.extend(_with_init([8, 8]))
+    s = rb.sample()
+    assert ("collector", "mask") not in s.keys(True) and s.shape == (8,)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_slice_starts_are_marked_is_init_and_stored_resets_kept(prioritized: bool) -> None:
+    from tdreplay.samplers import PrioritizedSliceSampler, SliceSampler
+
+    kw = {"num_slices": 4, "traj_key": "traj", "strict_length": False}
+    sampler = PrioritizedSliceSampler(25, 1.0, 1.0, **kw) if prioritized else SliceSampler(**kw)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(25), sampler=sampler, batch_size=24)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(_with_init([3, 8, 2, 7, 5]))
+    for _ in range(10):
+        s = rb.sample()
+        init = s["is_init"].view(-1)
+        truncated = s["next", "truncated"].view(-1)
+        starts = torch.cat([torch.tensor([0]), truncated.nonzero().view(-1)[:-1] + 1])
+        expected = torch.zeros_like(init)
+        expected[starts] = True
+        expected |= s["step"] == 0  # the stored resets stay
+        assert torch.equal(init, expected)
+    stored = rb.storage.get(torch.arange(25))["is_init"].view(-1)
+    assert int(stored.sum()) == 5  # the marks are in samples only
+
+
+def test_no_is_init_in_the_data_no_is_init_in_samples() -> None:
+    from tdreplay.samplers import SliceSampler
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(11), batch_size=15, sampler=SliceSampler(
+        slice_len=5, traj_key="traj", strict_length=False, pad_output=True))
+    rb.extend(_trajs([3, 6, 2]))
+    assert "is_init" not in rb.sample().keys()

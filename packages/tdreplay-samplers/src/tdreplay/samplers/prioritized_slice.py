@@ -333,7 +333,7 @@ class PrioritizedSliceSampler(SliceSampler):
             raise RuntimeError("the buffer holds no trajectory to sample from.")
         lanes, first, room, weights = self._draw_starts(storage, index, num_slices, seq_len)
         slots, ends, owner = slice_slots(index, lanes, first, np.minimum(room, seq_len), seq_len)
-        info = self._truncation_info(storage, slots, ends)
+        slots, info = self._output(storage, slots, ends)
         # (repeat_interleave with a tensor of repeats costs milliseconds on CPU)
         info[PRIORITY_WEIGHT_KEY] = weights.repeat_interleave(seq_len) if owner is None \
             else weights[torch.from_numpy(owner)]

@@ -19,6 +19,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
 from ._signals import AUTO_TRAJ_KEYS, Signals, read_signals, resolve_signals
+from ._slice_output import slice_info
 from ._slicing import (
     ArgumentConflictError,
     check_static,
@@ -81,7 +82,9 @@ class SliceSampler(Sampler):
     ``sample.reshape(num_slices, -1)`` gives one slice per row. The last step of every slice
     is marked truncated in the info (``truncated_key``, written into the sample by
     :class:`~tdreplay.core.TensorDictReplayBuffer`), along with ``done`` (the stored done flag
-    or the truncation) and ``terminated`` next to it.
+    or the truncation) and ``terminated`` next to it. When the data has an ``is_init`` entry,
+    the sample's ``is_init`` is also ``True`` at the first step of every slice (as TorchRL: a
+    recurrent module splitting the flat sample on it starts each slice anew).
 
     Multi-dimensional storages (``LazyTensorStorage(N, ndim=2)`` filled with ``[envs, T]``
     batches, ``ndim=3`` with ``[workers, envs, T]``) hold one environment's ``T`` steps per
@@ -140,6 +143,12 @@ class SliceSampler(Sampler):
         (shorter slices). An int ``i`` allows an overhang of at most ``i`` steps.
     use_gpu : bool or torch.device
         Accepted for TorchRL compatibility; the bookkeeping is ``O(batch)`` on the CPU.
+    pad_output : bool
+        ``True`` (with ``strict_length=False``): pad every short slice to the slice length by
+        repeating its last step, as TorchRL, so the batch has ``num_slices * slice_len``
+        steps; ``info[("collector", "mask")]`` (bool, one per step) is ``False`` at the padding
+        and truncation marks each slice's last real step. As in TorchRL, nothing is padded
+        (and there is no mask) while no trajectory in the buffer is shorter than a slice.
     replacement : bool
         ``False`` makes a :class:`SliceSamplerWithoutReplacement` instead (the other arguments,
         e.g. ``drop_last`` and ``shuffle``, go to it), as in TorchRL. Defaults to ``True``.
@@ -191,9 +200,13 @@ class SliceSampler(Sampler):
         use_gpu: bool | torch.device = False,
         replacement: bool = True,
         end_keys: Sequence[NestedKey] | None = None,
+        pad_output: bool = False,
     ) -> None:
         check_replacement(replacement, type(self).__name__,
                           variant=isinstance(self, SamplerWithoutReplacement))
+        if pad_output and strict_length:
+            raise ValueError("pad_output=True is incompatible with strict_length=True: only "
+                             "short slices are padded, and strict_length=True makes none.")
         self.num_slices = _positive_int_or_none(num_slices, "num_slices")
         self.slice_len = _positive_int_or_none(slice_len, "slice_len")
         if (self.num_slices is None) == (self.slice_len is None):
@@ -234,6 +247,7 @@ class SliceSampler(Sampler):
             _replace_last(self.truncated_key, "done"),
             _replace_last(self.truncated_key, "terminated"))
         self.strict_length = bool(strict_length)
+        self.pad_output = bool(pad_output)
         self.compile = compile
         self.span = _normalize_span(span)
         self.use_gpu = use_gpu
@@ -357,29 +371,16 @@ class SliceSampler(Sampler):
             rel, seq = span_starts(u, lengths, seq, span)
         slots, ends, _ = slice_slots(index, chosen[:, LANE], chosen[:, START] + rel, seq,
                                       seq_len)
-        return slots, self._truncation_info(storage, slots, ends)
+        # as TorchRL: padded (with a mask) when the buffer holds a trajectory shorter than a slice
+        short = self.pad_output and bool((rec[index.live_records(), LEN] < seq_len).any())
+        return self._output(storage, slots, ends, seq_len if short else None)
 
-    def _truncation_info(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray
-                         ) -> dict[str, Any]:
-        """``truncated`` (True at each slice end), ``done`` and ``terminated`` of the batch."""
-        if self.truncated_key is None:
-            return {}
-        done_key, terminated_key = self._done_keys
-        n = slots.numel()
-        done = self._entries.gather(storage, done_key, slots)
-        flags = np.zeros(n, dtype=np.bool_)
-        flags[ends] = True
-        shape = (n, *(1,) * (done.ndim - 1)) if done is not None else (n, 1)
-        truncated = torch.from_numpy(flags).view(shape)
-        if done is not None:
-            truncated = truncated.to(done.device)
-            done = (done if done.dtype is torch.bool else done != 0) | truncated
-        else:
-            done = truncated.clone()
-        terminated = self._entries.gather(storage, terminated_key, slots)
-        if terminated is None:
-            terminated = torch.zeros_like(truncated)
-        return {self.truncated_key: truncated, done_key: done, terminated_key: terminated}
+    def _output(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray,
+                pad_to: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Slots and info of a batch of slices: truncation, ``is_init`` marks and the padding
+        to ``pad_to`` steps (see :func:`~._slice_output.slice_info`)."""
+        return slice_info(self._entries, storage, slots, ends, truncated_key=self.truncated_key,
+                          done_keys=self._done_keys, pad_to=pad_to)
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
