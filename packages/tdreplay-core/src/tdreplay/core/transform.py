@@ -202,9 +202,25 @@ class Compose(Transform):
         self.transforms.append(as_transform(transform))
 
     def insert(self, index: int, transform: Transform | Callable[[Any], Any]) -> None:
-        """Insert a transform at ``index``."""
+        """Insert a transform at ``index``, within ``[-len(self), len(self)]`` as TorchRL's.
+
+        Examples
+        --------
+        >>> c = Compose(lambda x: x + 1)
+        >>> c.insert(0, lambda x: x * 10)
+        >>> c(torch.tensor(1)).item()
+        11
+        >>> c.insert(5, lambda x: x)
+        Traceback (most recent call last):
+        ...
+        ValueError: index must be between -2 and 2 (the number of transforms), got 5.
+        """
         if not isinstance(index, int) or isinstance(index, bool):
             raise TypeError(f"index must be an int, got {type(index).__name__}.")
+        n = len(self.transforms)
+        if not -n <= index <= n:
+            raise ValueError(f"index must be between {-n} and {n} (the number of transforms), "
+                             f"got {index}.")
         self.transforms.insert(index, as_transform(transform))
 
     def __len__(self) -> int:
