@@ -20,7 +20,13 @@ import torch
 
 from . import _priority_numba as fused
 from ._priority_state import PriorityState
-from ._priority_values import check_priority_values, leaf_values, reduce_priority
+from ._priority_values import (
+    check_priority_values,
+    check_stored_priority,
+    leaf_limit,
+    leaf_values,
+    reduce_priority,
+)
 from .segment_trees import NumbaMinTree, NumbaSumTree
 
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_update",
@@ -30,10 +36,13 @@ _CPU = torch.device("cpu")
 
 
 def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
-                 n_written: int | None) -> None:
-    """Raise ``ValueError`` / ``IndexError`` for bad priorities or indices (reads the host)."""
-    check_priority_values(raw.to(_CPU, torch.float64))
+                 n_written: int | None, *, reduction: str, alpha: float, eps: float) -> None:
+    """Raise ``ValueError`` / ``IndexError`` for bad priorities (NaN, infinite, negative, or
+    overflowing once raised to ``alpha``) or indices (reads the host)."""
+    raw = raw.to(_CPU, torch.float64)
+    check_priority_values(raw)
     capacity = state.capacity
+    check_stored_priority(reduce_priority(raw, index.numel(), reduction), capacity, alpha, eps)
     index = index.to(_CPU)
     lo, hi = torch.aminmax(index)
     if int(lo) < -1 or int(hi) >= capacity:
@@ -137,7 +146,7 @@ class NumbaKernels(PriorityKernels):
             max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
             sum_tree.offsets, capacity, capacity if n_written is None else n_written,
             state.host_generation, index.numpy(), raw.reshape(-1).numpy(), reduced.numpy(),
-            leaf.numpy(), tok, token is not None)
+            leaf.numpy(), leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False
         if top > float(state.max_priority):
@@ -182,6 +191,8 @@ class TorchKernels(PriorityKernels):
         priority = raw.to(dev, torch.float64, non_blocking=True)
         ok = ((priority >= 0) & (priority < math.inf)).all()  # NaN fails both
         priority = reduce_priority(priority, index.numel(), reduction)
+        leaf = leaf_values(priority, alpha, eps)
+        ok &= (leaf <= leaf_limit(capacity)).all()  # no overflow once raised to alpha
         in_range = (index >= 0) & (index < capacity)
         slot_gen = state.generation.index_select(0, index.clamp(0, capacity - 1))
         keep = in_range & (slot_gen > 0) & ok
@@ -190,7 +201,7 @@ class TorchKernels(PriorityKernels):
         if token is not None:
             keep &= slot_gen == token.to(dev, non_blocking=True)
         target = torch.where(keep, index, -1)
-        leaf = leaf_values(torch.where(keep, priority, 1.0), alpha, eps)
+        leaf = torch.where(keep, leaf, 1.0)
         state.sum_tree.update(target, leaf)
         state.min_tree.update(target, leaf)
         if state.max_tree is not None:
@@ -239,9 +250,10 @@ def apply_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *
     arguments are those of :meth:`PriorityKernels.update`. Raises, changing nothing, on a bad
     priority or index (see :func:`check_update`)."""
     if state.backend != "numba" and validate:
-        check_update(state, index, raw, n_written)
+        check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps)
     if not kernels_for(state).update(state, index, raw, reduction=reduction, alpha=alpha,
                                      eps=eps, token=token, n_written=n_written):
-        check_update(state, index, raw, n_written)  # raises, with a detailed message
+        # raises, with a detailed message
+        check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps)
         raise AssertionError("the update kernel refused the update but the host check found "
                              "nothing wrong")  # pragma: no cover

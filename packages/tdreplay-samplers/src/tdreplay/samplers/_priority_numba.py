@@ -62,19 +62,24 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, out_index, out_leaf,
 
 @njit(cache=False, nogil=True)
 def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n_written, gen,
-                  index, raw, priority, leaf, token, has_token):  # pragma: no cover - compiled
+                  index, raw, priority, leaf, leaf_max, token,
+                  has_token):  # pragma: no cover - compiled
     """Check, then apply, a priority update; returns ``(code, position, top)``.
 
     ``raw`` holds every priority value given (trailing dims included), ``priority`` one reduced
     value per index and ``leaf`` its stored value. Checks, before any write: every raw value is
-    finite and ``>= 0``; every index is ``-1`` (skipped) or a written slot in
-    ``[0, min(capacity, n_written))``. On failure nothing is written and ``code`` says why
-    (``position`` is where). Otherwise the entries whose slot generation is still ``token``
-    (when ``has_token``) are written and ``top`` is their largest priority (``-inf`` if none).
+    finite and ``>= 0``; every stored value ``leaf`` is at most ``leaf_max``; every index is
+    ``-1`` (skipped) or a written slot in ``[0, min(capacity, n_written))``. On failure nothing
+    is written and ``code`` says why (``position`` is where). Otherwise the entries whose slot
+    generation is still ``token`` (when ``has_token``) are written and ``top`` is their largest
+    priority (``-inf`` if none).
     """
     for k in range(raw.shape[0]):
         v = raw[k]
         if not (v >= 0.0 and v < np.inf):  # NaN fails too
+            return BAD_PRIORITY, k, -np.inf
+    for k in range(leaf.shape[0]):
+        if not leaf[k] <= leaf_max:  # overflowed once raised to alpha
             return BAD_PRIORITY, k, -np.inf
     n = index.shape[0]
     for i in range(n):

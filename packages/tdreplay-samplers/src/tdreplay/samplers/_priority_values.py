@@ -11,13 +11,14 @@ import torch
 from tdreplay.core.utils import as_long_tensor
 
 __all__ = ["REDUCTIONS", "TINY", "as_priority_tensor", "check_priority_values", "check_real",
-           "check_options", "check_slots", "flat_priority", "leaf_values", "prepare_update",
-           "reduce_priority", "slots_on"]
+           "check_options", "check_slots", "check_stored_priority", "flat_priority",
+           "leaf_limit", "leaf_values", "prepare_update", "reduce_priority", "slots_on"]
 
 #: Accepted ``reduction`` names.
 REDUCTIONS = ("max", "min", "sum", "mean", "median")
 #: Smallest normal float64: the least stored priority of a written slot.
 TINY = float(np.finfo(np.float64).tiny)
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
@@ -48,6 +49,9 @@ def as_priority_tensor(priority: Any) -> torch.Tensor:
     """``priority`` (number, array or tensor of real numbers) as a detached tensor."""
     if not isinstance(priority, torch.Tensor):
         if isinstance(priority, np.ndarray):
+            if priority.dtype.kind not in "biuf":
+                raise TypeError(f"priority must hold real numbers, got a numpy array of dtype "
+                                f"{priority.dtype}.")
             priority = torch.from_numpy(priority)
         else:
             try:
@@ -105,11 +109,22 @@ def flat_priority(index: torch.Tensor, priority: Any) -> torch.Tensor:
         return priority.reshape(-1)
     if priority.ndim > index.ndim and priority.shape[: index.ndim] == index.shape:
         return priority.reshape(n, -1)  # reduced after the checks
-    if priority.numel() == n:
+    if _squeezed(priority.shape) == _squeezed(index.shape):  # e.g. [n, 1] for [n]
         return priority.reshape(-1)
+    try:
+        if torch.broadcast_shapes(priority.shape, index.shape) == index.shape:
+            return priority.expand(index.shape).reshape(-1)
+    except RuntimeError:
+        pass
     raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of shape "
-                     f"{tuple(index.shape)}: expected a scalar, the index shape, or the index "
-                     "shape followed by trailing dims to reduce.")
+                     f"{tuple(index.shape)}: expected a scalar, the index shape (dims of size 1 "
+                     "aside), a shape that broadcasts to it, or the index shape followed by "
+                     "trailing dims to reduce. Nothing was updated.")
+
+
+def _squeezed(shape: torch.Size) -> tuple[int, ...]:
+    """``shape`` without its dims of size 1."""
+    return tuple(d for d in shape if d != 1)
 
 
 def leaf_values(priority: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
@@ -121,6 +136,43 @@ def leaf_values(priority: torch.Tensor, alpha: float, eps: float) -> torch.Tenso
     [1.0, 4.0]
     """
     return torch.pow(priority + eps, alpha).clamp_min_(TINY)
+
+
+def leaf_limit(capacity: int) -> float:
+    """Largest stored priority of a slot: ``capacity`` of them still sum to a finite float64.
+
+    Examples
+    --------
+    >>> leaf_limit(1) == float(np.finfo(np.float64).max), leaf_limit(4) < 5e307
+    (True, True)
+    """
+    return _FLOAT64_MAX / capacity
+
+
+def check_stored_priority(priority: torch.Tensor, capacity: int, alpha: float,
+                          eps: float) -> None:
+    """Raise ``ValueError`` where the stored value ``(priority + eps) ** alpha`` of a finite host
+    priority (one per slot, float64) overflows :func:`leaf_limit` (e.g. ``1e200`` with alpha 2).
+
+    Examples
+    --------
+    >>> check_stored_priority(torch.tensor([1e100], dtype=torch.float64), 10, 2.0, 0.0)
+    >>> try:
+    ...     check_stored_priority(torch.tensor([1e200], dtype=torch.float64), 10, 2.0, 0.0)
+    ... except ValueError as err:
+    ...     print(str(err)[:25])
+    priority [1e+200] overflo
+    """
+    if not priority.numel():
+        return
+    limit = leaf_limit(capacity)
+    leaf = leaf_values(priority, alpha, eps)
+    if not float(leaf.max()) <= limit:
+        bad = priority[~(leaf <= limit)].reshape(-1)
+        raise ValueError(f"priority {bad[:5].tolist()} overflows: (priority + eps) ** alpha "
+                         f"with alpha={alpha}, eps={eps} must stay <= {limit:.4g} (the largest "
+                         f"float64 / max_capacity {capacity}, so that the sum of the stored "
+                         "priorities stays finite). Nothing was updated.")
 
 
 def check_slots(slots: torch.Tensor, capacity: int) -> None:

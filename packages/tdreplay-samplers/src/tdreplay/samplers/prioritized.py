@@ -55,8 +55,11 @@ from ._priority_values import (
     check_options,
     check_priority_values,
     check_real,
+    check_stored_priority,
+    leaf_limit,
     leaf_values,
     prepare_update,
+    reduce_priority,
     slots_on,
 )
 from .without_replacement import check_replacement
@@ -278,7 +281,8 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
             return
         state = self._fit(slots)
         slots = slots_on(slots, state.capacity, state.device)
-        leaf = leaf_values(default_priority(state), self._alpha, self._eps)
+        leaf = leaf_values(default_priority(state), self._alpha, self._eps).clamp_max_(
+            leaf_limit(state.capacity))  # an alpha raised since may overflow the max priority
         kernels_for(state).extend(state, slots, leaf)
         self._clock += 1
         state.generation.index_fill_(0, slots, self._clock)
@@ -368,7 +372,9 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         Raises
         ------
         ValueError
-            (``validate`` on) a priority is NaN, infinite or negative, or shapes do not match.
+            (``validate`` on) a priority is NaN, infinite or negative, or overflows once raised
+            to ``alpha`` (see :func:`~._priority_values.check_stored_priority`); shapes neither
+            match nor broadcast (``[2, 3]`` priorities for ``[3, 2]`` indices).
         IndexError
             (``validate`` on) an index is out of ``[0, max_capacity)`` or points at an
             unwritten slot.
@@ -393,9 +399,12 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         Buffers call it before writing rows whose priorities come with the data. Only checks
         when ``validate`` is on (device trees drop bad updates on the device instead).
         """
-        priority = as_priority_tensor(priority)
+        priority = as_priority_tensor(priority).to(_CPU, torch.float64)
         if self._state is None or self.validate:
-            check_priority_values(priority.to(_CPU, torch.float64))
+            check_priority_values(priority)
+            n = priority.shape[0] if priority.ndim else 1
+            check_stored_priority(reduce_priority(priority, n, self.reduction),
+                                  self._capacity, self._alpha, self._eps)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(max_capacity={self._capacity}, alpha={self._alpha}, "
