@@ -399,8 +399,9 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         Buffers call it before writing rows whose priorities come with the data. Only checks
         when ``validate`` is on (device trees drop bad updates on the device instead).
         """
-        priority = as_priority_tensor(priority).to(_CPU, torch.float64)
+        priority = as_priority_tensor(priority)
         if self._state is None or self.validate:
+            priority = priority.to(_CPU, torch.float64)  # no copy back from a device otherwise
             check_priority_values(priority)
             n = priority.shape[0] if priority.ndim else 1
             check_stored_priority(reduce_priority(priority, n, self.reduction),
