@@ -443,7 +443,8 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
     def __iter__(self) -> Iterator[Any]:
         """Yield batches of ``batch_size``; ends after one epoch with a finite sampler."""
         if self._batch_size is None:
-            raise RuntimeError("iterating needs the buffer's batch_size to be set.")
+            raise RuntimeError("Cannot iterate over the replay buffer. Batch_size was not "
+                               "specified (build the buffer with batch_size=... to iterate).")
         if not self._sampler_is_finite():
             while True:
                 yield self.sample()
