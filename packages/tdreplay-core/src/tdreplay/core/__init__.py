@@ -9,17 +9,20 @@ TorchRL).
 
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
+from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
 from .trajectories import split_trajectories
+from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
 from .transform import CallableTransform, Compose, InvertedTransform, Transform
 from .writer import RoundRobinWriter, Writer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_DONE_KEYS",
     "FORMAT_VERSION",
     "BatchLargerThanBufferError",
     "CallableTransform",
@@ -40,9 +43,15 @@ __all__ = [
     "Storage",
     "StorageCheckpointerBase",
     "TensorDictReplayBuffer",
+    "Trajectory",
+    "TrajectoryPredicate",
     "Transform",
     "Writer",
+    "filter_trajectories",
+    "find_start_stop_traj",
     "identity_collate",
+    "iter_trajectories",
     "split_trajectories",
     "stack_items",
+    "traj",
 ]
