@@ -175,6 +175,15 @@ class Storage(abc.ABC):
     #: around every write and read of rows. ``None``: the storage lives in one process.
     process_lock: Any = None
 
+    #: The write generation of every row (:class:`~tdreplay.core.generations.SlotGenerations`),
+    #: or ``None`` until a writer built with ``track_generations=True`` writes here. It lives
+    #: on the storage so that every buffer sharing the storage sees the others' writes.
+    slot_generations: Any = None
+
+    #: Whether :meth:`~tdreplay.core.ReplayBuffer.update_if_present` can patch entries of
+    #: stored rows in place (through :meth:`set_key`): storages of TensorDicts.
+    supports_conditional_update: bool = False
+
     def shared_writer_counters(self) -> Any:
         """An int64 array ``[cursor, write_count]`` in memory shared between processes, or
         ``None`` (the default) to keep a writer's counters in the writer.

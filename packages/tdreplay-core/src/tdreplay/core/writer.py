@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ._stateful import StateDictCheckpointMixin
+from .generations import SlotGenerations, check_generation_table
 from .storage import Storage
 from .utils import check_instance, is_int, leading_dim, slice_leading
 
@@ -24,6 +25,9 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
       storage accepted the write, so a rejected write leaves everything as it was.
     - ``write_count``: items written since creation (or since ``empty(empty_write_count=True)``).
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``.
+    - ``tracks_generations`` / ``generations_of(index)`` / ``sample_info(index)``: write
+      generations of the storage's rows (:mod:`tdreplay.core.generations`); the base tracks
+      none and reports ``-1`` everywhere.
 
     Every writer accepts TorchRL's ``compilable`` keyword (a bool, kept as :attr:`compilable`).
     It changes nothing in tdreplay: TorchRL's ``compilable=True`` keeps the cursor in a plain
@@ -41,6 +45,13 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
         # the storage offers it (see register_storage)
         self._own_counters = np.zeros(2, dtype=np.int64)
         self._counters: Any = self._own_counters
+
+    #: Whether this writer stamps the storage's rows with write generations (what
+    #: :meth:`generations_of` reports and ``sample`` adds as ``"index_generation"``).
+    tracks_generations: bool = False
+
+    #: Entries :meth:`sample_info` adds to a sample (bookkeeping, never stored as data).
+    info_keys: tuple[str, ...] = ()
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.
@@ -89,10 +100,44 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     def write_count(self, value: int) -> None:
         self._counters[1] = value
 
+    def generations_of(self, index: Any) -> torch.Tensor:
+        """The write generation of the rows holding ``index`` (slots, as ``extend`` and
+        ``sample`` return them, of any shape; or a tuple of coordinates, whose first names the
+        row): int64, shaped like ``index`` (like its first component for a tuple).
+
+        A row's stamp advances once per write, so comparing a stamp captured at sampling time
+        with the current one tells whether the row still holds what was sampled. ``-1`` means
+        no usable stamp: a row never written, or a writer that does not track generations
+        (the base, and any writer built with ``track_generations=False``).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(ListStorage(4))
+        >>> w.generations_of(torch.arange(3)).tolist()
+        [-1, -1, -1]
+        """
+        index = _index_tensor(index)
+        return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
+
+    def sample_info(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Entries a sample at ``index`` carries besides it (``{}`` unless the writer tracks
+        generations: then ``{"index_generation": generations_of(index)}``)."""
+        if not self.tracks_generations:
+            return {}
+        return {"index_generation": self.generations_of(index)}
+
     def empty(self, empty_write_count: bool = True) -> None:
-        """Forget the write position (and the write count when ``empty_write_count``)."""
+        """Forget the write position (and the write count when ``empty_write_count``).
+
+        The storage's write generations (if any) advance: handles taken before are stale.
+        """
         if empty_write_count:
             self.write_count = 0
+        gens = self._storage.slot_generations if self._storage is not None else None
+        if gens is not None:
+            gens.invalidate()
 
     def state_dict(self) -> dict[str, Any]:
         return {"write_count": self.write_count}
@@ -125,7 +170,38 @@ class RoundRobinWriter(Writer):
     >>> w.register_storage(ListStorage(3))
     >>> w.extend([1, 2]).tolist(), w.extend([3, 4]).tolist(), w.write_count
     ([0, 1], [2, 0], 4)
+
+    With ``track_generations=True`` (as TorchRL) it stamps every row of the storage with a
+    generation that advances each time the row is written (:meth:`generations_of`); samples
+    then carry ``"index_generation"``, and
+    :meth:`~tdreplay.core.ReplayBuffer.update_if_present` patches only rows still holding what
+    was sampled. The stamps live on the storage (:attr:`Storage.slot_generations`) and are
+    part of this writer's ``state_dict`` / ``dumps``. Opt-in: one int64 per row.
+
+    >>> from tdreplay.core import ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4), writer=RoundRobinWriter(track_generations=True))
+    >>> index = rb.extend([torch.tensor(i) for i in range(4)])
+    >>> rb.writer.generations_of(index).tolist()
+    [0, 0, 0, 0]
+    >>> _ = rb.extend([torch.tensor(4), torch.tensor(5)])  # overwrites rows 0 and 1
+    >>> rb.writer.generations_of(index).tolist()
+    [1, 1, 0, 0]
     """
+
+    def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
+        super().__init__(compilable=compilable)
+        self._track_generations = check_instance(track_generations, bool, "track_generations")
+        # a restored table waiting for a storage (load_state_dict before register_storage)
+        self._pending_generations: torch.Tensor | None = None
+
+    @property
+    def tracks_generations(self) -> bool:  # type: ignore[override]
+        """Whether this writer was built with ``track_generations=True``."""
+        return self._track_generations
+
+    @property
+    def info_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("index_generation",) if self._track_generations else ()
 
     def register_storage(self, storage: Storage) -> None:
         """Attach ``storage``; a cursor past its written rows moves back to their end.
@@ -138,12 +214,56 @@ class RoundRobinWriter(Writer):
         written = len(storage) // numel if numel else 0
         if self.cursor > written:
             self.cursor = written
+        pending, self._pending_generations = self._pending_generations, None
+        # a storage shared with another buffer carries the live stamps and wins
+        if storage.slot_generations is None and (pending is not None or self._track_generations):
+            storage.slot_generations = SlotGenerations(pending)
 
-    def _before_write(self, data: Any, cursor: int, capacity: int, batched: bool) -> Any:
+    def _bump_generations(self, rows: torch.Tensor | int, capacity: int) -> None:
+        """Advance the stamps of ``rows`` (every row written, repeats included): always when
+        tracking, and when another writer of the storage tracks (its table exists)."""
+        storage = self.storage
+        if storage.slot_generations is None:
+            if not self._track_generations:
+                return
+            storage.slot_generations = SlotGenerations()
+        storage.slot_generations.bump(torch.as_tensor(rows, dtype=torch.long), capacity)
+
+    def generations_of(self, index: Any) -> torch.Tensor:
+        if not self._track_generations:
+            return super().generations_of(index)
+        index = _index_tensor(index)
+        gens = self._storage.slot_generations if self._storage is not None else None
+        if gens is None:
+            return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
+        numel = self.storage.row_numel
+        rows = torch.div(index, numel, rounding_mode="floor") if numel > 1 else index
+        return torch.where(index >= 0, gens.of(rows), torch.full_like(index, -1))
+
+    def write_at(self, index: Any, data: Any) -> torch.Tensor:
+        """Write a batch ``data`` at rows ``index`` (as TorchRL) without moving the cursor;
+        the rows' generations advance (handles on them go stale). Returns the rows."""
+        rows = _index_tensor(index).reshape(-1)
+        n = leading_dim(data)
+        if rows.numel() != n:
+            raise ValueError(f"index addresses {rows.numel()} rows but data holds {n} items.")
+        storage = self.storage
+        capacity = storage.rows_capacity_for(data, batched=True)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= capacity):
+            raise IndexError(f"index must address rows in [0, {capacity}), got "
+                             f"{rows.tolist()}.")
+        storage.set(rows, self._before_write(data, rows, capacity, batched=True))
+        self.write_count += n
+        self._bump_generations(rows, capacity)
+        return rows
+
+    def _before_write(self, data: Any, cursor: int | torch.Tensor, capacity: int,
+                      batched: bool) -> Any:
         """What is written: ``data`` itself; subclasses may return a changed copy.
 
-        Called by :meth:`add` / :meth:`extend` with the row the write starts at and the
-        storage's capacity in rows, once they are known and before anything is written.
+        Called by :meth:`add` / :meth:`extend` with the row the write starts at (by
+        :meth:`write_at` with the rows written, a tensor) and the storage's capacity in rows,
+        once they are known and before anything is written.
         """
         return data
 
@@ -154,6 +274,7 @@ class RoundRobinWriter(Writer):
         storage.set(row, self._before_write(data, row, capacity, batched=False))
         self.cursor = (row + 1) % capacity
         self.write_count += 1
+        self._bump_generations(torch.tensor([row]), capacity)
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -175,6 +296,7 @@ class RoundRobinWriter(Writer):
                 storage.set(rows, data)
         self.cursor = (cursor + n) % capacity
         self.write_count += n
+        self._bump_generations(rows, capacity)
         return rows
 
     @property
@@ -191,12 +313,21 @@ class RoundRobinWriter(Writer):
         self.cursor = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self.cursor, "write_count": self.write_count}
+        state: dict[str, Any] = {"cursor": self.cursor, "write_count": self.write_count}
+        if self._track_generations:
+            gens = self._storage.slot_generations if self._storage is not None else None
+            state["generation"] = (gens.table if gens is not None
+                                   else self._pending_generations)
+            if state["generation"] is None:
+                del state["generation"]
+        return state
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Refuse a ``state_dict`` whose ``cursor`` is not in ``[0, capacity)`` of the
-        registered storage (or whose ``write_count`` is negative): ``ValueError`` naming the
-        field, nothing changed.
+        registered storage (or whose ``write_count`` is negative, or whose ``generation``
+        table is not a 1-D int64 tensor of stamps >= -1 at most ``capacity`` long):
+        ``ValueError`` naming the field, nothing changed. A state without ``generation`` (not
+        tracked, or saved before the first write) loads into any writer.
 
         Examples
         --------
@@ -208,20 +339,41 @@ class RoundRobinWriter(Writer):
         ...
         ValueError: RoundRobinWriter state_dict['cursor'] is 999, outside [0, 4): ...
         """
-        super().check_state_dict(state_dict)
-        cursor = _check_counter(state_dict["cursor"], "cursor", type(self).__name__)
+        owner = type(self).__name__
+        expected = {"cursor", "write_count"}
+        if not expected <= set(state_dict) or not set(state_dict) <= expected | {"generation"}:
+            raise ValueError(f"{owner} state_dict keys differ: expected {sorted(expected)} "
+                             f"(and 'generation' when tracked), got {sorted(state_dict)}.")
+        _check_counter(state_dict["write_count"], "write_count", owner)
+        cursor = _check_counter(state_dict["cursor"], "cursor", owner)
         capacity = self._storage.rows_capacity if self._storage is not None else None
         if capacity is not None and cursor >= capacity:
-            raise ValueError(f"{type(self).__name__} state_dict['cursor'] is {cursor}, outside "
+            raise ValueError(f"{owner} state_dict['cursor'] is {cursor}, outside "
                              f"[0, {capacity}): the storage holds {capacity} rows.")
+        if "generation" in state_dict:
+            check_generation_table(state_dict["generation"], capacity, owner)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         self.cursor = int(state_dict["cursor"])
         self.write_count = int(state_dict["write_count"])
+        if "generation" in state_dict:
+            table = check_generation_table(state_dict["generation"], None, type(self).__name__)
+            if self._storage is None:
+                self._pending_generations = table
+            else:
+                self._storage.slot_generations = SlotGenerations(table)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"
+
+
+def _index_tensor(index: Any) -> torch.Tensor:
+    """``index`` (an int, a sequence or tensor of ints, or a tuple of coordinates whose first
+    names the row) as an int64 tensor."""
+    if isinstance(index, tuple):
+        index = index[0]
+    return torch.as_tensor(index, dtype=torch.long)
 
 
 def _check_counter(value: Any, field: str, owner: str) -> int:
