@@ -28,11 +28,13 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
     ([3, 1, 2], [0, 1, 2])
     """
 
-    def _before_write(self, data: TensorDictBase, cursor: int, capacity: int, batched: bool
-                      ) -> TensorDictBase:
-        """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``."""
+    def _before_write(self, data: TensorDictBase, cursor: int | torch.Tensor, capacity: int,
+                      batched: bool) -> TensorDictBase:
+        """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``
+        (``cursor``: the first row, or the rows themselves for ``write_at``)."""
         n = data.batch_size[0] if batched else 1
-        rows = (cursor + torch.arange(n)) % capacity
+        rows = (cursor if isinstance(cursor, torch.Tensor)
+                else (cursor + torch.arange(n)) % capacity)
         inner = data.batch_size[int(batched): int(batched) + self.storage.ndim - 1]
         numel = inner.numel()
         slots = (rows.reshape(-1, 1) * numel + torch.arange(numel)).reshape(rows.shape + inner)
