@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from .buffer_sharing import sending_to_new_process
 from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
 from .prefetch import Prefetcher
 from .sampler import Sampler
@@ -76,6 +77,8 @@ class BufferStateMixin:
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
+
+        def check_shareable(self) -> None: ...
 
         @property
         def write_count(self) -> int: ...
@@ -168,6 +171,8 @@ class BufferStateMixin:
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the components and the batches drawn ahead (copies, once drawn: a copy
         samples as the original would); locks and the prefetch worker stay in this process."""
+        if sending_to_new_process():  # a spawned child: refuse what it could not share
+            self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:
             state = self.__dict__.copy()
             for name in ("_lock", "_prefetcher"):

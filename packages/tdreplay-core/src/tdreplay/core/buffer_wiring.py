@@ -37,6 +37,8 @@ class BufferWiringMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
 
+        def _share_new_transform(self, transform: Transform) -> None: ...
+
     def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
                     ) -> Storage:
         """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
@@ -110,6 +112,7 @@ class BufferWiringMixin:
         True
         """
         transform = as_transform(transform)
+        self._share_new_transform(transform)  # a shared buffer shares it (buffer_sharing)
         self._transform.append(InvertedTransform(transform) if invert else transform)
         return self
 
@@ -117,6 +120,7 @@ class BufferWiringMixin:
                          invert: bool = False) -> SelfT:
         """Insert a transform at ``index`` (see :meth:`append_transform`)."""
         transform = as_transform(transform)
+        self._share_new_transform(transform)
         self._transform.insert(index, InvertedTransform(transform) if invert else transform)
         return self
 

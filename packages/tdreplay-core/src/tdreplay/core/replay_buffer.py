@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import as_batch
 from .buffer_rate_limit import RateLimitedMixin
+from .buffer_sharing import SharingMixin
 from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
 from .rate_limit import RateLimiter
@@ -41,8 +43,12 @@ class _BufferLock:
         self._thread_lock = threading.RLock()
         self._buffer = buffer
         self._held: list[Any] = []
+        self._pid = os.getpid()  # the process whose buffer this is (a fork child's differs)
 
     def __enter__(self) -> _BufferLock:
+        if os.getpid() != self._pid:  # first use in a forked child: only what is shared goes
+            self._buffer.check_shareable()
+            self._pid = os.getpid()
         self._thread_lock.acquire()
         process_lock = self._buffer.storage.process_lock
         if process_lock is not None:
@@ -149,7 +155,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
+class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, SharingMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -180,6 +186,8 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
         :class:`Storage`). Parts (``storage`` etc. may be factories) are built at once.
     rate_limiter : RateLimiter, optional
         When ``sample`` and writes may go on (:mod:`tdreplay.core.rate_limit`, as Reverb's).
+    shared : bool
+        Used by several processes: see :meth:`share` (:mod:`tdreplay.core.buffer_sharing`).
 
     Thread safety: one lock guards writes, index assignment and the read of sampled rows, so a
     collector thread can ``extend`` while learner threads ``sample``; a sample never sees a
@@ -214,6 +222,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
         compilable: bool = False,
         delayed_init: bool | None = None,
         rate_limiter: RateLimiter | None = None,
+        shared: bool = False,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
         self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
@@ -235,6 +244,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
                 self._transform = transform
             else:
                 self._transform.append(as_transform(transform))
+        self.share(shared)
         self._lock = _BufferLock(self)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._rng: torch.Generator | None = None
@@ -298,12 +308,6 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin):
     def write_count(self) -> int:
         """Items written through ``add`` and ``extend`` so far."""
         return self._writer.write_count
-
-
-
-
-
-
 
     # ---- writing ---------------------------------------------------------------------------------
     def _write_side(self, data: Any) -> Any:

@@ -47,6 +47,9 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     #: entries of a sample that ``update_tensordict_priority`` passes back to ``update_priority``
     #: as keyword arguments
     update_keys: tuple[str, ...] = ()
+    #: False for samplers whose state (e.g. priority trees) lives in one process: a buffer that
+    #: holds one refuses ``share()`` and being sent to another process (``buffer_sharing``)
+    shareable: bool = True
 
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -65,6 +65,33 @@ class Transform:
                 f"and {self.out_keys_inv}."
             )
 
+    #: True for a transform that keeps state of the buffer's writes which every process writing
+    #: a shared buffer must see; it overrides :meth:`share_memory_` (a buffer refuses to share it
+    #: otherwise)
+    requires_shared_write_state: bool = False
+
+    def share_memory_(self) -> Transform:
+        """Move the transform's write state to memory shared between processes; returns it.
+
+        What ``rb.share()`` calls. Nothing to move by default; ``RuntimeError`` for a transform
+        that declares :attr:`requires_shared_write_state` without overriding this.
+
+        Examples
+        --------
+        >>> class Counts(Transform):
+        ...     requires_shared_write_state = True
+        >>> Counts().share_memory_()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        RuntimeError: Counts keeps replay-buffer write state but does not implement ...
+        """
+        if self.requires_shared_write_state:
+            raise RuntimeError(
+                f"{type(self).__name__} keeps replay-buffer write state but does not implement "
+                "share_memory_(). Use a centralized writer, a Ray-backed buffer, or a transform "
+                "that supports shared replay-buffer write state.")
+        return self
+
     # ---- per-tensor hooks ------------------------------------------------------------------------
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return value
@@ -151,6 +178,10 @@ class InvertedTransform(Transform):
     def __init__(self, transform: Transform | Callable[[Any], Any]) -> None:
         super().__init__()
         self.transform = as_transform(transform)
+
+    def share_memory_(self) -> Transform:
+        self.transform.share_memory_()
+        return self
 
     def forward(self, data: Any) -> Any:
         return self.transform.inv(data)

@@ -1,0 +1,138 @@
+"""Sharing a buffer between processes: ``shared=`` / :meth:`SharingMixin.share`, and refusing to
+hand a process what it cannot share.
+
+What a shared buffer means, part by part:
+
+- **storage**: its rows, its row count and the writer's counters live where every process sees
+  them, and it has a lock that excludes other processes: a storage that declares a
+  :attr:`~tdreplay.core.Storage.process_lock` (``LazyMemmapStorage``,
+  ``LazyTensorStorage(shared_init=True)``). A ``ListStorage`` or a plain tensor storage keeps
+  them in one process's memory;
+- **sampler**: :attr:`~tdreplay.core.Sampler.shareable`. Uniform samplers need only the
+  storage's length and are; a prioritized sampler keeps its trees in one process and is not
+  (a prioritized buffer built with ``sync=False`` keeps it in the learner and hands workers a
+  uniform sampler);
+- **transforms**: one that keeps write state (:attr:`~tdreplay.core.Transform.
+  requires_shared_write_state`) must move it to shared memory
+  (:meth:`~tdreplay.core.Transform.share_memory_`).
+
+A buffer goes to another process when it is pickled for a process being started (spawn and
+forkserver start methods) or when a forked child uses the parent's buffer. Either way, a part
+that cannot be shared raises :class:`NotShareableError` (a ``RuntimeError``, as TorchRL's)
+naming it, where a copy would otherwise diverge silently from the original.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.context
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .sampler import Sampler
+from .storage import Storage
+from .transform import Compose, Transform
+
+SelfT = TypeVar("SelfT", bound="SharingMixin")
+
+
+class NotShareableError(RuntimeError):
+    """A part of a buffer cannot be shared between processes (the message names it)."""
+
+
+def sending_to_new_process() -> bool:
+    """Whether what is being pickled now goes to a process being started (spawn or
+    forkserver start method), rather than to a queue, a file or a copy."""
+    return multiprocessing.context.get_spawning_popen() is not None
+
+
+def check_storage_shareable(storage: Storage) -> None:
+    """:class:`NotShareableError` unless ``storage`` shares its rows between processes.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> check_storage_shareable(ListStorage(4))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.core.buffer_sharing.NotShareableError: Cannot share a storage of type ...
+    """
+    if storage.process_lock is None:
+        raise NotShareableError(
+            f"Cannot share a storage of type {type(storage)} between processes: its items "
+            "live in this process's memory, so another process would read and write its own "
+            "copy. Use a LazyMemmapStorage or a LazyTensorStorage(shared_init=True).")
+
+
+def check_sampler_shareable(sampler: Sampler) -> None:
+    """:class:`NotShareableError` unless ``sampler`` can draw in several processes."""
+    if not sampler.shareable:
+        raise NotShareableError(
+            f"Samplers of type {type(sampler)} cannot be shared between processes: their "
+            "state (e.g. priority trees) lives in one process. Use "
+            "TensorDictPrioritizedReplayBuffer(sync=False) (or PrioritizedReplayBuffer) "
+            "instead: worker processes write through a uniform sampler and the learner keeps "
+            "the prioritized one.")
+
+
+def share_transform(transform: Transform) -> None:
+    """Move the write state of ``transform`` (and of every transform it holds) to shared
+    memory; ``RuntimeError`` for one that keeps write state it cannot share."""
+    if isinstance(transform, Compose):
+        for inner in transform:
+            share_transform(inner)
+        return
+    transform.share_memory_()
+
+
+class SharingMixin:
+    """``shared`` and :meth:`share` (mixed into :class:`~tdreplay.core.ReplayBuffer`)."""
+
+    #: whether the buffer is meant to be used by several processes (:meth:`share`)
+    shared: bool = False
+    _storage: Storage
+    _sampler: Sampler
+    _transform: Compose
+    _prefetch: int
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def locked(self) -> Any: ...
+
+    def share(self: SelfT, shared: bool = True) -> SelfT:
+        """Mark the buffer as used by several processes (``shared=False`` unmarks it); returns
+        the buffer.
+
+        Its transforms move their write state to shared memory (and are shared when appended
+        later); a sampler that cannot be shared, or a prefetching buffer, is refused with an
+        error naming it. The storage is checked when the buffer goes to another process: only a
+        storage that shares its rows (``LazyMemmapStorage``, ``LazyTensorStorage(
+        shared_init=True)``) may.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10), shared=True)
+        >>> rb.shared, rb.share(False).shared
+        (True, False)
+        >>> rb.check_shareable()  # what sending it to another process runs  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tdreplay.core.buffer_sharing.NotShareableError: Cannot share a storage of type ...
+        """
+        if shared:
+            if self._prefetch:
+                raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
+                                 "shared=False.")
+            check_sampler_shareable(self._sampler)
+            share_transform(self._transform)
+        self.shared = bool(shared)
+        return self
+
+    def _share_new_transform(self, transform: Transform) -> None:
+        """Share a transform about to be added, when the buffer is shared."""
+        if self.shared:
+            share_transform(transform)
+
+    def check_shareable(self) -> None:
+        """:class:`NotShareableError` naming the part (storage, sampler) that cannot be used by
+        another process; what the buffer runs when it goes to one."""
+        check_storage_shareable(self._storage)
+        check_sampler_shareable(self._sampler)

@@ -1,0 +1,94 @@
+"""Sharing a buffer between processes (buffer_sharing): what cannot be shared raises."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+
+import pytest
+import torch
+
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, Transform
+from tdreplay.core.buffer_sharing import NotShareableError
+
+
+class _WriteState(Transform):
+    requires_shared_write_state = True
+
+
+class _SharedWriteState(Transform):
+    requires_shared_write_state = True
+    shared_calls = 0
+
+    def share_memory_(self) -> Transform:
+        self.shared_calls += 1
+        return self
+
+
+class _Unshareable(RandomSampler):
+    shareable = False
+
+
+def _extend(rb, queue):
+    try:
+        rb.extend([torch.tensor(1.0)])
+        queue.put("wrote")
+    except NotShareableError as err:
+        queue.put(str(err))
+
+
+def test_forked_child_using_a_list_storage_raises_instead_of_diverging():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([torch.tensor(0.0)])
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_extend, args=(rb, queue))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    assert queue.get(timeout=10).startswith("Cannot share a storage of type")
+    assert len(rb) == 1
+    rb.extend([torch.tensor(2.0)])  # the parent itself goes on
+    assert len(rb) == 2
+
+
+def test_spawning_a_child_with_a_list_storage_raises_in_the_parent():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=_extend, args=(rb, ctx.Queue()))
+    with pytest.raises(RuntimeError, match="Cannot share a storage of type .*ListStorage"):
+        child.start()
+
+
+def test_pickling_outside_a_process_start_is_a_copy():
+    rb = ReplayBuffer(storage=ListStorage(10), shared=True)
+    rb.extend([torch.tensor(3.0)])
+    copy = pickle.loads(pickle.dumps(rb))
+    assert copy.shared and len(copy) == 1
+
+
+def test_share_refuses_unshareable_sampler_and_prefetch():
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=_Unshareable())
+    with pytest.raises(NotShareableError, match="_Unshareable.*sync=False"):
+        rb.share()
+    assert not rb.shared
+    with pytest.raises(ValueError, match="prefetch=0 or shared=False"):
+        ReplayBuffer(storage=ListStorage(10), batch_size=2, prefetch=1, shared=True)
+    assert ReplayBuffer(storage=ListStorage(10), shared=True).share(False).shared is False
+
+
+def test_transforms_with_write_state_are_shared_or_refused():
+    rb = ReplayBuffer(storage=ListStorage(10), shared=True)
+    with pytest.raises(RuntimeError, match="write state"):
+        rb.append_transform(_WriteState())
+    with pytest.raises(RuntimeError, match="write state"):
+        rb.insert_transform(0, _WriteState(), invert=True)
+    assert len(rb.transform) == 0
+    ok = _SharedWriteState()
+    rb.append_transform(ok, invert=True)
+    assert ok.shared_calls == 1
+    plain = ReplayBuffer(storage=ListStorage(10))
+    plain.append_transform(_WriteState())  # not shared: nothing to refuse
+    with pytest.raises(RuntimeError, match="write state"):
+        plain.share()
+    assert not plain.shared
