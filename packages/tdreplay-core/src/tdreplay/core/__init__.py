@@ -7,6 +7,7 @@ needs (:class:`ListStorage`, :class:`RandomSampler`, :class:`RoundRobinWriter`),
 TorchRL).
 """
 
+from .buffer_conditional import ConditionalUpdateResult
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
@@ -28,6 +29,7 @@ __all__ = [
     "CallableTransform",
     "CheckpointError",
     "Compose",
+    "ConditionalUpdateResult",
     "InvertedTransform",
     "ListStorage",
     "ListStorageCheckpointer",

@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "CallableTransform": "tdreplay.core",
     "CheckpointError": "tdreplay.core",
     "Compose": "tdreplay.core",
+    "ConditionalUpdateResult": "tdreplay.core",
     "DEFAULT_DONE_KEYS": "tdreplay.core",
     "FORMAT_VERSION": "tdreplay.core",
     "InvertedTransform": "tdreplay.core",
