@@ -184,6 +184,11 @@ class Storage(abc.ABC):
     #: stored rows in place (through :meth:`set_key`): storages of TensorDicts.
     supports_conditional_update: bool = False
 
+    #: The row written last (a full ring's newest row: the row after it is the oldest), or
+    #: ``None`` before any write or where the storage does not record it (``set`` does).
+    #: ``Sequence`` sample units and ``rb.query`` cut trajectories there, as TorchRL's cursor.
+    last_written_row: int | None = None
+
     def shared_writer_counters(self) -> Any:
         """An int64 array ``[cursor, write_count]`` in memory shared between processes, or
         ``None`` (the default) to keep a writer's counters in the writer.
@@ -458,6 +463,7 @@ class ListStorage(Storage):
                 if rows_list and rows_list.start > len(self._storage):
                     self._raise_gap(list(rows_list[:5]))
                 self._storage[rows_list.start:rows_list.stop] = items
+                self.last_written_row = rows_list[-1] if rows_list else self.last_written_row
                 return
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
@@ -470,6 +476,7 @@ class ListStorage(Storage):
         self._storage.extend([None] * len(appended))
         for r, item in zip(rows_list, items):
             self._storage[r] = item
+        self.last_written_row = rows_list[-1] if rows_list else self.last_written_row
 
     def _raise_gap(self, rows: list[int]) -> None:
         raise IndexError(
@@ -509,6 +516,7 @@ class ListStorage(Storage):
 
     def empty(self) -> None:
         self._storage = []
+        self.last_written_row = None
 
     def items(self) -> list[Any]:
         """A new list of the written items, in row order (what checkpointers save).
