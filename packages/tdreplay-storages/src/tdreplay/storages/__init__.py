@@ -12,6 +12,7 @@ from .checkpointers import (
 from .compressed_storage import CompressedListStorage
 from .lazy_stack_storage import LazyStackStorage
 from .memmap_storage import LazyMemmapStorage
+from .shared_tensor_storage import SharedLazyTensorStorage  # noqa: F401 (shared_init)
 from .tensor_storage import LazyTensorStorage, TensorStorage
 
 __version__ = "0.1.0"

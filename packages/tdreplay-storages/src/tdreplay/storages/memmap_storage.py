@@ -247,6 +247,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         Defaults to :class:`TensorStorageCheckpointer`.
     compilable : bool
         Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
+    shared_init : bool
+        Accepted as in TorchRL; no effect: whichever process writes first lays the files out.
 
     Notes
     -----
@@ -278,6 +280,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         checkpointer: StorageCheckpointerBase | None = None,
         compilable: bool = False,
         auto_cleanup: bool | None = None,
+        shared_init: bool = False,
     ) -> None:
         super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable)

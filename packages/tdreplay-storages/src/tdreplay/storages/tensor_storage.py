@@ -256,6 +256,8 @@ class TensorStorage(Storage):
             raise RuntimeError("cannot read from a storage that was never written.")
         if is_int(slots):
             slots = torch.tensor(int(slots))
+        elif isinstance(slots, slice):  # of the written slots, as TorchRL's get
+            slots = torch.arange(len(self))[slots]
         elif not isinstance(slots, torch.Tensor):
             slots = as_long_tensor(slots, name="slots")
         if slots.numel() and slots.device.type == "cpu":
@@ -441,6 +443,9 @@ class LazyTensorStorage(TensorStorage):
         Leading dimensions counted in the capacity (see :class:`TensorStorage`).
     compilable : bool
         Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
+    shared_init : bool
+        ``True``: shared between processes, laid out by whichever writes first; builds a
+        :class:`~tdreplay.storages.shared_tensor_storage.SharedLazyTensorStorage`.
 
     Examples
     --------
@@ -451,6 +456,15 @@ class LazyTensorStorage(TensorStorage):
     (torch.Size([10, 10]), 20)
     """
 
+    #: the class ``LazyTensorStorage(shared_init=True)`` builds (set by ``shared_tensor_storage``)
+    shared_init_class: type[LazyTensorStorage] | None = None
+    shared_init = False  #: whether the storage is shared between processes from its first write
+
+    def __new__(cls, *args: Any, shared_init: bool = False, **kwargs: Any) -> LazyTensorStorage:
+        if shared_init and cls is LazyTensorStorage and cls.shared_init_class is not None:
+            cls = cls.shared_init_class
+        return super().__new__(cls)
+
     def __init__(
         self,
         max_size: int,
@@ -459,6 +473,10 @@ class LazyTensorStorage(TensorStorage):
         ndim: int = 1,
         checkpointer: StorageCheckpointerBase | None = None,
         compilable: bool = False,
+        shared_init: bool = False,
     ) -> None:
+        if shared_init:
+            raise ValueError("shared_init=True is for LazyTensorStorage itself (import "
+                             "tdreplay.storages.shared_tensor_storage).")
         super().__init__(None, max_size, device=device, ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable)

@@ -1,0 +1,92 @@
+"""``LazyTensorStorage(shared_init=True)``: a lazy tensor storage any of several processes lays out.
+
+A plain :class:`~tdreplay.storages.LazyTensorStorage` keeps its tensors, its row count and its
+writer's counters in the memory of one process: a buffer over it cannot be shared (see
+:mod:`tdreplay.core.buffer_sharing`). With ``shared_init=True`` (as TorchRL) it builds a
+:class:`SharedLazyTensorStorage` instead: the same storage, whose tensors are memory-mapped files
+in a temporary directory and whose counters and lock live there too (the machinery of
+:class:`~tdreplay.storages.LazyMemmapStorage`). The first write of whichever process comes first
+lays it out; every process that holds the storage (forked, or spawned with it) then reads and
+writes the same rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core import StorageCheckpointerBase
+
+from .memmap_storage import LazyMemmapStorage
+from .tensor_storage import LazyTensorStorage
+
+
+class SharedLazyTensorStorage(LazyMemmapStorage):
+    """What ``LazyTensorStorage(max_size, shared_init=True)`` builds (an instance of
+    :class:`LazyTensorStorage` and of :class:`LazyMemmapStorage`).
+
+    Parameters are those of :class:`LazyTensorStorage`. The data lives on the CPU (memory-mapped
+    files in a temporary directory, removed when the creating process drops the storage): a
+    ``device`` other than the CPU cannot be honoured, which the first write says in a warning.
+    ``compilable=True`` is refused (as TorchRL).
+
+    Examples
+    --------
+    >>> import multiprocessing as mp
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ReplayBuffer
+    >>> def collect(rb, worker):
+    ...     rb.extend(TensorDict({"x": torch.full((2,), float(worker))}, [2]))
+    >>> storage = LazyTensorStorage(100, shared_init=True)
+    >>> rb = ReplayBuffer(storage=storage, batch_size=4, shared=True)
+    >>> workers = [mp.get_context("fork").Process(target=collect, args=(rb, i)) for i in (1, 2)]
+    >>> for w in workers: w.start()
+    >>> for w in workers: w.join()
+    >>> len(rb), sorted(rb[:]["x"].tolist())
+    (4, [1.0, 1.0, 2.0, 2.0])
+    >>> isinstance(storage, LazyTensorStorage), storage.shared_init
+    (True, True)
+    """
+
+    #: always True (what ``shared_init=True`` asked for)
+    shared_init = True
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        ndim: int = 1,
+        checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
+        shared_init: bool = True,
+    ) -> None:
+        if compilable:
+            raise RuntimeError("Cannot share a compilable storage between processes.")
+        if not shared_init:
+            raise ValueError("SharedLazyTensorStorage is what LazyTensorStorage(shared_init=True) "
+                             "builds: use LazyTensorStorage for shared_init=False.")
+        requested = None if device in (None, "auto") else torch.device(device)
+        #: the device asked for, when the memory-mapped CPU files cannot honour it (warned
+        #: about once, by the first write)
+        self._unhonoured_device = requested if requested and requested.type != "cpu" else None
+        super().__init__(max_size, ndim=ndim, checkpointer=checkpointer, device="cpu")
+
+    def _create(self, td: TensorDictBase, batched: bool) -> None:
+        if self._unhonoured_device is not None:
+            warnings.warn(
+                f"LazyTensorStorage(shared_init=True) stores data in CPU memory-mapped files; "
+                f"the requested storage device ({self._unhonoured_device}) cannot be honored "
+                "and is reset to 'cpu'.", UserWarning, stacklevel=2)
+            self._unhonoured_device = None
+        super()._create(td, batched)
+
+    def __repr__(self) -> str:
+        shape = None if self.shape is None else tuple(self.shape)
+        return (f"LazyTensorStorage(max_size={self.max_size}, ndim={self.ndim}, shape={shape}, "
+                f"len={len(self)}, device=cpu, shared_init=True)")
+
+
+LazyTensorStorage.shared_init_class = SharedLazyTensorStorage
