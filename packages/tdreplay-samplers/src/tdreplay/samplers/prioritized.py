@@ -138,6 +138,7 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
     """
 
     is_prioritized = True
+    shareable = False  # the trees live in one process: a buffer refuses to share it (issue 17)
     info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
     update_keys = (WRITE_GENERATION_KEY,)
 
