@@ -22,6 +22,13 @@ from .prefetch import Prefetcher
 from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage
+from .transform import Compose
+from .transform_state import (
+    check_transform_state,
+    dump_transform_state,
+    prepare_transform_load,
+    transform_state,
+)
 from .writer import RoundRobinWriter, Writer
 
 #: the file of a checkpoint holding the batches a prefetching buffer had drawn ahead
@@ -69,6 +76,7 @@ class BufferStateMixin:
     _storage: Storage
     _sampler: Sampler
     _writer: Writer
+    _transform: Compose
     _rng: torch.Generator | None
     _batch_size: int | None
     _lock: AbstractContextManager[Any]
@@ -166,6 +174,9 @@ class BufferStateMixin:
                 out["_prefetch_state"] = self._prefetcher.export()
             if self._stateful:
                 out["_stateful"] = self._stateful.state_dict()
+            transforms = transform_state(self._transform)  # those with state (has_state)
+            if transforms is not None:
+                out["_transform"] = transforms
         return out
 
     def __getstate__(self) -> dict[str, Any]:
@@ -224,6 +235,8 @@ class BufferStateMixin:
                     self._stateful.check_state_dict(state_dict.get("_stateful", {}))
                 except ValueError as err:
                     raise ValueError(f"state_dict['_stateful']: {err}") from err
+            restore_transforms = check_transform_state(self._transform,
+                                                       state_dict.get("_transform"))
             rng_state = state_dict.get("_rng")
             if self._rng is not None and rng_state is not None:
                 try:
@@ -239,6 +252,7 @@ class BufferStateMixin:
                 self._rng.set_state(state_dict["_rng"])
             if self._stateful:
                 self._stateful.load_state_dict(state_dict["_stateful"])
+            restore_transforms()
             self._prefetcher.restore(prefetch_state)
 
     def _components(self) -> dict[str, Any]:
@@ -273,6 +287,7 @@ class BufferStateMixin:
                     component.dumps(snap / name)
                 if self._stateful:
                     meta["stateful"] = self._stateful.dumps(snap / "stateful")
+                dump_transform_state(self._transform, snap)
                 write_json(snap / "buffer.json", meta)
                 if self._rng is not None:
                     torch.save(self._rng.get_state(), snap / "rng.pt")
@@ -303,6 +318,7 @@ class BufferStateMixin:
             if self._stateful:
                 commits.append(self._stateful.prepare_load(snap / "stateful",
                                                            list(meta.get("stateful", []))))
+            commits.append(prepare_transform_load(self._transform, snap))
             rng_state = self._read_rng_state(snap / "rng.pt")
             prefetched = self._read_prefetch_state(snap / _PREFETCH_FILE)
             self.clear_prefetch()

@@ -70,6 +70,39 @@ class Transform:
     #: otherwise)
     requires_shared_write_state: bool = False
 
+    #: True for a transform whose state (running statistics, fitted ``loc`` / ``scale``, ...)
+    #: belongs to the buffer's checkpoint: a buffer's ``state_dict`` / ``dumps`` save its
+    #: :meth:`state_dict` and ``load_state_dict`` / ``loads`` check it (with
+    #: :meth:`check_state_dict`) before anything changes, then restore it.
+    has_state: bool = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The transform's state (``{}`` for a transform without state)."""
+        return {}
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Raise ``ValueError`` / ``TypeError`` / ``KeyError`` naming the field when
+        :meth:`load_state_dict` would refuse ``state_dict``; changes nothing. The base accepts
+        only ``{}`` (a transform without state); a transform with state overrides it.
+
+        Examples
+        --------
+        >>> Transform().check_state_dict({"loc": 1})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Transform holds no state; got state_dict keys ['loc'].
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{type(self).__name__} state_dict must be a dict, got "
+                            f"{type(state_dict).__name__}.")
+        if state_dict:
+            raise ValueError(f"{type(self).__name__} holds no state; got state_dict keys "
+                             f"{sorted(map(str, state_dict))}.")
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restore what :meth:`state_dict` returned (checked first)."""
+        self.check_state_dict(state_dict)
+
     def share_memory_(self) -> Transform:
         """Move the transform's write state to memory shared between processes; returns it.
 
@@ -183,6 +216,19 @@ class InvertedTransform(Transform):
         self.transform.share_memory_()
         return self
 
+    @property
+    def has_state(self) -> bool:  # type: ignore[override]
+        return self.transform.has_state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.transform.state_dict()
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        self.transform.check_state_dict(state_dict)
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self.transform.load_state_dict(state_dict)
+
     def forward(self, data: Any) -> Any:
         return self.transform.inv(data)
 
@@ -227,6 +273,54 @@ class Compose(Transform):
         for t in reversed(self.transforms):
             data = t.inv(data)
         return data
+
+    # ---- state: that of the transforms with state, by position and type ------------------------
+    @property
+    def has_state(self) -> bool:  # type: ignore[override]
+        """Whether any of the transforms has state."""
+        return any(t.has_state for t in self.transforms)
+
+    def _stateful(self) -> dict[str, Transform]:
+        return {f"{i}:{type(t).__name__}": t for i, t in enumerate(self.transforms)
+                if t.has_state}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"<position>:<class>": state}`` of each transform with state.
+
+        Examples
+        --------
+        >>> class Count(Transform):
+        ...     has_state = True
+        ...     n = 0
+        ...     def state_dict(self): return {"n": self.n}
+        ...     def check_state_dict(self, state): int(state["n"])
+        ...     def load_state_dict(self, state): self.n = state["n"]
+        >>> c = Compose(lambda x: x, Count())
+        >>> c.state_dict()
+        {'1:Count': {'n': 0}}
+        """
+        return {name: t.state_dict() for name, t in self._stateful().items()}
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Refuse a state whose transforms with state are not these (by position and class)
+        or that one of them refuses (``ValueError`` naming it); changes nothing."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"Compose state_dict must be a dict, got "
+                            f"{type(state_dict).__name__}.")
+        parts = self._stateful()
+        if set(state_dict) != set(parts):
+            raise ValueError(f"the saved transforms with state are {sorted(state_dict)}, but "
+                             f"these are {sorted(parts)} (position:class).")
+        for name, t in parts.items():
+            try:
+                t.check_state_dict(state_dict[name])
+            except (ValueError, TypeError, KeyError) as err:
+                raise ValueError(f"transform {name}: {err}") from err
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self.check_state_dict(state_dict)
+        for name, t in self._stateful().items():
+            t.load_state_dict(state_dict[name])
 
     def append(self, transform: Transform | Callable[[Any], Any]) -> None:
         """Add a transform at the end."""

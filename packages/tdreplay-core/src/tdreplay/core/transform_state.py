@@ -1,0 +1,90 @@
+"""The state of a buffer's transforms in its checkpoints (``state_dict`` / ``dumps``).
+
+A transform declares state with :attr:`~tdreplay.core.Transform.has_state` (e.g.
+``ObservationNorm``'s ``loc`` / ``scale``, ``VecNorm``'s running statistics); the buffer's
+:class:`~tdreplay.core.Compose` gathers them by position and class. A buffer whose transforms
+have state saves it under ``"_transform"`` (``transform.pt`` in a checkpoint directory) and
+refuses a state or checkpoint without it, or with the state of other transforms, before
+anything changes. A saved transform state is ignored by a buffer whose transforms have none.
+
+Examples
+--------
+>>> from tdreplay.core import Compose, Transform
+>>> class Count(Transform):
+...     has_state = True
+...     def __init__(self): super().__init__(); self.n = 0
+...     def state_dict(self): return {"n": self.n}
+...     def check_state_dict(self, state):
+...         if not isinstance(state.get("n"), int): raise ValueError("n must be an int")
+...     def load_state_dict(self, state): self.n = state["n"]
+>>> t = Compose(Count())
+>>> state = transform_state(t)
+>>> t.transforms[0].n = 3
+>>> check_transform_state(t, state)()
+>>> t.transforms[0].n
+0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import CheckpointError
+from .transform import Compose
+
+__all__ = ["TRANSFORM_FILE", "check_transform_state", "dump_transform_state",
+           "prepare_transform_load", "transform_state"]
+
+#: the file of a checkpoint directory holding the transforms' state
+TRANSFORM_FILE = "transform.pt"
+
+
+def transform_state(transform: Compose) -> dict[str, Any] | None:
+    """The state of the transforms with state, or ``None`` when none has state."""
+    return transform.state_dict() if transform.has_state else None
+
+
+def check_transform_state(transform: Compose, state: Any) -> Callable[[], None]:
+    """Check ``state`` (``None``: none saved) against ``transform``; return a function that
+    restores it. ``ValueError`` naming ``state_dict['_transform']`` otherwise, nothing
+    changed."""
+    if not transform.has_state:
+        return lambda: None
+    if state is None:
+        raise ValueError("state_dict['_transform']: no saved state for the buffer's transforms "
+                         f"with state ({sorted(transform.state_dict())}).")
+    try:
+        transform.check_state_dict(state)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"state_dict['_transform']: {err}") from err
+    return lambda: transform.load_state_dict(state)
+
+
+def dump_transform_state(transform: Compose, snap: Path) -> None:
+    """Write the transforms' state into checkpoint directory ``snap`` (when they have any)."""
+    state = transform_state(transform)
+    if state is not None:
+        torch.save(state, snap / TRANSFORM_FILE)
+
+
+def prepare_transform_load(transform: Compose, snap: Path) -> Callable[[], None]:
+    """Read and check the transforms' state of checkpoint ``snap``; return a function that
+    restores it (``CheckpointError`` otherwise, nothing changed)."""
+    if not transform.has_state:
+        return lambda: None
+    file = snap / TRANSFORM_FILE
+    if not file.is_file():
+        raise CheckpointError(f"the checkpoint holds no state for the buffer's transforms with "
+                              f"state ({str(file)!r} is missing).")
+    try:
+        state = torch.load(file, weights_only=True)
+    except Exception as err:  # any unreadable file is a damaged checkpoint
+        raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: {err}") from err
+    try:
+        return check_transform_state(transform, state)
+    except ValueError as err:
+        raise CheckpointError(f"{err} (in {str(file)!r})") from err
