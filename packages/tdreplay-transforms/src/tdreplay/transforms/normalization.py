@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -155,17 +156,32 @@ class ObservationNorm(Transform):
             raise RuntimeError("ObservationNorm: non-finite loc or scale computed from the data.")
         self.loc, self.scale = loc, scale.clamp_min(self.eps)
 
+    #: ``loc`` / ``scale`` are saved with the buffer's ``state_dict`` / ``dumps``
+    has_state = True
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """``loc``, ``scale`` and ``standard_normal`` (initialized transforms only)."""
-        loc, scale = self._stats()
-        return {"loc": loc.clone(), "scale": scale.clone(),
+        """``loc``, ``scale`` and ``standard_normal`` (``{}`` while not initialized)."""
+        if self.loc is None or self.scale is None:
+            return {}
+        return {"loc": self.loc.clone(), "scale": self.scale.clone(),
                 "standard_normal": torch.tensor(self.standard_normal)}
 
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Refuse (``TypeError`` / ``KeyError`` naming the field) a state other than ``{}``
+        or ``loc``, ``scale``, ``standard_normal`` tensors; changes nothing."""
+        if isinstance(state_dict, dict) and not state_dict:
+            return
+        checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
+
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned (checked before anything changes)."""
-        state = checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
-        self.loc, self.scale = state["loc"].clone(), state["scale"].clone()
-        self.standard_normal = bool(state["standard_normal"])
+        """Restore what :meth:`state_dict` returned (checked before anything changes; ``{}``
+        makes the transform uninitialized again)."""
+        self.check_state_dict(state_dict)
+        if not state_dict:
+            self.loc = self.scale = None
+            return
+        self.loc, self.scale = state_dict["loc"].clone(), state_dict["scale"].clone()
+        self.standard_normal = bool(state_dict["standard_normal"])
 
     def __repr__(self) -> str:
         if self.loc is None or self.scale is None:

@@ -62,10 +62,18 @@ class RewardScaling(Transform):
             return (reward - self.loc) / self.scale
         return reward * self.scale + self.loc
 
+    #: ``loc`` / ``scale`` are saved with the buffer's ``state_dict`` / ``dumps``
+    has_state = True
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``loc``, ``scale`` and ``standard_normal`` (TorchRL's keys)."""
         return {"loc": self.loc.clone(), "scale": self.scale.clone(),
                 "standard_normal": torch.tensor(self.standard_normal)}
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Refuse (``TypeError`` / ``KeyError`` naming the field) a state other than ``loc``,
+        ``scale``, ``standard_normal`` tensors; changes nothing."""
+        checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (checked before anything changes)."""

@@ -229,8 +229,15 @@ class VecNorm(Transform):
         return {_flat_name(k): torch.as_tensor(v).clone()
                 for k, v in self.stats.items(True, True)}
 
-    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned; shared statistics are updated in place."""
+    #: the running statistics are saved with the buffer's ``state_dict`` / ``dumps``
+    has_state = True
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Refuse (``TypeError`` / ``KeyError`` naming the field) a state that is not tensors
+        of statistics of ``in_keys``; changes nothing."""
+        self._checked(state_dict)
+
+    def _checked(self, state_dict: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         names = [str(name) for name in state_dict] if isinstance(state_dict, dict) else []
         state = checked_state(self, state_dict, names)
         keys = {_flat_name(_stat_key(k, s)): _stat_key(k, s) for k in self.in_keys
@@ -239,6 +246,11 @@ class VecNorm(Transform):
         if unknown:
             raise KeyError(f"VecNorm.load_state_dict: {unknown} are not statistics of in_keys "
                            f"{self.in_keys}.")
+        return state, keys
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned; shared statistics are updated in place."""
+        state, keys = self._checked(state_dict)
         loaded = TensorDict({keys[name]: value.clone() for name, value in state.items()})
         with self.lock:
             if self.stats is not None and (self.stats.is_shared() or self.stats.is_memmap()):
