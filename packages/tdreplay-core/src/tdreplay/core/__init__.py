@@ -13,6 +13,7 @@ from .collate import identity_collate, stack_items
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
+from .sample_units import SampleUnit, Sequence, Transition
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
 from .trajectories import split_trajectories
@@ -40,14 +41,17 @@ __all__ = [
     "ReplayBuffer",
     "RoundRobinWriter",
     "SampleToInsertRatio",
+    "SampleUnit",
     "Sampler",
     "SamplerWithoutReplacement",
+    "Sequence",
     "Storage",
     "StorageCheckpointerBase",
     "TensorDictReplayBuffer",
     "Trajectory",
     "TrajectoryPredicate",
     "Transform",
+    "Transition",
     "Writer",
     "filter_trajectories",
     "find_start_stop_traj",
