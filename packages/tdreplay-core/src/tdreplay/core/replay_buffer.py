@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
+from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import as_batch
 from .buffer_rate_limit import RateLimitedMixin
@@ -155,7 +156,8 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, SharingMixin):
+class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, SharingMixin,
+                   ConditionalUpdateMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -399,7 +401,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
             index, info = self._sampler.sample(self._storage, batch_size)
-            info["index"] = index
+            info.update(self._writer.sample_info(index), index=index)
             data = self._storage.get(index)
         data = self._collate_fn(data)
         # Info goes in before the read transforms, so they see where each item came from (slice
@@ -547,7 +549,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
         # bookkeeping of a previous extend or sample, never stored as data.
         present = tensordicts.keys()
-        bookkeeping = [k for k in ("index", *self._sampler.info_keys)
+        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
                        if k in present]
         data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
                                    else tensordicts)

@@ -104,6 +104,7 @@ class TensorStorage(Storage):
     """
 
     _default_checkpointer = TensorStorageCheckpointer
+    supports_conditional_update = True  # entries patched in place (update_if_present)
     _len_rows: int = 0  #: written rows (the base keeps the count here; see _rows_written)
 
     def __init__(
