@@ -216,14 +216,15 @@ def test_multi_dim_priorities_are_reduced(backend):
 # ---- multi-dimensional storages: one priority per slot ------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ndim2_storage_priorities_per_slot(backend):
-    storage = LazyTensorStorage(12, ndim=2)  # rows of 3 steps: 4 rows
+    storage = LazyTensorStorage(12, ndim=2)  # time-major: rows of 2 envs, 6 rows
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, eps=0.0, storage=storage,
                                            sampler_backend=backend, batch_size=500,
                                            generator=torch.Generator().manual_seed(0))
     error = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-    data = TensorDict({"obs": torch.arange(6.0).reshape(2, 3), "td_error": error}, [2, 3])
-    assert rb.extend(data).tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert priorities(rb)[:6].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    slots = torch.tensor([[0, 2, 4], [1, 3, 5]])  # env b, step t at slot t * 2 + b
+    data = TensorDict({"obs": slots.float(), "td_error": error}, [2, 3])
+    assert rb.extend(data).tolist() == slots.tolist()
+    assert priorities(rb)[:6].tolist() == [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     sample = rb.sample()
     assert sample.batch_size == torch.Size([500])
     assert bool((sample["obs"] == sample["index"].float()).all())

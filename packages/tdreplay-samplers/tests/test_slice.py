@@ -431,15 +431,50 @@ def test_ndim2_trajectories_span_writes() -> None:
     assert crossing
 
 
-def test_ndim2_different_env_counts_stay_in_rows() -> None:
-    rb = make_rb(SliceSampler(slice_len=3, traj_key="ep"), size=60, ndim=2)
-    rb.extend(env_batch(3, 5, 0, torch.zeros(3, 5, dtype=torch.long)))
-    rb.extend(env_batch(2, 5, 5, torch.zeros(2, 5, dtype=torch.long)))
-    for _ in range(40):
+def test_ndim2_layout_is_time_major_across_extends() -> None:
+    # TorchRL's layout: [B, T] batches are written along T (dim_extend = ndim - 1), one storage
+    # row per step, so env b's step t of write w lands at slot (5 * w + t) * 3 + b
+    rb = make_rb(SliceSampler(slice_len=4, traj_key="ep"), size=30, ndim=2)
+    assert rb.dim_extend == 1
+    for w in range(2):
+        td = env_batch(3, 5, 5 * w, torch.arange(3)[:, None].expand(3, 5))
+        rb.extend(td)
+        expected = (5 * w + torch.arange(5)) * 3 + torch.arange(3)[:, None]
+        assert td["index"].tolist() == expected.tolist()
+    assert rb.storage.shape == torch.Size([10, 3])
+    assert rb.storage[:]["env"].tolist() == [[0, 1, 2]] * 10
+    assert rb[1]["t"].tolist() == list(range(10))  # env 1, time-contiguous across extends
+    assert rb[:]["t"].shape == torch.Size([3, 10])
+    sl = rb.sample(40).reshape(10, 4)
+    assert (sl["env"] == sl["env"][:, :1]).all() and (sl["t"].diff(dim=1) == 1).all()
+    assert (sl["index"] == sl["t"] * 3 + sl["env"]).all()
+    # another number of envs does not fit the rows: refused, buffer unchanged
+    with pytest.raises(ValueError):
+        rb.extend(env_batch(2, 5, 0, torch.zeros(2, 5, dtype=torch.long)))
+    assert len(rb) == 30
+
+
+def test_ndim2_ring_wrap_keeps_lanes_apart() -> None:
+    rb = make_rb(SliceSampler(slice_len=3, traj_key="ep"), size=12, ndim=2)
+    for w in range(3):  # 2 envs, 3 steps per write, 6 rows: the first write is overwritten
+        rb.extend(env_batch(2, 3, 3 * w, torch.arange(2)[:, None].expand(2, 3)))
+    assert rb[0]["t"].tolist() == [6, 7, 8, 3, 4, 5]  # physical order, wrapped
+    seen = set()
+    for _ in range(30):
         sl = rb.sample(6).reshape(2, 3)
-        # a row holds 5 steps: slices never cross a row end
-        assert ((sl["index"] // 5) == (sl["index"][:, :1] // 5)).all()
-        assert (sl["t"].diff(dim=1) == 1).all()
+        assert (sl["env"] == sl["env"][:, :1]).all() and (sl["t"].diff(dim=1) == 1).all()
+        seen |= {tuple(r) for r in sl["t"].tolist()}
+    assert seen <= {(3, 4, 5), (4, 5, 6), (5, 6, 7), (6, 7, 8)} and (4, 5, 6) in seen
+
+
+def test_ndim2_dim_extend_0_writes_time_major_batches() -> None:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12, ndim=2), dim_extend=0,
+                                sampler=SliceSampler(slice_len=3, traj_key="ep"))
+    td = env_batch(2, 4, 0, torch.arange(2)[:, None].expand(2, 4)).transpose(1, 0)  # [T, B]
+    rb.extend(td)
+    assert rb.storage.shape == torch.Size([6, 2]) and rb[1]["t"].tolist() == [1, 1]
+    sl = rb.sample(6).reshape(2, 3)
+    assert (sl["env"] == sl["env"][:, :1]).all() and (sl["t"].diff(dim=1) == 1).all()
 
 
 def test_ndim3() -> None:

@@ -55,13 +55,15 @@ class Layout:
 
     def batch(self, rows: int) -> TensorDict:
         self.rows_per_write.append(rows)
+        # ndim > 1: [*envs, steps] batches (``self.T`` envs on the last env dim), written along
+        # the steps (dim_extend = ndim - 1) into a time-major storage, as TorchRL's
         if self.ndim == 1:
             shape, lanes = [rows], [(0, rows)]
         elif self.ndim == 2:
-            shape, lanes = [rows, self.T], [(b, self.T) for b in range(rows)]
+            shape, lanes = [self.T, rows], [(b, rows) for b in range(self.T)]
         else:
-            shape = [rows, self.envs, self.T]
-            lanes = [(b, self.T) for b in range(rows * self.envs)]
+            shape = [self.envs, self.T, rows]
+            lanes = [(b, rows) for b in range(self.envs * self.T)]
         env, t, ep, done = [], [], [], []
         for lane, n in lanes:
             ts, eps, dones = self._steps(lane, n)
@@ -77,8 +79,8 @@ class Layout:
 
     @property
     def isolated(self) -> bool:
-        """Environments cannot be matched across writes of different sizes (ndim > 1)."""
-        return self.ndim > 1 and len(set(self.rows_per_write)) > 1
+        """Never: writes of any number of steps continue every environment (time-major)."""
+        return False
 
 
 def oracle(storage: LazyTensorStorage, layout: Layout, use_ids: bool, use_done: bool
@@ -215,7 +217,7 @@ def test_tracked_trajectories_match_oracle(sc: dict) -> None:
             row = int(rng.integers(0, rb.storage._len_rows))
             item = rb.storage[row].clone()
             item["next", "done"].view(-1)[0] = True
-            rb[row] = item
+            rb[(slice(None),) * rb.dim_extend + (row,)] = item  # storage row ``row``
         if i % sc["sample_every"] == 0 or i == len(sc["writes"]) - 1:
             expected = oracle(rb.storage, layout, use_ids, use_done)
             _sample_checked(rb, expected, sc["seq_len"], sc["strict"])

@@ -28,9 +28,11 @@ class InPlaceEditsMixin:
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
+        def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        value = self._write_side(value)
+        # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
+        index, value = self._swap_value(index, self._write_side(value))
         with self._lock:
             rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value

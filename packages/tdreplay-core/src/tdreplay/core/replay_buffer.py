@@ -15,8 +15,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from .buffer_conditional import ConditionalUpdateMixin
+from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
-from .buffer_items import as_batch
 from .buffer_rate_limit import RateLimitedMixin
 from .buffer_sharing import SharingMixin
 from .buffer_wiring import BufferWiringMixin
@@ -156,8 +156,8 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, SharingMixin,
-                   ConditionalUpdateMixin):
+class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
+                   SharingMixin, ConditionalUpdateMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -186,6 +186,9 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
     compilable, delayed_init : bool, optional
         As TorchRL, no effect (``compilable`` goes to the default storage and writer, see
         :class:`Storage`). Parts (``storage`` etc. may be factories) are built at once.
+    dim_extend : int, optional
+        The batch dim ``extend`` writes along (TorchRL's; default ``storage.ndim - 1``): see
+        :attr:`dim_extend` (:mod:`tdreplay.core.buffer_dim_extend`).
     rate_limiter : RateLimiter, optional
         When ``sample`` and writes may go on (:mod:`tdreplay.core.rate_limit`, as Reverb's).
     shared : bool
@@ -224,6 +227,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
         compilable: bool = False,
         delayed_init: bool | None = None,
         rate_limiter: RateLimiter | None = None,
+        dim_extend: int | None = None,
         shared: bool = False,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
@@ -233,6 +237,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
         self._writer = _component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
         transform = _transform_from(transform, transform_factory)
         self._writer.register_storage(self._storage)
+        self._set_dim_extend(dim_extend)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
         self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
@@ -340,16 +345,7 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
         """
         data = self._prepare_batch(data)
         with self._limit_inserts(data), self._lock:
-            return self._write_batch(data)
-
-    def _prepare_batch(self, data: Any) -> Any:
-        """Check that ``data`` is a batch and run the write-side transforms (no lock held)."""
-        if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
-            raise TypeError(
-                "extend got a tuple (a pytree, written as one batched structure) but the storage "
-                "is a ListStorage, which stores unbound items: pass a list of items instead."
-            )
-        return self._write_side(as_batch(data))  # any iterable of items: a list
+            return self._written_as_given(self._write_batch(data), data)
 
     def _write_batch(self, data: Any) -> torch.Tensor:
         """Write a prepared batch and tell the sampler; the caller holds the lock."""
@@ -364,15 +360,6 @@ class ReplayBuffer(BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin, Shari
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._storage)
-
-    def __getitem__(self, index: Any) -> Any:
-        with self._lock:
-            data = self._storage[index]
-        if not isinstance(index, int):
-            data = self._collate_fn(data)
-        if len(self._transform):
-            data = self._transform(data)
-        return data
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Storage contents in physical order, ``rb[:end]`` (``rb[:]`` when ``end`` is None)."""
@@ -554,7 +541,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
                                    else tensordicts)
         with self._limit_inserts(data), self._lock:
-            slots = self._write_batch(data)
+            slots = self._written_as_given(self._write_batch(data), data)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries

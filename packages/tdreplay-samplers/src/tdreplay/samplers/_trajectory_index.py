@@ -10,10 +10,13 @@ batch costs ``O(batch)``, whatever the size of the buffer.
 
 Geometry: lanes and positions
 -----------------------------
-Time runs along the last storage dimension. With ``ndim == 1`` the flat storage is one ring of
-steps. With ``ndim > 1`` the storage has shape ``[rows, *envs, T]`` (see ``TensorStorage``):
-every *chunk* of ``T`` consecutive slots holds ``T`` consecutive steps of one environment, and a
-write of ``B`` rows adds ``B * prod(envs)`` chunks, one per environment (*lane*). Chunks get a
+With ``ndim == 1`` the flat storage is one ring of steps. With ``ndim > 1`` the storage is
+time-major, as TorchRL's: shape ``[rows, *envs]``, one row per time step (the buffer writes
+``[envs, T]`` batches along ``T``, see ``ReplayBuffer.dim_extend``), so slot ``r * E + e`` (``E
+= prod(envs)`` lanes) holds step ``r`` of environment ``e``: a ring of rows with ``E`` lanes,
+chunks of ``T == 1`` step (:func:`_geometry`). The general geometry below (chunks of ``T``
+consecutive slots, one environment each, a write adding one chunk per *lane*) keeps ``T > 1``
+for environment-major layouts. Chunks get a
 sequence number ``n`` in write order; chunk ``n`` lives at physical chunk ``n % C`` (``C``
 chunks in the storage) and belongs to lane ``n % lanes``. Within a lane, chunk ``n`` holds
 positions ``(n // lanes) * T + [0, T)``, so the next write's chunk of the same environment
@@ -199,6 +202,7 @@ class TrajectoryIndex:
         self.multi = False  # storage ndim > 1 (chunks are rows along time)
         self.C = 0  # chunks in the storage
         self.lanes = 0  # chunks per write (lane mode), 0 until the first write is seen
+        self.ring_lanes = 1  # lanes of a flat ring (environments of a time-major storage)
         self.n_end = 0  # sequence number of the next chunk (lane mode)
         self.n_chunks = 0  # physical chunks written (isolated mode)
         self.newest_slot = -1  # last slot written, for re-basing a flat ring
@@ -286,16 +290,17 @@ class TrajectoryIndex:
                 and not self.needs_rebuild and self._alive_slots() == len(storage) > 0):
             return  # nothing written since the last batch (the geometry of a laid out storage
             # never changes)
-        T, C, multi, length = _geometry(storage)
+        T, C, multi, lanes, length = _geometry(storage)
         if storage is not self._storage_ref:
             if not self._trust_storage and self._storage_ref is not None:
                 self._forget_history()
             self._storage_ref = storage
             self._trust_storage = False
-        if (T, C, multi) != (self.T, self.C, self.multi):
+        if (T, C, multi, lanes) != (self.T, self.C, self.multi, self.ring_lanes):
             if self.T:
                 self._forget_history()
             self._set_geometry(T, C, multi)
+            self.ring_lanes = lanes
         if self.pending:
             self._apply_pending(storage, reader)
         if not self.needs_rebuild and self._alive_slots() != length:
@@ -335,7 +340,7 @@ class TrajectoryIndex:
                 break
             k = count // T
             if self.mode == _MODE_LANES:
-                per_write = wsize // T if self.multi else 1
+                per_write = wsize // T if self.multi else self.ring_lanes
                 if self.lanes == 0:
                     self.lanes = per_write
                     self.lanes_arr = np.full((per_write, 4), -1, dtype=np.int64)
@@ -396,7 +401,7 @@ class TrajectoryIndex:
                     self.n_end = newest + 1 + C
                 else:
                     self.n_end = filled
-                self.lanes = 1
+                self.lanes = self.ring_lanes
         self._rebase = False
         n_slots = C * T if self.track_slots else 0
         if self.mode == _MODE_LANES:
@@ -489,6 +494,7 @@ class TrajectoryIndex:
         (self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks, self.newest_slot,
          rebuild, rebase, multi) = meta
         self.needs_rebuild, self._rebase, self.multi = bool(rebuild), bool(rebase), bool(multi)
+        self.ring_lanes = 1 if self.multi else max(self.lanes, 1)
         self.pending = [list(map(int, row)) for row in state["pending"].tolist()]
         live, high, nfree = (int(x) for x in state["counters"])
         cap = max(high, 1)
@@ -507,17 +513,20 @@ class TrajectoryIndex:
         self._trust_storage = True
 
 
-def _geometry(storage: Any) -> tuple[int, int, bool, int]:
-    """``(T, C, multi, len)``: steps per chunk, chunks, ``ndim > 1`` and written slots."""
+def _geometry(storage: Any) -> tuple[int, int, bool, int, int]:
+    """``(T, C, multi, lanes, len)``: steps per chunk, chunks, environment-major chunks,
+    lanes of a flat ring and written slots.
+
+    A storage with ``ndim > 1`` is time-major (TorchRL's layout): a ring of ``rows`` steps
+    with one lane per slot of a row, ``C = rows * lanes`` chunks of one step.
+    """
     length = len(storage)
     shape = getattr(storage, "shape", None)
     ndim = getattr(storage, "ndim", 1)
     if ndim > 1 and shape is not None and len(shape) >= 2:
-        T = int(shape[-1])
-        rows = int(storage.rows_capacity)
-        C = rows * int(np.prod(shape[1:-1], dtype=np.int64)) if len(shape) > 2 else rows
-        return T, C, True, length
+        lanes = int(np.prod(shape[1:], dtype=np.int64))
+        return 1, int(storage.rows_capacity) * lanes, False, lanes, length
     rows = storage.rows_capacity
     if rows is None:
         rows = storage.max_size
-    return 1, int(rows), False, length
+    return 1, int(rows), False, 1, length

@@ -87,12 +87,10 @@ class SliceSampler(Sampler):
     recurrent module splitting the flat sample on it starts each slice anew).
 
     Multi-dimensional storages (``LazyTensorStorage(N, ndim=2)`` filled with ``[envs, T]``
-    batches, ``ndim=3`` with ``[workers, envs, T]``) hold one environment's ``T`` steps per
-    storage row; a trajectory continues in the same environment's row of the next write, so
-    trajectories spanning several writes are sampled whole, as with TorchRL's time-major
-    buffers. If the number of environments per write changes (or the buffer is written out of
-    order), environments can no longer be matched across writes and slices stay within the
-    ``T`` steps of one row.
+    batches, ``ndim=3`` with ``[workers, envs, T]``) are time-major, as TorchRL's: the buffer
+    writes batches along ``T`` (its ``dim_extend``), one storage row per step, and each
+    environment's steps run down the rows, so trajectories spanning several writes are sampled
+    whole. Time order is row order, cut after the newest written row.
 
     Cost: trajectories are tracked as data is written (``O(steps written)``), so ``sample``
     costs ``O(batch)`` and does not grow with the buffer. Writes that do not follow the

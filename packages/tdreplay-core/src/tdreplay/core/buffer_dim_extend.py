@@ -1,0 +1,176 @@
+"""TorchRL's ``dim_extend``: the dimension of a batch that ``extend`` writes along.
+
+:class:`ExtendDimMixin` is the room of :class:`~tdreplay.core.ReplayBuffer` that turns what
+``extend`` gets into the rows of the storage and reads them back (``rb[i]``). As TorchRL's,
+``dim_extend`` defaults to ``storage.ndim - 1``: a ``LazyTensorStorage(N, ndim=2)`` extended
+with ``[B, T]`` batches (``B`` environments, ``T`` steps) is written along ``T``, one storage
+row per time step. The storage is laid out ``[N // B, B]``, time-major, and each environment's
+steps stay contiguous in time across extends (the slice samplers read trajectories down the
+rows). With ``dim_extend=0`` batches are written along their first dimension as they are
+(``[T, B]`` batches of a time-major collector). ``add`` writes one row and ignores it.
+
+Reads and index assignment (``rb[i]``, ``rb[i] = x``) address dimension ``dim_extend`` of the
+written data, as TorchRL's: with ``dim_extend=1`` ``rb[0]`` is environment 0's written steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import is_tensor_collection
+
+from .buffer_items import as_batch
+from .storage import ListStorage, Storage
+from .transform import Compose
+from .utils import INT_TYPES
+
+
+def check_dim_extend(dim_extend: Any) -> int | None:
+    """``dim_extend`` checked: ``None`` (``storage.ndim - 1``) or an int ``>= 0``.
+
+    Examples
+    --------
+    >>> check_dim_extend(1), check_dim_extend(None)
+    (1, None)
+    >>> check_dim_extend(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: dim_extend must be a positive value (an int >= 0 or None), got -1.
+    """
+    if dim_extend is None:
+        return None
+    if not isinstance(dim_extend, INT_TYPES) or isinstance(dim_extend, bool) or dim_extend < 0:
+        raise ValueError("dim_extend must be a positive value (an int >= 0 or None), got "
+                         f"{dim_extend!r}.")
+    return int(dim_extend)
+
+
+def _move_dim(data: Any, dim: int) -> Any:
+    """``data`` (a tensor, tensor collection or tuple / list / dict pytree of them) with dims
+    ``dim`` and ``0`` swapped; refuses data with too few batch dims naming ``dim_extend``."""
+    if isinstance(data, (tuple, list)):  # a pytree, as TorchRL's tree_map
+        return type(data)(_move_dim(x, dim) for x in data)
+    if isinstance(data, dict):
+        return {k: _move_dim(v, dim) for k, v in data.items()}
+    if is_tensor_collection(data) or isinstance(data, torch.Tensor):
+        dims = data.ndim if isinstance(data, torch.Tensor) else data.batch_dims
+        if dims <= dim:
+            raise ValueError(f"dim_extend={dim} but the data has {dims} batch dims: extend "
+                             f"writes along dim {dim} (dim_extend: batch dims > {dim}).")
+        return data.transpose(dim, 0)
+    raise TypeError(f"dim_extend={dim} writes a batch along dim {dim}: it needs tensors or "
+                    f"TensorDicts, got {type(data).__name__}.")
+
+
+class ExtendDimMixin:
+    """``dim_extend`` of a buffer (mixed into :class:`ReplayBuffer`)."""
+
+    _storage: Storage
+    _transform: Compose
+    _lock: AbstractContextManager[Any]
+    _collate_fn: Callable[[Any], Any]
+    _dim_extend_arg: int | None = None
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def _write_side(self, data: Any) -> Any: ...
+
+    @property
+    def dim_extend(self) -> int:
+        """The dimension of a batch that ``extend`` writes along (TorchRL's ``dim_extend``):
+        the one given, else ``storage.ndim - 1``.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> rb.dim_extend  # storage.ndim - 1
+        0
+        >>> rb = ReplayBuffer(storage=ListStorage(10), dim_extend=1)
+        >>> rb.extend(torch.arange(6).reshape(2, 3)).tolist()  # 2 envs, 3 steps: 3 items
+        [0, 1, 2]
+        >>> rb.storage.get(0).tolist()  # step 0 of both envs
+        [0, 3]
+        """
+        if self._dim_extend_arg is not None:
+            return self._dim_extend_arg
+        return max(self._storage.ndim - 1, 0)
+
+    def _set_dim_extend(self, dim_extend: Any) -> None:
+        self._dim_extend_arg = check_dim_extend(dim_extend)
+
+    def _prepare_batch(self, data: Any) -> Any:
+        """Check that ``data`` is a batch, run the write-side transforms and move
+        ``dim_extend`` first (no lock held)."""
+        if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
+            raise TypeError(
+                "extend got a tuple (a pytree, written as one batched structure) but the storage "
+                "is a ListStorage, which stores unbound items: pass a list of items instead."
+            )
+        data = self._write_side(as_batch(data))  # any iterable of items: a list
+        dim = self.dim_extend
+        return _move_dim(data, dim) if dim else data
+
+    def _written_as_given(self, slots: torch.Tensor, data: Any) -> torch.Tensor:
+        """The slots ``extend`` wrote ``data`` (the prepared batch) to, in the layout of the
+        batch it got: ``dim_extend`` moved back (unless the writer kept only some rows)."""
+        dim = self.dim_extend
+        if not dim:
+            return slots
+        if isinstance(data, torch.Tensor):
+            shape = data.shape[: dim + 1]
+        elif is_tensor_collection(data):
+            shape = data.batch_size[: dim + 1]
+        else:
+            return slots
+        if len(shape) <= dim or slots.numel() != shape.numel():
+            return slots
+        return slots.reshape(shape).transpose(dim, 0)
+
+    def _along_dim_extend(self, index: Any) -> tuple[Any, bool]:
+        """The storage index of user index ``index`` (dims ``0`` and ``dim_extend`` swapped, as
+        TorchRL's ``rb[i]``) and whether both dims are kept (their data is then swapped too)."""
+        dim = self.dim_extend
+        if not dim or isinstance(index, str):
+            return index, False
+        parts = list(index) if isinstance(index, tuple) else [index]
+        parts += [slice(None)] * (dim + 1 - len(parts))
+        parts[0], parts[dim] = parts[dim], parts[0]
+        return tuple(parts), not (_drops_dim(parts[0]) or _drops_dim(parts[dim]))
+
+    def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]:
+        """``rb[index] = value`` as a storage index and value (see :meth:`_along_dim_extend`)."""
+        index, swap = self._along_dim_extend(index)
+        return index, _swap_read(value, self.dim_extend) if swap else value
+
+    def __getitem__(self, index: Any) -> Any:
+        at, swap = self._along_dim_extend(index)
+        with self._lock:
+            data = self._storage[at]
+        if swap:
+            data = _swap_read(data, self.dim_extend)
+        if not isinstance(index, int):
+            data = self._collate_fn(data)
+        if len(self._transform):
+            data = self._transform(data)
+        return data
+
+
+def _drops_dim(part: Any) -> bool:
+    """Whether index ``part`` removes its dimension (an int or a 0-d tensor)."""
+    return isinstance(part, INT_TYPES) or (isinstance(part, torch.Tensor) and part.ndim == 0)
+
+
+def _swap_read(data: Any, dim: int) -> Any:
+    """``data`` with dims ``0`` and ``dim`` swapped where it has them (leaves of pytrees too)."""
+    if isinstance(data, (tuple, list)):
+        return type(data)(_swap_read(x, dim) for x in data)
+    if isinstance(data, dict):
+        return {k: _swap_read(v, dim) for k, v in data.items()}
+    if isinstance(data, torch.Tensor):
+        return data.transpose(dim, 0) if data.ndim > dim else data
+    if is_tensor_collection(data):
+        return data.transpose(dim, 0) if data.batch_dims > dim else data
+    return data
