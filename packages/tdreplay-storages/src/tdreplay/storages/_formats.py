@@ -43,6 +43,8 @@ def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBa
     >>> kind, td.batch_size, extra
     ('tensor', torch.Size([3]), None)
     """
+    if type(data) is TensorDict:  # the most common data, recognised at once (hot path)
+        return data, KIND_TD, None
     if is_tensorclass(data):
         # to_dict shares the tensors (to_tensordict would copy them); nested tensorclasses
         # become plain TensorDicts, which from_tensordict turns back into their classes

@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core.checkpoint import CheckpointError
+
+from ._casts import check_cast
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -105,6 +108,30 @@ def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch
     return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
 
 
+#: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
+_SHAPE_DTYPE = attrgetter("shape", "dtype")
+
+
+def check_source(key: NestedKey, value: Any) -> torch.Tensor:
+    """``value``, the entry ``key`` of data to store, checked to be a tensor holding data:
+    ``TypeError`` for anything else, ``ValueError`` for a meta-device tensor (shape only).
+
+    Examples
+    --------
+    >>> check_source("obs", torch.zeros(2, device="meta"))
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'obs' is a meta tensor (a shape without data): a storage holds data; ...
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"entry {key!r} is a {type(value).__name__}: a TensorStorage holds "
+                        "tensors only (use LazyStackStorage or ListStorage otherwise).")
+    if value.is_meta:
+        raise ValueError(f"entry {key!r} is a meta tensor (a shape without data): a storage "
+                         "holds data; write tensors on a real device.")
+    return value
+
+
 class TensorLayout:
     """The tensors of a tensor storage: its TensorDict and its leaves in storage order.
 
@@ -139,13 +166,8 @@ class TensorLayout:
         ``skip`` stay batch dims of every item (:attr:`item_batch`), as TorchRL keeps them.
         """
         keys = leaf_keys(td)
-        leaves = []
-        for key in keys:
-            x = td.get(key)
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"entry {key!r} is a {type(x).__name__}: a TensorStorage holds "
-                                "tensors only (use LazyStackStorage or ListStorage otherwise).")
-            leaves.append(allocate(shape + x.shape[skip:], x.dtype, key))
+        sources = [check_source(key, td.get(key)) for key in keys]  # all before allocating any
+        leaves = [allocate(shape + x.shape[skip:], x.dtype, key) for key, x in zip(keys, sources)]
         batch = shape + td.batch_size[skip:]
         return cls(assemble(build_tree(keys), leaves, batch, device), ndim, device)
 
@@ -153,10 +175,7 @@ class TensorLayout:
         keys = leaf_keys(td)
         leaves = []
         for key in keys:
-            leaf = td.get(key)
-            if not isinstance(leaf, torch.Tensor):
-                raise TypeError(f"entry {key!r} is a {type(leaf).__name__}: a TensorStorage holds "
-                                "tensors only (use LazyStackStorage or ListStorage otherwise).")
+            leaf = check_source(key, td.get(key))
             leaves.append(leaf if leaf.device == device else leaf.to(device))
         self.ndim = ndim
         self.keys = keys
@@ -172,28 +191,37 @@ class TensorLayout:
         self.rows = self.shape[0]
         self.inner = self.shape[1:]
         self.row_numel = self.inner.numel()
-        # (lead dims, full shape of every source leaf) of the last write: see source_leaves
-        self._expected: tuple[tuple[int, ...] | None, list[torch.Size]] = (None, [])
+        # (lead dims, [(full shape, dtype) of every source leaf]) of the last write: see
+        # source_leaves
+        self._expected: tuple[tuple[int, ...] | None,
+                              list[tuple[torch.Size, torch.dtype]]] = (None, [])
 
     def source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
         """Leaves of ``td`` in storage order, after checking keys and shapes.
 
         ``lead`` is the expected shape before each leaf's own dimensions (``[n, *inner]`` for
-        ``n`` rows). Raises ``KeyError`` naming missing / unexpected keys and ``ValueError``
-        naming an entry of another shape.
+        ``n`` rows). Raises ``KeyError`` naming missing / unexpected keys, ``ValueError``
+        naming an entry of another shape, and what :func:`~tdreplay.storages._casts.check_cast`
+        raises for an entry of another dtype whose cast would lose values. Data of the
+        expected shapes and dtypes costs one comparison (the hot path).
         """
         out = leaves_along_tree(td, self.tree, len(self.keys))
         if out is None:
             out = self.leaves_by_key(td)
         cached_lead, expected = self._expected
         if cached_lead != lead:  # writes mostly repeat one batch size: keep its shapes
-            expected = [torch.Size((*lead, *leaf.shape[self.ndim:])) for leaf in self.leaves]
+            expected = [(torch.Size((*lead, *leaf.shape[self.ndim:])), leaf.dtype)
+                        for leaf in self.leaves]
             self._expected = (lead, expected)
-        if [src.shape for src in out] != expected:
-            for key, src, shape in zip(self.keys, out, expected):
+        # one comparison on the hot path; the checks only where something differs
+        if list(map(_SHAPE_DTYPE, out)) != expected:
+            for key, src, (shape, dtype) in zip(self.keys, out, expected):
+                check_source(key, src)
                 if src.shape != shape:
                     raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
                                      f"{tuple(shape)} for this storage.")
+                if src.dtype is not dtype:
+                    check_cast(key, src, dtype)
         return out
 
     def leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
@@ -252,7 +280,10 @@ class TensorLayout:
             raise KeyError(f"key {key!r} is not in the storage (keys: "
                            f"{[str(k) for k in self.keys]}).")
         written = leaf[:rows]
-        value = torch.as_tensor(value, dtype=leaf.dtype, device=leaf.device)
+        value = torch.as_tensor(value, device=leaf.device)
+        if value.dtype is not leaf.dtype:
+            check_cast(key, value, leaf.dtype)  # refuses lossy casts, as writes do
+            value = value.to(leaf.dtype)
         try:  # a value that does not fit raises before anything is written
             if index is None:
                 written.copy_(value.expand_as(written))

@@ -723,6 +723,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         path = Path(path)
         meta = read_json(path / "storage.json")
         _check_written_by(meta, self)
+        if meta.get("max_size", target.max_size) != target.max_size:
+            # the writer's cursor wraps at max_size: another capacity would not continue alike
+            raise CheckpointError(f"checkpoint storage has max_size={meta['max_size']} but this "
+                                  f"storage has max_size={target.max_size}.")
         n = int(meta["len"])
         if n > target.max_size:
             raise CheckpointError(f"checkpoint holds {n} rows but the storage max_size is "

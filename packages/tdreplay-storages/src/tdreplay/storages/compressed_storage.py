@@ -323,10 +323,26 @@ class CompressedListStorage(ListStorage):
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The compressed rows (not decompressed) and the codec name."""
-        return {"storage": list(self._storage), "codec": self.codec.name}
+        """The compressed rows (not decompressed), the codec name and ``max_size``."""
+        return {"storage": list(self._storage), "codec": self.codec.name,
+                "max_size": self.max_size}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Refuse a ``state_dict`` of another codec or capacity, or with more rows than fit
+        (``ValueError``); changes nothing. One without ``"max_size"`` (saved before it was
+        recorded) is checked for its number of rows only.
+
+        Examples
+        --------
+        >>> big = CompressedListStorage(8)
+        >>> CompressedListStorage(4).check_state_dict(big.state_dict())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['max_size'] is 8 but this CompressedListStorage has max_size=4: ...
+        """
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"CompressedListStorage state_dict must be a dict, got "
+                             f"{type(state_dict).__name__}.")
         rows = state_dict.get("storage")
         if not isinstance(rows, list) or not all(isinstance(r, CompressedRow) for r in rows):
             raise ValueError("CompressedListStorage state_dict needs a 'storage' list of "
@@ -334,9 +350,11 @@ class CompressedListStorage(ListStorage):
         if state_dict.get("codec") != self.codec.name:
             raise ValueError(f"state_dict rows are compressed with {state_dict.get('codec')!r}; "
                              f"this storage uses {self.codec.name!r}.")
-        if len(rows) > self.max_size:
-            raise ValueError(f"state_dict holds {len(rows)} rows; max_size is {self.max_size}.")
-        self.replace_items(rows)
+        super().check_state_dict(state_dict)  # max_size and the number of rows
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.check_state_dict(state_dict)
+        self.replace_items(state_dict["storage"])
 
     def replace_items(self, items: Sequence[Any]) -> None:
         """Make ``items`` (:class:`CompressedRow` values, as :meth:`items` returns them) the

@@ -22,11 +22,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
-from tdreplay.core.checkpoint import CheckpointError
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._formats import KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, assemble
+from ._state_checks import check_rows_fit, check_tensor_state
 from .checkpointers import TensorStorageCheckpointer
 
 __all__ = ["LazyTensorStorage", "TensorStorage", "TensorStorageCheckpointer"]
@@ -224,7 +224,7 @@ class TensorStorage(Storage):
             if not -cap <= row < cap:
                 raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
             row %= cap
-            src = layout.source_leaves(td, tuple(layout.inner))
+            src = layout.source_leaves(td, layout.inner)
             layout.copy_row(row, src)
             self._set_rows_written(max(self._rows_written(), row + 1))
             return
@@ -304,22 +304,17 @@ class TensorStorage(Storage):
     def state_dict(self) -> dict[str, Any]:
         rows = self.written_rows().clone() if self.initialized else None
         return {"initialized": rows is not None, "len_rows": self._rows_written(), "storage": rows,
-                "kind": self._format.kind, **self._format.meta()}
+                "kind": self._format.kind, "max_size": self.max_size, **self._format.meta()}
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        check_tensor_state(self, state_dict)  # another max_size, too many rows, another layout
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for key in ("initialized", "len_rows", "storage"):
-            if key not in state_dict:
-                raise ValueError(f"TensorStorage state_dict is missing {key!r}.")
-        if not state_dict["initialized"]:
+        meta = check_tensor_state(self, state_dict)  # before anything changes
+        if meta is None:
             self._set_rows_written(0)
-            return
-        data = state_dict["storage"]
-        meta = self.layout_meta()
-        meta.update(len_rows=int(state_dict["len_rows"]),
-                    kind=state_dict.get("kind", self._format.kind),
-                    treespec=state_dict.get("treespec"), tensorclass=state_dict.get("tensorclass"))
-        self.check_layout_compatible(meta, data)
-        self.install(meta, data)
+        else:
+            self.install(meta, state_dict["storage"])
 
     # ---- what checkpointers use ------------------------------------------------------------------
     def written_rows(self) -> TensorDictBase:
@@ -375,7 +370,8 @@ class TensorStorage(Storage):
         (rows described by ``meta``, a :meth:`layout_meta` of the saved storage) here.
 
         Checks the row count against ``meta``, and against this storage's layout (once it has
-        one) the kind of data, row capacity, keys, row shapes and dtypes. Changes nothing.
+        one; else the one it would lay out) the kind of data, row capacity, keys, row shapes
+        and dtypes. Changes nothing: a lazy storage stays unlaid.
 
         Examples
         --------
@@ -388,15 +384,7 @@ class TensorStorage(Storage):
         ...
         tdreplay.core.checkpoint.CheckpointError: checkpoint entry '_tensor' has row shape (3,), ...
         """
-        if data.batch_size[0] != meta["len_rows"]:
-            raise CheckpointError(f"checkpoint data holds {data.batch_size[0]} rows, its metadata "
-                                  f"says {meta['len_rows']}.")
-        layout = self._current_layout()
-        if layout is None:
-            DataFormat.resolve_extra(meta)
-            return
-        self._format.check_meta(meta)
-        layout.check_rows_compatible(data, int(meta["len_rows"]))
+        check_rows_fit(self._current_layout(), self._format, meta, data, self.rows_capacity_for)
 
     def install(self, meta: dict[str, Any], data: TensorDictBase) -> None:
         """Make ``data`` the written rows (``meta["len_rows"]`` of them), laying out a lazy

@@ -1,0 +1,96 @@
+"""The rule for writing data of one dtype into a tensor storage entry of another (pure functions).
+
+A tensor storage's entries keep the dtypes of the first data written. Data of another dtype is
+cast when written, unless the cast would lose what the data says:
+
+- refused whatever the values (``TypeError``): floating point into an integer or bool entry
+  (``0.7`` would become ``0``), complex into a real entry (the imaginary part would go);
+- refused for the values that do not fit (``ValueError``): a finite value beyond the range of
+  a narrower floating entry (``1e300`` into float32 would become ``inf``), an integer outside
+  the range of a narrower integer entry (it would wrap), an integer other than 0 and 1 into a
+  bool entry;
+- accepted: bool into anything, integers into floating entries (rounded to the nearest
+  representable value, as ``torch`` does), floating into narrower floating entries within
+  range (rounded; NaN and infinities stay), integers into integer entries within range,
+  anything real into complex entries.
+
+Only data whose dtype differs from the entry's is looked at: writes of the entry's own dtype
+pay nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["check_cast"]
+
+
+def _limit(dtype: torch.dtype) -> float:
+    """Largest finite value of ``dtype`` (``inf`` for bool)."""
+    if dtype is torch.bool:
+        return float("inf")
+    if dtype.is_floating_point or dtype.is_complex:
+        return float(torch.finfo(dtype).max)
+    return float(torch.iinfo(dtype).max)
+
+
+def _refused(key: Any, src: torch.Tensor, dtype: torch.dtype, why: str) -> str:
+    return (f"entry {key!r}: {src.dtype} data written into the storage's {dtype} entry {why}; "
+            "the storage refuses lossy casts: convert the data first (e.g. "
+            f"data.to({dtype}) where the loss is intended).")
+
+
+def check_cast(key: Any, src: torch.Tensor, dtype: torch.dtype) -> None:
+    """Raise unless writing ``src`` into entry ``key`` of dtype ``dtype`` keeps every value
+    (the rule of the module docstring). Reads the values only where the dtypes allow a loss.
+
+    Examples
+    --------
+    >>> check_cast("obs", torch.tensor([1, 2]), torch.float32)        # int into float: fine
+    >>> check_cast("obs", torch.tensor([0.5], dtype=torch.float64), torch.float32)
+    >>> check_cast("action", torch.tensor([0.7]), torch.int64)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: entry 'action': torch.float32 data written into the storage's torch.int64 ...
+    >>> check_cast("x", torch.tensor([1e300], dtype=torch.float64), torch.float32)
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'x': torch.float64 data written into the storage's torch.float32 entry would turn 1e+300 into inf; ...
+    """  # noqa: E501
+    s = src.dtype
+    if s is dtype or s is torch.bool:
+        return
+    if s.is_complex and not dtype.is_complex:
+        raise TypeError(_refused(key, src, dtype, "would lose the imaginary part"))
+    if s.is_floating_point and not (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(_refused(key, src, dtype, "would lose the fractional part (0.7 would "
+                                 "be stored as 0)"))
+    if not src.numel():
+        return
+    if dtype is torch.bool:  # integers: 0 and 1 only
+        bad = src[(src != 0) & (src != 1)]
+        if bad.numel():
+            raise ValueError(_refused(key, src, dtype, f"would turn {bad[0].item()} into True"))
+        return
+    if dtype.is_floating_point or dtype.is_complex:
+        if _limit(s) <= _limit(dtype):
+            return
+        values = torch.view_as_real(src) if s.is_complex else src
+        if values.is_floating_point():
+            values = values[torch.isfinite(values)]
+            over = values[values.abs() > _limit(dtype)]
+        else:  # integers, compared as float64 (abs of the least int64 would wrap)
+            over = values[values.double().abs() > _limit(dtype)]
+        if over.numel():
+            raise ValueError(_refused(key, src, dtype, f"would turn {over[0].item()} into inf"))
+        return
+    info = torch.iinfo(dtype)  # integers into a narrower integer entry
+    lo, hi = torch.iinfo(s).min, torch.iinfo(s).max
+    if lo >= info.min and hi <= info.max:
+        return
+    bad = src[(src < info.min) | (src > info.max)]
+    if bad.numel():
+        raise ValueError(_refused(key, src, dtype, f"would wrap {bad[0].item()} around (the "
+                                  f"entry holds [{info.min}, {info.max}])"))
