@@ -64,8 +64,19 @@ def test_rows_with_inner_batch_dims_sample_whole():
 
 
 def test_user_collate_replaces_the_default():
-    data = BaseDatasetExperienceReplay(episodes_td(), batch_size=2, collate_fn=lambda td: td)
-    assert data.sample().batch_size == (2,)
+    # the storage reads rows back with their inner dims ([B, T], as TorchRL's): a user collate
+    # sees them and nothing is applied on top of it
+    seen = []
+
+    def collate(td):
+        seen.append(td.batch_size)
+        return td.set("tag", torch.ones(td.batch_size))
+
+    data = BaseDatasetExperienceReplay(episodes_td(), batch_size=2, collate_fn=collate)
+    sample = data.sample()
+    assert seen == [torch.Size([2, 5])]
+    assert sample.batch_size == (2, 5)
+    assert sample["tag"].shape == (2, 5)
 
 
 @pytest.mark.parametrize("bad, error", [

@@ -20,22 +20,6 @@ from ._files import check_empty_destination, publish, staging_dir
 from ._parallel_map import load_memmap, parallel_map_to_memmap, resolve_num_workers
 
 
-class _RestoreBatchDims:
-    """Collate of a dataset whose rows have batch dims of their own (e.g. ``[num_episodes,
-    max_len]``): a sample of ``B`` rows gets batch size ``[B, *inner]`` back (a
-    :class:`~tdreplay.storages.TensorStorage` tracks only its leading dimension)."""
-
-    def __init__(self, inner: torch.Size) -> None:
-        self.inner = torch.Size(inner)
-
-    def __call__(self, data: TensorDictBase) -> TensorDictBase:
-        data.batch_size = data.batch_size + self.inner
-        return data
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(inner={tuple(self.inner)})"
-
-
 def _check_positive(value: Any, name: str) -> int | None:
     if value is None:
         return None
@@ -57,7 +41,9 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
     ----------
     data : TensorDictBase
         The dataset, batch size ``[N]`` (one row per step) or ``[N, *inner]`` (e.g.
-        ``[num_episodes, max_len]``; samples then have batch size ``[B, *inner]``).
+        ``[num_episodes, max_len]``; samples then have batch size ``[B, *inner]``: the
+        storage holds ``N`` rows, each an item of batch size ``inner``, and reads them back
+        with it, with or without a ``collate_fn``).
     batch_size : int, optional
         Default batch size of :meth:`sample`.
     sampler : Sampler, optional
@@ -114,8 +100,6 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
             raise ValueError(f"data must have at least one row, got batch size "
                              f"{tuple(data.batch_size)}.")
         self._data = data
-        if collate_fn is None and data.batch_dims > 1:
-            collate_fn = _RestoreBatchDims(data.batch_size[1:])
         super().__init__(
             storage=TensorStorage(data),
             sampler=sampler,
