@@ -9,6 +9,6 @@ to memory-mapped files in TorchRL's TED layout and samples it like any replay bu
 from .base import BaseDatasetExperienceReplay
 from .minari_data import MinariExperienceReplay
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["BaseDatasetExperienceReplay", "MinariExperienceReplay"]

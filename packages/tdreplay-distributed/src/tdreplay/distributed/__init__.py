@@ -12,7 +12,7 @@ from .ray_buffer import RayReplayBuffer
 from .remote import RemoteTensorDictReplayBuffer
 from .sharded import ShardedReplayBuffer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BufferActorDiedError",

@@ -17,7 +17,7 @@ from .slice import SliceSampler, SliceSamplerWithoutReplacement
 from .staleness import StalenessAwareSampler
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BatchLargerThanBufferError",

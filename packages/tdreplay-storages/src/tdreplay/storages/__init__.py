@@ -15,7 +15,7 @@ from .memmap_storage import LazyMemmapStorage
 from .shared_tensor_storage import SharedLazyTensorStorage  # noqa: F401 (shared_init)
 from .tensor_storage import LazyTensorStorage, TensorStorage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CompressedListStorage",

@@ -29,7 +29,7 @@ from .tensors import (
 )
 from .vecnorm import VecNorm
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BinarizeReward",
