@@ -147,8 +147,9 @@ class RateLimiter:
     # ---- gates around a buffer's calls -------------------------------------------------------
     @contextmanager
     def call_timeout(self, timeout: float | None) -> Iterator[None]:
-        """Within the block, this thread's calls wait at most ``timeout`` s (``None``: the
-        limiter's own ``timeout``); used by a buffer served to remote callers."""
+        """Within the block, this thread's calls wait at most ``timeout`` s, and never longer
+        than the limiter's own ``timeout`` (``None``: no further cap); used by a buffer served
+        to remote callers, whose calls have their own deadline."""
         previous = getattr(self._local, "timeout", None)
         self._local.timeout = _check_timeout(timeout)
         try:
@@ -157,8 +158,10 @@ class RateLimiter:
             self._local.timeout = previous
 
     def _timeout(self) -> float | None:
-        override = getattr(self._local, "timeout", None)
-        return self.timeout if override is None else override
+        cap: float | None = getattr(self._local, "timeout", None)
+        if cap is None or self.timeout is None:
+            return self.timeout if cap is None else cap
+        return min(cap, self.timeout)
 
     def _wait(self, operation: str, allowed: Callable[[], bool], what: str) -> None:
         """Wait (holding ``_cond``) until ``allowed()``; :class:`RateLimitTimeout` if not in
