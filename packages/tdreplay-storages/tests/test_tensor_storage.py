@@ -712,3 +712,20 @@ def test_round_robin_slots_match_a_deque(cap, inner, sizes):
         assert len(rb) == len(model) * numel
         stored_rows = (rb[:]["k"].reshape(len(model), -1)[:, 0] // numel).tolist()
         assert stored_rows == sorted(model, key=lambda r: r % cap)
+
+
+@pytest.mark.parametrize("set_cursor", [True, False])
+def test_set_takes_torchrl_set_cursor(set_cursor: bool, tmp_path: Any) -> None:
+    # TorchRL's keyword: accepted by every storage, no effect (the writer holds the cursor)
+    from tdreplay.core import ListStorage
+    from tdreplay.storages import LazyMemmapStorage
+    td = TensorDict({"x": torch.arange(3.0)}, [3])
+    for storage in (LazyTensorStorage(5), LazyMemmapStorage(5, scratch_dir=tmp_path / "m"),
+                    ListStorage(5)):
+        storage.set(torch.arange(3), td if not isinstance(storage, ListStorage) else list(td),
+                    set_cursor=set_cursor)
+        storage.set(1, td[0], set_cursor=set_cursor)
+        assert len(storage) == 3
+        got = storage.get(torch.tensor([0, 1, 2]))
+        x = torch.stack([t["x"] for t in got]) if isinstance(got, list) else got["x"]
+        assert x.tolist() == [0.0, 0.0, 2.0]

@@ -151,8 +151,14 @@ class Storage(abc.ABC):
 
     # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
-        """Write ``data`` at ``rows`` (leading-dimension positions)."""
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
+        """Write ``data`` at ``rows`` (leading-dimension positions).
+
+        ``set_cursor`` is TorchRL's keyword and has no effect: a storage holds no cursor (the
+        writer does, and the sampler learns of the newest rows from the buffer's writes), so a
+        direct ``set`` never moves it, as TorchRL's ``set_cursor=False``.
+        """
 
     @abc.abstractmethod
     def get(self, slots: int | torch.Tensor) -> Any:
@@ -432,7 +438,8 @@ class ListStorage(Storage):
                          compilable=compilable)
         self._storage: list[Any] = []
 
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
         rows_list: Sequence[int]
         if is_int(rows):
             rows_list = [int(rows)]

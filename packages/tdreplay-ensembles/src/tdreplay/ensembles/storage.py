@@ -17,6 +17,7 @@ from ._members import (
     members_state_dict,
     prepare_members,
     select_members,
+    select_one,
 )
 
 
@@ -110,6 +111,7 @@ class StorageEnsemble(Storage):
                                 f"{type(storage).__name__}.")
             if isinstance(storage, StorageEnsemble):
                 raise TypeError(f"storages[{i}] is a StorageEnsemble: ensembles do not nest.")
+        composed: list[Compose | None] | None = None
         if transforms is not None:
             if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence):
                 raise TypeError(f"transforms must be a sequence with one entry per storage, got "
@@ -117,10 +119,10 @@ class StorageEnsemble(Storage):
             if len(transforms) != len(storages):
                 raise ValueError(f"transforms must have one entry per storage ({len(storages)}), "
                                  f"got {len(transforms)}.")
-            transforms = [_as_compose(t, i) for i, t in enumerate(transforms)]
+            composed = [_as_compose(t, i) for i, t in enumerate(transforms)]
         super().__init__(sum(storage.max_size for storage in storages))
         self._storages: tuple[Storage, ...] = tuple(storages)
-        self._transforms: list[Compose | None] | None = transforms
+        self._transforms: list[Compose | None] | None = composed
 
     @property
     def storages(self) -> tuple[Storage, ...]:
@@ -133,7 +135,7 @@ class StorageEnsemble(Storage):
         return self._transforms
 
     # ---- writing is refused ---------------------------------------------------------------------
-    def set(self, rows: Any, data: Any) -> None:
+    def set(self, rows: Any, data: Any, *, set_cursor: bool = True) -> None:
         raise RuntimeError("a StorageEnsemble cannot be written to: write to one of its storages "
                            "(or extend one buffer of the ReplayBufferEnsemble, rb[i].extend(...)).")
 
@@ -157,7 +159,7 @@ class StorageEnsemble(Storage):
             if ids.numel() == 0 or bool((ids != ids[0]).any()):
                 raise ValueError(f"part {position} of the index must come from one buffer, got "
                                  f"buffer_ids {ids.unique().tolist()}.")
-            buffer_id = select_members(int(ids[0]), len(self._storages), "storages")
+            buffer_id = select_one(int(ids[0]), len(self._storages), "storages")
             out.append((buffer_id, self._storages[buffer_id].get(rows)))
         return out
 

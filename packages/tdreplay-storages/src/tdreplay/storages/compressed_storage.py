@@ -277,7 +277,8 @@ class CompressedListStorage(ListStorage):
         return [self._decompress(row) for row in rows]
 
     # ---- storage contract ------------------------------------------------------------------------
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
         if is_int(rows):
             compressed: Any = self._compress(data)
         else:

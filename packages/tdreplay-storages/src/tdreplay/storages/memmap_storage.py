@@ -487,7 +487,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         torn = self._torn
         return torn.recover(self._current_layout()) if torn.pending else 0
 
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
         with self._lock_obj:
             state = self._state.view
             if state[_STATE_TORN]:

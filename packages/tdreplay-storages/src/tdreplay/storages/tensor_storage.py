@@ -205,7 +205,8 @@ class TensorStorage(Storage):
         return torch.zeros(shape, dtype=dtype, device=self._device)
 
     # ---- writing ---------------------------------------------------------------------------------
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any) -> None:
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
         single = is_int(rows)
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
