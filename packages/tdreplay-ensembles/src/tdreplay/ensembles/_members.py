@@ -41,10 +41,7 @@ def select_members(index: Any, n: int, kind: str) -> int | list[int]:
             raise TypeError(f"{kind} are indexed by integers, got a tensor of dtype {index.dtype}.")
         index = int(index)
     if isinstance(index, (int, np.integer)):
-        position = int(index)
-        if not -n <= position < n:
-            raise IndexError(f"index {position} is out of range for {n} {kind}.")
-        return position % n
+        return select_one(int(index), n, kind)
     if isinstance(index, slice):
         return list(range(n))[index]
     if isinstance(index, torch.Tensor):
@@ -62,10 +59,23 @@ def select_members(index: Any, n: int, kind: str) -> int | list[int]:
         for item in index:
             if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{kind} are indexed by integers, got {item!r} in {index!r}.")
-            positions.append(select_members(int(item), n, kind))
+            positions.append(select_one(int(item), n, kind))
         return positions
     raise TypeError(f"{kind} are indexed by an int, a slice, a sequence of ints or a 1-D integer "
                     f"tensor, got {type(index).__name__}.")
+
+
+def select_one(position: int, n: int, kind: str) -> int:
+    """Resolve the int ``position`` against ``n`` members (negative ones count from the end).
+
+    Examples
+    --------
+    >>> select_one(-1, 3, "buffers")
+    2
+    """
+    if not -n <= position < n:
+        raise IndexError(f"index {position} is out of range for {n} {kind}.")
+    return position % n
 
 
 def index_parts(index: Any, expects: str) -> list[tuple[torch.Tensor, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
@@ -231,9 +231,9 @@ class ReplayBufferEnsemble(ReplayBuffer):
             writers = WriterEnsemble(*(rb.writer for rb in rbs))
             buffers = list(rbs)
         else:
-            missing = [name for name, value in (("storages", storages), ("samplers", samplers),
-                                                ("writers", writers)) if value is None]
-            if missing:
+            if storages is None or samplers is None or writers is None:
+                missing = [name for name, value in (("storages", storages), ("samplers", samplers),
+                                                    ("writers", writers)) if value is None]
                 raise ValueError("ReplayBufferEnsemble needs replay buffers, or all of storages, "
                                  f"samplers and writers (missing: {', '.join(missing)}).")
             check_instance(storages, StorageEnsemble, "storages")
@@ -253,6 +253,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
         super().__init__(storage=storages, sampler=samplers, writer=writers, transform=transform,
                          batch_size=batch_size, pin_memory=pin_memory, prefetch=prefetch,
                          generator=generator)
+        self._storage_ensemble: StorageEnsemble = storages  # self._storage, typed as what it is
+        self._sampler_ensemble: SamplerEnsemble = samplers  # self._sampler, likewise
         if buffers is None:
             transforms = storages.transforms or [None] * len(storages)
             buffers = [
@@ -317,14 +319,14 @@ class ReplayBufferEnsemble(ReplayBuffer):
     def write_all(self, data: Any, end: int | None = None) -> None:
         raise self._refuse_write("write_all")
 
-    def set_(self, key: Any, value: Any) -> ReplayBuffer:
+    def set_(self, key: Any, value: Any) -> NoReturn:
         raise self._refuse_write("set_")
 
-    def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
+    def set_at_(self, key: Any, value: Any, index: Any) -> NoReturn:
         raise self._refuse_write("set_at_")
 
     def update_(self, input_dict_or_td: Any, clone: bool = False, *,
-                keys_to_update: Any = None) -> ReplayBuffer:
+                keys_to_update: Any = None) -> NoReturn:
         raise self._refuse_write("update_")
 
     # ---- reading --------------------------------------------------------------------------------
@@ -345,7 +347,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             if isinstance(positions, int):
                 return self._rbs[positions][rest]
             with self._lock:
-                parts = [(i, self._storage.storages[i][rest]) for i in positions]
+                parts = [(i, self._storage_ensemble.storages[i][rest]) for i in positions]
             data = self._collate_parts(parts)
             if len(self._transform):
                 data = self._transform(data)
@@ -353,7 +355,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         positions = select_members(index, len(self._rbs), "buffers")
         if isinstance(positions, int):
             return self._rbs[positions]
-        p = self._sampler.p
+        p = self._sampler_ensemble.p
         return ReplayBufferEnsemble(
             *(self._rbs[i] for i in positions),
             transform=self._transform,
@@ -361,8 +363,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
             collate_fn=self._parts_collate,
             collate_fns=[self._collate_fns[i] for i in positions],
             p=None if p is None else p[positions],
-            sample_from_all=self._sampler.sample_from_all,
-            num_buffer_sampled=self._sampler.requested_num_buffer_sampled,
+            sample_from_all=self._sampler_ensemble.sample_from_all,
+            num_buffer_sampled=self._sampler_ensemble.requested_num_buffer_sampled,
             pin_memory=self._pin_memory,
             prefetch=self._prefetch or None,
             generator=self._rng,

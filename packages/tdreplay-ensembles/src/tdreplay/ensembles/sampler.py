@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError, Sampler, Storage
-from tdreplay.core.utils import check_batch_size
+from tdreplay.core.utils import check_batch_size, check_instance
 
 from ._members import (
     check_members_state_dict,
@@ -22,6 +22,7 @@ from ._members import (
     members_state_dict,
     prepare_members,
     select_members,
+    select_one,
 )
 from .collate import stack_parts
 from .storage import StorageEnsemble
@@ -204,7 +205,11 @@ class SamplerEnsemble(Sampler):
             return torch.randint(n, (parts,), generator=self._rng)
         return torch.multinomial(self._p, parts, replacement=True, generator=self._rng)
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[TensorDictBase | list, dict]:
+    # the base returns a tensor of slots; an ensemble's index is a TensorDict ("index",
+    # "buffer_ids") or a list of them, which StorageEnsemble.get and the ensemble buffer read
+    def sample(  # type: ignore[override]
+        self, storage: Storage, batch_size: int
+    ) -> tuple[TensorDictBase | list[TensorDictBase], dict[str, Any]]:
         """Draw buffers, then ``batch_size // num_buffer_sampled`` items from each.
 
         Returns ``(index, info)``: see the class notes. When the parts' indices differ in
@@ -256,12 +261,14 @@ class SamplerEnsemble(Sampler):
                                  "list with one entry per part.")
         parts = index_parts(index, "update_priority expects an ensemble index: a TensorDict with "
                                    "'index' and 'buffer_ids' entries (e.g. sample['index']).")
+        storages = None if storage is None else \
+            check_instance(storage, StorageEnsemble, "storage").storages
         for position, (ids, slots) in enumerate(parts):
-            buffer_id = select_members(int(ids.reshape(-1)[0]), len(self._samplers), "samplers")
+            buffer_id = select_one(int(ids.reshape(-1)[0]), len(self._samplers), "samplers")
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
             self._samplers[buffer_id].update_priority(
                 slots, part_priority,
-                storage=None if storage is None else storage.storages[buffer_id])
+                storage=None if storages is None else storages[buffer_id])
 
     def extend(self, slots: torch.Tensor) -> None:
         raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "

@@ -84,6 +84,11 @@ class WriterEnsemble(Writer):
         """Items written by all the writers."""
         return sum(writer.write_count for writer in self._writers)
 
+    @write_count.setter
+    def write_count(self, value: int) -> None:
+        raise AttributeError("the write count of a WriterEnsemble is the sum of its writers' "
+                             "counts and cannot be set: set it on one writer (writers[i]).")
+
     def empty(self, empty_write_count: bool = True) -> None:
         for writer in self._writers:
             writer.empty(empty_write_count)
