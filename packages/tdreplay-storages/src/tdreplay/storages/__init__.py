@@ -13,6 +13,7 @@ from .compressed_storage import CompressedListStorage
 from .lazy_stack_storage import LazyStackStorage
 from .memmap_storage import LazyMemmapStorage
 from .shared_tensor_storage import SharedLazyTensorStorage  # noqa: F401 (shared_init)
+from .ted_hooks import Flat2TED, TED2Flat
 from .tensor_storage import LazyTensorStorage, TensorStorage
 
 __version__ = "0.2.0"
@@ -20,6 +21,7 @@ __version__ = "0.2.0"
 __all__ = [
     "CompressedListStorage",
     "CompressedListStorageCheckpointer",
+    "Flat2TED",
     "FlatStorageCheckpointer",
     "H5StorageCheckpointer",
     "LazyMemmapStorage",
@@ -30,6 +32,7 @@ __all__ = [
     "NestedStorageCheckpointer",
     "Storage",
     "StorageCheckpointerBase",
+    "TED2Flat",
     "TensorStorage",
     "TensorStorageCheckpointer",
 ]

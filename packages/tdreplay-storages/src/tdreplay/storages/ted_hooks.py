@@ -1,0 +1,187 @@
+"""Save and load hooks that store TED data flat: :class:`TED2Flat`, :class:`Flat2TED`
+(TorchRL's ``torchrl.data.replay_buffers.utils``).
+
+TorchRL's TED format stores every observation twice: ``obs`` at step ``t`` and
+``("next", "obs")``, which is the ``obs`` of step ``t + 1`` within a trajectory.
+:class:`TED2Flat` (a save hook) writes each trajectory's observations once, in time order:
+the root values of its steps followed by the ``("next", ...)`` value of its last step, so
+``N`` steps of ``K`` trajectories keep ``N + K`` values instead of ``2 N``. The end flags and
+rewards (``done_keys``, ``reward_keys``) are kept from ``"next"`` under their own names.
+:class:`Flat2TED` (a load hook) rebuilds the rows as they were stored, for TED data (within a
+trajectory, a step's ``("next", key)`` is the next step's ``key``; a buffer's ring keeps that
+across its wrap point).
+
+Both take the buffer's ring into account: before ``dumps`` runs the save hooks, the buffer
+sets a hook's ``shift`` (the row written next) and ``is_full``, so a full ring is saved oldest
+first and a trajectory that spans the wrap point stays whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase, unravel_key
+
+from tdreplay.core import DEFAULT_DONE_KEYS
+
+__all__ = ["Flat2TED", "TED2Flat"]
+
+#: entries of the flat format that say how to rebuild the rows
+_META = ("shift", "is_full", "storage_rows", "traj_ends")
+
+
+def _key_set(keys: Any) -> set[Any]:
+    return {unravel_key(k) for k in keys}
+
+
+def _ends(done: torch.Tensor, rows: int) -> torch.Tensor:
+    """One flag per row: the row ends a trajectory (any done flag set, or the last row)."""
+    ends = done.reshape(rows, -1).any(-1)
+    ends[-1] = True
+    return ends
+
+
+class TED2Flat:
+    """A save hook storing TED data with each observation once.
+
+    Parameters
+    ----------
+    done_key : NestedKey
+        The end flag that closes trajectories (``("next", "done")``).
+    shift_key, is_full_key : NestedKey
+        Where the flat data records the buffer's ``shift`` and ``is_full``.
+    done_keys, reward_keys : sequence of NestedKey
+        ``"next"`` entries kept whole (by default :data:`~tdreplay.core.DEFAULT_DONE_KEYS` and
+        ``("reward",)``); the other ``"next"`` entries that repeat a root entry are stored
+        once per step plus once per trajectory.
+
+    ``shift`` / ``is_full`` are set by ``rb.dumps`` before the hook runs (``None``: the rows
+    are saved in storage order). Only storages with ``ndim == 1``.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> done = torch.tensor([[False], [True], [False], [True]])
+    >>> rows = TensorDict({"obs": torch.arange(4.), "next": {"obs": torch.arange(1., 5.),
+    ...                    "done": done, "reward": torch.ones(4, 1)}}, [4])
+    >>> flat = TED2Flat()(rows)
+    >>> flat["obs"].tolist()     # trajectory 0, 1, 2 and trajectory 2, 3, 4
+    [0.0, 1.0, 2.0, 2.0, 3.0, 4.0]
+    >>> (Flat2TED()(flat) == rows).all()
+    True
+    """
+
+    shift: int | None = None
+    is_full: bool | None = None
+
+    def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
+                 is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
+                 reward_keys: Any = ("reward",)) -> None:
+        self.done_key = unravel_key(done_key)
+        self.shift_key = unravel_key(shift_key)
+        self.is_full_key = unravel_key(is_full_key)
+        self.done_keys = _key_set(done_keys)
+        self.reward_keys = _key_set(reward_keys)
+
+    def _order(self, rows: int) -> tuple[torch.Tensor, int, bool]:
+        is_full = bool(self.is_full)
+        shift = rows if self.shift is None else int(self.shift) % max(rows, 1)
+        if not is_full:
+            return torch.arange(rows), shift, False
+        return (torch.arange(rows) + shift) % rows, shift, True
+
+    def __call__(self, data: TensorDictBase, path: Any = None) -> TensorDictBase:
+        if not isinstance(data, TensorDictBase) or data.batch_dims != 1:
+            raise ValueError("TED2Flat saves TensorDict rows of a storage with ndim=1, got "
+                             f"{type(data).__name__} with batch size "
+                             f"{tuple(getattr(data, 'batch_size', ()))}.")
+        rows = data.batch_size[0]
+        order, shift, is_full = self._order(rows)
+        steps = data[order]
+        done = steps.get(self.done_key, None)
+        if done is None:
+            raise KeyError(f"TED2Flat needs the end flags {self.done_key!r} (done_key).")
+        ends = _ends(done, rows)
+        # slot of every step in the expanded arrays, and of each trajectory's final value
+        slot = torch.arange(rows) + torch.cat([ends.new_zeros(1), ends[:-1]]).cumsum(0)
+        final = slot[ends] + 1
+        nxt = steps.get("next")
+        root = steps.exclude("next")
+        root_keys = _key_set(root.keys(True, True))
+        special = self.done_keys | self.reward_keys
+        out = TensorDict(batch_size=[])
+        for key in _key_set(nxt.keys(True, True)):
+            value = nxt.get(key)
+            if key in special or key not in root_keys:
+                out.set(key if key in special else ("next", *(key if isinstance(key, tuple)
+                                                            else (key,))), value.clone())
+                continue
+            first = root.get(key)
+            merged = first.new_empty((rows + int(ends.sum()), *first.shape[1:]))
+            merged[slot] = first
+            merged[final] = value[ends]
+            out.set(key, merged)
+        for key in root_keys:
+            if key in special:
+                out.set(("root", *(key if isinstance(key, tuple) else (key,))), root.get(key))
+            elif key not in _key_set(nxt.keys(True, True)):
+                out.set(key, root.get(key).clone())
+        out.set(self.shift_key, torch.tensor(shift))
+        out.set(self.is_full_key, torch.tensor(is_full))
+        out.set("storage_rows", torch.tensor(rows))
+        out.set("traj_ends", ends)
+        return out
+
+
+class Flat2TED:
+    """The load hook that rebuilds the rows :class:`TED2Flat` saved (same arguments).
+
+    Examples
+    --------
+    See :class:`TED2Flat`; a buffer registers both::
+
+        rb.register_save_hook(TED2Flat())
+        rb.register_load_hook(Flat2TED())
+    """
+
+    def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
+                 is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
+                 reward_keys: Any = ("reward",)) -> None:
+        self.done_key = unravel_key(done_key)
+        self.shift_key = unravel_key(shift_key)
+        self.is_full_key = unravel_key(is_full_key)
+        self.done_keys = _key_set(done_keys)
+        self.reward_keys = _key_set(reward_keys)
+
+    def __call__(self, flat: TensorDictBase, path: Any = None) -> TensorDictBase:
+        for key in (self.shift_key, self.is_full_key, "storage_rows", "traj_ends"):
+            if flat.get(key, None) is None:
+                raise KeyError(f"Flat2TED: {key!r} is missing; was the data saved by TED2Flat?")
+        rows = int(flat.get("storage_rows"))
+        shift, is_full = int(flat.get(self.shift_key)), bool(flat.get(self.is_full_key))
+        ends = flat.get("traj_ends").to(torch.bool)
+        slot = torch.arange(rows) + torch.cat([ends.new_zeros(1), ends[:-1]]).cumsum(0)
+        after = slot + 1  # where each step's "next" value sits
+        special = self.done_keys | self.reward_keys
+        meta = {self.shift_key, self.is_full_key, "storage_rows", "traj_ends"}
+        steps = TensorDict(batch_size=[rows])
+        for key in _key_set(flat.keys(True, True)):
+            if key in meta:
+                continue
+            value = flat.get(key)
+            path = key if isinstance(key, tuple) else (key,)
+            if path[0] == "root":
+                steps.set(unravel_key(path[1:]), value)
+            elif path[0] == "next":  # a "next" entry without a root twin, saved as it was
+                steps.set(key, value)
+            elif key in special:
+                steps.set(("next", *path), value)
+            elif value.shape[0] == rows + int(ends.sum()):
+                steps.set(key, value[slot])
+                steps.set(("next", *path), value[after])
+            else:
+                steps.set(key, value)
+        if is_full:  # back to storage order: row i of the saved data is storage row i + shift
+            steps = steps[(torch.arange(rows) - shift) % rows]
+        return steps

@@ -1,0 +1,69 @@
+"""TED2Flat / Flat2TED: each observation once, rows rebuilt exactly, through dumps / loads."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import DEFAULT_DONE_KEYS, TensorDictReplayBuffer
+from tdreplay.storages import Flat2TED, LazyTensorStorage, TED2Flat
+
+
+def _rows(n=9, ends=(2, 6)):
+    done = torch.zeros(n, 1, dtype=torch.bool)
+    done[list(ends)] = True
+    obs = torch.arange(n + 1.0)
+    return TensorDict({"obs": obs[:-1], "action": torch.arange(n),
+                       "done": torch.zeros(n, 1, dtype=torch.bool),
+                       "next": {"obs": obs[1:], "done": done, "reward": torch.ones(n, 1),
+                                "info": torch.zeros(n, 2)}}, [n])
+
+
+def test_defaults_as_torchrl():
+    hook = TED2Flat()
+    assert hook.done_keys == set(DEFAULT_DONE_KEYS)
+    assert hook.reward_keys == {"reward"}
+    assert hook.shift is None and hook.is_full is None
+
+
+def test_flat_keeps_each_observation_once_and_rebuilds_rows():
+    rows = _rows()
+    flat = TED2Flat()(rows)
+    # 9 steps, 3 trajectories: 12 observations instead of 18
+    assert flat["obs"].tolist() == [0, 1, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9]
+    assert flat["done"].shape == (9, 1) and flat["action"].shape == (9,)
+    assert bool((Flat2TED()(flat) == rows).all())
+
+
+def test_full_ring_saved_oldest_first():
+    # steps 3..8 of _rows() in a 6-slot ring: slots 0-2 hold steps 6-8, the next write is slot 3
+    ring = _rows()[torch.tensor([6, 7, 8, 3, 4, 5])]
+    hook = TED2Flat()
+    hook.shift, hook.is_full = 3, True
+    flat = hook(ring)
+    # trajectories (time order): steps 3-6 (done at 6), then 7-8 (cut at the newest step)
+    assert flat["obs"].tolist() == [3, 4, 5, 6, 7, 7, 8, 9]
+    assert bool((Flat2TED()(flat) == ring).all())
+
+
+def test_dumps_and_loads_through_the_hooks(tmp_path):
+    def make():
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
+        rb.register_save_hook(TED2Flat())
+        rb.register_load_hook(Flat2TED())
+        return rb
+
+    rb = make()
+    rb.extend(_rows())  # 9 rows in 6 slots: the ring wrapped
+    rb.dumps(tmp_path)
+    restored = make()
+    restored.loads(tmp_path)
+    assert bool((restored.storage[:] == rb.storage[:]).all())
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="ndim=1"):
+        TED2Flat()(_rows().reshape(3, 3))
+    with pytest.raises(KeyError, match="done_key"):
+        TED2Flat(done_key="nope")(_rows())
+    with pytest.raises(KeyError, match="TED2Flat"):
+        Flat2TED()(TensorDict({"obs": torch.zeros(3)}, []))
