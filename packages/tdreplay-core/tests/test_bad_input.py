@@ -112,3 +112,15 @@ def test_in_place_edits_need_a_tensor_storage(unchanged):
         rb.set_at_("a", torch.ones(1), torch.tensor([0]))
     with unchanged(rb), pytest.raises(TypeError, match="TensorStorage"):
         rb.update_({"a": torch.ones(2)})
+
+
+@pytest.mark.parametrize("data", [[1, 2], torch.zeros(3), {"a": torch.zeros(2)}])
+def test_tensordict_buffer_refuses_other_data_as_torchrl(data: object) -> None:
+    # TorchRL raises ValueError, tdreplay's error is also a TypeError; the buffer is unchanged
+    from tdreplay.core.utils import NotATensorDictError
+    rb = TensorDictReplayBuffer(storage=ListStorage(4))
+    for write in (rb.extend, rb.add):
+        with pytest.raises(ValueError, match="expects a TensorDict") as info:
+            write(data)
+        assert isinstance(info.value, TypeError) and isinstance(info.value, NotATensorDictError)
+    assert len(rb) == 0 and rb.write_count == 0

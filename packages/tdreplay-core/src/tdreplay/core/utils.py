@@ -36,6 +36,7 @@ NestedKey = str | tuple[str, ...]
 __all__ = [
     "INT_TYPES",
     "NestedKey",
+    "NotATensorDictError",
     "as_long_tensor",
     "check_batch_size",
     "check_instance",
@@ -157,10 +158,26 @@ def check_instance(value: object, kind: type[T], name: str) -> T:
     return value
 
 
+class NotATensorDictError(TypeError, ValueError):
+    """Data that must be a TensorDict (or tensorclass) is not: a ``TypeError`` and, as TorchRL's
+    ``TensorDictReplayBuffer.extend`` raises, a ``ValueError``.
+
+    Examples
+    --------
+    >>> try:
+    ...     ensure_tensordict([1, 2])
+    ... except ValueError as err:  # what a TorchRL program catches
+    ...     print(type(err).__name__, isinstance(err, TypeError))
+    NotATensorDictError True
+    """
+
+
 def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
-    """Raise a ``TypeError`` naming ``name`` unless ``data`` is a tensor collection."""
+    """Raise a :class:`NotATensorDictError` naming ``name`` unless ``data`` is a tensor
+    collection."""
     if not is_tensor_collection(data):
-        raise TypeError(f"{name} must be a TensorDict (or tensorclass), got {type(data).__name__}.")
+        raise NotATensorDictError(f"{name} must be a TensorDict (or tensorclass), got "
+                                  f"{type(data).__name__}.")
     return cast(TensorDictBase, data)
 
 
