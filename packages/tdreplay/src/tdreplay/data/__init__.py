@@ -81,12 +81,14 @@ _EXPORTS: dict[str, str] = {
     # tdreplay.storages
     "CompressedListStorage": "tdreplay.storages",
     "CompressedListStorageCheckpointer": "tdreplay.storages",
+    "Flat2TED": "tdreplay.storages",
     "FlatStorageCheckpointer": "tdreplay.storages",
     "H5StorageCheckpointer": "tdreplay.storages",
     "LazyMemmapStorage": "tdreplay.storages",
     "LazyStackStorage": "tdreplay.storages",
     "LazyTensorStorage": "tdreplay.storages",
     "NestedStorageCheckpointer": "tdreplay.storages",
+    "TED2Flat": "tdreplay.storages",
     "TensorStorage": "tdreplay.storages",
     "TensorStorageCheckpointer": "tdreplay.storages",
     # tdreplay.samplers
