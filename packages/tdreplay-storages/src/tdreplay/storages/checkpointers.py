@@ -44,7 +44,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdreplay.core import ListStorageCheckpointer, Storage, StorageCheckpointerBase
+from tdreplay.core import (
+    DEFAULT_DONE_KEYS,
+    ListStorageCheckpointer,
+    Storage,
+    StorageCheckpointerBase,
+)
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
@@ -60,7 +65,6 @@ __all__ = [
     "TensorStorageCheckpointer",
 ]
 
-DEFAULT_DONE_KEYS = ("done", "truncated", "terminated")
 DEFAULT_REWARD_KEYS = ("reward",)
 
 # dtypes numpy (and h5py) cannot hold are saved as same-size integers and viewed back
