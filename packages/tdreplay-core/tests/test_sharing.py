@@ -52,6 +52,21 @@ def test_forked_child_using_a_list_storage_raises_instead_of_diverging():
     assert len(rb) == 2
 
 
+def _read(rb, queue):
+    queue.put(len(rb[:]))
+
+
+def test_forked_child_may_read_its_copy():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([torch.tensor(0.0), torch.tensor(1.0)])
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read, args=(rb, queue))
+    child.start()
+    child.join()
+    assert child.exitcode == 0 and queue.get(timeout=10) == 2
+
+
 def test_spawning_a_child_with_a_list_storage_raises_in_the_parent():
     rb = ReplayBuffer(storage=ListStorage(10))
     ctx = mp.get_context("spawn")

@@ -17,7 +17,8 @@ What a shared buffer means, part by part:
   (:meth:`~tdreplay.core.Transform.share_memory_`).
 
 A buffer goes to another process when it is pickled for a process being started (spawn and
-forkserver start methods) or when a forked child uses the parent's buffer. Either way, a part
+forkserver start methods) or when a forked child writes into the parent's buffer (a child may
+read its copy, e.g. to save it). Either way, a part
 that cannot be shared raises :class:`NotShareableError` (a ``RuntimeError``, as TorchRL's)
 naming it, where a copy would otherwise diverge silently from the original.
 """
@@ -25,6 +26,7 @@ naming it, where a copy would otherwise diverge silently from the original.
 from __future__ import annotations
 
 import multiprocessing.context
+import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .sampler import Sampler
@@ -92,6 +94,7 @@ class SharingMixin:
     _sampler: Sampler
     _transform: Compose
     _prefetch: int
+    _owner_pid: int  #: the process whose buffer this is (unset in an unpickled copy)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def locked(self) -> Any: ...
@@ -124,7 +127,16 @@ class SharingMixin:
             check_sampler_shareable(self._sampler)
             share_transform(self._transform)
         self.shared = bool(shared)
+        self.__dict__.setdefault("_owner_pid", os.getpid())
         return self
+
+    def _check_writing_process(self) -> None:
+        """:class:`NotShareableError` at the first write of a forked child into a buffer it
+        cannot share (reading the child's copy, e.g. to save it, stays allowed)."""
+        pid = os.getpid()
+        if self.__dict__.setdefault("_owner_pid", pid) != pid:
+            self.check_shareable()
+            self._owner_pid = pid
 
     def _share_new_transform(self, transform: Transform) -> None:
         """Share a transform about to be added, when the buffer is shared."""

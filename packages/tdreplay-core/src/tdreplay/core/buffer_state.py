@@ -186,7 +186,7 @@ class BufferStateMixin:
             self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:
             state = self.__dict__.copy()
-            for name in ("_lock", "_prefetcher"):
+            for name in ("_lock", "_prefetcher", "_owner_pid"):
                 state.pop(name, None)
             if self._prefetcher.depth:
                 state["_prefetch_state"] = self._prefetcher.export()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from .rate_limit import RateLimiter
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
-from .utils import INT_TYPES, NotATensorDictError, check_instance
+from .utils import INT_TYPES, check_instance
 from .writer import RoundRobinWriter, Writer
 
 T = TypeVar("T")
@@ -44,12 +43,8 @@ class _BufferLock:
         self._thread_lock = threading.RLock()
         self._buffer = buffer
         self._held: list[Any] = []
-        self._pid = os.getpid()  # the process whose buffer this is (a fork child's differs)
 
     def __enter__(self) -> _BufferLock:
-        if os.getpid() != self._pid:  # first use in a forked child: only what is shared goes
-            self._buffer.check_shareable()
-            self._pid = os.getpid()
         self._thread_lock.acquire()
         process_lock = self._buffer.storage.process_lock
         if process_lock is not None:
@@ -330,6 +325,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
 
     def _write_item(self, data: Any) -> int | torch.Tensor:
         """Write one item (write-side transforms done) and tell the sampler; lock held."""
+        self._check_writing_process()  # a forked child writes only what is shared
         rows = torch.as_tensor(self._writer.add(data), dtype=torch.long).reshape(-1)
         slots = self._storage.rows_to_slots(rows)
         self._sampler.extend(slots.reshape(-1))
@@ -349,6 +345,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
 
     def _write_batch(self, data: Any) -> torch.Tensor:
         """Write a prepared batch and tell the sampler; the caller holds the lock."""
+        self._check_writing_process()
         rows = self._writer.extend(data)
         slots = self._storage.rows_to_slots(rows)
         if slots.numel():
@@ -530,7 +527,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         reads its ``priority_key`` (when present) as the initial priorities, checked before
         anything is written."""
         if not is_tensor_collection(tensordicts):
-            raise NotATensorDictError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
+            raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
                             f"{type(tensordicts).__name__}.")
         priority = self._priority_to_write(tensordicts, update_priority)
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
@@ -578,7 +575,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         if not is_tensor_collection(data):
-            raise NotATensorDictError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
+            raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
                             f"{type(data).__name__}.")
         priority = self._priority_to_write(data, None)
         item = self._write_side(data)
