@@ -228,6 +228,7 @@ class TensorStorage(Storage):
             src = layout.source_leaves(td, layout.inner)
             layout.copy_row(row, src)
             self._set_rows_written(max(self._rows_written(), row + 1))
+            self.last_written_row = row
             return
         if isinstance(rows, slice):
             start, stop, step = rows.indices(cap)
@@ -237,12 +238,14 @@ class TensorStorage(Storage):
                 src = layout.source_leaves(td, (stop - start, *layout.inner))
                 layout.copy_rows(start, stop, src)
                 self._set_rows_written(max(self._rows_written(), stop))
+                self.last_written_row = stop - 1 if stop > start else self.last_written_row
                 return
         rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
         layout.index_copy_rows(rows.to(self._device),
                                layout.source_leaves(td, (rows.numel(), *layout.inner)))
         if rows.numel():
             self._set_rows_written(max(self._rows_written(), top + 1))
+            self.last_written_row = int(rows[-1])
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, tuple) and self.initialized:
@@ -301,6 +304,7 @@ class TensorStorage(Storage):
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self) -> None:
         self._set_rows_written(0)
+        self.last_written_row = None
 
     def state_dict(self) -> dict[str, Any]:
         rows = self.written_rows().clone() if self.initialized else None
