@@ -65,22 +65,27 @@ class RayLease:
             started = not ray.is_initialized()
             ensure_ray(ray_init_config)
             if started:
-                RayLease._owns_runtime = True
-            RayLease._count += 1
+                cls._owns_runtime = True
+            cls._count += 1
         return cls()
 
     def release(self) -> None:
         """Give the lease back (once); the last one shuts down a Ray that a lease started."""
-        with RayLease._lock:
+        with self._lock:
             if self._released:
                 return
             self._released = True
-            RayLease._count -= 1
-            if RayLease._count == 0 and RayLease._owns_runtime:
-                RayLease._owns_runtime = False
-                ray = import_ray()
-                if ray.is_initialized():
-                    ray.shutdown()
+            self._return_one()
+
+    @classmethod
+    def _return_one(cls) -> None:
+        """One lease fewer (lock held); the last one shuts down a Ray that a lease started."""
+        cls._count -= 1
+        if cls._count == 0 and cls._owns_runtime:
+            cls._owns_runtime = False
+            ray = import_ray()
+            if ray.is_initialized():
+                ray.shutdown()
 
 
 def check_timeout(value: Any, name: str) -> float | None:
