@@ -16,11 +16,14 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
+from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin
+from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin
 from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
 from .rate_limit import RateLimiter
+from .sample_units import SampleUnit
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
@@ -152,7 +155,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 
 
 class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
-                   SharingMixin, ConditionalUpdateMixin):
+                   SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -184,6 +187,8 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
     dim_extend : int, optional
         The batch dim ``extend`` writes along (TorchRL's; default ``storage.ndim - 1``): see
         :attr:`dim_extend` (:mod:`tdreplay.core.buffer_dim_extend`).
+    sample_unit : SampleUnit, optional
+        What each drawn anchor becomes (:mod:`tdreplay.core.sample_units`; ``None``: itself).
     rate_limiter : RateLimiter, optional
         When ``sample`` and writes may go on (:mod:`tdreplay.core.rate_limit`, as Reverb's).
     shared : bool
@@ -224,6 +229,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         rate_limiter: RateLimiter | None = None,
         dim_extend: int | None = None,
         shared: bool = False,
+        sample_unit: SampleUnit | None = None,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
         self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
@@ -251,6 +257,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._rng: torch.Generator | None = None
         self.set_rate_limiter(rate_limiter)
+        self.set_sample_unit(sample_unit)
         if generator is not None:
             self.set_rng(generator)
 
@@ -384,7 +391,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
-            index, info = self._sampler.sample(self._storage, batch_size)
+            index, info = self._expand_anchors(self._sampler.sample(self._storage, batch_size))
             info.update(self._writer.sample_info(index), index=index)
             data = self._storage.get(index)
         data = self._collate_fn(data)
@@ -661,5 +668,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             first = (slice(None),) * dims + (0,) * (index.ndim - dims)
             index = index[first]
             extra = {key: value[first] for key, value in extra.items()}
+        anchored = self._anchor_priority(data, priority)  # e.g. Sequence: update the anchors
+        if anchored is not None:
+            (index, priority), extra = anchored, {}
         with self._lock:
             self._sampler.update_priority(index, priority, storage=self._storage, **extra)
