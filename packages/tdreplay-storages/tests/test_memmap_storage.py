@@ -71,7 +71,7 @@ def test_buffer_writes_wrap_and_match_lazy_tensor_storage(tmp_path):
 
 def test_ndim2_storage(tmp_path):
     storage = LazyMemmapStorage(12, scratch_dir=tmp_path, ndim=2)
-    rb = ReplayBuffer(storage=storage)
+    rb = ReplayBuffer(storage=storage, dim_extend=0)  # rows as given: the storage's layout
     data = TensorDict({"x": torch.arange(8).reshape(2, 4)}, [2, 4])
     slots = rb.extend(data)
     assert storage.shape == torch.Size([3, 4])

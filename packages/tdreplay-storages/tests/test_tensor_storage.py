@@ -208,8 +208,11 @@ def test_wrapping_checks_max_size_and_dims():
 
 
 # ---- multi-dimensional layouts -----------------------------------------------------------------
+# These test the storage's rows ([rows, *inner], flat C-order slots), so the buffers write batches
+# along their first dim (dim_extend=0); the buffer's default, TorchRL's time-major dim_extend =
+# ndim - 1, is tested in tdreplay-samplers (test_slice.py, test_prioritized_buffers.py).
 def test_ndim2_layout_slots_and_wrap_around():
-    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2), batch_size=50)
+    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2), batch_size=50, dim_extend=0)
     slots = rb.extend(steps(0, 3, inner=(4,)))
     assert rb.storage.shape == torch.Size([6, 4])  # [max_size // T, T]
     assert slots.shape == torch.Size([3, 4]) and slots.tolist() == torch.arange(12).reshape(3, 4).tolist()
@@ -237,7 +240,7 @@ def test_ndim2_reads_count_written_rows():
 
 
 def test_ndim2_add_and_partial_capacity():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10, ndim=2))  # 10 // 4 = 2 rows of 4
+    rb = ReplayBuffer(storage=LazyTensorStorage(10, ndim=2), dim_extend=0)  # 10 // 4 = 2 rows of 4
     slots = rb.add(steps(0, 1, inner=(4,))[0])
     assert slots.shape == torch.Size([4]) and slots.tolist() == [0, 1, 2, 3]
     assert rb.storage.shape == torch.Size([2, 4])
@@ -246,7 +249,7 @@ def test_ndim2_add_and_partial_capacity():
 
 
 def test_ndim3_layout():
-    rb = ReplayBuffer(storage=LazyTensorStorage(48, ndim=3), batch_size=8)
+    rb = ReplayBuffer(storage=LazyTensorStorage(48, ndim=3), batch_size=8, dim_extend=0)
     slots = rb.extend(steps(0, 2, inner=(3, 4)))
     assert rb.storage.shape == torch.Size([4, 3, 4])
     assert slots.shape == torch.Size([2, 3, 4]) and slots.tolist() == torch.arange(24).reshape(2, 3, 4).tolist()
@@ -259,14 +262,14 @@ def test_ndim3_layout():
 
 
 def test_ndim2_plain_tensors():
-    rb = ReplayBuffer(storage=LazyTensorStorage(12, ndim=2))
+    rb = ReplayBuffer(storage=LazyTensorStorage(12, ndim=2), dim_extend=0)
     slots = rb.extend(torch.arange(24.0).reshape(2, 3, 4))
     assert slots.tolist() == [[0, 1, 2], [3, 4, 5]] and rb.storage.shape == torch.Size([4, 3])
     assert rb.storage.get(torch.tensor([4])).tolist() == [[16.0, 17.0, 18.0, 19.0]]
 
 
 def test_capacity_smaller_than_one_row():
-    rb = ReplayBuffer(storage=LazyTensorStorage(3, ndim=2))
+    rb = ReplayBuffer(storage=LazyTensorStorage(3, ndim=2), dim_extend=0)
     with pytest.raises(ValueError, match="max_size=3"):
         rb.extend(steps(0, 1, inner=(4,)))
     assert not rb.storage.initialized and len(rb) == 0 and rb.write_count == 0
@@ -357,7 +360,7 @@ def test_tensordict_buffer_index_with_tensor_storage():
 
 
 def test_tensordict_buffer_index_with_ndim2():
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(24, ndim=2), batch_size=10)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(24, ndim=2), batch_size=10, dim_extend=0)
     data = steps(0, 2, inner=(4,))
     rb.extend(data)
     assert data["index"].shape == torch.Size([2, 4])
@@ -438,14 +441,11 @@ def test_shape_mismatch_after_init(filled):
 def test_key_mismatch_after_init(filled):
     with unchanged(filled), pytest.raises(KeyError, match=r"missing \['half'\]"):
         filled.extend(steps(7, 2).exclude("half"))
-    extra = steps(7, 2)
+    # a new key without a missing one is added as TorchRL's (test_new_key_adds_a_zero_filled...)
+    extra = steps(7, 2).exclude("half")
     extra["extra"] = torch.zeros(2)
     with unchanged(filled), pytest.raises(KeyError, match=r"unexpected \['extra'\]"):
         filled.extend(extra)
-    nested = steps(7, 2)
-    nested["next", "reward"] = torch.zeros(2)
-    with unchanged(filled), pytest.raises(KeyError, match="reward"):
-        filled.extend(nested)
 
 
 def test_kind_mismatch_after_init(filled):
@@ -472,14 +472,14 @@ def test_tensorclass_type_mismatch_after_init():
 
 
 def test_ndim2_inner_mismatch_after_init():
-    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2))
+    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2), dim_extend=0)
     rb.extend(steps(0, 2, inner=(4,)))
     with unchanged(rb), pytest.raises(ValueError, match=r"has shape \(1, 5, \d\), expected \(1, 4, \d\)"):
         rb.extend(steps(8, 1, inner=(5,)))
 
 
 def test_first_write_with_too_few_dims_leaves_storage_uninitialized():
-    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2))
+    rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2), dim_extend=0)
     with pytest.raises(ValueError, match="ndim=2"):
         rb.extend(steps(0, 3))
     with pytest.raises(ValueError, match="ndim=2"):
@@ -692,7 +692,7 @@ def test_extend_while_sampling_never_shows_a_half_written_row():
 )
 def test_round_robin_slots_match_a_deque(cap, inner, sizes):
     numel = torch.Size(inner).numel()
-    rb = ReplayBuffer(storage=LazyTensorStorage(cap * numel, ndim=1 + len(inner)))
+    rb = ReplayBuffer(storage=LazyTensorStorage(cap * numel, ndim=1 + len(inner)), dim_extend=0)
     model: collections.deque[int] = collections.deque(maxlen=cap)  # row numbers of the last cap rows
     cursor = written = 0
     for n in sizes:
@@ -729,3 +729,31 @@ def test_set_takes_torchrl_set_cursor(set_cursor: bool, tmp_path: Any) -> None:
         got = storage.get(torch.tensor([0, 1, 2]))
         x = torch.stack([t["x"] for t in got]) if isinstance(got, list) else got["x"]
         assert x.tolist() == [0.0, 0.0, 2.0]
+
+
+def test_new_key_adds_a_zero_filled_entry_as_torchrl(tmp_path: Any) -> None:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    part = rb[1:3]
+    part["value"] = part["obs"] + 10
+    rb[1:3] = part  # TorchRL adds the entry; the rows not written hold zeros
+    assert rb[:]["value"].tolist() == [0.0, 11.0, 12.0, 0.0]
+    assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0] and len(rb) == 4
+    # a refused write adds nothing: here the new entry comes with an existing one of bad shape
+    bad = TensorDict({"obs": torch.zeros(2, 3), "value": torch.zeros(2), "other": torch.zeros(2)},
+                     [2])
+    with pytest.raises(ValueError, match="'obs'"):
+        rb.extend(bad)
+    assert sorted(rb[:].keys()) == ["obs", "value"] and len(rb) == 4
+    # missing keys stay refused (TorchRL would leave those rows' entries stale)
+    with pytest.raises(KeyError, match="data keys do not match"):
+        rb.extend(TensorDict({"obs": torch.ones(2)}, [2]))
+    # memory-mapped storages do not add files other processes would not see
+    from tdreplay.storages import LazyMemmapStorage
+    mm = TensorDictReplayBuffer(storage=LazyMemmapStorage(6, scratch_dir=tmp_path / "m"))
+    mm.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    everything = mm[:]
+    everything["value"] = everything["obs"]
+    with pytest.raises(KeyError, match="unexpected"):
+        mm[:] = everything
+    assert list(mm[:].keys()) == ["obs"]

@@ -293,3 +293,21 @@ class TensorLayout:
             where = "the written rows" if index is None else f"index {index!r}"
             raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit "
                              f"{where} of entry shape {tuple(written.shape)}: {err}") from err
+
+
+def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: int,
+                     device: torch.device) -> TensorLayout:
+    """``layout`` with the entries of ``td`` (data about to be written) that it lacks, each
+    allocated (zero-filled) for every row, as TorchRL's tensor storages add them; ``layout``
+    itself when ``td`` brings no new entry or lacks one of the storage's (then the write
+    refuses it naming the keys). ``skip``: the batch dims of ``td`` before an item's own.
+    """
+    keys = leaf_keys(td)
+    new = [key for key in keys if key not in layout.key_set]
+    if not new or not layout.key_set <= set(keys):
+        return layout
+    sources = [check_source(key, td.get(key)) for key in new]  # all before allocating any
+    full = layout.td.copy()
+    for key, x in zip(new, sources):
+        full.set(key, allocate(layout.shape + x.shape[skip:], x.dtype, key))
+    return TensorLayout(full, layout.ndim, device)

@@ -269,6 +269,9 @@ class LazyMemmapStorage(LazyTensorStorage):
     ['obs.memmap']
     """
 
+    #: no entries added: the processes that map this storage would not see a new file
+    adds_entries = False
+
     def __init__(
         self,
         max_size: int,

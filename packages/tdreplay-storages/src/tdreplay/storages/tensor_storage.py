@@ -25,7 +25,7 @@ from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._formats import KIND_TD, DataFormat, to_tensordict
-from ._layout import TensorLayout, assemble
+from ._layout import TensorLayout, assemble, with_new_entries
 from ._state_checks import check_rows_fit, check_tensor_state
 from .checkpointers import TensorStorageCheckpointer
 
@@ -76,6 +76,25 @@ def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
     return rows, top
 
 
+def _capacity_for(layout: TensorLayout | None, data: Any, batched: bool, ndim: int,
+                  max_size: int) -> int:
+    """Rows of a storage laid out as ``layout`` (or, before its first write, for ``data``)."""
+    if layout is not None:
+        return layout.rows
+    td, _, _ = to_tensordict(data, batched=batched, ndim=ndim)
+    lead = int(batched)
+    return _rows_for(td.batch_size[lead: lead + ndim - 1], max_size)
+
+
+def _slots_of_rows(layout: TensorLayout | None, rows: torch.Tensor) -> torch.Tensor:
+    """Flat slots of ``rows`` in a storage laid out as ``layout``."""
+    if layout is None or layout.row_numel == 1:
+        return rows
+    numel = layout.row_numel
+    return (rows.reshape(rows.shape + (1,)) * numel
+            + torch.arange(numel, device=rows.device)).reshape(rows.shape + layout.inner)
+
+
 class TensorStorage(Storage):
     """A storage over preallocated tensors (a TensorDict, a tensor, a tensorclass or a pytree).
 
@@ -105,6 +124,7 @@ class TensorStorage(Storage):
 
     _default_checkpointer = TensorStorageCheckpointer
     supports_conditional_update = True  # entries patched in place (update_if_present)
+    adds_entries = True  #: data with a new key adds its entry (zero-filled), as TorchRL's
     _len_rows: int = 0  #: written rows (the base keeps the count here; see _rows_written)
 
     def __init__(
@@ -173,20 +193,10 @@ class TensorStorage(Storage):
         return 1 if layout is None else layout.row_numel
 
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
-        layout = self._current_layout()
-        if layout is not None:
-            return layout.rows
-        td, _, _ = to_tensordict(data, batched=batched, ndim=self.ndim)
-        lead = int(batched)
-        return _rows_for(td.batch_size[lead: lead + self.ndim - 1], self.max_size)
+        return _capacity_for(self._current_layout(), data, batched, self.ndim, self.max_size)
 
     def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
-        layout = self._current_layout()
-        if layout is None or layout.row_numel == 1:
-            return rows
-        numel = layout.row_numel
-        return (rows.reshape(rows.shape + (1,)) * numel
-                + torch.arange(numel, device=rows.device)).reshape(rows.shape + layout.inner)
+        return _slots_of_rows(self._current_layout(), rows)
 
     def _create(self, td: TensorDictBase, batched: bool) -> None:
         """Lay out the storage from the first data written (one item or a batch)."""
@@ -219,6 +229,15 @@ class TensorStorage(Storage):
             fmt = self._format
             if kind != fmt.kind or (extra is not None and extra != fmt.extra):
                 fmt.check_same(kind, extra)
+            grown = with_new_entries(layout, td, self._allocate, int(not single) + self.ndim - 1,
+                                     self._device) if self.adds_entries else layout
+            if grown is not layout:  # a new key: its entry is added, zero-filled (as TorchRL)
+                self._layout = grown
+                try:
+                    return self.set(rows, data, set_cursor=set_cursor)
+                except BaseException:
+                    self._layout = layout  # a refused write adds nothing
+                    raise
         cap = layout.rows
         if single:
             row = int(rows)  # type: ignore[arg-type]
