@@ -184,6 +184,16 @@ class BufferServer:
     def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> None:
         self.buffer.update_priority(unpack(index), unpack(priority), **unpack(kwargs))
 
+    def check_priority_update(self, index: Any, priority: Any) -> list[int]:
+        """The local slots of ``index`` that ``update_priority`` would refuse as unwritten;
+        raises as it would on bad priority values (e.g. one that overflows once raised to this
+        shard's ``alpha``). Changes nothing: a sharded buffer checks every shard's part before
+        it updates any."""
+        buffer = self.buffer
+        buffer.sampler.check_priority(unpack(priority))
+        slots = torch.as_tensor(unpack(index)).reshape(-1)
+        return slots[slots >= len(buffer)].tolist()
+
     def update_tensordict_priority(self, payload: Any) -> None:
         buffer = self.buffer
         if not isinstance(buffer, TensorDictReplayBuffer):

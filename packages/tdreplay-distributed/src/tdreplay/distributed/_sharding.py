@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,10 @@ from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError
 
-__all__ = ["PRIORITY_WEIGHT_KEY", "check_manifest", "concat", "merge_samples",
+from ._wire import pack
+
+__all__ = ["PRIORITY_WEIGHT_KEY", "check_every_shard", "check_manifest", "check_unwritten",
+           "concat", "merge_samples",
            "priority_for_slots", "shard_name", "split_priority_rows",
            "split_priority_update", "split_slots", "take", "to_global",
            "write_manifest"]
@@ -90,20 +93,37 @@ def split_slots(index: Any, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.
     return flat, torch.where(flat >= 0, shard, -1)
 
 
+def _as_priority(priority: Any) -> torch.Tensor:
+    """``priority`` as a tensor; ``TypeError`` naming it for what holds no numbers."""
+    try:
+        return torch.as_tensor(priority)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"priority must be a number, an array or a tensor of real numbers, got "
+                        f"{type(priority).__name__} ({err}).") from err
+
+
 def priority_for_slots(index: Any, priority: Any, n: int) -> torch.Tensor:
     """``priority`` as one value (or row of values) per entry of flat ``index`` (``n``
-    entries), checked: real, finite and >= 0."""
+    entries), checked: real, finite and >= 0, of a shape that matches ``index`` (dims of size
+    1 aside), broadcasts to it, or is its shape followed by trailing dims (as a sampler's
+    ``update_priority``: never paired in flat order across other shapes)."""
     shape = torch.as_tensor(index).shape
-    priority = torch.as_tensor(priority)
+    priority = _as_priority(priority)
+    squeezed = [d for d in priority.shape if d != 1] == [d for d in shape if d != 1]
     if priority.ndim == 0:
         priority = priority.expand(n)
     elif priority.shape[: len(shape)] == shape:
         priority = priority.reshape(n, *priority.shape[len(shape):])
-    elif priority.numel() == n:
+    elif squeezed:
         priority = priority.reshape(n)
+    elif priority.ndim <= len(shape) and all(p in (1, d) for p, d in
+                                              zip(priority.shape[::-1], shape[::-1])):
+        priority = priority.expand(shape).reshape(n)
     else:
         raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of "
-                         f"shape {tuple(shape)}.")
+                         f"shape {tuple(shape)}: expected a scalar, the index shape (dims of "
+                         "size 1 aside), a shape that broadcasts to it, or the index shape "
+                         "followed by trailing dims. Nothing was updated.")
     if priority.dtype is torch.bool or priority.is_complex():
         raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
     values = priority.double()
@@ -135,6 +155,47 @@ def split_priority_update(index: Any, priority: Any, write_generation: Any,
         kwargs = {} if generation is None else {"write_generation": generation[mask]}
         parts.append((k, flat[mask] - offsets[k], priority[mask], kwargs))
     return parts
+
+
+def check_unwritten(parts: Sequence[tuple[int, torch.Tensor, Any, Any]],
+                    unwritten: Sequence[Sequence[int]], offsets: torch.Tensor) -> None:
+    """Raise ``IndexError`` naming the *global* slots that the shards found unwritten:
+    ``unwritten[i]`` lists the local slots of ``parts[i]`` (``(shard, local slots, ...)``)
+    that shard refuses. Nothing has changed on any shard when it raises.
+
+    Examples
+    --------
+    >>> parts = [(0, torch.tensor([1]), None, None), (1, torch.tensor([2, 3]), None, None)]
+    >>> check_unwritten(parts, [[], [3]], torch.tensor([0, 4, 8]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    IndexError: index points at unwritten slots [7] (global slots; shard 1 holds local slot ...
+    """
+    bad: list[int] = []
+    where = []
+    for (shard, _, _, _), local in zip(parts, unwritten):
+        if len(local):
+            bad.extend(int(offsets[shard]) + int(slot) for slot in local)
+            where.append(f"shard {shard} holds local slot{'s' if len(local) > 1 else ''} "
+                         f"{list(local)[:5]} unwritten")
+    if bad:
+        raise IndexError(f"index points at unwritten slots {bad[:5]} (global slots; "
+                         f"{'; '.join(where)}): a priority there would belong to no item. "
+                         "Nothing was updated on any shard.")
+
+
+def check_every_shard(parts: Sequence[tuple[int, torch.Tensor, torch.Tensor, Any]],
+                      wait: Callable[[list[tuple[int, str, tuple[Any, ...]]], str], list[Any]],
+                      offsets: torch.Tensor) -> None:
+    """Have every shard of ``parts`` (``(shard, local slots, priorities, kwargs)``, from
+    :func:`split_priority_update`) check its part of a priority update, changing nothing
+    (``check_priority_update`` on the buffer actor): a shard's error (e.g. a priority that
+    overflows with its ``alpha``) raises, and unwritten slots raise ``IndexError`` naming
+    their global slots (:func:`check_unwritten`). ``wait`` sends ``(shard, method, args)``
+    calls at once and returns their results in order."""
+    calls = [(k, "check_priority_update", (pack(local), pack(values)))
+             for k, local, values, _ in parts]
+    check_unwritten(parts, wait(calls, "update_priority") if calls else [], offsets)
 
 
 def split_priority_rows(data: TensorDictBase, offsets: torch.Tensor

@@ -34,6 +34,7 @@ from ._ray import check_timeout, ensure_ray, wait_all
 from ._server import seeded_generator
 from ._sharding import (
     check_manifest,
+    check_every_shard,
     merge_samples,
     shard_name,
     split_priority_rows,
@@ -278,12 +279,13 @@ class ShardedReplayBuffer(ClosableBuffer):
         """Set the priorities of global slots ``index``; each shard gets its own slots.
 
         ``priority``: a scalar, one per index, or one per index followed by trailing dims
-        (reduced by the shards' samplers). Indices and priority values are checked before any
-        shard changes.
+        (reduced by the shards' samplers). Every shard checks its part before any shard
+        changes (:func:`~._sharding.check_every_shard`); errors name global slots.
         """
+        parts = split_priority_update(index, priority, write_generation, self._offsets)
+        check_every_shard(parts, self._wait, self._offsets)  # a refusal changes no shard
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
-                 for k, local, values, kwargs
-                 in split_priority_update(index, priority, write_generation, self._offsets)]
+                 for k, local, values, kwargs in parts]
         self._wait(calls, "update_priority")
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:

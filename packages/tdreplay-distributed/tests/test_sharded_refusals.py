@@ -1,0 +1,78 @@
+"""A sharded priority update refused for one shard changes no shard, and names global slots
+(issue 18 item 9). Runs on the session's local Ray instance (conftest.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.distributed import ShardedReplayBuffer
+from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+
+SHARD_SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def _squared(ray_session):
+    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, SHARD_SIZE),
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=2.0,
+                             beta=1.0, batch_size=4, name="sharded-refusals",
+                             generator=torch.Generator().manual_seed(0))
+    yield rb
+    rb.shutdown()
+
+
+@pytest.fixture
+def sharded(_squared):
+    """An emptied 3-shard buffer (alpha 2) whose shards hold 2, 2 and 1 rows."""
+    _squared.empty()
+    rb = ShardedReplayBuffer.attach("sharded-refusals")
+    for n in (2, 2, 1):
+        rb.extend(TensorDict({"x": torch.arange(float(n))}, [n]))
+    return rb
+
+
+def priorities(rb: ShardedReplayBuffer) -> list[torch.Tensor]:
+    return [s["_sampler"]["priorities"].clone() for s in rb.state_dict()["shards"]]
+
+
+def test_unwritten_slot_on_one_shard_updates_no_shard_and_is_named_globally(sharded):
+    before = priorities(sharded)
+    # slots 0 (shard 0, written), 9 (shard 1, written), 17 (shard 2: local 1, unwritten)
+    with pytest.raises(IndexError, match=r"unwritten slots \[17\] \(global slots; shard 2 "
+                                         r"holds local slot \[1\] unwritten\)"):
+        sharded.update_priority(torch.tensor([0, 9, 17]), torch.tensor([5.0, 6.0, 7.0]))
+    assert all(torch.equal(a, b) for a, b in zip(before, priorities(sharded)))
+    sharded.update_priority(torch.tensor([0, 9, 16]), torch.tensor([5.0, 6.0, 7.0]))
+    after = priorities(sharded)
+    assert [float(after[0][0]), float(after[1][1]), float(after[2][0])] == \
+        pytest.approx([25.0, 36.0, 49.0])
+
+
+def test_priority_that_overflows_on_its_shard_updates_no_shard(sharded):
+    before = priorities(sharded)
+    with pytest.raises(ValueError, match=r"priority \[1e\+200\] overflows"):
+        sharded.update_priority(torch.tensor([0, 8]),
+                                torch.tensor([2.0, 1e200], dtype=torch.float64))
+    assert all(torch.equal(a, b) for a, b in zip(before, priorities(sharded)))
+
+
+@pytest.mark.parametrize(("priority", "error", "match"), [
+    (torch.ones(3, 2), ValueError, "does not match index of shape"),   # index [2, 3]
+    (np.array([[1.0, None, 1.0]] * 2, dtype=object), TypeError, "priority must"),
+])
+def test_bad_priority_shapes_and_dtypes_are_refused_before_any_shard(sharded, priority, error,
+                                                                     match):
+    before = priorities(sharded)
+    index = torch.tensor([[0, 1, 8], [9, 16, 0]])
+    with pytest.raises(error, match=match):
+        sharded.update_priority(index, priority)
+    assert all(torch.equal(a, b) for a, b in zip(before, priorities(sharded)))
+    sharded.update_priority(index, torch.tensor([1.0, 2.0, 3.0]))  # broadcasts over rows
+    after = priorities(sharded)  # slot 8 (shard 1, local 0) gets 3, slot 9 (local 1) gets 1
+    assert [float(after[1][0]), float(after[1][1])] == pytest.approx([9.0, 1.0])
