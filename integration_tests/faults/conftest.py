@@ -8,6 +8,9 @@ memmap and flat storage checkpointers the same way. ``test_kill_memmap_extend.py
 writers of a shared ``LazyMemmapStorage`` (no half-written row may count, no whole row be
 lost) and ``test_storage_files.py`` fills the disk under the tensor checkpointers and a memmap
 storage's first write, and damages every file of converted datasets and their Minari sources.
+``test_refused_values.py`` feeds overflowing priorities, lossy casts, meta-device data and
+states of bigger tensor-storage buffers, which must change nothing. Killed processes are forked
+from the test process (no interpreter start-up per kill).
 
 Versions: a *family* of buffers grows by ``STEP`` rows per version (a deterministic function
 of the version and the family), samples once per version (so the generator state moves), and
