@@ -27,7 +27,7 @@ from .sample_units import SampleUnit
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
-from .utils import INT_TYPES, check_instance
+from .utils import INT_TYPES, NotATensorDictError, check_instance
 from .writer import RoundRobinWriter, Writer
 
 T = TypeVar("T")
@@ -534,8 +534,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         reads its ``priority_key`` (when present) as the initial priorities, checked before
         anything is written."""
         if not is_tensor_collection(tensordicts):
-            raise TypeError(f"TensorDictReplayBuffer.extend expects a TensorDict, got "
-                            f"{type(tensordicts).__name__}.")
+            raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
+                                      f"{type(tensordicts).__name__}.")
         priority = self._priority_to_write(tensordicts, update_priority)
         # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
         # bookkeeping of a previous extend or sample, never stored as data.
@@ -582,8 +582,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         if not is_tensor_collection(data):
-            raise TypeError(f"TensorDictReplayBuffer.add expects a TensorDict, got "
-                            f"{type(data).__name__}.")
+            raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
+                                      f"{type(data).__name__}.")
         priority = self._priority_to_write(data, None)
         item = self._write_side(data)
         with self._limit_inserts(item, single=True), self._lock:
