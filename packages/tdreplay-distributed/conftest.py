@@ -30,6 +30,11 @@ if _TESTS not in sys.path:
 RAY_NAMESPACE = "tdreplay-tests"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "multinode: starts a two-node Ray cluster on 127.0.0.1 "
+                            "(a few, slow; deselect with -m 'not multinode')")
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance (2 CPUs, no dashboard, loopback only), shut down at the end."""

@@ -58,7 +58,8 @@ def test_describe_reports_the_buffer():
 def test_extend_returns_slots_and_the_index_the_buffer_set():
     server = BufferServer(TensorDictReplayBuffer, {"storage": partial(LazyTensorStorage, 10)}, {})
     td = TensorDict({"obs": torch.arange(4.0)}, [4])
-    slots, bookkeeping = unpack(server.extend(pack(td), {}))
+    slots, bookkeeping, top = unpack(server.extend(pack(td), {}))
+    assert top is None  # not prioritized
     assert slots.tolist() == [0, 1, 2, 3]
     assert bookkeeping["index"].tolist() == [0, 1, 2, 3]
     assert "obs" not in bookkeeping.keys()  # only bookkeeping travels back
@@ -83,11 +84,12 @@ def test_sampling_mass_of_a_prioritized_buffer_is_its_priority_sum(backend):
         "storage": partial(LazyTensorStorage, 8),
         "sampler": partial(PrioritizedSampler, 8, alpha=alpha, beta=0.5, backend=backend),
     }, {})
-    assert server.sampling_mass() == (0.0, math.inf, 0)
+    assert server.sampling_mass() == (0.0, math.inf, 0, 1.0)
     server.extend(pack(torch.arange(5.0)), {})
     priority = torch.tensor([0.5, 2.0, 1.0, 4.0, 0.25])
     server.update_priority(pack(torch.arange(5)), pack(priority), pack({}))
-    total, minimum, length = server.sampling_mass()
+    total, minimum, length, top = server.sampling_mass()
+    assert top == 4.0  # the max priority, reported for the sharded buffer's global max
     leaves = (priority.double() + eps) ** alpha
     assert length == 5
     assert total == pytest.approx(float(leaves.sum()), rel=1e-9)
@@ -97,7 +99,7 @@ def test_sampling_mass_of_a_prioritized_buffer_is_its_priority_sum(backend):
 def test_sampling_mass_of_other_samplers_is_the_number_of_written_slots():
     server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8)}, {})
     server.extend(pack([1, 2, 3]), {})
-    assert server.sampling_mass() == (3.0, 1.0, 3)
+    assert server.sampling_mass() == (3.0, 1.0, 3, None)
 
 
 def test_sample_with_mass_returns_the_shard_minimum_and_beta():
@@ -106,7 +108,8 @@ def test_sample_with_mass_returns_the_shard_minimum_and_beta():
         "sampler_backend": "torch"}, {})
     server.extend(pack(TensorDict({"x": torch.arange(3.0), "td_error": torch.tensor(
         [1.0, 2.0, 4.0])}, [3])), {})
-    data, info, (total, minimum), beta = unpack(server.sample(5, True))
+    data, info, (total, minimum), beta, top = unpack(server.sample(5, True))
+    assert top == 4.0
     assert beta == 0.4
     assert total == pytest.approx(7.0) and minimum == pytest.approx(1.0)
     assert data.batch_size == torch.Size([5]) and info["index"].shape == (5,)

@@ -7,7 +7,15 @@ Both pickle, so Ray tasks and actors can be handed them. :class:`RemoteTensorDic
 is TorchRL's buffer for ``torch.distributed.rpc``. Ray is imported on first use.
 """
 
-from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
+from .errors import (
+    BufferActorDiedError,
+    BufferNotFoundError,
+    BufferStartError,
+    BufferStateLostError,
+    RemoteBufferError,
+    RemoteCallTimeoutError,
+    ShardsUnavailableWarning,
+)
 from .ray_buffer import RayReplayBuffer
 from .remote import RemoteTensorDictReplayBuffer
 from .sharded import ShardedReplayBuffer
@@ -16,9 +24,13 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BufferActorDiedError",
+    "BufferNotFoundError",
+    "BufferStartError",
+    "BufferStateLostError",
     "RayReplayBuffer",
     "RemoteBufferError",
     "RemoteCallTimeoutError",
     "RemoteTensorDictReplayBuffer",
     "ShardedReplayBuffer",
+    "ShardsUnavailableWarning",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -26,6 +27,8 @@ from tdreplay.core import (
 
 from ._ray import import_ray
 from ._wire import Packed, pack, unpack
+from .checkpoints import load_checkpoint, save_checkpoint
+from .errors import BufferStateLostError
 
 __all__ = ["COMPONENTS", "BufferServer", "PriorityMass", "build_component",
            "check_component_spec", "seeded_generator"]
@@ -80,6 +83,17 @@ class PriorityMass(Protocol):
         ...
 
 
+@runtime_checkable
+class MaxPriority(Protocol):
+    """A prioritized sampler that tells the priority new items get (``max_priority``, as
+    ``tdreplay.samplers.PrioritizedSampler``): a sharded buffer keeps the max over shards."""
+
+    @property
+    def max_priority(self) -> float:
+        """Priority new items get (before ``eps`` and ``alpha``)."""
+        ...
+
+
 def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
     """``(sum, min)`` of the sampling weights of the written slots.
 
@@ -101,6 +115,19 @@ def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
     return float(sampler.total_priority), float(sampler.min_priority)
 
 
+def _restarted_by_ray() -> bool:
+    """Whether this actor is a restart (``max_restarts``) of one that died."""
+    if _own_actor_id() is None:  # built outside an actor (tests, tools)
+        return False
+    return bool(import_ray().get_runtime_context().was_current_actor_reconstructed)
+
+
+def _own_node_id() -> str | None:
+    """Ray's id (hex) of the node this runs on; ``None`` outside Ray."""
+    ray = import_ray()
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
 def _own_actor_id() -> str | None:
     """Ray's id (hex) of the actor this runs in; ``None`` outside an actor."""
     ray = import_ray()
@@ -114,6 +141,11 @@ class BufferServer:
 
     A construction error is kept and raised by the first :meth:`describe`, so the client gets
     the buffer's own exception (``TypeError``, ``ValueError``) rather than a dead actor.
+
+    ``meta["restore_from"]``: a checkpoint loaded here, before the actor answers any call (a
+    respawned actor is never seen empty). When Ray restarts the actor (``max_restarts``), it
+    restores ``meta["checkpoint_path"]`` instead, or, without one that loads, refuses every
+    call with :class:`~tdreplay.distributed.errors.BufferStateLostError`.
     """
 
     def __init__(self, buffer_cls: type[ReplayBuffer], spec: dict[str, Any],
@@ -129,12 +161,57 @@ class BufferServer:
             self._buffer = buffer_cls(**kwargs)
         except Exception as err:  # noqa: BLE001 - re-raised by describe()
             self._error = err
+            return
+        self._lost: str | None = None
+        if _restarted_by_ray():
+            self._restore_after_restart(meta.get("checkpoint_path"))
+        elif meta.get("restore_from") is not None:
+            try:
+                load_checkpoint(self._buffer, meta["restore_from"])
+            except Exception as err:  # noqa: BLE001 - re-raised by describe()
+                self._error = err
+
+    def _restore_after_restart(self, path: str | None) -> None:
+        if path is None:
+            self._lost = ("it was restarted by Ray (max_restarts) and has no checkpoint_path to "
+                          "restore from: what it held is lost")
+            return
+        try:
+            load_checkpoint(self.buffer, path)
+        except Exception as err:  # noqa: BLE001 - refused below, with the reason
+            self._lost = (f"it was restarted by Ray (max_restarts) and could not restore its "
+                          f"checkpoint_path {path!r} ({type(err).__name__}: {err})")
 
     @property
     def buffer(self) -> ReplayBuffer:
-        if self._buffer is None:
+        if self._buffer is None or self._error is not None:
             raise RuntimeError("the buffer could not be built") from self._error
+        if getattr(self, "_lost", None):
+            label = f"buffer actor {self._meta.get('label', '')}".rstrip()
+            raise BufferStateLostError(
+                f"{label} refuses calls: {self._lost}. Respawn it from a checkpoint "
+                "(respawn(path)); other clients then call reconnect().", actor=label)
         return self._buffer
+
+    def _limited(self, timeout: float | None) -> AbstractContextManager[Any]:
+        """This call's rate limiter waits at most ``timeout`` s (the caller's deadline)."""
+        limiter = self.buffer.rate_limiter
+        return nullcontext() if limiter is None else limiter.call_timeout(timeout)
+
+    def _max_priority(self) -> float | None:
+        sampler = self.buffer.sampler
+        return float(sampler.max_priority) if isinstance(sampler, MaxPriority) else None
+
+    def _lift_to(self, slots: Any, data: Any, global_max: float | None) -> None:
+        """Give the new ``slots`` the sharded buffer's max priority ``global_max`` when it is
+        above this shard's (unless ``data`` brought its own priorities)."""
+        own = self._max_priority()
+        if global_max is None or own is None or not global_max > own:
+            return
+        key = self.buffer.priority_key
+        if key is not None and is_tensor_collection(data) and key in data.keys():
+            return
+        self.buffer.update_priority(slots, global_max)
 
     # ---- description -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -152,6 +229,7 @@ class BufferServer:
             "meta": dict(self._meta),
             "pid": os.getpid(),
             "actor_id": _own_actor_id(),
+            "node_id": _own_node_id(),
         }
 
     # ---- writes ------------------------------------------------------------------------------
@@ -159,17 +237,25 @@ class BufferServer:
         # a ListStorage keeps the items it is given: they must not view the message's memory
         return unpack(payload, copy=isinstance(self.buffer.storage, ListStorage))
 
-    def extend(self, payload: Any, kwargs: dict[str, Any]) -> Packed:
-        """``extend``; returns the slots and the bookkeeping entries set in the data."""
+    def extend(self, payload: Any, kwargs: dict[str, Any], timeout: float | None = None,
+               global_max: float | None = None) -> Packed:
+        """``extend``; returns the slots, the bookkeeping entries set in the data and the
+        sampler's max priority. ``timeout``: the most the rate limiter may wait;
+        ``global_max``: see :meth:`_lift_to`."""
         data = self._received(payload)
-        slots = self.buffer.extend(data, **kwargs)
-        return pack((slots, self._bookkeeping(data)))
+        with self._limited(timeout):
+            slots = self.buffer.extend(data, **kwargs)
+        self._lift_to(slots, data, global_max)
+        return pack((slots, self._bookkeeping(data), self._max_priority()))
 
-    def add(self, payload: Any) -> Packed:
-        """``add``; returns the index and the bookkeeping entries set in the data."""
+    def add(self, payload: Any, timeout: float | None = None,
+            global_max: float | None = None) -> Packed:
+        """``add``; returns the index, the bookkeeping entries and the max priority."""
         data = self._received(payload)
-        index = self.buffer.add(data)
-        return pack((index, self._bookkeeping(data)))
+        with self._limited(timeout):
+            index = self.buffer.add(data)
+        self._lift_to(index, data, global_max)
+        return pack((index, self._bookkeeping(data), self._max_priority()))
 
     def _bookkeeping(self, data: Any) -> Any:
         """The entries a buffer sets in the TensorDict it writes: ``index`` and the sampler's
@@ -181,8 +267,11 @@ class BufferServer:
                 if key in present]
         return data.select(*keys) if keys else None
 
-    def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> None:
+    def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]
+                        ) -> float | None:
+        """``update_priority``; returns the sampler's max priority after it."""
         self.buffer.update_priority(unpack(index), unpack(priority), **unpack(kwargs))
+        return self._max_priority()
 
     def check_priority_update(self, index: Any, priority: Any) -> list[int]:
         """The local slots of ``index`` that ``update_priority`` would refuse as unwritten;
@@ -194,13 +283,14 @@ class BufferServer:
         slots = torch.as_tensor(unpack(index)).reshape(-1)
         return slots[slots >= len(buffer)].tolist()
 
-    def update_tensordict_priority(self, payload: Any) -> None:
+    def update_tensordict_priority(self, payload: Any) -> float | None:
         buffer = self.buffer
         if not isinstance(buffer, TensorDictReplayBuffer):
             raise TypeError(f"{type(buffer).__name__} has no update_tensordict_priority (use a "
                             "TensorDict buffer class, e.g. replay_buffer_cls="
                             "TensorDictReplayBuffer).")
         buffer.update_tensordict_priority(unpack(payload))
+        return self._max_priority()
 
     def set_item(self, index: Any, payload: Any) -> None:
         self.buffer[unpack(index)] = self._received(payload)
@@ -209,21 +299,25 @@ class BufferServer:
         self.buffer.empty(empty_write_count)
 
     # ---- reads -------------------------------------------------------------------------------
-    def sample(self, batch_size: int | None, with_mass: bool) -> Packed:
-        """``(data, info)``, and with ``with_mass`` the ``(sum, min)`` mass and ``beta`` too.
+    def sample(self, batch_size: int | None, with_mass: bool,
+               timeout: float | None = None) -> Packed:
+        """``(data, info)``, and with ``with_mass`` the ``(sum, min)`` mass, ``beta`` and the
+        max priority too. ``timeout``: the most the rate limiter may wait.
 
         The mass is read in the same actor call as the draw, so it describes the slots drawn.
         """
-        data, info = self.buffer.sample(batch_size, return_info=True)
+        with self._limited(timeout):
+            data, info = self.buffer.sample(batch_size, return_info=True)
         if not with_mass:
             return pack((data, info))
         sampler = self.buffer.sampler
-        return pack((data, info, _sampling_mass(self.buffer), getattr(sampler, "beta", None)))
+        return pack((data, info, _sampling_mass(self.buffer), getattr(sampler, "beta", None),
+                     self._max_priority()))
 
-    def sampling_mass(self) -> tuple[float, float, int]:
-        """``(sum, min, len)``: see :func:`_sampling_mass`."""
+    def sampling_mass(self) -> tuple[float, float, int, float | None]:
+        """``(sum, min, len, max priority)``: see :func:`_sampling_mass`."""
         total, minimum = _sampling_mass(self.buffer)
-        return total, minimum, len(self.buffer)
+        return total, minimum, len(self.buffer), self._max_priority()
 
     def get_item(self, index: Any) -> Packed:
         return pack(self.buffer[unpack(index)])
@@ -236,10 +330,10 @@ class BufferServer:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def dumps(self, path: str) -> None:
-        self.buffer.dumps(path)
+        save_checkpoint(self.buffer, path)
 
     def loads(self, path: str) -> None:
-        self.buffer.loads(path)
+        load_checkpoint(self.buffer, path)
 
     def state_dict(self) -> Packed:
         return pack(self.buffer.state_dict())

@@ -19,7 +19,12 @@ from tdreplay.core import ReplayBuffer
 
 from ._ray import check_timeout, import_ray, wait_all
 from ._server import COMPONENTS, BufferServer, check_component_spec
-from .errors import BufferActorDiedError, RemoteCallTimeoutError
+from .errors import (
+    BufferActorDiedError,
+    BufferNotFoundError,
+    BufferStartError,
+    RemoteCallTimeoutError,
+)
 
 __all__ = ["ActorClient", "SpawnArgs", "check_name"]
 
@@ -106,6 +111,7 @@ class ActorClient:
         self._prefetched: collections.deque[Any] = collections.deque()
         self._prefetch_lock = threading.Lock()
         self._closed = False
+        self._options: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """What a copy in another process keeps: the connection, not the creation arguments,
@@ -197,9 +203,24 @@ class ActorClient:
         return self._closed
 
     @property
+    def limit_timeout(self) -> float | None:
+        """Seconds a buffer's rate limiter may keep a call waiting: a little less than
+        :attr:`call_timeout`, so that the limiter's :class:`~tdreplay.core.RateLimitTimeout`
+        (nothing done) comes before the client's timeout (outcome unknown)."""
+        timeout = self._call_timeout
+        return None if timeout is None else timeout - min(2.0, 0.1 * timeout)
+
+    @property
     def can_respawn(self) -> bool:
         """True for the client that created the actor (it has the creation arguments)."""
         return self._spawn_args is not None
+
+    def set_scheduling_strategy(self, strategy: Any) -> None:
+        """Where the next :meth:`spawn` places the actor (a Ray scheduling strategy)."""
+        if (args := self._spawn_args) is None:
+            raise RuntimeError("only the client that created the actor places it.")
+        config = {**args.remote_config, "scheduling_strategy": strategy}
+        self._spawn_args = SpawnArgs(args.buffer_cls, args.spec, config, args.meta)
 
     @property
     def call_timeout(self) -> float | None:
@@ -270,33 +291,53 @@ class ActorClient:
         self._label = self._make_label(None)  # the new actor's id comes with its describe
 
     def lookup(self) -> Any:
-        """The handle of the actor named :attr:`name`; ``ValueError`` if there is none."""
+        """The handle of the actor named :attr:`name`; :class:`BufferNotFoundError` (a
+        ``ValueError``) if there is none."""
         if self._name is None:
             raise RuntimeError("this buffer actor has no name: it cannot be looked up.")
         try:
             return import_ray().get_actor(self._name, namespace=self._namespace)
         except ValueError as err:
             where = f" in namespace {self._namespace!r}" if self._namespace else ""
-            raise ValueError(f"no buffer actor named {self._name!r}{where}: is it started, and is "
-                             "this process connected to the same Ray cluster and namespace?"
-                             ) from err
+            raise BufferNotFoundError(
+                f"no buffer actor named {self._name!r}{where}. If it died, the client that "
+                "created the buffer must respawn(path) it first, then reconnect() here; else "
+                "check that it was started and that this process is connected to the same Ray "
+                "cluster and namespace.", actor=repr(self._name)) from err
 
     def reconnect(self) -> None:
-        """Look the actor up by name again and read its description."""
-        self.connect(self.lookup())
+        """Look the actor up by name again and read its description (a handle to the same
+        actor is kept: the creator's owns it, Ray would kill it once dropped)."""
+        handle = self.lookup()
+        if self._handle is None or handle != self._handle:
+            self.connect(handle)
+        else:
+            self.drop_prefetched()
         self._set_info(self.call("describe"))
 
-    def spawn(self) -> None:
-        """Start a new actor from the creation arguments and wait until its buffer is built."""
-        self.finish_spawn(self.start_spawn())
+    def spawn(self, restore_from: str | None = None) -> None:
+        """Start a new actor from the creation arguments and wait until its buffer is built
+        (and restored from ``restore_from``: the actor answers no call before)."""
+        self.finish_spawn(self.start_spawn(restore_from))
 
-    def start_spawn(self) -> Any:
+    def respawn(self, restore_from: str | None = None) -> None:
+        """Kill the actor if alive, wait until its name is free, start a new one restored from
+        ``restore_from`` before it answers any call (a client that reconnects meanwhile waits)."""
+        self.shutdown()
+        self.wait_name_released()
+        self.spawn(restore_from)
+
+    def start_spawn(self, restore_from: str | None = None) -> Any:
         """Start the actor; returns the ref of its first ``describe`` (see :meth:`finish_spawn`)."""
         if self._spawn_args is None:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
         buffer_cls, spec, remote_config, meta = self._spawn_args
-        options = {"num_cpus": 0, **remote_config}
+        meta = {**meta, "restore_from": restore_from, "label": repr(self._name or "<unnamed>")}
+        # a rate limiter blocks calls inside the actor: other calls must go on meanwhile
+        threads = {"max_concurrency": 16} if spec.get("rate_limiter") is not None else {}
+        options = {"num_cpus": 0, **threads, **remote_config}
+        self._options = options
         if self._name is not None:
             options["name"] = self._name
             if self._namespace is not None:
@@ -317,6 +358,15 @@ class ActorClient:
         try:
             self._set_info(self.wait(describe_ref, "starting the buffer",
                                      timeout=self._start_timeout))
+        except RemoteCallTimeoutError as err:
+            self.shutdown()
+            self._handle = None
+            raise BufferStartError(
+                f"buffer actor {self._label} did not start within {self._start_timeout} s "
+                "(start_timeout): Ray could not schedule it (no live node has the resources "
+                f"its options ask for: {self._options}) or building and "
+                "restoring its buffer took longer. The actor was killed; nothing was written "
+                "to it.", actor=self._label) from err
         except BaseException:
             self.shutdown()
             self._handle = None

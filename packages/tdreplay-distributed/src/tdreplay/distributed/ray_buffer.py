@@ -1,4 +1,9 @@
-"""``RayReplayBuffer``: a replay buffer that lives in a Ray actor, shared by many processes."""
+"""``RayReplayBuffer``: a replay buffer that lives in a Ray actor, shared by many processes.
+
+Transport: the bytes of CPU tensors travel as out-of-band buffers that Ray writes once into
+its object store; the actor reads them in place (zero copy) and the storage's write of the
+rows is the only other copy. Sampled tensors likewise view the object that carried them.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,25 @@ from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
+from .checkpoints import resolve_location
 from .client import ActorClient, check_name
 from .lifecycle import ClosableBuffer
+from .remote_checkpoints import ActorCheckpointsMixin
 
-__all__ = ["RayReplayBuffer"]
+__all__ = ["RayReplayBuffer", "check_prefetch", "copy_bookkeeping", "priority_entries"]
 
 
-def _check_prefetch(prefetch: Any) -> int:
+def check_prefetch(prefetch: Any) -> int:
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
                                  or prefetch < 0):
         raise ValueError(f"prefetch must be an int >= 0 or None, got {prefetch!r}.")
     return prefetch or 0
+
+
+def copy_bookkeeping(data: Any, bookkeeping: Any) -> None:
+    """Set in ``data`` the entries the remote buffer set in its copy (``index``, ...)."""
+    if bookkeeping is not None and is_tensor_collection(data) and not data.is_locked:
+        data.update(bookkeeping)
 
 
 def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
@@ -38,7 +51,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     return data.select(*keys)
 
 
-class RayReplayBuffer(ClosableBuffer):
+class RayReplayBuffer(ActorCheckpointsMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -79,14 +92,15 @@ class RayReplayBuffer(ClosableBuffer):
         batches are drawn and shipped while the caller works on the current one. Client-side:
         each client has its own (see :meth:`attach`). Prefetched batches were drawn before the
         priority updates made meanwhile, as with a local buffer's ``prefetch``.
+    checkpoint_path : str, optional
+        Where :meth:`dumps` writes by default, and what an actor restarted by Ray
+        (``remote_config={"max_restarts": ...}``) restores; without it a restarted actor
+        refuses every call (:class:`~tdreplay.distributed.errors.BufferStateLostError`). A
+        path every node mounts, or an fsspec URL (:mod:`~tdreplay.distributed.checkpoints`).
     **kwargs
-        Other arguments of ``replay_buffer_cls`` (``transform``, ``collate_fn``,
-        ``priority_key``, ``alpha``, ...); ``generator`` may be a ``torch.Generator`` or a
-        factory of one.
-
-    Transport: the bytes of CPU tensors travel as out-of-band buffers that Ray writes once into
-    its object store; the actor reads them in place (zero copy) and the storage's write of the
-    rows is the only other copy. Sampled tensors likewise view the object that carried them.
+        Other arguments of ``replay_buffer_cls`` (``rate_limiter``: its calls wait in the
+        actor, at most a little less than ``call_timeout``;  ``transform``, ``collate_fn``,
+        ``priority_key``, ``alpha``, ...); ``generator`` may be a factory.
 
     Faults: a dead actor makes every call raise
     :class:`~tdreplay.distributed.BufferActorDiedError` naming it (what it held is lost;
@@ -135,18 +149,22 @@ class RayReplayBuffer(ClosableBuffer):
         call_timeout: float | None = 60.0,
         start_timeout: float | None = 300.0,
         prefetch: int | None = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._checkpoint_path = None if checkpoint_path is None \
+            else resolve_location(checkpoint_path)
         client = ActorClient.for_new_actor(
             spec={"storage": storage, "sampler": sampler, "writer": writer,
                   "batch_size": batch_size, **kwargs},
             replay_buffer_cls=replay_buffer_cls, remote_config=remote_config, name=name,
-            namespace=namespace, call_timeout=call_timeout, start_timeout=start_timeout)
+            namespace=namespace, call_timeout=call_timeout, start_timeout=start_timeout,
+            meta={"checkpoint_path": self._checkpoint_path})
         self._bind(client, prefetch)
         self._start_with_ray(ray_init_config, client.spawn)
 
     def _bind(self, client: ActorClient, prefetch: int | None) -> None:
-        self._prefetch = _check_prefetch(prefetch)
+        self._prefetch = check_prefetch(prefetch)
         self._client = client
 
     def _actor_clients(self) -> list[ActorClient]:
@@ -197,7 +215,7 @@ class RayReplayBuffer(ClosableBuffer):
         client = ActorClient(name=check_name(name, "name"),
                              namespace=check_name(namespace, "namespace"),
                              call_timeout=call_timeout)
-        prefetch = _check_prefetch(prefetch)
+        prefetch = check_prefetch(prefetch)
         client.reconnect()
         return cls.from_client(client, prefetch=prefetch)
 
@@ -211,8 +229,9 @@ class RayReplayBuffer(ClosableBuffer):
         """Replace the actor by a new one built like it, restored from ``path`` if given.
 
         The old actor is killed if it is still alive (what it held and did not save is lost).
-        Only the client that created the buffer knows how to build it again; other clients
-        then call :meth:`reconnect`.
+        The new one restores ``path`` before it answers any call: a client that reconnects
+        meanwhile waits, and never sees it empty. Only the client that created the buffer knows
+        how to build it again; other clients then call :meth:`reconnect`.
 
         Raises
         ------
@@ -224,12 +243,7 @@ class RayReplayBuffer(ClosableBuffer):
         if not client.can_respawn:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
-        path = None if path is None else os.path.abspath(os.fspath(path))
-        client.shutdown()
-        client.wait_name_released()
-        client.spawn()
-        if path is not None:
-            self.loads(path)
+        client.respawn(None if path is None else resolve_location(path))
 
     def shutdown(self) -> None:
         """Kill the actor (no restart); every client's later calls raise
@@ -270,7 +284,7 @@ class RayReplayBuffer(ClosableBuffer):
     def actor_info(self) -> dict[str, Any]:
         """What the actor reported when this client connected: ``buffer_cls``,
         ``batch_size``, ``priority_key``, ``is_prioritized``, ``update_keys``, ``max_size``,
-        ``meta``, ``pid``, ``actor_id`` (a copy)."""
+        ``meta``, ``pid``, ``actor_id``, ``node_id`` (a copy)."""
         return dict(self._client.info)
 
     @property
@@ -295,20 +309,17 @@ class RayReplayBuffer(ClosableBuffer):
         As the remote buffer's ``extend`` (``kwargs`` too, e.g. ``update_priority``). A
         TensorDict gets the ``index`` (and ``write_generation``) entries the buffer sets.
         """
-        slots, bookkeeping = unpack(self._client.call("extend", pack(data), kwargs))
-        self._copy_bookkeeping(data, bookkeeping)
+        slots, bookkeeping, _ = unpack(self._client.call("extend", pack(data), kwargs,
+                                                         self._client.limit_timeout))
+        copy_bookkeeping(data, bookkeeping)
         return slots
 
     def add(self, data: Any) -> int | torch.Tensor:
         """Add one item; returns where it lives (as the remote buffer's ``add``)."""
-        index, bookkeeping = unpack(self._client.call("add", pack(data)))
-        self._copy_bookkeeping(data, bookkeeping)
+        index, bookkeeping, _ = unpack(self._client.call("add", pack(data),
+                                                         self._client.limit_timeout))
+        copy_bookkeeping(data, bookkeeping)
         return index
-
-    @staticmethod
-    def _copy_bookkeeping(data: Any, bookkeeping: Any) -> None:
-        if bookkeeping is not None and is_tensor_collection(data) and not data.is_locked:
-            data.update(bookkeeping)
 
     #: not iterable (TorchRL's epoch iteration is not served yet): without this, Python would
     #: iterate rb[0], rb[1], ... one item at a time through __getitem__
@@ -341,9 +352,11 @@ class RayReplayBuffer(ClosableBuffer):
         returns ``(batch, info)``."""
         if self._prefetch and batch_size in (None, self.batch_size) \
                 and self.batch_size is not None:
-            data, info = unpack(self._client.next_prefetched(self._prefetch, "sample", None, False))
+            data, info = unpack(self._client.next_prefetched(self._prefetch, "sample", None, False,
+                                                             self._client.limit_timeout))
         else:
-            data, info = unpack(self._client.call("sample", batch_size, False))
+            data, info = unpack(self._client.call("sample", batch_size, False,
+                                                  self._client.limit_timeout))
         return (data, info) if return_info else data
 
     def __getitem__(self, index: Any) -> Any:
@@ -356,32 +369,6 @@ class RayReplayBuffer(ClosableBuffer):
     def write_count(self) -> int:
         """Items written through ``add`` and ``extend`` so far."""
         return self._client.call("write_count")
-
-    # ---- checkpoints ---------------------------------------------------------------------------
-    def dumps(self, path: str | os.PathLike) -> None:
-        """Checkpoint the buffer under directory ``path``, atomically.
-
-        The actor writes it: ``path`` is on the actor's machine (made absolute here).
-        """
-        self._client.call("dumps", os.path.abspath(os.fspath(path)))
-
-    def loads(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint written by :meth:`dumps` (checked before anything changes)."""
-        self._client.drop_prefetched()
-        self._client.call("loads", os.path.abspath(os.fspath(path)))
-
-    save = dumps
-    dump = dumps
-    load = loads
-
-    def state_dict(self) -> dict[str, Any]:
-        """The remote buffer's ``state_dict()``."""
-        return unpack(self._client.call("state_dict"))
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` into the remote buffer."""
-        self._client.drop_prefetched()
-        self._client.call("load_state_dict", pack(state_dict))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(actor={self._client.label}, "

@@ -15,6 +15,11 @@ over the whole buffer.
 Slots are global: shard ``k`` owns ``[offset_k, offset_k + max_size_k)``, ``offset_k`` the
 sum of the sizes of the shards before it; ``extend`` returns and samples carry global slots,
 and ``update_priority`` sends each slot to its shard.
+
+Faults: a dead shard is set aside (:mod:`._shard_calls`): writes go to the live shards,
+samples come from them with a :class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`
+(the distribution is then that of one buffer holding the live shards' items), and
+``respawn(path)`` rebuilds only the dead shards, restored from their checkpoints.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,29 +34,31 @@ from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 
-from ._ray import check_timeout, ensure_ray, wait_all
+from ._draw_ahead import DrawAhead
+from ._ray import check_timeout, ensure_ray
 from ._server import seeded_generator
+from ._shard_calls import ShardCalls
 from ._sharding import (
-    check_manifest,
     check_every_shard,
-    merge_samples,
     shard_name,
     split_priority_rows,
     split_priority_update,
     to_global,
-    write_manifest,
 )
 from ._wire import pack, unpack
+from .checkpoints import resolve_location
 from .client import ActorClient
+from .errors import RemoteBufferError
 from .lifecycle import ClosableBuffer
-from .ray_buffer import RayReplayBuffer, priority_entries
+from .ray_buffer import RayReplayBuffer, check_prefetch, copy_bookkeeping, priority_entries
+from .sharded_recovery import ShardedRecoveryMixin, spread_over_nodes, start_shards
 
 __all__ = ["ShardedReplayBuffer"]
 
 WRITE_STRATEGIES = ("round_robin", "least_written")
 
 
-class ShardedReplayBuffer(ClosableBuffer):
+class ShardedReplayBuffer(ShardedRecoveryMixin, ClosableBuffer):
     """A replay buffer split over ``num_shards`` Ray buffer actors, sampled as one buffer.
 
     Each ``extend`` goes whole to one shard (so a batch's rows stay together in one storage):
@@ -74,8 +80,20 @@ class ShardedReplayBuffer(ClosableBuffer):
         Which shard an ``extend`` or ``add`` goes to.
     generator : torch.Generator, optional
         Seeds the choice of shards and, through seeds drawn from it, each shard's sampler.
-    ray_init_config, remote_config, namespace, call_timeout, start_timeout
+    ray_init_config, namespace, call_timeout, start_timeout
         As :class:`RayReplayBuffer` (for each shard).
+    remote_config : dict or list of dicts, optional
+        Actor options of every shard, or one dict per shard (e.g. each its own
+        ``scheduling_strategy``: node affinity, a placement group bundle).
+    placement : {"spread", None}
+        ``"spread"`` (default): shards without a ``scheduling_strategy`` of their own are
+        pinned to the cluster's live nodes in turn (node affinity; a respawned shard whose
+        node is gone goes to a live one); ``None``: where Ray puts them.
+    prefetch : int, optional
+        Keep this many ``sample()`` calls (of the default batch size) in flight on worker
+        threads, their round trips overlapping each other and the caller's work.
+    checkpoint_path : str, optional
+        As :class:`RayReplayBuffer`; shard ``k`` uses ``checkpoint_path/shard-k``.
     name : str, optional
         Shard ``k`` is the actor ``f"{name}/shard-{k}"``; :meth:`attach` finds them all.
 
@@ -112,11 +130,14 @@ class ShardedReplayBuffer(ClosableBuffer):
         write_strategy: str = "round_robin",
         generator: torch.Generator | None = None,
         ray_init_config: dict[str, Any] | None = None,
-        remote_config: dict[str, Any] | None = None,
+        remote_config: dict[str, Any] | list[dict[str, Any]] | None = None,
         name: str | None = None,
         namespace: str | None = None,
         call_timeout: float | None = 60.0,
         start_timeout: float | None = 300.0,
+        placement: str | None = "spread",
+        prefetch: int | None = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
@@ -124,27 +145,39 @@ class ShardedReplayBuffer(ClosableBuffer):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got "
                             f"{type(generator).__name__}.")
-        if "generator" in kwargs:
-            raise TypeError("generator is given once for the sharded buffer (it seeds the shards).")
-        self._configure(name, write_strategy, call_timeout, generator)
+        if "generator" in kwargs or "rate_limiter" in kwargs:
+            raise TypeError("generator is given once for the sharded buffer (it seeds the "
+                            "shards); a rate_limiter is not supported on sharded buffers (one "
+                            "per shard would limit each shard apart): use a RayReplayBuffer.")
+        configs = _shard_configs(remote_config, num_shards)
+        self._configure(name, write_strategy, call_timeout, generator, prefetch)
         seeds = (torch.randint(0, 2**62, (num_shards,), generator=generator).tolist()
                  if generator is not None else [None] * num_shards)
-        clients = []
-        for shard, seed in enumerate(seeds):
-            spec = {"storage": storage, "sampler": sampler, "writer": writer,
-                    "batch_size": batch_size, **kwargs}
-            if seed is not None:
-                spec["generator"] = functools.partial(seeded_generator, seed)
-            clients.append(ActorClient.for_new_actor(
-                spec=spec, replay_buffer_cls=replay_buffer_cls, remote_config=remote_config,
-                name=None if name is None else shard_name(name, shard), namespace=namespace,
-                call_timeout=call_timeout, start_timeout=start_timeout,
-                meta={"shard": shard, "num_shards": num_shards}))
-        self._start_with_ray(ray_init_config, lambda: _start(clients))
+        root = None if checkpoint_path is None else resolve_location(checkpoint_path)
+
+        def start() -> None:
+            placed = spread_over_nodes(configs, placement)
+            for shard, seed in enumerate(seeds):
+                spec = {"storage": storage, "sampler": sampler, "writer": writer,
+                        "batch_size": batch_size, **kwargs}
+                if seed is not None:
+                    spec["generator"] = functools.partial(seeded_generator, seed)
+                clients.append(ActorClient.for_new_actor(
+                    spec=spec, replay_buffer_cls=replay_buffer_cls, remote_config=placed[shard],
+                    name=None if name is None else shard_name(name, shard), namespace=namespace,
+                    call_timeout=call_timeout, start_timeout=start_timeout,
+                    meta={"shard": shard, "num_shards": num_shards,
+                          "spread": placement == "spread" and "scheduling_strategy"
+                          not in configs[shard], "checkpoint_path":
+                          None if root is None else f"{root.rstrip('/')}/shard-{shard}"}))
+            start_shards(clients)
+
+        clients: list[ActorClient] = []
+        self._start_with_ray(ray_init_config, start)
         self._set_clients(clients)
 
     def _configure(self, name: str | None, write_strategy: str, call_timeout: float | None,
-                   generator: torch.Generator | None) -> None:
+                   generator: torch.Generator | None, prefetch: int | None = None) -> None:
         if write_strategy not in WRITE_STRATEGIES:
             raise ValueError(f"write_strategy must be one of {WRITE_STRATEGIES}, got "
                              f"{write_strategy!r}.")
@@ -155,12 +188,14 @@ class ShardedReplayBuffer(ClosableBuffer):
         self._cursor = 0
         self._clients: list[ActorClient] = []
         self._shards: list[RayReplayBuffer] = []
+        self._ahead = DrawAhead(check_prefetch(prefetch))
 
     def _actor_clients(self) -> list[ActorClient]:
         return list(self._clients)
 
     def _set_clients(self, clients: list[ActorClient]) -> None:
         self._clients = clients
+        self._calls = ShardCalls(clients)
         self._shards = [RayReplayBuffer.from_client(client) for client in clients]
         sizes = [int(client.info["max_size"]) for client in clients]
         self._offsets = torch.tensor([0] + sizes, dtype=torch.long).cumsum(0)
@@ -168,13 +203,15 @@ class ShardedReplayBuffer(ClosableBuffer):
     @classmethod
     def attach(cls, name: str, *, namespace: str | None = None, write_strategy: str = "round_robin",
                generator: torch.Generator | None = None, call_timeout: float | None = 60.0,
-               ray_init_config: dict[str, Any] | None = None) -> ShardedReplayBuffer:
+               ray_init_config: dict[str, Any] | None = None,
+               prefetch: int | None = None) -> ShardedReplayBuffer:
         """A client of the sharded buffer named ``name`` (its shards are found by name).
 
-        ``from_name`` is an alias. The write strategy and generator are this client's.
+        ``from_name`` is an alias. The write strategy, generator and prefetch are this
+        client's.
         """
         client = cls.__new__(cls)
-        cls._configure(client, name, write_strategy, call_timeout, generator)
+        cls._configure(client, name, write_strategy, call_timeout, generator, prefetch)
         ensure_ray(ray_init_config)
         first = ActorClient.for_named_actor(shard_name(name, 0), namespace=namespace,
                                             call_timeout=call_timeout)
@@ -198,9 +235,9 @@ class ShardedReplayBuffer(ClosableBuffer):
         return tuple(self._shards)
 
     @property
-    def num_shards(self) -> int:
-        """Number of buffer actors."""
-        return len(self._clients)
+    def dead_shards(self) -> tuple[int, ...]:
+        """Shards found dead (set aside until :meth:`respawn`)."""
+        return tuple(sorted(self._calls.dead))
 
     @property
     def name(self) -> str | None:
@@ -235,23 +272,45 @@ class ShardedReplayBuffer(ClosableBuffer):
 
     def _wait(self, calls: list[tuple[int, str, tuple[Any, ...]]], what: str) -> list[Any]:
         """Send ``method(*args)`` to shard ``k`` for each ``(k, method, args)`` at once; the
-        results in that order."""
-        refs = [(self._clients[k].submit(method, *args), self._clients[k].label)
-                for k, method, args in calls]
-        return wait_all(refs, what=what, timeout=self._call_timeout)
+        results in that order (every shard must answer)."""
+        return self._calls.strict(calls, what, self._call_timeout)
 
     def _all(self, method: str, *args: Any, what: str | None = None) -> list[Any]:
         """``method(*args)`` on every shard at once; their results in shard order."""
         return self._wait([(k, method, args) for k in range(self.num_shards)], what or method)
 
+    def _live(self, method: str, *args: Any, what: str | None = None) -> list[tuple[int, Any]]:
+        """``(shard, result)`` of ``method(*args)`` on every live shard (dead ones set aside)."""
+        return self._calls.tolerant([(k, method, args) for k in self._calls.live()],
+                                    what or method, self._call_timeout)
+
     # ---- writing -----------------------------------------------------------------------------
     def _next_shard(self) -> int:
         if self.write_strategy == "least_written":
-            counts = self._all("write_count", what="choosing a shard")
-            return min(range(len(counts)), key=counts.__getitem__)
-        shard = self._cursor % self.num_shards
+            counts = self._live("write_count", what="choosing a shard")
+            return min(counts, key=lambda kc: kc[1])[0]
+        live = self._calls.live()
+        shard = min((k for k in live if k >= self._cursor % self.num_shards), default=live[0])
         self._cursor = shard + 1
         return shard
+
+    def _write(self, method: str, data: Any, *args: Any) -> tuple[int, Any]:
+        """``(shard, answer)`` of a write to the next live shard; a shard found dead is set
+        aside and the write goes to the next (a dead actor applied nothing)."""
+        while True:
+            shard = self._next_shard()
+            client = self._clients[shard]
+            try:
+                answer = unpack(client.call(method, pack(data), *args, client.limit_timeout,
+                                            self._calls.max_priority))
+            except RemoteBufferError as err:
+                if isinstance(err, TimeoutError):
+                    raise
+                self._calls.mark_dead(shard, err)
+                continue
+            self._calls.note_max(answer[-1])
+            copy_bookkeeping(data, answer[1])
+            return shard, answer[0]
 
     def _globalise_index_entry(self, data: Any, shard: int) -> None:
         if is_tensor_collection(data) and not data.is_locked and "index" in data.keys():
@@ -260,15 +319,13 @@ class ShardedReplayBuffer(ClosableBuffer):
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
         """Write a batch to one shard; returns its global slots (and sets ``index`` in a
         TensorDict)."""
-        shard = self._next_shard()
-        slots = self._shards[shard].extend(data, **kwargs)
+        shard, slots = self._write("extend", data, kwargs)
         self._globalise_index_entry(data, shard)
         return to_global(self._offsets, shard, slots)
 
     def add(self, data: Any) -> int | torch.Tensor:
         """Add one item to one shard; returns its global slot."""
-        shard = self._next_shard()
-        index = self._shards[shard].add(data)
+        shard, index = self._write("add", data)
         self._globalise_index_entry(data, shard)
         out = to_global(self._offsets, shard, index)
         return int(out) if isinstance(index, int) else out
@@ -282,18 +339,24 @@ class ShardedReplayBuffer(ClosableBuffer):
         (reduced by the shards' samplers). Every shard checks its part before any shard
         changes (:func:`~._sharding.check_every_shard`); errors name global slots.
         """
-        parts = split_priority_update(index, priority, write_generation, self._offsets)
+        parts = [part for part in split_priority_update(index, priority, write_generation,
+                                                        self._offsets)
+                 if part[0] not in self._calls.dead]
         check_every_shard(parts, self._wait, self._offsets)  # a refusal changes no shard
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
                  for k, local, values, kwargs in parts]
-        self._wait(calls, "update_priority")
+        for _, top in self._calls.tolerant(calls, "update_priority", self._call_timeout):
+            self._calls.note_max(top)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
         data = priority_entries(data, self._clients[0].info)  # the shards are built alike
         calls = [(k, "update_tensordict_priority", (pack(part),))
-                 for k, part in split_priority_rows(data, self._offsets)]
-        self._wait(calls, "update_tensordict_priority")
+                 for k, part in split_priority_rows(data, self._offsets)
+                 if k not in self._calls.dead]
+        for _, top in self._calls.tolerant(calls, "update_tensordict_priority",
+                                           self._call_timeout):
+            self._calls.note_max(top)
 
     # ---- sampling ----------------------------------------------------------------------------
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -309,107 +372,41 @@ class ShardedReplayBuffer(ClosableBuffer):
                                    "with batch_size=...")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
-        masses = self._all("sampling_mass", what="sample")
-        mass = torch.tensor([m[0] for m in masses], dtype=torch.float64)
-        if not float(mass.sum()) > 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
-        which = torch.multinomial(mass / mass.sum(), batch_size, replacement=True,
-                                  generator=self._rng)
-        counts = torch.bincount(which, minlength=self.num_shards).tolist()
-        drawn = [k for k in range(self.num_shards) if counts[k]]
-        results = [unpack(r) for r in self._wait([(k, "sample", (counts[k], True))
-                                                  for k in drawn], "sample")]
-        data, info = merge_samples(which, drawn, counts, results, masses, self._offsets)
+        def draw() -> tuple[Any, dict[str, Any]]:
+            return self._calls.sample(batch_size, self._rng, self._offsets, self._call_timeout)
+
+        use_ahead = self._ahead.depth and batch_size == self.batch_size
+        data, info = self._ahead.next(batch_size, draw) if use_ahead else draw()
         return (data, info) if return_info else data
 
     def __len__(self) -> int:
-        return sum(self._all("length", what="len"))
+        """Items held by the live shards."""
+        return sum(n for _, n in self._live("length", what="len"))
 
     @property
     def write_count(self) -> int:
-        """Items written to all shards so far."""
-        return sum(self._all("write_count"))
+        """Items written to the live shards so far."""
+        return sum(n for _, n in self._live("write_count"))
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty every shard."""
+        self._ahead.clear()
         self._all("empty", empty_write_count)
-
-    # ---- checkpoints and faults --------------------------------------------------------------
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``.
-
-        Each shard's checkpoint is atomic; the shards are saved at once but not as one
-        transaction (writes between two shards' saves may be in one and not the other).
-        """
-        root = Path(os.path.abspath(os.fspath(path)))
-        root.mkdir(parents=True, exist_ok=True)
-        self._wait([(k, "dumps", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
-                   "dumps")
-        write_manifest(root, self.num_shards)
-
-    def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore every shard from a :meth:`dumps` checkpoint of as many shards."""
-        root = Path(os.path.abspath(os.fspath(path)))
-        check_manifest(root, self.num_shards)
-        self._wait([(k, "loads", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
-                   "loads")
-
-    save = dumps
-    dump = dumps
-    load = loads
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"num_shards": K, "shards": [state_dict of each shard]}``."""
-        return {"num_shards": self.num_shards,
-                "shards": [unpack(s) for s in self._all("state_dict")]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of as many shards."""
-        if not isinstance(state_dict, dict) or state_dict.get("num_shards") != self.num_shards \
-                or len(state_dict.get("shards", ())) != self.num_shards:
-            raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
-                             f"{self.num_shards} shards.")
-        self._wait([(k, "load_state_dict", (pack(sd),))
-                    for k, sd in enumerate(state_dict["shards"])], "load_state_dict")
-
-    def respawn(self, path: str | os.PathLike[str] | None = None) -> None:
-        """Replace every shard's actor by a new one, restored from ``path`` if given."""
-        if path is not None:
-            check_manifest(Path(os.path.abspath(os.fspath(path))), self.num_shards)
-        self._check_not_closed()
-        if not all(client.can_respawn for client in self._clients):
-            raise RuntimeError("respawn() needs the creation arguments, which only the "
-                               "client that created the buffer has.")
-        for client in self._clients:
-            client.shutdown()
-        for client in self._clients:
-            client.wait_name_released()
-        _start(self._clients)
-        if path is not None:
-            self.loads(path)
-
-    def reconnect(self) -> None:
-        """Look every shard up by name again (after another process respawned them)."""
-        for client in self._clients:
-            client.reconnect()
-
-    def shutdown(self) -> None:
-        """Kill every shard's actor (:meth:`respawn` can replace them)."""
-        for client in self._clients:
-            client.shutdown()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self._name!r}, num_shards={self.num_shards}, "
                 f"write_strategy={self.write_strategy!r}, batch_size={self.batch_size})")
 
 
-def _start(clients: list[ActorClient]) -> None:
-    """Start every shard's actor at once, then wait for them all (killing all on failure)."""
-    try:
-        refs = [client.start_spawn() for client in clients]
-        for client, ref in zip(clients, refs):
-            client.finish_spawn(ref)
-    except BaseException:
-        for client in clients:
-            client.shutdown()
-        raise
+def _shard_configs(remote_config: Any, num_shards: int) -> list[dict[str, Any]]:
+    """One dict of actor options per shard: ``remote_config`` repeated, or its items."""
+    if isinstance(remote_config, list):
+        if len(remote_config) != num_shards or not all(isinstance(c, dict)
+                                                       for c in remote_config):
+            raise ValueError(f"remote_config as a list needs one dict per shard "
+                             f"({num_shards}), got {remote_config!r}.")
+        return [dict(c) for c in remote_config]
+    if remote_config is not None and not isinstance(remote_config, dict):
+        raise TypeError(f"remote_config must be a dict, a list of dicts (one per shard) or "
+                        f"None, got {type(remote_config).__name__}.")
+    return [dict(remote_config or {}) for _ in range(num_shards)]

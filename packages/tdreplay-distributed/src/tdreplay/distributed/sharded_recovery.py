@@ -1,0 +1,166 @@
+"""``ShardedRecoveryMixin``: a sharded buffer's checkpoints (every shard under one directory,
+with a manifest) and its recovery (respawning the dead shards only, each restored before it
+answers any call)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._draw_ahead import DrawAhead
+from ._ray import import_ray
+from ._shard_calls import ShardCalls
+from ._sharding import check_manifest, write_manifest
+from ._wire import pack, unpack
+from .client import ActorClient
+
+__all__ = ["ShardedRecoveryMixin", "start_shards"]
+
+
+class ShardedRecoveryMixin:
+    """Checkpoints and recovery of :class:`~tdreplay.distributed.ShardedReplayBuffer`."""
+
+    _clients: list[ActorClient]
+    _calls: ShardCalls
+    _ahead: DrawAhead
+
+    @property
+    def num_shards(self) -> int:
+        """Number of buffer actors."""
+        return len(self._clients)
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def _wait(self, calls: list[tuple[int, str, tuple[Any, ...]]], what: str
+                  ) -> list[Any]: ...
+
+        def _all(self, method: str, *args: Any, what: str | None = None) -> list[Any]: ...
+
+        def _live(self, method: str, *args: Any, what: str | None = None
+                  ) -> list[tuple[int, Any]]: ...
+
+        def _check_not_closed(self) -> None: ...
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``.
+
+        Each shard's checkpoint is atomic; the shards are saved at once but not as one
+        transaction (writes between two shards' saves may be in one and not the other).
+        """
+        root = Path(os.path.abspath(os.fspath(path)))
+        root.mkdir(parents=True, exist_ok=True)
+        self._wait([(k, "dumps", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
+                   "dumps")
+        write_manifest(root, self.num_shards)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Restore every shard from a :meth:`dumps` checkpoint of as many shards."""
+        root = Path(os.path.abspath(os.fspath(path)))
+        check_manifest(root, self.num_shards)
+        self._ahead.clear()
+        self._wait([(k, "loads", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
+                   "loads")
+
+    save = dumps
+    dump = dumps
+    load = loads
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"num_shards": K, "shards": [state_dict of each shard]}``."""
+        return {"num_shards": self.num_shards,
+                "shards": [unpack(s) for s in self._all("state_dict")]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of as many shards."""
+        if not isinstance(state_dict, dict) or state_dict.get("num_shards") != self.num_shards \
+                or len(state_dict.get("shards", ())) != self.num_shards:
+            raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
+                             f"{self.num_shards} shards.")
+        self._ahead.clear()
+        self._wait([(k, "load_state_dict", (pack(sd),))
+                    for k, sd in enumerate(state_dict["shards"])], "load_state_dict")
+
+    def respawn(self, path: str | os.PathLike[str] | None = None,
+                shards: list[int] | None = None) -> None:
+        """Replace the dead shards' actors (``shards``: these ones; none dead: every shard),
+        each restored from ``path/shard-k`` before it answers any call. The live shards keep
+        serving, with their newer writes.
+        """
+        root = None if path is None else Path(os.path.abspath(os.fspath(path)))
+        if root is not None:
+            check_manifest(root, self.num_shards)
+        self._check_not_closed()
+        if not all(client.can_respawn for client in self._clients):
+            raise RuntimeError("respawn() needs the creation arguments, which only the "
+                               "client that created the buffer has.")
+        if shards is None:
+            self._live("length", what="finding the dead shards")
+            shards = sorted(self._calls.dead) or list(range(self.num_shards))
+        for k in shards:
+            self._clients[k].shutdown()
+        for k in shards:
+            self._clients[k].wait_name_released()
+        replace_lost_nodes([self._clients[k] for k in shards])
+        start_shards([self._clients[k] for k in shards],
+               [None if root is None else str(root / f"shard-{k}") for k in shards])
+        self._calls.dead.difference_update(shards)
+        self._ahead.clear()
+
+    def reconnect(self) -> None:
+        """Look every shard up by name again (after another process respawned them)."""
+        for client in self._clients:
+            client.reconnect()
+        self._calls.dead.clear()
+
+    def shutdown(self) -> None:
+        """Kill every shard's actor (:meth:`respawn` can replace them)."""
+        for client in self._clients:
+            client.shutdown()
+
+
+def start_shards(clients: list[ActorClient], restore: list[str | None] | None = None) -> None:
+    """Start the shards' actors at once (each restored from ``restore[i]``), then wait for
+    them all (killing all on failure)."""
+    try:
+        restore = restore or [None] * len(clients)
+        refs = [client.start_spawn(path) for client, path in zip(clients, restore)]
+        for client, ref in zip(clients, refs):
+            client.finish_spawn(ref)
+    except BaseException:
+        for client in clients:
+            client.shutdown()
+        raise
+
+
+def _live_nodes() -> list[str]:
+    ray = import_ray()
+    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
+
+def _on_node(node: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=False)
+
+
+def spread_over_nodes(configs: list[dict[str, Any]], placement: str | None
+                      ) -> list[dict[str, Any]]:
+    """``configs``, shards without a scheduling strategy pinned to the live nodes in turn when
+    ``placement == "spread"`` (one node: left to Ray)."""
+    if placement not in ("spread", None):
+        raise ValueError(f"placement must be 'spread' or None, got {placement!r}.")
+    nodes = _live_nodes() if placement == "spread" else []
+    if len(nodes) < 2:
+        return configs
+    return [c if "scheduling_strategy" in c else
+            {**c, "scheduling_strategy": _on_node(nodes[k % len(nodes)])}
+            for k, c in enumerate(configs)]
+
+
+def replace_lost_nodes(clients: list[ActorClient]) -> None:
+    """Shards spread by :func:`spread_over_nodes` whose node is gone go to live nodes in turn."""
+    nodes = _live_nodes()
+    lost = [c for c in clients if c.info.get("meta", {}).get("spread")
+            and c.info.get("node_id") not in nodes]
+    for k, client in enumerate(lost):
+        client.set_scheduling_strategy(_on_node(nodes[k % len(nodes)]) if nodes else None)
