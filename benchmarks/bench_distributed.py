@@ -8,7 +8,11 @@ rows of ~300 bytes) on a local, loopback-only Ray instance. Reported:
 - alone: the same calls from this process with nothing else running, and ``sample(256)``
   from a client with ``prefetch=2`` (two more calls in flight);
 - payload: ``extend`` of 64 frames of 84x84x4 uint8 (1.8 MB a call), MB/s through the
-  object store.
+  object store;
+- single vs sharded (``--sharded`` runs only this part): a ``RayReplayBuffer`` of 100,000 rows
+  against a ``ShardedReplayBuffer`` of 2 x 50,000, both filled, from this process alone:
+  extend rows/s (1,000-row batches), ``sample(256)`` calls/s without and with
+  ``prefetch=2`` (sharded prefetch is new in issue 21; before it, "n/a").
 
 Every figure includes Ray's round trip; on a 2-core machine the collectors, the learner and the
 actor share the two cores.
@@ -22,6 +26,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import multiprocessing  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from functools import partial  # noqa: E402
 
@@ -86,8 +91,48 @@ def concurrent(ray, rb: RayReplayBuffer) -> None:
            collectors=2, learners=1)
 
 
+def sharded_comparison() -> None:
+    """Throughput of one buffer actor against two shards (issue 21 item 3)."""
+    from tdreplay.distributed import ShardedReplayBuffer
+
+    storage = partial(LazyTensorStorage, 100_000)
+    half = partial(LazyTensorStorage, 50_000)
+    single = RayReplayBuffer(storage=storage, replay_buffer_cls=TensorDictReplayBuffer,
+                             batch_size=256, name="bench-single")
+    sharded = ShardedReplayBuffer(num_shards=2, storage=half, batch_size=256,
+                                  replay_buffer_cls=TensorDictReplayBuffer, name="bench-sharded")
+    for rb in (single, sharded):
+        for _ in range(10):
+            rb.extend(transition_batch(10_000))
+    for label, rb in (("single", single), ("sharded_2", sharded)):
+        batches = transition_batches(BATCH)
+        report(f"distributed/{label}/extend_1k_rows",
+               rate(lambda rb=rb: rb.extend(next(batches)), min_time=3.0) * BATCH, "rows/s")
+        report(f"distributed/{label}/sample_256",
+               rate(lambda rb=rb: rb.sample(256), min_time=3.0), "calls/s")
+    prefetched = RayReplayBuffer.attach("bench-single", prefetch=2)
+    report("distributed/single/sample_256_prefetch_2", rate(prefetched.sample, min_time=3.0),
+           "calls/s")
+    try:
+        sharded_ahead = ShardedReplayBuffer.attach("bench-sharded", prefetch=2)
+    except TypeError:  # before issue 21: no prefetch for sharded buffers
+        print('{"name": "distributed/sharded_2/sample_256_prefetch_2", "value": "n/a"}')
+    else:
+        report("distributed/sharded_2/sample_256_prefetch_2",
+               rate(sharded_ahead.sample, min_time=3.0), "calls/s")
+    single.shutdown()
+    sharded.shutdown()
+
+
 def main() -> None:
     import ray
+
+    if "--sharded" in sys.argv:
+        ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, log_to_driver=False,
+                 object_store_memory=512 * 1024**2)
+        sharded_comparison()
+        ray.shutdown()
+        return
 
     ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, log_to_driver=False,
              object_store_memory=512 * 1024**2)
@@ -115,6 +160,7 @@ def main() -> None:
            frames_per_call=64)
     frames.shutdown()
     rb.shutdown()
+    sharded_comparison()
     ray.shutdown()
 
 
