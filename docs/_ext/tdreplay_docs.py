@@ -25,6 +25,7 @@ Docstring and signature hooks
 -----------------------------
 - Private bases (``_PriorityUpdates``, ``_ImageTransform``, ...) are not shown in "Bases:";
   a private base is replaced by its own public bases.
+- The methods a tensorclass gets from ``tensordict`` are not listed as members.
 - A parameter described as ``As :class:`PrioritizedSampler`...`` is written out: each name
   of the entry gets the type and the description that the named class documents for it (what
   follows the reference, e.g. ``(eps defaults to 1e-8)``, is kept as a note); the keyword
@@ -467,6 +468,15 @@ def drop_type_docstring(app, what, name, obj, options, lines: list[str]) -> None
         lines[:] = []
 
 
+def skip_tensordict_members(app, what, name, obj, skip, options) -> bool | None:
+    """Leave out the methods that ``tensordict``'s tensorclass puts on a class (``from_csv``,
+    ``load``, ``lazy_stack``, ...; e.g. on :class:`tdreplay.core.Trajectory`): they are
+    tensordict's, documented by tensordict, and their docstrings are not numpy-style."""
+    if what == "class" and (getattr(obj, "__module__", None) or "").split(".")[0] == "tensordict":
+        return True
+    return None
+
+
 # ------------------------------------------------------------------------------------------
 # Public bases only
 # ------------------------------------------------------------------------------------------
@@ -633,6 +643,7 @@ def setup(app):
     app.connect("autodoc-process-docstring", separate_prose, priority=400)
     app.connect("autodoc-process-docstring", expand_as_class, priority=450)
     app.connect("autodoc-process-bases", public_bases)
+    app.connect("autodoc-skip-member", skip_tensordict_members)
     app.add_autodoc_attrgetter(type, class_attrgetter)
     app.add_directive("tdreplay-package", PackageDirective)
     app.add_directive("tdreplay-facade", FacadeDirective)
