@@ -156,6 +156,10 @@ _EXPORTS: dict[str, str] = {
     "TrainerHookBase": "tdreplay.trainers",
     # tdreplay.distributed
     "BufferActorDiedError": "tdreplay.distributed",
+    "BufferNotFoundError": "tdreplay.distributed",
+    "BufferStartError": "tdreplay.distributed",
+    "BufferStateLostError": "tdreplay.distributed",
+    "ShardsUnavailableWarning": "tdreplay.distributed",
     "RayReplayBuffer": "tdreplay.distributed",
     "RemoteBufferError": "tdreplay.distributed",
     "RemoteCallTimeoutError": "tdreplay.distributed",
