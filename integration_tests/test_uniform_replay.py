@@ -48,14 +48,25 @@ def rollout(i: int, ndim: int) -> TensorDict:
     return td if ndim == 2 else td.reshape(-1)
 
 
-def check_transitions(batch: TensorDict, capacity_slots: int) -> None:
+def write_order(k: torch.Tensor, ndim: int) -> torch.Tensor:
+    """Position of transition ``k`` in write order: ``k`` itself for a flat storage; for
+    ``ndim == 2`` the storage is time-major as TorchRL's (``dim_extend``: a row per time step,
+    ``ENVS`` slots in it), so step ``t`` of env ``e`` in rollout ``i`` is number
+    ``(i * T + t) * ENVS + e``."""
+    if ndim == 1:
+        return k
+    i, rest = k // (ENVS * T), k % (ENVS * T)
+    return (i * T + rest % T) * ENVS + rest // T
+
+
+def check_transitions(batch: TensorDict, capacity_slots: int, ndim: int) -> None:
     k = batch["k"]
     assert torch.equal(batch["obs"], k[:, None].float().expand_as(batch["obs"]))
     assert torch.equal(batch["next", "obs"], batch["obs"] + 1)
     assert torch.equal(batch["next", "reward"], -k[:, None].float())
     assert torch.equal(batch["action"], (k % 3)[:, None].expand_as(batch["action"]))
-    # transitions are written in order, so transition k sits at slot k % capacity
-    assert torch.equal(k % capacity_slots, batch["index"])
+    # transitions are written in order, so the n-th one written sits at slot n % capacity
+    assert torch.equal(write_order(k, ndim) % capacity_slots, batch["index"])
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
@@ -85,7 +96,7 @@ def test_collector_and_learner_threads(ndim):
             while not done.is_set():
                 batch = rb.sample()
                 assert batch.batch_size == torch.Size([128])
-                check_transitions(batch, capacity)
+                check_transitions(batch, capacity, ndim)
                 learned.append(int(batch["k"].max()))
         except BaseException as err:  # noqa: BLE001 - reported in the main thread
             errors.append(err)
@@ -100,11 +111,12 @@ def test_collector_and_learner_threads(ndim):
     assert not errors, errors[0]
     assert learned  # the learner sampled while the collector wrote
     total = rollouts * ENVS * T
-    assert len(rb) == capacity and rb.write_count == total // (T if ndim == 2 else 1)
+    # a time-major ndim=2 storage counts rows (time steps of every env) as written items
+    assert len(rb) == capacity and rb.write_count == total // (ENVS if ndim == 2 else 1)
     # the storage holds the last `capacity` transitions, each at its slot
     stored = rb[:].reshape(-1)
     assert sorted(stored["k"].tolist()) == list(range(total - capacity, total))
-    assert torch.equal(stored["k"] % capacity, stored["index"].reshape(-1))
+    assert torch.equal(write_order(stored["k"], ndim) % capacity, stored["index"].reshape(-1))
 
 
 def test_iteration_without_replacement_covers_each_transition_once():
@@ -125,7 +137,7 @@ def _run(rb: TensorDictReplayBuffer, start: int, stop: int, ndim: int) -> list:
     for i in range(start, stop):
         slots = rb.extend(rollout(i, ndim))
         batch = rb.sample()
-        check_transitions(batch, rb.storage.max_size)
+        check_transitions(batch, rb.storage.max_size, ndim)
         trace.append((slots.tolist(), batch["k"].tolist(), rb.write_count, len(rb)))
     return trace
 
