@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -488,7 +489,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # (__getstate__: BufferStateMixin)
         prefetched = state.pop("_prefetch_state", None)
-        self.__dict__.update(state)
+        self.__dict__.update(state, _owner_pid=os.getpid())  # a copy belongs to its process
         self._lock = _BufferLock(self)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._prefetcher.restore(prefetched)
