@@ -23,7 +23,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +200,25 @@ class Helpers:
     assert_owned_layout = staticmethod(assert_owned_layout)
     fork_context = staticmethod(fork_context)
     sigkill = staticmethod(sigkill)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, request: Any) -> Iterator[Path]:
+    """A tmpfs of the test module's ``SIZE`` bytes mounted under ``tmp_path`` (a full disk
+    within reach); skipped where mounting needs what the machine lacks (root, mount(8))."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    size = request.module.SIZE
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@ all can be written (not even the pointer's record of the new snapshot).
 from __future__ import annotations
 
 import errno
-import os
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -20,20 +17,6 @@ import torch
 SIZE = 2 * 1024 * 1024
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def fill(disk: Path) -> Path:

@@ -9,9 +9,7 @@ otherwise). Each refused call must leave what is on disk as it was.
 from __future__ import annotations
 
 import errno
-import os
 import shutil
-import subprocess
 import warnings
 
 import numpy as np
@@ -30,20 +28,6 @@ from tdreplay.storages import (
 SIZE = 1024 * 1024
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def rows(n: int, width: int = 4) -> TensorDict:
