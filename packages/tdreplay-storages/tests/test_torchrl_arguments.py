@@ -122,8 +122,11 @@ def test_a_given_dir_is_kept_by_default(tmp_path):
 @pytest.mark.parametrize("how", ["exit", "sigint"])
 def test_auto_cleanup_at_exit_and_on_ctrl_c(tmp_path, how):
     scratch = tmp_path / "s"
+    # A shell started in the background (nohup, `cmd &`) hands its children SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler; a program run from a terminal has one.
     script = (
-        "import time, torch\n"
+        "import signal, time, torch\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from tensordict import TensorDict\n"
         "from tdreplay.core import ReplayBuffer\n"
         "from tdreplay.storages import LazyMemmapStorage\n"
