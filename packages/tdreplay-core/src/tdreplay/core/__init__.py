@@ -4,12 +4,13 @@ Interfaces (:class:`Storage`, :class:`Sampler`, :class:`Writer`, :class:`Transfo
 buffers (:class:`ReplayBuffer`, :class:`TensorDictReplayBuffer`) and the defaults a bare buffer
 needs (:class:`ListStorage`, :class:`RandomSampler`, :class:`RoundRobinWriter`), and
 :class:`SamplerWithoutReplacement` (what ``RandomSampler(replacement=False)`` returns, as in
-TorchRL).
+TorchRL), and :class:`ConsumingSampler` (what ``consume_after_n_samples=`` builds).
 """
 
 from .buffer_conditional import ConditionalUpdateResult
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
+from .consuming import ConsumingSampler
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
@@ -31,6 +32,7 @@ __all__ = [
     "CheckpointError",
     "Compose",
     "ConditionalUpdateResult",
+    "ConsumingSampler",
     "InvertedTransform",
     "ListStorage",
     "ListStorageCheckpointer",

@@ -39,10 +39,13 @@ class BufferWiringMixin:
 
         def _share_new_transform(self, transform: Transform) -> None: ...
 
+        def _check_parts(self, storage: Storage, sampler: Sampler, writer: Writer) -> None: ...
+
     def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
                     ) -> Storage:
         """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
         check_instance(storage, Storage, "storage")
+        self._check_parts(storage, self._sampler, self._writer)  # e.g. a consuming sampler
         with self._lock:
             previous = self._storage
             self._storage = storage
@@ -65,10 +68,13 @@ class BufferWiringMixin:
 
         A sampler that needs a batch size known in advance (e.g.
         ``SamplerWithoutReplacement(drop_last=True)``) is refused with a ``ValueError`` by a
-        buffer built without ``batch_size``; the buffer keeps its sampler.
+        buffer built without ``batch_size``, a consuming sampler by a buffer that prefetches
+        or whose storage or writer it cannot work with (:mod:`~tdreplay.core.buffer_consume`);
+        the buffer keeps its sampler.
         """
         check_instance(sampler, Sampler, "sampler")
         self._check_sampler_batch_size(sampler)
+        self._check_parts(self._storage, sampler, self._writer)  # consuming: no prefetch, ...
         with self._lock:
             previous = self._sampler
             self._sampler = sampler
@@ -80,6 +86,7 @@ class BufferWiringMixin:
     def set_writer(self, writer: Writer) -> Writer:
         """Replace the writer; returns the previous one."""
         check_instance(writer, Writer, "writer")
+        self._check_parts(self._storage, self._sampler, writer)
         with self._lock:
             previous = self._writer
             self._writer = writer

@@ -15,6 +15,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from .buffer_conditional import ConditionalUpdateMixin
+from .buffer_consume import ConsumptionMixin, consuming_sampler
 from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_query import QueryMixin
@@ -156,7 +157,8 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 
 
 class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
-                   SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin):
+                   SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin,
+                   ConsumptionMixin):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -180,6 +182,8 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         Default batch size of :meth:`sample` and iteration (``drop_last`` samplers need it).
     generator : torch.Generator, optional
         Random generator used by the sampler, for reproducible sampling.
+    consume_after_n_samples : int, optional
+        Items are consumed once sampled this many times (:mod:`tdreplay.core.buffer_consume`).
     transform_factory : callable, optional
         Returns the transform (as TorchRL); not together with ``transform``.
     compilable, delayed_init : bool, optional
@@ -231,11 +235,13 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         dim_extend: int | None = None,
         shared: bool = False,
         sample_unit: SampleUnit | None = None,
+        consume_after_n_samples: int | None = None,
     ) -> None:
         self.compilable = _check_flags(compilable, delayed_init)
         self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
                                    partial(ListStorage, 1000, compilable=compilable))
-        self._sampler = _component(sampler, Sampler, RandomSampler)
+        self._sampler = consuming_sampler(_component(sampler, Sampler, RandomSampler),
+                                          consume_after_n_samples)
         self._writer = _component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
         transform = _transform_from(transform, transform_factory)
         self._writer.register_storage(self._storage)
@@ -247,6 +253,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         self._check_sampler_batch_size(self._sampler)
+        self._check_parts(self._storage, self._sampler, self._writer)  # (buffer_consume)
         self._transform = Compose()
         if transform is not None:
             if isinstance(transform, Compose):
@@ -334,7 +341,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
     def _write_item(self, data: Any) -> int | torch.Tensor:
         """Write one item (write-side transforms done) and tell the sampler; lock held."""
         self._check_writing_process()  # a forked child writes only what is shared
-        rows = torch.as_tensor(self._writer.add(data), dtype=torch.long).reshape(-1)
+        rows = torch.as_tensor(self._add_row(data), dtype=torch.long).reshape(-1)
         slots = self._storage.rows_to_slots(rows)
         self._sampler.extend(slots.reshape(-1))
         if self._storage.row_numel == 1 and rows.numel() == 1:
@@ -354,7 +361,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
     def _write_batch(self, data: Any) -> torch.Tensor:
         """Write a prepared batch and tell the sampler; the caller holds the lock."""
         self._check_writing_process()
-        rows = self._writer.extend(data)
+        rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
         slots = self._storage.rows_to_slots(rows)
         if slots.numel():
             self._sampler.extend(slots.reshape(-1))
@@ -364,7 +371,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
 
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._storage)
+        return self._sampleable()  # the items written, less those consumed (buffer_consume)
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Storage contents in physical order, ``rb[:end]`` (``rb[:]`` when ``end`` is None)."""

@@ -31,6 +31,8 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
       iterator stops there.
     - ``requires_batch_size``: True when the buffer must have a ``batch_size`` (checked when
       the buffer is built and by ``set_sampler``).
+    - ``max_sample_count`` / ``sampleable_count(storage)`` / ``reusable_slots(storage, n)``:
+      consuming samplers (items used up after being sampled so many times).
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``: the whole sampling state.
     """
 
@@ -50,6 +52,12 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     #: False for samplers whose state (e.g. priority trees) lives in one process: a buffer that
     #: holds one refuses ``share()`` and being sent to another process (``buffer_sharing``)
     shareable: bool = True
+    #: How many times ``sample`` returns an item before the item is consumed (it leaves the
+    #: sampleable set until its slot is written again); ``None`` (the default): items are never
+    #: consumed. A buffer whose sampler consumes reports :meth:`sampleable_count` as its
+    #: ``len``, writes into :meth:`reusable_slots` first and refuses ``prefetch``
+    #: (:class:`~tdreplay.core.ConsumingSampler`).
+    max_sample_count: int | None = None
 
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -96,6 +104,38 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
         so that a later priority update from that batch is not taken for a stale one.
         """
         return {}
+
+    def sampleable_count(self, storage: Storage) -> int:
+        """How many items of ``storage`` can be sampled now: what ``len(rb)`` reports.
+
+        Every written item (``len(storage)``) by default; a consuming sampler
+        (:attr:`max_sample_count`) leaves out the items it has consumed.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> storage.set(torch.arange(3), ["a", "b", "c"])
+        >>> RandomSampler().sampleable_count(storage)
+        3
+        """
+        return len(storage)
+
+    def reusable_slots(self, storage: Storage, max_count: int) -> torch.Tensor:
+        """Slots whose items are consumed, which the next write of ``max_count`` items fills
+        first (int64, at most ``max_count``, in the order to fill them). Changes nothing.
+
+        None by default; a consuming sampler (:attr:`max_sample_count`) returns the slots it
+        has consumed, oldest first, and the buffer writes there through the writer's
+        :meth:`~tdreplay.core.Writer.extend_reusing` before the cursor advances.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> RandomSampler().reusable_slots(ListStorage(4), 2).tolist()
+        []
+        """
+        return torch.zeros(0, dtype=torch.long)
 
     @property
     def ran_out(self) -> bool:

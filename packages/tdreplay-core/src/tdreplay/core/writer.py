@@ -53,6 +53,11 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     #: Entries :meth:`sample_info` adds to a sample (bookkeeping, never stored as data).
     info_keys: tuple[str, ...] = ()
 
+    #: Whether :meth:`write_at` and :meth:`extend_reusing` write at rows chosen by the caller
+    #: (``False`` by default; :class:`RoundRobinWriter` does). A buffer whose sampler consumes
+    #: items (:attr:`Sampler.max_sample_count`) refuses a writer that cannot.
+    supports_write_at: bool = False
+
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.
 
@@ -90,6 +95,27 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     @abc.abstractmethod
     def extend(self, data: Any) -> torch.Tensor:
         """Write a batch; return the rows written."""
+
+    def write_at(self, index: Any, data: Any) -> int | torch.Tensor:
+        """Write ``data`` at rows ``index`` (an int: one item; else a batch, one row per item)
+        without moving the cursor; returns the rows. Writers that support it
+        (:attr:`supports_write_at`) override this; the base raises ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot write at chosen rows "
+                                  "(supports_write_at is False).")
+
+    def extend_reusing(self, rows: Any, data: Any) -> torch.Tensor:
+        """Write a batch whose first items go into ``rows`` (slots freed by a consuming
+        sampler, :meth:`Sampler.reusable_slots`) and the rest where :meth:`extend` would put
+        them; returns the rows written, one per item.
+
+        With no ``rows`` this is :meth:`extend`; otherwise writers that support it
+        (:attr:`supports_write_at`) override this and the base raises ``NotImplementedError``.
+        """
+        if torch.as_tensor(rows).numel() == 0:
+            return self.extend(data)
+        raise NotImplementedError(f"{type(self).__name__} cannot write at chosen rows "
+                                  "(supports_write_at is False).")
 
     @property
     def write_count(self) -> int:
@@ -240,9 +266,27 @@ class RoundRobinWriter(Writer):
         rows = torch.div(index, numel, rounding_mode="floor") if numel > 1 else index
         return torch.where(index >= 0, gens.of(rows), torch.full_like(index, -1))
 
-    def write_at(self, index: Any, data: Any) -> torch.Tensor:
-        """Write a batch ``data`` at rows ``index`` (as TorchRL) without moving the cursor;
-        the rows' generations advance (handles on them go stale). Returns the rows."""
+    supports_write_at = True
+
+    def write_at(self, index: Any, data: Any) -> int | torch.Tensor:
+        """Write ``data`` at rows ``index`` (as TorchRL) without moving the cursor: one item at
+        an int ``index``, else a batch, one row per item. The rows' generations advance
+        (handles on them go stale). Returns the rows (an int for an int ``index``).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(ListStorage(4))
+        >>> w.extend(["a", "b", "c"]).tolist()
+        [0, 1, 2]
+        >>> w.write_at(torch.tensor([2, 0]), ["C", "A"]).tolist(), w.write_at(1, "B")
+        ([2, 0], 1)
+        >>> w.storage[:], w.cursor, w.write_count
+        (['A', 'B', 'C'], 3, 6)
+        """
+        if is_int(index):
+            return self._write_one_at(int(index), data)
         rows = _index_tensor(index).reshape(-1)
         n = leading_dim(data)
         if rows.numel() != n:
@@ -256,6 +300,52 @@ class RoundRobinWriter(Writer):
         self.write_count += n
         self._bump_generations(rows, capacity)
         return rows
+
+    def _write_one_at(self, row: int, data: Any) -> int:
+        storage = self.storage
+        capacity = storage.rows_capacity_for(data, batched=False)
+        if not 0 <= row < capacity:
+            raise IndexError(f"index must address a row in [0, {capacity}), got {row}.")
+        storage.set(row, self._before_write(data, row, capacity, batched=False))
+        self.write_count += 1
+        self._bump_generations(torch.tensor([row]), capacity)
+        return row
+
+    def extend_reusing(self, rows: Any, data: Any) -> torch.Tensor:
+        """Write a batch: its first items into ``rows`` (consumed slots, in that order), the
+        rest at the cursor, which skips ``rows`` and moves past the last row it wrote (as
+        TorchRL's consuming buffers). A batch of ``capacity`` items or more overwrites every
+        row: it is written as :meth:`extend` writes it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(ListStorage(6))
+        >>> w.extend(list("abcdef")).tolist(), w.cursor
+        ([0, 1, 2, 3, 4, 5], 0)
+        >>> w.extend_reusing(torch.tensor([4, 1]), list("EBxy")).tolist(), w.cursor
+        ([4, 1, 0, 2], 3)
+        >>> w.storage[:]
+        ['x', 'B', 'y', 'd', 'E', 'f']
+        """
+        reused = _index_tensor(rows).reshape(-1)
+        n = leading_dim(data)
+        if reused.numel() > n:
+            raise ValueError(f"rows names {reused.numel()} rows but data holds {n} items.")
+        capacity = self.storage.rows_capacity_for(data, batched=True)
+        if not reused.numel() or n >= capacity:
+            return self.extend(data)
+        cursor = self.cursor % capacity
+        k = reused.numel()
+        # the next rows from the cursor, skipping the reused ones (at most k are skipped)
+        ahead = (cursor + torch.arange(n)) % capacity
+        ahead = ahead[~torch.isin(ahead, reused)][: n - k]
+        written = self.write_at(torch.cat([reused, ahead]), data)
+        if ahead.numel():
+            self.cursor = (int(ahead[-1]) + 1) % capacity
+        assert isinstance(written, torch.Tensor)
+        return written
 
     def _before_write(self, data: Any, cursor: int | torch.Tensor, capacity: int,
                       batched: bool) -> Any:
