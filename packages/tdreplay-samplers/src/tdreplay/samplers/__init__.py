@@ -1,7 +1,8 @@
-"""tdreplay.samplers: samplers without replacement, prioritized and slice samplers."""
+"""tdreplay.samplers: samplers without replacement, consuming, prioritized and slice samplers."""
 
 from tdreplay.core import RandomSampler, Sampler
 
+from .consuming import ConsumingSampler
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .prioritized_slice import PrioritizedSliceSampler
@@ -21,6 +22,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BatchLargerThanBufferError",
+    "ConsumingSampler",
     "LambdaScheduler",
     "LinearScheduler",
     "ParameterScheduler",
