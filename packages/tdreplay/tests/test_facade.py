@@ -36,3 +36,18 @@ def test_unknown_name_raises_attribute_error():
     with pytest.raises(AttributeError, match="NoSuchStorage"):
         tdreplay.data.NoSuchStorage  # noqa: B018
     assert "ReplayBuffer" in dir(tdreplay.data)
+
+
+def test_consuming_sampler_is_served_where_torchrl_has_it():
+    import tdreplay.core
+    import tdreplay.samplers
+    from tdreplay.data.replay_buffers import ConsumingSampler as from_buffers
+    from tdreplay.data.replay_buffers.samplers import ConsumingSampler as from_samplers
+    from tdreplay.data.replay_buffers.samplers.random import ConsumingSampler as from_random
+
+    assert (tdreplay.data.ConsumingSampler is from_buffers is from_samplers is from_random
+            is tdreplay.core.ConsumingSampler is tdreplay.samplers.ConsumingSampler)
+    rb = tdreplay.data.ReplayBuffer(storage=tdreplay.data.ListStorage(3),
+                                    consume_after_n_samples=1)
+    rb.extend([1, 2, 3])
+    assert sorted(rb.sample(5)) == [1, 2, 3] and len(rb) == 0

@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": "tdreplay.core",
     "Compose": "tdreplay.core",
     "ConditionalUpdateResult": "tdreplay.core",
+    "ConsumingSampler": "tdreplay.core",
     "DEFAULT_DONE_KEYS": "tdreplay.core",
     "FORMAT_VERSION": "tdreplay.core",
     "InvertedTransform": "tdreplay.core",
