@@ -103,3 +103,11 @@ def test_refusals():
     with pytest.raises(ValueError, match="1-dimensional storages"):
         rb.set_storage(LazyTensorStorage(10, ndim=2))
     assert rb.storage.ndim == 1
+
+
+def test_a_consuming_buffer_is_not_shared_between_processes(tmp_path):
+    # the counts and consumed slots live in this process: copies would hand out items twice
+    with pytest.raises(RuntimeError, match="ConsumingSampler"):
+        ReplayBuffer(storage=LazyMemmapStorage(5, scratch_dir=tmp_path), shared=True,
+                     consume_after_n_samples=1)
+    assert ConsumingSampler.shareable is False
