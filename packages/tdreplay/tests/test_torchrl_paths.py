@@ -94,10 +94,10 @@ def test_a_torchrl_name_tdreplay_lacks_says_so():
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchStorage'"):
         module.NoSuchStorage  # noqa: B018
     # a TorchRL submodule of which tdreplay has no name
-    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.her"):
-        tdreplay.data.replay_buffers.her  # noqa: B018
+    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.offline_to_online"):
+        tdreplay.data.replay_buffers.offline_to_online  # noqa: B018
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("tdreplay.data.replay_buffers.her")
+        importlib.import_module("tdreplay.data.replay_buffers.offline_to_online")
 
 
 def test_a_name_of_a_missing_component_raises_missing_component_error(monkeypatch):

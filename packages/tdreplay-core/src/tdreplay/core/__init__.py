@@ -11,6 +11,8 @@ from .buffer_conditional import ConditionalUpdateResult
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
 from .consuming import ConsumingSampler
+from .her import HERReplayBuffer
+from .hindsight import HindsightStrategy
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
@@ -33,6 +35,8 @@ __all__ = [
     "Compose",
     "ConditionalUpdateResult",
     "ConsumingSampler",
+    "HERReplayBuffer",
+    "HindsightStrategy",
     "InvertedTransform",
     "ListStorage",
     "ListStorageCheckpointer",

@@ -401,8 +401,8 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
                 return None  # queued for prefetch, then dropped: draw nothing
             index, info = self._expand_anchors(self._sampler.sample(self._storage, batch_size))
             info.update(self._writer.sample_info(index), index=index)
-            data = self._storage.get(index)
-        data = self._collate_fn(data)
+            data, extra = self._read_sampled(index, info)
+        data = self._complete_sample(self._collate_fn(data), info, extra)
         # Info goes in before the read transforms, so they see where each item came from (slice
         # ends, indices), and again after them for any entry a transform dropped.
         data = self.attach_info(data, info)
@@ -412,6 +412,20 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         if self._pin_memory and torch.cuda.is_available():
             data = data.pin_memory()
         return data, info
+
+    def _read_sampled(self, index: Any, info: dict[str, Any]) -> tuple[Any, Any]:
+        """Read the sampled items at ``index``, the lock held: ``(items, extra)``.
+
+        ``extra`` is what a subclass reads from the storage besides the items, under the same
+        lock (e.g. :class:`~tdreplay.core.HERReplayBuffer`: the relabelling goals), handed
+        to :meth:`_complete_sample`; ``None`` here.
+        """
+        return self._storage.get(index), None
+
+    def _complete_sample(self, data: Any, info: dict[str, Any], extra: Any) -> Any:
+        """The collated batch, before ``info`` goes in and the read-side transforms run, with
+        the lock released; a subclass finishes it with ``extra`` (as is here)."""
+        return data
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         """Write the sampler's ``info`` (``index``, ``priority_weight``, ...) into a sampled

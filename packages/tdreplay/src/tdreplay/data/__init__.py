@@ -50,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "ConsumingSampler": "tdreplay.core",
     "DEFAULT_DONE_KEYS": "tdreplay.core",
     "FORMAT_VERSION": "tdreplay.core",
+    "HERReplayBuffer": "tdreplay.core",
+    "HindsightStrategy": "tdreplay.core",
     "InvertedTransform": "tdreplay.core",
     "ListStorage": "tdreplay.core",
     "ListStorageCheckpointer": "tdreplay.core",
