@@ -85,9 +85,15 @@ def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, us
 
     Everything is written out in this one function on purpose: calling a compiled helper that
     takes arrays costs reference counting on each of them, more than the work per step.
+
+    Returns the number of chunks written: fewer than ``nchunks`` when the record table has no
+    room for the ``T`` records the next chunk may open (the caller grows it and goes on from
+    there), so the table grows with the trajectories, not with the size of a write.
     """
     track = slot_rec.shape[0] > 0
     for j in range(nchunks):
+        if counters[N_FREE] + rec.shape[0] - counters[N_HIGH] < T:
+            return j
         c = phys0 + j
         n = n0 + j
         drop_lane = -1
@@ -169,6 +175,7 @@ def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, us
             lanes_arr[lane, LAST_DONE] = 1 if dn else 0
             if track:
                 slot_rec[c * T + t] = r
+    return nchunks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,17 +227,17 @@ class TrajectoryIndex:
         self.counters = np.zeros(3, dtype=np.int64)
         self.lanes_arr = np.full((n_lanes, 4), -1, dtype=np.int64)
         self.lanes_arr[:, LAST_DONE] = 0
-        self.slot_rec = (np.full(n_slots, -1, dtype=np.int64) if self.track_slots
-                         else _EMPTY_I64)
+        self.slot_rec = _slot_records(n_slots if self.track_slots else 0)
 
     def _ensure_records(self, extra: int) -> None:
-        """Make room for ``extra`` more records (each new step may open one)."""
+        """Make room for ``extra`` more records; the table grows by half when it must (the
+        kernel asks for more room whenever the next chunk might not fit)."""
         live, high, nfree = (int(x) for x in self.counters)
         need = high + max(extra - nfree, 0)
         cap = self.rec.shape[0]
         if need <= cap:
             return
-        new_cap = max(need, 2 * cap, 1024)
+        new_cap = max(need, cap + cap // 2, 1024)
         rec = np.zeros((new_cap, 5), dtype=np.int64)
         rec[:cap] = self.rec
         dense = np.zeros(new_cap, dtype=np.int64)
@@ -314,7 +321,7 @@ class TrajectoryIndex:
         if not multi:
             self.mode = _MODE_LANES
         if self.track_slots:
-            self.slot_rec = np.full(C * T, -1, dtype=np.int64)
+            self.slot_rec = _slot_records(C * T)
 
     def _forget_history(self) -> None:
         """Write order unknown: rebuild in slot order (flat) or with isolated chunks."""
@@ -378,12 +385,15 @@ class TrajectoryIndex:
             m = min(per_block, k - done_chunks)
             a = (phys + done_chunks) * T
             ids, done = reader(storage, a, a + m * T)
-            self._ensure_records(m * T)
-            _write_chunks(self.rec, self.dense, self.free, self.counters, self.lanes_arr,
-                          self.slot_rec, _EMPTY_I64 if ids is None else ids,
-                          _EMPTY_BOOL if done is None else done, ids is not None,
-                          done is not None, phys + done_chunks, n0 + done_chunks, m, T,
-                          max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
+            off = 0
+            while off < m:  # the kernel stops early when the record table is full
+                self._ensure_records(T)
+                off += _write_chunks(
+                    self.rec, self.dense, self.free, self.counters, self.lanes_arr,
+                    self.slot_rec, _EMPTY_I64 if ids is None else ids[off * T:],
+                    _EMPTY_BOOL if done is None else done[off * T:], ids is not None,
+                    done is not None, phys + done_chunks + off, n0 + done_chunks + off, m - off,
+                    T, max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
             done_chunks += m
 
     def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
@@ -461,7 +471,7 @@ class TrajectoryIndex:
             "free": torch.from_numpy(self.free[: int(self.counters[N_FREE])].copy()),
             "counters": torch.from_numpy(self.counters.copy()),
             "lanes": torch.from_numpy(self.lanes_arr.copy()),
-            "slot_rec": torch.from_numpy(self.slot_rec.copy()),
+            "slot_rec": torch.from_numpy(self.slot_rec.astype(np.int64)),
         }
 
     @staticmethod
@@ -506,11 +516,23 @@ class TrajectoryIndex:
         self.free[:nfree] = state["free"].numpy()
         self.counters = state["counters"].numpy().copy()
         self.lanes_arr = state["lanes"].numpy().copy()
-        self.slot_rec = state["slot_rec"].numpy().copy() if self.track_slots else _EMPTY_I64
+        slot_rec = state["slot_rec"].numpy() if self.track_slots else _EMPTY_I64
+        self.slot_rec = slot_rec.astype(_slot_dtype(slot_rec.size))
         if self.track_slots and self.slot_rec.size == 0 and self.T:
             self.needs_rebuild = True
         self._storage_ref = None
         self._trust_storage = True
+
+
+def _slot_dtype(n_slots: int) -> type[np.signedinteger[Any]]:
+    """Dtype of the record of each slot: int32 while the record ids fit (one record per slot at
+    most), half the memory of int64 per step of a prioritized slice sampler."""
+    return np.int32 if n_slots < np.iinfo(np.int32).max else np.int64
+
+
+def _slot_records(n_slots: int) -> np.ndarray:
+    """The record of each of ``n_slots`` slots, ``-1`` (none) for now."""
+    return np.full(n_slots, -1, dtype=_slot_dtype(n_slots))
 
 
 def _geometry(storage: Any) -> tuple[int, int, bool, int, int]:
