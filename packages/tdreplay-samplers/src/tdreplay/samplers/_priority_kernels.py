@@ -33,6 +33,8 @@ __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "c
            "excluded", "kernels_for", "uniform"]
 
 _CPU = torch.device("cpu")
+#: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
+_KERNEL_WEIGHTS = frozenset({torch.float32, torch.float64})
 
 
 def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
@@ -72,15 +74,12 @@ class PriorityKernels(abc.ABC):
         """Store ``leaf`` (0-d float64) for the checked ``slots`` (on the state's device)."""
 
     @abc.abstractmethod
-    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Slots for the uniform draws ``u`` (float64 in ``[0, 1)``), with their stored priorities
-        and write generations. ``stratified``: draw ``i`` falls in the ``i``-th of ``len(u)``
-        equal parts of the mass."""
-
-    @abc.abstractmethod
-    def log_min(self, state: PriorityState) -> float | torch.Tensor:
-        """``log`` of the least stored priority (of the importance weights)."""
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Slots for the uniform draws ``u`` (float64 in ``[0, 1)``), with their importance
+        weights ``(p_i / p_min) ** -beta`` (``dtype``, computed in log space so that extreme
+        ratios do not overflow) and int64 write generations. ``stratified``: draw ``i`` falls
+        in the ``i``-th of ``len(u)`` equal parts of the mass."""
 
     @abc.abstractmethod
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
@@ -115,21 +114,21 @@ class NumbaKernels(PriorityKernels):
             max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
             sum_tree.offsets, index, float(leaf))
 
-    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # the same draws and float64 operations as the torch kernels: both backends draw the
-        # same slots for the same generator state
+        # same slots for the same generator state (the weights may differ in the last bit:
+        # libm's exp and log against torch's)
         n = u.shape[0]
         index = torch.empty(n, dtype=torch.long)
-        leaf = torch.empty(n, dtype=torch.float64)
+        direct = dtype in _KERNEL_WEIGHTS  # written by the kernel; others converted after
+        weight = torch.empty(n, dtype=dtype if direct else torch.float64)
         gen = torch.empty(n, dtype=torch.long)
-        sum_tree = cast(NumbaSumTree, state.sum_tree)
+        sum_tree, min_tree, _ = _numba_trees(state)
         fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
-                            state.host_generation, index.numpy(), leaf.numpy(), gen.numpy())
-        return index, leaf, gen
-
-    def log_min(self, state: PriorityState) -> float:
-        return math.log(float(state.min_tree.min()))
+                            state.host_generation, math.log(min_tree.nodes[0]), beta,
+                            index.numpy(), weight.numpy(), gen.numpy())
+        return index, weight if direct else weight.to(dtype), gen
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
@@ -137,16 +136,20 @@ class NumbaKernels(PriorityKernels):
         index = index.to(_CPU).contiguous()
         raw = raw.to(_CPU, torch.float64).contiguous()
         reduced = reduce_priority(raw, index.numel(), reduction)
-        leaf = leaf_values(reduced, alpha, eps)  # torch's pow, as the torch kernels: same trees
-        tok = (token.to(_CPU).contiguous() if token is not None else index).numpy()
+        # torch's pow, as the torch kernels (same trees); the kernel clamps to TINY as
+        # leaf_values does
+        leaf = (reduced + eps).pow_(alpha)
+        index_np, raw_np = index.numpy(), raw.reshape(-1).numpy()
+        reduced_np = raw_np if reduced is raw else reduced.numpy()
+        tok = token.to(_CPU).contiguous().numpy() if token is not None else index_np
         sum_tree, min_tree, max_tree = _numba_trees(state)
         capacity = state.capacity
         code, _, top = fused.update_kernel(
             sum_tree.nodes, min_tree.nodes,
             max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
             sum_tree.offsets, capacity, capacity if n_written is None else n_written,
-            state.host_generation, index.numpy(), raw.reshape(-1).numpy(), reduced.numpy(),
-            leaf.numpy(), leaf_limit(capacity), tok, token is not None)
+            state.host_generation, index_np, raw_np, reduced_np, leaf.numpy(),
+            leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False
         if top > float(state.max_priority):
@@ -166,8 +169,8 @@ class TorchKernels(PriorityKernels):
             # a new item has no priority set by update_priority yet
             state.max_tree.update(slots, math.inf)
 
-    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = u.shape[0]
         if stratified:
             u = (torch.arange(n, dtype=torch.float64, device=state.device) + u) / n
@@ -176,10 +179,9 @@ class TorchKernels(PriorityKernels):
         assert isinstance(index, torch.Tensor)
         leaf = sum_tree.get(index)
         assert isinstance(leaf, torch.Tensor)
-        return index, leaf, state.generation.index_select(0, index)
-
-    def log_min(self, state: PriorityState) -> torch.Tensor:
-        return torch.log(torch.as_tensor(state.min_tree.min()))
+        log_min = torch.log(torch.as_tensor(state.min_tree.min()))
+        weight = torch.exp((torch.log(leaf) - log_min) * -beta)
+        return index, weight.to(dtype), state.generation.index_select(0, index).long()
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,

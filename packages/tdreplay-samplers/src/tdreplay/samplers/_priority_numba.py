@@ -1,7 +1,7 @@
 """Fused numba kernels of the prioritized sampler on numba trees (pure functions).
 
 One sampler call is one kernel call: ``extend_kernel`` gives written slots their priority in
-the sum, min (and max) trees; ``sample_kernel`` draws slots and reads their stored priorities
+the sum, min (and max) trees; ``sample_kernel`` draws slots and returns their importance weights
 and write generations; ``update_kernel`` checks a whole priority update and then applies it.
 They work on the flat node arrays the numba trees expose (``tree.nodes``, ``tree.offsets``)
 and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba_kernels`), so
@@ -10,6 +10,8 @@ several checked tree calls per step, which dominates at small batch sizes.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
@@ -21,6 +23,8 @@ __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "extend
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
+#: Smallest normal float64: the least stored priority (``_priority_values.TINY``).
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 @njit(cache=False, nogil=True)
@@ -37,9 +41,11 @@ def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
 
 
 @njit(cache=False, nogil=True)
-def sample_kernel(sum_nodes, offsets, u, stratified, gen, out_index, out_leaf,
+def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
                   out_gen):  # pragma: no cover - compiled
-    """Slots for the uniform draws ``u``, with their stored priorities and write generations.
+    """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
+    -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
+    write generations.
 
     The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
     the same float64 operations as the torch path, so both backends draw the same slots.
@@ -56,8 +62,15 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, out_index, out_leaf,
     scan(sum_nodes, offsets, masses, out_index)
     for i in range(n):
         slot = out_index[i]
-        out_leaf[i] = sum_nodes[leaves + slot]
+        out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
         out_gen[i] = gen[slot]
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _clamped(leaf):  # pragma: no cover - compiled
+    """``leaf`` clamped to at least the smallest normal float64 (NaN stays NaN, as torch's
+    ``clamp_min``)."""
+    return _TINY if leaf < _TINY else leaf
 
 
 @njit(cache=False, nogil=True)
@@ -67,8 +80,9 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n
     """Check, then apply, a priority update; returns ``(code, position, top)``.
 
     ``raw`` holds every priority value given (trailing dims included), ``priority`` one reduced
-    value per index and ``leaf`` its stored value. Checks, before any write: every raw value is
-    finite and ``>= 0``; every stored value ``leaf`` is at most ``leaf_max``; every index is
+    value per index and ``leaf`` its stored value before the clamp to the smallest normal
+    float64 (``(priority + eps) ** alpha``, clamped here). Checks, before any write: every raw
+    value is finite and ``>= 0``; every stored value is at most ``leaf_max``; every index is
     ``-1`` (skipped) or a written slot in ``[0, min(capacity, n_written))``. On failure nothing
     is written and ``code`` says why (``position`` is where). Otherwise the entries whose slot
     generation is still ``token`` (when ``has_token``) are written and ``top`` is their largest
@@ -79,7 +93,7 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n
         if not (v >= 0.0 and v < np.inf):  # NaN fails too
             return BAD_PRIORITY, k, -np.inf
     for k in range(leaf.shape[0]):
-        if not leaf[k] <= leaf_max:  # overflowed once raised to alpha
+        if not _clamped(leaf[k]) <= leaf_max:  # overflowed once raised to alpha
             return BAD_PRIORITY, k, -np.inf
     n = index.shape[0]
     for i in range(n):
@@ -100,7 +114,7 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n
         if slot == -1 or (has_token and gen[slot] != token[i]):
             continue
         kept[k] = slot
-        kept_leaf[k] = leaf[i]
+        kept_leaf[k] = _clamped(leaf[i])
         kept_neg[k] = -priority[i]
         if priority[i] > top:
             top = priority[i]

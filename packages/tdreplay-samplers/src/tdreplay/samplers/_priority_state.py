@@ -20,11 +20,16 @@ import torch
 from ._priority_values import check_real
 from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
 
-__all__ = ["STATE_KEYS", "HostState", "PriorityState", "check_state_dict", "default_priority",
-           "empty_host_state", "export_state", "grown", "host_from_state_dict", "new_state",
-           "padded", "placement", "settle", "to_state_dict"]
+__all__ = ["GENERATION_PERIOD", "STATE_KEYS", "HostState", "PriorityState", "check_state_dict",
+           "default_priority", "empty_host_state", "export_state", "generation_of", "grown",
+           "host_from_state_dict", "new_state", "padded", "placement", "settle", "to_state_dict"]
 
 _CPU = torch.device("cpu")
+
+#: Write generations are stored as int32: the clock's value wraps around to ``1`` after this
+#: many ticks (``0`` stays "never written"). A stale update is then missed only for a slot
+#: rewritten a multiple of 2**31 - 1 writes after it was sampled.
+GENERATION_PERIOD = 2**31 - 1
 
 #: Keys of a prioritized sampler's ``state_dict``.
 STATE_KEYS = frozenset({"max_capacity", "alpha", "beta", "eps", "priorities", "set_priorities",
@@ -89,8 +94,9 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
     sum_tree, min_tree = make_sum_tree(capacity, **kw), make_min_tree(capacity, **kw)
     max_tree = make_min_tree(capacity, **kw) if within_buffer else None
     # numpy allocates large arrays with huge pages where the OS offers them (torch does not):
-    # the kernels read the generations of random slots
-    gen = torch.from_numpy(np.zeros(capacity, dtype=np.int64))
+    # the kernels read the generations of random slots. int32: 4 bytes per slot (see
+    # GENERATION_PERIOD)
+    gen = torch.from_numpy(np.zeros(capacity, dtype=np.int32))
     max_priority = -math.inf
     if host is not None:
         leaves = host["priorities"]
@@ -99,7 +105,9 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
             leaves > 0, leaves, math.inf)})
         if max_tree is not None:
             max_tree.load_state_dict({"capacity": capacity, "values": -host["set_priorities"]})
-        gen.copy_(host["write_generation"])  # a copy: the caller's state stays its own
+        # a copy (the caller's state stays its own), wrapped as the clock wraps (a state saved
+        # with int64 generations beyond the period)
+        gen.copy_(generation_of(host["write_generation"]))
         max_priority = host["max_priority"]
     gen = gen.to(device)
     return PriorityState(
@@ -114,8 +122,24 @@ def export_state(state: PriorityState) -> HostState:
                       else torch.full((state.capacity,), -math.inf, dtype=torch.float64))
     return {"priorities": state.sum_tree.state_dict()["values"],
             "set_priorities": set_priorities,
-            "write_generation": state.generation.cpu().clone(),
+            "write_generation": state.generation.to(_CPU, torch.long),
             "max_priority": float(state.max_priority)}
+
+
+def generation_of(clock: Any) -> Any:
+    """The stored write generation of a clock value (int or integer tensor): the clock wrapped
+    into ``[1, GENERATION_PERIOD]``, ``0`` (never written) kept.
+
+    Examples
+    --------
+    >>> generation_of(5), generation_of(GENERATION_PERIOD + 1)
+    (5, 1)
+    >>> generation_of(torch.tensor([0, 3, 2**40])).tolist()
+    [0, 3, 512]
+    """
+    if isinstance(clock, torch.Tensor):
+        return torch.where(clock > 0, (clock - 1) % GENERATION_PERIOD + 1, 0)
+    return (clock - 1) % GENERATION_PERIOD + 1 if clock > 0 else 0
 
 
 def padded(host: HostState, capacity: int) -> HostState:

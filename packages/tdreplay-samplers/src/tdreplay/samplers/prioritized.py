@@ -45,6 +45,7 @@ from ._priority_kernels import apply_update, excluded, kernels_for, uniform
 from ._priority_state import (
     PriorityState,
     default_priority,
+    generation_of,
     grown,
     new_state,
     placement,
@@ -286,14 +287,14 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
             leaf_limit(state.capacity))  # an alpha raised since may overflow the max priority
         kernels_for(state).extend(state, slots, leaf)
         self._clock += 1
-        state.generation.index_fill_(0, slots, self._clock)
+        state.generation.index_fill_(0, slots, generation_of(self._clock))
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written), on the tree device."""
         slots = as_long_tensor(slots, name="slots")
         state = self._ensure_state()
         flat = slots.reshape(-1).to(state.device, non_blocking=True)
-        return state.generation.index_select(0, flat).reshape(slots.shape)
+        return state.generation.index_select(0, flat).reshape(slots.shape).long()
 
     def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{"write_generation": ...}`` of ``slots`` as they are now."""
@@ -337,12 +338,10 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         if state.device.type == "cpu" and not float(state.sum_tree.total()) > 0.0:
             raise RuntimeError("no written slot has a priority: the sampler was not told about "
                                "the storage's items (extend the buffer through the sampler).")
-        kernels = kernels_for(state)
-        index, leaf, gen = kernels.draw(state, uniform(batch_size, state.device, self._rng),
-                                        self.stratified)
-        # (p_i / p_min) ** -beta, in log space so that extreme ratios do not overflow
-        weight = torch.exp((torch.log(leaf) - kernels.log_min(state)) * -self._beta)
-        return index, {PRIORITY_WEIGHT_KEY: weight.to(self._dtype), WRITE_GENERATION_KEY: gen}
+        index, weight, gen = kernels_for(state).draw(
+            state, uniform(batch_size, state.device, self._rng), self.stratified, self._beta,
+            self._dtype)
+        return index, {PRIORITY_WEIGHT_KEY: weight, WRITE_GENERATION_KEY: gen}
 
     # ---- priority updates --------------------------------------------------------------------
     def update_priority(

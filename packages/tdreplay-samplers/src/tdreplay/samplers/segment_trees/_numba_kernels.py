@@ -125,6 +125,8 @@ def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compile
         start = offsets[level]
         kept = 0
         for i in range(live):
+            if i + _UPDATE_PREFETCH < live:  # the parents ahead: their misses overlap
+                _prefetch(tree, start + nodes[i + _UPDATE_PREFETCH])
             node = nodes[i]
             new = _block_reduce(tree, children + 8 * node, is_min)
             if new != tree[start + node]:
