@@ -5,6 +5,9 @@ checkpoint formats (int64 tensors) and what a restored sampler samples."""
 
 from __future__ import annotations
 
+import pickle
+
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -12,6 +15,7 @@ from tensordict import TensorDict
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
 from tdreplay.samplers import PrioritizedSampler, PrioritizedSliceSampler, SliceSampler
 from tdreplay.samplers._priority_state import GENERATION_PERIOD
+from tdreplay.samplers.segment_trees._memory import HUGE_PAGE, host_array
 from tdreplay.storages import LazyTensorStorage
 
 BACKENDS = ["numba", "torch"]
@@ -152,3 +156,31 @@ def test_prioritized_slice_checkpoint_keeps_int64_slot_records():
     restored.load_state_dict(state)
     assert str(restored._index.slot_rec.dtype) == "int32"
     assert torch.equal(torch.from_numpy(restored._index.slot_rec).long(), slot_rec)
+
+
+# ---- host memory -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, fill", [(np.float64, 0.0), (np.float64, np.inf), (np.int32, 0)])
+def test_large_host_arrays_are_aligned_private_and_filled(dtype, fill):
+    arr = host_array(HUGE_PAGE // 4 + 3, dtype, fill)  # spans huge pages, with a partial tail
+    assert arr.ctypes.data % HUGE_PAGE == 0 and arr.dtype == dtype
+    assert arr.shape == (HUGE_PAGE // 4 + 3,) and bool((arr == fill).all())
+    arr[-1] = 7
+    copy = pickle.loads(pickle.dumps(arr))
+    assert copy[-1] == 7 and bool((copy[:-1] == fill).all())
+
+
+def test_pickled_sampler_on_huge_page_trees_samples_the_same():
+    n = 300_000  # trees of 2.7 MiB and generations of 1.2 MiB: huge-page and plain arrays
+    storage = ListStorage(n)
+    storage.set(torch.arange(n), [0] * n)
+    sampler = PrioritizedSampler(n, alpha=0.7, beta=0.5)
+    sampler.extend(torch.arange(n))
+    sampler.update_priority(torch.arange(n),
+                            torch.rand(n, generator=torch.Generator().manual_seed(1)))
+    assert sampler._state.sum_tree.nodes.ctypes.data % HUGE_PAGE == 0
+    copy = pickle.loads(pickle.dumps(sampler))
+    sampler.set_rng(torch.Generator().manual_seed(2))
+    copy.set_rng(torch.Generator().manual_seed(2))
+    (i_a, info_a), (i_b, info_b) = sampler.sample(storage, 64), copy.sample(storage, 64)
+    assert torch.equal(i_a, i_b)
+    assert torch.equal(info_a["priority_weight"], info_b["priority_weight"])

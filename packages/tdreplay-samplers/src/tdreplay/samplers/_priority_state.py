@@ -19,6 +19,7 @@ import torch
 
 from ._priority_values import check_real
 from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
+from .segment_trees._memory import host_array
 
 __all__ = ["GENERATION_PERIOD", "STATE_KEYS", "HostState", "PriorityState", "check_state_dict",
            "default_priority", "empty_host_state", "export_state", "generation_of", "grown",
@@ -93,10 +94,9 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
         kw["validate"] = False  # the sampler checks inputs itself, without syncing devices
     sum_tree, min_tree = make_sum_tree(capacity, **kw), make_min_tree(capacity, **kw)
     max_tree = make_min_tree(capacity, **kw) if within_buffer else None
-    # numpy allocates large arrays with huge pages where the OS offers them (torch does not):
-    # the kernels read the generations of random slots. int32: 4 bytes per slot (see
-    # GENERATION_PERIOD)
-    gen = torch.from_numpy(np.zeros(capacity, dtype=np.int32))
+    # on huge pages (host_array; torch does not ask for them): the kernels read the
+    # generations of random slots. int32: 4 bytes per slot (see GENERATION_PERIOD)
+    gen = torch.from_numpy(host_array(capacity, np.int32))
     max_priority = -math.inf
     if host is not None:
         leaves = host["priorities"]

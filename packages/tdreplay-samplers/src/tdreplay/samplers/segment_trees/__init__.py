@@ -16,9 +16,10 @@ class                      backend                inputs / outputs
 :class:`TorchMinTree`      ``"torch"`` (any dev)  same
 =========================  =====================  ======================================
 
-Modules: ``_layout`` (node layout), ``_base`` (interfaces), ``_numba_kernels`` (the numba
-kernels, pure functions over a node array), ``_numba`` and ``_torch`` (the backends) and
-``_factory`` (the backend choice); each imports only those before it.
+Modules: ``_layout`` (node layout), ``_base`` (interfaces), ``_memory`` (aligned host arrays
+on huge pages), ``_numba_kernels`` (the numba kernels, pure functions over a node array),
+``_numba`` and ``_torch`` (the backends) and ``_factory`` (the backend choice); each imports
+only those before it.
 
 Both backends share one flat float64 layout, :class:`TreeLayout`: an 8-ary tree whose nodes
 keep their 8 children side by side (one 64-byte cache line), root at position 0, leaf ``i`` at

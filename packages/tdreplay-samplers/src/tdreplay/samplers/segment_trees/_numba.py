@@ -18,29 +18,16 @@ import numpy as np
 import torch
 
 from ._base import MinTree, SegmentTree, SumTree
+from ._memory import host_array
 from ._numba_kernels import rebuild_min, rebuild_sum, scan, update_min, update_sum
 
 __all__ = ["NumbaMinTree", "NumbaSumTree"]
 
-#: Alignment of the node arrays: one block of 8 children per cache line.
-_ALIGN_BYTES = 64
-#: Arrays at least this large start on a 2 MiB boundary, so that the transparent huge pages
-#: numpy asks for cover them whole: a descent to a random leaf then misses the TLB far less.
-_HUGE_PAGE_BYTES = 2 << 20
-
 
 def _aligned_array(size: int, value: float) -> np.ndarray:
-    """A float64 array of ``size`` copies of ``value`` starting on a 64-byte boundary.
-
-    Arrays of at least 2 MiB start on a 2 MiB boundary (huge pages; the extra address space is
-    never touched).
-    """
-    align = _HUGE_PAGE_BYTES if size * 8 >= _HUGE_PAGE_BYTES else _ALIGN_BYTES
-    buf = np.empty(size + align // 8, dtype=np.float64)
-    start = (-buf.ctypes.data % align) // 8
-    arr = buf[start : start + size]
-    arr.fill(value)
-    return arr
+    """A float64 array of ``size`` copies of ``value`` starting on a 64-byte boundary, and on a
+    2 MiB boundary advised as huge pages when it spans one (:func:`~._memory.host_array`)."""
+    return host_array(size, np.float64, value)
 
 
 # ---------------------------------------------------------------------------------------------
