@@ -8,8 +8,15 @@ import pickle
 import pytest
 import torch
 
-from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, Transform
-from tdreplay.core.buffer_sharing import NotShareableError
+from tdreplay.core import (
+    ListStorage,
+    NotShareableError,
+    RandomSampler,
+    ReplayBuffer,
+    RoundRobinWriter,
+    Transform,
+    Writer,
+)
 
 
 class _WriteState(Transform):
@@ -107,3 +114,45 @@ def test_transforms_with_write_state_are_shared_or_refused():
     with pytest.raises(RuntimeError, match="write state"):
         plain.share()
     assert not plain.shared
+
+
+class _HeapWriter(RoundRobinWriter):
+    shareable = False  # e.g. a heap of ranks in this process's memory
+
+
+class _SharedRows(ListStorage):
+    """A list storage that claims to share its rows (a process lock), so that only the writer
+    is left to refuse."""
+
+    process_lock = mp.get_context("fork").RLock()
+
+
+def test_writer_shareable_defaults_and_share_refuses_unshareable_writer():
+    assert Writer.shareable is True and RoundRobinWriter().shareable is True
+    rb = ReplayBuffer(storage=ListStorage(10), writer=_HeapWriter())
+    with pytest.raises(NotShareableError, match="Writers of type .*_HeapWriter.* cannot be "
+                                                "shared between processes"):
+        rb.share()
+    assert not rb.shared
+    with pytest.raises(NotShareableError, match="_HeapWriter"):
+        ReplayBuffer(storage=ListStorage(10), writer=_HeapWriter(), shared=True)
+
+
+def test_forked_child_writing_through_unshareable_writer_raises_and_writes_nothing():
+    rb = ReplayBuffer(storage=_SharedRows(10), writer=_HeapWriter())
+    rb.extend([torch.tensor(0.0)])
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_extend, args=(rb, queue))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    message = queue.get(timeout=10)
+    assert message.startswith("Writers of type") and "_HeapWriter" in message
+    assert len(rb) == 1 and rb.write_count == 1
+
+
+def test_check_shareable_names_the_unshareable_writer():
+    rb = ReplayBuffer(storage=_SharedRows(10), writer=_HeapWriter())
+    with pytest.raises(NotShareableError, match="Writers of type .*_HeapWriter"):
+        rb.check_shareable()

@@ -8,6 +8,7 @@ TorchRL), and :class:`ConsumingSampler` (what ``consume_after_n_samples=`` build
 """
 
 from .buffer_conditional import ConditionalUpdateResult
+from .buffer_sharing import NotShareableError
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
 from .consuming import ConsumingSampler
@@ -18,6 +19,7 @@ from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRa
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
 from .sample_units import SampleUnit, Sequence, Transition
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
+from .service_backends import register_service_backend, service_backend, transport_backend
 from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
 from .trajectories import split_trajectories
 from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
@@ -41,6 +43,7 @@ __all__ = [
     "ListStorage",
     "ListStorageCheckpointer",
     "MinSize",
+    "NotShareableError",
     "RandomSampler",
     "RateLimitTimeout",
     "RateLimiter",
@@ -63,7 +66,10 @@ __all__ = [
     "find_start_stop_traj",
     "identity_collate",
     "iter_trajectories",
+    "register_service_backend",
+    "service_backend",
     "split_trajectories",
     "stack_items",
     "traj",
+    "transport_backend",
 ]

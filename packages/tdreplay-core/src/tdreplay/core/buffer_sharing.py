@@ -12,6 +12,9 @@ What a shared buffer means, part by part:
   storage's length and are; a prioritized sampler keeps its trees in one process and is not
   (a prioritized buffer built with ``sync=False`` keeps it in the learner and hands workers a
   uniform sampler);
+- **writer**: :attr:`~tdreplay.core.Writer.shareable`. A round-robin writer keeps its cursor and
+  write count in the storage's shared memory and is; a writer that keeps its own state in one
+  process (``TensorDictMaxValueWriter``'s heap of ranks) is not;
 - **transforms**: one that keeps write state (:attr:`~tdreplay.core.Transform.
   requires_shared_write_state`) must move it to shared memory
   (:meth:`~tdreplay.core.Transform.share_memory_`).
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .sampler import Sampler
 from .storage import Storage
 from .transform import Compose, Transform
+from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="SharingMixin")
 
@@ -75,6 +79,28 @@ def check_sampler_shareable(sampler: Sampler) -> None:
             "the prioritized one.")
 
 
+def check_writer_shareable(writer: Writer) -> None:
+    """:class:`NotShareableError` unless ``writer`` can write from several processes.
+
+    Examples
+    --------
+    >>> from tdreplay.core import RoundRobinWriter
+    >>> check_writer_shareable(RoundRobinWriter())  # its counters follow the storage's
+    >>> class HeapWriter(RoundRobinWriter):
+    ...     shareable = False  # e.g. a heap of ranks in this process's memory
+    >>> check_writer_shareable(HeapWriter())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.core.buffer_sharing.NotShareableError: Writers of type ... cannot be shared ...
+    """
+    if not writer.shareable:
+        raise NotShareableError(
+            f"Writers of type {type(writer)} cannot be shared between processes: their state "
+            "(which rows to write next) lives in one process, so the writes of another process "
+            "would diverge from it. Write from one process, or use a writer that keeps only "
+            "counters (RoundRobinWriter, TensorDictRoundRobinWriter).")
+
+
 def share_transform(transform: Transform) -> None:
     """Move the write state of ``transform`` (and of every transform it holds) to shared
     memory; ``RuntimeError`` for one that keeps write state it cannot share."""
@@ -92,6 +118,7 @@ class SharingMixin:
     shared: bool = False
     _storage: Storage
     _sampler: Sampler
+    _writer: Writer
     _transform: Compose
     _prefetch: int
     _owner_pid: int  #: the process whose buffer this is (unset in an unpickled copy)
@@ -104,10 +131,10 @@ class SharingMixin:
         the buffer.
 
         Its transforms move their write state to shared memory (and are shared when appended
-        later); a sampler that cannot be shared, or a prefetching buffer, is refused with an
-        error naming it. The storage is checked when the buffer goes to another process: only a
-        storage that shares its rows (``LazyMemmapStorage``, ``LazyTensorStorage(
-        shared_init=True)``) may.
+        later); a sampler or writer that cannot be shared, or a prefetching buffer, is refused
+        with an error naming it. The storage is checked when the buffer goes to another
+        process: only a storage that shares its rows (``LazyMemmapStorage``,
+        ``LazyTensorStorage(shared_init=True)``) may.
 
         Examples
         --------
@@ -125,6 +152,7 @@ class SharingMixin:
                 raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
                                  "shared=False.")
             check_sampler_shareable(self._sampler)
+            check_writer_shareable(self._writer)
             share_transform(self._transform)
         self.shared = bool(shared)
         self.__dict__.setdefault("_owner_pid", os.getpid())
@@ -144,7 +172,8 @@ class SharingMixin:
             share_transform(transform)
 
     def check_shareable(self) -> None:
-        """:class:`NotShareableError` naming the part (storage, sampler) that cannot be used by
-        another process; what the buffer runs when it goes to one."""
+        """:class:`NotShareableError` naming the part (storage, sampler, writer) that cannot be
+        used by another process; what the buffer runs when it goes to one."""
         check_storage_shareable(self._storage)
         check_sampler_shareable(self._sampler)
+        check_writer_shareable(self._writer)

@@ -27,6 +27,7 @@ from .prefetch import Prefetcher
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
 from .sampler import RandomSampler, Sampler
+from .service_backends import ServiceBackendMixin, ServiceDispatch
 from .storage import ListStorage, Storage
 from .transform import Compose, Transform, as_transform
 from .utils import INT_TYPES, NotATensorDictError, check_instance
@@ -158,7 +159,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 
 class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
                    SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin,
-                   ConsumptionMixin):
+                   ConsumptionMixin, ServiceBackendMixin, metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -198,6 +199,11 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         When ``sample`` and writes may go on (:mod:`tdreplay.core.rate_limit`, as Reverb's).
     shared : bool
         Used by several processes: see :meth:`share` (:mod:`tdreplay.core.buffer_sharing`).
+    service_backend, service_backend_options, transport, transport_options
+        Where the buffer is served (TorchRL's): ``"direct"`` (default) builds it here;
+        ``"ray"`` returns a ``tdreplay.distributed.RayReplayBuffer`` serving this class with
+        these arguments (needs ``tdreplay-distributed``). See
+        :mod:`tdreplay.core.service_backends`.
 
     Thread safety: one lock guards writes, index assignment and the read of sampled rows, so a
     collector thread can ``extend`` while learner threads ``sample``; a sample never sees a

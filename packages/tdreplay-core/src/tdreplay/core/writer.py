@@ -58,6 +58,14 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
     #: items (:attr:`Sampler.max_sample_count`) refuses a writer that cannot.
     supports_write_at: bool = False
 
+    #: False for writers whose state lives in one process's memory (e.g.
+    #: ``TensorDictMaxValueWriter``'s heap of ranks): a buffer holding one refuses ``share()``
+    #: and being sent to another process with
+    #: :class:`~tdreplay.core.buffer_sharing.NotShareableError` (a copy's writes would diverge
+    #: from the original's). Writers that keep only their counters, which live in the storage's
+    #: shared memory when it offers it (:meth:`register_storage`), are shareable.
+    shareable: bool = True
+
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.
 
