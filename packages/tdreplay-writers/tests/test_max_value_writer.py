@@ -342,3 +342,17 @@ def test_concurrent_extends_keep_the_global_top_k():
     for rank, id_ in contents(rb):
         assert ranks[id_] == rank  # every row holds the data its rank came from
     assert rb.writer.ranks.tolist() == [r for r, _ in contents(rb)]
+
+
+def test_max_value_writer_is_not_shareable():
+    """The heap lives in one process: a buffer holding the writer refuses to be shared."""
+    from tdreplay.core import NotShareableError
+
+    assert TensorDictMaxValueWriter.shareable is False
+    rb = make_rb(4)
+    with pytest.raises(NotShareableError, match="Writers of type .*TensorDictMaxValueWriter.* "
+                                                "cannot be shared between processes"):
+        rb.share()
+    assert rb.shared is False
+    rb.extend(batch([1.0, 2.0], [0, 1]))  # the buffer itself goes on
+    assert sorted(contents(rb)) == [(1.0, 0), (2.0, 1)]

@@ -86,6 +86,10 @@ class TensorDictMaxValueWriter(Writer):
       rejects (wrong keys, shapes) leaves the heap, the write count and the storage unchanged.
     - Thread safety: the buffer calls the writer under its lock, so several threads may extend
       the same buffer.
+    - Processes: the heap lives in this process's memory, so the writer is not
+      :attr:`~tdreplay.core.Writer.shareable`: a buffer holding it refuses ``share()`` and being
+      sent to (or written by) another process with
+      :class:`~tdreplay.core.NotShareableError`, instead of keeping a diverging heap there.
 
     Examples
     --------
@@ -107,6 +111,8 @@ class TensorDictMaxValueWriter(Writer):
     >>> sorted(rb[:]["obs"].tolist())
     [0, 7]
     """
+
+    shareable = False  # the heap of ranks lives in one process (see Notes)
 
     def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum", *,
                  compilable: bool = False) -> None:
