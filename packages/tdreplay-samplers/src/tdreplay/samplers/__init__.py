@@ -3,6 +3,7 @@
 from tdreplay.core import RandomSampler, Sampler
 
 from .consuming import ConsumingSampler
+from .deferred_prioritized import DeferredPrioritizedSampler
 from .prioritized import PrioritizedSampler
 from .prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from .prioritized_slice import PrioritizedSliceSampler
@@ -23,6 +24,7 @@ __version__ = "0.2.0"
 __all__ = [
     "BatchLargerThanBufferError",
     "ConsumingSampler",
+    "DeferredPrioritizedSampler",
     "LambdaScheduler",
     "LinearScheduler",
     "ParameterScheduler",

@@ -11,19 +11,21 @@ host (what ``state_dict`` saves and what :func:`new_state` rebuilds from, on any
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
-from ._priority_values import check_real
+from ._priority_values import check_real, leaf_limit, leaf_values
 from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
 from .segment_trees._memory import host_array
 
 __all__ = ["GENERATION_PERIOD", "STATE_KEYS", "HostState", "PriorityState", "check_state_dict",
            "default_priority", "empty_host_state", "export_state", "generation_of", "grown",
-           "host_from_state_dict", "new_state", "padded", "placement", "settle", "to_state_dict"]
+           "host_from_state_dict", "new_state", "padded", "placement", "realphaed", "settle",
+           "to_state_dict"]
 
 _CPU = torch.device("cpu")
 
@@ -159,6 +161,47 @@ def padded(host: HostState, capacity: int) -> HostState:
             "set_priorities": torch.cat([host["set_priorities"], pad["set_priorities"]]),
             "write_generation": torch.cat([host["write_generation"], pad["write_generation"]]),
             "max_priority": host["max_priority"]}
+
+
+def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: float, *,
+              within_buffer: bool) -> PriorityState:
+    """``state`` with its stored priorities ``(q + eps) ** old_alpha`` rewritten as
+    ``(q + eps) ** new_alpha`` (TorchRL's ``alpha`` setter): a new state on the same backend and
+    device, or ``state`` itself when nothing is written or the exponent is unchanged. One pass
+    over the slots; the raw priorities (the max priority, the max tree) do not depend on alpha.
+
+    With ``old_alpha == 0`` every written slot stores ``1`` and the priorities cannot be
+    recovered: the state is kept (sampling stays uniform over those slots until their
+    priorities are set again) and a ``UserWarning`` says so, as TorchRL's.
+
+    Examples
+    --------
+    >>> state = new_state(3, "torch", torch.device("cpu"), within_buffer=False)
+    >>> state.sum_tree[torch.tensor([0, 1])] = torch.tensor([2.0, 4.0], dtype=torch.float64)
+    >>> state.min_tree[torch.tensor([0, 1])] = torch.tensor([2.0, 4.0], dtype=torch.float64)
+    >>> squared = realphaed(state, 1.0, 2.0, 0.0, within_buffer=False)
+    >>> float(squared.sum_tree.total()), float(squared.min_tree.min())  # 2**2 + 4**2, 2**2
+    (20.0, 4.0)
+    """
+    if old_alpha == new_alpha:
+        return state
+    host = export_state(state)
+    leaves = host["priorities"]
+    written = leaves > 0
+    if not bool(written.any()):
+        return state
+    if old_alpha == 0:
+        warnings.warn(
+            "Changing alpha away from 0 on a prioritized sampler that holds priorities: with "
+            "alpha == 0 every written slot stores 1, so their priorities cannot be recovered. "
+            "Sampling stays uniform over those slots until their priorities are updated.",
+            stacklevel=3)
+        return state
+    base = leaves[written].pow(1.0 / old_alpha)  # q + eps (tiny-clamped leaves stay tiny)
+    rewritten = leaf_values(base - eps, new_alpha, eps).clamp_max_(leaf_limit(state.capacity))
+    host["priorities"] = leaves.masked_scatter(written, rewritten)
+    return new_state(state.capacity, state.backend, state.device, within_buffer=within_buffer,
+                     host=host)
 
 
 def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool) -> PriorityState:

@@ -49,6 +49,7 @@ from ._priority_state import (
     grown,
     new_state,
     placement,
+    realphaed,
     settle,
 )
 from ._priority_values import (
@@ -164,19 +165,19 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         self._capacity, self._eps, self._req_device = check_options(
             max_capacity, eps=eps, dtype=dtype, reduction=reduction, backend=backend,
             device=device, validate=validate)
-        self.alpha = alpha
-        self.beta = beta
-        self._dtype = dtype
-        self.reduction = reduction
-        self._within_buffer = bool(max_priority_within_buffer)
-        self._req_backend = backend
-        self.stratified = bool(stratified)
-        self.skip_stale_updates = bool(skip_stale_updates)
-        self._validate_opt = validate
         # the priority state, created on first use (see _ensure_state)
         self._settled = False
         self._state: PriorityState | None = None
         self._clock = 0  # write generation of the last extend
+        self._within_buffer = bool(max_priority_within_buffer)
+        self.alpha = alpha
+        self.beta = beta
+        self._dtype = dtype
+        self.reduction = reduction
+        self._req_backend = backend
+        self.stratified = bool(stratified)
+        self.skip_stale_updates = bool(skip_stale_updates)
+        self._validate_opt = validate
 
     # ---- configuration -----------------------------------------------------------------------
     @property
@@ -186,12 +187,18 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
 
     @property
     def alpha(self) -> float:
-        """Priority exponent (settable; applies to priorities set from then on)."""
+        """Priority exponent (settable, e.g. by a scheduler). Setting it rewrites the stored
+        ``(q + eps) ** old`` of the written slots as ``(q + eps) ** new`` (as TorchRL's; see
+        :func:`~._priority_state.realphaed`), so sampling follows it at once."""
         return self._alpha
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        self._alpha = check_real(value, "alpha")
+        alpha = check_real(value, "alpha")
+        if self._state is not None:
+            self._state = realphaed(self._state, self._alpha, alpha, self._eps,
+                                    within_buffer=self._within_buffer)
+        self._alpha = alpha
 
     @property
     def beta(self) -> float:
