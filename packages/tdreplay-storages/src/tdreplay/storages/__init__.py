@@ -12,7 +12,7 @@ from .checkpointers import (
 from .compressed_storage import CompressedListStorage
 from .lazy_stack_storage import LazyStackStorage
 from .memmap_storage import LazyMemmapStorage
-from .shared_tensor_storage import SharedLazyTensorStorage  # noqa: F401 (shared_init)
+from .shared_tensor_storage import SharedLazyTensorStorage
 from .ted_hooks import Flat2TED, TED2Flat
 from .tensor_storage import LazyTensorStorage, TensorStorage
 
@@ -30,6 +30,7 @@ __all__ = [
     "ListStorage",
     "ListStorageCheckpointer",
     "NestedStorageCheckpointer",
+    "SharedLazyTensorStorage",
     "Storage",
     "StorageCheckpointerBase",
     "TED2Flat",
