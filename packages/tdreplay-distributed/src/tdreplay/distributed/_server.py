@@ -292,6 +292,11 @@ class BufferServer:
         buffer.update_tensordict_priority(unpack(payload))
         return self._max_priority()
 
+    def update_if_present(self, payload: Any) -> Packed:
+        """``update_if_present(**kwargs)`` (``kwargs`` packed); returns its
+        ``ConditionalUpdateResult``."""
+        return pack(self.buffer.update_if_present(**unpack(payload, copy=True)))
+
     def set_item(self, index: Any, payload: Any) -> None:
         self.buffer[unpack(index)] = self._received(payload)
 

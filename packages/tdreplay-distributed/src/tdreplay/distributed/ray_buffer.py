@@ -20,6 +20,7 @@ from ._ray import ensure_ray
 from ._wire import pack, unpack
 from .checkpoints import resolve_location
 from .client import ActorClient, check_name
+from .conditional_updates import RemoteConditionalUpdateMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
 
@@ -51,7 +52,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     return data.select(*keys)
 
 
-class RayReplayBuffer(ActorCheckpointsMixin, ClosableBuffer):
+class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -301,6 +302,11 @@ class RayReplayBuffer(ActorCheckpointsMixin, ClosableBuffer):
     def max_size(self) -> int:
         """Slots of the remote buffer's storage."""
         return int(self._client.info["max_size"])
+
+    #: where the buffer is served (``ReplayBuffer(..., service_backend="ray")`` builds one)
+    service_backend = "ray"
+    #: how its data travels: Ray's object store (TorchRL's ``transport_kind``)
+    transport_kind = "ray"
 
     # ---- writing -------------------------------------------------------------------------------
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:

@@ -48,6 +48,7 @@ from ._sharding import (
 from ._wire import pack, unpack
 from .checkpoints import resolve_location
 from .client import ActorClient
+from .conditional_updates import ShardedConditionalUpdateMixin
 from .errors import RemoteBufferError
 from .lifecycle import ClosableBuffer
 from .ray_buffer import RayReplayBuffer, check_prefetch, copy_bookkeeping, priority_entries
@@ -58,7 +59,7 @@ __all__ = ["ShardedReplayBuffer"]
 WRITE_STRATEGIES = ("round_robin", "least_written")
 
 
-class ShardedReplayBuffer(ShardedRecoveryMixin, ClosableBuffer):
+class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, ClosableBuffer):
     """A replay buffer split over ``num_shards`` Ray buffer actors, sampled as one buffer.
 
     Each ``extend`` goes whole to one shard (so a batch's rows stay together in one storage):
