@@ -253,3 +253,35 @@ def test_save_hooks_without_the_attributes_are_left_alone(tmp_path):
     rb.extend(range(3))
     rb.dumps(tmp_path)
     assert seen == [[0, 1, 2]]
+
+
+# ---- ListStorage.set with ranges, TorchRL's error wording -------------------------------------
+def test_list_storage_set_takes_a_range_of_rows_and_a_range_of_items():
+    storage = ListStorage(5)
+    storage.set(range(5), range(10, 15))
+    assert len(storage) == 5
+    assert [storage.get(i) for i in range(5)] == [10, 11, 12, 13, 14]
+    storage.set(range(1, 3), range(2))
+    assert [storage.get(i) for i in range(5)] == [10, 0, 1, 13, 14]
+
+
+def test_list_storage_set_refuses_a_tuple_and_keeps_its_items():
+    storage = ListStorage(3)
+    storage.set(range(3), [1, 2, 3])
+    with pytest.raises(TypeError, match="expects a list, a range"):
+        storage.set([0, 1], (7, 8))
+    assert [storage.get(i) for i in range(3)] == [1, 2, 3]
+
+
+def test_sampling_an_empty_buffer_raises_torchrls_message():
+    rb = ReplayBuffer(storage=ListStorage(3))
+    with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
+        rb.sample(2)
+
+
+def test_sampling_without_a_batch_size_raises_torchrls_message():
+    rb = ReplayBuffer(storage=ListStorage(3))
+    rb.extend([1, 2])
+    with pytest.raises(RuntimeError, match="batch_size not specified"):
+        rb.sample()
+    assert len(rb) == 2

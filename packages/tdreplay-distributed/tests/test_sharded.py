@@ -147,7 +147,7 @@ def test_update_tensordict_priority_sends_rows_to_their_shards(sharded):
 
 
 def test_sampling_an_empty_buffer_says_so(sharded):
-    with pytest.raises(RuntimeError, match="empty replay buffer"):
+    with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
         sharded.sample()
     with pytest.raises(ValueError, match="batch_size"):
         sharded.sample(0)

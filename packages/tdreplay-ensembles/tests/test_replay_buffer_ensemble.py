@@ -268,7 +268,7 @@ def test_batch_not_divisible_is_refused_before_drawing():
                                          r"num_buffer_sampled=2 buffers"):
         rb.sample(5)
     assert torch.equal(rb.sampler.samplers[0]._rng.get_state(), state)
-    with pytest.raises(RuntimeError, match="needs a batch_size"):
+    with pytest.raises(RuntimeError, match="batch_size not specified"):
         rb.sample()
 
 

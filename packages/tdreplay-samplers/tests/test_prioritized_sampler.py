@@ -88,6 +88,8 @@ def test_alpha_beta_setters_validate():
         sampler.beta = -1
     with pytest.raises(ValueError, match="alpha"):
         sampler.alpha = float("inf")
+    with pytest.raises(ValueError, match="alpha must be greater or equal to 0"):  # TorchRL's words
+        sampler.alpha = -1.0
     assert (sampler.alpha, sampler.beta) == (0.5, 1.0)
 
 

@@ -155,3 +155,19 @@ def test_a_used_scratch_dir_is_refused_with_torchrls_error_type_too(tmp_path):
         with pytest.raises(error, match="existsok"):
             LazyMemmapStorage(20, scratch_dir=tmp_path / "s")
     assert LazyMemmapStorage(20, scratch_dir=tmp_path / "s", existsok=True)[:]["a"].numel() == 4
+
+
+def test_a_tensor_storage_without_data_or_max_size_raises_torchrls_message():
+    from tdreplay.storages import TensorStorage
+    with pytest.raises(ValueError, match="Expected storage to be non-null"):
+        TensorStorage(None)
+
+
+def test_a_list_of_items_of_different_shapes_is_refused_and_nothing_is_written():
+    from tdreplay.core import ReplayBuffer
+    rb = ReplayBuffer(storage=LazyMemmapStorage(10))
+    rb.extend([torch.zeros(4), torch.ones(4)])
+    with pytest.raises(RuntimeError, match="Stacking the elements of the list resulted in an error"):
+        rb.extend([torch.zeros(4), torch.zeros(1)])
+    assert len(rb) == 2
+    assert torch.equal(rb[:], torch.stack([torch.zeros(4), torch.ones(4)]))

@@ -387,8 +387,8 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
-                raise RuntimeError("sample() needs a batch_size: pass one or build the buffer "
-                                   "with batch_size=...")
+                raise RuntimeError("batch_size not specified: pass one to sample() or build "
+                                   "the buffer with batch_size=...")
             return batch_size
         checked = _check_count(batch_size, "batch_size", minimum=1)
         assert checked is not None  # batch_size is not None here

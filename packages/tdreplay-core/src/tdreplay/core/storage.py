@@ -455,11 +455,11 @@ class ListStorage(Storage):
                     # unbind hands back the stacked TensorDicts themselves: keep shallow copies,
                     # so entries later set on the caller's data ("index") stay out of storage
                     items = [item.copy() for item in items]
-            elif isinstance(data, list):
-                items = data
+            elif isinstance(data, (list, range)):
+                items = list(data)
             else:
                 raise TypeError(
-                    "ListStorage.set with several rows expects a list, a tensor or a TensorDict "
+                    "ListStorage.set with several rows expects a list, a range, a tensor or a TensorDict "
                     f"batched along dim 0, got {type(data).__name__} (tuples are pytrees, which "
                     "ListStorage does not split: use a list of items)."
                 )

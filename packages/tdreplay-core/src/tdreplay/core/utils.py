@@ -219,7 +219,8 @@ def check_not_empty(storage: Sized) -> int:
     """
     n = len(storage)
     if n == 0:
-        raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+        raise RuntimeError("Cannot sample from an empty storage: the replay buffer holds no "
+                           "items yet, extend it first.")
     return n
 
 

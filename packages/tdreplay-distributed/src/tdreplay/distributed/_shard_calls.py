@@ -118,7 +118,8 @@ class ShardCalls:
             self.note_max(answer[3])
         mass = torch.tensor([m[0] for m in masses], dtype=torch.float64)
         if not float(mass.sum()) > 0:
-            raise RuntimeError("cannot sample from an empty replay buffer: extend it first.")
+            raise RuntimeError("Cannot sample from an empty storage: no shard holds an item yet, "
+                               "extend the buffer first.")
         with self._rng_lock:  # worker threads of a prefetch draw at once
             which = torch.multinomial(mass / mass.sum(), batch_size, replacement=True,
                                       generator=generator)

@@ -369,8 +369,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
         if batch_size is None:
             batch_size = self.batch_size
             if batch_size is None:
-                raise RuntimeError("sample() needs a batch_size: pass one or build the buffer "
-                                   "with batch_size=...")
+                raise RuntimeError("batch_size not specified: pass one to sample() or build "
+                                   "the buffer with batch_size=...")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
         def draw() -> tuple[Any, dict[str, Any]]:

@@ -41,7 +41,8 @@ def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}.")
     value = float(value)
     if not math.isfinite(value) or value < minimum:
-        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value}.")
+        raise ValueError(f"{name} must be greater or equal to {minimum} (a finite number), got "
+                         f"{value}.")
     return value
 
 

@@ -62,10 +62,15 @@ def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBa
     if isinstance(data, list):
         if not data:
             raise ValueError("cannot write an empty list to a TensorStorage.")
-        return to_tensordict(torch.stack(data) if isinstance(data[0], torch.Tensor)
-                             else TensorDict.maybe_dense_stack(data)
-                             if is_tensor_collection(data[0])
-                             else stack_pytrees(data), batched=True, ndim=ndim)
+        try:
+            stacked = (torch.stack(data) if isinstance(data[0], torch.Tensor)
+                       else TensorDict.maybe_dense_stack(data) if is_tensor_collection(data[0])
+                       else stack_pytrees(data))
+        except RuntimeError as err:  # items of different shapes (TorchRL's error and wording)
+            raise RuntimeError(f"Stacking the elements of the list resulted in an error: {err} "
+                               "A TensorStorage row has one shape for every item; a list "
+                               "storage holds items of any shape.") from err
+        return to_tensordict(stacked, batched=True, ndim=ndim)
     leaves, spec = tree_flatten(data)
     if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
         raise TypeError(f"a TensorStorage holds tensors, TensorDicts, tensorclasses or pytrees "

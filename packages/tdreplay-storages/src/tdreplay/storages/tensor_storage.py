@@ -142,7 +142,8 @@ class TensorStorage(Storage):
         wrapped = None if storage is None else _wrapped(storage, max_size, ndim)
         max_size = wrapped[0] if wrapped is not None else max_size
         if max_size is None:
-            raise ValueError("max_size must be given when no storage is passed.")
+            raise ValueError("Expected storage to be non-null, or max_size to be given (the "
+                             "number of rows to allocate lazily).")
         super().__init__(max_size, checkpointer, compilable=compilable)
         self.ndim = ndim
         self._device = torch.device(device) if device is not None else torch.device("cpu")
