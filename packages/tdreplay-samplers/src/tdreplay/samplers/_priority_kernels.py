@@ -14,8 +14,9 @@ import abc
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
+import numpy as np
 import torch
 
 from . import _priority_numba as fused
@@ -34,7 +35,8 @@ __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "c
 
 _CPU = torch.device("cpu")
 #: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
-_KERNEL_WEIGHTS = frozenset({torch.float32, torch.float64})
+_KERNEL_WEIGHTS: dict[torch.dtype, type[np.floating[Any]]] = {torch.float32: np.float32,
+                                                               torch.float64: np.float64}
 
 
 def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
@@ -120,15 +122,17 @@ class NumbaKernels(PriorityKernels):
         # same slots for the same generator state (the weights may differ in the last bit:
         # libm's exp and log against torch's)
         n = u.shape[0]
-        index = torch.empty(n, dtype=torch.long)
-        direct = dtype in _KERNEL_WEIGHTS  # written by the kernel; others converted after
-        weight = torch.empty(n, dtype=dtype if direct else torch.float64)
-        gen = torch.empty(n, dtype=torch.long)
+        # numpy outputs (cheaper to make than tensors), handed over without a copy
+        index = np.empty(n, dtype=np.int64)
+        weight = np.empty(n, dtype=_KERNEL_WEIGHTS.get(dtype, np.float64))
+        gen = np.empty(n, dtype=np.int64)
         sum_tree, min_tree, _ = _numba_trees(state)
         fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
-                            state.host_generation, math.log(min_tree.nodes[0]), beta,
-                            index.numpy(), weight.numpy(), gen.numpy())
-        return index, weight if direct else weight.to(dtype), gen
+                            state.host_generation, math.log(min_tree.nodes[0]), beta, index,
+                            weight, gen)
+        weights = torch.from_numpy(weight)
+        return (torch.from_numpy(index), weights if dtype in _KERNEL_WEIGHTS else
+                weights.to(dtype), torch.from_numpy(gen))
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
@@ -222,8 +226,15 @@ def kernels_for(state: PriorityState) -> PriorityKernels:
 
 
 def uniform(n: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
-    """``n`` float64 draws in ``[0, 1)`` on ``device``, from ``generator`` (wherever it is)."""
+    """``n`` float64 draws in ``[0, 1)`` on ``device``, from ``generator`` (wherever it is).
+
+    Without a generator, CPU draws come from NumPy's global generator, as TorchRL's
+    prioritized sampler draws them (``np.random.seed`` reproduces a TorchRL program's draws);
+    device draws from torch's generator of that device.
+    """
     if generator is None:
+        if device.type == "cpu":
+            return torch.from_numpy(np.random.random_sample(n))
         return torch.rand(n, dtype=torch.float64, device=device)
     if generator.device == device:
         return torch.rand(n, dtype=torch.float64, device=device, generator=generator)

@@ -195,6 +195,15 @@ def prepare_update(index: Any, priority: Any, write_generation: Any
     >>> index.tolist(), raw.tolist(), token
     ([0, 1], [2.0, 2.0], None)
     """
+    if type(index) is torch.Tensor and index.ndim == 1 and index.dtype is torch.long \
+            and type(priority) is torch.Tensor and priority.shape == index.shape \
+            and priority.dtype.is_floating_point and (write_generation is None or (
+                type(write_generation) is torch.Tensor and write_generation.ndim == 1
+                and write_generation.dtype is torch.long
+                and write_generation.shape == index.shape)):
+        # the common case (a learner's update of a sample), without the conversions below:
+        # the same result
+        return index, priority.detach(), write_generation
     index = as_long_tensor(index, name="index")
     raw = flat_priority(index, priority)
     token = None
