@@ -426,7 +426,15 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         lock (e.g. :class:`~tdreplay.core.HERReplayBuffer`: the relabelling goals), handed
         to :meth:`_complete_sample`; ``None`` here.
         """
-        return self._storage.get(index), None
+        return self._get_drawn(index), None
+
+    def _get_drawn(self, index: Any) -> Any:
+        """The storage's items at ``index``, just drawn by the sampler (lock held): read
+        without checking again when the sampler draws written slots only and no sample unit
+        changed them (:meth:`~tdreplay.core.Storage.get_trusted`)."""
+        if self._sample_unit is None and self._sampler.draws_written_slots:
+            return self._storage.get_trusted(index)
+        return self._storage.get(index)
 
     def _complete_sample(self, data: Any, info: dict[str, Any], extra: Any) -> Any:
         """The collated batch, before ``info`` goes in and the read-side transforms run, with

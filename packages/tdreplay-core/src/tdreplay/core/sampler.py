@@ -58,6 +58,11 @@ class Sampler(StateDictCheckpointMixin, abc.ABC):
     #: ``len``, writes into :meth:`reusable_slots` first and refuses ``prefetch``
     #: (:class:`~tdreplay.core.ConsumingSampler`).
     max_sample_count: int | None = None
+    #: True for samplers whose ``sample`` returns only slots written in the storage passed to
+    #: it (in range by construction, an int64 tensor): the buffer then reads them with
+    #: :meth:`~tdreplay.core.Storage.get_trusted`, which need not check them again. ``False``
+    #: (the default): the buffer reads through :meth:`~tdreplay.core.Storage.get`, which checks.
+    draws_written_slots: bool = False
 
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -221,6 +226,12 @@ class RandomSampler(Sampler):
 
     def __init__(self, *, replacement: bool = True) -> None:
         """``replacement`` was handled by ``__new__`` (only ``True`` reaches here)."""
+
+    @property
+    def draws_written_slots(self) -> bool:  # type: ignore[override]
+        """True: ``torch.randint`` over ``[0, len(storage))``; a subclass that overrides
+        :meth:`sample` is not taken on trust (``False``) unless it says so itself."""
+        return type(self).sample is RandomSampler.sample
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n = check_not_empty(storage)

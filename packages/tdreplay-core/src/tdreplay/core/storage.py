@@ -164,6 +164,24 @@ class Storage(abc.ABC):
     def get(self, slots: int | torch.Tensor) -> Any:
         """Read the items at flat ``slots``."""
 
+    def get_trusted(self, slots: torch.Tensor) -> Any:
+        """Read the items at ``slots`` that a sampler just drew from this storage's written
+        slots (in range by construction): what a buffer calls instead of :meth:`get` for a
+        sampler that declares :attr:`~tdreplay.core.Sampler.draws_written_slots`.
+
+        A storage may skip checking the slots again (``TensorStorage`` does); the default is
+        :meth:`get`, checks included. Slots that do not come from such a sampler must go
+        through :meth:`get`.
+
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.set(torch.arange(2), ["a", "b"])
+        >>> s.get_trusted(torch.tensor([1, 0]))
+        ['b', 'a']
+        """
+        return self.get(slots)
+
     @abc.abstractmethod
     def __len__(self) -> int:
         """Number of written slots."""
