@@ -9,7 +9,9 @@ A checkpoint written at ``path`` is laid out as::
         manifest.json               # size and CRC-32 of every file of the snapshot
         ...                         # whatever the components wrote
 
-A new snapshot is written completely (files flushed and fsynced, manifest last) *beside* the
+A new snapshot is written completely (files flushed and fsynced, manifest last; a component
+that fsyncs a file and computes its CRC while writing it says so with
+:func:`record_written_file`, sparing a second pass over it) *beside* the
 current one, then the pointer file is replaced atomically with :func:`os.replace`, and only
 then are older snapshots removed. A process killed at any moment therefore leaves either the
 previous checkpoint or the new one loadable, never a half-written one: the pointer only ever
@@ -36,6 +38,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,59 @@ def _crc32(path: Path) -> int:
         while chunk := f.read(_CHUNK):
             crc = zlib.crc32(chunk, crc)
     return crc
+
+
+#: files of the snapshot being written (in this thread / context) whose writer fsynced them and
+#: computed their CRC-32 while writing: ``{path: (size, crc32, mtime_ns, inode)}``
+_RECORDED: ContextVar[dict[str, tuple[int, int, int, int]] | None] = ContextVar(
+    "tdreplay_checkpoint_recorded", default=None)
+
+
+def record_written_file(path: str | os.PathLike[str], crc32: int) -> bool:
+    """Tell the checkpoint being written that ``path`` is complete: its writer fsynced it and
+    computed ``crc32``, the CRC-32 of every byte it wrote (``zlib.crc32`` carried over the
+    writes, in file order).
+
+    :func:`write_checkpoint` then takes the CRC as given instead of fsyncing the file again
+    and reading it back, as long as the file still has the size, modification time and inode
+    it had here (a file changed since is fsynced and read back as any other). Loading checks
+    every file against its CRC as always. Returns ``False`` (and records nothing) outside a
+    :func:`write_checkpoint` block.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, zlib
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with write_checkpoint(d) as snap:
+    ...         data = b"hello"
+    ...         with open(snap / "a.bin", "wb") as f:
+    ...             _ = f.write(data)
+    ...             f.flush()
+    ...             os.fsync(f.fileno())
+    ...         recorded = record_written_file(snap / "a.bin", zlib.crc32(data))
+    ...     print(recorded, (verify_checkpoint(d) / "a.bin").read_bytes())
+    True b'hello'
+    >>> record_written_file("elsewhere.bin", 0)
+    False
+    """
+    recorded = _RECORDED.get()
+    if recorded is None:
+        return False
+    st = os.stat(path)
+    recorded[os.path.abspath(path)] = (st.st_size, int(crc32), st.st_mtime_ns, st.st_ino)
+    return True
+
+
+def _size_and_crc(file: Path, recorded: dict[str, tuple[int, int, int, int]]) -> tuple[int, int]:
+    """``(size, crc32)`` of a snapshot file, fsynced: as its writer recorded it when the file
+    is unchanged since, else fsynced and read back here."""
+    st = file.stat()
+    known = recorded.get(os.path.abspath(file))
+    if known is not None and known[0] == st.st_size and known[2:] == (st.st_mtime_ns,
+                                                                        st.st_ino):
+        return st.st_size, known[1]
+    _fsync_path(file)
+    return file.stat().st_size, _crc32(file)
 
 
 def _fsync_path(path: Path) -> None:
@@ -276,16 +332,18 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
         # a directory the next save knows it may remove
         _write_pointer(root, current, current_crc, [*owned, name])
         snap = root / name
+        recorded: dict[str, tuple[int, int, int, int]] = {}
+        token = _RECORDED.set(recorded)  # files the components complete themselves
         try:
             snap.mkdir()
-            yield snap
+            try:
+                yield snap
+            finally:
+                _RECORDED.reset(token)
             files = {}
             for file in _snapshot_files(snap):
-                _fsync_path(file)
-                files[file.relative_to(snap).as_posix()] = {
-                    "size": file.stat().st_size,
-                    "crc32": _crc32(file),
-                }
+                size, crc = _size_and_crc(file, recorded)
+                files[file.relative_to(snap).as_posix()] = {"size": size, "crc32": crc}
             manifest = snap / MANIFEST_NAME
             with open(manifest, "w") as f:
                 f.write(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
