@@ -23,6 +23,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 from _common import rate, report
 from tensordict import TensorDict
@@ -71,6 +72,16 @@ def filled(buffer_cls: type, device: str, backend: str | None) -> PrioritizedRep
 Cycle = Callable[[], None]
 
 
+def state_bytes_per_slot(rb: PrioritizedReplayBuffer) -> float:
+    """Bytes per slot the sampler keeps besides the rows: sum and min trees and write
+    generations (issue 19: 27.2 before int32 generations; cpprb 21.5)."""
+    state = rb.sampler._state  # benchmarks may look inside
+    arrays = [state.sum_tree.nodes, state.min_tree.nodes, state.generation]
+    nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size()
+                 for a in arrays)
+    return nbytes / state.capacity
+
+
 def buffer_cycles(rb: PrioritizedReplayBuffer, batch: int, priorities: Iterator[torch.Tensor]
                   ) -> list[tuple[str, Cycle]]:
     """The buffer cycle and the sampler-alone cycle of a PrioritizedReplayBuffer."""
@@ -105,6 +116,9 @@ def bench(buffer_cls: type, cycles: Callable[..., list[tuple[str, Cycle]]], tag:
     """Time every cycle of ``cycles`` on a filled ``buffer_cls`` for each batch size."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rb = filled(buffer_cls, device, backend)
+    if buffer_cls is PrioritizedReplayBuffer:
+        report(f"prioritized/{tag}/state_bytes_per_slot", state_bytes_per_slot(rb), "B",
+               capacity=CAPACITY, backend=rb.sampler.backend)
     for batch in batches:
         priorities = itertools.cycle([torch.rand(batch, device=device) + 0.01 for _ in range(4)])
         extra = {"batch": batch, "capacity": CAPACITY, "storage": device,

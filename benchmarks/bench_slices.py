@@ -58,6 +58,15 @@ def fill(rb: TensorDictReplayBuffer, stop: int, make=tiny_rows, start: int = 0) 
     return time.perf_counter() - begin
 
 
+def index_megabytes(rb: TensorDictReplayBuffer) -> float:
+    """Memory of the slice sampler's trajectory index (its arrays), in MB (issue 19: it held
+    one record row per step of a 4M-step write block, ~225-470 MB whatever the trajectories)."""
+    index = rb.sampler._index  # benchmarks may look inside
+    arrays = (index.rec, index.dense, index.free, index.counters, index.lanes_arr,
+              index.slot_rec)
+    return sum(a.nbytes for a in arrays) / 1e6
+
+
 def transitions(start: int, n: int) -> TensorDict:
     td = transition_batch(n)
     td["episode"] = (torch.arange(start, start + n) // TRAJ_LEN).to(torch.int32)
@@ -96,6 +105,8 @@ def main() -> None:
            seconds, "s", capacity=large, filled=large)
     report(f"slices/tiny_rows/{large // 1_000_000}M_full/sample_1024",
            rate(rb.sample, min_time=args.seconds), "calls/s", capacity=large, filled=large)
+    report(f"slices/tiny_rows/{large // 1_000_000}M_full/index_size", index_megabytes(rb), "MB",
+           capacity=large, filled=large, trajectories=rb.sampler._index.num_trajectories)
     chunks = itertools.count(large, 10_000)
 
     def extend_then_sample() -> None:
