@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core.checkpoint import CheckpointError
+from tdreplay.core.utils import as_long_tensor
 
 from ._casts import check_cast
 
@@ -108,6 +109,20 @@ def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch
     return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
 
 
+def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
+    """``rows`` (1-D) checked against ``cap`` rows, negative ones counted from the end, and the
+    highest row (``-1`` for no rows)."""
+    if not rows.numel():
+        return rows, -1
+    lo, top = (int(v) for v in torch.aminmax(rows))  # one pass for the check and the top row
+    if top >= cap or lo < -cap:
+        raise IndexError(f"rows out of range for a storage of {cap} rows.")
+    if lo < 0:  # negative rows count from the end
+        rows = rows % cap
+        top = int(rows.max())
+    return rows, top
+
+
 #: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
 
@@ -178,6 +193,7 @@ class TensorLayout:
             leaf = check_source(key, td.get(key))
             leaves.append(leaf if leaf.device == device else leaf.to(device))
         self.ndim = ndim
+        self.device = device
         self.keys = keys
         self.key_set = set(keys)
         self.leaves = leaves
@@ -191,21 +207,90 @@ class TensorLayout:
         self.rows = self.shape[0]
         self.inner = self.shape[1:]
         self.row_numel = self.inner.numel()
+        #: rows from this one on were neither written nor zeroed (leaves allocated unfilled, see
+        #: :meth:`before_write`); ``None``: every row holds data or zeros
+        self.unfilled_from: int | None = None
         # (lead dims, [(full shape, dtype) of every source leaf]) of the last write: see
         # source_leaves
         self._expected: tuple[tuple[int, ...] | None,
                               list[tuple[torch.Size, torch.dtype]]] = (None, [])
 
-    def source_leaves(self, td: TensorDictBase, lead: tuple[int, ...]) -> list[torch.Tensor]:
+    def gather(self, slots: torch.Tensor) -> TensorDict:
+        """The items at ``slots`` (an int64 tensor of flat slots, any shape) as a TensorDict of
+        batch size ``slots.shape`` (and the items' own batch dims): one ``index_select`` per
+        leaf, no check of the slots.
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.arange(4)}, [4]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> layout.gather(torch.tensor([[3, 0]]))["a"].tolist()
+        [[3, 0]]
+        """
+        if slots.device != self.device:
+            slots = slots.to(self.device)
+        shape = slots.shape
+        if len(shape) == 1:
+            leaves = [torch.index_select(leaf, 0, slots) for leaf in self.flat_leaves]
+        else:
+            flat = slots.reshape(-1)
+            leaves = [torch.index_select(leaf, 0, flat).reshape(shape + leaf.shape[1:])
+                      for leaf in self.flat_leaves]
+        return self.build(leaves, shape)
+
+    def before_write(self, start: int, stop: int) -> None:
+        """Rows ``[start, stop)`` are about to be written: in a layout allocated unfilled
+        (:attr:`unfilled_from` set), zero the never-written rows below ``start`` the write would
+        leave behind, so that every row below the written count holds data or zeros.
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.full((6,), 9)}, [6]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> layout.unfilled_from = 0  # as if allocated unfilled: nothing written yet
+        >>> layout.before_write(3, 4)
+        >>> layout.leaves[0].tolist(), layout.unfilled_from
+        ([0, 0, 0, 9, 9, 9], 4)
+        """
+        low = self.unfilled_from
+        if low is None or stop <= low:
+            return
+        if start > low:
+            self.zero_rows(low, start)
+        self.unfilled_from = stop
+
+    def build(self, leaves: list[torch.Tensor], lead: torch.Size) -> TensorDict:
+        """A TensorDict of ``leaves`` (one per key, in storage order, each of shape ``lead +``
+        its own) at the storage's keys: batch size ``lead`` and the items' own batch dims.
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.zeros(4, 2)}, [4]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> layout.build([torch.ones(3, 2)], torch.Size([3])).batch_size
+        torch.Size([3])
+        """
+        item_batch = self.item_batch
+        return assemble(self.tree, leaves, lead + item_batch if item_batch else lead,
+                        self.device)
+
+    def matching_leaves(self, td: TensorDictBase) -> list[torch.Tensor] | None:
+        """Leaves of ``td`` in storage order when it is a plain TensorDict with exactly the
+        storage's keys (shapes unchecked), else ``None``."""
+        return leaves_along_tree(td, self.tree, len(self.keys))
+
+    def source_leaves(self, td: TensorDictBase, lead: tuple[int, ...],
+                      leaves: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """Leaves of ``td`` in storage order, after checking keys and shapes.
 
         ``lead`` is the expected shape before each leaf's own dimensions (``[n, *inner]`` for
-        ``n`` rows). Raises ``KeyError`` naming missing / unexpected keys, ``ValueError``
+        ``n`` rows); ``leaves``: what :meth:`matching_leaves` returned for ``td``, if known.
+        Raises ``KeyError`` naming missing / unexpected keys, ``ValueError``
         naming an entry of another shape, and what :func:`~tdreplay.storages._casts.check_cast`
         raises for an entry of another dtype whose cast would lose values. Data of the
         expected shapes and dtypes costs one comparison (the hot path).
         """
-        out = leaves_along_tree(td, self.tree, len(self.keys))
+        out = leaves if leaves is not None else leaves_along_tree(td, self.tree, len(self.keys))
         if out is None:
             out = self.leaves_by_key(td)
         cached_lead, expected = self._expected
@@ -262,6 +347,54 @@ class TensorLayout:
         for leaf, s in zip(self.leaves, src):
             leaf[start:stop].copy_(s)
 
+    def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
+              single: bool) -> tuple[int | None, int | None]:
+        """Write ``td`` at ``rows`` (one item at an int row, else a batch at a slice or at row
+        indices; negative rows count from the end) after checking it (:meth:`source_leaves`,
+        with ``leaves`` of :meth:`matching_leaves` if known). Returns ``(top, last)``: the row
+        count the write reaches (``None`` when it writes no row) and the row written last
+        (``None``: none).
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.zeros(5)}, [5]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> layout.write(torch.tensor([3, -5]), TensorDict({"a": torch.ones(2)}, [2]), None,
+        ...              single=False)
+        (4, 0)
+        >>> layout.leaves[0].tolist()
+        [1.0, 0.0, 0.0, 1.0, 0.0]
+        """
+        cap = self.rows
+        if single:
+            row = int(rows)
+            if not -cap <= row < cap:
+                raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
+            row %= cap
+            src = self.source_leaves(td, self.inner, leaves)
+            self.before_write(row, row + 1)
+            self.copy_row(row, src)
+            return row + 1, row
+        if isinstance(rows, slice):
+            start, stop, step = rows.indices(cap)
+            if step != 1:
+                rows = torch.arange(start, stop, step)
+            else:
+                src = self.source_leaves(td, (stop - start, *self.inner), leaves)
+                self.before_write(start, stop)
+                self.copy_rows(start, stop, src)
+                return stop, (stop - 1 if stop > start else None)
+        rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
+        src = self.source_leaves(td, (rows.numel(), *self.inner), leaves)
+        self.before_write(top + 1, top + 1)  # rows in any order: all below the top one
+        self.index_copy_rows(rows.to(self.device), src)
+        return (top + 1, int(rows[-1])) if rows.numel() else (None, None)
+
+    def zero_rows(self, start: int, stop: int) -> None:
+        """Zero rows ``[start, stop)`` of every leaf."""
+        for leaf in self.leaves:
+            leaf[start:stop].zero_()
+
     def copy_row(self, row: int, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves of one row, in storage order) into row ``row``."""
         for leaf, s in zip(self.leaves, src):
@@ -310,4 +443,6 @@ def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, sk
     full = layout.td.copy()
     for key, x in zip(new, sources):
         full.set(key, allocate(layout.shape + x.shape[skip:], x.dtype, key))
-    return TensorLayout(full, layout.ndim, device)
+    grown = TensorLayout(full, layout.ndim, device)
+    grown.unfilled_from = layout.unfilled_from  # the same leaves (and zeros in the new ones)
+    return grown

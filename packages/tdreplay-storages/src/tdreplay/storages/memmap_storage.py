@@ -389,6 +389,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         return self._out_device
 
     # ---- layout ----------------------------------------------------------------------------------
+    _lays_out_unfilled = False  # leaves are files (zero-filled), shared with other processes
+
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
         filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))
         # recorded before they exist: a failed first write removes exactly what it created

@@ -24,8 +24,9 @@ from tensordict import TensorDict, TensorDictBase
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
+from ._allocation import allocate_unfilled
 from ._formats import KIND_TD, DataFormat, to_tensordict
-from ._layout import TensorLayout, assemble, with_new_entries
+from ._layout import TensorLayout, with_new_entries
 from ._state_checks import check_rows_fit, check_tensor_state
 from .checkpointers import TensorStorageCheckpointer
 
@@ -60,20 +61,6 @@ def _check_slots(slots: torch.Tensor, n: int) -> None:
     if int(lo) < 0 or int(hi) >= n:
         raise IndexError(f"slots must lie in [0, {n}) (the written slots), got values in "
                          f"[{int(lo)}, {int(hi)}].")
-
-
-def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
-    """``rows`` (1-D) checked against ``cap`` rows, negative ones counted from the end, and the
-    highest row (``-1`` for no rows)."""
-    if not rows.numel():
-        return rows, -1
-    lo, top = (int(v) for v in torch.aminmax(rows))  # one pass for the check and the top row
-    if top >= cap or lo < -cap:
-        raise IndexError(f"rows out of range for a storage of {cap} rows.")
-    if lo < 0:  # negative rows count from the end
-        rows = rows % cap
-        top = int(rows.max())
-    return rows, top
 
 
 def _capacity_for(layout: TensorLayout | None, data: Any, batched: bool, ndim: int,
@@ -126,6 +113,8 @@ class TensorStorage(Storage):
     supports_conditional_update = True  # entries patched in place (update_if_present)
     adds_entries = True  #: data with a new key adds its entry (zero-filled), as TorchRL's
     _len_rows: int = 0  #: written rows (the base keeps the count here; see _rows_written)
+    #: first layout allocated unfilled (see ``TensorLayout.before_write``); False: _allocate's
+    _lays_out_unfilled: bool = True
 
     def __init__(
         self,
@@ -207,20 +196,27 @@ class TensorStorage(Storage):
                              f"ndim={self.ndim} needs at least {lead + self.ndim - 1}.")
         inner = td.batch_size[lead: lead + self.ndim - 1]
         shape = torch.Size([self.rows_capacity_for(td, batched), *inner])
-        self._layout = TensorLayout.allocate(td, shape, lead + len(inner), self._allocate,
-                                             self.ndim, self._device)
+        unfilled = self._lays_out_unfilled
+        device = self._device
+        self._layout = TensorLayout.allocate(
+            td, shape, lead + len(inner),
+            (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) if unfilled
+            else self._allocate, self.ndim, device)
+        self._layout.unfilled_from = 0 if unfilled else None  # no row written yet
         self._set_rows_written(0)
 
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
-        """Allocate the leaf of entry ``key`` (memory-mapped storages override this)."""
+        """Allocate the leaf of entry ``key``, zero-filled (memory-mapped storages override
+        this; an entry added to written rows needs zeros)."""
         return torch.zeros(shape, dtype=dtype, device=self._device)
 
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        single = is_int(rows)
+        single = type(rows) is int or is_int(rows)
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
+        leaves = None
         if layout is None:
             self._format = DataFormat(kind, extra)
             self._create(td, batched=not single)
@@ -230,42 +226,22 @@ class TensorStorage(Storage):
             fmt = self._format
             if kind != fmt.kind or (extra is not None and extra != fmt.extra):
                 fmt.check_same(kind, extra)
-            grown = with_new_entries(layout, td, self._allocate, int(not single) + self.ndim - 1,
-                                     self._device) if self.adds_entries else layout
-            if grown is not layout:  # a new key: its entry is added, zero-filled (as TorchRL)
-                self._layout = grown
-                try:
-                    return self.set(rows, data, set_cursor=set_cursor)
-                except BaseException:
-                    self._layout = layout  # a refused write adds nothing
-                    raise
-        cap = layout.rows
-        if single:
-            row = int(rows)  # type: ignore[arg-type]
-            if not -cap <= row < cap:
-                raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
-            row %= cap
-            src = layout.source_leaves(td, layout.inner)
-            layout.copy_row(row, src)
-            self._set_rows_written(max(self._rows_written(), row + 1))
-            self.last_written_row = row
-            return
-        if isinstance(rows, slice):
-            start, stop, step = rows.indices(cap)
-            if step != 1:
-                rows = torch.arange(start, stop, step)
-            else:
-                src = layout.source_leaves(td, (stop - start, *layout.inner))
-                layout.copy_rows(start, stop, src)
-                self._set_rows_written(max(self._rows_written(), stop))
-                self.last_written_row = stop - 1 if stop > start else self.last_written_row
-                return
-        rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
-        layout.index_copy_rows(rows.to(self._device),
-                               layout.source_leaves(td, (rows.numel(), *layout.inner)))
-        if rows.numel():
-            self._set_rows_written(max(self._rows_written(), top + 1))
-            self.last_written_row = int(rows[-1])
+            leaves = layout.matching_leaves(td)  # None: other keys (or not a plain TensorDict)
+            if leaves is None and self.adds_entries:
+                grown = with_new_entries(layout, td, self._allocate,
+                                         int(not single) + self.ndim - 1, self._device)
+                if grown is not layout:  # a new key: its entry is added, zero-filled (TorchRL)
+                    self._layout = grown
+                    try:
+                        return self.set(rows, data, set_cursor=set_cursor)
+                    except BaseException:
+                        self._layout = layout  # a refused write adds nothing
+                        raise
+        top, last = layout.write(rows, td, leaves, single)
+        if top is not None:
+            self._set_rows_written(max(self._rows_written(), top))
+        if last is not None:
+            self.last_written_row = last
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, tuple) and self.initialized:
@@ -279,23 +255,34 @@ class TensorStorage(Storage):
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
-        if is_int(slots):
-            slots = torch.tensor(int(slots))
-        elif isinstance(slots, slice):  # of the written slots, as TorchRL's get
-            slots = torch.arange(len(self))[slots]
-        elif not isinstance(slots, torch.Tensor):
-            slots = as_long_tensor(slots, name="slots")
+        if type(slots) is not torch.Tensor or slots.ndim == 0:
+            if is_int(slots):
+                slots = torch.tensor(int(slots))
+            elif isinstance(slots, slice):  # of the written slots, as TorchRL's get
+                slots = torch.arange(len(self))[slots]
+            elif not isinstance(slots, torch.Tensor):
+                slots = as_long_tensor(slots, name="slots")
         if slots.numel() and slots.device.type == "cpu":
             _check_slots(slots, self._rows_written() * layout.row_numel)
-        if slots.device != self._device:
-            slots = slots.to(self._device)
-        flat = slots.reshape(-1)
-        shape = slots.shape
-        leaves = [torch.index_select(leaf, 0, flat) for leaf in layout.flat_leaves]
-        if shape != flat.shape:
-            leaves = [leaf.reshape(shape + leaf.shape[1:]) for leaf in leaves]
-        return self._format.from_td(assemble(layout.tree, leaves, shape + layout.item_batch,
-                                             layout.td.device))
+        return self._format.from_td(layout.gather(slots))
+
+    def get_trusted(self, slots: torch.Tensor) -> Any:
+        """:meth:`get` of slots a sampler drew from this storage's written slots, without
+        checking them again (a buffer calls it for samplers that declare
+        :attr:`~tdreplay.core.Sampler.draws_written_slots`); anything else than an int64
+        tensor of slots takes :meth:`get`.
+
+        Examples
+        --------
+        >>> s = LazyTensorStorage(10)
+        >>> s.set(slice(0, 4), torch.arange(4) * 10)
+        >>> s.get_trusted(torch.tensor([3, 0])).tolist()
+        [30, 0]
+        """
+        layout = self._current_layout()
+        if layout is None or type(slots) is not torch.Tensor or slots.dtype is not torch.long:
+            return self.get(slots)
+        return self._format.from_td(layout.gather(slots))
 
     def __getitem__(self, index: Any) -> Any:
         if not self.initialized:
@@ -434,6 +421,7 @@ class TensorStorage(Storage):
             assert layout is not None
         n = int(meta["len_rows"])
         if n:
+            layout.before_write(0, n)
             layout.copy_rows(0, n, [data.get(k) for k in layout.keys])
         self._set_rows_written(n)
 

@@ -1,0 +1,55 @@
+"""How a tensor storage allocates the leaves it is about to fill (imports no storage).
+
+The policy, for the memory of a storage's first layout (:func:`allocate_unfilled`):
+
+- **No zero fill.** The rows are about to be written; zeroing them first touches every page
+  once more (a 1M-row first fill spent most of its time there). The memory is left
+  uninitialised, so the storage itself must never expose a row it did not write: it zero-fills
+  the rows it skips over (a write past the rows written so far), see
+  :class:`~tdreplay.storages.tensor_storage.TensorStorage`.
+- **Huge pages for large CPU leaves**, without an environment variable: a CPU leaf of at least
+  :data:`HUGE_PAGE_MIN_BYTES` is allocated by numpy, whose allocator asks Linux to back large
+  arrays with transparent huge pages (``madvise(MADV_HUGEPAGE)``, honoured when
+  ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``). Random row
+  reads of a large storage then miss the TLB far less. Smaller leaves use ``torch.empty``.
+- Other devices: ``torch.empty`` on that device.
+
+The tensors are ordinary CPU tensors: they pickle, ``share_memory_()`` and ``copy_`` as any.
+
+Examples
+--------
+>>> x = allocate_unfilled(torch.Size([4, 3]), torch.float32, torch.device("cpu"))
+>>> x.shape, x.dtype, x.is_contiguous()
+(torch.Size([4, 3]), torch.float32, True)
+>>> big = allocate_unfilled(torch.Size([1 << 20, 8]), torch.float32, torch.device("cpu"))
+>>> big.untyped_storage().nbytes() == (1 << 20) * 8 * 4
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+#: CPU leaves at least this large come from numpy's allocator (huge pages on Linux). Huge pages
+#: pay off in random reads of large storages (issue 19: uniform ``sample(4096)`` at 100M rows,
+#: 1,055 -> 1,788/s); their first touch can cost more than it saves in a small one (on the
+#: shared 2-core VM, a 1M-row first fill with every leaf on huge pages ran at 1.2-1.3M rows/s
+#: instead of 5-6M, with no gain in ``sample``), hence the threshold: 1 GiB per leaf.
+HUGE_PAGE_MIN_BYTES = 1 << 30
+
+
+def allocate_unfilled(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A contiguous tensor of ``shape`` and ``dtype`` on ``device`` whose values are
+    unspecified (not zero-filled): see the module's policy."""
+    if device.type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * itemsize
+    if nbytes < HUGE_PAGE_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    # numpy aligns its data to 16 bytes at least: every torch dtype's alignment
+    raw = torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
+    return raw.view(dtype).reshape(shape)
