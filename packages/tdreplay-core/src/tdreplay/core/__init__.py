@@ -20,7 +20,13 @@ from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
 from .sample_units import SampleUnit, Sequence, Transition
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .service_backends import register_service_backend, service_backend, transport_backend
-from .storage import ListStorage, ListStorageCheckpointer, Storage, StorageCheckpointerBase
+from .storage import (
+    ListStorage,
+    ListStorageCheckpointer,
+    Storage,
+    StorageCheckpointerBase,
+    StorageIndexError,
+)
 from .trajectories import split_trajectories
 from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
 from .transform import CallableTransform, Compose, InvertedTransform, Transform
@@ -56,6 +62,7 @@ __all__ = [
     "Sequence",
     "Storage",
     "StorageCheckpointerBase",
+    "StorageIndexError",
     "TensorDictReplayBuffer",
     "Trajectory",
     "TrajectoryPredicate",

@@ -31,6 +31,24 @@ StorageT = TypeVar("StorageT", bound="Storage")
 UNBOUNDED = 2**63 - 1
 
 
+class StorageIndexError(IndexError, RuntimeError):
+    """A write at a row a :class:`ListStorage` cannot address: past its ``max_size``, or
+    leaving a gap after its written rows. Nothing is written.
+
+    An ``IndexError`` as tdreplay raised before, and a ``RuntimeError`` as TorchRL's list
+    storages raise, so that ``except RuntimeError:`` written for TorchRL keeps working.
+
+    Examples
+    --------
+    >>> s = ListStorage(2)
+    >>> try:
+    ...     s.set(5, "x")
+    ... except RuntimeError as err:
+    ...     print(type(err).__name__, len(s))
+    StorageIndexError 0
+    """
+
+
 class StorageCheckpointerBase(Generic[StorageT]):
     """Saves and restores a storage's contents in a checkpoint directory.
 
@@ -285,6 +303,33 @@ class Storage(abc.ABC):
         """Boolean mask of ``slots`` that hold written data."""
         return (slots >= 0) & (slots < len(self))
 
+    def contains(self, index: int | torch.Tensor) -> bool | torch.Tensor:
+        """Whether the slot ``index`` holds written data (TorchRL's ``storage.contains``).
+
+        A negative int counts from the end of the written slots, as for a list. A tensor of
+        slots gives a boolean tensor of its shape (:meth:`valid_slots_mask`).
+
+        Examples
+        --------
+        >>> s = ListStorage(10)
+        >>> s.contains(0)
+        False
+        >>> s.set(0, "a")
+        >>> s.contains(0), s.contains(-1), s.contains(1)
+        (True, True, False)
+        >>> s.contains(torch.tensor([0, 1, 9])).tolist()
+        [True, False, False]
+        """
+        if isinstance(index, torch.Tensor) and index.ndim:
+            return self.valid_slots_mask(index)
+        if not is_int(index):
+            raise TypeError(f"index must be an int or an integer tensor, got "
+                            f"{type(index).__name__}.")
+        slot = int(index)
+        if slot < 0:
+            slot += len(self)
+        return bool(self.valid_slots_mask(torch.tensor([slot]))[0])
+
     def default_collate(self, data: Any) -> Any:
         """How a buffer turns what :meth:`get` returned into a batch (identity by default)."""
         return data
@@ -477,9 +522,9 @@ class ListStorage(Storage):
                 items = list(data)
             else:
                 raise TypeError(
-                    "ListStorage.set with several rows expects a list, a range, a tensor or a TensorDict "
-                    f"batched along dim 0, got {type(data).__name__} (tuples are pytrees, which "
-                    "ListStorage does not split: use a list of items)."
+                    "ListStorage.set with several rows expects a list, a range, a tensor or a "
+                    f"TensorDict batched along dim 0, got {type(data).__name__} (tuples are "
+                    "pytrees, which ListStorage does not split: use a list of items)."
                 )
             if len(items) != len(rows_list):
                 raise ValueError(f"got {len(items)} items for {len(rows_list)} rows.")
@@ -492,8 +537,8 @@ class ListStorage(Storage):
                 return
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
-            raise IndexError(f"rows {bad[:5]} out of range for a ListStorage of max_size "
-                             f"{self.max_size}.")
+            raise StorageIndexError(f"rows {bad[:5]} out of range for a ListStorage of "
+                                    f"max_size {self.max_size}.")
         n = len(self._storage)
         appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):
@@ -504,7 +549,7 @@ class ListStorage(Storage):
         self.last_written_row = rows_list[-1] if rows_list else self.last_written_row
 
     def _raise_gap(self, rows: list[int]) -> None:
-        raise IndexError(
+        raise StorageIndexError(
             f"ListStorage is filled without gaps: cannot write rows {rows} while "
             f"{len(self._storage)} rows are written."
         )

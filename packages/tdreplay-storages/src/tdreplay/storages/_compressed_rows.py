@@ -48,7 +48,19 @@ def _layout_nbytes(layout: RowLayout) -> int:
 
 
 class CompressedRow(NamedTuple):
-    """One stored row: its layout and the compressed bytes of its leaves."""
+    """One stored row: its layout and the compressed bytes of its leaves.
+
+    Examples
+    --------
+    >>> row = CompressedRow(RowLayout("tensor", (), ((None, torch.uint8, (3,)),)), b"ab")
+    >>> row.numel(), row.layout.nbytes
+    (2, 3)
+    """
 
     layout: RowLayout
     blob: bytes
+
+    def numel(self) -> int:
+        """Compressed bytes of the row, as the ``numel()`` of the ``uint8`` tensor TorchRL
+        keeps for a compressed tensor."""
+        return len(self.blob)

@@ -8,6 +8,7 @@ storage's :class:`DataFormat` turns what it reads back into the kind that was wr
 from __future__ import annotations
 
 import importlib
+import weakref
 from typing import Any
 
 import torch
@@ -27,6 +28,16 @@ KIND_PYTREE = "pytree"
 KIND_TC = "tensorclass"
 #: the key a tensor is kept under
 TENSOR_KEY = "_tensor"
+
+#: the tensorclasses storages of this process have held, by ``"module:qualname"``: how a
+#: checkpoint of a class that cannot be imported (defined in a function) finds it again. Only
+#: classes this process defined and wrote; weak, so a class that is gone is not kept alive.
+_HELD_TENSORCLASSES: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
+
+
+def tensorclass_name(cls: type) -> str:
+    """The ``"module:qualname"`` a checkpoint records for tensorclass ``cls``."""
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
@@ -116,6 +127,8 @@ class DataFormat:
         self.kind = kind
         self.treespec = extra if kind == KIND_PYTREE else None
         self.tensorclass = extra if kind == KIND_TC else None
+        if self.tensorclass is not None:
+            _HELD_TENSORCLASSES[tensorclass_name(self.tensorclass)] = self.tensorclass
         #: the pytree structure or tensorclass (``None`` for other kinds)
         self.extra = self.treespec if kind == KIND_PYTREE else self.tensorclass
 
@@ -151,7 +164,7 @@ class DataFormat:
         cls = self.tensorclass
         return {
             "treespec": treespec_dumps(self.treespec) if self.treespec is not None else None,
-            "tensorclass": None if cls is None else f"{cls.__module__}:{cls.__qualname__}",
+            "tensorclass": None if cls is None else tensorclass_name(cls),
         }
 
     def check_meta(self, meta: dict[str, Any]) -> None:
@@ -169,7 +182,23 @@ class DataFormat:
     def resolve_extra(meta: dict[str, Any]) -> Any:
         """The treespec or tensorclass a checkpoint's metadata names (``None`` for other kinds).
 
-        Raises :class:`~tdreplay.core.CheckpointError` when it cannot be rebuilt here.
+        A tensorclass is imported from its module; one that cannot be (defined in a
+        function, as in TorchRL's tests) is taken from the classes that storages of this
+        process have held (the storage that was saved, typically). Raises
+        :class:`~tdreplay.core.CheckpointError` when it cannot be rebuilt here.
+
+        Examples
+        --------
+        >>> from tensordict import tensorclass
+        >>> def make():
+        ...     @tensorclass
+        ...     class Local:
+        ...         x: torch.Tensor
+        ...     return Local
+        >>> Local = make()
+        >>> fmt = DataFormat(KIND_TC, Local)  # a storage holding Local data
+        >>> DataFormat.resolve_extra({"kind": KIND_TC, **fmt.meta()}) is Local
+        True
         """
         kind = meta.get("kind", KIND_TD)
         if kind == KIND_PYTREE:
@@ -184,6 +213,9 @@ class DataFormat:
                 for part in qualname.split("."):
                     obj = getattr(obj, part)
             except (ImportError, AttributeError, ValueError) as err:
+                held = _HELD_TENSORCLASSES.get(path)
+                if held is not None:
+                    return held
                 raise CheckpointError(
                     f"checkpoint holds tensorclass {path!r}, which cannot be imported here ("
                     f"{err}); define it at module level, or write one item to the storage first."

@@ -22,9 +22,11 @@ from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize
+from ._leaf_codec import LeafCodec, takes_metadata
 from .checkpointers import CompressedListStorageCheckpointer
 
-__all__ = ["Codec", "CompressedListStorage", "CompressedRow", "RowLayout", "default_codec"]
+__all__ = ["Codec", "CompressedListStorage", "CompressedRow", "LeafCodec", "RowLayout",
+           "default_codec"]
 
 try:
     import zstandard as _zstd  # type: ignore[import-not-found,unused-ignore]
@@ -46,11 +48,23 @@ class Codec:
         ``bytes -> bytes``.
     """
 
+
     def __init__(self, name: str, compress: Callable[[bytes], bytes],
                  decompress: Callable[[bytes], bytes]) -> None:
         self.name = name
         self.compress = compress
         self.decompress = decompress
+
+    def compress_row(self, leaves: Sequence[torch.Tensor]) -> bytes:
+        """The blob of a row whose leaves (in layout order) are ``leaves``: their raw bytes
+        back to back, compressed."""
+        return self.compress(b"".join(
+            t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+            for t in leaves))
+
+    def decompress_row(self, blob: bytes, layout: RowLayout) -> bytes:
+        """The raw bytes of the row ``blob`` holds (``layout`` unused: one run of bytes)."""
+        return self.decompress(blob)
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
@@ -120,8 +134,13 @@ class CompressedListStorage(ListStorage):
     compression_fn : callable, optional
         Takes a 1-D ``uint8`` tensor (the raw bytes of a row) and returns the compressed bytes
         (``bytes`` or a ``uint8`` tensor). Defaults to zstd (zlib without ``zstandard``).
+        With a ``decompression_fn`` of two arguments (TorchRL's contract), it is called on
+        each tensor of a row as it is instead, and may return a tensor of any dtype and shape
+        or bytes (see :class:`LeafCodec`).
     decompression_fn : callable, optional
-        The inverse of ``compression_fn`` (required when it is given).
+        The inverse of ``compression_fn`` (required when it is given): ``blob -> bytes`` (one
+        argument), or TorchRL's ``(compressed, metadata) -> tensor``, where ``metadata`` holds
+        the leaf's ``"shape"``, ``"dtype"``, ``"device"`` and ``"type"``.
     compression_level : int
         Level of the default codec (1-22 for zstd, capped at 9 for zlib). Defaults to 3.
     device : str or torch.device
@@ -153,7 +172,7 @@ class CompressedListStorage(ListStorage):
         max_size: int,
         *,
         compression_fn: Callable[[torch.Tensor], Any] | None = None,
-        decompression_fn: Callable[[torch.Tensor], Any] | None = None,
+        decompression_fn: Callable[..., Any] | None = None,
         compression_level: int = 3,
         device: str | torch.device = "cpu",
         checkpointer: StorageCheckpointerBase | None = None,
@@ -167,9 +186,14 @@ class CompressedListStorage(ListStorage):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
         super().__init__(max_size, checkpointer, compilable=compilable)
         self.compression_level = compression_level
-        self.codec = (default_codec(compression_level)
-                      if compression_fn is None or decompression_fn is None
-                      else _user_codec(compression_fn, decompression_fn))
+        self.codec: Codec | LeafCodec
+        if compression_fn is None or decompression_fn is None:
+            self.codec = default_codec(compression_level)
+        elif takes_metadata(decompression_fn):  # TorchRL's contract: leaf by leaf
+            name = getattr(compression_fn, "__qualname__", type(compression_fn).__name__)
+            self.codec = LeafCodec(f"custom-leaf:{name}", compression_fn, decompression_fn)
+        else:
+            self.codec = _user_codec(compression_fn, decompression_fn)
         self._device = torch.device(device)
         self._layouts: dict[RowLayout, RowLayout] = {}
 
@@ -206,9 +230,7 @@ class CompressedListStorage(ListStorage):
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = self._layout(item, 0)
-        raw = b"".join(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-                       for t in tensors)
-        return CompressedRow(self._intern(layout), self.codec.compress(raw))
+        return CompressedRow(self._intern(layout), self.codec.compress_row(tensors))
 
     def _compress_rows(self, data: Any) -> list[CompressedRow]:
         """Compress each row of ``data`` (batched along dim 0).
@@ -219,19 +241,20 @@ class CompressedListStorage(ListStorage):
         """
         dense = (type(data) is TensorDict and data.batch_dims > 0
                  or isinstance(data, torch.Tensor) and data.ndim > 0)
-        if dense:
+        codec = self.codec
+        if dense and isinstance(codec, Codec):
             try:
                 layout, tensors = self._layout(data, 1)
             except TypeError:  # a non-tensor entry: the per-row path raises naming it
                 dense = False
-        if not dense:
+        if not dense or not isinstance(codec, Codec):  # a LeafCodec compresses leaf by leaf
             return [self._compress(item) for item in data.unbind(0)]
         n = len(data)
         layout = self._intern(layout)
         parts = [t.detach().cpu().contiguous().reshape(n, math.prod(t.shape[1:]))
                  .view(torch.uint8) for t in tensors if math.prod(t.shape[1:])]
         raw = (torch.cat(parts, 1) if parts else torch.empty((n, 0), dtype=torch.uint8)).numpy()
-        compress = self.codec.compress
+        compress = codec.compress
         return [CompressedRow(layout, compress(raw[i].tobytes())) for i in range(n)]
 
     def _decompress_batch(self, rows: Sequence[CompressedRow], shape: tuple[int, ...]) -> Any:
@@ -240,9 +263,9 @@ class CompressedListStorage(ListStorage):
         nbytes = layout.nbytes  # one lookup for the batch (it hashes the whole layout)
         buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
         flat = buffer.numpy().reshape(-1).data  # a memoryview of the buffer's bytes
-        decompress = self.codec.decompress
+        decompress = self.codec.decompress_row
         for i, row in enumerate(rows):
-            raw = decompress(row.blob)
+            raw = decompress(row.blob, layout)
             if len(raw) != nbytes:
                 raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
                                  f"needs {nbytes}: the codec does not round-trip.")

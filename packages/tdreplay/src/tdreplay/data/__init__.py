@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "Sequence": "tdreplay.core",
     "Storage": "tdreplay.core",
     "StorageCheckpointerBase": "tdreplay.core",
+    "StorageIndexError": "tdreplay.core",
     "TensorDictReplayBuffer": "tdreplay.core",
     "Trajectory": "tdreplay.core",
     "TrajectoryPredicate": "tdreplay.core",
