@@ -7,32 +7,45 @@ with ``SIGBUS``: no exception, no cleanup, the previous checkpoint's lock left t
 sized, sparse leaf files; no page is touched), then fills each leaf file with ordinary writes,
 so a full disk raises ``OSError(ENOSPC)`` and the caller (the checkpoint format) removes the
 half-written snapshot and keeps the previous one. The result loads with
-``TensorDict.load_memmap`` as before.
+``TensorDict.load_memmap`` as before. Each file is fsynced as it is written and its CRC-32
+computed over the bytes written (:func:`~tdreplay.core.checkpoint.record_written_file`), so
+a checkpoint's commit need not read it back.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
+from tdreplay.core.checkpoint import record_written_file
+
 _CHUNK = 1 << 22  # bytes per write
 
 
 def _write_all(filename: str, tensor: torch.Tensor) -> None:
+    """Write ``tensor``'s bytes into ``filename``, fsync it, and hand the checkpoint being
+    written the CRC-32 of those bytes, computed while writing (no read-back at commit)."""
     data = tensor.detach().to("cpu").contiguous().reshape(-1)
     if not data.numel():
         return  # memmap_like makes no file for an empty leaf (nor does memmap)
     raw = data.view(torch.uint8).numpy().data
     fd = os.open(filename, os.O_WRONLY)
+    crc = 0
     try:
         offset = 0
         while offset < len(raw):
-            offset += os.pwrite(fd, raw[offset:offset + _CHUNK], offset)
+            chunk = raw[offset:offset + _CHUNK]
+            written = os.pwrite(fd, chunk, offset)
+            crc = zlib.crc32(chunk[:written], crc)
+            offset += written
+        os.fsync(fd)
     finally:
         os.close(fd)
+    record_written_file(filename, crc)
 
 
 def memmap_by_writes(td: TensorDictBase, prefix: Path) -> None:
