@@ -284,9 +284,10 @@ def check_replacement(replacement: Any, owner: str, *, variant: bool) -> bool:
 class SamplerWithoutReplacement(Sampler):
     """Draws each written slot exactly once per epoch, in shuffled (or storage) order.
 
-    An epoch covers the slots written when it started; items written during an epoch join the
-    next one. :attr:`ran_out` turns True with the batch that ends an epoch, which ends
-    iteration over the buffer; the next ``sample`` starts a new epoch.
+    An epoch covers the slots written when it started. As TorchRL's, a sample that finds the
+    storage holding more (or fewer) items than when the epoch started starts a new epoch over
+    all of them. :attr:`ran_out` turns True with the batch that ends an epoch, which ends
+    iteration over the buffer; the next epoch is drawn then (as TorchRL draws it).
 
     Parameters
     ----------
@@ -313,6 +314,10 @@ class SamplerWithoutReplacement(Sampler):
     >>> sampler = SamplerWithoutReplacement(shuffle=False)
     >>> [sampler.sample(s, 2)[0].tolist() for _ in range(3)], sampler.ran_out
     ([[0, 1], [2, 3], [4]], True)
+    >>> _ = sampler.sample(s, 2)  # [0, 1]; then two items are written mid-epoch
+    >>> s.set(torch.arange(5, 7), list("fg"))
+    >>> sampler.sample(s, 7)[0].tolist()  # a new epoch over all 7 items
+    [0, 1, 2, 3, 4, 5, 6]
     """
 
     finite_epochs = True
@@ -339,7 +344,10 @@ class SamplerWithoutReplacement(Sampler):
                 f"The batch size ({batch_size}) is greater than the storage capacity ({n}): "
                 "with drop_last=True no batch can be drawn without repeating items. Use a "
                 "smaller batch, drop_last=False or a sampler with replacement.")
-        remaining = 0 if self._order is None else self._order.numel() - self._pos
+        # as TorchRL: an epoch is a permutation of the storage as long as it was when the epoch
+        # started; a storage that grew (or shrank) since starts a new one over every item
+        order = self._order
+        remaining = 0 if order is None or order.numel() != n else order.numel() - self._pos
         if remaining == 0 or (self.drop_last and remaining < batch_size):
             self._start_epoch(n)
         perm = self._order
@@ -347,7 +355,12 @@ class SamplerWithoutReplacement(Sampler):
         index = perm[self._pos: self._pos + batch_size]
         self._pos += index.numel()
         remaining = perm.numel() - self._pos
-        self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
+        ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
+        if ran_out:
+            # the next epoch is drawn now, as TorchRL draws it (the same draws from a seeded
+            # generator); ``ran_out`` tells iteration to stop
+            self._start_epoch(n)
+        self._ran_out = ran_out
         return index, {}
 
     @property

@@ -53,11 +53,13 @@ def read_signals(entries: StorageEntries, storage: Any, signals: Signals, start:
     """Trajectory ids and end flags (any end key set) of flat slots ``[start, stop)``."""
     traj, ends = signals
     ids = done = None
+    shape = storage.shape
+    ndim = len(shape) if shape is not None else 1
     if traj is not None:
-        ids = ids_array(_block(entries, storage, traj, start, stop), key_name(traj))
+        ids = ids_array(_block(entries, storage, traj, start, stop), key_name(traj), ndim)
     if ends is not None:
         for key in ends:
-            flags = ends_array(_block(entries, storage, key, start, stop))
+            flags = ends_array(_block(entries, storage, key, start, stop), key_name(key), ndim)
             done = flags if done is None else done | flags
     return ids, done
 

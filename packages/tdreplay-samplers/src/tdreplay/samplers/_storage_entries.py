@@ -104,26 +104,38 @@ class StorageEntries:
         return self.gather(storage, key, torch.arange(start, stop))
 
 
-def ids_array(values: torch.Tensor, name: str) -> np.ndarray:
-    """Per-step trajectory ids as a contiguous int64 numpy array."""
-    if values.is_floating_point() or values.is_complex():
-        raise TypeError(f"the trajectory key {name} must hold integer ids, got {values.dtype}.")
+class SignalShapeError(ValueError, RuntimeError):
+    """A trajectory signal holding more than one value per step: a ``ValueError`` and, as
+    TorchRL's error for it, a ``RuntimeError``."""
+
+
+def _per_step(values: torch.Tensor, what: str, name: str, storage_ndim: int) -> torch.Tensor:
+    """``values`` of flat slots as ``[k, 1]``, refusing several values per step."""
     k = values.shape[0] if values.ndim else 1
     flat = values.reshape(k, -1)
     if flat.shape[1] != 1:
-        raise ValueError(f"the trajectory key {name} must hold one id per step, got a per-step "
-                         f"shape {tuple(values.shape[1:])}.")
+        raise SignalShapeError(
+            f"Expected the end-of-trajectory signal to be {storage_ndim}-dimensional (the "
+            f"storage's dims): the {what} {name} holds {flat.shape[1]} values per step (per-step "
+            f"shape {tuple(values.shape[1:])}); store one {what.split()[0]} value per step.")
+    return flat
+
+
+def ids_array(values: torch.Tensor, name: str, storage_ndim: int = 1) -> np.ndarray:
+    """Per-step trajectory ids as a contiguous int64 numpy array."""
+    if values.is_floating_point() or values.is_complex():
+        raise TypeError(f"the trajectory key {name} must hold integer ids, got {values.dtype}.")
+    flat = _per_step(values, "trajectory key", name, storage_ndim)
     return np.ascontiguousarray(flat[:, 0].to(torch.int64).cpu().numpy())
 
 
-def ends_array(values: torch.Tensor) -> np.ndarray:
-    """Per-step end flags as a contiguous bool numpy array (any element set ends the step)."""
-    k = values.shape[0] if values.ndim else 1
-    flat = values.reshape(k, -1)
+def ends_array(values: torch.Tensor, name: str, storage_ndim: int = 1) -> np.ndarray:
+    """Per-step end flags as a contiguous bool numpy array; one flag per step, as TorchRL
+    (a ``[..., 1]`` trailing dim is fine)."""
+    flat = _per_step(values, "end key", name, storage_ndim)
     if flat.dtype is not torch.bool:
         flat = flat != 0
-    flat = flat.any(-1) if flat.shape[1] != 1 else flat[:, 0]
-    return np.ascontiguousarray(flat.cpu().numpy())
+    return np.ascontiguousarray(flat[:, 0].cpu().numpy())
 
 
 def touches(edited: list[Any] | None, keys: list[Any]) -> bool:
