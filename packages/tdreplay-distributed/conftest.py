@@ -77,3 +77,23 @@ def shared_td(_shared_td_buffer):
     _shared_td_buffer.call_timeout = 60.0
     _shared_td_buffer.empty()
     return _shared_td_buffer
+
+
+@pytest.fixture(scope="session")
+def prioritized_shards(ray_session):
+    """The session's 3-shard prioritized TensorDict buffer "sharded" (8 rows a shard,
+    alpha 2, beta 1, torch trees, batch 500, seeded); tests attach their own client."""
+    from functools import partial
+
+    import torch
+
+    from tdreplay.distributed import ShardedReplayBuffer
+    from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+    from tdreplay.storages import LazyTensorStorage
+
+    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 8),
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=2.0,
+                             beta=1.0, sampler_backend="torch", batch_size=500,
+                             name="sharded", generator=torch.Generator().manual_seed(0))
+    yield rb
+    rb.shutdown()

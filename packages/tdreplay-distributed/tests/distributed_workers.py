@@ -69,31 +69,21 @@ def run_collector(address: str, namespace: str, name: str, collector: int, batch
     ray.shutdown()
 
 
-class Collector:
-    """A collector for a Ray actor: it is handed a buffer (pickled) and writes batches to it."""
+class Worker:
+    """A collector and a learner for a Ray actor: each call is handed a buffer (pickled into
+    the call, as into a task), so one actor serves the tests of several buffers."""
 
-    def __init__(self, buffer, collector: int) -> None:
-        self.buffer = buffer
-        self.collector = collector
-
-    def run(self, batches: int, size: int) -> list[int]:
+    def collect(self, buffer, collector: int, batches: int, size: int) -> list[int]:
         """Write ``batches`` batches of ``size`` rows; the slots the last one went to."""
         slots = []
         for seq in range(batches):
-            slots = self.buffer.extend(make_batch(self.collector, seq, size)).tolist()
+            slots = buffer.extend(make_batch(collector, seq, size)).tolist()
         return slots
 
-
-class Learner:
-    """A learner for a Ray actor: samples the buffer it was handed."""
-
-    def __init__(self, buffer) -> None:
-        self.buffer = buffer
-
-    def sample(self, batch_size: int) -> tuple[int, bool, list[int]]:
+    def sample(self, buffer, batch_size: int) -> tuple[int, bool, list[int]]:
         """``(len, rows intact, collectors seen)`` of one sample."""
-        data = self.buffer.sample(batch_size)
-        return len(self.buffer), rows_are_intact(data), sorted(set(data["collector"].tolist()))
+        data = buffer.sample(batch_size)
+        return len(buffer), rows_are_intact(data), sorted(set(data["collector"].tolist()))
 
 
 def extend_in_task(buffer, collector: int, size: int) -> list[int]:

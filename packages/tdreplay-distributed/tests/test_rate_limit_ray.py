@@ -20,13 +20,23 @@ from tdreplay.core import (
 from tdreplay.distributed import RayReplayBuffer, ShardedReplayBuffer
 
 
-@pytest.fixture
-def min_size_rb(ray_session):
+@pytest.fixture(scope="module")
+def _min_size_rb(ray_session):
     rb = RayReplayBuffer(storage=partial(ListStorage, 100),
                          replay_buffer_cls=TensorDictReplayBuffer, batch_size=4,
                          rate_limiter=MinSize(6), call_timeout=1.0)
-    yield rb
+    yield rb, rb.state_dict()
     rb.shutdown()
+
+
+@pytest.fixture
+def min_size_rb(_min_size_rb):
+    """The module's MinSize(6) buffer actor, back to its first state (limiter counts too)."""
+    rb, fresh = _min_size_rb
+    rb.call_timeout = 1.0
+    rb.load_state_dict(fresh)
+    assert rb.state_dict()["_rate_limiter"] == {"class": "MinSize", "inserts": 0, "samples": 0}
+    return rb
 
 
 def test_sample_waits_in_the_actor_and_times_out_before_the_call(min_size_rb):
@@ -64,8 +74,11 @@ def test_non_blocking_ratio_refuses_inserts_that_run_ahead(ray_session, tmp_path
         rb.sample()
         assert rb.add(5) == 4
         rb.dumps(tmp_path / "ckpt")
-        rb.respawn(tmp_path / "ckpt")  # the counts come back with the checkpoint
+        rb.sample()
+        rb.extend([6, 7])
+        rb.loads(tmp_path / "ckpt")  # the counts come back with the checkpoint
         assert rb.state_dict()["_rate_limiter"]["inserts"] == 5
+        assert rb.state_dict()["_rate_limiter"]["samples"] == 2
     finally:
         rb.shutdown()
 

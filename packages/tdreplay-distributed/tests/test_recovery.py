@@ -45,7 +45,9 @@ def _restarting(tmp_path=None) -> RayReplayBuffer:
                            name=f"restarting-{tmp_path is None}",
                            replay_buffer_cls=TensorDictReplayBuffer,
                            remote_config={"max_restarts": 1},
-                           checkpoint_path=None if tmp_path is None else tmp_path / "ckpt")
+                           # an fsspec URL (a shared path is used in test_multinode)
+                           checkpoint_path=None if tmp_path is None
+                           else f"file://{tmp_path}/ckpt")
 
 
 def test_a_restarted_actor_restores_its_checkpoint_path(ray_session, tmp_path):
@@ -159,19 +161,19 @@ def test_an_actor_that_cannot_be_scheduled_says_so(ray_session):
 
 
 @pytest.fixture
-def three_shards(ray_session, tmp_path):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 100),
+def two_shards(ray_session, tmp_path):
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 100),
                              replay_buffer_cls=TensorDictReplayBuffer, batch_size=60,
                              generator=torch.Generator().manual_seed(0))
     yield rb
     rb.shutdown()
 
 
-def test_one_dead_shard_leaves_the_others_serving_and_only_it_is_respawned(three_shards,
+def test_one_dead_shard_leaves_the_others_serving_and_only_it_is_respawned(two_shards,
                                                                            ray_session,
                                                                            tmp_path):
-    rb = three_shards
-    for collector in range(3):
+    rb = two_shards
+    for collector in range(2):
         rb.extend(make_batch(collector, 0, 10))  # shard k holds collector k
     rb.dumps(tmp_path / "ckpt")
     rb.extend(make_batch(3, 0, 5))  # shard 0: newer than the checkpoint
@@ -189,20 +191,20 @@ def test_one_dead_shard_leaves_the_others_serving_and_only_it_is_respawned(three
     with pytest.warns(ShardsUnavailableWarning, match="shard 1 is unavailable"):
         data, info = _until(lambda: rb.sample(return_info=True), accept=())
     assert info["dead_shards"] == (1,) and rb.dead_shards == (1,)
-    assert set(data["collector"].tolist()) <= {0, 2, 3}
+    assert set(data["collector"].tolist()) == {0, 3}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # told once
-        assert len(rb) == 25
+        assert len(rb) == 15
         slots = rb.extend(make_batch(4, 0, 2))  # the write skips the dead shard
     assert not (100 <= int(slots[0]) < 200)
     rb.respawn(tmp_path / "ckpt")  # only the dead shard
     assert rb.dead_shards == () and rb.shards[0].actor_info["pid"] == live_pid
-    assert [len(s) for s in rb.shards] == [15, 10, 12]
-    assert len(rb) == 37
+    assert [len(s) for s in rb.shards] == [17, 10]
+    assert len(rb) == 27
 
 
 def test_new_items_get_the_global_max_priority(ray_session):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 50),
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 50),
                              replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=1.0,
                              beta=0.5, sampler_backend="torch", batch_size=10)
     try:
@@ -213,9 +215,9 @@ def test_new_items_get_the_global_max_priority(ray_session):
         assert n == 4 and top == pytest.approx(10.0) and total == pytest.approx(40.0, rel=1e-6)
         td = make_batch(2, 0, 2)
         td["td_error"] = torch.tensor([3.0, 4.0])
-        rb.extend(td)  # data with its own priorities keeps them
-        total, _, _, _ = ray_session.get(rb.shards[2].actor.sampling_mass.remote())
-        assert total == pytest.approx(7.0, rel=1e-6)
+        rb.extend(td)  # shard 0 again: data with its own priorities keeps them
+        total, _, n, _ = ray_session.get(rb.shards[0].actor.sampling_mass.remote())
+        assert n == 6 and total == pytest.approx(47.0, rel=1e-6)
     finally:
         rb.shutdown()
 

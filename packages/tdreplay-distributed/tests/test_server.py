@@ -9,7 +9,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core import (
+    ListStorage,
+    RandomSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    TensorDictReplayBuffer,
+)
 from tdreplay.distributed._server import BufferServer, build_component, seeded_generator
 from tdreplay.distributed._wire import pack, unpack
 from tdreplay.samplers import PrioritizedSampler, TensorDictPrioritizedReplayBuffer
@@ -58,8 +64,8 @@ def test_describe_reports_the_buffer():
 def test_extend_returns_slots_and_the_index_the_buffer_set():
     server = BufferServer(TensorDictReplayBuffer, {"storage": partial(LazyTensorStorage, 10)}, {})
     td = TensorDict({"obs": torch.arange(4.0)}, [4])
-    slots, bookkeeping, top = unpack(server.extend(pack(td), {}))
-    assert top is None  # not prioritized
+    slots, bookkeeping, mass = unpack(server.extend(pack(td), {}))
+    assert mass == (4.0, 1.0, 4, None)  # (sum, min, len, max priority): 4 uniform slots
     assert slots.tolist() == [0, 1, 2, 3]
     assert bookkeeping["index"].tolist() == [0, 1, 2, 3]
     assert "obs" not in bookkeeping.keys()  # only bookkeeping travels back
@@ -113,6 +119,36 @@ def test_sample_with_mass_returns_the_shard_minimum_and_beta():
     assert beta == 0.4
     assert total == pytest.approx(7.0) and minimum == pytest.approx(1.0)
     assert data.batch_size == torch.Size([5]) and info["index"].shape == (5,)
+
+
+def test_sample_part_reports_the_mass_at_the_draw_and_draws_nothing_when_asked_for_none():
+    server = BufferServer(TensorDictPrioritizedReplayBuffer, {
+        "storage": partial(LazyTensorStorage, 8), "alpha": 1.0, "beta": 0.4,
+        "sampler_backend": "torch"}, {})
+    assert server.describe()["independent_draws"] is True
+    _, _, mass = unpack(server.extend(pack(TensorDict({"x": torch.arange(3.0), "td_error":
+                                                       torch.tensor([1.0, 2.0, 4.0])}, [3])), {}))
+    assert mass == pytest.approx((7.0, 1.0, 3, 4.0))
+    data, info, mass, beta = unpack(server.sample_part(5))
+    assert data.batch_size == torch.Size([5]) and info["index"].shape == (5,)
+    assert mass == pytest.approx((7.0, 1.0, 3, 4.0)) and beta == 0.4
+    assert unpack(server.sample_part(0)) == (None, None, mass, 0.4)
+    mass = server.update_priority(pack(torch.tensor([0])), pack(torch.tensor([9.0])), pack({}))
+    assert mass == pytest.approx((15.0, 2.0, 3, 9.0))
+    mass = server.empty(True)
+    assert mass[:3] == (0.0, math.inf, 0)
+    assert unpack(server.sample_part(4)) == (None, None, mass, 0.4)  # empty: nothing drawn
+
+
+def test_only_samplers_with_independent_draws_let_a_sharded_client_draw_more_than_it_keeps():
+    def independent(sampler):
+        server = BufferServer(ReplayBuffer, {"storage": partial(ListStorage, 8),
+                                             "sampler": sampler}, {})
+        return server.describe()["independent_draws"]
+
+    assert independent(RandomSampler) is True
+    assert independent(partial(PrioritizedSampler, 8, alpha=0.7, beta=0.5)) is True
+    assert independent(SamplerWithoutReplacement) is False
 
 
 def test_update_tensordict_priority_needs_a_tensordict_buffer():

@@ -10,21 +10,14 @@ from tensordict import TensorDict
 
 from tdreplay.core import CheckpointError, ListStorage
 from tdreplay.distributed import ShardedReplayBuffer
-from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
-from tdreplay.storages import LazyTensorStorage
 
-ALPHA, BETA, EPS = 0.7, 0.6, 1e-8
+ALPHA, BETA, EPS = 2.0, 1.0, 1e-8  # conftest.prioritized_shards
 SHARD_SIZE = 8
 
 
-@pytest.fixture(scope="module")
-def _prioritized(ray_session):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, SHARD_SIZE),
-                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=ALPHA,
-                             beta=BETA, sampler_backend="torch", batch_size=500,
-                             name="sharded", generator=torch.Generator().manual_seed(0))
-    yield rb
-    rb.shutdown()
+@pytest.fixture
+def _prioritized(prioritized_shards):
+    return prioritized_shards
 
 
 @pytest.fixture
@@ -77,7 +70,7 @@ def test_writes_go_round_robin_and_return_global_slots(sharded):
 def test_prioritized_sampling_matches_one_buffer_over_all_shards(sharded):
     sizes = [5, 3, 7]
     written = torch.cat([sharded.extend(_rows(torch.arange(n))) for n in sizes])
-    priority = torch.rand(written.numel(), generator=torch.Generator().manual_seed(3)) * 4 + 0.1
+    priority = torch.rand(written.numel(), generator=torch.Generator().manual_seed(3)) * 3 + 1.0
     sharded.update_priority(written, priority)
 
     p = (priority.double() + EPS) ** ALPHA
@@ -97,6 +90,39 @@ def test_prioritized_sampling_matches_one_buffer_over_all_shards(sharded):
         assert torch.equal(data["priority_weight"], info["priority_weight"])
     assert counts.sum() == 40 * 500
     assert _chi2_pvalue(counts, p / p.sum()) > 1e-3
+
+
+def test_masses_changed_by_another_client_do_not_bias_the_next_sample(sharded, _prioritized):
+    """A client draws a batch in one round from the masses it last heard of; another client's
+    writes and priority updates since then change the shards' masses, yet the batch has the
+    distribution of one buffer at the time of the draw (the shards' fresh masses decide the
+    split, see ShardCalls)."""
+    first = sharded.extend(_rows(torch.arange(4)))  # shard 0
+    sharded.sample(20)  # this client now knows shards 1 and 2 as empty
+    written = torch.cat([first] + [_prioritized.extend(_rows(torch.arange(4)))
+                                   for _ in range(3)])  # one write to each shard, in turn
+    assert sorted(len(shard) for shard in sharded.shards) == [4, 4, 8]
+    position = torch.full((3 * SHARD_SIZE,), -1)
+    position[written] = torch.arange(written.numel())
+    generator = torch.Generator().manual_seed(4)
+    chi2, dof = 0.0, 0
+    for _ in range(8):
+        # the other client reweighs every item: this client's masses are stale each time
+        priority = torch.rand(written.numel(), generator=generator) * 3 + 1.0
+        _prioritized.update_priority(written, priority)
+        p = (priority.double() + EPS) ** ALPHA
+        data, info = sharded.sample(return_info=True)
+        rows = position[info["index"]]
+        assert bool((rows >= 0).all())
+        expected_w = (p[rows] / p.min()) ** -BETA
+        assert torch.allclose(info["priority_weight"].double(), expected_w, rtol=1e-5)
+        counts = torch.bincount(rows, minlength=written.numel()).double()
+        expected = p / p.sum() * counts.sum()
+        chi2 += float(((counts - expected) ** 2 / expected).sum())
+        dof += written.numel() - 1
+    pvalue = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                           torch.tensor(chi2 / 2, dtype=torch.float64)))
+    assert pvalue > 1e-3
 
 
 def test_uniform_sampling_weighs_shards_by_their_size(uniform):
@@ -184,14 +210,17 @@ def test_dumps_loads_and_state_dict_restore_every_shard(sharded, tmp_path):
         sharded.load_state_dict({"num_shards": 2, "shards": state["shards"][:2]})
 
 
-def test_respawn_rebuilds_every_shard_from_the_checkpoint(uniform, tmp_path):
+def test_respawn_rebuilds_every_shard_from_the_checkpoint_at_a_url(uniform, tmp_path):
+    url = f"file://{tmp_path}/ckpt"  # an fsspec URL: each shard under url/shard-k
     uniform.empty()
     uniform.extend([torch.tensor(1.0), torch.tensor(2.0)])
     uniform.extend([torch.tensor(3.0)])
-    uniform.dumps(tmp_path / "ckpt")
+    uniform.dumps(url)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "shard-0", "shard-1", "sharded.json"]
     uniform.extend([torch.tensor(4.0)])
     old_pids = [shard.actor_info["pid"] for shard in uniform.shards]
-    uniform.respawn(tmp_path / "ckpt")
+    uniform.respawn(url)
     assert [shard.actor_info["pid"] for shard in uniform.shards] != old_pids
     assert [shard[:].tolist() for shard in uniform.shards] == [[1.0, 2.0], [3.0]]
     assert uniform.write_count == 3

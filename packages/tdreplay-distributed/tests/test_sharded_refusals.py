@@ -3,35 +3,20 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
 from tdreplay.distributed import ShardedReplayBuffer
-from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
-from tdreplay.storages import LazyTensorStorage
-
-SHARD_SIZE = 8
-
-
-@pytest.fixture(scope="module")
-def _squared(ray_session):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, SHARD_SIZE),
-                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=2.0,
-                             beta=1.0, batch_size=4, name="sharded-refusals",
-                             generator=torch.Generator().manual_seed(0))
-    yield rb
-    rb.shutdown()
 
 
 @pytest.fixture
-def sharded(_squared):
-    """An emptied 3-shard buffer (alpha 2) whose shards hold 2, 2 and 1 rows."""
-    _squared.empty()
-    rb = ShardedReplayBuffer.attach("sharded-refusals")
+def sharded(prioritized_shards):
+    """The session's emptied 3-shard buffer (alpha 2, conftest.prioritized_shards) whose
+    shards hold 2, 2 and 1 rows, through a new client."""
+    prioritized_shards.empty()
+    rb = ShardedReplayBuffer.attach("sharded")
     for n in (2, 2, 1):
         rb.extend(TensorDict({"x": torch.arange(float(n))}, [n]))
     return rb

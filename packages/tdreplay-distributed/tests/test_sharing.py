@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 import torch
-from distributed_workers import Collector, Learner, extend_in_task, make_batch
+from distributed_workers import Worker, extend_in_task, make_batch
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
 from tdreplay.distributed import (
@@ -19,12 +19,28 @@ from tdreplay.distributed import (
 from tdreplay.storages import LazyTensorStorage
 
 
-@pytest.fixture
-def td_buffer(ray_session):
+@pytest.fixture(scope="module")
+def _td_buffer(ray_session):
     rb = RayReplayBuffer(storage=partial(LazyTensorStorage, 1000),
                          replay_buffer_cls=TensorDictReplayBuffer, batch_size=16, prefetch=2)
     yield rb
     rb.close()
+
+
+@pytest.fixture
+def td_buffer(_td_buffer):
+    """The module's buffer actor (prefetch=2), emptied."""
+    _td_buffer.empty()
+    return _td_buffer
+
+
+@pytest.fixture(scope="module")
+def workers(ray_session):
+    """Two actors that collect into, or sample from, the buffers they are handed."""
+    actors = [ray_session.remote(num_cpus=0)(Worker).remote() for _ in range(2)]
+    yield actors
+    for actor in actors:
+        ray_session.kill(actor)
 
 
 def test_a_pickled_buffer_is_a_client_of_the_same_actor(td_buffer):
@@ -41,21 +57,16 @@ def test_a_pickled_buffer_is_a_client_of_the_same_actor(td_buffer):
 
 
 def test_two_collector_actors_extend_one_buffer_and_a_learner_actor_samples(ray_session,
-                                                                           td_buffer):
-    ray = ray_session
-    collector_cls = ray.remote(num_cpus=0)(Collector)
-    collectors = [collector_cls.remote(td_buffer, c) for c in (1, 2)]
-    ray.get([c.run.remote(5, 10) for c in collectors], timeout=120)
+                                                                           td_buffer, workers):
+    ray_session.get([w.collect.remote(td_buffer, c, 5, 10) for w, c in zip(workers, (1, 2))],
+                    timeout=120)
     assert len(td_buffer) == 100 and td_buffer.write_count == 100
     stored = td_buffer[:]
     for c in (1, 2):
         mine = stored[stored["collector"] == c]
         assert sorted(mine["seq"].tolist()) == sorted(list(range(5)) * 10)
-    learner = ray.remote(num_cpus=0)(Learner).remote(td_buffer)
-    size, intact, seen = ray.get(learner.sample.remote(500), timeout=120)
+    size, intact, seen = ray_session.get(workers[0].sample.remote(td_buffer, 500), timeout=120)
     assert size == 100 and intact and seen == [1, 2]
-    for actor in [*collectors, learner]:
-        ray.kill(actor)
 
 
 def test_a_ray_task_extends_the_buffer_it_is_handed(ray_session, td_buffer):
@@ -64,21 +75,17 @@ def test_a_ray_task_extends_the_buffer_it_is_handed(ray_session, td_buffer):
     assert sorted(slots[0] + slots[1]) == list(range(6)) and len(td_buffer) == 6
 
 
-def test_a_sharded_buffer_is_handed_to_ray_actors(ray_session):
-    ray = ray_session
+def test_a_sharded_buffer_is_handed_to_ray_actors(ray_session, workers):
     rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 100),
                              replay_buffer_cls=TensorDictReplayBuffer, batch_size=8)
     try:
         copy = pickle.loads(pickle.dumps(rb))
         assert copy.num_shards == 2 and copy.max_size == 200
-        collectors = [ray.remote(num_cpus=0)(Collector).remote(rb, c) for c in (1, 2)]
-        ray.get([c.run.remote(2, 5) for c in collectors], timeout=120)
+        ray_session.get([w.collect.remote(rb, c, 2, 5) for w, c in zip(workers, (1, 2))],
+                        timeout=120)
         assert len(rb) == 20 and [len(s) for s in rb.shards] == [10, 10]
-        learner = ray.remote(num_cpus=0)(Learner).remote(rb)
-        size, intact, seen = ray.get(learner.sample.remote(200), timeout=120)
+        size, intact, seen = ray_session.get(workers[1].sample.remote(rb, 200), timeout=120)
         assert size == 20 and intact and seen == [1, 2]
-        for actor in [*collectors, learner]:
-            ray.kill(actor)
     finally:
         rb.close()
     assert rb.closed

@@ -18,6 +18,7 @@ from tensordict import is_tensor_collection
 
 from tdreplay.core import (
     ListStorage,
+    RandomSampler,
     ReplayBuffer,
     Sampler,
     Storage,
@@ -30,8 +31,13 @@ from ._wire import Packed, pack, unpack
 from .checkpoints import load_checkpoint, save_checkpoint
 from .errors import BufferStateLostError
 
-__all__ = ["COMPONENTS", "BufferServer", "PriorityMass", "build_component",
+__all__ = ["COMPONENTS", "BufferServer", "Mass", "PriorityMass", "build_component",
            "check_component_spec", "seeded_generator"]
+
+#: What every answer of a call that may change a buffer's sampling weights carries:
+#: ``(sum, min, len, max priority)`` of the buffer after the call (see :func:`_sampling_mass`;
+#: ``None`` instead where a prioritized sampler does not tell its mass).
+Mass = tuple[float, float, int, float | None]
 
 #: Component arguments built inside the actor, with the type each must be (or build).
 COMPONENTS: dict[str, type] = {"storage": Storage, "sampler": Sampler, "writer": Writer,
@@ -113,6 +119,15 @@ def _sampling_mass(buffer: ReplayBuffer) -> tuple[float, float]:
                         "(total_priority and min_priority): a sharded buffer cannot weigh its "
                         "shards.")
     return float(sampler.total_priority), float(sampler.min_priority)
+
+
+def _independent_draws(sampler: Sampler) -> bool:
+    """Whether the sampler draws every item of a batch independently, with replacement and no
+    state changed by a draw (uniform or prioritized): items drawn and dropped change nothing,
+    so a sharded client may draw a few more than it keeps (see :mod:`._shard_calls`)."""
+    return not sampler.finite_epochs and (
+        sampler.is_prioritized and isinstance(sampler, PriorityMass)
+        or type(sampler) is RandomSampler)
 
 
 def _restarted_by_ray() -> bool:
@@ -225,6 +240,7 @@ class BufferServer:
             "priority_key": buffer.priority_key,
             "is_prioritized": bool(buffer.sampler.is_prioritized),
             "update_keys": tuple(buffer.sampler.update_keys),
+            "independent_draws": _independent_draws(buffer.sampler),
             "max_size": buffer.storage.max_size,
             "meta": dict(self._meta),
             "pid": os.getpid(),
@@ -240,22 +256,22 @@ class BufferServer:
     def extend(self, payload: Any, kwargs: dict[str, Any], timeout: float | None = None,
                global_max: float | None = None) -> Packed:
         """``extend``; returns the slots, the bookkeeping entries set in the data and the
-        sampler's max priority. ``timeout``: the most the rate limiter may wait;
-        ``global_max``: see :meth:`_lift_to`."""
+        buffer's :data:`Mass` after the write. ``timeout``: the most the rate limiter may
+        wait; ``global_max``: see :meth:`_lift_to`."""
         data = self._received(payload)
         with self._limited(timeout):
             slots = self.buffer.extend(data, **kwargs)
         self._lift_to(slots, data, global_max)
-        return pack((slots, self._bookkeeping(data), self._max_priority()))
+        return pack((slots, self._bookkeeping(data), self._mass_if_known()))
 
     def add(self, payload: Any, timeout: float | None = None,
             global_max: float | None = None) -> Packed:
-        """``add``; returns the index, the bookkeeping entries and the max priority."""
+        """``add``; returns the index, the bookkeeping entries and the :data:`Mass`."""
         data = self._received(payload)
         with self._limited(timeout):
             index = self.buffer.add(data)
         self._lift_to(index, data, global_max)
-        return pack((index, self._bookkeeping(data), self._max_priority()))
+        return pack((index, self._bookkeeping(data), self._mass_if_known()))
 
     def _bookkeeping(self, data: Any) -> Any:
         """The entries a buffer sets in the TensorDict it writes: ``index`` and the sampler's
@@ -267,11 +283,10 @@ class BufferServer:
                 if key in present]
         return data.select(*keys) if keys else None
 
-    def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]
-                        ) -> float | None:
-        """``update_priority``; returns the sampler's max priority after it."""
+    def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> Mass | None:
+        """``update_priority``; returns the buffer's :data:`Mass` after it."""
         self.buffer.update_priority(unpack(index), unpack(priority), **unpack(kwargs))
-        return self._max_priority()
+        return self._mass_if_known()
 
     def check_priority_update(self, index: Any, priority: Any) -> list[int]:
         """The local slots of ``index`` that ``update_priority`` would refuse as unwritten;
@@ -283,14 +298,15 @@ class BufferServer:
         slots = torch.as_tensor(unpack(index)).reshape(-1)
         return slots[slots >= len(buffer)].tolist()
 
-    def update_tensordict_priority(self, payload: Any) -> float | None:
+    def update_tensordict_priority(self, payload: Any) -> Mass | None:
+        """``update_tensordict_priority``; returns the buffer's :data:`Mass` after it."""
         buffer = self.buffer
         if not isinstance(buffer, TensorDictReplayBuffer):
             raise TypeError(f"{type(buffer).__name__} has no update_tensordict_priority (use a "
                             "TensorDict buffer class, e.g. replay_buffer_cls="
                             "TensorDictReplayBuffer).")
         buffer.update_tensordict_priority(unpack(payload))
-        return self._max_priority()
+        return self._mass_if_known()
 
     def update_if_present(self, payload: Any) -> Packed:
         """``update_if_present(**kwargs)`` (``kwargs`` packed); returns its
@@ -300,8 +316,10 @@ class BufferServer:
     def set_item(self, index: Any, payload: Any) -> None:
         self.buffer[unpack(index)] = self._received(payload)
 
-    def empty(self, empty_write_count: bool) -> None:
+    def empty(self, empty_write_count: bool) -> Mass | None:
+        """``empty``; returns the buffer's :data:`Mass` after it."""
         self.buffer.empty(empty_write_count)
+        return self._mass_if_known()
 
     # ---- reads -------------------------------------------------------------------------------
     def sample(self, batch_size: int | None, with_mass: bool,
@@ -319,7 +337,29 @@ class BufferServer:
         return pack((data, info, _sampling_mass(self.buffer), getattr(sampler, "beta", None),
                      self._max_priority()))
 
-    def sampling_mass(self) -> tuple[float, float, int, float | None]:
+    def sample_part(self, count: int) -> Packed:
+        """A sharded buffer's draw from this shard: ``(data, info, mass, beta)``, the
+        :data:`Mass` read in the same call as the draw (so it describes the slots drawn) and
+        the sampler's ``beta`` (``None`` without importance weights). With ``count == 0``, or
+        an empty buffer, nothing is drawn: ``data`` and ``info`` are ``None`` (the mass alone
+        tells the client how much this shard now weighs)."""
+        mass = self.sampling_mass()
+        beta = getattr(self.buffer.sampler, "beta", None)
+        if count == 0 or mass[2] == 0:
+            return pack((None, None, mass, beta))
+        data, info = self.buffer.sample(count, return_info=True)
+        return pack((data, info, mass, beta))
+
+    def _mass_if_known(self) -> Mass | None:
+        """The :data:`Mass` a write's or update's answer carries; ``None`` for a prioritized
+        sampler that does not tell its mass (fine for one buffer; a sharded one refuses it
+        when it samples, see :func:`_sampling_mass`)."""
+        sampler = self.buffer.sampler
+        if sampler.is_prioritized and not isinstance(sampler, PriorityMass):
+            return None
+        return self.sampling_mass()
+
+    def sampling_mass(self) -> Mass:
         """``(sum, min, len, max priority)``: see :func:`_sampling_mass`."""
         total, minimum = _sampling_mass(self.buffer)
         return total, minimum, len(self.buffer), self._max_priority()

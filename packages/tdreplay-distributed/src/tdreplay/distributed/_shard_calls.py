@@ -3,14 +3,37 @@
 Every call goes to all the shards concerned before any answer is awaited, so the round trips
 overlap. A shard whose actor is dead (or restarted without its data, or unreachable) is set
 aside: reads and writes go on with the live shards, with a
-:class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`, until it is respawned. Answers
-also carry each shard's max priority: the largest is the global max, which writes carry to
-the shard they go to (new items get the max priority of the whole buffer, as in one buffer).
+:class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`, until it is respawned.
+
+Every answer of a call that may change a shard's sampling weights (writes, priority updates,
+``empty``, draws) carries the shard's mass ``(sum, min, len, max priority)`` after the call
+(:data:`~._server.Mass`); the client keeps the latest of each shard. The largest max priority
+is the global max, which writes carry to the shard they go to (new items get the max priority
+of the whole buffer, as in one buffer). The masses let :meth:`ShardCalls.sample` draw a batch
+in **one** round of calls, with no round trip to read the masses first:
+
+1. from the masses known, each live shard is asked for a number of items a little above its
+   expected share (``n q_k`` plus three standard deviations plus 2; a shard known empty gets
+   0, a shard never heard of an equal share); every live shard gets a call, with a count of
+   0 if need be, so that every answer brings the shard's mass *at the draw*;
+2. the shard of each position of the batch is then drawn from those fresh masses (a
+   multinomial, as one buffer holding every shard's items would), and shard ``k`` contributes
+   the first ``n_k`` of the items it drew. Its draws are independent, so its first ``n_k``
+   items are ``n_k`` draws from it: the batch has exactly the distribution of one buffer at
+   the moment of the draws, however old the masses of step 1 were. Where a shard drew fewer
+   than ``n_k`` (rare with known masses: its count exceeded three standard deviations; or its
+   share grew since, e.g. another collector wrote to it) a second round draws the difference
+   from those shards.
+
+Samplers whose draws are not independent (without replacement: an item drawn and dropped
+would be lost for its epoch) are asked for exactly the counts drawn from the masses known,
+read first in a round of their own when unknown: the split is then as of this client's last
+answer from each shard (its own writes and updates included; another client's writes since
+are seen from the next sample on).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import warnings
@@ -20,7 +43,8 @@ from typing import Any
 import torch
 
 from ._ray import wait_all
-from ._sharding import merge_samples
+from ._server import Mass
+from ._sharding import Piece, ask_counts, draw_shards, known_total, merge_samples
 from ._wire import unpack
 from .client import ActorClient
 from .errors import (
@@ -44,6 +68,8 @@ class ShardCalls:
         self.dead: set[int] = set()
         #: largest max priority any shard reported (``None``: not prioritized, or not known)
         self.max_priority: float | None = None
+        #: each shard's latest :data:`~._server.Mass` (``None``: not heard of yet)
+        self.masses: list[Mass | None] = [None] * len(clients)
         self._rng_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -54,6 +80,18 @@ class ShardCalls:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._rng_lock = threading.Lock()
+
+    def forget_masses(self) -> None:
+        """Drop the masses known (the shards were restored, replaced or reconnected)."""
+        self.masses = [None] * len(self.clients)
+
+    def note_mass(self, shard: int, mass: Mass | None) -> None:
+        """Keep shard ``shard``'s mass ``(sum, min, len, max priority)`` from an answer
+        (``None``: its sampler does not tell it)."""
+        self.masses[shard] = None if mass is None else (
+            float(mass[0]), float(mass[1]), int(mass[2]), mass[3])
+        if mass is not None:
+            self.note_max(mass[3])
 
     def note_max(self, value: float | None) -> None:
         """Keep ``value`` if it is a larger max priority than seen so far."""
@@ -107,31 +145,69 @@ class ShardCalls:
 
     def sample(self, batch_size: int, generator: torch.Generator | None, offsets: torch.Tensor,
                timeout: float | None) -> tuple[Any, dict[str, Any]]:
-        """A batch drawn over the live shards as one buffer would (see :mod:`.sharded`): one
-        round of calls reads the shards' masses, one draws from them (each sent to all the
-        shards at once). ``info["dead_shards"]`` lists the shards left out, if any."""
-        num_shards = len(self.clients)
-        masses: list[tuple[float, float, int, Any]] = [(0.0, math.inf, 0, None)] * num_shards
-        for k, answer in self.tolerant([(k, "sampling_mass", ()) for k in self.live()],
-                                       "sample", timeout):
-            masses[k] = answer
-            self.note_max(answer[3])
-        mass = torch.tensor([m[0] for m in masses], dtype=torch.float64)
-        if not float(mass.sum()) > 0:
-            raise RuntimeError("Cannot sample from an empty storage: no shard holds an item yet, "
-                               "extend the buffer first.")
-        with self._rng_lock:  # worker threads of a prefetch draw at once
-            which = torch.multinomial(mass / mass.sum(), batch_size, replacement=True,
-                                      generator=generator)
-        counts = torch.bincount(which, minlength=num_shards).tolist()
-        calls = [(k, "sample", (counts[k], True)) for k in range(num_shards) if counts[k]]
-        answers = [(k, unpack(r)) for k, r in self.tolerant(calls, "sample", timeout)]
-        if len(answers) < len(calls):  # a shard died meanwhile: draw again from the others
-            return self.sample(batch_size, generator, offsets, timeout)
-        for _, answer in answers:
-            self.note_max(answer[4])
-        data, info = merge_samples(which, [k for k, _ in answers], counts,
-                                   [a[:4] for _, a in answers], [m[:3] for m in masses], offsets)
+        """A batch drawn over the live shards as one buffer would, in one round of calls (see
+        the module docstring). ``info["dead_shards"]`` lists the shards left out, if any."""
+        while True:
+            drawn = self._draw(batch_size, generator, timeout)
+            if drawn is not None:
+                break
+        which, pieces, minimum = drawn
+        data, info = merge_samples(which, pieces, minimum, offsets)
         if self.dead:
             info["dead_shards"] = tuple(sorted(self.dead))
         return data, info
+
+    def _answers(self, calls: list[Call], timeout: float | None) -> dict[int, Any] | None:
+        """Unpacked answers of ``sample_part`` calls by shard, their masses kept; ``None`` if
+        a shard died meanwhile (the caller draws again from the others)."""
+        answers = {k: unpack(r) for k, r in self.tolerant(calls, "sample", timeout)}
+        for k, (_, _, mass, _) in answers.items():
+            self.note_mass(k, mass)
+        return answers if len(answers) == len(calls) else None
+
+    def _draw(self, batch_size: int, generator: torch.Generator | None, timeout: float | None
+              ) -> tuple[torch.Tensor, list[Piece], float] | None:
+        """``(which, pieces, global min)`` of one try, ``None`` when the shards changed under
+        it (a shard died or was emptied meanwhile): the next try uses what was learnt."""
+        live = self.live()
+        independent = all(self.clients[k].info.get("independent_draws") for k in live)
+        if not independent and not known_total(self.masses, live) > 0:
+            for k, mass in self.tolerant([(k, "sampling_mass", ()) for k in live], "sample",
+                                         timeout):
+                self.note_mass(k, mass)
+            live = self.live()
+        which = None
+        with self._rng_lock:  # worker threads of a prefetch draw at once
+            if independent:
+                asked = ask_counts(batch_size, [self.masses[k] for k in live])
+            else:
+                which = draw_shards(batch_size, self.masses, live, generator)
+                asked = [int((which == k).sum()) for k in live]
+        answers = self._answers([(k, "sample_part", (n,)) for k, n in zip(live, asked)], timeout)
+        if answers is None:
+            return None
+        if which is None:
+            with self._rng_lock:
+                which = draw_shards(batch_size, self.masses, live, generator)
+        counts = torch.bincount(which, minlength=len(self.clients)).tolist()
+        minimum = min(answers[k][2][1] for k in live)
+        pieces: list[Piece] = []
+        short = []
+        asked_of = dict(zip(live, asked))
+        for k, n in asked_of.items():
+            if counts[k] and n:
+                data, info, mass, beta = answers[k]
+                if data is None:  # emptied since its mass was known
+                    return None
+                pieces.append((k, data, info, mass[1], beta, n, min(n, counts[k])))
+            if counts[k] > n:
+                short.append((k, "sample_part", (counts[k] - n,)))
+        if short:  # shards that drew fewer items than the batch takes from them
+            more = self._answers(short, timeout)
+            if more is None or any(more[k][0] is None for k in more):
+                return None
+            for k, (data, info, mass, beta) in more.items():
+                minimum = min(minimum, mass[1])
+                n = counts[k] - asked_of[k]
+                pieces.append((k, data, info, mass[1], beta, n, n))
+        return which, pieces, minimum

@@ -3,25 +3,43 @@
 A path is used as is by the actor, on the node it runs on: to survive the loss of that node,
 give a path on storage every node mounts (NFS, a cluster file system). A URL with a scheme
 (``s3://bucket/replay``, ``gs://...``, ``file:///shared/...``, ``memory://...``) is handled
-by `fsspec <https://filesystem-spec.readthedocs.io>`_ when it is installed (tdreplay does not
-install it): the checkpoint is written to a local temporary directory, then copied to the URL
-(and copied back from it to load). Local and shared paths keep core's atomic checkpoints; a
-copy to an object store is as atomic as that store's writes of the files.
+by `fsspec <https://filesystem-spec.readthedocs.io>`_ (``pip install
+"tdreplay-distributed[fsspec]"`` and the driver of the scheme, e.g. ``s3fs``).
+
+Local and shared paths keep core's atomic checkpoints. At a URL, object stores have no atomic
+rename of a directory, so a checkpoint is committed by one single-object write instead: the
+snapshot is written in full under a new name (``URL/snapshot-<time>-<random>/``, from a local
+temporary directory), then the pointer ``URL/LATEST`` is written to name it (a one-object
+``PUT`` is atomic on S3, GCS and file systems), then older snapshots are removed. A crash
+before the pointer is written leaves the previous checkpoint in force; loading reads the
+snapshot the pointer names.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import tempfile
+import time
+import uuid
 from typing import Any
 
 from tdreplay.core import CheckpointError, ReplayBuffer
 
-__all__ = ["is_url", "load_checkpoint", "resolve_location", "save_checkpoint"]
+__all__ = ["POINTER", "is_url", "join_location", "load_checkpoint", "read_text",
+           "resolve_location", "save_checkpoint", "write_text"]
+
+#: the object that names the snapshot in force at a URL
+POINTER = "LATEST"
+_SNAPSHOT = "snapshot-"
 
 
 def is_url(location: str) -> bool:
-    """Whether ``location`` is a URL (``scheme://...``) rather than a path."""
+    """Whether ``location`` is a URL (``scheme://...``) rather than a path.
+
+    >>> is_url("s3://bucket/replay"), is_url("memory://ckpt"), is_url("/shared/replay")
+    (True, True, False)
+    """
     scheme, sep, _ = location.partition("://")
     return bool(sep) and scheme.replace("+", "").replace("-", "").isalnum()
 
@@ -32,38 +50,115 @@ def resolve_location(location: str | os.PathLike[str]) -> str:
     return text if is_url(text) else os.path.abspath(text)
 
 
+def join_location(location: str, name: str) -> str:
+    """``name`` under ``location`` (a path or a URL).
+
+    >>> join_location("s3://bucket/replay/", "shard-0"), join_location("/shared", "shard-1")
+    ('s3://bucket/replay/shard-0', '/shared/shard-1')
+    """
+    if is_url(location):
+        return f"{location.rstrip('/')}/{name}"
+    return os.path.join(location, name)
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     try:
         import fsspec  # type: ignore[import-untyped]
     except ImportError as err:
         raise ImportError(f"checkpoint location {url!r} is a URL, which needs fsspec (pip install "
-                          "fsspec and the driver of its scheme, e.g. s3fs); or give a path on "
-                          "storage every node mounts.") from err
+                          "\"tdreplay-distributed[fsspec]\" and the driver of its scheme, e.g. "
+                          "s3fs); or give a path on storage every node mounts.") from err
     fs, path = fsspec.core.url_to_fs(url)
-    return fs, path
+    return fs, path.rstrip("/")
+
+
+def write_text(location: str, text: str) -> None:
+    """Write a small text file at ``location`` (a path: atomically, by a rename; a URL: one
+    object written at once)."""
+    if is_url(location):
+        fs, path = _filesystem(location)
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        fs.pipe_file(path, text.encode())
+        return
+    tmp = os.path.join(os.path.dirname(location), f".{os.path.basename(location)}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, location)
+
+
+def read_text(location: str) -> str:
+    """The text file at ``location`` (a path or a URL); ``OSError`` if there is none."""
+    if is_url(location):
+        fs, path = _filesystem(location)
+        return bytes(fs.cat_file(path)).decode()
+    with open(location) as f:
+        return f.read()
 
 
 def save_checkpoint(buffer: ReplayBuffer, location: str) -> None:
-    """``buffer.dumps`` to ``location`` (a path, or a URL through fsspec)."""
+    """``buffer.dumps`` to ``location`` (a path, or a URL through fsspec: see the module
+    docstring for how it is committed)."""
     if not is_url(location):
         buffer.dumps(location)
         return
     fs, path = _filesystem(location)
+    snapshot = f"{_SNAPSHOT}{time.time_ns()}-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="tdreplay-ckpt-") as tmp:
         buffer.dumps(tmp)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-        fs.put(tmp.rstrip("/") + "/", path, recursive=True)
+        for folder, _, files in os.walk(tmp):
+            relative = os.path.relpath(folder, tmp)
+            target = posixpath.join(path, snapshot, *([] if relative == os.curdir
+                                                      else relative.split(os.sep)))
+            fs.makedirs(target, exist_ok=True)
+            for name in files:
+                fs.put_file(os.path.join(folder, name), posixpath.join(target, name))
+    fs.pipe_file(posixpath.join(path, POINTER), snapshot.encode())  # the commit
+    for entry in fs.ls(path, detail=False):
+        name = posixpath.basename(entry.rstrip("/"))
+        if name.startswith(_SNAPSHOT) and name != snapshot:
+            _remove_tree(fs, entry)
+
+
+def _remove_tree(fs: Any, root: str) -> None:
+    """Remove ``root`` and what it holds, file by file (``fs.rm`` would read ``[``, ``*`` in
+    a name as a glob), best effort: a stale snapshot left behind is only wasted space."""
+    entries = fs.find(root, withdirs=True, detail=True)
+    for entry, detail in sorted(entries.items(), key=lambda item: -len(item[0])):
+        try:
+            if detail["type"] == "directory":
+                fs.rmdir(entry)
+            else:
+                fs.rm_file(entry)
+        except OSError:
+            pass
+    try:
+        fs.rmdir(root)
+    except OSError:
+        pass
 
 
 def load_checkpoint(buffer: ReplayBuffer, location: str) -> None:
-    """``buffer.loads`` from ``location`` (a path, or a URL through fsspec)."""
+    """``buffer.loads`` from ``location`` (a path, or a URL through fsspec: the snapshot
+    its ``LATEST`` pointer names)."""
     if not is_url(location):
         buffer.loads(location)
         return
     fs, path = _filesystem(location)
-    if not fs.exists(path):
-        raise CheckpointError(f"no checkpoint at {location!r}.")
+    try:
+        snapshot = bytes(fs.cat_file(posixpath.join(path, POINTER))).decode().strip()
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoint at {location!r} (no {POINTER} pointer: it was "
+                              "never committed).") from None
+    source = posixpath.join(path, snapshot)
+    if not snapshot.startswith(_SNAPSHOT) or not fs.isdir(source):
+        raise CheckpointError(f"the checkpoint at {location!r} names a snapshot {snapshot!r} "
+                              "that is not there.")
     with tempfile.TemporaryDirectory(prefix="tdreplay-ckpt-") as tmp:
-        fs.get(path.rstrip("/") + "/", tmp, recursive=True)
+        for remote, entry in sorted(fs.find(source, withdirs=True, detail=True).items()):
+            local = os.path.join(tmp, *posixpath.relpath(remote, source).split("/"))
+            if entry["type"] == "directory":
+                os.makedirs(local, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(local), exist_ok=True)
+                fs.get_file(remote, local)
         buffer.loads(tmp)

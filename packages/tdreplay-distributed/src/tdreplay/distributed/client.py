@@ -79,16 +79,12 @@ class ActorClient:
     >>> client.spawn()
     >>> client.call("length"), client.info["max_size"], client.can_respawn
     (0, 4, True)
-    >>> client.shutdown()
 
     A client pickles (to a Ray task or actor, a process pool): the copy calls the same actor,
     as a client from :meth:`for_named_actor` would, without the creation arguments (only the
     creator respawns the actor) and without the calls this one has in flight.
 
     >>> import pickle
-    >>> client = ActorClient.for_new_actor(spec={"storage": partial(ListStorage, 4)},
-    ...                                    replay_buffer_cls=ReplayBuffer)
-    >>> client.spawn()
     >>> copy = pickle.loads(pickle.dumps(client))
     >>> copy.call("length"), copy.actor_id == client.actor_id, copy.can_respawn
     (0, True, False)

@@ -10,7 +10,8 @@ one buffer. Importance weights are made global the same way: a shard returns
 ``(p_i / min_k) ** -beta`` with ``min_k`` its smallest ``p``; multiplying by
 ``(min_k / min) ** -beta``, ``min`` the smallest ``p`` of all shards, gives
 ``(p_i / min) ** -beta = (N P(i)) ** -beta / max_j (N P(j)) ** -beta`` with ``P`` and ``N``
-over the whole buffer.
+over the whole buffer. The masses come with the shards' answers, the draws' own included,
+so a sample is one round of calls and stale masses never bias it (:mod:`._shard_calls`).
 
 Slots are global: shard ``k`` owns ``[offset_k, offset_k + max_size_k)``, ``offset_k`` the
 sum of the sizes of the shards before it; ``extend`` returns and samples carry global slots,
@@ -46,7 +47,7 @@ from ._sharding import (
     to_global,
 )
 from ._wire import pack, unpack
-from .checkpoints import resolve_location
+from .checkpoints import join_location, resolve_location
 from .client import ActorClient
 from .conditional_updates import ShardedConditionalUpdateMixin
 from .errors import RemoteBufferError
@@ -170,7 +171,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
                     meta={"shard": shard, "num_shards": num_shards,
                           "spread": placement == "spread" and "scheduling_strategy"
                           not in configs[shard], "checkpoint_path":
-                          None if root is None else f"{root.rstrip('/')}/shard-{shard}"}))
+                          None if root is None else join_location(root, f"shard-{shard}")}))
             start_shards(clients)
 
         clients: list[ActorClient] = []
@@ -309,7 +310,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
                     raise
                 self._calls.mark_dead(shard, err)
                 continue
-            self._calls.note_max(answer[-1])
+            self._calls.note_mass(shard, answer[-1])
             copy_bookkeeping(data, answer[1])
             return shard, answer[0]
 
@@ -346,8 +347,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
         check_every_shard(parts, self._wait, self._offsets)  # a refusal changes no shard
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
                  for k, local, values, kwargs in parts]
-        for _, top in self._calls.tolerant(calls, "update_priority", self._call_timeout):
-            self._calls.note_max(top)
+        for k, mass in self._calls.tolerant(calls, "update_priority", self._call_timeout):
+            self._calls.note_mass(k, mass)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
@@ -355,9 +356,9 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
         calls = [(k, "update_tensordict_priority", (pack(part),))
                  for k, part in split_priority_rows(data, self._offsets)
                  if k not in self._calls.dead]
-        for _, top in self._calls.tolerant(calls, "update_tensordict_priority",
-                                           self._call_timeout):
-            self._calls.note_max(top)
+        for k, mass in self._calls.tolerant(calls, "update_tensordict_priority",
+                                            self._call_timeout):
+            self._calls.note_mass(k, mass)
 
     # ---- sampling ----------------------------------------------------------------------------
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -392,7 +393,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, C
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty every shard."""
         self._ahead.clear()
-        self._all("empty", empty_write_count)
+        for k, mass in enumerate(self._all("empty", empty_write_count)):
+            self._calls.note_mass(k, mass)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self._name!r}, num_shards={self.num_shards}, "

@@ -5,7 +5,6 @@ answers any call)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._draw_ahead import DrawAhead
@@ -13,6 +12,7 @@ from ._ray import import_ray
 from ._shard_calls import ShardCalls
 from ._sharding import check_manifest, write_manifest
 from ._wire import pack, unpack
+from .checkpoints import is_url, join_location, resolve_location
 from .client import ActorClient
 
 __all__ = ["ShardedRecoveryMixin", "start_shards"]
@@ -44,22 +44,29 @@ class ShardedRecoveryMixin:
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``.
 
+        ``path``: a path (made absolute here; the shards' actors write there, on their
+        nodes: give a path every node mounts) or an fsspec URL, see
+        :mod:`~tdreplay.distributed.checkpoints`; :meth:`loads` and :meth:`respawn` take the
+        same.
+
         Each shard's checkpoint is atomic; the shards are saved at once but not as one
         transaction (writes between two shards' saves may be in one and not the other).
         """
-        root = Path(os.path.abspath(os.fspath(path)))
-        root.mkdir(parents=True, exist_ok=True)
-        self._wait([(k, "dumps", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
-                   "dumps")
+        root = resolve_location(path)
+        if not is_url(root):
+            os.makedirs(root, exist_ok=True)
+        self._wait([(k, "dumps", (join_location(root, f"shard-{k}"),))
+                    for k in range(self.num_shards)], "dumps")
         write_manifest(root, self.num_shards)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore every shard from a :meth:`dumps` checkpoint of as many shards."""
-        root = Path(os.path.abspath(os.fspath(path)))
+        root = resolve_location(path)
         check_manifest(root, self.num_shards)
         self._ahead.clear()
-        self._wait([(k, "loads", (str(root / f"shard-{k}"),)) for k in range(self.num_shards)],
-                   "loads")
+        self._calls.forget_masses()
+        self._wait([(k, "loads", (join_location(root, f"shard-{k}"),))
+                    for k in range(self.num_shards)], "loads")
 
     save = dumps
     dump = dumps
@@ -77,6 +84,7 @@ class ShardedRecoveryMixin:
             raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
                              f"{self.num_shards} shards.")
         self._ahead.clear()
+        self._calls.forget_masses()
         self._wait([(k, "load_state_dict", (pack(sd),))
                     for k, sd in enumerate(state_dict["shards"])], "load_state_dict")
 
@@ -86,7 +94,7 @@ class ShardedRecoveryMixin:
         each restored from ``path/shard-k`` before it answers any call. The live shards keep
         serving, with their newer writes.
         """
-        root = None if path is None else Path(os.path.abspath(os.fspath(path)))
+        root = None if path is None else resolve_location(path)
         if root is not None:
             check_manifest(root, self.num_shards)
         self._check_not_closed()
@@ -102,8 +110,9 @@ class ShardedRecoveryMixin:
             self._clients[k].wait_name_released()
         replace_lost_nodes([self._clients[k] for k in shards])
         start_shards([self._clients[k] for k in shards],
-               [None if root is None else str(root / f"shard-{k}") for k in shards])
+               [None if root is None else join_location(root, f"shard-{k}") for k in shards])
         self._calls.dead.difference_update(shards)
+        self._calls.forget_masses()
         self._ahead.clear()
 
     def reconnect(self) -> None:
@@ -111,6 +120,7 @@ class ShardedRecoveryMixin:
         for client in self._clients:
             client.reconnect()
         self._calls.dead.clear()
+        self._calls.forget_masses()
 
     def shutdown(self) -> None:
         """Kill every shard's actor (:meth:`respawn` can replace them)."""
