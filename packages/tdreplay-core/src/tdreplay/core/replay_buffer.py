@@ -20,6 +20,7 @@ from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin
+from .buffer_read_path import ReadPathMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin
 from .buffer_wiring import BufferWiringMixin
@@ -159,7 +160,8 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 
 class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
                    SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin,
-                   ConsumptionMixin, ServiceBackendMixin, metaclass=ServiceDispatch):
+                   ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
+                   metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -373,8 +375,6 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
             self._sampler.extend(slots.reshape(-1))
         return slots
 
-
-
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._sampleable()  # the items written, less those consumed (buffer_consume)
@@ -419,36 +419,6 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
             data = data.pin_memory()
         return data, info
 
-    def _read_sampled(self, index: Any, info: dict[str, Any]) -> tuple[Any, Any]:
-        """Read the sampled items at ``index``, the lock held: ``(items, extra)``.
-
-        ``extra`` is what a subclass reads from the storage besides the items, under the same
-        lock (e.g. :class:`~tdreplay.core.HERReplayBuffer`: the relabelling goals), handed
-        to :meth:`_complete_sample`; ``None`` here.
-        """
-        return self._get_drawn(index), None
-
-    def _get_drawn(self, index: Any) -> Any:
-        """The storage's items at ``index``, just drawn by the sampler (lock held): read
-        without checking again when the sampler draws written slots only and no sample unit
-        changed them (:meth:`~tdreplay.core.Storage.get_trusted`)."""
-        if self._sample_unit is None and self._sampler.draws_written_slots:
-            return self._storage.get_trusted(index)
-        return self._storage.get(index)
-
-    def _complete_sample(self, data: Any, info: dict[str, Any], extra: Any) -> Any:
-        """The collated batch, before ``info`` goes in and the read-side transforms run, with
-        the lock released; a subclass finishes it with ``extra`` (as is here)."""
-        return data
-
-    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
-        """Write the sampler's ``info`` (``index``, ``priority_weight``, ...) into a sampled
-        batch and return it; identity here, TensorDict buffers set the entries.
-
-        ``only_missing``: set only the entries ``data`` lacks (after read-side transforms).
-        """
-        return data
-
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Sample a batch; with ``return_info`` returns ``(batch, info)``.
 
@@ -492,9 +462,6 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         with self._lock:
             self._sampler.update_priority(index, priority, storage=self._storage)
 
-
-
-
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item and reset the write cursor (and the write count by default)."""
@@ -503,16 +470,6 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
             self._storage.empty()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
-
-
-
-
-
-
-
-
-
-
 
     def __repr__(self) -> str:
         return (
