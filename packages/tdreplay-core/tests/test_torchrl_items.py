@@ -285,3 +285,17 @@ def test_sampling_without_a_batch_size_raises_torchrls_message():
     with pytest.raises(RuntimeError, match="batch_size not specified"):
         rb.sample()
     assert len(rb) == 2
+
+
+def test_an_item_added_twice_is_stored_without_its_index_entry():
+    # add() sets "index" in the item; adding the same TensorDict again (after empty()) writes
+    # the same keys as the first time, so a storage that refuses new keys takes it
+    from tdreplay.core import TensorDictReplayBuffer
+    rb = TensorDictReplayBuffer(storage=ListStorage(5))
+    item = TensorDict({"obs": torch.tensor([1.0, 2.0])}, [])
+    rb.add(item)
+    assert item["index"].item() == 0
+    rb.empty()
+    assert rb.add(item) == 0
+    assert set(rb.storage.get(0).keys()) == {"obs"}
+    assert set(rb.sample(1).keys()) == {"obs", "index"}

@@ -530,13 +530,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
                                       f"{type(tensordicts).__name__}.")
         priority = self._priority_to_write(tensordicts, update_priority)
-        # "index" (where a row lives) and the sampler's per-item info (e.g. priority weights) are
-        # bookkeeping of a previous extend or sample, never stored as data.
         present = tensordicts.keys()
-        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
-                       if k in present]
-        data = self._prepare_batch(tensordicts.exclude(*bookkeeping) if bookkeeping
-                                   else tensordicts)
+        data = self._prepare_batch(self._without_bookkeeping(tensordicts))
         with self._limit_inserts(data), self._lock:
             slots = self._written_as_given(self._write_batch(data), data)
             self._set_index(tensordicts, slots)
@@ -554,6 +549,15 @@ class TensorDictReplayBuffer(ReplayBuffer):
                         f"their {self.priority_key!r} cannot be matched to the rows written, "
                         "which get the max priority instead.", stacklevel=2)
         return slots
+
+    def _without_bookkeeping(self, td: TensorDictBase) -> TensorDictBase:
+        """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item
+        info (e.g. priority weights): bookkeeping of a previous write or sample, never stored as
+        data (a sample written back, or an item added twice, has the storage's keys)."""
+        present = td.keys()
+        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
+                       if k in present]
+        return td.exclude(*bookkeeping) if bookkeeping else td
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
         """The priorities ``data`` brings for a prioritized sampler, checked before any write."""
@@ -578,7 +582,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
                                       f"{type(data).__name__}.")
         priority = self._priority_to_write(data, None)
-        item = self._write_side(data)
+        item = self._write_side(self._without_bookkeeping(data))
         with self._limit_inserts(item, single=True), self._lock:
             index = self._write_item(item)
             if priority is not None:
