@@ -171,3 +171,10 @@ def test_a_list_of_items_of_different_shapes_is_refused_and_nothing_is_written()
         rb.extend([torch.zeros(4), torch.zeros(1)])
     assert len(rb) == 2
     assert torch.equal(rb[:], torch.stack([torch.zeros(4), torch.ones(4)]))
+
+
+def test_a_max_size_that_contradicts_the_storage_passed_raises_torchrls_message():
+    from tdreplay.storages import TensorStorage
+    with pytest.raises(ValueError, match="The max-size and the storage shape mismatch"):
+        TensorStorage(torch.randn(3), max_size=4)
+    assert len(TensorStorage(torch.randn(3), max_size=3)) == 3

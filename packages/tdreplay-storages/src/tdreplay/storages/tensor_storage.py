@@ -41,8 +41,9 @@ def _wrapped(storage: Any, max_size: int | None,
         raise ValueError(f"storage has {td.batch_dims} batch dims, fewer than ndim={ndim}.")
     slots = math.prod(td.batch_size[:ndim])
     if max_size is not None and max_size != slots:
-        raise ValueError(f"max_size={max_size} does not match the storage passed, which "
-                         f"has {slots} slots (batch shape {tuple(td.batch_size[:ndim])}).")
+        raise ValueError(f"The max-size and the storage shape mismatch: max_size={max_size}, "
+                         f"but the storage passed has {slots} slots (batch shape "
+                         f"{tuple(td.batch_size[:ndim])}).")
     return slots, td, DataFormat(kind, extra)
 
 
