@@ -60,7 +60,8 @@ def test_extend_of_one_item_is_refused_naming_add(data):
 def test_add_of_a_batched_tensordict_keeps_its_batch_dims():
     rb = ReplayBuffer(storage=ListStorage(10))
     td = TensorDict({"obs": torch.arange(10)}, [10])
-    assert rb.add(td) == 0
+    with pytest.warns(UserWarning, match=r"Using `add\(\)` with a TensorDict that has batch_size"):
+        assert rb.add(td) == 0  # one item, with a hint that extend() stores rows
     assert rb[0].batch_size == (10,)
     sample = rb.sample(1)
     assert sample.batch_size == (1, 10)
@@ -284,6 +285,16 @@ def test_sampling_without_a_batch_size_raises_torchrls_message():
     rb.extend([1, 2])
     with pytest.raises(RuntimeError, match="batch_size not specified"):
         rb.sample()
+    assert len(rb) == 2
+
+
+def test_add_of_an_unbatched_tensordict_or_of_a_tensor_does_not_warn():
+    import warnings
+    rb = ReplayBuffer(storage=ListStorage(10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rb.add(TensorDict({"obs": torch.arange(3)}, []))
+        rb.add(torch.arange(3))
     assert len(rb) == 2
 
 

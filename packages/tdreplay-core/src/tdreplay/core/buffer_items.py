@@ -8,6 +8,7 @@ then written as a list of items, as TorchRL's ``ReplayBuffer.extend`` takes "any
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from tensordict import is_tensor_collection
 
 from .utils import leading_dim
 
-__all__ = ["as_batch"]
+__all__ = ["as_batch", "warn_if_batched_item"]
 
 
 def as_batch(data: Any) -> Any:
@@ -49,3 +50,25 @@ def as_batch(data: Any) -> Any:
             f"TensorDict batched along dim 0, a tuple pytree), got {type(data).__name__}: "
             "use add() to write one item.")
     return list(data)
+
+
+def warn_if_batched_item(data: Any) -> None:
+    """Warn (``UserWarning``, as TorchRL) when ``add`` gets a TensorDict with a batch size:
+    it is stored as one item with its batch dims (a sample of ``n`` has batch size
+    ``[n, *data.batch_size]``), which is right for a trajectory kept whole and wrong for a batch
+    of transitions meant for ``extend``.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_batched_item(TensorDict(batch_size=[2]))
+    >>> "extend()" in str(caught[0].message)
+    True
+    """
+    if is_tensor_collection(data) and data.batch_dims:
+        warnings.warn(
+            f"Using `add()` with a TensorDict that has batch_size={tuple(data.batch_size)} "
+            "stores it as one item with its batch dims; use `extend()` to store each of its "
+            "rows as an item.", UserWarning, stacklevel=3)

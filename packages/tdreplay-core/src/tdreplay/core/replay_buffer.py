@@ -18,6 +18,7 @@ from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_consume import ConsumptionMixin, consuming_sampler
 from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
+from .buffer_items import warn_if_batched_item
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin
 from .buffer_read_path import ReadPathMixin
@@ -341,7 +342,11 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         return data
 
     def add(self, data: Any) -> int | torch.Tensor:
-        """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives."""
+        """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives.
+
+        A TensorDict with a batch size is one item with its batch dims (a ``UserWarning`` says
+        so, as TorchRL's does: ``extend`` stores its rows as items)."""
+        warn_if_batched_item(data)
         data = self._write_side(data)
         with self._limit_inserts(data, single=True), self._lock:
             return self._write_item(data)
@@ -581,6 +586,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(data):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
                                       f"{type(data).__name__}.")
+        warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
         item = self._write_side(self._without_bookkeeping(data))
         with self._limit_inserts(item, single=True), self._lock:
