@@ -403,3 +403,17 @@ def test_stack_parts():
     assert isinstance(ragged, list) and [p.batch_size[0] for p in ragged] == [2, 3]
     assert stack_parts([]) == []
     assert stack_parts(["x", "y"]) == ["x", "y"]
+
+
+def test_storage_ensemble_revision_follows_its_storages():
+    first, second = LazyTensorStorage(4), LazyTensorStorage(4)
+    first.set(torch.arange(4), TensorDict({"x": torch.zeros(4)}, [4]))
+    ensemble = StorageEnsemble(first, second)
+    seen = [ensemble.revision]
+    first.set(0, TensorDict({"x": torch.ones(())}, []))  # a member written directly, same length
+    seen.append(ensemble.revision)
+    second.set(torch.arange(2), TensorDict({"x": torch.ones(2)}, [2]))
+    seen.append(ensemble.revision)
+    ensemble.empty()
+    seen.append(ensemble.revision)
+    assert len(set(seen)) == 4 and len(first) == 0 and len(second) == 0

@@ -17,6 +17,7 @@ from .hindsight import HindsightStrategy
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer
+from .revision import RevisionTracking
 from .sample_units import SampleUnit, Sequence, Transition
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .service_backends import register_service_backend, service_backend, transport_backend
@@ -54,6 +55,7 @@ __all__ = [
     "RateLimitTimeout",
     "RateLimiter",
     "ReplayBuffer",
+    "RevisionTracking",
     "RoundRobinWriter",
     "SampleToInsertRatio",
     "SampleUnit",

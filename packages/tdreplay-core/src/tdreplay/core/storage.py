@@ -23,6 +23,7 @@ from tensordict import LazyStackedTensorDict, is_tensor_collection
 
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
+from .revision import RevisionTracking
 from .utils import as_long_tensor, check_instance, is_int
 
 StorageT = TypeVar("StorageT", bound="Storage")
@@ -128,7 +129,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         return commit
 
 
-class Storage(abc.ABC):
+class Storage(RevisionTracking, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
     Contract:
@@ -455,8 +456,17 @@ class Storage(abc.ABC):
         self.checkpointer.dumps(self, path)
 
     def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
-        """Read and check ``path``; return a function that installs it (see the checkpointers)."""
-        return self.checkpointer.prepare_load(self, Path(path))
+        """Read and check ``path``; return a function that installs it (see the checkpointers)
+        and advances :attr:`revision`."""
+        install = self.checkpointer.prepare_load(self, Path(path))
+
+        def commit() -> None:
+            try:
+                install()
+            finally:
+                self.bump_revision()
+
+        return commit
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore the contents written by :meth:`dumps`."""

@@ -186,6 +186,23 @@ class StorageEnsemble(Storage):
         """Number of storages."""
         return len(self._storages)
 
+    @property
+    def revision(self) -> int:
+        """:attr:`~tdreplay.core.Storage.revision` of the ensemble: it changes whenever one of its
+        storages changes (written through the ensemble or through its own buffer).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> first, second = ListStorage(4), ListStorage(4)
+        >>> ensemble = StorageEnsemble(first, second)
+        >>> before = ensemble.revision
+        >>> second.set(0, "x")
+        >>> ensemble.revision != before
+        True
+        """
+        return super().revision + sum(storage.revision for storage in self._storages)
+
     def empty(self) -> None:
         for storage in self._storages:
             storage.empty()

@@ -30,7 +30,8 @@ class StorageEntries:
     Tensor storages expose their written rows as a TensorDict view (``storage[:]``); its
     leaves, flattened over the storage dimensions, are views indexed by flat slot, so nothing
     is copied until a block or a batch of slots is read. List storages are read item by item.
-    The views are cached per (storage, length) and dropped by :meth:`invalidate`.
+    The views are cached per (storage, length, :attr:`~tdreplay.core.Storage.revision`) and
+    dropped by :meth:`invalidate`.
     """
 
     def __init__(self) -> None:
@@ -42,7 +43,7 @@ class StorageEntries:
         self._flat: dict[Any, torch.Tensor | None] = {}
 
     def _view(self, storage: Any) -> Any:
-        key = (id(storage), len(storage))
+        key = (id(storage), len(storage), storage.revision)
         if key != self._cache_key:
             self._flat = {}
             self._td = None

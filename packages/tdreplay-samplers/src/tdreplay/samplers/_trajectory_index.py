@@ -218,6 +218,7 @@ class TrajectoryIndex:
         self.pending: list[list[int]] = []  # [start slot, count, write size]
         self._storage_ref: Any = None
         self._trust_storage = False
+        self._seen_revision: int | None = None  # storage.revision when the last sync ended
         self._alloc_arrays(0, 0, 0)
 
     def _alloc_arrays(self, n_records: int, n_lanes: int, n_slots: int) -> None:
@@ -293,11 +294,21 @@ class TrajectoryIndex:
     # ---- synchronisation -----------------------------------------------------------------------
     def sync(self, storage: Any, reader: Reader) -> None:
         """Bring the index up to date with ``storage`` (the buffer's storage)."""
+        revision = storage.revision
         if (storage is self._storage_ref and self.T and not self.pending
-                and not self.needs_rebuild and self._alive_slots() == len(storage) > 0):
+                and not self.needs_rebuild and revision == self._seen_revision
+                and self._alive_slots() == len(storage) > 0):
             return  # nothing written since the last batch (the geometry of a laid out storage
             # never changes)
         T, C, multi, lanes, length = _geometry(storage)
+        if (storage is self._storage_ref and not self.pending and not self.needs_rebuild
+                and self._seen_revision is not None and revision != self._seen_revision):
+            # written by someone this index was not told of (another buffer sharing the
+            # storage, another process): its write order is unknown
+            self._forget_history()
+            newest = storage.last_written_row
+            if not multi and newest is not None:
+                self.newest_slot = int(newest)  # cut the flat ring there, as the writer's cursor
         if storage is not self._storage_ref:
             if not self._trust_storage and self._storage_ref is not None:
                 self._forget_history()
@@ -315,6 +326,7 @@ class TrajectoryIndex:
             self._forget_history()
         if self.needs_rebuild:
             self._rebuild(storage, reader, length)
+        self._seen_revision = storage.revision
 
     def _set_geometry(self, T: int, C: int, multi: bool) -> None:
         self.T, self.C, self.multi = T, C, multi

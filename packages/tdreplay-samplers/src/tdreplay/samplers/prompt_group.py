@@ -4,8 +4,10 @@
 
 The group index (group value -> slots) is built from the stored ``group_key`` entries the first
 time the sampler samples and kept until the sampler is told of a write (``extend``, ``add``,
-``mark_update``), the storage changes length or is another storage, or a state is loaded.
-``cache_groups=False`` rebuilds it at every sample (for group values edited in place).
+``mark_update``), the storage is another storage or its
+:attr:`~tdreplay.core.Storage.revision` moved (a write through any buffer sharing the storage,
+an in-place edit, a loaded state). ``cache_groups=False`` rebuilds it at every sample (for
+group values edited in the stored tensors behind the storage's back).
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class PromptGroupSampler(Sampler):
         self.cache_groups = bool(cache_groups)
         self._groups: dict[Any, torch.Tensor] | None = None   # derived: group -> slots
         self._rewards: torch.Tensor | None = None              # derived: one per slot
-        self._indexed: tuple[int, int] | None = None           # (id(storage), len) indexed
+        self._indexed: tuple[int, int, int] | None = None      # (id, len, revision) indexed
         self._recency: torch.Tensor | None = None               # state: write clock per slot
         self._clock = 0
         self._warned = False
@@ -163,7 +165,7 @@ class PromptGroupSampler(Sampler):
 
     def _build_index(self, storage: Storage) -> dict[Any, torch.Tensor]:
         length = len(storage)
-        key = (id(storage), length)
+        key = (id(storage), length, storage.revision)
         if self.cache_groups and self._groups is not None and self._indexed == key:
             return self._groups
         data = storage.default_collate(storage[:])

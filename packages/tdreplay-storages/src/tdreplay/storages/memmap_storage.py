@@ -67,6 +67,7 @@ _STATE_LEN = 1  # written rows
 _STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counters()
 _STATE_WRITES = 3  # write count    }
 _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
+_STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
 _STATE_SIZE = 8
 
 
@@ -369,6 +370,26 @@ class LazyMemmapStorage(LazyTensorStorage):
     def shared_writer_counters(self) -> np.ndarray:
         """``[cursor, write_count]`` in shared memory: writers keep their counters there."""
         return self._state.array[_STATE_CURSOR:_STATE_WRITES + 1]
+
+    @property
+    def revision(self) -> int:
+        """:attr:`~tdreplay.core.Storage.revision`, kept in the shared state file: a write by
+        any process that maps this storage advances it."""
+        state = self.__dict__.get("_state")
+        if state is None:  # during __init__, before the state file is mapped
+            return super().revision
+        value: int = state.view[_STATE_REVISION]
+        return value
+
+    def bump_revision(self) -> None:
+        """Advance :attr:`revision` in the shared state file (under the process lock, so that
+        writers of several processes never lose a step)."""
+        state = self.__dict__.get("_state")
+        if state is None:
+            super().bump_revision()
+            return
+        with self._lock_obj:
+            state.view[_STATE_REVISION] += 1
 
     # the row count and the layout live in the scratch directory, shared by every process
     def _rows_written(self) -> int:

@@ -62,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "SampleToInsertRatio": "tdreplay.core",
     "RandomSampler": "tdreplay.core",
     "ReplayBuffer": "tdreplay.core",
+    "RevisionTracking": "tdreplay.core",
     "RoundRobinWriter": "tdreplay.core",
     "Sampler": "tdreplay.core",
     "SampleUnit": "tdreplay.core",

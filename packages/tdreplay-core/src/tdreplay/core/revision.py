@@ -1,0 +1,94 @@
+"""``RevisionTracking``: the write revision every :class:`~tdreplay.core.Storage` carries.
+
+A storage's :attr:`~RevisionTracking.revision` advances whenever what it holds may have changed,
+whichever buffer, process or direct call changed it. Every subclass gets it without code:
+``__init_subclass__`` wraps the mutating methods a class defines (:data:`MUTATING_METHODS`), so
+a storage of any package advances it from each of them. The cost is one Python call and an
+integer increment per mutating call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MUTATING_METHODS", "RevisionTracking"]
+
+#: the methods that change what a storage holds: a class that defines one gets it wrapped so
+#: that each call advances :attr:`RevisionTracking.revision`
+MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_state_dict",
+                    "replace_items", "install")
+
+
+def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` that advances the revision when it returns or raises (a refused write changed
+    nothing, but one that failed half-way may have: observers re-read either way)."""
+    @functools.wraps(method)
+    def mutate(self: RevisionTracking, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.bump_revision()
+
+    mutate.advances_revision = True  # type: ignore[attr-defined]
+    return mutate
+
+
+class RevisionTracking:
+    """The write revision of a storage (a base of :class:`~tdreplay.core.Storage`)."""
+
+    _revision: int = 0  # per instance from the first mutation (see revision)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in MUTATING_METHODS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "advances_revision", False) \
+                    and not getattr(method, "__isabstractmethod__", False):
+                setattr(cls, name, _advancing_revision(method))
+
+    @property
+    def revision(self) -> int:
+        """A counter that changes whenever what the storage holds may have changed: every
+        ``set`` (buffer writes included), ``storage[i] = ...``, in-place edits (``set_key``,
+        ``update_``), ``empty``, ``load_state_dict`` and ``loads`` advance it, whichever buffer
+        or process made the call.
+
+        A sampler (or anything else) that keeps data derived from the stored items can key it
+        on ``(storage, storage.revision)``: an equal revision means nothing was written since.
+        Only comparisons for equality are meaningful; one operation may advance it by more
+        than one. Every subclass gets this for free: its ``set``, ``__setitem__``, ``set_key``,
+        ``update_``, ``empty``, ``load_state_dict``, ``replace_items`` and ``install`` are
+        wrapped when the class is defined. Code that writes the stored tensors by another way
+        (into a ``written_rows()`` view, say) calls :meth:`bump_revision`. Storages shared
+        between processes (``LazyMemmapStorage``) keep it in shared memory, so every process
+        sees the others' writes.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> before = s.revision
+        >>> s.set(0, "a")
+        >>> after_set = s.revision
+        >>> s[0] = "b"  # same length, new data
+        >>> before != after_set != s.revision, len(s)
+        (True, 1)
+        """
+        return self._revision
+
+    def bump_revision(self) -> None:
+        """Advance :attr:`revision`: what the storage holds changed by a way the storage's own
+        methods did not see (e.g. a write into the tensors of a ``written_rows()`` view).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> r = s.revision
+        >>> s.bump_revision()
+        >>> s.revision == r + 1
+        True
+        """
+        self._revision += 1
