@@ -162,8 +162,8 @@ def test_ray_started_by_the_user_stays_up(monkeypatch, no_leases):
     assert fake.calls == [] and fake.initialized
 
 
-def test_a_ray_buffer_is_not_iterable_item_by_item(td_buffer):
-    """Not TorchRL's epoch iteration (not served yet), nor Python's fallback over rb[i]."""
+def test_a_ray_buffer_iterates_batches_not_items(td_buffer):
+    """TorchRL's iteration (batches of batch_size), not Python's fallback over rb[i]."""
     td_buffer.extend(make_batch(0, 0, 4))
-    with pytest.raises(TypeError, match="not iterable"):
-        iter(td_buffer)
+    batches = iter(td_buffer)
+    assert [next(batches).batch_size for _ in range(3)] == [torch.Size([td_buffer.batch_size])] * 3

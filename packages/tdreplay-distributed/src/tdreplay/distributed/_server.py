@@ -241,6 +241,7 @@ class BufferServer:
             "is_prioritized": bool(buffer.sampler.is_prioritized),
             "update_keys": tuple(buffer.sampler.update_keys),
             "independent_draws": _independent_draws(buffer.sampler),
+            "finite_epochs": bool(buffer.sampler.finite_epochs),
             "max_size": buffer.storage.max_size,
             "meta": dict(self._meta),
             "pid": os.getpid(),
@@ -363,6 +364,18 @@ class BufferServer:
         """``(sum, min, len, max priority)``: see :func:`_sampling_mass`."""
         total, minimum = _sampling_mass(self.buffer)
         return total, minimum, len(self.buffer), self._max_priority()
+
+    def next_batch(self, timeout: float | None = None) -> Packed:
+        """The next batch of an iteration (the buffer's batch size) and whether the sampler
+        ran out with it (the epoch ends with it), in one call. ``timeout``: as :meth:`sample`."""
+        buffer = self.buffer
+        with self._limited(timeout):
+            data = buffer.sample()
+        return pack((data, bool(buffer.sampler.ran_out)))
+
+    def stats(self) -> dict[str, int | float | bool]:
+        """The buffer's ``stats()`` (counters only, no data)."""
+        return self.buffer.stats()
 
     def get_item(self, index: Any) -> Packed:
         return pack(self.buffer[unpack(index)])

@@ -21,6 +21,8 @@ from ._wire import pack, unpack
 from .checkpoints import resolve_location
 from .client import ActorClient, check_name
 from .conditional_updates import RemoteConditionalUpdateMixin
+from .handle import ClientHandleMixin
+from .iteration import RemoteIterationMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
 
@@ -52,7 +54,8 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     return data.select(*keys)
 
 
-class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, ClosableBuffer):
+class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
+                      ClientHandleMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -92,7 +95,8 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Closa
         Keep this many ``sample()`` calls (of the default batch size) in flight, so the next
         batches are drawn and shipped while the caller works on the current one. Client-side:
         each client has its own (see :meth:`attach`). Prefetched batches were drawn before the
-        priority updates made meanwhile, as with a local buffer's ``prefetch``.
+        priority updates made meanwhile, as with a local buffer's ``prefetch`` (and, as
+        there, never with a finite sampler: its epoch would be drawn ahead).
     checkpoint_path : str, optional
         Where :meth:`dumps` writes by default, and what an actor restarted by Ray
         (``remote_config={"max_restarts": ...}``) restores; without it a restarted actor
@@ -112,7 +116,9 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Closa
 
     Sharing: the buffer pickles, so Ray tasks and actors (collectors, learners) can be handed
     it. A copy is a client of the same actor, as :meth:`attach` gives (unnamed actors too),
-    with an empty ``prefetch`` queue and without the creator's :meth:`respawn`.
+    with an empty ``prefetch`` queue and without the creator's :meth:`respawn`;
+    :meth:`client` gives one without ``close`` / ``shutdown`` either (TorchRL's handle).
+    :meth:`stats` and ``for batch in rb`` are the remote buffer's (:mod:`.iteration`).
 
     Examples
     --------
@@ -327,10 +333,6 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Closa
         copy_bookkeeping(data, bookkeeping)
         return index
 
-    #: not iterable (TorchRL's epoch iteration is not served yet): without this, Python would
-    #: iterate rb[0], rb[1], ... one item at a time through __getitem__
-    __iter__ = None
-
     def __setitem__(self, index: Any, value: Any) -> None:
         self._client.call("set_item", pack(index), pack(value))
 
@@ -357,7 +359,7 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Closa
         """Sample a batch (of ``batch_size``, default the buffer's); with ``return_info``
         returns ``(batch, info)``."""
         if self._prefetch and batch_size in (None, self.batch_size) \
-                and self.batch_size is not None:
+                and self.batch_size is not None and not self._client.info.get("finite_epochs"):
             data, info = unpack(self._client.next_prefetched(self._prefetch, "sample", None, False,
                                                              self._client.limit_timeout))
         else:

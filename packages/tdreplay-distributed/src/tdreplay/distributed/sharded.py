@@ -51,6 +51,8 @@ from .checkpoints import join_location, resolve_location
 from .client import ActorClient
 from .conditional_updates import ShardedConditionalUpdateMixin
 from .errors import RemoteBufferError
+from .handle import ClientHandleMixin
+from .iteration import ShardedIterationMixin
 from .lifecycle import ClosableBuffer
 from .ray_buffer import RayReplayBuffer, check_prefetch, copy_bookkeeping, priority_entries
 from .sharded_recovery import ShardedRecoveryMixin, spread_over_nodes, start_shards
@@ -60,7 +62,8 @@ __all__ = ["ShardedReplayBuffer"]
 WRITE_STRATEGIES = ("round_robin", "least_written")
 
 
-class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin, ClosableBuffer):
+class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
+                          ShardedIterationMixin, ClientHandleMixin, ClosableBuffer):
     """A replay buffer split over ``num_shards`` Ray buffer actors, sampled as one buffer.
 
     Each ``extend`` goes whole to one shard (so a batch's rows stay together in one storage):
