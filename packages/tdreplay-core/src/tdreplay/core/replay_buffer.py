@@ -191,8 +191,9 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
     transform_factory : callable, optional
         Returns the transform (as TorchRL); not together with ``transform``.
     compilable, delayed_init : bool, optional
-        As TorchRL, no effect (``compilable`` goes to the default storage and writer, see
-        :class:`Storage`). Parts (``storage`` etc. may be factories) are built at once.
+        As TorchRL (``compilable`` goes to the default storage and writer, see
+        :class:`Storage`; ``delayed_init`` has no effect). Parts (``storage`` etc. may be
+        factories) are built at once.
     dim_extend : int, optional
         The batch dim ``extend`` writes along (TorchRL's; default ``storage.ndim - 1``): see
         :attr:`dim_extend` (:mod:`tdreplay.core.buffer_dim_extend`).

@@ -234,9 +234,24 @@ class RandomSampler(Sampler):
         return type(self).sample is RandomSampler.sample
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if storage.compilable:
+            count = storage.written_slots_tensor()
+            if count is not None:
+                return self._sample_compiled(count, batch_size), {}
         n = check_not_empty(storage)
         check_batch_size(batch_size)
         return torch.randint(0, n, (batch_size,), generator=self._rng), {}
+
+    def _sample_compiled(self, count: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """Uniform slots in ``[0, count)`` drawn with tensor ops only (no ``torch.randint``,
+        whose bound ``torch.compile`` would specialize on): the path of storages that keep
+        their count in a tensor (``compilable=True``)."""
+        check_batch_size(batch_size)
+        if not bool(count):
+            check_not_empty([])  # raises the empty-storage error
+        # float64: the product stays below ``count`` for any realistic count
+        draw = torch.rand(batch_size, dtype=torch.float64, generator=self._rng)
+        return (draw * count.to(draw.device)).long()
 
 
 class BatchLargerThanBufferError(ValueError, RuntimeError):

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 
+from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
 from .revision import RevisionTracking
@@ -129,7 +130,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         return commit
 
 
-class Storage(RevisionTracking, abc.ABC):
+class Storage(RevisionTracking, CompilableCount, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
     Contract:
@@ -145,11 +146,11 @@ class Storage(RevisionTracking, abc.ABC):
       :attr:`checkpointer`) save and restore the whole contents.
 
     Every storage accepts TorchRL's ``compilable`` keyword (a bool, kept as
-    :attr:`compilable`). It changes nothing in tdreplay: TorchRL's ``compilable=True`` keeps the
-    written-row count in a plain Python int instead of a ``multiprocessing`` value so that
-    ``torch.compile`` can trace writes; tdreplay's storages keep that count in a plain int
-    already (a ``LazyMemmapStorage`` shares it between processes through its own files either
-    way), so writes, reads and samples are the same with either value.
+    :attr:`compilable`). Writes, reads and samples are the same with either value. As
+    TorchRL's, ``compilable=True`` lets ``torch.compile`` trace ``extend`` + ``sample`` without
+    recompiling at each new count: ``TensorStorage`` / ``LazyTensorStorage`` then keep their
+    written-row count in a 0-dim tensor (:meth:`written_slots_tensor`); other storages keep a
+    plain int (a ``LazyMemmapStorage`` shares it between processes through its own files).
     """
 
     ndim: int = 1
@@ -160,7 +161,7 @@ class Storage(RevisionTracking, abc.ABC):
                  compilable: bool = False) -> None:
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
-        #: TorchRL's ``compilable`` flag; no effect in tdreplay (see the class docstring)
+        #: TorchRL's ``compilable`` flag (see the class docstring)
         self.compilable = check_instance(compilable, bool, "compilable")
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None

@@ -30,11 +30,11 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
       none and reports ``-1`` everywhere.
 
     Every writer accepts TorchRL's ``compilable`` keyword (a bool, kept as :attr:`compilable`).
-    It changes nothing in tdreplay: TorchRL's ``compilable=True`` keeps the cursor in a plain
-    Python int instead of a ``multiprocessing`` value so that ``torch.compile`` can trace
-    writes; tdreplay's writers keep their counters in the writer (or, for a storage shared
-    between processes, in the storage's shared memory) either way, so the rows written are the
-    same with either value.
+    The rows written are the same with either value. With ``compilable=True`` a
+    :class:`RoundRobinWriter` keeps its cursor in a 0-dim tensor of its own and writes at rows
+    computed with tensor ops, so that a ``torch.compile``'d ``extend`` does not recompile at
+    each new cursor; otherwise writers keep their counters in the writer (or, for a storage
+    shared between processes, in the storage's shared memory).
     """
 
     def __init__(self, *, compilable: bool = False) -> None:
@@ -222,9 +222,13 @@ class RoundRobinWriter(Writer):
     [1, 1, 0, 0]
     """
 
+    _cursor_tensor: torch.Tensor | None = None  # set per instance when compilable
+
     def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
         super().__init__(compilable=compilable)
         self._track_generations = check_instance(track_generations, bool, "track_generations")
+        # compilable=True: the cursor lives in a 0-dim tensor (see _extend_compiled)
+        self._cursor_tensor = torch.zeros((), dtype=torch.long) if self.compilable else None
         # a restored table waiting for a storage (load_state_dict before register_storage)
         self._pending_generations: torch.Tensor | None = None
 
@@ -360,7 +364,8 @@ class RoundRobinWriter(Writer):
         """What is written: ``data`` itself; subclasses may return a changed copy.
 
         Called by :meth:`add` / :meth:`extend` with the row the write starts at (by
-        :meth:`write_at` with the rows written, a tensor) and the storage's capacity in rows,
+        :meth:`write_at`, and by :meth:`extend` of a ``compilable=True`` writer, with the rows
+        written, a tensor) and the storage's capacity in rows,
         once they are known and before anything is written.
         """
         return data
@@ -376,6 +381,8 @@ class RoundRobinWriter(Writer):
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
+        if self._cursor_tensor is not None:
+            return self._extend_compiled(data, self._cursor_tensor)
         storage = self.storage
         n = leading_dim(data)
         capacity = storage.rows_capacity_for(data, batched=True)
@@ -397,14 +404,53 @@ class RoundRobinWriter(Writer):
         self._bump_generations(rows, capacity)
         return rows
 
+    def _extend_compiled(self, data: Any, cursor: torch.Tensor) -> torch.Tensor:
+        """:meth:`extend` of a ``compilable=True`` writer: the rows are computed from the
+        cursor tensor with tensor ops and written as a tensor of rows (never a slice of ints),
+        so that ``torch.compile`` does not specialize on the cursor. Same rows as
+        :meth:`extend`."""
+        storage = self.storage
+        n = leading_dim(data)
+        capacity = storage.rows_capacity_for(data, batched=True)
+        if n == 0:
+            return torch.empty(0, dtype=torch.long)
+        rows = (cursor + torch.arange(n)) % capacity
+        data = self._before_write(data, rows, capacity, batched=True)
+        if n > capacity:
+            storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
+        else:
+            storage.set(rows, data)
+        cursor.copy_((cursor + n) % capacity)
+        self.write_count += n
+        self._bump_generations(rows, capacity)
+        return rows
+
     @property
     def cursor(self) -> int:
-        """Next row to be written (settable)."""
-        return int(self._counters[0])
+        """Next row to be written (settable).
+
+        A writer built with ``compilable=True`` keeps it in a 0-dim tensor of its own (not in
+        a storage's shared counters): ``torch.compile`` then traces writes without
+        specializing on it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter(compilable=True)
+        >>> w.register_storage(ListStorage(3))
+        >>> w.extend(["a", "b"]).tolist(), w.cursor
+        ([0, 1], 2)
+        """
+        tensor = self._cursor_tensor
+        return int(self._counters[0]) if tensor is None else int(tensor)
 
     @cursor.setter
     def cursor(self, value: int) -> None:
-        self._counters[0] = value
+        tensor = self._cursor_tensor
+        if tensor is None:
+            self._counters[0] = value
+        else:
+            tensor.fill_(value)
 
     def empty(self, empty_write_count: bool = True) -> None:
         super().empty(empty_write_count)

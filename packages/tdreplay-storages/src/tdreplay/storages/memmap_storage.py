@@ -411,6 +411,7 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     # ---- layout ----------------------------------------------------------------------------------
     _lays_out_unfilled = False  # leaves are files (zero-filled), shared with other processes
+    _counts_in_tensor_when_compilable = False  # the count lives in the shared files
 
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
         filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))

@@ -8,8 +8,8 @@ per leaf) and build the output TensorDict without the generic TensorDict indexin
 
 Where the layout and the number of written rows live is up to a subclass: the base keeps them
 in the object, :class:`~tdreplay.storages.LazyMemmapStorage` in files shared by processes (it
-overrides :meth:`TensorStorage._current_layout`, :meth:`TensorStorage._rows_written` and
-:meth:`TensorStorage._set_rows_written`).
+overrides :meth:`TensorStorage._current_layout`, ``_rows_written`` and ``_set_rows_written``,
+whose base keeps the count in the object: :mod:`~tdreplay.storages._compilable_rows`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._allocation import allocate_unfilled
+from ._compilable_rows import CompilableRows
 from ._formats import KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, with_new_entries
 from ._state_checks import check_rows_fit, check_tensor_state
@@ -83,7 +84,7 @@ def _slots_of_rows(layout: TensorLayout | None, rows: torch.Tensor) -> torch.Ten
             + torch.arange(numel, device=rows.device)).reshape(rows.shape + layout.inner)
 
 
-class TensorStorage(Storage):
+class TensorStorage(CompilableRows, Storage):
     """A storage over preallocated tensors (a TensorDict, a tensor, a tensorclass or a pytree).
 
     Parameters
@@ -100,7 +101,10 @@ class TensorStorage(Storage):
         batch shape ``[B, T]``, the storage has shape ``[max_size // T, T]`` and ``extend``
         writes ``B`` rows of ``T`` steps.
     compilable : bool
-        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
+        As TorchRL: ``True`` keeps the count of written rows in a 0-dim tensor
+        (:meth:`written_slots_tensor`) and writes batches at tensor rows without reading them
+        back as ints, so that a ``torch.compile``'d ``extend`` + ``sample`` stops recompiling
+        once warmed up. Same data and ``state_dict`` either way.
 
     Examples
     --------
@@ -113,7 +117,6 @@ class TensorStorage(Storage):
     _default_checkpointer = TensorStorageCheckpointer
     supports_conditional_update = True  # entries patched in place (update_if_present)
     adds_entries = True  #: data with a new key adds its entry (zero-filled), as TorchRL's
-    _len_rows: int = 0  #: written rows (the base keeps the count here; see _rows_written)
     #: first layout allocated unfilled (see ``TensorLayout.before_write``); False: _allocate's
     _lays_out_unfilled: bool = True
 
@@ -137,6 +140,7 @@ class TensorStorage(Storage):
         super().__init__(max_size, checkpointer, compilable=compilable)
         self.ndim = ndim
         self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._count_in_tensor(self.compilable)
         self._layout: TensorLayout | None = None
         self._format = DataFormat()
         if wrapped is not None:
@@ -149,14 +153,6 @@ class TensorStorage(Storage):
         """The storage's tensors, ``None`` before a lazy storage's first write (a subclass whose
         layout can be made elsewhere, by another process, attaches it here when it appears)."""
         return self._layout
-
-    def _rows_written(self) -> int:
-        """Number of written rows (a subclass may keep it in shared memory)."""
-        return self._len_rows
-
-    def _set_rows_written(self, rows: int) -> None:
-        """Record ``rows`` written rows (what :meth:`_rows_written` then returns)."""
-        self._len_rows = rows
 
     # ---- layout ----------------------------------------------------------------------------------
     @property
@@ -197,7 +193,8 @@ class TensorStorage(Storage):
                              f"ndim={self.ndim} needs at least {lead + self.ndim - 1}.")
         inner = td.batch_size[lead: lead + self.ndim - 1]
         shape = torch.Size([self.rows_capacity_for(td, batched), *inner])
-        unfilled = self._lays_out_unfilled
+        # compilable: zero-filled, so that writes need no check of the unfilled rows
+        unfilled = self._lays_out_unfilled and self._len_tensor is None
         device = self._device
         self._layout = TensorLayout.allocate(
             td, shape, lead + len(inner),
@@ -214,6 +211,8 @@ class TensorStorage(Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if self._len_tensor is not None and self._set_compiled(rows, data):
+            return
         single = type(rows) is int or is_int(rows)
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
@@ -445,7 +444,10 @@ class LazyTensorStorage(TensorStorage):
     ndim : int
         Leading dimensions counted in the capacity (see :class:`TensorStorage`).
     compilable : bool
-        Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
+        As TorchRL: ``True`` keeps the count of written rows in a 0-dim tensor
+        (:meth:`written_slots_tensor`) and writes batches at tensor rows without reading them
+        back as ints, so that a ``torch.compile``'d ``extend`` + ``sample`` stops recompiling
+        once warmed up. Same data and ``state_dict`` either way.
     shared_init : bool
         ``True``: shared between processes, laid out by whichever writes first; builds a
         :class:`~tdreplay.storages.shared_tensor_storage.SharedLazyTensorStorage`.

@@ -1,0 +1,101 @@
+"""``compilable=True``: a ``torch.compile``'d ``extend`` + ``sample`` stops recompiling once
+warmed up, and writes / samples what the default path does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from tdreplay.core import RandomSampler, ReplayBuffer, RoundRobinWriter
+from tdreplay.storages import LazyTensorStorage
+
+
+def _buffer(capacity: int, compilable: bool) -> ReplayBuffer:
+    return ReplayBuffer(storage=LazyTensorStorage(capacity, compilable=compilable),
+                        sampler=RandomSampler(), writer=RoundRobinWriter(compilable=compilable),
+                        batch_size=4, compilable=compilable)
+
+
+@pytest.mark.parametrize("capacity", [6, 33])  # wraps around / fills over the calls
+@pytest.mark.parametrize("pytree", [False, True])
+def test_compiled_extend_sample_does_not_recompile(capacity: int, pytree: bool) -> None:
+    torch._dynamo.reset()
+    rb = _buffer(capacity, compilable=True)
+
+    @torch.compile(backend="eager")
+    def extend_and_sample(data):  # type: ignore[no-untyped-def]
+        rows = rb.extend(data)
+        return rows, rb.sample()
+
+    graphs_after_warmup = None
+    for call in range(10):
+        value = torch.arange(3 * call, 3 * call + 3)
+        data = {"a": value, "b": {"c": value.float()}} if pytree else value
+        rows, sample = extend_and_sample(data)
+        expected_rows = torch.arange(3 * call, 3 * call + 3) % capacity
+        assert rows.tolist() == expected_rows.tolist()
+        stored = rb.storage.get(expected_rows)
+        stored_a = stored["a"] if pytree else stored
+        assert stored_a.tolist() == value.tolist()  # the values written, at the right rows
+        written = min(3 * (call + 1), capacity)
+        assert len(rb) == written
+        drawn = sample["a"] if pytree else sample
+        assert drawn.shape == (4,)
+        held = rb.storage.get(torch.arange(written))
+        held_a = held["a"] if pytree else held
+        assert set(drawn.tolist()) <= set(held_a.tolist())  # drawn from the written rows
+        if call == 2:  # warmed up
+            graphs_after_warmup = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == graphs_after_warmup  # no recompile since
+    assert rb.writer.cursor == 30 % capacity
+
+
+def test_compilable_state_matches_default() -> None:
+    plain, comp = _buffer(5, compilable=False), _buffer(5, compilable=True)
+    for start in (0, 3, 6):
+        for rb in (plain, comp):
+            rb.extend(torch.arange(start, start + 3))
+    assert comp.writer.cursor == plain.writer.cursor == 4
+    assert comp.storage.last_written_row == plain.storage.last_written_row == 3
+    assert len(comp) == len(plain) == 5
+    assert comp.storage[:].tolist() == plain.storage[:].tolist() == [5, 6, 7, 8, 4]
+    s_plain, s_comp = plain.state_dict(), comp.state_dict()
+    assert s_comp["_writer"] == s_plain["_writer"] == {"cursor": 4, "write_count": 9}
+    assert type(s_comp["_storage"]["len_rows"]) is int
+    assert s_comp["_storage"]["len_rows"] == s_plain["_storage"]["len_rows"] == 5
+    # a restored compilable buffer goes on from the same cursor and count
+    restored = _buffer(5, compilable=True)
+    restored.extend(torch.zeros(1, dtype=torch.long))
+    restored.load_state_dict(s_plain)
+    assert restored.writer.cursor == 4 and len(restored) == 5
+    assert restored.extend(torch.tensor([9, 10])).tolist() == [4, 0]
+    assert restored.storage[:].tolist() == [10, 6, 7, 8, 9]
+
+
+def test_compilable_sampler_draws_written_slots() -> None:
+    rb = _buffer(100, compilable=True)
+    with pytest.raises(RuntimeError, match="empty"):
+        RandomSampler().sample(rb.storage, 3)
+    rb.extend(torch.arange(7) * 10)
+    count = rb.storage.written_slots_tensor()
+    assert count is not None and count.dtype is torch.long and int(count) == 7
+    index, _ = RandomSampler().sample(rb.storage, 1000)
+    assert index.dtype is torch.long and index.shape == (1000,)
+    assert int(index.min()) >= 0 and int(index.max()) < 7
+    assert set(index.tolist()) == set(range(7))  # every written slot comes up in 1000 draws
+    rb.empty()
+    assert int(rb.storage.written_slots_tensor()) == 0
+
+
+def test_compilable_set_refuses_rows_out_of_range() -> None:
+    storage = LazyTensorStorage(4, compilable=True)
+    storage.set(torch.tensor([0, 1]), torch.tensor([1, 2]))
+    storage.set(torch.tensor([-1]), torch.tensor([9]))  # counts from the end
+    assert len(storage) == 4 and storage[:].tolist() == [1, 2, 0, 9]
+    with pytest.raises(IndexError, match="out of range"):
+        storage.set(torch.tensor([1, 4]), torch.tensor([7, 7]))
+    with pytest.raises(IndexError, match="out of range"):
+        storage.set(torch.tensor([-5]), torch.tensor([7]))
+    assert storage[:].tolist() == [1, 2, 0, 9]  # unchanged
