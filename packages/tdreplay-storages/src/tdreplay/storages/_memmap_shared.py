@@ -1,0 +1,173 @@
+"""The state every process sharing a ``LazyMemmapStorage`` maps: counters and the write lock.
+
+``_SharedCounters``: ``_STATE_SIZE`` int64 counters in ``tdreplay-memmap-state.bin`` (written
+rows, the writer's cursor and write count, a torn overwrite in flight, the write revision);
+``_ProcessLock``: a re-entrant lock across threads (a thread lock) and processes (``flock``);
+``SharedStateMixin``: what ``LazyMemmapStorage`` reads and writes through them (its row count,
+``process_lock``, ``shared_writer_counters()``, ``revision``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from tdreplay.core import RevisionTracking
+
+from ._torn_writes import STATE_TORN
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: exclusion within a process only
+    fcntl = None  # type: ignore[assignment]
+
+_STATE_FILE = "tdreplay-memmap-state.bin"
+
+# slots of the shared state array
+_STATE_INIT = 0  # 1 once the layout file is written
+_STATE_LEN = 1  # written rows
+_STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counters()
+_STATE_WRITES = 3  # write count    }
+_STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
+_STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
+_STATE_SIZE = 8
+
+
+class _SharedCounters:
+    """``_STATE_SIZE`` int64 counters in a small file that every process maps (``MAP_SHARED``).
+
+    Pickles as its path, so an unpickled copy maps the same file.
+    """
+
+    def __init__(self, path: str, create: bool = False) -> None:
+        self.path = str(path)
+        if create:
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            np.zeros(_STATE_SIZE, dtype=np.int64).tofile(tmp)
+            os.replace(tmp, self.path)
+        # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
+        # Python-level __getitem__ (len() and every write read these counters)
+        self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
+                               shape=(_STATE_SIZE,)).view(np.ndarray)
+        #: the same memory as a memoryview: indexing it returns / takes plain ints, about
+        #: three times faster than the ndarray (the hot paths read and write through it)
+        self.view = self.array.data
+
+    def __reduce__(self) -> tuple:
+        return (_SharedCounters, (self.path,))
+
+
+_INIT_LOCK = threading.Lock()
+
+
+class _ProcessLock:
+    """A re-entrant lock held by one thread of one process at a time.
+
+    A thread lock serialises the threads of a process; ``flock(LOCK_EX)`` on a lock file
+    serialises processes. Each process opens the file itself (a forked child re-opens it:
+    ``flock`` locks belong to an open file description, which a fork would share).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+        self._pid: int | None = None  # the process that opened _fd (None: not opened yet)
+        self._fd = -1
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+
+    def _ensure_open(self) -> None:
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        with _INIT_LOCK:
+            if self._pid == pid:
+                return
+            inherited = self._fd
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if inherited >= 0:  # a fork's copy of the parent's descriptor
+                os.close(inherited)
+            self._thread_lock = threading.RLock()
+            self._depth = 0
+            self._pid = pid
+
+    def acquire(self) -> None:
+        self._ensure_open()
+        self._thread_lock.acquire()
+        if self._depth == 0 and fcntl is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._thread_lock.release()
+                raise
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and fcntl is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+    def __enter__(self) -> _ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+    def __reduce__(self) -> tuple:
+        return (_ProcessLock, (self.path,))
+
+    def __del__(self) -> None:
+        if self._fd >= 0 and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+
+class SharedStateMixin(RevisionTracking):
+    """Row count, lock, writer counters and revision of a storage kept in the shared state
+    file (mixed into :class:`~tdreplay.storages.LazyMemmapStorage`)."""
+
+    _state: _SharedCounters
+    _lock_obj: _ProcessLock
+
+    @property
+    def process_lock(self) -> _ProcessLock:
+        """Re-entrant lock excluding other threads and processes (buffers take it)."""
+        return self._lock_obj
+
+    def shared_writer_counters(self) -> np.ndarray:
+        """``[cursor, write_count]`` in shared memory: writers keep their counters there."""
+        return self._state.array[_STATE_CURSOR:_STATE_WRITES + 1]
+
+    @property
+    def revision(self) -> int:
+        """:attr:`~tdreplay.core.Storage.revision`, kept in the shared state file: a write by
+        any process that maps this storage advances it."""
+        state = self.__dict__.get("_state")
+        if state is None:  # during __init__, before the state file is mapped
+            return super().revision
+        value: int = state.view[_STATE_REVISION]
+        return value
+
+    def bump_revision(self) -> None:
+        """Advance :attr:`revision` in the shared state file (under the process lock, so that
+        writers of several processes never lose a step)."""
+        state = self.__dict__.get("_state")
+        if state is None:
+            super().bump_revision()
+            return
+        with self._lock_obj:
+            state.view[_STATE_REVISION] += 1
+
+    # the row count and the layout live in the scratch directory, shared by every process
+    def _rows_written(self) -> int:
+        count: int = self._state.view[_STATE_LEN]
+        return count
+
+    def _set_rows_written(self, rows: int) -> None:
+        self._state.view[_STATE_LEN] = rows
