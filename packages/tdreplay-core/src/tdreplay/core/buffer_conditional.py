@@ -9,7 +9,6 @@ one captured with the index, and leaves the others untouched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
 from .sampler import Sampler
 from .storage import Storage
-from .utils import check_instance
+from .utils import check_instance, patch_entries
 from .writer import Writer
 
 __all__ = ["ConditionalUpdateMixin", "ConditionalUpdateResult"]
@@ -56,15 +55,8 @@ class ConditionalUpdateResult:
 
 def _as_patch(patch: Any) -> dict[Any, torch.Tensor]:
     """``patch`` (a mapping or TensorDict of tensors) as ``{unravelled key: tensor}``."""
-    if isinstance(patch, TensorDictBase):
-        items = list(patch.items(include_nested=True, leaves_only=True))
-    elif isinstance(patch, Mapping):
-        items = list(patch.items())
-    else:
-        raise TypeError(f"patch must be a mapping of keys to tensors or a TensorDict, got "
-                        f"{type(patch).__name__}.")
     out = {}
-    for key, value in items:
+    for key, value in patch_entries(patch):
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"patch[{key!r}] must be a tensor, got {type(value).__name__}.")
         out[unravel_key(key)] = value

@@ -18,7 +18,7 @@ ValueError: batch_size must be a positive int, got 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Sized
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any, TypeGuard, TypeVar, cast
 
 import numpy as np
@@ -45,6 +45,7 @@ __all__ = [
     "is_int",
     "leading_dim",
     "normalize_keys",
+    "patch_entries",
     "slice_leading",
 ]
 
@@ -250,3 +251,24 @@ def normalize_keys(keys: Any, name: str) -> list[NestedKey]:
         else:
             raise TypeError(f"{name} must hold str or tuple-of-str keys, got {key!r}.")
     return out
+
+
+def patch_entries(patch: Any) -> list[tuple[Any, Any]]:
+    """The ``(key, value)`` pairs of a conditional-update ``patch``: a mapping of keys to
+    tensors, or a TensorDict (its leaves, nested keys as tuples); ``TypeError`` naming
+    ``patch`` for anything else. Values are not checked here.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> patch_entries(TensorDict({"a": {"b": torch.zeros(2)}}, [2]))[0][0]
+    ('a', 'b')
+    >>> patch_entries({"r": torch.ones(1)})[0][0]
+    'r'
+    """
+    if isinstance(patch, TensorDictBase):
+        return list(patch.items(include_nested=True, leaves_only=True))
+    if isinstance(patch, Mapping):
+        return list(patch.items())
+    raise TypeError(f"patch must be a mapping of keys to tensors or a TensorDict, got "
+                    f"{type(patch).__name__}.")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
 
 from tdreplay.core import ConditionalUpdateResult
+from tdreplay.core.utils import patch_entries
 
 from ._shard_calls import ShardCalls
 from ._sharding import split_slots
@@ -24,16 +24,9 @@ __all__ = ["RemoteConditionalUpdateMixin", "ShardedConditionalUpdateMixin"]
 def _patch_rows(patch: Any, index_shape: torch.Size) -> dict[Any, torch.Tensor]:
     """``patch`` (a mapping or TensorDict of entries shaped ``[*index_shape, *entry]``) as
     ``{key: tensor [records, *entry]}``; ``ValueError`` naming an entry of another shape."""
-    if isinstance(patch, TensorDictBase):
-        items = list(patch.items(include_nested=True, leaves_only=True))
-    elif isinstance(patch, dict):
-        items = list(patch.items())
-    else:
-        raise TypeError(f"patch must be a mapping of keys to tensors or a TensorDict, got "
-                        f"{type(patch).__name__}.")
     out = {}
     lead = len(index_shape)
-    for key, value in items:
+    for key, value in patch_entries(patch):
         if not isinstance(value, torch.Tensor) or value.shape[:lead] != index_shape:
             raise ValueError(f"patch[{key!r}] must be a tensor shaped like the index "
                              f"{tuple(index_shape)} followed by the entry's shape.")
