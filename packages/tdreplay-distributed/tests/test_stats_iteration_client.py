@@ -9,6 +9,7 @@ from functools import partial
 
 import pytest
 import torch
+from distributed_workers import make_batch
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, ReplayBuffer, SamplerWithoutReplacement
@@ -80,10 +81,11 @@ def test_drop_last_epoch_ends_before_a_short_batch(ray_session):
 
 
 def test_sampler_with_replacement_iterates_endlessly_and_needs_a_batch_size(shared_td):
-    shared_td.extend(TensorDict({"x": torch.arange(5.0)}, batch_size=5))
+    # the session's shared buffer holds make_batch rows (its layout is that of its first write)
+    shared_td.extend(make_batch(collector=0, seq=0, size=5))
     batches = list(itertools.islice(iter(shared_td), 6))
     assert [b.batch_size for b in batches] == [torch.Size([32])] * 6
-    assert all(set(b["x"].tolist()) <= {0.0, 1.0, 2.0, 3.0, 4.0} for b in batches)
+    assert all(set(b["row"].tolist()) <= {0, 1, 2, 3, 4} for b in batches)
 
 
 def test_client_sent_to_a_ray_actor_extends_the_owners_buffer(epochs, ray_session):
