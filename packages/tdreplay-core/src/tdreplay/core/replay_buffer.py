@@ -537,7 +537,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                                       f"{type(tensordicts).__name__}.")
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
-        data = self._prepare_batch(self._without_bookkeeping(tensordicts))
+        data = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
         with self._limit_inserts(data), self._lock:
             slots = self._written_as_given(self._write_batch(data), data)
             self._set_index(tensordicts, slots)
@@ -556,11 +556,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
                         "which get the max priority instead.", stacklevel=2)
         return slots
 
-    def _without_bookkeeping(self, td: TensorDictBase) -> TensorDictBase:
+    def _without_bookkeeping(self, td: TensorDictBase, present: Any = None) -> TensorDictBase:
         """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item
         info (e.g. priority weights): bookkeeping of a previous write or sample, never stored as
-        data (a sample written back, or an item added twice, has the storage's keys)."""
-        present = td.keys()
+        data (a sample written back, or an item added twice, has the storage's keys).
+        ``present``: ``td.keys()`` when the caller has it already."""
+        present = td.keys() if present is None else present
         bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
                        if k in present]
         return td.exclude(*bookkeeping) if bookkeeping else td

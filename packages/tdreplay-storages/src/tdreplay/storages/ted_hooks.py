@@ -42,7 +42,20 @@ def _ends(done: torch.Tensor, rows: int) -> torch.Tensor:
     return ends
 
 
-class TED2Flat:
+class _TEDKeys:
+    """The entries both hooks of a TED <-> flat conversion read (one set of arguments)."""
+
+    def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
+                 is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
+                 reward_keys: Any = ("reward",)) -> None:
+        self.done_key = unravel_key(done_key)
+        self.shift_key = unravel_key(shift_key)
+        self.is_full_key = unravel_key(is_full_key)
+        self.done_keys = _key_set(done_keys)
+        self.reward_keys = _key_set(reward_keys)
+
+
+class TED2Flat(_TEDKeys):
     """A save hook storing TED data with each observation once.
 
     Parameters
@@ -74,15 +87,6 @@ class TED2Flat:
 
     shift: int | None = None
     is_full: bool | None = None
-
-    def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
-                 is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
-                 reward_keys: Any = ("reward",)) -> None:
-        self.done_key = unravel_key(done_key)
-        self.shift_key = unravel_key(shift_key)
-        self.is_full_key = unravel_key(is_full_key)
-        self.done_keys = _key_set(done_keys)
-        self.reward_keys = _key_set(reward_keys)
 
     def _order(self, rows: int) -> tuple[torch.Tensor, int, bool]:
         is_full = bool(self.is_full)
@@ -134,7 +138,7 @@ class TED2Flat:
         return out
 
 
-class Flat2TED:
+class Flat2TED(_TEDKeys):
     """The load hook that rebuilds the rows :class:`TED2Flat` saved (same arguments).
 
     Examples
@@ -144,15 +148,6 @@ class Flat2TED:
         rb.register_save_hook(TED2Flat())
         rb.register_load_hook(Flat2TED())
     """
-
-    def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
-                 is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
-                 reward_keys: Any = ("reward",)) -> None:
-        self.done_key = unravel_key(done_key)
-        self.shift_key = unravel_key(shift_key)
-        self.is_full_key = unravel_key(is_full_key)
-        self.done_keys = _key_set(done_keys)
-        self.reward_keys = _key_set(reward_keys)
 
     def __call__(self, flat: TensorDictBase, path: Any = None) -> TensorDictBase:
         for key in (self.shift_key, self.is_full_key, "storage_rows", "traj_ends"):
