@@ -23,7 +23,7 @@ from typing import Any, TypeGuard, TypeVar, cast
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 INT_TYPES = (int, np.integer)
@@ -128,7 +128,9 @@ def leading_dim(data: Any) -> int:
     A TensorDict counts its first batch dimension, a tensor its first dimension, a list its
     length and a tuple (a pytree) the first dimension of its leaves.
     """
-    if is_tensor_collection(data):
+    # a plain TensorDict is recognised at once (the hot path); is_tensor_collection also
+    # covers tensorclasses and lazy stacks
+    if type(data) is TensorDict or is_tensor_collection(data):
         if not data.batch_size:
             raise ValueError("extend expects data with at least one batch dimension, got a "
                              "TensorDict with an empty batch_size; use add() for one item.")

@@ -22,6 +22,8 @@ from torch.utils._pytree import (  # noqa: PLC2701 (no public pytree in torch 2.
 
 from tdreplay.core.checkpoint import CheckpointError
 
+from ._fast_tensordict import new_tensordict
+
 KIND_TD = "tensordict"
 KIND_TENSOR = "tensor"
 KIND_PYTREE = "pytree"
@@ -69,7 +71,7 @@ def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBa
         if data.ndim < nbatch:
             raise ValueError(f"data has shape {tuple(data.shape)}; a storage with ndim={ndim} "
                              f"needs at least {nbatch} leading dims.")
-        return TensorDict({TENSOR_KEY: data}, batch_size=data.shape[:nbatch]), KIND_TENSOR, None
+        return new_tensordict({TENSOR_KEY: data}, data.shape[:nbatch], None), KIND_TENSOR, None
     if isinstance(data, list):
         if not data:
             raise ValueError("cannot write an empty list to a TensorStorage.")
@@ -90,7 +92,7 @@ def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBa
     if any(x.shape[:nbatch] != bs or x.ndim < nbatch for x in leaves):
         raise ValueError(f"every leaf of the pytree must share its {nbatch} leading dims, got "
                          f"shapes {[tuple(x.shape) for x in leaves]}.")
-    td = TensorDict({str(i): x for i, x in enumerate(leaves)}, batch_size=bs)
+    td = new_tensordict({str(i): x for i, x in enumerate(leaves)}, bs, None)
     return td, KIND_PYTREE, spec
 
 

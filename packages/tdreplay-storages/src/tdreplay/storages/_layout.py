@@ -21,6 +21,7 @@ from tdreplay.core.checkpoint import CheckpointError
 from tdreplay.core.utils import as_long_tensor
 
 from ._casts import check_cast
+from ._fast_tensordict import copy_leaves, new_tensordict
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -97,14 +98,21 @@ def leaves_along_tree(td: TensorDictBase, tree: dict[str, Any],
 
 
 def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
-             device: torch.device | None) -> TensorDict:
-    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``."""
+             device: torch.device | None, *, trusted: bool = False) -> TensorDict:
+    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``.
+
+    ``trusted``: the leaves were just cut from a layout's own leaves (leading dims
+    ``batch_size``, on ``device``), so the TensorDict is built without checking them again
+    (:func:`~._fast_tensordict.new_tensordict`: the read path's constructor).
+    """
     source: dict[str, Any] = {}
     for name, node in tree.items():
         if isinstance(node, dict):
-            source[name] = assemble(node, leaves, batch_size, device)
+            source[name] = assemble(node, leaves, batch_size, device, trusted=trusted)
         else:
             source[name] = leaves[node]
+    if trusted:
+        return new_tensordict(source, batch_size, device)
     # non_blocking=False: the leaves are already on ``device`` (no transfer to wait for)
     return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
 
@@ -272,7 +280,7 @@ class TensorLayout:
         """
         item_batch = self.item_batch
         return assemble(self.tree, leaves, lead + item_batch if item_batch else lead,
-                        self.device)
+                        self.device, trusted=True)
 
     def matching_leaves(self, td: TensorDictBase) -> list[torch.Tensor] | None:
         """Leaves of ``td`` in storage order when it is a plain TensorDict with exactly the
@@ -344,8 +352,7 @@ class TensorLayout:
 
     def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order) into rows ``[start, stop)`` of every leaf."""
-        for leaf, s in zip(self.leaves, src):
-            leaf[start:stop].copy_(s)
+        copy_leaves([leaf[start:stop] for leaf in self.leaves], src)
 
     def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
               single: bool) -> tuple[int | None, int | None]:
@@ -397,8 +404,7 @@ class TensorLayout:
 
     def copy_row(self, row: int, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves of one row, in storage order) into row ``row``."""
-        for leaf, s in zip(self.leaves, src):
-            leaf[row].copy_(s)
+        copy_leaves([leaf[row] for leaf in self.leaves], src)
 
     def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""
