@@ -33,7 +33,7 @@ def test_flags_must_be_bools(name, value):
 
 
 @pytest.mark.parametrize("delayed_init", [None, False, True])
-def test_factories_are_built_at_construction(delayed_init):
+def test_factories_are_built_now_or_at_first_use(delayed_init):
     seen = []
 
     def factory():
@@ -43,9 +43,11 @@ def test_factories_are_built_at_construction(delayed_init):
     rb = ReplayBuffer(storage=partial(ListStorage, 5), sampler=partial(RandomSampler),
                       writer=partial(RoundRobinWriter), transform_factory=factory,
                       delayed_init=delayed_init, batch_size=3)
+    delayed = delayed_init is not False  # TorchRL: a transform_factory delays by default
+    assert rb.initialized is not delayed and seen == ([] if delayed else [1])
+    rb.extend(torch.arange(7))
     assert seen == [1] and rb.initialized
     assert isinstance(rb.storage, ListStorage) and rb.storage.max_size == 5
-    rb.extend(torch.arange(7))
     assert sorted(int(v) for v in rb.storage[:]) == [2, 3, 4, 5, 6]  # stored as written
     assert sorted(rb[:].tolist()) == [20, 30, 40, 50, 60]  # read through the transform
     assert all(v % 10 == 0 and 20 <= v <= 60 for v in rb.sample().tolist())

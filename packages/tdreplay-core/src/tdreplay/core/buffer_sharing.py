@@ -126,6 +126,9 @@ class SharingMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def locked(self) -> Any: ...
 
+        @property
+        def initialized(self) -> bool: ...
+
     def share(self: SelfT, shared: bool = True) -> SelfT:
         """Mark the buffer as used by several processes (``shared=False`` unmarks it); returns
         the buffer.
@@ -134,7 +137,8 @@ class SharingMixin:
         later); a sampler or writer that cannot be shared, or a prefetching buffer, is refused
         with an error naming it. The storage is checked when the buffer goes to another
         process: only a storage that shares its rows (``LazyMemmapStorage``,
-        ``LazyTensorStorage(shared_init=True)``) may.
+        ``LazyTensorStorage(shared_init=True)``) may. A buffer whose parts wait for its first
+        use (``delayed_init``) is only marked: they are checked and shared when built.
 
         Examples
         --------
@@ -147,10 +151,10 @@ class SharingMixin:
         ...
         tdreplay.core.buffer_sharing.NotShareableError: Cannot share a storage of type ...
         """
-        if shared:
-            if self._prefetch:
-                raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
-                                 "shared=False.")
+        if shared and self._prefetch:
+            raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
+                             "shared=False.")
+        if shared and self.initialized:
             check_sampler_shareable(self._sampler)
             check_writer_shareable(self._writer)
             share_transform(self._transform)

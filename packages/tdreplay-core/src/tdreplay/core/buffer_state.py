@@ -91,6 +91,12 @@ class BufferStateMixin:
         @property
         def write_count(self) -> int: ...
 
+        @property
+        def initialized(self) -> bool: ...
+
+        @property
+        def pending_storage(self) -> Storage | None: ...
+
         def __len__(self) -> int: ...
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -134,9 +140,11 @@ class BufferStateMixin:
 
         Entries: ``size`` (``len(buffer)``), ``write_count`` (items written through ``add``
         and ``extend``; 0 for a writer that does not write, e.g. ``ImmutableDatasetWriter``),
-        ``prefetch_queue_size`` (batches drawn ahead), ``initialized`` (always ``True``:
-        tdreplay builds its parts at construction), ``capacity`` (the storage's ``max_size``)
-        and ``utilization`` (``size / capacity``). Reads no data and changes nothing.
+        ``prefetch_queue_size`` (batches drawn ahead), ``initialized`` (``False`` for a buffer
+        with ``delayed_init`` not used yet, whose parts this does not build: it reports an
+        empty buffer), ``capacity`` (the storage's ``max_size``; for a buffer not initialized,
+        only when it was given a storage rather than a factory) and ``utilization``
+        (``size / capacity``). Reads no data and changes nothing.
 
         Examples
         --------
@@ -146,7 +154,18 @@ class BufferStateMixin:
         >>> rb.stats()  # doctest: +NORMALIZE_WHITESPACE
         {'size': 4, 'write_count': 4, 'prefetch_queue_size': 0, 'initialized': True,
          'capacity': 10, 'utilization': 0.4}
+        >>> ReplayBuffer(storage=ListStorage(10), delayed_init=True).stats()
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'size': 0, 'write_count': 0, 'prefetch_queue_size': 0, 'initialized': False,
+         'capacity': 10, 'utilization': 0.0}
         """
+        if not self.initialized:
+            out: dict[str, int | float | bool] = {"size": 0, "write_count": 0,
+                                                  "prefetch_queue_size": 0, "initialized": False}
+            pending = self.pending_storage
+            if pending is not None:
+                out.update(capacity=int(pending.max_size), utilization=0.0)
+            return out
         with self._lock:
             size, capacity = len(self), self._storage.max_size
             write_count, queued = self.write_count, self._prefetcher.queued
@@ -181,7 +200,12 @@ class BufferStateMixin:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the components and the batches drawn ahead (copies, once drawn: a copy
-        samples as the original would); locks and the prefetch worker stay in this process."""
+        samples as the original would); locks and the prefetch worker stay in this process.
+        A buffer whose parts wait for its first use (``delayed_init``) pickles its arguments:
+        the copy builds its own parts where it is used."""
+        if not self.initialized:
+            return {name: value for name, value in self.__dict__.items()
+                    if name not in ("_lock", "_prefetcher", "_owner_pid")}
         if sending_to_new_process():  # a spawned child: refuse what it could not share
             self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:

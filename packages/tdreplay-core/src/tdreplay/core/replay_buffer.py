@@ -7,18 +7,18 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from .buffer_conditional import ConditionalUpdateMixin
-from .buffer_consume import ConsumptionMixin, consuming_sampler
+from .buffer_consume import ConsumptionMixin
 from .buffer_dim_extend import ExtendDimMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
+from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin
 from .buffer_read_path import ReadPathMixin
@@ -28,14 +28,12 @@ from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
-from .sampler import RandomSampler, Sampler
+from .sampler import Sampler
 from .service_backends import ServiceBackendMixin, ServiceDispatch
-from .storage import ListStorage, Storage
-from .transform import Compose, Transform, as_transform
+from .storage import Storage
+from .transform import Compose, Transform
 from .utils import INT_TYPES, NotATensorDictError, check_instance
-from .writer import RoundRobinWriter, Writer
-
-T = TypeVar("T")
+from .writer import Writer
 
 
 class _BufferLock:
@@ -73,35 +71,12 @@ class _BufferLock:
             self._thread_lock.release()
 
 
-def _component(value: Any, kind: type[T], default: Callable[[], Any]) -> T:
-    """``value``, or what it returns when it is a factory (TorchRL passes
-    ``storage=partial(ListStorage)``), or ``default()`` when ``None``; checked to be a ``kind``
-    (the error names the argument: ``storage``, ``sampler``, ``writer``)."""
-    if value is None:
-        value = default()
-    elif not isinstance(value, kind) and callable(value):
-        value = value()
-    return check_instance(value, kind, kind.__name__.lower())
-
-
-def _check_flags(compilable: Any, delayed_init: Any) -> bool:
-    """``compilable``; ``TypeError`` naming the argument unless it is a bool and
-    ``delayed_init`` is a bool or None."""
-    if delayed_init is not None:
-        check_instance(delayed_init, bool, "delayed_init")
-    return check_instance(compilable, bool, "compilable")
-
-
-def _transform_from(transform: Any, transform_factory: Callable[[], Any] | None) -> Any:
-    """``transform``, or what ``transform_factory()`` returns (never both: ``TypeError``)."""
-    if transform_factory is None:
-        return transform
-    if transform is not None:
-        raise TypeError("transform and transform_factory are mutually exclusive: pass one.")
-    if not callable(transform_factory):
-        raise TypeError(f"transform_factory must be callable, got "
-                        f"{type(transform_factory).__name__}.")
-    return transform_factory()
+def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
+    """``(compilable, delayed)``; ``TypeError`` naming the argument unless ``compilable`` is a
+    bool and ``delayed_init`` a bool or None (None: delayed when a ``transform_factory`` is
+    given, as TorchRL's)."""
+    return check_instance(compilable, bool, "compilable"), delays_init(delayed_init,
+                                                                       transform_factory)
 
 
 def _check_count(value: Any, name: str, minimum: int) -> int | None:
@@ -159,9 +134,9 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceEditsMixin,
-                   SharingMixin, ConditionalUpdateMixin, QueryMixin, SampleUnitMixin,
-                   ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
+class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
+                   InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
+                   SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
                    metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
@@ -190,10 +165,13 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         Items are consumed once sampled this many times (:mod:`tdreplay.core.buffer_consume`).
     transform_factory : callable, optional
         Returns the transform (as TorchRL); not together with ``transform``.
-    compilable, delayed_init : bool, optional
-        As TorchRL (``compilable`` goes to the default storage and writer, see
-        :class:`Storage`; ``delayed_init`` has no effect). Parts (``storage`` etc. may be
-        factories) are built at once.
+    compilable : bool
+        As TorchRL: goes to the default storage and writer (see :class:`Storage`).
+    delayed_init : bool, optional
+        As TorchRL: ``True`` builds the parts (``storage``, ``sampler``, ``writer`` may be
+        factories; the transform of ``transform_factory``) at the first use of the buffer
+        instead of now (:mod:`tdreplay.core.buffer_parts`); ``rb.initialized`` says which.
+        Default: ``True`` when ``transform_factory`` is given, else ``False``.
     dim_extend : int, optional
         The batch dim ``extend`` writes along (TorchRL's; default ``storage.ndim - 1``): see
         :attr:`dim_extend` (:mod:`tdreplay.core.buffer_dim_extend`).
@@ -247,39 +225,28 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
         sample_unit: SampleUnit | None = None,
         consume_after_n_samples: int | None = None,
     ) -> None:
-        self.compilable = _check_flags(compilable, delayed_init)
-        self._storage = _component(storage, Storage,  # TorchRL's default: ListStorage(1000)
-                                   partial(ListStorage, 1000, compilable=compilable))
-        self._sampler = consuming_sampler(_component(sampler, Sampler, RandomSampler),
-                                          consume_after_n_samples)
-        self._writer = _component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
-        transform = _transform_from(transform, transform_factory)
-        self._writer.register_storage(self._storage)
+        self.compilable, delayed = _check_flags(compilable, delayed_init, transform_factory)
+        check_transform_args(transform, transform_factory)
         self._set_dim_extend(dim_extend)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
-        self._collate_fn = collate_fn if collate_fn is not None else self._storage.default_collate
         self._pin_memory = bool(pin_memory)
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
-        self._check_sampler_batch_size(self._sampler)
-        self._check_parts(self._storage, self._sampler, self._writer)  # (buffer_consume)
-        self._transform = Compose()
-        if transform is not None:
-            if isinstance(transform, Compose):
-                self._transform = transform
-            else:
-                self._transform.append(as_transform(transform))
-        self.share(shared)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got "
+                            f"{type(generator).__name__}.")
+        self._rng: torch.Generator | None = generator
         self._lock = _BufferLock(self)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
-        self._rng: torch.Generator | None = None
         self.set_rate_limiter(rate_limiter)
         self.set_sample_unit(sample_unit)
-        if generator is not None:
-            self.set_rng(generator)
-
-    initialized = True  #: always True: parts are built at construction (``delayed_init``)
+        # the parts (buffer_parts): now, or at the first use with delayed_init
+        self._init_parts(delayed, storage=storage, sampler=sampler, writer=writer,
+                         transform=transform, transform_factory=transform_factory,
+                         collate_fn=collate_fn, consume_after_n_samples=consume_after_n_samples,
+                         compilable=compilable)
+        self.share(shared)  # (only marks a buffer whose parts wait: they are shared when built)
 
     # ---- components ------------------------------------------------------------------------------
     @property
@@ -322,6 +289,7 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
 
         Examples
         --------
+        >>> from tdreplay.core import ListStorage
         >>> rb = ReplayBuffer(storage=ListStorage(10))
         >>> with rb.locked():
         ...     _ = rb.extend([1, 2])
@@ -478,6 +446,8 @@ class ReplayBuffer(ExtendDimMixin, BufferWiringMixin, RateLimitedMixin, InPlaceE
             self._sampler.empty()
 
     def __repr__(self) -> str:
+        if not self.initialized:  # (does not build the parts)
+            return f"{type(self).__name__}(initialized=False, batch_size={self._batch_size})"
         return (
             f"{type(self).__name__}(\n    storage={self._storage!r},"
             f"\n    sampler={self._sampler!r},"
@@ -514,6 +484,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     Examples
     --------
     >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage
     >>> rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=2)
     >>> td = TensorDict({"obs": torch.arange(4.)}, [4])
     >>> rb.extend(td).tolist(), td["index"].tolist()

@@ -1,0 +1,176 @@
+"""Building a buffer's parts, at construction or on first use (TorchRL's ``delayed_init``).
+
+:class:`PartsMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built from. It
+turns the ``storage`` / ``sampler`` / ``writer`` arguments (instances or factories, such as
+``partial(ListStorage)``), the ``transform`` or ``transform_factory`` and the ``collate_fn``
+into the buffer's parts. With ``delayed_init=True`` (the default when a ``transform_factory``
+is given, as TorchRL's) nothing is built at construction: the arguments wait, picklable, and
+the first use of the buffer (``extend``, ``sample``, ``len``, ``rb.storage``, ...) builds the
+parts. Until then ``rb.initialized`` is ``False`` and ``rb.stats()`` reports an empty buffer
+without building anything; a buffer pickled before its first use (sent to a worker) builds
+its own parts where it is used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from .buffer_consume import consuming_sampler
+from .sampler import RandomSampler, Sampler
+from .storage import ListStorage, Storage
+from .transform import Compose, as_transform
+from .utils import check_instance
+from .writer import RoundRobinWriter, Writer
+
+T = TypeVar("T")
+
+#: the attributes a buffer's parts live in; reading one of a buffer still waiting for its first
+#: use builds the parts
+_PART_ATTRS = frozenset({"_storage", "_sampler", "_writer", "_transform", "_collate_fn"})
+#: held while a buffer builds its parts (once per buffer): a second thread using the buffer at
+#: the same moment waits for them instead of seeing a buffer without parts
+_BUILDING = threading.RLock()
+
+
+def component(value: Any, kind: type[T], default: Callable[[], Any]) -> T:
+    """``value``, or what it returns when it is a factory (TorchRL passes
+    ``storage=partial(ListStorage)``), or ``default()`` when ``None``; checked to be a ``kind``
+    (the error names the argument: ``storage``, ``sampler``, ``writer``)."""
+    if value is None:
+        value = default()
+    elif not isinstance(value, kind) and callable(value):
+        value = value()
+    return check_instance(value, kind, kind.__name__.lower())
+
+
+def check_transform_args(transform: Any, transform_factory: Any) -> None:
+    """``TypeError`` when both ``transform`` and ``transform_factory`` are given, or when the
+    factory cannot be called (checked at construction, even when the parts wait)."""
+    if transform_factory is None:
+        return
+    if transform is not None:
+        raise TypeError("transform and transform_factory are mutually exclusive: pass one.")
+    if not callable(transform_factory):
+        raise TypeError(f"transform_factory must be callable, got "
+                        f"{type(transform_factory).__name__}.")
+
+
+def delays_init(delayed_init: bool | None, transform_factory: Any) -> bool:
+    """Whether a buffer waits for its first use to build its parts: ``delayed_init`` when
+    given, else whether a ``transform_factory`` is (TorchRL's default)."""
+    if delayed_init is not None:
+        return check_instance(delayed_init, bool, "delayed_init")
+    return transform_factory is not None
+
+
+class PartsMixin:
+    """The parts of a buffer, built now or on first use (mixed into
+    :class:`~tdreplay.core.ReplayBuffer`).
+
+    Examples
+    --------
+    >>> from functools import partial
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=partial(ListStorage, 10), delayed_init=True)
+    >>> rb.initialized, rb.stats()["size"]
+    (False, 0)
+    >>> _ = rb.extend([1, 2, 3])  # the first use builds the storage, sampler and writer
+    >>> rb.initialized, len(rb), rb.storage.max_size
+    (True, 3, 10)
+    """
+
+    _storage: Storage
+    _sampler: Sampler
+    _writer: Writer
+    _transform: Compose
+    _collate_fn: Callable[[Any], Any]
+    _rng: torch.Generator | None
+    shared: bool
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def _check_sampler_batch_size(self, sampler: Sampler) -> None: ...
+
+        def _check_parts(self, storage: Storage, sampler: Sampler, writer: Writer) -> None: ...
+
+        def share(self, shared: bool = True) -> Any: ...
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage, sampler, writer and transform are built (``False`` only for a
+        buffer with ``delayed_init`` not used yet)."""
+        return "_pending_parts" not in self.__dict__
+
+    @property
+    def pending_storage(self) -> Storage | None:
+        """The storage a buffer not initialized yet was given, when it was given one (not a
+        factory); ``None`` otherwise. Read without building anything (``stats()`` reads its
+        capacity)."""
+        pending = self.__dict__.get("_pending_parts")
+        storage = pending.get("storage") if pending is not None else None
+        return storage if isinstance(storage, Storage) else None
+
+    def _init_parts(self, delayed: bool, **parts: Any) -> None:
+        """Build the parts from ``parts`` (the arguments of :meth:`_build_parts`), or keep them
+        for the first use when ``delayed``."""
+        if delayed:
+            self.__dict__["_pending_parts"] = parts
+        else:
+            self._build_parts(**parts)
+
+    def _build_pending(self) -> None:
+        """Build the parts of a buffer that waited for its first use (nothing if it has them).
+        A build that fails leaves the buffer waiting, as it was, and raises."""
+        with _BUILDING:
+            parts = self.__dict__.pop("_pending_parts", None)
+            if parts is None:
+                return
+            try:
+                self._build_parts(**parts)
+            except BaseException:
+                for name in _PART_ATTRS:
+                    self.__dict__.pop(name, None)
+                self.__dict__["_pending_parts"] = parts
+                raise
+
+    def _build_parts(self, *, storage: Any, sampler: Any, writer: Any, transform: Any,
+                     transform_factory: Callable[[], Any] | None, collate_fn: Any,
+                     consume_after_n_samples: int | None, compilable: bool) -> None:
+        """Build and check the parts, then install them (none installed if a check fails)."""
+        built_storage = component(storage, Storage,  # TorchRL's default: ListStorage(1000)
+                                  partial(ListStorage, 1000, compilable=compilable))
+        built_sampler = consuming_sampler(component(sampler, Sampler, RandomSampler),
+                                          consume_after_n_samples)
+        built_writer = component(writer, Writer, partial(RoundRobinWriter, compilable=compilable))
+        if transform_factory is not None:
+            transform = transform_factory()
+        self._check_sampler_batch_size(built_sampler)
+        self._check_parts(built_storage, built_sampler, built_writer)  # (buffer_consume)
+        composed = Compose()
+        if isinstance(transform, Compose):
+            composed = transform
+        elif transform is not None:
+            composed.append(as_transform(transform))
+        built_writer.register_storage(built_storage)
+        self._storage, self._sampler, self._writer = built_storage, built_sampler, built_writer
+        self._collate_fn = collate_fn if collate_fn is not None else built_storage.default_collate
+        self._transform = composed
+        if self._rng is not None:
+            built_sampler.set_rng(self._rng)
+        if self.shared:
+            self.share(True)
+
+    if not TYPE_CHECKING:  # (mypy would take every unknown attribute of a buffer for Any)
+        def __getattr__(self, name: str) -> Any:
+            # only called for an attribute that is not there: a part of a buffer waiting for
+            # its first use, which builds them all
+            if name in _PART_ATTRS:
+                self._build_pending()
+                parts = self.__dict__
+                if name in parts:
+                    return parts[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
