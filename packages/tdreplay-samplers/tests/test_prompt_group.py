@@ -148,6 +148,11 @@ def test_state_round_trip_through_buffer(tmp_path: Path) -> None:
     restored = make()
     restored.load_state_dict(rb.state_dict())
     assert sorted(restored.sample()["id"].tolist()) == [3, 4]
+    # a bare sampler restored from the state draws from the storage, read as TorchRL reads it
+    bare = PromptGroupSampler(samples_per_group=2, group_key="prompt", strategy="recency")
+    bare.load_state_dict(state)
+    index, _ = bare.sample(rb.storage, 2)
+    assert sorted(rb.storage[index]["id"].tolist()) == [3, 4]
     rb.dumps(tmp_path)
     again = make()
     again.loads(tmp_path)

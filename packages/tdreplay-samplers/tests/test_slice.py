@@ -16,7 +16,7 @@ from tdreplay.core import (
     Writer,
 )
 from tdreplay.samplers import SliceSampler, SliceSamplerWithoutReplacement
-from tdreplay.storages import LazyTensorStorage, TensorStorage
+from tdreplay.storages import LazyStackStorage, LazyTensorStorage, TensorStorage
 
 
 def episodes(lengths: list[int], start_id: int = 0, key: str = "episode") -> TensorDict:
@@ -387,6 +387,23 @@ def test_list_storage() -> None:
     steps, info = rb.sample(6, return_info=True)
     assert (steps.view(2, 3).diff(dim=1) == 1).all()
     assert info[("next", "truncated")].view(2, 3)[:, -1].all()
+
+
+@pytest.mark.parametrize("traj_key", ["episode", None])
+@pytest.mark.parametrize("stack_dim", [0, -1])
+def test_lazy_stack_storage_of_steps(traj_key: str | None, stack_dim: int) -> None:
+    # the storage reads several steps as one lazy stack (TorchRL's LazyStackStorage.get)
+    sampler = SliceSampler(slice_len=3, traj_key=traj_key,
+                           end_key=None if traj_key else ("next", "done"))
+    rb = TensorDictReplayBuffer(storage=LazyStackStorage(20, stack_dim=stack_dim),
+                                sampler=sampler)
+    rb.set_rng(torch.Generator().manual_seed(0))
+    rb.extend(episodes([5, 4, 6]))
+    for _ in range(10):
+        sample = rb.sample(9)
+        steps, ids = sample["step"].view(3, 3), sample["episode"].view(3, 3)
+        assert (steps.diff(dim=1) == 1).all() and (ids == ids[:, :1]).all()
+        assert (sample["index"].view(3, 3).diff(dim=1) == 1).all()
 
 
 def test_prefilled_storage_and_static_signals() -> None:

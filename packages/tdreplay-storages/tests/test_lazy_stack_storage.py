@@ -116,3 +116,53 @@ def test_checkpoint_of_another_storage_class_is_refused(tmp_path):
         rb.loads(tmp_path)
     check_items(rb[:], [0, 1, 2, 3])
     assert rb.write_count == 4
+
+
+def step(i: int) -> TensorDict:
+    return TensorDict({"id": torch.tensor(i), "obs": torch.full((i % 3 + 1,), float(i))}, [])
+
+
+def test_storage_reads_of_several_items_are_lazy_stacks_as_torchrl():
+    storage = LazyStackStorage(10)
+    storage.set(torch.arange(5), [step(i) for i in range(5)])
+    index = torch.tensor([3, 1, 4])
+    for batch in (storage.get(index), storage[index], storage[index.tolist()]):
+        assert isinstance(batch, LazyStackedTensorDict) and batch.stack_dim == 0
+        assert batch["id"].tolist() == [3, 1, 4]
+        assert [td["obs"].tolist() for td in batch.tensordicts] == [[3.0], [1.0, 1.0], [4.0, 4.0]]
+    block = storage[1:3]
+    assert isinstance(block, LazyStackedTensorDict) and block["id"].tolist() == [1, 2]
+    assert storage[7:9] == []  # nothing written there: nothing to stack
+    # one item is the stored TensorDict itself, as TorchRL's storage[i]
+    assert storage.get(2) is storage.items()[2] and storage[-1] is storage.items()[4]
+
+
+def test_entries_set_on_a_read_stay_out_of_the_storage():
+    storage = LazyStackStorage(10)
+    storage.set(torch.arange(3), [step(i) for i in range(3)])
+    batch = storage.get(torch.tensor([0, 2]))
+    batch["index"] = torch.tensor([0, 2])
+    assert all("index" not in td.keys() for td in storage.items())
+    assert storage.get(torch.tensor([0, 2]))["id"].tolist() == [0, 2]
+
+
+def test_reads_along_a_negative_stack_dim():
+    storage = LazyStackStorage(10, stack_dim=-1)
+    storage.set(torch.arange(2), [trajectory(3, 0), trajectory(3, 1)])
+    batch = storage[:]
+    assert batch.batch_size == torch.Size([3, 2]) and batch.stack_dim == 1
+    assert batch["obs"][:, 1, 0].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_tensors_of_one_shape_are_stacked_other_items_stay_lists():
+    storage = LazyStackStorage(10)
+    storage.set(torch.arange(3), [torch.full((2,), float(i)) for i in range(3)])
+    batch = storage.get(torch.tensor([2, 0]))
+    assert isinstance(batch, torch.Tensor) and batch.tolist() == [[2.0, 2.0], [0.0, 0.0]]
+    rb = ReplayBuffer(storage=LazyStackStorage(10), batch_size=4)
+    rb.extend([torch.zeros(2), torch.zeros(3)])  # ragged tensors: a list, as a ListStorage reads
+    assert [t.shape[0] for t in rb.storage[:]] == [2, 3]
+    # an item that is itself a list comes back whole, never stacked
+    items = LazyStackStorage(4)
+    items.set(0, [torch.zeros(2), torch.ones(2)])
+    assert isinstance(items.get(0), list) and len(items[0]) == 2

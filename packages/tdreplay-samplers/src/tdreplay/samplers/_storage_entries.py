@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import is_tensor_collection, unravel_key
+from tensordict import LazyStackedTensorDict, is_tensor_collection, unravel_key
 
 from tdreplay.core import ListStorage
 
@@ -94,6 +94,10 @@ class StorageEntries:
             return flat[slots.to(flat.device)]
         if isinstance(storage, ListStorage) and self.has(storage, key):
             items = storage.get(slots.reshape(-1))
+            if isinstance(items, LazyStackedTensorDict):  # a LazyStackStorage's read
+                items = items.tensordicts
+            elif is_tensor_collection(items):
+                items = items.unbind(0)
             return torch.stack([torch.as_tensor(item.get(unravel_key(key))) for item in items])
         return None
 

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
+from tdreplay.core.utils import is_int
 
 
 class LazyStackStorage(ListStorage):
     """A :class:`~tdreplay.core.ListStorage` whose batches are lazily stacked TensorDicts.
 
-    Items may have different shapes (e.g. trajectories of different lengths); a batch is a
-    :class:`~tensordict.LazyStackedTensorDict` along ``stack_dim``.
+    Items may have different shapes (e.g. trajectories of different lengths). As TorchRL's,
+    reading several items (``get(slots)``, ``storage[index]``, ``storage[a:b]``, a sample)
+    returns a :class:`~tensordict.LazyStackedTensorDict` along ``stack_dim``; one item
+    (``get(i)``, ``storage[i]``) is the stored TensorDict itself. The stack holds shallow copies
+    of the items, so entries set on it (``"index"``, sampler info) stay out of the storage;
+    their tensors are the stored ones. Tensors of one shape are stacked with
+    :func:`torch.stack`; other items (strings, ragged tensors, mixed objects) come back as a
+    list, as from a :class:`~tdreplay.core.ListStorage`.
 
     Parameters
     ----------
@@ -31,9 +39,11 @@ class LazyStackStorage(ListStorage):
     >>> s = LazyStackStorage(10)
     >>> s.set(torch.arange(2), [TensorDict(a=torch.zeros(3), batch_size=[3]),
     ...                         TensorDict(a=torch.zeros(5), batch_size=[5])])
-    >>> batch = s.default_collate(s.get(torch.tensor([0, 1])))
-    >>> type(batch).__name__, batch[1]["a"].shape
-    ('LazyStackedTensorDict', torch.Size([5]))
+    >>> batch = s.get(torch.tensor([0, 1]))
+    >>> type(batch).__name__, batch[1]["a"].shape, s[0]["a"].shape
+    ('LazyStackedTensorDict', torch.Size([5]), torch.Size([3]))
+    >>> s[:].batch_size  # the second dim is ragged
+    torch.Size([2, -1])
     """
 
     def __init__(self, max_size: int | None = None, *, stack_dim: int = 0,
@@ -42,8 +52,26 @@ class LazyStackStorage(ListStorage):
         super().__init__(max_size, checkpointer, compilable=compilable)
         self.stack_dim = stack_dim
 
+    def get(self, slots: int | torch.Tensor) -> Any:
+        items = super().get(slots)
+        return items if is_int(slots) else self._stacked(items)
+
+    def __getitem__(self, index: Any) -> Any:
+        items = super().__getitem__(index)
+        return items if is_int(index) else self._stacked(items)
+
     def default_collate(self, data: Any) -> Any:
-        if isinstance(data, list) and data and all(is_tensor_collection(x) for x in data):
+        return self._stacked(data)
+
+    def _stacked(self, items: Any) -> Any:
+        """``items`` (a list read from the storage) as one batch along ``stack_dim``."""
+        if not isinstance(items, list) or not items:
+            return items
+        if all(is_tensor_collection(x) for x in items):
             # stack shallow copies: entries set on a batch (e.g. "index") stay out of storage
-            return LazyStackedTensorDict.lazy_stack([x.copy() for x in data], dim=self.stack_dim)
-        return data
+            return LazyStackedTensorDict.lazy_stack([x.copy() for x in items], dim=self.stack_dim)
+        first = items[0]
+        if isinstance(first, torch.Tensor) and all(
+                isinstance(x, torch.Tensor) and x.shape == first.shape for x in items):
+            return torch.stack(items, dim=self.stack_dim)
+        return items
