@@ -105,14 +105,25 @@ class PartsMixin:
         buffer with ``delayed_init`` not used yet)."""
         return "_pending_parts" not in self.__dict__
 
-    @property
-    def pending_storage(self) -> Storage | None:
-        """The storage a buffer not initialized yet was given, when it was given one (not a
-        factory); ``None`` otherwise. Read without building anything (``stats()`` reads its
-        capacity)."""
-        pending = self.__dict__.get("_pending_parts")
-        storage = pending.get("storage") if pending is not None else None
-        return storage if isinstance(storage, Storage) else None
+    def pending_stats(self) -> dict[str, int | float | bool]:
+        """What ``stats()`` reports for a buffer whose parts wait for its first use, without
+        building them (as TorchRL's): an empty buffer, and the capacity of the storage when it
+        was given one rather than a factory.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> ReplayBuffer(storage=ListStorage(10), delayed_init=True).stats()
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'size': 0, 'write_count': 0, 'prefetch_queue_size': 0, 'initialized': False,
+         'capacity': 10, 'utilization': 0.0}
+        """
+        out: dict[str, int | float | bool] = {"size": 0, "write_count": 0,
+                                              "prefetch_queue_size": 0, "initialized": False}
+        storage = self.__dict__.get("_pending_parts", {}).get("storage")
+        if isinstance(storage, Storage):
+            out.update(capacity=int(storage.max_size), utilization=0.0)
+        return out
 
     def _init_parts(self, delayed: bool, **parts: Any) -> None:
         """Build the parts from ``parts`` (the arguments of :meth:`_build_parts`), or keep them

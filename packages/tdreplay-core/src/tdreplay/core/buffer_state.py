@@ -94,8 +94,7 @@ class BufferStateMixin:
         @property
         def initialized(self) -> bool: ...
 
-        @property
-        def pending_storage(self) -> Storage | None: ...
+        def pending_stats(self) -> dict[str, int | float | bool]: ...
 
         def __len__(self) -> int: ...
 
@@ -140,11 +139,10 @@ class BufferStateMixin:
 
         Entries: ``size`` (``len(buffer)``), ``write_count`` (items written through ``add``
         and ``extend``; 0 for a writer that does not write, e.g. ``ImmutableDatasetWriter``),
-        ``prefetch_queue_size`` (batches drawn ahead), ``initialized`` (``False`` for a buffer
-        with ``delayed_init`` not used yet, whose parts this does not build: it reports an
-        empty buffer), ``capacity`` (the storage's ``max_size``; for a buffer not initialized,
-        only when it was given a storage rather than a factory) and ``utilization``
-        (``size / capacity``). Reads no data and changes nothing.
+        ``prefetch_queue_size`` (batches drawn ahead), ``initialized`` (``False``: a buffer
+        with ``delayed_init`` not used yet, see :meth:`pending_stats`), ``capacity`` (the
+        storage's ``max_size``) and ``utilization`` (``size / capacity``). Reads no data and
+        changes nothing.
 
         Examples
         --------
@@ -154,18 +152,9 @@ class BufferStateMixin:
         >>> rb.stats()  # doctest: +NORMALIZE_WHITESPACE
         {'size': 4, 'write_count': 4, 'prefetch_queue_size': 0, 'initialized': True,
          'capacity': 10, 'utilization': 0.4}
-        >>> ReplayBuffer(storage=ListStorage(10), delayed_init=True).stats()
-        ... # doctest: +NORMALIZE_WHITESPACE
-        {'size': 0, 'write_count': 0, 'prefetch_queue_size': 0, 'initialized': False,
-         'capacity': 10, 'utilization': 0.0}
         """
         if not self.initialized:
-            out: dict[str, int | float | bool] = {"size": 0, "write_count": 0,
-                                                  "prefetch_queue_size": 0, "initialized": False}
-            pending = self.pending_storage
-            if pending is not None:
-                out.update(capacity=int(pending.max_size), utilization=0.0)
-            return out
+            return self.pending_stats()
         with self._lock:
             size, capacity = len(self), self._storage.max_size
             write_count, queued = self.write_count, self._prefetcher.queued
