@@ -23,11 +23,14 @@ from torch.utils._pytree import (  # noqa: PLC2701 (no public pytree in torch 2.
 from tdreplay.core.checkpoint import CheckpointError
 
 from ._fast_tensordict import new_tensordict
+from ._ragged_stacks import RaggedStack, split_ragged
 
 KIND_TD = "tensordict"
 KIND_TENSOR = "tensor"
 KIND_PYTREE = "pytree"
 KIND_TC = "tensorclass"
+#: lazy stacks of differently shaped TensorDicts (:mod:`~tdreplay.storages._ragged_stacks`)
+KIND_LAZY_STACK = "lazy_stack"
 #: the key a tensor is kept under
 TENSOR_KEY = "_tensor"
 
@@ -45,7 +48,9 @@ def tensorclass_name(cls: type) -> str:
 def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
     """View ``data`` as a TensorDict; returns ``(td, kind, extra)``.
 
-    ``extra`` is the pytree structure or the tensorclass of the data (``None`` otherwise).
+    ``extra`` is the pytree structure or the tensorclass of the data, or the
+    :class:`~._ragged_stacks.RaggedStack` of a lazy stack of differently shaped TensorDicts
+    stacked inside its items (``None`` otherwise).
     Tensors and pytrees get ``ndim`` batch dimensions (``ndim - 1`` for one item, when
     ``batched`` is false), the leading dimensions a storage of that ``ndim`` counts in its
     capacity.
@@ -64,9 +69,12 @@ def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBa
         td = TensorDict(data.to_dict(retain_none=False), batch_size=data.batch_size,
                         device=data.device)
         return td, KIND_TC, type(data)
-    if is_tensor_collection(data):
-        return data, KIND_TD, None
     nbatch = ndim if batched else ndim - 1
+    if is_tensor_collection(data):
+        ragged = split_ragged(data, nbatch)
+        if ragged is not None:
+            return ragged[0], KIND_LAZY_STACK, ragged[1]
+        return data, KIND_TD, None
     if isinstance(data, torch.Tensor):
         if data.ndim < nbatch:
             raise ValueError(f"data has shape {tuple(data.shape)}; a storage with ndim={ndim} "
@@ -114,9 +122,10 @@ class DataFormat:
     Parameters
     ----------
     kind : str
-        ``"tensordict"``, ``"tensor"``, ``"tensorclass"`` or ``"pytree"``.
+        ``"tensordict"``, ``"tensor"``, ``"tensorclass"``, ``"pytree"`` or ``"lazy_stack"``.
     extra : optional
-        The pytree structure (``"pytree"``) or the tensorclass (``"tensorclass"``).
+        The pytree structure (``"pytree"``), the tensorclass (``"tensorclass"``) or the
+        :class:`~._ragged_stacks.RaggedStack` (``"lazy_stack"``).
 
     Examples
     --------
@@ -131,13 +140,22 @@ class DataFormat:
         self.tensorclass = extra if kind == KIND_TC else None
         if self.tensorclass is not None:
             _HELD_TENSORCLASSES[tensorclass_name(self.tensorclass)] = self.tensorclass
-        #: the pytree structure or tensorclass (``None`` for other kinds)
-        self.extra = self.treespec if kind == KIND_PYTREE else self.tensorclass
+        self.lazy_stack = extra if kind == KIND_LAZY_STACK else None
+        #: the pytree structure, tensorclass or lazy stack (``None`` for other kinds)
+        self.extra = (self.treespec if kind == KIND_PYTREE else self.lazy_stack
+                      if kind == KIND_LAZY_STACK else self.tensorclass)
 
     def check_same(self, kind: str, extra: Any) -> None:
         """Raise unless data of ``kind`` / ``extra`` can be written next to this format's."""
         if kind == self.kind and (extra is None or extra == self.extra):
             return
+        if KIND_LAZY_STACK in (kind, self.kind):
+            what = {KIND_LAZY_STACK: "lazy stacks of differently shaped TensorDicts"}
+            raise ValueError(
+                f"this storage holds {what.get(self.kind, self.kind)} "
+                f"{'' if self.extra is None else self.extra}; got {what.get(kind, kind)} "
+                f"{'' if extra is None else extra}: every item of a tensor storage has the "
+                "same shapes (use LazyStackStorage for items of any shape).")
         if kind != self.kind:
             raise TypeError(f"this storage holds {self.kind} data; got {kind} data.")
         if kind == KIND_TC:
@@ -159,15 +177,21 @@ class DataFormat:
                                "in this process: write one item here first.")
         if self.kind == KIND_TC:
             return extra.from_tensordict(td)
+        if self.kind == KIND_LAZY_STACK:
+            return extra.restack(td)
         return tree_unflatten([td.get(str(i)) for i in range(extra.num_leaves)], extra)
 
     def meta(self) -> dict[str, str | None]:
-        """The pytree structure / tensorclass of the data, as strings a checkpoint can hold."""
+        """The pytree structure / tensorclass / lazy stack of the data, as strings a checkpoint
+        can hold."""
         cls = self.tensorclass
-        return {
+        out = {
             "treespec": treespec_dumps(self.treespec) if self.treespec is not None else None,
             "tensorclass": None if cls is None else tensorclass_name(cls),
         }
+        if self.lazy_stack is not None:  # (absent otherwise: metadata of other kinds unchanged)
+            out["lazy_stack"] = self.lazy_stack.describe()
+        return out
 
     def check_meta(self, meta: dict[str, Any]) -> None:
         """Raise :class:`~tdreplay.core.CheckpointError` unless a checkpoint's metadata names
@@ -203,6 +227,11 @@ class DataFormat:
         True
         """
         kind = meta.get("kind", KIND_TD)
+        if kind == KIND_LAZY_STACK:
+            try:
+                return RaggedStack.parse(meta.get("lazy_stack"))
+            except ValueError as err:
+                raise CheckpointError(f"checkpoint holds lazy stacks: {err}") from err
         if kind == KIND_PYTREE:
             if not meta.get("treespec"):
                 raise CheckpointError("checkpoint holds pytree data but no pytree structure.")

@@ -104,7 +104,8 @@ def check_tensor_state(storage: TensorLayoutStorage,
         raise ValueError(f"state_dict['len_rows'] must be an int >= 0, got {len_rows!r}.")
     meta = storage.layout_meta()
     meta.update(len_rows=int(len_rows), kind=state_dict.get("kind", meta["kind"]),
-                treespec=state_dict.get("treespec"), tensorclass=state_dict.get("tensorclass"))
+                treespec=state_dict.get("treespec"), tensorclass=state_dict.get("tensorclass"),
+                lazy_stack=state_dict.get("lazy_stack"))
     try:
         storage.check_layout_compatible(meta, state_dict["storage"])
     except CheckpointError as err:

@@ -41,7 +41,7 @@ from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
 
-from ._formats import DataFormat, treespec_loads
+from ._formats import KIND_LAZY_STACK, DataFormat, treespec_loads
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
 from ._memmap_shared import (
     _STATE_FILE,
@@ -341,6 +341,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             "item_batch": list(self._layout.item_batch),  # an item's own batch dims
             "kind": self._format.kind,
             "treespec": self._format.meta()["treespec"],
+            "lazy_stack": self._format.meta().get("lazy_stack"),  # items stacking ragged parts
             "leaves": [
                 {"key": list(key_path(key)), "file": rel,
                  "dtype": str(dtype), "shape": list(shape)}
@@ -365,6 +366,8 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             leaves.append(mmt.as_subclass(torch.Tensor))
         shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
         spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
+        if layout["kind"] == KIND_LAZY_STACK:
+            spec = DataFormat.resolve_extra(layout)
         self._format = DataFormat(layout["kind"], spec)
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),
                                     self.ndim, self._device)
