@@ -2,7 +2,8 @@
 
 :class:`InPlaceEditsMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
 from: every edit holds the buffer's lock and tells the sampler which slots or entries changed
-(so priorities and trajectory boundaries follow the data).
+(so priorities and trajectory boundaries follow the data). As a write, an edit in a forked child
+of a buffer it cannot share raises ``NotShareableError`` (its edit would be lost to the others).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ class InPlaceEditsMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
+        def _check_writing_process(self) -> None: ...
 
     def __setitem__(self, index: Any, value: Any) -> None:
         # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
         index, value = self._swap_value(index, self._write_side(value))
         with self._lock:
+            self._check_writing_process()  # a forked child edits only what is shared
             rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value
             self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
@@ -50,6 +53,7 @@ class InPlaceEditsMixin:
     def set_(self: SelfT, key: Any, value: Any) -> SelfT:
         """Set entry ``key`` of every written row in place."""
         with self._lock:
+            self._check_writing_process()
             self._storage.set_key(key, value)
             self._sampler.mark_edited([key])
         return self
@@ -57,6 +61,7 @@ class InPlaceEditsMixin:
     def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
         """Set entry ``key`` at rows ``index`` in place."""
         with self._lock:
+            self._check_writing_process()
             self._storage.set_key(key, value, index)
             self._sampler.mark_edited([key])
         return self
@@ -65,6 +70,7 @@ class InPlaceEditsMixin:
                 keys_to_update: Any = None) -> SelfT:
         """Update the written rows in place from a dict or TensorDict."""
         with self._lock:
+            self._check_writing_process()
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
             if keys_to_update is not None:
                 edited = list(keys_to_update)
