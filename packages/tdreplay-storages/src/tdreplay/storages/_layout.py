@@ -22,6 +22,7 @@ from tdreplay.core.utils import as_long_tensor
 
 from ._casts import check_cast
 from ._fast_tensordict import copy_leaves, new_tensordict
+from ._row_gather import RowGather
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -209,6 +210,8 @@ class TensorLayout:
         self.td = assemble(self.tree, leaves, td.batch_size, device)
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots
         self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
+        #: reads rows of the flat leaves (:meth:`gather`)
+        self.row_gather = RowGather(self.flat_leaves)
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
         self.item_batch = self.td.batch_size[ndim:]
@@ -225,8 +228,8 @@ class TensorLayout:
 
     def gather(self, slots: torch.Tensor) -> TensorDict:
         """The items at ``slots`` (an int64 tensor of flat slots, any shape) as a TensorDict of
-        batch size ``slots.shape`` (and the items' own batch dims): one ``index_select`` per
-        leaf, no check of the slots.
+        batch size ``slots.shape`` (and the items' own batch dims): one row gather per leaf
+        (:class:`~._row_gather.RowGather`), no check of the slots.
 
         Examples
         --------
@@ -239,11 +242,10 @@ class TensorLayout:
             slots = slots.to(self.device)
         shape = slots.shape
         if len(shape) == 1:
-            leaves = [torch.index_select(leaf, 0, slots) for leaf in self.flat_leaves]
+            leaves = self.row_gather.take(slots)
         else:
-            flat = slots.reshape(-1)
-            leaves = [torch.index_select(leaf, 0, flat).reshape(shape + leaf.shape[1:])
-                      for leaf in self.flat_leaves]
+            leaves = [rows.reshape(shape + rows.shape[1:])
+                      for rows in self.row_gather.take(slots.reshape(-1))]
         return self.build(leaves, shape)
 
     def before_write(self, start: int, stop: int) -> None:
