@@ -89,3 +89,15 @@ def test_two_dim_storage_gathers_flat_slots():
     # each item comes back from the flat slot extend reported for it
     assert storage.get(slots)["x"].tolist() == torch.arange(12.0).reshape(4, 3).tolist()
     assert storage.get(slots[2, 1].reshape(1))["x"].tolist() == [7.0]
+
+
+def test_a_leaf_whose_memory_moves_is_read_where_it_now_is():
+    leaf = torch.arange(8.0).reshape(4, 2)
+    gather = RowGather([leaf])
+    assert gather.take(torch.tensor([1]))[0].tolist() == [[2.0, 3.0]]
+    old_pointer = leaf.data_ptr()
+    leaf.share_memory_()  # torch moves the memory (as when the tensor goes to a process)
+    assert leaf.data_ptr() != old_pointer
+    leaf[1] = torch.tensor([-1.0, -2.0])
+    assert gather.take(torch.tensor([1, 3]))[0].tolist() == [[-1.0, -2.0], [6.0, 7.0]]
+    assert gather.pointers == [leaf.data_ptr()]

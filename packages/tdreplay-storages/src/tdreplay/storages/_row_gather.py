@@ -10,6 +10,10 @@ every leaf numpy has no dtype for (``bfloat16``, ...), every leaf off the CPU, a
 ``torch.compile`` traces. Both give the same values, dtype and shape; the result is an ordinary
 tensor that owns its memory either way.
 
+A numpy view is checked against its leaf's data pointer before each use: a leaf whose memory
+moved (``share_memory_()``, which torch also calls when a tensor is sent to another process)
+gets a new view, never a read of the memory it left.
+
 Examples
 --------
 >>> import torch
@@ -48,6 +52,8 @@ class RowGather:
     def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
         self.leaves = list(leaves)
         self.host = [_host_view(leaf) for leaf in self.leaves]
+        #: where each leaf's memory was when its view was made
+        self.pointers = [leaf.data_ptr() for leaf in self.leaves]
         #: elements per row of each leaf (a gather of ``n`` rows copies ``n`` times as many)
         self.row_numel = [leaf[0].numel() if leaf.shape[0] else 0 for leaf in self.leaves]
 
@@ -60,9 +66,18 @@ class RowGather:
         one_thread = torch.get_num_threads() == 1
         index = slots.numpy()
         out = []
-        for leaf, host, numel in zip(self.leaves, self.host, self.row_numel):
-            if host is not None and (one_thread or n * numel < PARALLEL_GRAIN):
+        for i, (leaf, host) in enumerate(zip(self.leaves, self.host)):
+            if host is not None and (one_thread or n * self.row_numel[i] < PARALLEL_GRAIN):
+                if leaf.data_ptr() != self.pointers[i]:  # the leaf's memory moved
+                    host = self._renew_view(i)
                 out.append(torch.from_numpy(np.take(host, index, axis=0)))
             else:
                 out.append(torch.index_select(leaf, 0, slots))
         return out
+
+    def _renew_view(self, i: int) -> np.ndarray:
+        leaf = self.leaves[i]
+        host = _host_view(leaf)
+        assert host is not None  # the same tensor, the same dtype and device
+        self.host[i], self.pointers[i] = host, leaf.data_ptr()
+        return host
