@@ -8,7 +8,8 @@ line per measurement (``_common.report``) and one per workload it cannot run
 
 The floor is bare torch on preallocated tensors, with the same torch: a dict of tensors made
 with ``torch.empty``, ``storage[key][a:b].copy_(batch[key])`` to write and ``torch.randint`` +
-``index_select`` to sample. A buffer cannot do less work than that.
+``numpy.take`` of the rows to sample (faster than ``index_select`` on one thread). A buffer
+cannot do less work than that.
 
 Workloads (``METRICS``), on 1,000,000 slots of transition rows ``{obs[32], action[4],
 next.obs[32], next.reward[1], next.done[1] bool}`` (277 bytes) unless said otherwise:
@@ -250,13 +251,19 @@ def flat_tensors(td: TensorDict) -> dict[str, torch.Tensor]:
 
 
 class FloorPeer(Peer):
-    """Bare torch on preallocated tensors: what no buffer built on this torch can beat."""
+    """Bare torch on preallocated tensors: what no buffer built on this torch can beat.
+
+    Rows are read with ``numpy.take`` on the tensors' memory (whole-row copies), the fastest
+    bare gather on one CPU thread: ``torch.index_select`` copies element by element and is
+    slower (at 1M rows, B=4096 about 1.7x), so a floor built on it would not be one.
+    """
 
     name = "floor"
 
     def info(self) -> dict[str, object]:
         return {"version": torch.__version__,
-                "what": "torch.empty storage, slice copy_ to write, randint + index_select"}
+                "what": "torch.empty storage, slice copy_ to write, randint + numpy.take of "
+                        "the rows"}
 
     def convert(self, td: TensorDict) -> dict[str, torch.Tensor]:
         return flat_tensors(td)
@@ -277,8 +284,9 @@ class FloorPeer(Peer):
             state["size"] = min(state["size"] + n, capacity)
 
         def sample(batch: int) -> dict[str, torch.Tensor]:
-            idx = torch.randint(state["size"], (batch,))
-            return {key: t.index_select(0, idx) for key, t in storage.items()}
+            idx = torch.randint(state["size"], (batch,)).numpy()
+            return {key: torch.from_numpy(np.take(t.numpy(), idx, axis=0))
+                    for key, t in storage.items()}
 
         return Handle(extend, sample)
 
