@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
@@ -146,9 +147,32 @@ class ExtendDimMixin:
         return index, _swap_read(value, self.dim_extend) if swap else value
 
     def __getitem__(self, index: Any) -> Any:
+        """The written items at ``index`` (an int, slice, tensor of slots, ...), collated and
+        passed through the read transforms, as TorchRL's ``rb[index]``.
+
+        Read from a tensor storage, it is a copy taken under the buffer's lock: its tensors
+        share no memory with the storage (TorchRL returns views for int and slice indices), so
+        a later write, from this thread or another, never changes it or leaves it half old,
+        half new, and editing it does not write to the buffer (``rb[index] = x``, ``set_`` and
+        ``update_`` do, keeping the samplers' bookkeeping). ``rb.storage[index]`` reads without
+        a copy. A :class:`~tdreplay.core.ListStorage` returns its items as they were stored
+        (the objects given to ``extend``), as TorchRL's.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = rb.extend([torch.tensor(0.0), torch.tensor(1.0)])
+        >>> first_two = rb[:2]
+        >>> _ = rb.extend([torch.tensor(9.0), torch.tensor(9.0)])
+        >>> first_two.tolist(), rb[:].tolist()
+        ([0.0, 1.0], [0.0, 1.0, 9.0, 9.0])
+        """
         at, swap = self._along_dim_extend(index)
         with self._lock:
             data = self._storage[at]
+            if not isinstance(self._storage, ListStorage) and not _copies_rows(at):
+                data = _copy_read(data)
         if swap:
             data = _swap_read(data, self.dim_extend)
         if not isinstance(index, int):
@@ -156,6 +180,30 @@ class ExtendDimMixin:
         if len(self._transform):
             data = self._transform(data)
         return data
+
+
+def _copies_rows(index: Any) -> bool:
+    """Whether indexing a tensor storage with ``index`` already copies (advanced indexing: a
+    tensor of at least one dim, a list or an array, alone or in a tuple)."""
+    if isinstance(index, tuple):
+        return any(_copies_rows(part) for part in index)
+    if isinstance(index, torch.Tensor):
+        return index.ndim > 0
+    return isinstance(index, (list, np.ndarray))
+
+
+def _copy_read(data: Any) -> Any:
+    """``data`` read from a storage with every tensor in it copied (tensors, tensor
+    collections and tuple / list / dict pytrees of them); other objects as they are."""
+    if isinstance(data, torch.Tensor) or is_tensor_collection(data):
+        return data.clone()
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a namedtuple
+        return type(data)(*(_copy_read(x) for x in data))
+    if isinstance(data, (tuple, list)):
+        return type(data)(_copy_read(x) for x in data)
+    if isinstance(data, dict):
+        return {k: _copy_read(v) for k, v in data.items()}
+    return data
 
 
 def _drops_dim(part: Any) -> bool:
