@@ -208,6 +208,21 @@ def test_max_priority_within_buffer(backend):
     assert sampler.max_priority == 1.0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_max_priority_within_buffer_is_exact_for_any_alpha(backend, alpha):
+    # raw priorities are kept: with alpha == 0 every slot stores 1, yet the max still falls to
+    # the largest priority in the buffer (TorchRL keeps the previous max there)
+    sampler, _ = make(backend, 5, 3, alpha=alpha, max_priority_within_buffer=True)
+    sampler.update_priority(torch.tensor([0, 1]), torch.tensor([100.0, 10.0]))
+    sampler.update_priority(torch.tensor([0]), torch.tensor([50.0]))
+    assert sampler.max_priority == pytest.approx(50.0)
+    sampler.alpha = 0.5 if alpha else 0.0  # annealing keeps the raw max
+    assert sampler.max_priority == pytest.approx(50.0)
+    sampler.update_priority(torch.tensor([0]), torch.tensor([2.0]))
+    assert sampler.max_priority == pytest.approx(10.0)
+
+
 # ---- update_priority input -------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
