@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from tensordict import is_tensor_collection
+from tensordict import TensorDict, is_tensor_collection
 
 from .utils import leading_dim
 
@@ -41,7 +41,10 @@ def as_batch(data: Any) -> Any:
     ...
     TypeError: extend expects a batch of items (...), got int: use add() to write one item.
     """
-    if isinstance(data, (torch.Tensor, list, tuple, Mapping)) or is_tensor_collection(data):
+    # a plain TensorDict (the hot path) is recognised at once, the Mapping ABC (the slowest
+    # check) comes last
+    if (type(data) is TensorDict or isinstance(data, (torch.Tensor, list, tuple))
+            or is_tensor_collection(data) or isinstance(data, Mapping)):
         leading_dim(data)
         return data
     if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):

@@ -92,6 +92,11 @@ def _check_count(value: Any, name: str, minimum: int) -> int | None:
     return count
 
 
+def _flat(slots: torch.Tensor) -> torch.Tensor:
+    """``slots`` as one dim (a 1-dim tensor as it is: a ``reshape`` view costs a dispatch)."""
+    return slots if slots.ndim == 1 else slots.reshape(-1)
+
+
 def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
     """``value``, shaped as the leading dims of ``batch_size``, repeated over the other ones."""
     if value.ndim == len(batch_size):
@@ -325,7 +330,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._check_writing_process()  # a forked child writes only what is shared
         rows = torch.as_tensor(self._add_row(data), dtype=torch.long).reshape(-1)
         slots = self._storage.rows_to_slots(rows)
-        self._sampler.extend(slots.reshape(-1))
+        self._sampler.extend(_flat(slots))
         if self._storage.row_numel == 1 and rows.numel() == 1:
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
@@ -346,7 +351,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
         slots = self._storage.rows_to_slots(rows)
         if slots.numel():
-            self._sampler.extend(slots.reshape(-1))
+            self._sampler.extend(_flat(slots))
         return slots
 
     # ---- reading ---------------------------------------------------------------------------------
