@@ -102,9 +102,9 @@ class ExtendDimMixin:
     def _set_dim_extend(self, dim_extend: Any) -> None:
         self._dim_extend_arg = check_dim_extend(dim_extend)
 
-    def _prepare_batch(self, data: Any) -> Any:
+    def _prepare_batch(self, data: Any) -> tuple[Any, int]:
         """Check that ``data`` is a batch, run the write-side transforms and move
-        ``dim_extend`` first (no lock held)."""
+        ``dim_extend`` first (no lock held); returns the batch and ``dim_extend``."""
         if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
             raise TypeError(
                 "extend got a tuple (a pytree, written as one batched structure) but the storage "
@@ -112,12 +112,13 @@ class ExtendDimMixin:
             )
         data = self._write_side(as_batch(data))  # any iterable of items: a list
         dim = self.dim_extend
-        return _move_dim(data, dim) if dim else data
+        return (_move_dim(data, dim) if dim else data), dim
 
-    def _written_as_given(self, slots: torch.Tensor, data: Any) -> torch.Tensor:
-        """The slots ``extend`` wrote ``data`` (the prepared batch) to, in the layout of the
-        batch it got: ``dim_extend`` moved back (unless the writer kept only some rows)."""
-        dim = self.dim_extend
+    @staticmethod
+    def _written_as_given(slots: torch.Tensor, data: Any, dim: int) -> torch.Tensor:
+        """The slots ``extend`` wrote ``data`` (the batch :meth:`_prepare_batch` moved along
+        ``dim``) to, in the layout of the batch it got: ``dim`` moved back (unless the writer
+        kept only some rows)."""
         if not dim:
             return slots
         if isinstance(data, torch.Tensor):

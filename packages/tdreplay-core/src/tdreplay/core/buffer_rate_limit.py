@@ -16,6 +16,10 @@ from .buffer_state import BufferStateMixin
 from .rate_limit import RateLimiter
 from .utils import leading_dim
 
+#: the gate of a buffer without a rate limiter: one shared no-op context (it keeps no state),
+#: not a new one per ``extend`` and ``sample``
+_NO_LIMIT: AbstractContextManager[Any] = nullcontext()
+
 
 class RateLimitedMixin(BufferStateMixin):
     """The rate limiter of a replay buffer (mixed into :class:`ReplayBuffer`).
@@ -58,13 +62,13 @@ class RateLimitedMixin(BufferStateMixin):
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:
         """The gate of a sample of ``batch_size`` (waits, counts; see the limiter)."""
         if self._rate_limiter is None:
-            return nullcontext()
+            return _NO_LIMIT
         return self._rate_limiter.sampling(batch_size, self.__len__)
 
     def _limit_inserts(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
         """The gate of a write of ``data`` (a batch, or one item with ``single``)."""
         if self._rate_limiter is None:
-            return nullcontext()
+            return _NO_LIMIT
         return self._rate_limiter.inserting(1 if single else leading_dim(data), self.__len__)
 
     # ---- the limiter's counts in the buffer's state --------------------------------------------

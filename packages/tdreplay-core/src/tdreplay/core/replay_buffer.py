@@ -341,9 +341,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         A list is a batch of items, a tuple one pytree batched along dim 0 of its leaves, a
         tensor or TensorDict a batch along its first dimension.
         """
-        data = self._prepare_batch(data)
+        data, dim = self._prepare_batch(data)
         with self._limit_inserts(data), self._lock:
-            return self._written_as_given(self._write_batch(data), data)
+            return self._written_as_given(self._write_batch(data), data, dim)
 
     def _write_batch(self, data: Any) -> torch.Tensor:
         """Write a prepared batch and tell the sampler; the caller holds the lock."""
@@ -513,9 +513,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
                                       f"{type(tensordicts).__name__}.")
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
-        data = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
+        data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
         with self._limit_inserts(data), self._lock:
-            slots = self._written_as_given(self._write_batch(data), data)
+            slots = self._written_as_given(self._write_batch(data), data, dim)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries
