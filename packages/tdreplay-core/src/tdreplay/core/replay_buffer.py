@@ -97,6 +97,14 @@ def _flat(slots: torch.Tensor) -> torch.Tensor:
     return slots if slots.ndim == 1 else slots.reshape(-1)
 
 
+def _leads(shape: torch.Size, batch_size: torch.Size) -> bool:
+    """Whether ``shape`` is the leading dims of ``batch_size`` (all of them: compared as they
+    are, without slicing a ``torch.Size``, which builds a new one at some cost)."""
+    if len(shape) == len(batch_size):
+        return shape == batch_size
+    return shape == batch_size[: len(shape)]
+
+
 def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
     """``value``, shaped as the leading dims of ``batch_size``, repeated over the other ones."""
     if value.ndim == len(batch_size):
@@ -129,13 +137,15 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     stack of differently shaped TensorDicts gets it item by item. Returns False (and sets
     nothing) when the value's shape does not start ``td``'s batch size.
     """
-    if -1 in td.batch_size:
+    batch = td.batch_size
+    if -1 in batch:
         return _set_per_item(td, key, value)
-    if value.shape != td.batch_size[: value.ndim]:
+    if not _leads(value.shape, batch):
         return False
-    if td.device is not None and value.device != td.device:
-        value = value.to(td.device)
-    td.set(key, _repeat_over(value, td.batch_size))
+    device = td.device
+    if device is not None and value.device != device:
+        value = value.to(device)
+    td.set(key, _repeat_over(value, batch))
     return True
 
 
@@ -519,7 +529,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries
-            aligned = bool(slots.numel()) and slots.shape == tensordicts.batch_size[: slots.ndim]
+            aligned = bool(slots.numel()) and _leads(slots.shape, tensordicts.batch_size)
             if aligned:
                 self._refresh_item_info(tensordicts, slots, present)
             if priority is not None:
@@ -538,8 +548,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
         data (a sample written back, or an item added twice, has the storage's keys).
         ``present``: ``td.keys()`` when the caller has it already."""
         present = td.keys() if present is None else present
-        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
-                       if k in present]
+        bookkeeping: list[str] = []
+        for key in ("index", *self._sampler.info_keys, *self._writer.info_keys):
+            if key in present:
+                bookkeeping.append(key)
         return td.exclude(*bookkeeping) if bookkeeping else td
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
