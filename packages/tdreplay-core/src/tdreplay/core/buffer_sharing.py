@@ -39,6 +39,19 @@ from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="SharingMixin")
 
+#: this process's id, renewed in a forked child: a write compares it with its buffer's owner
+#: without a ``getpid`` system call each time
+_this_pid = os.getpid()
+
+
+def _renew_pid() -> None:
+    global _this_pid
+    _this_pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; where it is missing no process forks
+    os.register_at_fork(after_in_child=_renew_pid)
+
 
 class NotShareableError(RuntimeError):
     """A part of a buffer cannot be shared between processes (the message names it)."""
@@ -165,7 +178,7 @@ class SharingMixin:
     def _check_writing_process(self) -> None:
         """:class:`NotShareableError` at the first write of a forked child into a buffer it
         cannot share (reading the child's copy, e.g. to save it, stays allowed)."""
-        pid = os.getpid()
+        pid = _this_pid
         if self.__dict__.setdefault("_owner_pid", pid) != pid:
             self.check_shareable()
             self._owner_pid = pid
