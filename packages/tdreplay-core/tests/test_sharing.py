@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import multiprocessing as mp
 import pickle
 
@@ -156,3 +157,45 @@ def test_check_shareable_names_the_unshareable_writer():
     rb = ReplayBuffer(storage=_SharedRows(10), writer=_HeapWriter())
     with pytest.raises(NotShareableError, match="Writers of type .*_HeapWriter"):
         rb.check_shareable()
+
+
+def _never_runs(part):  # the parent refuses before the child starts
+    raise AssertionError(f"child received {type(part).__name__}")
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("make, message", [
+    (lambda: ListStorage(4), "Cannot share a storage of type .*ListStorage"),
+    (_Unshareable, "Samplers of type .*_Unshareable.* cannot be shared .*sync=False"),
+    (_HeapWriter, "Writers of type .*_HeapWriter.* cannot be shared between processes"),
+], ids=["storage", "sampler", "writer"])
+def test_bare_part_in_process_memory_refuses_a_process_being_started(method, make, message):
+    part = make()
+    child = mp.get_context(method).Process(target=_never_runs, args=([part],))
+    with pytest.raises(NotShareableError, match=message):
+        child.start()
+    assert child.pid is None
+    assert isinstance(NotShareableError("x"), RuntimeError)  # TorchRL raises a RuntimeError
+
+
+def test_bare_parts_copy_in_process():
+    storage = ListStorage(4)
+    storage.set(torch.arange(2), ["a", "b"])
+    writer = _HeapWriter()
+    writer.register_storage(storage)
+    writer.extend(["c"])
+    for clone_storage, clone_writer, clone_sampler in (
+            copy.deepcopy((storage, writer, _Unshareable())),
+            pickle.loads(pickle.dumps((storage, writer, _Unshareable())))):
+        assert clone_storage[:] == storage[:] == ["c", "b"] and clone_writer.write_count == 1
+        assert clone_writer.storage is clone_storage and type(clone_sampler) is _Unshareable
+
+
+def test_shareable_declared_on_the_bases():
+    assert ListStorage(4).shareable is False and _SharedRows(4).shareable is True
+    assert RandomSampler().shareable and not _Unshareable().shareable
+    _SharedRows(4).check_shareable()
+    RandomSampler().check_shareable()
+    RoundRobinWriter().check_shareable()
+    with pytest.raises(NotShareableError, match="ListStorage"):
+        ListStorage(4).check_shareable()

@@ -8,12 +8,12 @@ TorchRL), and :class:`ConsumingSampler` (what ``consume_after_n_samples=`` build
 """
 
 from .buffer_conditional import ConditionalUpdateResult
-from .buffer_sharing import NotShareableError
 from .checkpoint import FORMAT_VERSION, CheckpointError
 from .collate import identity_collate, stack_items
 from .consuming import ConsumingSampler
 from .her import HERReplayBuffer
 from .hindsight import HindsightStrategy
+from .process_sharing import NotShareableError
 from .query import Trajectory, TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from .rate_limit import MinSize, RateLimiter, RateLimitTimeout, SampleToInsertRatio
 from .replay_buffer import ReplayBuffer, TensorDictReplayBuffer

@@ -23,15 +23,18 @@ A buffer goes to another process when it is pickled for a process being started 
 forkserver start methods) or when a forked child writes into the parent's buffer (a child may
 read its copy, e.g. to save it). Either way, a part
 that cannot be shared raises :class:`NotShareableError` (a ``RuntimeError``, as TorchRL's)
-naming it, where a copy would otherwise diverge silently from the original.
+naming it, where a copy would otherwise diverge silently from the original. A bare part
+(a storage, sampler or writer alone, not in a buffer) pickled for a process being started
+refuses the same way (:mod:`tdreplay.core.process_sharing`).
 """
 
 from __future__ import annotations
 
-import multiprocessing.context
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .process_sharing import NotShareableError as NotShareableError  # where it was before
+from .process_sharing import sending_to_new_process as sending_to_new_process
 from .sampler import Sampler
 from .storage import Storage
 from .transform import Compose, Transform
@@ -53,18 +56,9 @@ if hasattr(os, "register_at_fork"):  # POSIX; where it is missing no process for
     os.register_at_fork(after_in_child=_renew_pid)
 
 
-class NotShareableError(RuntimeError):
-    """A part of a buffer cannot be shared between processes (the message names it)."""
-
-
-def sending_to_new_process() -> bool:
-    """Whether what is being pickled now goes to a process being started (spawn or
-    forkserver start method), rather than to a queue, a file or a copy."""
-    return multiprocessing.context.get_spawning_popen() is not None
-
-
 def check_storage_shareable(storage: Storage) -> None:
-    """:class:`NotShareableError` unless ``storage`` shares its rows between processes.
+    """:class:`NotShareableError` unless ``storage`` shares its rows between processes
+    (:meth:`Storage.check_shareable <tdreplay.core.Storage.check_shareable>`).
 
     Examples
     --------
@@ -72,28 +66,20 @@ def check_storage_shareable(storage: Storage) -> None:
     >>> check_storage_shareable(ListStorage(4))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tdreplay.core.buffer_sharing.NotShareableError: Cannot share a storage of type ...
+    tdreplay.core.process_sharing.NotShareableError: Cannot share a storage of type ...
     """
-    if storage.process_lock is None:
-        raise NotShareableError(
-            f"Cannot share a storage of type {type(storage)} between processes: its items "
-            "live in this process's memory, so another process would read and write its own "
-            "copy. Use a LazyMemmapStorage or a LazyTensorStorage(shared_init=True).")
+    storage.check_shareable()
 
 
 def check_sampler_shareable(sampler: Sampler) -> None:
-    """:class:`NotShareableError` unless ``sampler`` can draw in several processes."""
-    if not sampler.shareable:
-        raise NotShareableError(
-            f"Samplers of type {type(sampler)} cannot be shared between processes: their "
-            "state (e.g. priority trees) lives in one process. Use "
-            "TensorDictPrioritizedReplayBuffer(sync=False) (or PrioritizedReplayBuffer) "
-            "instead: worker processes write through a uniform sampler and the learner keeps "
-            "the prioritized one.")
+    """:class:`NotShareableError` unless ``sampler`` can draw in several processes
+    (:meth:`Sampler.check_shareable <tdreplay.core.Sampler.check_shareable>`)."""
+    sampler.check_shareable()
 
 
 def check_writer_shareable(writer: Writer) -> None:
-    """:class:`NotShareableError` unless ``writer`` can write from several processes.
+    """:class:`NotShareableError` unless ``writer`` can write from several processes
+    (:meth:`Writer.check_shareable <tdreplay.core.Writer.check_shareable>`).
 
     Examples
     --------
@@ -104,14 +90,9 @@ def check_writer_shareable(writer: Writer) -> None:
     >>> check_writer_shareable(HeapWriter())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tdreplay.core.buffer_sharing.NotShareableError: Writers of type ... cannot be shared ...
+    tdreplay.core.process_sharing.NotShareableError: Writers of type ... cannot be shared ...
     """
-    if not writer.shareable:
-        raise NotShareableError(
-            f"Writers of type {type(writer)} cannot be shared between processes: their state "
-            "(which rows to write next) lives in one process, so the writes of another process "
-            "would diverge from it. Write from one process, or use a writer that keeps only "
-            "counters (RoundRobinWriter, TensorDictRoundRobinWriter).")
+    writer.check_shareable()
 
 
 def share_transform(transform: Transform) -> None:
@@ -162,7 +143,7 @@ class SharingMixin:
         >>> rb.check_shareable()  # what sending it to another process runs  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        tdreplay.core.buffer_sharing.NotShareableError: Cannot share a storage of type ...
+        tdreplay.core.process_sharing.NotShareableError: Cannot share a storage of type ...
         """
         if shared and self._prefetch:
             raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "

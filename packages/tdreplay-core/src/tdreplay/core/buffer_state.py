@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from .buffer_sharing import sending_to_new_process
 from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
 from .prefetch import Prefetcher
+from .process_sharing import sending_to_new_process
 from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage

@@ -24,6 +24,7 @@ from tensordict import LazyStackedTensorDict, is_tensor_collection
 from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
+from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
 from .utils import as_long_tensor, check_instance, is_int
 
@@ -130,7 +131,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         return commit
 
 
-class Storage(RevisionTracking, CompilableCount, abc.ABC):
+class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
     Contract:
@@ -216,7 +217,7 @@ class Storage(RevisionTracking, CompilableCount, abc.ABC):
 
     #: A re-entrant lock shared between processes (``acquire()`` / ``release()``), for storages
     #: whose rows other processes write too (e.g. ``LazyMemmapStorage``); the buffer holds it
-    #: around every write and read of rows. ``None``: the storage lives in one process.
+    #: around every write and read of rows. ``None``: it lives in one process (not shareable).
     process_lock: Any = None
 
     #: The write generation of every row (:class:`~tdreplay.core.generations.SlotGenerations`),

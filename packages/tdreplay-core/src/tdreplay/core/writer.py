@@ -10,11 +10,12 @@ import torch
 
 from ._stateful import StateDictCheckpointMixin
 from .generations import SlotGenerations, check_generation_table
+from .process_sharing import NotShareableError, SpawnChecked
 from .storage import Storage
 from .utils import check_instance, is_int, leading_dim, slice_leading
 
 
-class Writer(StateDictCheckpointMixin, abc.ABC):
+class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     """Decides which rows of the storage new data goes to, and writes it.
 
     Contract:
@@ -60,11 +61,33 @@ class Writer(StateDictCheckpointMixin, abc.ABC):
 
     #: False for writers whose state lives in one process's memory (e.g.
     #: ``TensorDictMaxValueWriter``'s heap of ranks): a buffer holding one refuses ``share()``
-    #: and being sent to another process with
-    #: :class:`~tdreplay.core.buffer_sharing.NotShareableError` (a copy's writes would diverge
-    #: from the original's). Writers that keep only their counters, which live in the storage's
-    #: shared memory when it offers it (:meth:`register_storage`), are shareable.
+    #: and being sent to another process, and the writer itself refuses being pickled for a
+    #: process being started, with :class:`~tdreplay.core.NotShareableError` (a copy's writes
+    #: would diverge from the original's; :meth:`check_shareable`). Writers that keep only
+    #: their counters, which live in the storage's shared memory when it offers it
+    #: (:meth:`register_storage`), are shareable.
     shareable: bool = True
+
+    def check_shareable(self) -> None:
+        """:class:`~tdreplay.core.NotShareableError` unless this writer is :attr:`shareable`
+        (what pickling it for a process being started runs).
+
+        Examples
+        --------
+        >>> RoundRobinWriter().check_shareable()  # its counters follow the storage's
+        >>> class HeapWriter(RoundRobinWriter):
+        ...     shareable = False  # e.g. a heap of ranks in this process's memory
+        >>> HeapWriter().check_shareable()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tdreplay.core.process_sharing.NotShareableError: Writers of type ... cannot be shared ...
+        """
+        if not self.shareable:
+            raise NotShareableError(
+                f"Writers of type {type(self)} cannot be shared between processes: their state "
+                "(which rows to write next) lives in one process, so the writes of another "
+                "process would diverge from it. Write from one process, or use a writer that "
+                "keeps only counters (RoundRobinWriter, TensorDictRoundRobinWriter).")
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.

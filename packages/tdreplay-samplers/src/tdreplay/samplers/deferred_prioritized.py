@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from tdreplay.core import RoundRobinWriter, Sampler, Storage, Writer
-from tdreplay.core.buffer_sharing import sending_to_new_process
+from tdreplay.core.process_sharing import sending_to_new_process
 from tdreplay.core.utils import check_instance
 
 from .prioritized import PrioritizedSampler

@@ -94,6 +94,7 @@ class PrioritizedSliceSampler(SliceSampler):
 
     _tracks_slots = True
     is_prioritized = True
+    shareable = False  # the PrioritizedSampler of the steps keeps its trees in one process
     info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
     update_keys = (WRITE_GENERATION_KEY,)
 
