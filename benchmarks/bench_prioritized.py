@@ -73,8 +73,10 @@ Cycle = Callable[[], None]
 
 
 def state_bytes_per_slot(rb: PrioritizedReplayBuffer) -> float:
-    """Bytes per slot the sampler keeps besides the rows: sum and min trees and write
-    generations (issue 19: 27.2 before int32 generations; cpprb 21.5)."""
+    """Bytes per slot the sampler keeps besides the rows: the sum tree, the min tree (its
+    internal nodes only: it reads the sum tree's leaves) and the write generations (issue 19:
+    27.2 before int32 generations, 23.17 before the min tree shared the leaves, 14.79 since;
+    cpprb 21.5)."""
     state = rb.sampler._state  # benchmarks may look inside
     arrays = [state.sum_tree.nodes, state.min_tree.nodes, state.generation]
     nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size()

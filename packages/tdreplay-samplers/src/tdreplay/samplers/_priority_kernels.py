@@ -28,7 +28,7 @@ from ._priority_values import (
     leaf_values,
     reduce_priority,
 )
-from .segment_trees import NumbaMinTree, NumbaSumTree
+from .segment_trees import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
 
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_update",
            "excluded", "kernels_for", "uniform"]
@@ -97,9 +97,9 @@ class PriorityKernels(abc.ABC):
 
 
 def _numba_trees(state: PriorityState
-                 ) -> tuple[NumbaSumTree, NumbaMinTree, NumbaMinTree | None]:
+                 ) -> tuple[NumbaSumTree, NumbaMinOverSumTree, NumbaMinTree | None]:
     """The trees of a numba state, typed as what they are."""
-    return (cast(NumbaSumTree, state.sum_tree), cast(NumbaMinTree, state.min_tree),
+    return (cast(NumbaSumTree, state.sum_tree), cast(NumbaMinOverSumTree, state.min_tree),
             cast("NumbaMinTree | None", state.max_tree))
 
 
@@ -113,7 +113,7 @@ class NumbaKernels(PriorityKernels):
         sum_tree, min_tree, max_tree = _numba_trees(state)
         fused.extend_kernel(
             sum_tree.nodes, min_tree.nodes,
-            max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
+            max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
             sum_tree.offsets, index, float(leaf))
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
@@ -150,7 +150,7 @@ class NumbaKernels(PriorityKernels):
         capacity = state.capacity
         code, _, top = fused.update_kernel(
             sum_tree.nodes, min_tree.nodes,
-            max_tree.nodes if max_tree is not None else min_tree.nodes, max_tree is not None,
+            max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
             sum_tree.offsets, capacity, capacity if n_written is None else n_written,
             state.host_generation, index_np, raw_np, reduced_np, leaf.numpy(),
             leaf_limit(capacity), tok, token is not None)
@@ -168,7 +168,7 @@ class TorchKernels(PriorityKernels):
 
     def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
         state.sum_tree.update(slots, leaf)
-        state.min_tree.update(slots, leaf)
+        state.min_tree.refresh(slots)
         if state.max_tree is not None:
             # a new item has no priority set by update_priority yet
             state.max_tree.update(slots, math.inf)
@@ -209,7 +209,7 @@ class TorchKernels(PriorityKernels):
         target = torch.where(keep, index, -1)
         leaf = torch.where(keep, leaf, 1.0)
         state.sum_tree.update(target, leaf)
-        state.min_tree.update(target, leaf)
+        state.min_tree.refresh(target)  # -1 entries: recomputed unchanged (see refresh)
         if state.max_tree is not None:
             state.max_tree.update(target, -priority)
         top = torch.where(keep, priority, -math.inf).max()
@@ -245,7 +245,9 @@ def uniform(n: int, device: torch.device, generator: torch.Generator | None) -> 
 @contextmanager
 def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
     """Within the block, the sum tree holds ``0`` for ``slots`` (they cannot be drawn); their
-    stored priorities are put back after it."""
+    stored priorities are put back after it. The min tree is not told of the zeros (the weight
+    normaliser stays the least stored priority), but is refreshed after the restore, in case an
+    update inside the block recomputed it from them."""
     slots = slots.to(state.device)
     sum_tree = state.sum_tree
     saved = sum_tree.get(slots)
@@ -254,6 +256,7 @@ def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
         yield
     finally:
         sum_tree.update(slots, saved)
+        state.min_tree.refresh(slots)
 
 
 def apply_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,

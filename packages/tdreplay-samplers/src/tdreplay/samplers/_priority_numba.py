@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .segment_trees._numba_kernels import scan, update_min, update_sum
+from .segment_trees._numba_kernels import refresh_min_over_sum, scan, update_min, update_sum
 
 __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "extend_kernel",
            "sample_kernel", "update_kernel"]
@@ -30,11 +30,12 @@ _TINY = float(np.finfo(np.float64).tiny)
 @njit(cache=False, nogil=True)
 def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
                   leaf):  # pragma: no cover - compiled
-    """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum and min trees;
-    with ``has_max``, ``+inf`` in the max tree (no priority set by an update yet)."""
+    """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum tree (and the
+    min over its leaves, ``min_nodes``); with ``has_max``, ``+inf`` in the max tree (no priority
+    set by an update yet)."""
     values = np.full(index.shape[0], leaf)
     update_sum(sum_nodes, offsets, index, values)
-    update_min(min_nodes, offsets, index, values)
+    refresh_min_over_sum(min_nodes, sum_nodes, offsets, index)
     if has_max:
         values.fill(np.inf)
         update_min(max_nodes, offsets, index, values)
@@ -120,7 +121,7 @@ def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n
             top = priority[i]
         k += 1
     update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
-    update_min(min_nodes, offsets, kept[:k], kept_leaf[:k])
+    refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
     if has_max:
         update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
     return OK, 0, top

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from ._priority_values import check_real, leaf_limit, leaf_values
-from .segment_trees import MinTree, SumTree, make_min_tree, make_sum_tree
+from .segment_trees import (
+    MinOverSumTree,
+    MinTree,
+    SumTree,
+    make_min_over_sum,
+    make_min_tree,
+    make_sum_tree,
+)
 from .segment_trees._memory import host_array
 
 __all__ = ["GENERATION_PERIOD", "STATE_KEYS", "HostState", "PriorityState", "check_state_dict",
@@ -52,11 +59,15 @@ class HostState(TypedDict):
 class PriorityState:
     """Per-slot priority state on one backend and device (plain data; see the module docstring).
 
-    ``sum_tree`` and ``min_tree`` hold the stored priorities ``p_i`` (``0`` / ``+inf`` where
-    unwritten); ``max_tree`` (``max_priority_within_buffer`` only) is a min tree of ``-q_i`` over
-    the priorities ``q_i`` set by updates; ``generation`` the write generation of every slot on
-    ``device`` (``host_generation``: its numpy view for the numba kernels, ``None`` on devices);
-    ``max_priority`` a 0-d float64 tensor on ``device``.
+    ``sum_tree`` holds the stored priorities ``p_i`` (``0`` where unwritten; written slots
+    hold ``p_i >= tiny > 0``); ``min_tree`` their minimum over the written slots, without a
+    copy of the leaves (a :class:`~.segment_trees.MinOverSumTree` of ``sum_tree``: ``~1.2``
+    bytes per slot instead of ``~9.6``; every change to the sum tree's leaves is followed by
+    ``min_tree.refresh`` of the same slots); ``max_tree`` (``max_priority_within_buffer``
+    only) is a min tree of ``-q_i`` over the priorities ``q_i`` set by updates;
+    ``generation`` the write generation of every slot on ``device`` (``host_generation``: its
+    numpy view for the numba kernels, ``None`` on devices); ``max_priority`` a 0-d float64
+    tensor on ``device``.
 
     Examples
     --------
@@ -68,7 +79,7 @@ class PriorityState:
     backend: str
     device: torch.device
     sum_tree: SumTree
-    min_tree: MinTree
+    min_tree: MinOverSumTree
     max_tree: MinTree | None
     generation: torch.Tensor
     host_generation: np.ndarray | None
@@ -78,6 +89,13 @@ class PriorityState:
     def capacity(self) -> int:
         """Number of slots."""
         return self.sum_tree.capacity
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a state pickled before the min tree read the sum tree's leaves holds a full MinTree
+        # of the same values: rebuild the minimum from the sum tree instead
+        self.__dict__.update(state)
+        if not isinstance(self.min_tree, MinOverSumTree):
+            self.min_tree = make_min_over_sum(self.sum_tree)
 
 
 def empty_host_state(capacity: int) -> HostState:
@@ -94,7 +112,7 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
     kw: dict[str, Any] = {"backend": backend, "device": device}
     if backend == "torch":
         kw["validate"] = False  # the sampler checks inputs itself, without syncing devices
-    sum_tree, min_tree = make_sum_tree(capacity, **kw), make_min_tree(capacity, **kw)
+    sum_tree = make_sum_tree(capacity, **kw)
     max_tree = make_min_tree(capacity, **kw) if within_buffer else None
     # on huge pages (host_array; torch does not ask for them): the kernels read the
     # generations of random slots. int32: 4 bytes per slot (see GENERATION_PERIOD)
@@ -103,8 +121,6 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
     if host is not None:
         leaves = host["priorities"]
         sum_tree.load_state_dict({"capacity": capacity, "values": leaves})
-        min_tree.load_state_dict({"capacity": capacity, "values": torch.where(
-            leaves > 0, leaves, math.inf)})
         if max_tree is not None:
             max_tree.load_state_dict({"capacity": capacity, "values": -host["set_priorities"]})
         # a copy (the caller's state stays its own), wrapped as the clock wraps (a state saved
@@ -112,6 +128,7 @@ def new_state(capacity: int, backend: str, device: torch.device, *, within_buffe
         gen.copy_(generation_of(host["write_generation"]))
         max_priority = host["max_priority"]
     gen = gen.to(device)
+    min_tree = make_min_over_sum(sum_tree)  # built from the leaves just loaded
     return PriorityState(
         backend=backend, device=device, sum_tree=sum_tree, min_tree=min_tree, max_tree=max_tree,
         generation=gen, host_generation=gen.numpy() if backend == "numba" else None,
@@ -178,7 +195,7 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
     --------
     >>> state = new_state(3, "torch", torch.device("cpu"), within_buffer=False)
     >>> state.sum_tree[torch.tensor([0, 1])] = torch.tensor([2.0, 4.0], dtype=torch.float64)
-    >>> state.min_tree[torch.tensor([0, 1])] = torch.tensor([2.0, 4.0], dtype=torch.float64)
+    >>> state.min_tree.refresh(torch.tensor([0, 1]))
     >>> squared = realphaed(state, 1.0, 2.0, 0.0, within_buffer=False)
     >>> float(squared.sum_tree.total()), float(squared.min_tree.min())  # 2**2 + 4**2, 2**2
     (20.0, 4.0)

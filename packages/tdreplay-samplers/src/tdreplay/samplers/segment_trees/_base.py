@@ -18,7 +18,7 @@ import torch
 
 from ._layout import TreeLayout
 
-__all__ = ["MinTree", "SegmentTree", "SumTree", "check_capacity"]
+__all__ = ["MinOverSumTree", "MinTree", "SegmentTree", "SumTree", "check_capacity", "index_error"]
 
 
 def check_capacity(capacity: Any) -> int:
@@ -40,6 +40,20 @@ def check_capacity(capacity: Any) -> int:
     if value <= 0:
         raise ValueError(f"capacity must be a positive int, got {value}")
     return value
+
+
+def index_error(capacity: int, lo: int, hi: int) -> IndexError:
+    """The error for indices in ``[lo, hi]`` of a tree of ``capacity`` leaves.
+
+    Examples
+    --------
+    >>> index_error(4, -1, 2)
+    IndexError('index out of range: expected 0 <= index < capacity=4, got values in [-1, 2]')
+    """
+    return IndexError(
+        f"index out of range: expected 0 <= index < capacity={capacity}, "
+        f"got values in [{lo}, {hi}]"
+    )
 
 
 class SegmentTree(abc.ABC):
@@ -142,10 +156,7 @@ class SegmentTree(abc.ABC):
         return start, end
 
     def _index_error(self, lo: int, hi: int) -> IndexError:
-        return IndexError(
-            f"index out of range: expected 0 <= index < capacity={self.capacity}, "
-            f"got values in [{lo}, {hi}]"
-        )
+        return index_error(self.capacity, lo, hi)
 
     def state_dict(self) -> dict[str, Any]:
         """Return ``{"capacity": int, "values": CPU float64 tensor of the leaves}``.
@@ -244,3 +255,78 @@ class MinTree(SegmentTree):
     @abc.abstractmethod
     def min(self) -> float | torch.Tensor:
         """Return the minimum over all leaves (``+inf`` if none was set)."""
+
+
+class MinOverSumTree(abc.ABC):
+    """The least positive leaf of a :class:`SumTree`, kept without a copy of its leaves.
+
+    A min tree of the sum tree's :class:`~._layout.TreeLayout` whose leaf level *is* the sum
+    tree's: :attr:`nodes` holds only the internal levels ``0 .. depth - 1`` (about
+    ``capacity / 7`` float64 values, against ``8 / 7 * capacity`` for a :class:`MinTree`), and
+    each node of level ``depth - 1`` is the least positive value of its 8 sum-tree leaves
+    (``+inf`` if none is positive: empty leaves, ``0`` in the sum tree, count as ``+inf``, as in
+    a :class:`MinTree` whose leaves were set where the sum tree's are positive). A prioritized
+    sampler stores ``p_i > 0`` for every written slot, so :meth:`min` is exactly the least
+    stored priority, as a :class:`MinTree` holding the same ``p_i`` gives it.
+
+    The leaves change through the sum tree only; :meth:`refresh` then recomputes the nodes
+    above the changed leaves (the same block-minimum updates as :meth:`MinTree.update`, which
+    read the 8 leaves the sum tree update has just written) and :meth:`rebuild` recomputes every
+    node. Until then :meth:`min` is that of the leaves before the change. It has no state of its
+    own: the sum tree's ``state_dict`` holds everything, and a :meth:`rebuild` after loading it
+    restores the minimum.
+
+    Build one with :func:`~._factory.make_min_over_sum`, which picks the backend of the sum
+    tree.
+    """
+
+    #: ``"numba"`` or ``"torch"``, that of :attr:`sum_tree`.
+    backend: ClassVar[str]
+    #: Device of :attr:`nodes` (that of :attr:`sum_tree` when built).
+    device: torch.device
+
+    def __init__(self, sum_tree: SumTree) -> None:
+        if not isinstance(sum_tree, SumTree) or sum_tree.backend != self.backend:
+            raise TypeError(f"sum_tree must be a {self.backend} SumTree, got "
+                            f"{type(sum_tree).__name__}")
+        self._sum_tree = sum_tree
+
+    @property
+    def sum_tree(self) -> SumTree:
+        """The sum tree whose leaves this tree's bottom nodes reduce."""
+        return self._sum_tree
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves (those of :attr:`sum_tree`)."""
+        return self._sum_tree.capacity
+
+    @property
+    def layout(self) -> TreeLayout:
+        """The layout of :attr:`sum_tree`; :attr:`nodes` holds its levels above the leaves."""
+        return self._sum_tree.layout
+
+    @property
+    @abc.abstractmethod
+    def nodes(self) -> np.ndarray | torch.Tensor:
+        """The flat float64 internal nodes, ``layout.leaf_offset`` of them (a view)."""
+
+    @abc.abstractmethod
+    def refresh(self, index: Any) -> None:
+        """Recompute the nodes above the sum tree's leaves ``index`` after they changed."""
+
+    @abc.abstractmethod
+    def rebuild(self) -> None:
+        """Recompute every node from the sum tree's leaves, in O(capacity)."""
+
+    @abc.abstractmethod
+    def min(self) -> float | torch.Tensor:
+        """The least positive leaf of the sum tree (``+inf`` if none), as of the last
+        :meth:`refresh` / :meth:`rebuild` of the leaves that changed."""
+
+    def __len__(self) -> int:
+        return self.capacity
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(capacity={self.capacity}, backend={self.backend!r}, "
+                f"device={self.device})")

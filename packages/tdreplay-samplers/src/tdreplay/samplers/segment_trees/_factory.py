@@ -1,4 +1,5 @@
-"""Choosing a segment-tree backend: :func:`make_sum_tree`, :func:`make_min_tree`.
+"""Choosing a segment-tree backend: :func:`make_sum_tree`, :func:`make_min_tree`,
+:func:`make_min_over_sum`.
 
 This is the one place that knows every backend. The interfaces (:mod:`._base`) import no
 backend; the backends (:mod:`._numba`, :mod:`._torch`) import only the interfaces.
@@ -13,14 +14,15 @@ from typing import cast
 
 import torch
 
-from ._base import MinTree, SumTree
-from ._numba import NumbaMinTree, NumbaSumTree
-from ._torch import TorchMinTree, TorchSumTree
+from ._base import MinOverSumTree, MinTree, SumTree
+from ._numba import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
+from ._torch import TorchMinOverSumTree, TorchMinTree, TorchSumTree
 
 __all__ = [
     "BACKENDS",
     "MinSegmentTree",
     "SumSegmentTree",
+    "make_min_over_sum",
     "make_min_tree",
     "make_sum_tree",
     "resolve_backend",
@@ -110,6 +112,28 @@ def make_min_tree(capacity: int, *, backend: str | None = None, device: DeviceLi
     if resolve_backend(backend, device) == "numba":
         return NumbaMinTree(capacity, device=device, validate=validate)
     return TorchMinTree(capacity, device=device, validate=validate)
+
+
+def make_min_over_sum(sum_tree: SumTree) -> MinOverSumTree:
+    """The least positive leaf of ``sum_tree``, kept by a min tree without leaves of its own
+    (see :class:`~._base.MinOverSumTree`), of the backend of ``sum_tree``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sums = make_sum_tree(1000)
+    >>> mins = make_min_over_sum(sums)
+    >>> sums.update(np.array([5, 900]), np.array([3.0, 0.25]))
+    >>> mins.refresh(np.array([5, 900]))
+    >>> type(mins).__name__, mins.min(), mins.nodes.nbytes, make_min_tree(1000).nodes.nbytes
+    ('NumbaMinOverSumTree', 0.25, 1280, 9472)
+    """
+    if isinstance(sum_tree, NumbaSumTree):
+        return NumbaMinOverSumTree(sum_tree)
+    if isinstance(sum_tree, TorchSumTree):
+        return TorchMinOverSumTree(sum_tree)
+    raise TypeError(f"sum_tree must be a NumbaSumTree or a TorchSumTree, got "
+                    f"{type(sum_tree).__name__}")
 
 
 class SumSegmentTree(SumTree):

@@ -17,11 +17,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import MinTree, SegmentTree, SumTree
+from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._memory import host_array
-from ._numba_kernels import rebuild_min, rebuild_sum, scan, update_min, update_sum
+from ._numba_kernels import (
+    rebuild_min,
+    rebuild_min_over_sum,
+    rebuild_sum,
+    refresh_min_over_sum,
+    scan,
+    update_min,
+    update_sum,
+)
 
-__all__ = ["NumbaMinTree", "NumbaSumTree"]
+__all__ = ["NumbaMinOverSumTree", "NumbaMinTree", "NumbaSumTree"]
 
 
 def _aligned_array(size: int, value: float) -> np.ndarray:
@@ -37,6 +45,20 @@ def _as_numpy(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
+
+
+def _flat_index(index: Any, capacity: int) -> np.ndarray:
+    """``index`` as a flat C-contiguous int64 array; ``TypeError`` unless it holds integers,
+    ``IndexError`` unless they lie in ``[0, capacity)``."""
+    arr = _as_numpy(index)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"index must hold integers, got dtype {arr.dtype}")
+    flat = np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
+    if flat.size:
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= capacity:
+            raise index_error(capacity, lo, hi)
+    return flat
 
 
 class _NumbaTree(SegmentTree):
@@ -96,15 +118,7 @@ class _NumbaTree(SegmentTree):
 
     # -- conversions --------------------------------------------------------------------------
     def _index(self, index: Any) -> np.ndarray:
-        arr = _as_numpy(index)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"index must hold integers, got dtype {arr.dtype}")
-        flat = np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
-        if flat.size:
-            lo, hi = int(flat.min()), int(flat.max())
-            if lo < 0 or hi >= self.capacity:
-                raise self._index_error(lo, hi)
-        return flat
+        return _flat_index(index, self.capacity)
 
     def _values(self, value: Any, n: int, shape: tuple[int, ...]) -> np.ndarray:
         arr = _as_numpy(value)
@@ -237,3 +251,59 @@ class NumbaMinTree(_NumbaTree, MinTree):
     def min(self) -> float:
         """Return the minimum over all leaves."""
         return float(self._tree[0])
+
+
+class NumbaMinOverSumTree(MinOverSumTree):
+    """The least positive leaf of a :class:`NumbaSumTree`; see :class:`~._base.MinOverSumTree`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sums = NumbaSumTree(20)
+    >>> mins = NumbaMinOverSumTree(sums)
+    >>> mins.min()
+    inf
+    >>> sums.update(np.array([3, 17]), np.array([2.0, 0.5]))
+    >>> mins.refresh(np.array([3, 17]))
+    >>> mins.min(), mins.nodes.size, sums.nodes.size  # no copy of the leaves
+    (0.5, 16, 40)
+    >>> sums.update(np.array([17]), np.array([0.0]))  # emptied: no longer a candidate
+    >>> mins.refresh(np.array([17]))
+    >>> mins.min()
+    2.0
+    """
+
+    backend = "numba"
+
+    def __init__(self, sum_tree: NumbaSumTree) -> None:
+        super().__init__(sum_tree)
+        self._sums = sum_tree  # typed as what it is
+        self.device = torch.device("cpu")
+        self._nodes = _aligned_array(self.layout.leaf_offset, np.inf)
+        self.rebuild()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # an unpickled array may start anywhere: copy it back onto a cache-line boundary
+        self.__dict__.update(state)
+        nodes = _aligned_array(self._nodes.shape[0], 0.0)
+        nodes[:] = state["_nodes"]
+        self._nodes = nodes
+
+    @property
+    def nodes(self) -> np.ndarray:
+        """Levels ``0 .. depth - 1`` of the layout (for fused kernels working in place)."""
+        return self._nodes
+
+    def refresh(self, index: Any) -> None:
+        """Recompute the nodes above the leaves ``index`` (integers in ``[0, capacity)``)."""
+        idx = _flat_index(index, self.capacity)
+        if idx.shape[0]:
+            refresh_min_over_sum(self._nodes, self._sums.nodes, self._sums.offsets, idx)
+
+    def rebuild(self) -> None:
+        """Recompute every node from the sum tree's leaves (O(capacity))."""
+        rebuild_min_over_sum(self._nodes, self._sums.nodes, self._sums.offsets)
+
+    def min(self) -> float:
+        """The least positive leaf of the sum tree (``inf`` if none)."""
+        return float(self._nodes[0])

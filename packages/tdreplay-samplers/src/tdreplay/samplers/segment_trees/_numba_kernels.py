@@ -12,7 +12,9 @@ ancestors from their 8 children one level at a time for the whole batch, droppin
 whose recomputed node is unchanged (their ancestors are then already consistent). ``scan``
 descends groups of masses level by level inside one kernel call (no Python loop over the batch)
 and prefetches each mass's next block, so the cache misses of a large tree overlap instead of
-adding up.
+adding up. ``refresh_min_over_sum`` / ``rebuild_min_over_sum`` keep the internal nodes of a min
+tree whose leaf level is a sum tree's (:class:`~._numba.NumbaMinOverSumTree`): its bottom
+nodes are the least positive values of their 8 sum-tree leaves.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["rebuild_min", "rebuild_sum", "scan", "update_min", "update_sum"]
+__all__ = ["rebuild_min", "rebuild_min_over_sum", "rebuild_sum", "refresh_min_over_sum", "scan",
+           "update_min", "update_sum"]
 
 # ---------------------------------------------------------------------------------------------
 # kernels
@@ -36,13 +39,16 @@ def _block_sum(tree, b):  # pragma: no cover - compiled
 
 
 @njit(cache=False, nogil=True, inline="always")
+def _lesser(a, b):  # pragma: no cover - compiled
+    return a if a < b else b
+
+
+@njit(cache=False, nogil=True, inline="always")
 def _block_min(tree, b):  # pragma: no cover - compiled
-    """The minimum of the block ``tree[b : b + 8]``."""
-    res = tree[b]
-    for c in range(1, 8):
-        v = tree[b + c]
-        res = v if v < res else res
-    return res
+    """The minimum of the block ``tree[b : b + 8]``, reduced pairwise (three dependent steps,
+    not seven; the minimum of non-NaN values does not depend on the order)."""
+    return _lesser(_lesser(_lesser(tree[b], tree[b + 1]), _lesser(tree[b + 2], tree[b + 3])),
+                   _lesser(_lesser(tree[b + 4], tree[b + 5]), _lesser(tree[b + 6], tree[b + 7])))
 
 
 #: Masses descended together by :func:`scan`: independent descents interleaved level by level
@@ -97,25 +103,15 @@ def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
 
 
 @njit(cache=False, nogil=True, inline="always")
-def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
-    # Leaves first, in batch order (the last duplicate wins); then the ancestors one level at a
-    # time for the whole batch: the items of a level are independent, so their loads overlap
-    # (a walk to the root per item would chain every load on the previous store). An item whose
-    # recomputed node is unchanged is dropped (its ancestors are consistent; a duplicate parent
-    # is recomputed once, by the first item that reaches it). Once a level has no more nodes
-    # than items still going up, that level and those above are recomputed whole.
-    depth = offsets.shape[0] - 1
-    leaves = offsets[depth]
-    n = index.shape[0]
-    for i in range(n):
-        if i + _UPDATE_PREFETCH < n:
-            _prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
-        tree[leaves + index[i]] = values[i]
-    nodes = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        nodes[i] = index[i] >> 3
-    live = n
-    for level in range(depth - 1, -1, -1):
+def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - compiled
+    """Recompute the nodes ``nodes[:live]`` of level ``top`` from their children, then their
+    ancestors, one level at a time for the whole batch: the items of a level are independent,
+    so their loads overlap (a walk to the root per item would chain every load on the previous
+    store). An item whose recomputed node is unchanged is dropped (its ancestors are
+    consistent; a duplicate parent is recomputed once, by the first item that reaches it).
+    Once a level has no more nodes than items still going up, that level and those above are
+    recomputed whole. ``nodes`` is overwritten."""
+    for level in range(top, -1, -1):
         if live == 0:
             return
         if (1 if level == 0 else offsets[level + 1] - offsets[level]) <= live:
@@ -134,6 +130,22 @@ def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compile
                 nodes[kept] = node >> 3
                 kept += 1
         live = kept
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
+    # leaves first, in batch order (the last duplicate wins); then their ancestors
+    depth = offsets.shape[0] - 1
+    leaves = offsets[depth]
+    n = index.shape[0]
+    for i in range(n):
+        if i + _UPDATE_PREFETCH < n:
+            _prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
+        tree[leaves + index[i]] = values[i]
+    nodes = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        nodes[i] = index[i] >> 3
+    _propagate(tree, offsets, nodes, n, depth - 1, is_min)
 
 
 # entry points: one compiled kernel each (a bool argument would be compiled once per value)
@@ -155,6 +167,68 @@ def rebuild_sum(tree, offsets):  # pragma: no cover - compiled
 @njit(cache=False, nogil=True)
 def rebuild_min(tree, offsets):  # pragma: no cover - compiled
     _rebuild_from(tree, offsets, offsets.shape[0] - 2, True)
+
+
+# the min over a sum tree's positive leaves (:class:`~._numba.NumbaMinOverSumTree`): ``min_nodes``
+# holds levels 0 .. depth - 1 of the layout (no leaf level); the nodes of level depth - 1 are
+# the minima of the positive values in their blocks of the sum tree's leaves
+@njit(cache=False, nogil=True, inline="always")
+def _positive(v):  # pragma: no cover - compiled
+    """``v`` if it is positive, else ``+inf`` (an empty leaf is no candidate for the minimum)."""
+    return v if v > 0.0 else np.inf
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _positive_block_min(leaves, b):  # pragma: no cover - compiled
+    """The least positive value of the block ``leaves[b : b + 8]`` (``+inf`` if none), reduced
+    pairwise (three dependent steps, not seven; the minimum does not depend on the order)."""
+    return _lesser(
+        _lesser(_lesser(_positive(leaves[b]), _positive(leaves[b + 1])),
+                _lesser(_positive(leaves[b + 2]), _positive(leaves[b + 3]))),
+        _lesser(_lesser(_positive(leaves[b + 4]), _positive(leaves[b + 5])),
+                _lesser(_positive(leaves[b + 6]), _positive(leaves[b + 7]))))
+
+
+@njit(cache=False, nogil=True, inline="always")
+def _rebuild_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
+    depth = offsets.shape[0] - 1
+    leaves = offsets[depth]
+    start = offsets[depth - 1]
+    for node in range((sum_nodes.shape[0] - leaves) // 8):
+        min_nodes[start + node] = _positive_block_min(sum_nodes, leaves + 8 * node)
+    if depth > 1:
+        _rebuild_from(min_nodes, offsets, depth - 2, True)
+
+
+@njit(cache=False, nogil=True)
+def rebuild_min_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
+    _rebuild_over_sum(min_nodes, sum_nodes, offsets)
+
+
+@njit(cache=False, nogil=True)
+def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no cover - compiled
+    """Recompute the min nodes above the sum tree's leaves ``index`` (after they changed)."""
+    depth = offsets.shape[0] - 1
+    leaves = offsets[depth]
+    bottom = offsets[depth - 1]
+    n = index.shape[0]
+    if n == 0:
+        return
+    if (1 if depth == 1 else leaves - bottom) <= n:
+        _rebuild_over_sum(min_nodes, sum_nodes, offsets)
+        return
+    nodes = np.empty(n, dtype=np.int64)
+    kept = 0
+    for i in range(n):
+        if i + _UPDATE_PREFETCH < n:
+            _prefetch(min_nodes, bottom + (index[i + _UPDATE_PREFETCH] >> 3))
+        node = index[i] >> 3
+        new = _positive_block_min(sum_nodes, leaves + 8 * node)
+        if new != min_nodes[bottom + node]:
+            min_nodes[bottom + node] = new
+            nodes[kept] = node >> 3
+            kept += 1
+    _propagate(min_nodes, offsets, nodes, kept, depth - 2, True)
 
 
 @intrinsic

@@ -15,15 +15,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import MinTree, SegmentTree, SumTree
+from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._layout import FANOUT
 
-__all__ = ["TorchMinTree", "TorchSumTree"]
+__all__ = ["TorchMinOverSumTree", "TorchMinTree", "TorchSumTree"]
 
 
 def _pair_sums(values: torch.Tensor) -> torch.Tensor:
     """``values[:, 0] + values[:, 1], values[:, 2] + values[:, 3], ...`` (one elementwise add)."""
     return values[:, 0::2] + values[:, 1::2]
+
+
+def _block_minima(blocks: torch.Tensor) -> torch.Tensor:
+    """The minimum of each row of 8 of ``blocks`` (``[n, 8]``), by elementwise minima of halves
+    (a reduction over a dim of 8 is slow on CPU)."""
+    quad = torch.minimum(blocks[:, :4], blocks[:, 4:])
+    duo = torch.minimum(quad[:, :2], quad[:, 2:])
+    return torch.minimum(duo[:, 0], duo[:, 1])
 
 
 def _below(x: torch.Tensor) -> torch.Tensor:
@@ -324,11 +332,89 @@ class TorchMinTree(_TorchTree, MinTree):
         return torch.minimum(left, right)
 
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
-        # elementwise minima of halves (a reduction over a dim of 8 is slow on CPU)
-        quad = torch.minimum(blocks[:, :4], blocks[:, 4:])
-        duo = torch.minimum(quad[:, :2], quad[:, 2:])
-        return torch.minimum(duo[:, 0], duo[:, 1])
+        return _block_minima(blocks)
 
     def min(self) -> torch.Tensor:
         """Return the minimum over all leaves as a 0-d float64 tensor on the device."""
         return self._tree[self._layout.root].clone()
+
+
+class TorchMinOverSumTree(MinOverSumTree):
+    """The least positive leaf of a :class:`TorchSumTree`, on its device; see
+    :class:`~._base.MinOverSumTree`. Updates are a fixed number of tensor ops per level.
+
+    Examples
+    --------
+    >>> sums = TorchSumTree(20)
+    >>> mins = TorchMinOverSumTree(sums)
+    >>> sums.update(torch.tensor([3, 17]), torch.tensor([2.0, 0.5]))
+    >>> mins.refresh(torch.tensor([3, 17]))
+    >>> mins.min()
+    tensor(0.5000, dtype=torch.float64)
+    >>> sums.update(torch.tensor([17]), torch.tensor([0.0]))  # emptied: no longer a candidate
+    >>> mins.refresh(torch.tensor([17]))
+    >>> mins.min()
+    tensor(2., dtype=torch.float64)
+    """
+
+    backend = "torch"
+
+    def __init__(self, sum_tree: TorchSumTree) -> None:
+        super().__init__(sum_tree)
+        self._sums = sum_tree  # typed as what it is
+        self.device = sum_tree.device
+        self._nodes = torch.full((self.layout.leaf_offset,), math.inf, dtype=torch.float64,
+                                 device=self.device)
+        self.rebuild()
+
+    @property
+    def nodes(self) -> torch.Tensor:
+        """Levels ``0 .. depth - 1`` of the layout on :attr:`device` (a view)."""
+        return self._nodes
+
+    def _level(self, level: int) -> torch.Tensor:
+        return self._nodes[self.layout.level(level)]
+
+    def _leaf_minima(self, blocks: torch.Tensor) -> torch.Tensor:
+        """The least positive value of each row of 8 sum-tree leaves (``+inf`` if none)."""
+        return _block_minima(torch.where(blocks > 0.0, blocks, math.inf))
+
+    def refresh(self, index: Any) -> None:
+        """Recompute the nodes above the leaves ``index``, O(log C) tensor ops.
+
+        With the sum tree's ``validate`` on, indices out of ``[0, capacity)`` raise
+        ``IndexError``; otherwise they are clamped into it, which changes nothing (a node
+        recomputed from unchanged leaves keeps its value).
+        """
+        idx = index if isinstance(index, torch.Tensor) else torch.as_tensor(index)
+        if idx.dtype == torch.bool or idx.is_floating_point() or idx.is_complex():
+            raise TypeError(f"index must hold integers, got dtype {idx.dtype}")
+        idx = idx.reshape(-1).to(device=self.device, dtype=torch.int64)
+        if not idx.numel():
+            return
+        if self._sums.validate:
+            lo, hi = (int(v) for v in torch.aminmax(idx))
+            if lo < 0 or hi >= self.capacity:
+                raise index_error(self.capacity, lo, hi)
+        layout = self.layout
+        node = idx.clamp(0, self.capacity - 1) >> 3
+        leaves = self._sums.nodes[layout.leaf_offset:].view(-1, FANOUT)
+        self._level(layout.depth - 1).scatter_(
+            0, node, self._leaf_minima(leaves.index_select(0, node)))
+        for level in range(layout.depth - 2, -1, -1):
+            node = node >> 3
+            children = self._level(level + 1).view(-1, FANOUT).index_select(0, node)
+            self._level(level).scatter_(0, node, _block_minima(children))
+
+    def rebuild(self) -> None:
+        """Recompute every node from the sum tree's leaves (O(capacity), one op per level)."""
+        layout = self.layout
+        bottom = self._leaf_minima(self._sums.nodes[layout.leaf_offset:].view(-1, FANOUT))
+        self._level(layout.depth - 1)[: bottom.shape[0]] = bottom
+        for level in range(layout.depth - 2, -1, -1):
+            parents = _block_minima(self._level(level + 1).view(-1, FANOUT))
+            self._level(level)[: parents.shape[0]] = parents
+
+    def min(self) -> torch.Tensor:
+        """The least positive leaf of the sum tree (``inf`` if none), a 0-d tensor."""
+        return self._nodes[0].clone()
