@@ -23,9 +23,18 @@ MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_s
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` that advances the revision when it returns or raises (a refused write changed
-    nothing, but one that failed half-way may have: observers re-read either way)."""
+    nothing, but one that failed half-way may have: observers re-read either way).
+
+    Only the outermost override advances it: a subclass's ``set`` that calls ``super().set``
+    runs two wrapped methods, and the inner one (not what ``type(self)`` resolves ``set`` to)
+    leaves the bump to the outer one, so one call advances the revision once (a shared
+    storage's bump takes a process lock)."""
+    name = method.__name__
+
     @functools.wraps(method)
     def mutate(self: RevisionTracking, *args: Any, **kwargs: Any) -> Any:
+        if getattr(type(self), name) is not mutate:  # called through super() by an override
+            return method(self, *args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         finally:
