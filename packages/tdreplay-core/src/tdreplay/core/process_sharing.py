@@ -64,27 +64,37 @@ class SpawnChecked:
     """Runs :meth:`check_shareable` when the object is pickled for a process being started.
 
     Mixed into :class:`~tdreplay.core.Storage`, :class:`~tdreplay.core.Sampler` and
-    :class:`~tdreplay.core.Writer`, which implement :meth:`check_shareable` from the capability
-    they declare (``shareable``). The check sits in ``__reduce_ex__``, so a subclass's own
-    ``__getstate__`` cannot skip it; any other pickling or copy goes through unchecked.
+    :class:`~tdreplay.core.Writer`, which declare the capability (``shareable``) and the
+    message that names the remedy for their kind (``not_shareable_message``). The check sits
+    in ``__reduce_ex__``, so a subclass's own ``__getstate__`` cannot skip it; any other
+    pickling or copy goes through unchecked.
 
     Examples
     --------
     >>> import copy
     >>> class Heap(SpawnChecked):
-    ...     def check_shareable(self):
-    ...         raise NotShareableError("a heap in this process's memory")
+    ...     shareable = False
+    ...     not_shareable_message = "{cls}: a heap in this process's memory"
     >>> type(copy.deepcopy(Heap())).__name__  # a copy, not for a process being started
     'Heap'
     >>> Heap().check_shareable()  # what pickling it for a process being started runs
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tdreplay.core.process_sharing.NotShareableError: a heap in this process's memory
+    tdreplay.core.process_sharing.NotShareableError: <class '...Heap'>: a heap in this ...
     """
 
+    #: whether another process may use this object (its state lives where every process sees
+    #: it); each base declares its own default
+    shareable: bool = True
+    #: the :class:`NotShareableError` message when it may not (``{cls}``: its class)
+    not_shareable_message: str = "{cls} cannot be shared between processes."
+
     def check_shareable(self) -> None:
-        """:class:`NotShareableError` naming this object when another process cannot use it
-        (its state lives in this process); nothing here (shareable)."""
+        """:class:`NotShareableError` (``not_shareable_message``) unless this object is
+        ``shareable``: what pickling it for a process being started runs."""
+        if not self.shareable:
+            raise NotShareableError(self.not_shareable_message.format(cls=type(self)))
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         if sending_to_new_process():  # a child being started would get a diverging copy
@@ -97,6 +107,10 @@ class StorageSpawnChecked(SpawnChecked):
     into it), from the storage's ``process_lock``."""
 
     process_lock: Any  # declared with its default (None) on Storage
+    not_shareable_message = (
+        "Cannot share a storage of type {cls} between processes: its items live in this "
+        "process's memory, so another process would read and write its own copy. Use a "
+        "LazyMemmapStorage or a LazyTensorStorage(shared_init=True).")
 
     @property
     def shareable(self) -> bool:
@@ -114,21 +128,3 @@ class StorageSpawnChecked(SpawnChecked):
         False
         """
         return self.process_lock is not None
-
-    def check_shareable(self) -> None:
-        """:class:`NotShareableError` unless this storage is :attr:`shareable` (what pickling
-        it for a process being started runs).
-
-        Examples
-        --------
-        >>> from tdreplay.core import ListStorage
-        >>> ListStorage(4).check_shareable()  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        tdreplay.core.process_sharing.NotShareableError: Cannot share a storage of type ...
-        """
-        if not self.shareable:
-            raise NotShareableError(
-                f"Cannot share a storage of type {type(self)} between processes: its items "
-                "live in this process's memory, so another process would read and write its "
-                "own copy. Use a LazyMemmapStorage or a LazyTensorStorage(shared_init=True).")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ._stateful import StateDictCheckpointMixin
-from .process_sharing import NotShareableError, SpawnChecked
+from .process_sharing import SpawnChecked
 from .storage import Storage
 from .utils import check_batch_size, check_not_empty
 
@@ -55,6 +55,11 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     #: and the sampler itself refuses being pickled for a process being started
     #: (:meth:`check_shareable`, ``process_sharing``)
     shareable: bool = True
+    not_shareable_message = (
+        "Samplers of type {cls} cannot be shared between processes: their state (e.g. "
+        "priority trees) lives in one process. Use TensorDictPrioritizedReplayBuffer(sync=False) "
+        "(or PrioritizedReplayBuffer) instead: worker processes write through a uniform sampler "
+        "and the learner keeps the prioritized one.")
     #: How many times ``sample`` returns an item before the item is consumed (it leaves the
     #: sampleable set until its slot is written again); ``None`` (the default): items are never
     #: consumed. A buffer whose sampler consumes reports :meth:`sampleable_count` as its
@@ -70,28 +75,6 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return ``(index, info)`` for a batch of ``batch_size`` items."""
-
-    def check_shareable(self) -> None:
-        """:class:`~tdreplay.core.NotShareableError` unless this sampler is :attr:`shareable`
-        (what pickling it for a process being started runs).
-
-        Examples
-        --------
-        >>> RandomSampler().check_shareable()  # draws from the storage's length only
-        >>> class Trees(RandomSampler):
-        ...     shareable = False  # e.g. priority trees in this process's memory
-        >>> Trees().check_shareable()  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        tdreplay.core.process_sharing.NotShareableError: Samplers of type ... cannot be shared ...
-        """
-        if not self.shareable:
-            raise NotShareableError(
-                f"Samplers of type {type(self)} cannot be shared between processes: their "
-                "state (e.g. priority trees) lives in one process. Use "
-                "TensorDictPrioritizedReplayBuffer(sync=False) (or PrioritizedReplayBuffer) "
-                "instead: worker processes write through a uniform sampler and the learner keeps "
-                "the prioritized one.")
 
     def extend(self, slots: torch.Tensor) -> None:
         """Called after ``slots`` were written."""

@@ -10,7 +10,7 @@ import torch
 
 from ._stateful import StateDictCheckpointMixin
 from .generations import SlotGenerations, check_generation_table
-from .process_sharing import NotShareableError, SpawnChecked
+from .process_sharing import SpawnChecked
 from .storage import Storage
 from .utils import check_instance, is_int, leading_dim, slice_leading
 
@@ -67,27 +67,11 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     #: their counters, which live in the storage's shared memory when it offers it
     #: (:meth:`register_storage`), are shareable.
     shareable: bool = True
-
-    def check_shareable(self) -> None:
-        """:class:`~tdreplay.core.NotShareableError` unless this writer is :attr:`shareable`
-        (what pickling it for a process being started runs).
-
-        Examples
-        --------
-        >>> RoundRobinWriter().check_shareable()  # its counters follow the storage's
-        >>> class HeapWriter(RoundRobinWriter):
-        ...     shareable = False  # e.g. a heap of ranks in this process's memory
-        >>> HeapWriter().check_shareable()  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        tdreplay.core.process_sharing.NotShareableError: Writers of type ... cannot be shared ...
-        """
-        if not self.shareable:
-            raise NotShareableError(
-                f"Writers of type {type(self)} cannot be shared between processes: their state "
-                "(which rows to write next) lives in one process, so the writes of another "
-                "process would diverge from it. Write from one process, or use a writer that "
-                "keeps only counters (RoundRobinWriter, TensorDictRoundRobinWriter).")
+    not_shareable_message = (
+        "Writers of type {cls} cannot be shared between processes: their state (which rows to "
+        "write next) lives in one process, so the writes of another process would diverge from "
+        "it. Write from one process, or use a writer that keeps only counters (RoundRobinWriter, "
+        "TensorDictRoundRobinWriter).")
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer fills.
