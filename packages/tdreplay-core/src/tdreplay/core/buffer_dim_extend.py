@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from tensordict import is_tensor_collection
+from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from .buffer_items import as_batch
 from .storage import ListStorage, Storage
@@ -194,17 +195,13 @@ def _copies_rows(index: Any) -> bool:
 
 
 def _copy_read(data: Any) -> Any:
-    """``data`` read from a storage with every tensor in it copied (tensors, tensor
-    collections and tuple / list / dict pytrees of them); other objects as they are."""
-    if isinstance(data, torch.Tensor) or is_tensor_collection(data):
-        return data.clone()
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a namedtuple
-        return type(data)(*(_copy_read(x) for x in data))
-    if isinstance(data, (tuple, list)):
-        return type(data)(_copy_read(x) for x in data)
-    if isinstance(data, dict):
-        return {k: _copy_read(v) for k, v in data.items()}
-    return data
+    """``data`` read from a storage with every tensor and tensor collection in it copied
+    (along any pytree of them); other objects as they are."""
+    return tree_map(_clone_tensors, data, is_leaf=is_tensor_collection)
+
+
+def _clone_tensors(leaf: Any) -> Any:
+    return leaf.clone() if isinstance(leaf, torch.Tensor) or is_tensor_collection(leaf) else leaf
 
 
 def _drops_dim(part: Any) -> bool:

@@ -113,7 +113,7 @@ class StorageSpawnChecked(SpawnChecked):
         "LazyMemmapStorage or a LazyTensorStorage(shared_init=True).")
 
     @property
-    def shareable(self) -> bool:
+    def shareable(self) -> bool:  # type: ignore[override]  # derived from process_lock
         """Whether other processes may use this storage: its rows, row count and the writer's
         counters live where every process sees them, which a storage declares with a
         ``process_lock`` (``LazyMemmapStorage``, ``LazyTensorStorage(shared_init=True)``).
