@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import collections
 import copy
+import inspect
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -18,6 +20,22 @@ from tensordict import is_tensor_collection
 Drawn = tuple[Any, dict[str, Any]]
 #: ``draw(batch_size, epoch)``: a batch, or ``None`` when ``epoch`` is no longer current
 DrawFn = Callable[[int, "int | None"], "Drawn | None"]
+
+
+def held_weakly(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:
+    """``fn`` behind a reference that does not keep its owner alive: calling the result gives
+    ``fn``, or ``None`` once a bound method's object is gone. The prefetcher holds its buffer's
+    methods so, or the queue and the buffer would keep each other alive until a gc pass."""
+    if inspect.ismethod(fn):
+        return weakref.WeakMethod(fn)
+    return lambda: fn
+
+
+def _draw_if_alive(draw: Callable[[], DrawFn | None], batch_size: int, epoch: int
+                   ) -> Drawn | None:
+    """A queued job: nothing to draw once the buffer is gone."""
+    fn = draw()
+    return None if fn is None else fn(batch_size, epoch)
 
 
 #: how long saving a buffer waits for the batches being drawn ahead
@@ -84,7 +102,7 @@ class Prefetcher:
 
     def __init__(self, depth: int, on_clear: Callable[[], None] | None = None) -> None:
         self.depth = depth
-        self._on_clear = on_clear if on_clear is not None else self.clear
+        self._on_clear = None if on_clear is None else held_weakly(on_clear)
         self._queue: collections.deque[Future[Drawn | None]] = collections.deque()
         self._executor: ThreadPoolExecutor | None = None
         # serialises the samplers that share the queue; never held together with the buffer
@@ -113,11 +131,12 @@ class Prefetcher:
             if batch_size != self._batch_size:
                 # without a default batch_size, each size asked for: queued batches of another
                 # size cannot be handed out
-                self._on_clear()
+                self._clear_queue()
                 self._batch_size = batch_size
             # top up to depth + 1, hand one out: exactly `depth` batches stay in flight
             while len(queue) < self.depth + 1:
-                queue.append(self._executor.submit(draw, batch_size, self._epoch))
+                queue.append(self._executor.submit(_draw_if_alive, held_weakly(draw),
+                                                   batch_size, self._epoch))
             future = queue.popleft()
             try:
                 drawn = future.result()
@@ -126,7 +145,7 @@ class Prefetcher:
             except BaseException:
                 # the batches queued behind a failed one (e.g. sampled from an empty buffer)
                 # would fail too, or be stale: drop them so the next sample starts afresh
-                self._on_clear()
+                self._clear_queue()
                 raise
             assert fresh is not None  # draw(..., None) always draws
             return fresh
@@ -207,6 +226,11 @@ class Prefetcher:
             future.set_result((detached_copy(data), detached_copy(info)))
             self._queue.append(future)
         self._batch_size = state["batch_size"]
+
+    def _clear_queue(self) -> None:
+        """Drop the queue through ``on_clear`` (while its owner lives), else :meth:`clear`."""
+        on_clear = self._on_clear() if self._on_clear is not None else None
+        (on_clear or self.clear)()
 
     def clear(self) -> None:
         """Drop the queued batches without waiting for them and start a new epoch.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -47,12 +48,15 @@ class _BufferLock:
 
     def __init__(self, buffer: ReplayBuffer) -> None:
         self._thread_lock = threading.RLock()
-        self._buffer = buffer
+        # weak: the buffer holds its lock, and a cycle would keep the buffer (and its storage's
+        # memory) alive after its last reference goes, until a gc pass
+        self._buffer = weakref.ref(buffer)
         self._held: list[Any] = []
 
     def __enter__(self) -> _BufferLock:
         self._thread_lock.acquire()
-        process_lock = self._buffer.storage.process_lock
+        buffer = self._buffer()
+        process_lock = buffer.storage.process_lock if buffer is not None else None
         if process_lock is not None:
             try:
                 process_lock.acquire()
