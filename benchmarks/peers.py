@@ -30,7 +30,8 @@ next.obs[32], next.reward[1], next.done[1] bool}`` (277 bytes) unless said other
   A size whose buffer would not fit in the memory available now is skipped, with the reason.
 
 Rates are the median of three timing windows of ``--seconds / 3`` (``runs`` holds all three),
-by ``_common.rate``; a one-off (a first fill) is timed as one call of ``rate``. ``cpu_rate``
+by ``_common.rate``; a one-off (a first fill) is timed as one call of ``rate``. Each peer's
+library is imported before the first timing. ``cpu_rate``
 is the same rate by this process's CPU time (steadier on a shared machine). torch runs on
 ``--threads`` threads (1 by default: cpprb uses one, and the machine is shared).
 """
@@ -134,6 +135,10 @@ class Peer:
     def info(self) -> dict[str, object]:
         return {}
 
+    def load(self) -> None:
+        """Import the library before any timing: a first fill times the fill, not the import
+        (tdreplay's import loads numba, about 1 s)."""
+
     def convert(self, td: TensorDict) -> Any:
         """``td`` in the form this peer's ``extend`` takes."""
         return td
@@ -162,6 +167,9 @@ class TorchRLLike(Peer):
     def classes(self) -> dict[str, Any]:
         """``CLASSES`` by name."""
         raise NotImplementedError
+
+    def load(self) -> None:
+        self.classes()
 
     def uniform(self, capacity: int, example: Any) -> Handle:
         c = self.classes()
@@ -298,6 +306,9 @@ class CpprbPeer(Peer):
         from importlib.metadata import version
 
         return {"version": version("cpprb"), "numpy": np.__version__}
+
+    def load(self) -> None:
+        import cpprb  # noqa: F401
 
     def convert(self, td: TensorDict) -> dict[str, np.ndarray]:
         return {key: t.numpy() for key, t in flat_tensors(td).items()}
@@ -554,6 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     np.random.seed(0)
     peer = PEERS[args.peer]()
+    peer.load()
     print(json.dumps({"peer_info": {"peer": peer.name, "torch": torch.__version__,
                                     "threads": torch.get_num_threads(), **peer.info()}}),
           flush=True)
