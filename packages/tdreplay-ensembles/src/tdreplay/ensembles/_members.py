@@ -4,7 +4,8 @@ An ensemble (of storages, samplers or writers) holds one member per buffer. Inde
 an int returns that member; with a slice, a sequence or a 1-D integer tensor it returns a new
 ensemble of the selected members. Its state dict is ``{"0": state_of_member_0, ...}`` and its
 checkpoint directory holds ``ensemble.json`` plus one sub-directory per member (``0/``,
-``1/``, ...) written by that member's own ``dumps``.
+``1/``, ...) written by that member's own ``dumps``. It may go to another process only if
+every member may (:class:`MembersShareable`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from tdreplay.core import Sampler, Writer
+from tdreplay.core import NotShareableError, Sampler, Writer
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+from tdreplay.core.process_sharing import SpawnChecked
 
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -172,3 +174,63 @@ def prepare_members(members: Sequence[Any], path: Path, kind: str) -> Callable[[
             install()
 
     return commit
+
+
+class MembersShareable(SpawnChecked):
+    """``shareable`` and ``not_shareable_message`` of an ensemble, from its members.
+
+    Mixed into the three component ensembles before their base (``Sampler``, ``Writer``,
+    ``Storage``), which list their members in ``_sharing_members()``. The ensemble is
+    shareable only if every member is: it holds no state of its own that another process would
+    need to see, so a copy of it is the same ensemble exactly when its members' copies are the
+    same members. Its message names the first member that is not (position and class) and
+    gives that member's own message, which ``check_shareable`` (and so pickling the ensemble
+    for a process being started, or sharing a buffer holding it) raises.
+
+    Examples
+    --------
+    >>> from tdreplay.core import RandomSampler
+    >>> class Pair(MembersShareable):
+    ...     def __init__(self, *members): self.members = members
+    ...     def _sharing_members(self): return self.members
+    >>> class Trees(RandomSampler):
+    ...     shareable = False
+    >>> Pair(RandomSampler(), RandomSampler()).shareable, Pair(RandomSampler(), Trees()).shareable
+    (True, False)
+    >>> Pair(RandomSampler(), Trees()).check_shareable()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.core.process_sharing.NotShareableError: ...: its member 1 (Trees) cannot. Samplers ...
+    """
+
+    def _sharing_members(self) -> Sequence[SpawnChecked]:
+        """The members whose sharing decides the ensemble's."""
+        raise NotImplementedError
+
+    @property
+    def shareable(self) -> bool:
+        """Whether another process may use the ensemble: whether it may use every member."""
+        return all(member.shareable for member in self._sharing_members())
+
+    @shareable.setter
+    def shareable(self, value: bool) -> None:
+        raise AttributeError(f"{type(self).__name__}.shareable follows its members and cannot be "
+                             f"set: set it on a member.")
+
+    @property
+    def not_shareable_message(self) -> str:
+        """What ``check_shareable`` raises: the first member that cannot be shared (position
+        and class) and its own message (``{cls}``: the ensemble's class)."""
+        for position, member in enumerate(self._sharing_members()):
+            try:
+                member.check_shareable()
+            except NotShareableError as err:
+                reason = str(err).replace("{", "{{").replace("}", "}}")
+                return (f"{{cls}} cannot be shared between processes: its member {position} "
+                        f"({type(member).__name__}) cannot. {reason}")
+        return "{cls} cannot be shared between processes."
+
+    @not_shareable_message.setter
+    def not_shareable_message(self, value: str) -> None:
+        raise AttributeError(f"{type(self).__name__}.not_shareable_message names the member "
+                             f"that cannot be shared and cannot be set.")

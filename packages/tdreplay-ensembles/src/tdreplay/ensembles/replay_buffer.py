@@ -24,6 +24,7 @@ from tdreplay.core.utils import check_instance
 from ._members import select_members
 from .collate import stack_parts
 from .sampler import SamplerEnsemble
+from .sharing import EnsembleSharingMixin
 from .storage import StorageEnsemble
 from .writer import WriterEnsemble
 
@@ -98,7 +99,7 @@ def _td_info_writer() -> TensorDictReplayBuffer:
     return _TD_INFO_WRITER[0]
 
 
-class ReplayBufferEnsemble(ReplayBuffer):
+class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
     """An ensemble of replay buffers: one ``sample`` draws from several buffers at once.
 
     It composes a :class:`StorageEnsemble`, a :class:`SamplerEnsemble` and a
@@ -153,6 +154,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
         exceed the number of buffers); defaults to the number of buffers.
     pin_memory, prefetch, generator
         As for :class:`~tdreplay.core.ReplayBuffer`.
+    shared : bool
+        Mark the ensemble and its buffers as used by several processes (:meth:`share`).
 
     Notes
     -----
@@ -164,6 +167,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
       :class:`SamplerEnsemble`; passing them here as well is refused.
     - :meth:`dumps` / :meth:`loads` save and restore every buffer's storage, sampler and writer
       (and the generators) in one atomic checkpoint.
+    - It may go to another process only if every buffer's parts may (see :meth:`share`).
 
     Examples
     --------
@@ -207,6 +211,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         pin_memory: bool = False,
         prefetch: int | None = None,
         generator: torch.Generator | None = None,
+        shared: bool = False,
     ) -> None:
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
@@ -268,6 +273,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
         self._parts_collate = collate_fn if collate_fn is not None else stack_parts
         self._collate_fn = self._collate_parts
         self._lock = _EnsembleLock(self._rbs)
+        if shared:
+            self.share()  # the buffers too, now that they are known
 
     # ---- components -----------------------------------------------------------------------------
     @property
@@ -368,6 +375,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             pin_memory=self._pin_memory,
             prefetch=self._prefetch or None,
             generator=self._rng,
+            shared=self.shared,
         )
 
     def read_all_in_order(self, end: int | None = None) -> Any:

@@ -15,6 +15,7 @@ from tdreplay.core import CheckpointError, Sampler, Storage
 from tdreplay.core.utils import check_batch_size, check_instance
 
 from ._members import (
+    MembersShareable,
     check_members_state_dict,
     dump_members,
     index_parts,
@@ -75,7 +76,7 @@ def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int 
     return value
 
 
-class SamplerEnsemble(Sampler):
+class SamplerEnsemble(MembersShareable, Sampler):
     """The samplers of several buffers, and how a batch is spread over the buffers.
 
     Each call to :meth:`sample` draws ``num_buffer_sampled`` buffers, splits the batch evenly
@@ -104,6 +105,12 @@ class SamplerEnsemble(Sampler):
     that can be drawn (weight > 0) must hold data, so sampling fails the same way whatever
     the draw.
 
+    It is shareable between processes only if every sampler is (``shareable``: not a
+    prioritized sampler, whose trees live in one process); otherwise ``check_shareable()``,
+    pickling it for a process being started and sharing a buffer holding it raise
+    :class:`~tdreplay.core.NotShareableError` naming the sampler (its position and class) and
+    giving its own message.
+
     :meth:`sample` returns the index as a TensorDict of batch size ``[parts, *part_shape]``
     with ``"index"`` (slots in each buffer's storage) and ``"buffer_ids"`` (which buffer each
     slot belongs to), and the samplers' info entries stacked the same way.
@@ -120,6 +127,8 @@ class SamplerEnsemble(Sampler):
     >>> index.batch_size, index["buffer_ids"][:, 0].tolist()
     (torch.Size([2, 3]), [0, 1])
     >>> bool((index["index"][1] < 2).all())
+    True
+    >>> sampler.shareable  # uniform samplers need only their storage's length
     True
     """
 
@@ -149,6 +158,9 @@ class SamplerEnsemble(Sampler):
         self.is_prioritized = any(sampler.is_prioritized for sampler in self._samplers)
 
     # ---- configuration --------------------------------------------------------------------------
+    def _sharing_members(self) -> tuple[Sampler, ...]:
+        return self._samplers
+
     @property
     def samplers(self) -> tuple[Sampler, ...]:
         """The samplers, one per buffer."""

@@ -11,6 +11,7 @@ from tdreplay.core import Compose, Storage, StorageCheckpointerBase, Transform
 from tdreplay.core.transform import as_transform
 
 from ._members import (
+    MembersShareable,
     dump_members,
     index_parts,
     load_members_state_dict,
@@ -58,7 +59,7 @@ def _as_compose(transform: Any, position: int) -> Compose | None:
     return Compose(as_transform(transform))
 
 
-class StorageEnsemble(Storage):
+class StorageEnsemble(MembersShareable, Storage):
     """The storages of several buffers, read as one by a :class:`ReplayBufferEnsemble`.
 
     Parameters
@@ -80,6 +81,13 @@ class StorageEnsemble(Storage):
     - ``len(ensemble)`` is the number of storages, as in TorchRL; ``ensemble[i]`` is the i-th
       storage and ``ensemble[1:]`` a smaller ensemble.
     - ``max_size`` is the sum of the storages' capacities.
+    - It is shareable between processes only if every storage is (``shareable``: a
+      ``LazyMemmapStorage`` or ``LazyTensorStorage(shared_init=True)``, not a ``ListStorage``
+      or a plain tensor storage); otherwise ``check_shareable()``, pickling it for a process
+      being started and sharing a buffer holding it raise
+      :class:`~tdreplay.core.NotShareableError` naming the storage (its position and class)
+      and giving its own message. Each buffer of a :class:`ReplayBufferEnsemble` holds its
+      own storage's process lock; the ensemble has none of its own.
 
     Examples
     --------
@@ -94,6 +102,8 @@ class StorageEnsemble(Storage):
     [(1, ['c', 'a'])]
     >>> len(ensemble), ensemble.max_size
     (2, 20)
+    >>> ensemble.shareable  # list storages keep their items in this process
+    False
     """
 
     _default_checkpointer = StorageEnsembleCheckpointer
@@ -127,6 +137,9 @@ class StorageEnsemble(Storage):
     @property
     def storages(self) -> tuple[Storage, ...]:
         """The storages, one per buffer."""
+        return self._storages
+
+    def _sharing_members(self) -> tuple[Storage, ...]:
         return self._storages
 
     @property

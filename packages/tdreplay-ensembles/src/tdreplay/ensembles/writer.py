@@ -11,6 +11,7 @@ import torch
 from tdreplay.core import Storage, Writer
 
 from ._members import (
+    MembersShareable,
     check_members_state_dict,
     dump_members,
     load_members_state_dict,
@@ -21,12 +22,15 @@ from ._members import (
 from .storage import StorageEnsemble
 
 
-class WriterEnsemble(Writer):
+class WriterEnsemble(MembersShareable, Writer):
     """The writers of several buffers, as one component of a :class:`ReplayBufferEnsemble`.
 
     Writing through it is refused: each writer writes into its own buffer's storage, so extend
     one buffer of the ensemble (``rb[i].extend(...)``). It carries the writers' state into the
-    ensemble's ``state_dict`` and checkpoints.
+    ensemble's ``state_dict`` and checkpoints. It is shareable between processes only if every
+    writer is (``shareable``); otherwise ``check_shareable()``, pickling it for a process being
+    started and sharing a buffer holding it raise :class:`~tdreplay.core.NotShareableError`
+    naming the writer (its position and class) and giving its own message.
 
     Parameters
     ----------
@@ -42,6 +46,8 @@ class WriterEnsemble(Writer):
     >>> writers = WriterEnsemble(w0, w1)
     >>> writers.write_count, writers[0] is w0, len(writers)
     (3, True, 2)
+    >>> writers.shareable  # round-robin writers keep only counters
+    True
     """
 
     def __init__(self, *writers: Writer) -> None:
@@ -59,6 +65,9 @@ class WriterEnsemble(Writer):
     @property
     def writers(self) -> tuple[Writer, ...]:
         """The writers, one per buffer."""
+        return self._writers
+
+    def _sharing_members(self) -> tuple[Writer, ...]:
         return self._writers
 
     def register_storage(self, storage: Storage) -> None:
