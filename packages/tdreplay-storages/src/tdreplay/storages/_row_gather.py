@@ -10,6 +10,9 @@ every leaf numpy has no dtype for (``bfloat16``, ...), every leaf off the CPU, a
 ``torch.compile`` traces. Both give the same values, dtype and shape; the result is an ordinary
 tensor that owns its memory either way.
 
+The gather calls the array's ``take`` method: the ``numpy.take`` function dispatches to it at a
+cost of 2-3 us per leaf (``sample(256)`` of two leaves: 7.8-10.5 -> 5.1 us).
+
 A numpy view is checked against its leaf's data pointer before each use: a leaf whose memory
 moved (``share_memory_()``, which torch also calls when a tensor is sent to another process)
 gets a new view, never a read of the memory it left.
@@ -70,7 +73,7 @@ class RowGather:
             if host is not None and (one_thread or n * self.row_numel[i] < PARALLEL_GRAIN):
                 if leaf.data_ptr() != self.pointers[i]:  # the leaf's memory moved
                     host = self._renew_view(i)
-                out.append(torch.from_numpy(np.take(host, index, axis=0)))
+                out.append(torch.from_numpy(host.take(index, axis=0)))
             else:
                 out.append(torch.index_select(leaf, 0, slots))
         return out
