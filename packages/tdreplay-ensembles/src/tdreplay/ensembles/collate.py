@@ -1,7 +1,9 @@
-"""``stack_parts``: the default way a :class:`ReplayBufferEnsemble` joins its parts."""
+"""How a :class:`ReplayBufferEnsemble` makes one batch of its parts: ``stack_parts`` (the default
+join) and ``PartsCollate`` (each part collated and transformed by its buffer, then joined)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensordict import is_tensor_collection
@@ -32,3 +34,38 @@ def stack_parts(parts: list[Any]) -> Any:
             not is_tensor_collection(p) or p.batch_size != parts[0].batch_size for p in parts):
         return parts
     return stack_items(parts)
+
+
+class PartsCollate:
+    """Collate each ``(buffer_id, items)`` part with its buffer's ``collate_fn`` and transform,
+    then join the parts with ``join``.
+
+    It holds the member buffers, not the ensemble: an ensemble keeping a bound method of its own
+    here would sit in a reference cycle, and its storages' memory would outlive its last
+    reference until a gc pass.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rbs = [ReplayBuffer(storage=ListStorage(4)), ReplayBuffer(storage=ListStorage(4))]
+    >>> collate = PartsCollate(rbs, [rb.collate_fn for rb in rbs], stack_parts)
+    >>> collate([(0, [torch.tensor(1.0)]), (1, [torch.tensor(2.0)])]).tolist()
+    [[1.0], [2.0]]
+    """
+
+    def __init__(self, buffers: Sequence[Any], collate_fns: Sequence[Callable[[Any], Any]],
+                 join: Callable[[list[Any]], Any]) -> None:
+        self.buffers = tuple(buffers)
+        self.collate_fns = list(collate_fns)
+        self.join = join
+
+    def __call__(self, parts: list[tuple[int, Any]]) -> Any:
+        batch = []
+        for buffer_id, items in parts:
+            data = self.collate_fns[buffer_id](items)
+            transform = self.buffers[buffer_id].transform
+            if len(transform):
+                data = transform(data)
+            batch.append(data)
+        return self.join(batch)

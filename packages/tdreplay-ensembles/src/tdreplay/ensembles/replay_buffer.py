@@ -22,7 +22,7 @@ from tdreplay.core import (
 from tdreplay.core.utils import check_instance
 
 from ._members import select_members
-from .collate import stack_parts
+from .collate import PartsCollate, stack_parts
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
 from .storage import StorageEnsemble
@@ -271,7 +271,7 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
         self._rbs: tuple[ReplayBuffer, ...] = tuple(buffers)
         self._collate_fns: list[Callable[[Any], Any]] = list(collate_fns)
         self._parts_collate = collate_fn if collate_fn is not None else stack_parts
-        self._collate_fn = self._collate_parts
+        self._collate_fn = PartsCollate(self._rbs, self._collate_fns, self._parts_collate)
         self._lock = _EnsembleLock(self._rbs)
         if shared:
             self.share()  # the buffers too, now that they are known
@@ -355,7 +355,7 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
                 return self._rbs[positions][rest]
             with self._lock:
                 parts = [(i, self._storage_ensemble.storages[i][rest]) for i in positions]
-            data = self._collate_parts(parts)
+            data = self._collate_fn(parts)
             if len(self._transform):
                 data = self._transform(data)
             return data
@@ -381,17 +381,6 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Every buffer's contents in physical order (``rb[:, :end]``), joined."""
         return self[slice(None), slice(None, end)]
-
-    def _collate_parts(self, parts: list[tuple[int, Any]]) -> Any:
-        """Collate and transform each ``(buffer_id, items)`` part, then join the parts."""
-        batch = []
-        for buffer_id, items in parts:
-            data = self._collate_fns[buffer_id](items)
-            transform = self._rbs[buffer_id].transform
-            if len(transform):
-                data = transform(data)
-            batch.append(data)
-        return self._parts_collate(batch)
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         index = info.get("index")
