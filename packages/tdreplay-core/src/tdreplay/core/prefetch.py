@@ -25,7 +25,23 @@ DrawFn = Callable[[int, "int | None"], "Drawn | None"]
 def held_weakly(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:
     """``fn`` behind a reference that does not keep its owner alive: calling the result gives
     ``fn``, or ``None`` once a bound method's object is gone. The prefetcher holds its buffer's
-    methods so, or the queue and the buffer would keep each other alive until a gc pass."""
+    methods so, or the queue and the buffer would keep each other alive until a gc pass.
+
+    Examples
+    --------
+    >>> class Owner:
+    ...     def clear(self):
+    ...         return "cleared"
+    >>> owner = Owner()
+    >>> ref = held_weakly(owner.clear)
+    >>> ref()()
+    'cleared'
+    >>> del owner
+    >>> ref() is None
+    True
+    >>> held_weakly(len)()("abc")  # a plain function is held as is
+    3
+    """
     if inspect.ismethod(fn):
         return weakref.WeakMethod(fn)
     return lambda: fn
