@@ -56,45 +56,6 @@ if hasattr(os, "register_at_fork"):  # POSIX; where it is missing no process for
     os.register_at_fork(after_in_child=_renew_pid)
 
 
-def check_storage_shareable(storage: Storage) -> None:
-    """:class:`NotShareableError` unless ``storage`` shares its rows between processes
-    (:meth:`Storage.check_shareable <tdreplay.core.Storage.check_shareable>`).
-
-    Examples
-    --------
-    >>> from tdreplay.core import ListStorage
-    >>> check_storage_shareable(ListStorage(4))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    tdreplay.core.process_sharing.NotShareableError: Cannot share a storage of type ...
-    """
-    storage.check_shareable()
-
-
-def check_sampler_shareable(sampler: Sampler) -> None:
-    """:class:`NotShareableError` unless ``sampler`` can draw in several processes
-    (:meth:`Sampler.check_shareable <tdreplay.core.Sampler.check_shareable>`)."""
-    sampler.check_shareable()
-
-
-def check_writer_shareable(writer: Writer) -> None:
-    """:class:`NotShareableError` unless ``writer`` can write from several processes
-    (:meth:`Writer.check_shareable <tdreplay.core.Writer.check_shareable>`).
-
-    Examples
-    --------
-    >>> from tdreplay.core import RoundRobinWriter
-    >>> check_writer_shareable(RoundRobinWriter())  # its counters follow the storage's
-    >>> class HeapWriter(RoundRobinWriter):
-    ...     shareable = False  # e.g. a heap of ranks in this process's memory
-    >>> check_writer_shareable(HeapWriter())  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    tdreplay.core.process_sharing.NotShareableError: Writers of type ... cannot be shared ...
-    """
-    writer.check_shareable()
-
-
 def share_transform(transform: Transform) -> None:
     """Move the write state of ``transform`` (and of every transform it holds) to shared
     memory; ``RuntimeError`` for one that keeps write state it cannot share."""
@@ -149,8 +110,8 @@ class SharingMixin:
             raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
                              "shared=False.")
         if shared and self.initialized:
-            check_sampler_shareable(self._sampler)
-            check_writer_shareable(self._writer)
+            self._sampler.check_shareable()
+            self._writer.check_shareable()
             share_transform(self._transform)
         self.shared = bool(shared)
         self.__dict__.setdefault("_owner_pid", os.getpid())
@@ -172,6 +133,6 @@ class SharingMixin:
     def check_shareable(self) -> None:
         """:class:`NotShareableError` naming the part (storage, sampler, writer) that cannot be
         used by another process; what the buffer runs when it goes to one."""
-        check_storage_shareable(self._storage)
-        check_sampler_shareable(self._sampler)
-        check_writer_shareable(self._writer)
+        self._storage.check_shareable()
+        self._sampler.check_shareable()
+        self._writer.check_shareable()

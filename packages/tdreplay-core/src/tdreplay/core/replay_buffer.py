@@ -552,10 +552,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         data (a sample written back, or an item added twice, has the storage's keys).
         ``present``: ``td.keys()`` when the caller has it already."""
         present = td.keys() if present is None else present
-        bookkeeping: list[str] = []
-        for key in ("index", *self._sampler.info_keys, *self._writer.info_keys):
-            if key in present:
-                bookkeeping.append(key)
+        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
+                       if k in present]
         return td.exclude(*bookkeeping) if bookkeeping else td
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:

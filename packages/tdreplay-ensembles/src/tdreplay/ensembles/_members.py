@@ -177,15 +177,15 @@ def prepare_members(members: Sequence[Any], path: Path, kind: str) -> Callable[[
 
 
 class MembersShareable(SpawnChecked):
-    """``shareable`` and ``not_shareable_message`` of an ensemble, from its members.
+    """``shareable`` and ``check_shareable`` of an ensemble, from its members.
 
     Mixed into the three component ensembles before their base (``Sampler``, ``Writer``,
     ``Storage``), which list their members in ``_sharing_members()``. The ensemble is
     shareable only if every member is: it holds no state of its own that another process would
     need to see, so a copy of it is the same ensemble exactly when its members' copies are the
-    same members. Its message names the first member that is not (position and class) and
-    gives that member's own message, which ``check_shareable`` (and so pickling the ensemble
-    for a process being started, or sharing a buffer holding it) raises.
+    same members. ``check_shareable`` (run when the ensemble is pickled for a process being
+    started, or a buffer holding it is shared) names the first member that is not (position
+    and class) and gives that member's own message.
 
     Examples
     --------
@@ -217,20 +217,13 @@ class MembersShareable(SpawnChecked):
         raise AttributeError(f"{type(self).__name__}.shareable follows its members and cannot be "
                              f"set: set it on a member.")
 
-    @property
-    def not_shareable_message(self) -> str:
-        """What ``check_shareable`` raises: the first member that cannot be shared (position
-        and class) and its own message (``{cls}``: the ensemble's class)."""
+    def check_shareable(self) -> None:
+        """:class:`~tdreplay.core.NotShareableError` naming the first member that cannot be
+        shared (position and class) and giving its own message; nothing if every member can."""
         for position, member in enumerate(self._sharing_members()):
             try:
                 member.check_shareable()
             except NotShareableError as err:
-                reason = str(err).replace("{", "{{").replace("}", "}}")
-                return (f"{{cls}} cannot be shared between processes: its member {position} "
-                        f"({type(member).__name__}) cannot. {reason}")
-        return "{cls} cannot be shared between processes."
-
-    @not_shareable_message.setter
-    def not_shareable_message(self, value: str) -> None:
-        raise AttributeError(f"{type(self).__name__}.not_shareable_message names the member "
-                             f"that cannot be shared and cannot be set.")
+                raise NotShareableError(
+                    f"{type(self)} cannot be shared between processes: its member {position} "
+                    f"({type(member).__name__}) cannot. {err}") from err

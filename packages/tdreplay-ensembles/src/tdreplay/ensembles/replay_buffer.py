@@ -269,9 +269,10 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
                     storages.storages, samplers.samplers, writers.writers, transforms, collate_fns)
             ]
         self._rbs: tuple[ReplayBuffer, ...] = tuple(buffers)
-        self._collate_fns: list[Callable[[Any], Any]] = list(collate_fns)
-        self._parts_collate = collate_fn if collate_fn is not None else stack_parts
-        self._collate_fn = PartsCollate(self._rbs, self._collate_fns, self._parts_collate)
+        # joins the parts; the collate_fn and collate_fns properties read it back
+        self._parts = PartsCollate(self._rbs, collate_fns,
+                                   collate_fn if collate_fn is not None else stack_parts)
+        self._collate_fn = self._parts
         self._lock = _EnsembleLock(self._rbs)
         if shared:
             self.share()  # the buffers too, now that they are known
@@ -285,12 +286,12 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
     @property
     def collate_fn(self) -> Callable[[list[Any]], Any]:
         """The function joining the parts of a batch."""
-        return self._parts_collate
+        return self._parts.join
 
     @property
     def collate_fns(self) -> list[Callable[[Any], Any]]:
         """The ``collate_fn`` of each buffer."""
-        return list(self._collate_fns)
+        return list(self._parts.collate_fns)
 
     @staticmethod
     def _refuse_replace(method: str) -> RuntimeError:
@@ -367,8 +368,8 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
             *(self._rbs[i] for i in positions),
             transform=self._transform,
             batch_size=self._batch_size,
-            collate_fn=self._parts_collate,
-            collate_fns=[self._collate_fns[i] for i in positions],
+            collate_fn=self._parts.join,
+            collate_fns=[self._parts.collate_fns[i] for i in positions],
             p=None if p is None else p[positions],
             sample_from_all=self._sampler_ensemble.sample_from_all,
             num_buffer_sampled=self._sampler_ensemble.requested_num_buffer_sampled,
@@ -437,4 +438,4 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
         writers = textwrap.indent(f"writers={self._writer!r}", " " * 4)
         return (f"{type(self).__name__}(\n{storages},\n{samplers},\n{writers},\n"
                 f"batch_size={self._batch_size},\ntransform={self._transform!r},\n"
-                f"collate_fn={_callable_name(self._parts_collate)})")
+                f"collate_fn={_callable_name(self._parts.join)})")

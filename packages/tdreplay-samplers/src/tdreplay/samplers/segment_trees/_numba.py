@@ -41,6 +41,13 @@ def _aligned_array(size: int, value: float) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # trees
 # ---------------------------------------------------------------------------------------------
+def _realigned(nodes: np.ndarray) -> np.ndarray:
+    """A copy of ``nodes`` on a cache-line boundary (an unpickled array may start anywhere)."""
+    aligned = _aligned_array(nodes.shape[0], 0.0)
+    aligned[:] = nodes
+    return aligned
+
+
 def _as_numpy(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
@@ -87,11 +94,8 @@ class _NumbaTree(SegmentTree):
         self._tree = _aligned_array(self._layout.size, self.identity)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # an unpickled array may start anywhere: copy it back onto a cache-line boundary
         self.__dict__.update(state)
-        tree = _aligned_array(self._tree.shape[0], 0.0)
-        tree[:] = state["_tree"]
-        self._tree = tree
+        self._tree = _realigned(self._tree)
 
     @property
     def nodes(self) -> np.ndarray:
@@ -283,11 +287,8 @@ class NumbaMinOverSumTree(MinOverSumTree):
         self.rebuild()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # an unpickled array may start anywhere: copy it back onto a cache-line boundary
         self.__dict__.update(state)
-        nodes = _aligned_array(self._nodes.shape[0], 0.0)
-        nodes[:] = state["_nodes"]
-        self._nodes = nodes
+        self._nodes = _realigned(self._nodes)
 
     @property
     def nodes(self) -> np.ndarray:

@@ -34,6 +34,32 @@ def _block_minima(blocks: torch.Tensor) -> torch.Tensor:
     return torch.minimum(duo[:, 0], duo[:, 1])
 
 
+def _as_tensor(x: Any) -> torch.Tensor:
+    """``x`` as a tensor (a tensor detached; a numpy array made contiguous first)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, np.ndarray):
+        return torch.as_tensor(np.ascontiguousarray(x))
+    return torch.as_tensor(x)
+
+
+def _flat_index(index: Any, capacity: int, device: torch.device, validate: bool
+                ) -> tuple[torch.Tensor, torch.Size]:
+    """``(index as a flat int64 tensor on device, its original shape)``; ``TypeError`` unless
+    it holds integers and, with ``validate``, ``IndexError`` unless they lie in
+    ``[0, capacity)`` (checked on the host)."""
+    t = _as_tensor(index)
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise TypeError(f"index must hold integers, got dtype {t.dtype}")
+    shape = t.shape
+    t = t.reshape(-1).to(device=device, dtype=torch.int64)
+    if validate and t.numel():
+        lo, hi = (int(v) for v in torch.aminmax(t))
+        if lo < 0 or hi >= capacity:
+            raise index_error(capacity, lo, hi)
+    return t, shape
+
+
 def _below(x: torch.Tensor) -> torch.Tensor:
     """``nextafter(x, -inf)`` for float64 ``x > 0``, as the numba kernels compute it (bits - 1)."""
     return (x.view(torch.int64) - 1).view(torch.float64)
@@ -113,25 +139,12 @@ class _TorchTree(SegmentTree):
 
     # -- conversions --------------------------------------------------------------------------
     def _as_tensor(self, x: Any) -> torch.Tensor:
-        if isinstance(x, torch.Tensor):
-            return x.detach()
-        if isinstance(x, np.ndarray):
-            return torch.as_tensor(np.ascontiguousarray(x))
-        return torch.as_tensor(x)
+        return _as_tensor(x)
 
     def _index(self, index: Any) -> tuple[torch.Tensor, torch.Size, torch.Tensor | None]:
         """Return ``(flat int64 index on device, original shape, valid mask or None)``."""
-        t = self._as_tensor(index)
-        if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
-            raise TypeError(f"index must hold integers, got dtype {t.dtype}")
-        shape = t.shape
-        t = t.reshape(-1).to(device=self.device, dtype=torch.int64)
+        t, shape = _flat_index(index, self.capacity, self.device, self.validate)
         if self.validate:
-            if t.numel():
-                lo_t, hi_t = torch.aminmax(t)
-                lo, hi = int(lo_t), int(hi_t)
-                if lo < 0 or hi >= self.capacity:
-                    raise self._index_error(lo, hi)
             return t, shape, None
         return t, shape, (t >= 0) & (t < self.capacity)
 
@@ -386,16 +399,9 @@ class TorchMinOverSumTree(MinOverSumTree):
         ``IndexError``; otherwise they are clamped into it, which changes nothing (a node
         recomputed from unchanged leaves keeps its value).
         """
-        idx = index if isinstance(index, torch.Tensor) else torch.as_tensor(index)
-        if idx.dtype == torch.bool or idx.is_floating_point() or idx.is_complex():
-            raise TypeError(f"index must hold integers, got dtype {idx.dtype}")
-        idx = idx.reshape(-1).to(device=self.device, dtype=torch.int64)
+        idx, _ = _flat_index(index, self.capacity, self.device, self._sums.validate)
         if not idx.numel():
             return
-        if self._sums.validate:
-            lo, hi = (int(v) for v in torch.aminmax(idx))
-            if lo < 0 or hi >= self.capacity:
-                raise index_error(self.capacity, lo, hi)
         layout = self.layout
         node = idx.clamp(0, self.capacity - 1) >> 3
         leaves = self._sums.nodes[layout.leaf_offset:].view(-1, FANOUT)
