@@ -39,6 +39,18 @@ def test_numpy_takes_the_leaves_it_can_see_and_torch_the_others():
     assert gather.row_numel == [2, 1, 1]
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_leaves_numpy_cannot_see_mixed_with_those_it_can(monkeypatch, threads):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    leaves = [_leaf(torch.float32, (30, 2)), _leaf(torch.bfloat16, (30,)),
+              _leaf(torch.int64, (30, 3))]
+    gather = RowGather(leaves)
+    assert gather.all_views is None  # the bfloat16 leaf: not every leaf has a view
+    slots = torch.tensor([29, 0, 3, 3])
+    for leaf, rows in zip(leaves, gather.take(slots)):
+        assert rows.dtype is leaf.dtype and torch.equal(rows, leaf[slots])
+
+
 def test_rows_are_copies_that_own_their_memory():
     leaf = torch.arange(10.0).reshape(5, 2)
     rows = RowGather([leaf]).take(torch.tensor([1, 3]))[0]

@@ -34,6 +34,8 @@ import torch
 
 __all__ = ["PARALLEL_GRAIN", "RowGather"]
 
+_data_ptr = torch.Tensor.data_ptr
+
 #: torch's intra-op grain (``at::internal::GRAIN_SIZE``): ops on fewer elements run on one
 #: thread, so numpy's single-threaded take loses nothing below it.
 PARALLEL_GRAIN = 32768
@@ -54,33 +56,33 @@ class RowGather:
 
     def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
         self.leaves = list(leaves)
+        #: elements per row of each leaf (a gather of ``n`` rows copies ``n`` times as many)
+        self.row_numel = [leaf[0].numel() if leaf.shape[0] else 0 for leaf in self.leaves]
+        self._make_views()
+
+    def _make_views(self) -> None:
         self.host = [_host_view(leaf) for leaf in self.leaves]
         #: where each leaf's memory was when its view was made
         self.pointers = [leaf.data_ptr() for leaf in self.leaves]
-        #: elements per row of each leaf (a gather of ``n`` rows copies ``n`` times as many)
-        self.row_numel = [leaf[0].numel() if leaf.shape[0] else 0 for leaf in self.leaves]
+        #: the views of all leaves when numpy sees every one (one thread reads them all with
+        #: ``take``: the lean path), else None
+        views = [host for host in self.host if host is not None]
+        self.all_views = views if len(views) == len(self.host) else None
 
     def take(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The rows at ``slots`` (a 1-D int64 tensor on the leaves' device, unchecked) of
         every leaf, in order."""
-        n = slots.shape[0]
-        if torch.compiler.is_compiling() or slots.device.type != "cpu":
+        if not slots.is_cpu or torch.compiler.is_compiling():
             return [torch.index_select(leaf, 0, slots) for leaf in self.leaves]
-        one_thread = torch.get_num_threads() == 1
+        if list(map(_data_ptr, self.leaves)) != self.pointers:  # a leaf's memory moved
+            self._make_views()
         index = slots.numpy()
-        out = []
-        for i, (leaf, host) in enumerate(zip(self.leaves, self.host)):
-            if host is not None and (one_thread or n * self.row_numel[i] < PARALLEL_GRAIN):
-                if leaf.data_ptr() != self.pointers[i]:  # the leaf's memory moved
-                    host = self._renew_view(i)
-                out.append(torch.from_numpy(host.take(index, axis=0)))
-            else:
-                out.append(torch.index_select(leaf, 0, slots))
-        return out
-
-    def _renew_view(self, i: int) -> np.ndarray:
-        leaf = self.leaves[i]
-        host = _host_view(leaf)
-        assert host is not None  # the same tensor, the same dtype and device
-        self.host[i], self.pointers[i] = host, leaf.data_ptr()
-        return host
+        one_thread = torch.get_num_threads() == 1
+        views = self.all_views
+        if one_thread and views is not None:
+            return [torch.from_numpy(view.take(index, 0)) for view in views]
+        n = slots.shape[0]
+        return [torch.from_numpy(host.take(index, 0))
+                if host is not None and (one_thread or n * numel < PARALLEL_GRAIN)
+                else torch.index_select(leaf, 0, slots)
+                for leaf, host, numel in zip(self.leaves, self.host, self.row_numel)]
