@@ -371,6 +371,35 @@ def test_sample_errors(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_draws_beyond_the_written_slots_raise(backend):
+    # the sampler was told of 8 slots, the storage holds 4: a draw of an unwritten slot is
+    # refused by the sampler itself (buffers then read its draws without checking them again)
+    sampler, storage = make(backend, 8, 4)
+    sampler.extend(torch.arange(4, 8))
+    assert sampler.draws_written_slots
+    total = sampler.total_priority
+    with pytest.raises(IndexError, match=r"drew slot [4-7], but the storage holds 4 written"):
+        sampler.sample(storage, 64)
+    assert sampler.total_priority == total  # nothing changed
+    storage.set(torch.arange(4, 8), list(range(4, 8)))
+    index, _ = sampler.sample(storage, 64)
+    assert int(index.max()) >= 4 and int(index.min()) >= 0
+
+
+def test_draws_written_slots_needs_the_sampler_own_sample():
+    class Reordering(PrioritizedSampler):
+        def sample(self, storage, batch_size):
+            index, info = super().sample(storage, batch_size)
+            return index.flip(0), info
+
+    for sampler in (PrioritizedSampler(4, 1.0, 1.0), Reordering(4, 1.0, 1.0)):
+        assert not sampler.draws_written_slots  # no trees yet
+        sampler.extend(torch.arange(2))
+    assert PrioritizedSampler(4, 1.0, 1.0).draws_written_slots is False
+    assert sampler.draws_written_slots is False  # the subclass is not taken on trust
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_storage_filled_before_the_sampler_saw_it(backend):
     storage = TensorStorage(torch.arange(6.0))  # a dataset: every slot written
     sampler = PrioritizedSampler(6, alpha=1.0, beta=1.0, backend=backend)

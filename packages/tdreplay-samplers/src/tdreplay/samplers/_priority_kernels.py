@@ -30,8 +30,8 @@ from ._priority_values import (
 )
 from .segment_trees import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
 
-__all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_update",
-           "excluded", "kernels_for", "uniform"]
+__all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_drawn",
+           "check_update", "excluded", "kernels_for", "uniform"]
 
 _CPU = torch.device("cpu")
 #: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
@@ -65,6 +65,26 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
                          "the max priority). Nothing was updated.")
 
 
+def check_drawn(top: int, written: int) -> None:
+    """``IndexError`` when ``top``, the largest slot drawn, is not among the ``written`` slots
+    of the storage: the trees hold priorities the storage has no item for (it was emptied or
+    written without the sampler). What lets buffers read the draws unchecked.
+
+    Examples
+    --------
+    >>> check_drawn(3, written=4)
+    >>> try:
+    ...     check_drawn(4, written=4)
+    ... except IndexError as err:
+    ...     print(str(err)[:46])
+    the sampler drew slot 4, but the storage holds
+    """
+    if top >= written:
+        raise IndexError(f"the sampler drew slot {top}, but the storage holds {written} written "
+                         "slots: its priorities are out of step with the storage (was the "
+                         "storage emptied or written without the sampler?).")
+
+
 class PriorityKernels(abc.ABC):
     """What a prioritized sampler does to its :class:`~._priority_state.PriorityState`."""
 
@@ -77,11 +97,13 @@ class PriorityKernels(abc.ABC):
 
     @abc.abstractmethod
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
-             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Slots for the uniform draws ``u`` (float64 in ``[0, 1)``), with their importance
         weights ``(p_i / p_min) ** -beta`` (``dtype``, computed in log space so that extreme
         ratios do not overflow) and int64 write generations. ``stratified``: draw ``i`` falls
-        in the ``i``-th of ``len(u)`` equal parts of the mass."""
+        in the ``i``-th of ``len(u)`` equal parts of the mass. Draws on the host are checked
+        against ``written``, the storage's written slots (:func:`check_drawn`); device draws
+        are not (that would wait for the device)."""
 
     @abc.abstractmethod
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
@@ -117,7 +139,7 @@ class NumbaKernels(PriorityKernels):
             sum_tree.offsets, index, float(leaf))
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
-             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # the same draws and float64 operations as the torch kernels: both backends draw the
         # same slots for the same generator state (the weights may differ in the last bit:
         # libm's exp and log against torch's)
@@ -127,9 +149,10 @@ class NumbaKernels(PriorityKernels):
         weight = np.empty(n, dtype=_KERNEL_WEIGHTS.get(dtype, np.float64))
         gen = np.empty(n, dtype=np.int64)
         sum_tree, min_tree, _ = _numba_trees(state)
-        fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
-                            state.host_generation, math.log(min_tree.nodes[0]), beta, index,
-                            weight, gen)
+        top = fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
+                                  state.host_generation, math.log(min_tree.nodes[0]), beta,
+                                  index, weight, gen)
+        check_drawn(top, written)
         weights = torch.from_numpy(weight)
         return (torch.from_numpy(index), weights if dtype in _KERNEL_WEIGHTS else
                 weights.to(dtype), torch.from_numpy(gen))
@@ -143,7 +166,8 @@ class NumbaKernels(PriorityKernels):
         # torch's pow, as the torch kernels (same trees); the kernel clamps to TINY as
         # leaf_values does
         leaf = (reduced + eps).pow_(alpha)
-        index_np, raw_np = index.numpy(), raw.reshape(-1).numpy()
+        index_np = index.numpy()
+        raw_np = (raw if raw.ndim == 1 else raw.reshape(-1)).numpy()  # a reshape view: 1 us
         reduced_np = raw_np if reduced is raw else reduced.numpy()
         tok = token.to(_CPU).contiguous().numpy() if token is not None else index_np
         sum_tree, min_tree, max_tree = _numba_trees(state)
@@ -174,7 +198,7 @@ class TorchKernels(PriorityKernels):
             state.max_tree.update(slots, math.inf)
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
-             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = u.shape[0]
         if stratified:
             u = (torch.arange(n, dtype=torch.float64, device=state.device) + u) / n
@@ -185,6 +209,8 @@ class TorchKernels(PriorityKernels):
         assert isinstance(leaf, torch.Tensor)
         log_min = torch.log(torch.as_tensor(state.min_tree.min()))
         weight = torch.exp((torch.log(leaf) - log_min) * -beta)
+        if index.is_cpu:  # no device sync
+            check_drawn(int(index.max()), written)
         return index, weight.to(dtype), state.generation.index_select(0, index).long()
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,

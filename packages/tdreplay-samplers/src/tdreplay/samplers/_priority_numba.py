@@ -46,7 +46,7 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_ind
                   out_gen):  # pragma: no cover - compiled
     """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
     -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
-    write generations.
+    write generations; returns the largest slot drawn (``-1`` for no draw).
 
     The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
     the same float64 operations as the torch path, so both backends draw the same slots.
@@ -61,10 +61,14 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_ind
         else:
             masses[i] = u[i] * total
     scan(sum_nodes, offsets, masses, out_index)
+    top = -1
     for i in range(n):
         slot = out_index[i]
         out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
         out_gen[i] = gen[slot]
+        if slot > top:
+            top = slot
+    return top
 
 
 @njit(cache=False, nogil=True, inline="always")

@@ -118,8 +118,7 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         host sync there; bad updates are then dropped on the device instead). Numba trees always
         validate.
     replacement : bool
-        TorchRL's ``replacement=``: there is no prioritized sampler without replacement, so
-        ``False`` raises a ``TypeError`` (as in TorchRL).
+        TorchRL's: no prioritized sampler draws without replacement, ``False`` raises TypeError.
 
     Examples
     --------
@@ -137,6 +136,8 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
     5.0
     >>> round(rb.sampler.total_priority, 6), rb.sampler.min_priority   # sum, min of p_i
     (5.0, 1e-08)
+    >>> rb.sampler.draws_written_slots  # CPU trees: the buffer reads their draws unchecked
+    True
     """
 
     is_prioritized = True
@@ -340,15 +341,22 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         and ``info["write_generation"]`` the write generation of every drawn slot.
         """
         check_batch_size(batch_size)
-        check_not_empty(storage)
+        written = check_not_empty(storage)
         state = self._ensure_state(storage)
         if state.device.type == "cpu" and not float(state.sum_tree.total()) > 0.0:
             raise RuntimeError("no written slot has a priority: the sampler was not told about "
                                "the storage's items (extend the buffer through the sampler).")
         index, weight, gen = kernels_for(state).draw(
             state, uniform(batch_size, state.device, self._rng), self.stratified, self._beta,
-            self._dtype)
+            self._dtype, written)
         return index, {PRIORITY_WEIGHT_KEY: weight, WRITE_GENERATION_KEY: gen}
+
+    @property
+    def draws_written_slots(self) -> bool:  # type: ignore[override]
+        """True with CPU trees, whose draws are checked as drawn (see the class example); False
+        before the trees exist, with device trees, or in a subclass overriding :meth:`sample`."""
+        own = type(self).sample is PrioritizedSampler.sample
+        return own and self._state is not None and self._state.device.type == "cpu"
 
     # ---- priority updates --------------------------------------------------------------------
     def update_priority(
