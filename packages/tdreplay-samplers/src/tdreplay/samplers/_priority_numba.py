@@ -7,6 +7,9 @@ They work on the flat node arrays the numba trees expose (``tree.nodes``, ``tree
 and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba_kernels`), so
 the results are exactly those of the tree methods; what they save is the Python overhead of
 several checked tree calls per step, which dominates at small batch sizes.
+
+They compile in each process (not kept on disk: numba would not see a change of the tree
+kernels they call, see :mod:`._kernel_cache`); the tree kernels they call load from disk.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
 _TINY = float(np.finfo(np.float64).tiny)
 
 
-@njit(cache=False, nogil=True)
+@njit(nogil=True)
 def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
                   leaf):  # pragma: no cover - compiled
     """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum tree (and the
@@ -41,7 +44,7 @@ def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
         update_min(max_nodes, offsets, index, values)
 
 
-@njit(cache=False, nogil=True)
+@njit(nogil=True)
 def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
                   out_gen):  # pragma: no cover - compiled
     """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
@@ -71,14 +74,14 @@ def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_ind
     return top
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _clamped(leaf):  # pragma: no cover - compiled
     """``leaf`` clamped to at least the smallest normal float64 (NaN stays NaN, as torch's
     ``clamp_min``)."""
     return _TINY if leaf < _TINY else leaf
 
 
-@njit(cache=False, nogil=True)
+@njit(nogil=True)
 def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n_written, gen,
                   index, raw, priority, leaf, leaf_max, token,
                   has_token):  # pragma: no cover - compiled

@@ -58,6 +58,8 @@ import numpy as np
 import torch
 from numba import njit
 
+from ._kernel_cache import on_disk
+
 # record columns
 LANE, START, LEN, NEXT, DPOS = range(5)
 # lane columns
@@ -73,7 +75,8 @@ _BLOCK = 1 << 22  # steps read from the storage at once during a rebuild
 # ---------------------------------------------------------------------------------------------
 # compiled kernels
 # ---------------------------------------------------------------------------------------------
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, use_ids,
                   use_done, phys0, n0, nchunks, T, lanes, C, isolated, remove_old
                   ):  # pragma: no cover - compiled

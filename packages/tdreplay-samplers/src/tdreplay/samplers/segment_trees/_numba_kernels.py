@@ -2,7 +2,8 @@
 
 Every kernel takes the flat float64 node array of a :class:`~.TreeLayout` tree (``nodes``), its
 int64 level offsets (``offsets``) and C-contiguous int64 / float64 inputs; each is called with
-one fixed signature, so it compiles once per process on first use. They are the one
+one fixed signature, so it compiles once, on first use, and is then loaded from numba's disk
+cache (:func:`~tdreplay.samplers._kernel_cache.on_disk`). They are the one
 implementation of the numba trees' ``update``, ``rebuild`` and ``scan_lower_bound`` and are
 reused by the prioritized sampler's fused kernels (:mod:`tdreplay.samplers._priority_numba`).
 
@@ -25,25 +26,27 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .._kernel_cache import on_disk
+
 __all__ = ["rebuild_min", "rebuild_min_over_sum", "rebuild_sum", "refresh_min_over_sum", "scan",
            "update_min", "update_sum"]
 
 # ---------------------------------------------------------------------------------------------
 # kernels
 # ---------------------------------------------------------------------------------------------
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _block_sum(tree, b):  # pragma: no cover - compiled
     """The sum of the block ``tree[b : b + 8]``, in the fixed pairwise order of both backends."""
     return ((tree[b] + tree[b + 1]) + (tree[b + 2] + tree[b + 3])) + (
         (tree[b + 4] + tree[b + 5]) + (tree[b + 6] + tree[b + 7]))
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _lesser(a, b):  # pragma: no cover - compiled
     return a if a < b else b
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _block_min(tree, b):  # pragma: no cover - compiled
     """The minimum of the block ``tree[b : b + 8]``, reduced pairwise (three dependent steps,
     not seven; the minimum of non-NaN values does not depend on the order)."""
@@ -79,12 +82,12 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
 _UPDATE_PREFETCH = 8
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _block_reduce(tree, b, is_min):  # pragma: no cover - compiled
     return _block_min(tree, b) if is_min else _block_sum(tree, b)
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _level_blocks(tree, offsets, level):  # pragma: no cover - compiled
     """Number of nodes of ``level`` that have children (blocks in level ``level + 1``)."""
     depth = offsets.shape[0] - 1
@@ -92,7 +95,7 @@ def _level_blocks(tree, offsets, level):  # pragma: no cover - compiled
     return (end - offsets[level + 1]) // 8
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
     """Recompute every node of ``level`` and of the levels above it from their children."""
     for lv in range(level, -1, -1):
@@ -102,7 +105,7 @@ def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
             tree[start + node] = _block_reduce(tree, children + 8 * node, is_min)
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - compiled
     """Recompute the nodes ``nodes[:live]`` of level ``top`` from their children, then their
     ancestors, one level at a time for the whole batch: the items of a level are independent,
@@ -132,7 +135,7 @@ def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - c
         live = kept
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
     # leaves first, in batch order (the last duplicate wins); then their ancestors
     depth = offsets.shape[0] - 1
@@ -149,22 +152,26 @@ def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compile
 
 
 # entry points: one compiled kernel each (a bool argument would be compiled once per value)
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def update_sum(tree, offsets, index, values):  # pragma: no cover - compiled
     _update(tree, offsets, index, values, False)
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def update_min(tree, offsets, index, values):  # pragma: no cover - compiled
     _update(tree, offsets, index, values, True)
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def rebuild_sum(tree, offsets):  # pragma: no cover - compiled
     _rebuild_from(tree, offsets, offsets.shape[0] - 2, False)
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def rebuild_min(tree, offsets):  # pragma: no cover - compiled
     _rebuild_from(tree, offsets, offsets.shape[0] - 2, True)
 
@@ -172,13 +179,13 @@ def rebuild_min(tree, offsets):  # pragma: no cover - compiled
 # the min over a sum tree's positive leaves (:class:`~._numba.NumbaMinOverSumTree`): ``min_nodes``
 # holds levels 0 .. depth - 1 of the layout (no leaf level); the nodes of level depth - 1 are
 # the minima of the positive values in their blocks of the sum tree's leaves
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _positive(v):  # pragma: no cover - compiled
     """``v`` if it is positive, else ``+inf`` (an empty leaf is no candidate for the minimum)."""
     return v if v > 0.0 else np.inf
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _positive_block_min(leaves, b):  # pragma: no cover - compiled
     """The least positive value of the block ``leaves[b : b + 8]`` (``+inf`` if none), reduced
     pairwise (three dependent steps, not seven; the minimum does not depend on the order)."""
@@ -189,7 +196,7 @@ def _positive_block_min(leaves, b):  # pragma: no cover - compiled
                 _lesser(_positive(leaves[b + 6]), _positive(leaves[b + 7]))))
 
 
-@njit(cache=False, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _rebuild_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
     depth = offsets.shape[0] - 1
     leaves = offsets[depth]
@@ -200,12 +207,14 @@ def _rebuild_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - comp
         _rebuild_from(min_nodes, offsets, depth - 2, True)
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def rebuild_min_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
     _rebuild_over_sum(min_nodes, sum_nodes, offsets)
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no cover - compiled
     """Recompute the min nodes above the sum tree's leaves ``index`` (after they changed)."""
     depth = offsets.shape[0] - 1
@@ -247,7 +256,8 @@ def _below(typingctx, x):  # pragma: no cover - compiled
     return types.float64(types.float64), codegen
 
 
-@njit(cache=False, nogil=True)
+@on_disk
+@njit(nogil=True)
 def scan(tree, offsets, masses, out):  # pragma: no cover - compiled
     # The same clamped descent as the torch backend (bit-identical results). Within a block of
     # 8 children, the descent is binary over the pairwise sums the block's parent is made of
