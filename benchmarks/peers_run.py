@@ -19,7 +19,11 @@ alike. The JSON lines are collected and merged:
 Then draws ``results/peers.png`` and ``results/scaling.png`` (``plot_peers.py``); the docs'
 benchmarks page shows the table and both plots.
 
-Usage: ``python benchmarks/peers_run.py [--python PEER=PATH ...] [--quick] [--seconds S]``.
+``--rounds N`` runs every step N times (the peers still taking turns) and keeps each
+workload's median: a ratio then rests on N measurements of each side, taken minutes apart.
+
+Usage: ``python benchmarks/peers_run.py [--python PEER=PATH ...] [--quick] [--seconds S]
+[--rounds N]``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -151,6 +156,32 @@ def run_peer(peer: str, python: str, flags: list[str]) -> dict[str, object]:
     return parsed
 
 
+def median_rows(rows: list[dict]) -> list[dict]:
+    """One row per workload (and buffer size) of ``rows``, which may hold several rounds of
+    each: its ``value`` and ``cpu_rate`` are the medians over the rounds, ``round_values`` the
+    values of every round (a workload measured once is kept as it is)."""
+    groups: dict[tuple[str, int | None], list[dict]] = {}
+    for row in rows:
+        groups.setdefault(_key(row), []).append(row)
+    out = []
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        merged = {**group[0], "value": statistics.median(float(r["value"]) for r in group),
+                  "round_values": [r["value"] for r in group]}
+        cpu = [float(r["cpu_rate"]) for r in group if r.get("cpu_rate") is not None]
+        if cpu:
+            merged["cpu_rate"] = statistics.median(cpu)
+        out.append(merged)
+    return out
+
+
+def unique_skips(rows: list[dict]) -> list[dict]:
+    """``rows`` (skipped workloads) without the repeats of later rounds."""
+    return list({_key(row): row for row in rows}.values())
+
+
 def accumulate(total: dict[str, object], part: dict[str, object]) -> dict[str, object]:
     """``total`` (one peer's runs so far) with the run ``part`` added."""
     errors = [e for e in (total.get("error"), part.get("error")) if e]
@@ -203,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", nargs="*", default=None, help=f"subset of {ORDER}")
     parser.add_argument("--quick", action="store_true", help="smaller buffers in the scaling runs")
     parser.add_argument("--seconds", type=float, default=None, help="timing per measurement")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every step this many times, the peers still taking turns; "
+                             "each workload's value is its median over the rounds")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
@@ -226,9 +260,14 @@ def main(argv: list[str] | None = None) -> int:
               for size in (QUICK_SIZES if args.quick else SCALING_SIZES)]
     runs: dict[str, dict] = {peer: {} for peer in peers}
     start = time.perf_counter()
-    for step in steps:  # peers take turns: the machine's load weighs on each alike
-        for peer in peers:
-            runs[peer] = accumulate(runs[peer], run_peer(peer, pythons[peer], step + flags))
+    for _ in range(max(args.rounds, 1)):
+        for step in steps:  # peers take turns: the machine's load weighs on each alike
+            for peer in peers:
+                runs[peer] = accumulate(runs[peer], run_peer(peer, pythons[peer], step + flags))
+    for run in runs.values():
+        run["results"] = median_rows(run.get("results", []))
+        run["skipped"] = unique_skips(run.get("skipped", []))
+    machine["rounds"] = max(args.rounds, 1)
     machine["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     machine["seconds"] = round(time.perf_counter() - start, 1)
     payload = merge(runs, machine, {name: label for name, (label, _) in METRICS.items()})

@@ -151,3 +151,20 @@ def test_accumulate_joins_one_peers_runs(peers_run):
     assert [r["name"] for r in total["results"]] == ["sample_256", "extend_1k"]
     assert total["skipped"] == [{"name": "memmap_sample_256", "skipped": "no memmap"}]
     assert (total["returncode"], total["seconds"], total["error"]) == (1, 3.5, "Traceback")
+
+
+def test_rounds_collapse_to_their_median(peers_run):
+    rows = [result("sample_256", 100.0, cpu_rate=90.0), result("extend_1k", 7.0),
+            result("sample_256", 300.0, cpu_rate=80.0),
+            result("scaling/uniform_sample_256", 5.0, rows=1_000_000),
+            result("sample_256", 120.0, cpu_rate=70.0),
+            result("scaling/uniform_sample_256", 9.0, rows=3_000_000)]
+    merged = by_key(peers_run.median_rows(rows))
+    assert len(merged) == 4  # one per workload and buffer size
+    sample = merged["sample_256", None]
+    assert (sample["value"], sample["cpu_rate"]) == (120.0, 80.0)  # medians of 3 rounds
+    assert sample["round_values"] == [100.0, 300.0, 120.0]
+    assert merged["extend_1k", None] == result("extend_1k", 7.0)  # measured once: as it was
+    assert merged["scaling/uniform_sample_256", 3_000_000]["value"] == 9.0
+    skips = [{"name": "slices_32x32", "skipped": "no slice sampler"}] * 2
+    assert peers_run.unique_skips(skips) == skips[:1]
