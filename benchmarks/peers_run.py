@@ -179,7 +179,10 @@ def median_rows(rows: list[dict]) -> list[dict]:
 
 def unique_skips(rows: list[dict]) -> list[dict]:
     """``rows`` (skipped workloads) without the repeats of later rounds."""
-    return list({_key(row): row for row in rows}.values())
+    first: dict[tuple[str, int | None], dict] = {}
+    for row in rows:
+        first.setdefault(_key(row), row)
+    return list(first.values())
 
 
 def accumulate(total: dict[str, object], part: dict[str, object]) -> dict[str, object]:
@@ -260,14 +263,15 @@ def main(argv: list[str] | None = None) -> int:
               for size in (QUICK_SIZES if args.quick else SCALING_SIZES)]
     runs: dict[str, dict] = {peer: {} for peer in peers}
     start = time.perf_counter()
-    for _ in range(max(args.rounds, 1)):
+    rounds = max(args.rounds, 1)
+    for _ in range(rounds):
         for step in steps:  # peers take turns: the machine's load weighs on each alike
             for peer in peers:
                 runs[peer] = accumulate(runs[peer], run_peer(peer, pythons[peer], step + flags))
     for run in runs.values():
         run["results"] = median_rows(run.get("results", []))
         run["skipped"] = unique_skips(run.get("skipped", []))
-    machine["rounds"] = max(args.rounds, 1)
+    machine["rounds"] = rounds
     machine["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     machine["seconds"] = round(time.perf_counter() - start, 1)
     payload = merge(runs, machine, {name: label for name, (label, _) in METRICS.items()})

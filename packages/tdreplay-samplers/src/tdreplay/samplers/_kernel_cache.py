@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 from typing import TypeVar
 
 __all__ = ["on_disk"]
@@ -39,8 +40,7 @@ def on_disk(kernel: KernelT) -> KernelT:
     """``kernel`` (a numba dispatcher), its compiled code now kept on disk (see the module
     docstring). Where numba finds no writable place for a cache, the kernel compiles in each
     process, as without this decorator; it is returned either way."""
-    try:
+    # numba raises "cannot cache function ...: no locator available for file ..."
+    with contextlib.suppress(RuntimeError):
         kernel.enable_caching()  # type: ignore[attr-defined]
-    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
-        pass
     return kernel

@@ -155,9 +155,6 @@ class SegmentTree(abc.ABC):
             )
         return start, end
 
-    def _index_error(self, lo: int, hi: int) -> IndexError:
-        return index_error(self.capacity, lo, hi)
-
     def state_dict(self) -> dict[str, Any]:
         """Return ``{"capacity": int, "values": CPU float64 tensor of the leaves}``.
 

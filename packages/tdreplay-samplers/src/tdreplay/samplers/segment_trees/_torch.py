@@ -138,9 +138,6 @@ class _TorchTree(SegmentTree):
         return self
 
     # -- conversions --------------------------------------------------------------------------
-    def _as_tensor(self, x: Any) -> torch.Tensor:
-        return _as_tensor(x)
-
     def _index(self, index: Any) -> tuple[torch.Tensor, torch.Size, torch.Tensor | None]:
         """Return ``(flat int64 index on device, original shape, valid mask or None)``."""
         t, shape = _flat_index(index, self.capacity, self.device, self.validate)
@@ -149,7 +146,7 @@ class _TorchTree(SegmentTree):
         return t, shape, (t >= 0) & (t < self.capacity)
 
     def _values(self, value: Any, n: int, shape: torch.Size) -> torch.Tensor:
-        t = self._as_tensor(value)
+        t = _as_tensor(value)
         if t.dtype == torch.bool or t.is_complex():
             raise TypeError(f"value must hold real numbers, got dtype {t.dtype}")
         t = t.to(device=self.device, dtype=torch.float64)
@@ -291,7 +288,7 @@ class TorchSumTree(_TorchTree, SumTree):
             If ``validate`` is on and the tree is empty (``total() <= 0``). Without validation
             an empty tree yields leaf 0.
         """
-        m = self._as_tensor(mass)
+        m = _as_tensor(mass)
         if m.dtype == torch.bool or m.is_complex():
             raise TypeError(f"mass must hold real numbers, got dtype {m.dtype}")
         shape = m.shape
