@@ -8,70 +8,31 @@ and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba
 the results are exactly those of the tree methods; what they save is the Python overhead of
 several checked tree calls per step, which dominates at small batch sizes.
 
-They compile in each process (not kept on disk: numba would not see a change of the tree
-kernels they call, see :mod:`._kernel_cache`); the tree kernels they call load from disk.
+They are kept on disk like the tree kernels. Since their compiled code holds the tree kernels'
+code, :func:`fused_kernels` builds them as closures over the tree kernels' source fingerprint,
+which numba's cache key includes: when the tree kernels change, the fused kernels compile again
+instead of loading stale code (see :mod:`._kernel_cache`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
 
+from ._kernel_cache import on_disk, source_fingerprint
+from .segment_trees import _numba_kernels as tree_kernels
 from .segment_trees._numba_kernels import refresh_min_over_sum, scan, update_min, update_sum
 
 __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "extend_kernel",
-           "sample_kernel", "update_kernel"]
+           "fused_kernels", "sample_kernel", "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
 #: Smallest normal float64: the least stored priority (``_priority_values.TINY``).
 _TINY = float(np.finfo(np.float64).tiny)
-
-
-@njit(nogil=True)
-def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
-                  leaf):  # pragma: no cover - compiled
-    """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum tree (and the
-    min over its leaves, ``min_nodes``); with ``has_max``, ``+inf`` in the max tree (no priority
-    set by an update yet)."""
-    values = np.full(index.shape[0], leaf)
-    update_sum(sum_nodes, offsets, index, values)
-    refresh_min_over_sum(min_nodes, sum_nodes, offsets, index)
-    if has_max:
-        values.fill(np.inf)
-        update_min(max_nodes, offsets, index, values)
-
-
-@njit(nogil=True)
-def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
-                  out_gen):  # pragma: no cover - compiled
-    """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
-    -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
-    write generations; returns the largest slot drawn (``-1`` for no draw).
-
-    The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
-    the same float64 operations as the torch path, so both backends draw the same slots.
-    """
-    n = u.shape[0]
-    total = sum_nodes[0]
-    leaves = offsets[offsets.shape[0] - 1]
-    masses = np.empty(n, dtype=np.float64)
-    for i in range(n):
-        if stratified:
-            masses[i] = (i + u[i]) / n * total
-        else:
-            masses[i] = u[i] * total
-    scan(sum_nodes, offsets, masses, out_index)
-    top = -1
-    for i in range(n):
-        slot = out_index[i]
-        out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
-        out_gen[i] = gen[slot]
-        if slot > top:
-            top = slot
-    return top
 
 
 @njit(nogil=True, inline="always")
@@ -81,54 +42,114 @@ def _clamped(leaf):  # pragma: no cover - compiled
     return _TINY if leaf < _TINY else leaf
 
 
-@njit(nogil=True)
-def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n_written, gen,
-                  index, raw, priority, leaf, leaf_max, token,
-                  has_token):  # pragma: no cover - compiled
-    """Check, then apply, a priority update; returns ``(code, position, top)``.
+def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
+    """The fused kernels ``(extend_kernel, sample_kernel, update_kernel)``, closing over
+    ``tree_kernels_version`` (:func:`~._kernel_cache.source_fingerprint` of the tree kernels they
+    call), which each names in its body so that numba's cache key holds it."""
 
-    ``raw`` holds every priority value given (trailing dims included), ``priority`` one reduced
-    value per index and ``leaf`` its stored value before the clamp to the smallest normal
-    float64 (``(priority + eps) ** alpha``, clamped here). Checks, before any write: every raw
-    value is finite and ``>= 0``; every stored value is at most ``leaf_max``; every index is
-    ``-1`` (skipped) or a written slot in ``[0, min(capacity, n_written))``. On failure nothing
-    is written and ``code`` says why (``position`` is where). Otherwise the entries whose slot
-    generation is still ``token`` (when ``has_token``) are written and ``top`` is their largest
-    priority (``-inf`` if none).
-    """
-    for k in range(raw.shape[0]):
-        v = raw[k]
-        if not (v >= 0.0 and v < np.inf):  # NaN fails too
-            return BAD_PRIORITY, k, -np.inf
-    for k in range(leaf.shape[0]):
-        if not _clamped(leaf[k]) <= leaf_max:  # overflowed once raised to alpha
-            return BAD_PRIORITY, k, -np.inf
-    n = index.shape[0]
-    for i in range(n):
-        slot = index[i]
-        if slot == -1:
-            continue
-        if slot < -1 or slot >= capacity:
-            return INDEX_OUT_OF_RANGE, i, -np.inf
-        if slot >= n_written or gen[slot] == 0:
-            return UNWRITTEN_SLOT, i, -np.inf
-    kept = np.empty(n, dtype=np.int64)
-    kept_leaf = np.empty(n, dtype=np.float64)
-    kept_neg = np.empty(n, dtype=np.float64)
-    k = 0
-    top = -np.inf
-    for i in range(n):
-        slot = index[i]
-        if slot == -1 or (has_token and gen[slot] != token[i]):
-            continue
-        kept[k] = slot
-        kept_leaf[k] = _clamped(leaf[i])
-        kept_neg[k] = -priority[i]
-        if priority[i] > top:
-            top = priority[i]
-        k += 1
-    update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
-    refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
-    if has_max:
-        update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
-    return OK, 0, top
+    @on_disk
+    @njit(nogil=True)
+    def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
+                      leaf):  # pragma: no cover - compiled
+        """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum tree (and the
+        min over its leaves, ``min_nodes``); with ``has_max``, ``+inf`` in the max tree (no priority
+        set by an update yet)."""
+        _ = tree_kernels_version  # in the cache key
+        values = np.full(index.shape[0], leaf)
+        update_sum(sum_nodes, offsets, index, values)
+        refresh_min_over_sum(min_nodes, sum_nodes, offsets, index)
+        if has_max:
+            values.fill(np.inf)
+            update_min(max_nodes, offsets, index, values)
+
+
+    @on_disk
+    @njit(nogil=True)
+    def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
+                      out_gen):  # pragma: no cover - compiled
+        """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
+        -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
+        write generations; returns the largest slot drawn (``-1`` for no draw).
+
+        The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
+        the same float64 operations as the torch path, so both backends draw the same slots.
+        """
+        _ = tree_kernels_version  # in the cache key
+        n = u.shape[0]
+        total = sum_nodes[0]
+        leaves = offsets[offsets.shape[0] - 1]
+        masses = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            if stratified:
+                masses[i] = (i + u[i]) / n * total
+            else:
+                masses[i] = u[i] * total
+        scan(sum_nodes, offsets, masses, out_index)
+        top = -1
+        for i in range(n):
+            slot = out_index[i]
+            out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
+            out_gen[i] = gen[slot]
+            if slot > top:
+                top = slot
+        return top
+
+
+    @on_disk
+    @njit(nogil=True)
+    def update_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, capacity, n_written, gen,
+                      index, raw, priority, leaf, leaf_max, token,
+                      has_token):  # pragma: no cover - compiled
+        """Check, then apply, a priority update; returns ``(code, position, top)``.
+
+        ``raw`` holds every priority value given (trailing dims included), ``priority`` one reduced
+        value per index and ``leaf`` its stored value before the clamp to the smallest normal
+        float64 (``(priority + eps) ** alpha``, clamped here). Checks, before any write: every raw
+        value is finite and ``>= 0``; every stored value is at most ``leaf_max``; every index is
+        ``-1`` (skipped) or a written slot in ``[0, min(capacity, n_written))``. On failure nothing
+        is written and ``code`` says why (``position`` is where). Otherwise the entries whose slot
+        generation is still ``token`` (when ``has_token``) are written and ``top`` is their largest
+        priority (``-inf`` if none).
+        """
+        _ = tree_kernels_version  # in the cache key
+        for k in range(raw.shape[0]):
+            v = raw[k]
+            if not (v >= 0.0 and v < np.inf):  # NaN fails too
+                return BAD_PRIORITY, k, -np.inf
+        for k in range(leaf.shape[0]):
+            if not _clamped(leaf[k]) <= leaf_max:  # overflowed once raised to alpha
+                return BAD_PRIORITY, k, -np.inf
+        n = index.shape[0]
+        for i in range(n):
+            slot = index[i]
+            if slot == -1:
+                continue
+            if slot < -1 or slot >= capacity:
+                return INDEX_OUT_OF_RANGE, i, -np.inf
+            if slot >= n_written or gen[slot] == 0:
+                return UNWRITTEN_SLOT, i, -np.inf
+        kept = np.empty(n, dtype=np.int64)
+        kept_leaf = np.empty(n, dtype=np.float64)
+        kept_neg = np.empty(n, dtype=np.float64)
+        k = 0
+        top = -np.inf
+        for i in range(n):
+            slot = index[i]
+            if slot == -1 or (has_token and gen[slot] != token[i]):
+                continue
+            kept[k] = slot
+            kept_leaf[k] = _clamped(leaf[i])
+            kept_neg[k] = -priority[i]
+            if priority[i] > top:
+                top = priority[i]
+            k += 1
+        update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
+        refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
+        if has_max:
+            update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
+        return OK, 0, top
+
+    return extend_kernel, sample_kernel, update_kernel
+
+
+extend_kernel, sample_kernel, update_kernel = fused_kernels(source_fingerprint(tree_kernels))

@@ -2,7 +2,8 @@
 
 The kernels (:mod:`._numba_kernels`) are module-level ``@njit`` functions called with one fixed
 signature (C-contiguous float64 tree, int64 level offsets and indices, float64 values), so each
-compiles once per process on first use. Inputs are converted to that signature before the call.
+compiles once, on first use, and is then kept on disk (:mod:`.._kernel_cache`). Inputs are
+converted to that signature before the call.
 
 The trees use the 8-ary :class:`~._layout.TreeLayout`: the 8 children of a node fill one 64-byte
 cache line (the arrays are 64-byte aligned), so a descent or an update touches one line per
