@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Here, before the first call of the device tool: the wheels benchmarks/gpu_check.sh installs on
+# the GPU machine (its image has torch, numba, numpy, pytest; not tensordict or TorchRL), for its
+# Python 3.12, into .whl/ (ignored by git, carried with the call: carry [".whl"]).
+# tdreplay and TorchRL need different tensordicts, so each gets a folder of its own.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+download() {  # download FOLDER REQUIREMENT...
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d ".whl/$1" "${@:2}"
+}
+download tdreplay tensordict==0.15.3 pyvers==0.2.3
+download torchrl torchrl==0.14.1 tensordict==0.14.3 pyvers==0.2.3 hoptorch orjson importlib_metadata
+du -sh .whl/*
