@@ -2,7 +2,7 @@
 # The GPU checks of issue 19 in one command, for a lent GPU machine (the device tool's `run`,
 # carry [".whl"] after benchmarks/gpu_wheels.sh here; about 6 minutes on one H100):
 #   1. the tests that need CUDA (the prioritized sampler's CUDA tests, CUDA trees and storages),
-#   2. benchmarks/bench_cuda.py on tdreplay, then on TorchRL 0.14.1 (its own tensordict),
+#   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL 0.14.1 (its own tensordict),
 #   3. the two merged into cuda.json (TorchRL time over tdreplay time).
 # Everything lands in $OUT (tests.log, cuda_tdreplay.json, cuda_torchrl.json, cuda.json,
 # gpu.txt); a step that fails is logged and the next one still runs.
@@ -40,11 +40,11 @@ echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 
 bench() {  # bench LIB PYTHONPATH
     # shellcheck disable=SC2086
-    PYTHONPATH="$2" timeout 200 "$PY" benchmarks/bench_cuda.py --lib "$1" --device "$DEVICE" \
+    PYTHONPATH="$2" timeout 200 "$PY" benchmarks/cuda_examples.py --lib "$1" --device "$DEVICE" \
         --capacities $SIZES --batch "$BATCH" --out "$OUT/cuda_$1.json" || echo "bench $1: exit $?"
 }
 bench tdreplay "/tmp/site-tdreplay:$SRC"
 bench torchrl "/tmp/site-torchrl"
-PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/bench_cuda.py merge \
+PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/cuda_examples.py merge \
     "$OUT/cuda_tdreplay.json" "$OUT/cuda_torchrl.json" --out "$OUT/cuda.json" \
     && echo "merged: $OUT/cuda.json"

@@ -1,4 +1,4 @@
-"""benchmarks/bench_cuda.py, the GPU comparison with TorchRL, checked without a GPU: the three
+"""benchmarks/cuda_examples.py, the GPU comparison with TorchRL, checked without a GPU: the three
 reference cases run on the host (small), and the merge pairs the libraries' rows into ratios.
 No timing is asserted."""
 
@@ -18,17 +18,17 @@ SMALL = ["--device", "cpu", "--capacities", "20000", "--batch", "512", "--chunk"
 
 
 @pytest.fixture(scope="module")
-def bench_cuda():
+def cuda_examples():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield importlib.import_module("bench_cuda")
+        yield importlib.import_module("cuda_examples")
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
 def test_the_three_cases_run_and_report_every_figure(tmp_path):
     out = tmp_path / "cuda_tdreplay.json"
-    subprocess.run([sys.executable, str(BENCHMARKS / "bench_cuda.py"), *SMALL, "--out",
+    subprocess.run([sys.executable, str(BENCHMARKS / "cuda_examples.py"), *SMALL, "--out",
                     str(out)], check=True, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["case"], r["capacity"], r["lib"]) for r in rows] == [
@@ -42,12 +42,12 @@ def test_the_three_cases_run_and_report_every_figure(tmp_path):
                                                           + row["ms"]["update"]))
 
 
-def test_a_case_the_library_refuses_is_reported_with_its_error(bench_cuda):
+def test_a_case_the_library_refuses_is_reported_with_its_error(cuda_examples):
     class Refusing:
         def LazyTensorStorage(self, *args, **kwargs):
             raise RuntimeError("CUDA prioritized replay buffers require a TorchRL CUDA wheel")
 
-    row = bench_cuda.run_case(Refusing(), "all_cuda", "cpu", 1000, 64, 100, 1)
+    row = cuda_examples.run_case(Refusing(), "all_cuda", "cpu", 1000, 64, 100, 1)
     assert row == {"error": "RuntimeError: CUDA prioritized replay buffers require a TorchRL "
                             "CUDA wheel"}
 
@@ -56,7 +56,7 @@ def line(**row) -> str:
     return json.dumps(row) + "\n"
 
 
-def test_merge_gives_torchrl_time_over_tdreplay_time(bench_cuda, tmp_path):
+def test_merge_gives_torchrl_time_over_tdreplay_time(cuda_examples, tmp_path):
     ours, theirs, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "cuda.json"
     ours.write_text(
         line(case="all_cuda", capacity=10, device="H100",
@@ -67,7 +67,7 @@ def test_merge_gives_torchrl_time_over_tdreplay_time(bench_cuda, tmp_path):
         line(case="all_cuda", capacity=10, ms={"extend": 3.0, "sample": 4.0, "update": 16.0},
              cycles_per_s=50.0)
         + line(case="cuda_cpu_trees", capacity=10, error="RuntimeError: no CUDA wheel"))
-    merged = bench_cuda.merge(ours, theirs, out)
+    merged = cuda_examples.merge(ours, theirs, out)
     assert merged == json.loads(out.read_text())
     assert merged["device"] == "H100"
     first, second = merged["rows"]
@@ -77,9 +77,9 @@ def test_merge_gives_torchrl_time_over_tdreplay_time(bench_cuda, tmp_path):
     assert second["torchrl"]["error"] == "RuntimeError: no CUDA wheel"
 
 
-def test_merge_without_a_torchrl_run_keeps_tdreplay_rows(bench_cuda, tmp_path):
+def test_merge_without_a_torchrl_run_keeps_tdreplay_rows(cuda_examples, tmp_path):
     ours = tmp_path / "a.json"
     ours.write_text(line(case="all_cuda", capacity=10, device="cpu",
                          ms={"extend": 1.0, "sample": 1.0, "update": 1.0}, cycles_per_s=500.0))
-    merged = bench_cuda.merge(ours, tmp_path / "missing.json", tmp_path / "cuda.json")
+    merged = cuda_examples.merge(ours, tmp_path / "missing.json", tmp_path / "cuda.json")
     assert [(r["case"], r["torchrl"]) for r in merged["rows"]] == [("all_cuda", {})]

@@ -17,8 +17,9 @@ is reported with its error instead of figures. One JSON line per case on stdout 
 ratios (TorchRL time over tdreplay time: above 1, tdreplay is faster).
 
 ``--device cpu`` runs the same cases on the host (small with ``--capacities 20000 --batch 512
---chunk 5000``), to check the script without a GPU (``integration_tests/test_bench_cuda.py``).
-``benchmarks/gpu_check.sh`` runs it on a lent GPU machine, for both libraries.
+--chunk 5000``), to check the script without a GPU (``integration_tests/test_cuda_examples.py``).
+``benchmarks/gpu_check.sh`` runs it on a lent GPU machine, for both libraries (it is not a
+``bench_*.py``: ``nox -s bench`` does not run it).
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def merge(tdreplay_file: Path, torchrl_file: Path, out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["merge"]:
-        parser = argparse.ArgumentParser(prog="bench_cuda.py merge")
+        parser = argparse.ArgumentParser(prog="cuda_examples.py merge")
         parser.add_argument("tdreplay_file", type=Path)
         parser.add_argument("torchrl_file", type=Path)
         parser.add_argument("--out", type=Path, required=True)
