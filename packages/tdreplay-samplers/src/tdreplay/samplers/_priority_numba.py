@@ -62,7 +62,6 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
             values.fill(np.inf)
             update_min(max_nodes, offsets, index, values)
 
-
     @on_disk
     @njit(nogil=True)
     def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
@@ -93,7 +92,6 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
             if slot > top:
                 top = slot
         return top
-
 
     @on_disk
     @njit(nogil=True)
