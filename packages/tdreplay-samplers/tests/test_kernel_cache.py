@@ -51,36 +51,41 @@ def test_a_second_process_loads_the_tree_kernels_from_disk(tmp_path):
     assert second["found"] == first["found"] == [0, 9]  # the same kernels, the same answers
 
 
-# A process that runs a prioritized sampler's fused kernels (built for the tree kernels'
-# fingerprint given as argv[1], or the installed one) and prints what numba's cache did.
+# A process that runs a prioritized sampler's fused kernels once per tree-kernel fingerprint
+# given in argv ("installed": the installed tree kernels'), each time with kernels freshly built
+# by fused_kernels (numba compiles them or loads them from disk), and prints, per run, the draws
+# and what numba's cache did.
 _RUN_FUSED = """
 import json, sys
 import numpy as np
 import torch
 from tdreplay.samplers import PrioritizedSampler, _priority_numba as fused
-from tdreplay.storages import LazyTensorStorage
 from tdreplay.samplers._kernel_cache import source_fingerprint
-if len(sys.argv) > 1:
-    version = int(sys.argv[1])
+from tdreplay.samplers.segment_trees import _numba_kernels as tree_kernels
+from tdreplay.storages import LazyTensorStorage
+runs = []
+for arg in sys.argv[1:]:
+    version = source_fingerprint(tree_kernels) if arg == "installed" else int(arg)
     fused.extend_kernel, fused.sample_kernel, fused.update_kernel = fused.fused_kernels(version)
-storage = LazyTensorStorage(100)
-storage.set(torch.arange(10), torch.zeros(10))
-sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0)
-sampler.extend(torch.arange(10))
-sampler.update_priority(torch.arange(10), torch.arange(1.0, 11.0))
-np.random.seed(0)  # CPU draws come from NumPy's generator, as in TorchRL
-index, info = sampler.sample(storage, 64)
-kernels = {"extend": fused.extend_kernel, "sample": fused.sample_kernel,
-           "update": fused.update_kernel}
-print(json.dumps({"index": index.tolist(), "weight": info["priority_weight"].tolist(),
-                  "hits": {n: sum(k.stats.cache_hits.values()) for n, k in kernels.items()},
-                  "misses": {n: sum(k.stats.cache_misses.values()) for n, k in kernels.items()}}))
+    storage = LazyTensorStorage(100)
+    storage.set(torch.arange(10), torch.zeros(10))
+    sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0)
+    sampler.extend(torch.arange(10))
+    sampler.update_priority(torch.arange(10), torch.arange(1.0, 11.0))
+    np.random.seed(0)  # CPU draws come from NumPy's generator, as in TorchRL
+    index, info = sampler.sample(storage, 64)
+    kernels = {"extend": fused.extend_kernel, "sample": fused.sample_kernel,
+               "update": fused.update_kernel}
+    runs.append({"index": index.tolist(), "weight": info["priority_weight"].tolist(),
+                 "hits": {n: sum(k.stats.cache_hits.values()) for n, k in kernels.items()},
+                 "misses": {n: sum(k.stats.cache_misses.values()) for n, k in kernels.items()}})
+print(json.dumps(runs))
 """
 
 
-def _run_fused(cache_dir, *argv: str) -> dict:
+def _run_fused(cache_dir, *versions: str) -> list[dict]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
-    out = subprocess.run([sys.executable, "-c", _RUN_FUSED, *argv], env=env,
+    out = subprocess.run([sys.executable, "-c", _RUN_FUSED, *versions], env=env,
                          capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -89,21 +94,16 @@ ALL_FUSED = {"extend": 1, "sample": 1, "update": 1}
 NONE_FUSED = {"extend": 0, "sample": 0, "update": 0}
 
 
-def test_a_second_process_loads_the_fused_kernels_from_disk(tmp_path):
-    first = _run_fused(tmp_path)
-    assert first["misses"] == ALL_FUSED and first["hits"] == NONE_FUSED
-    second = _run_fused(tmp_path)
-    assert second["hits"] == ALL_FUSED and second["misses"] == NONE_FUSED
-    assert second["index"] == first["index"] and second["weight"] == first["weight"]
-
-
-def test_fused_kernels_compile_again_when_the_tree_kernels_change(tmp_path):
-    installed = str(source_fingerprint(tree_kernels))
-    _run_fused(tmp_path, installed)  # compiled and kept for the installed tree kernels
-    changed = _run_fused(tmp_path, str(int(installed) ^ 1))  # as if the tree kernels changed
-    assert changed["misses"] == ALL_FUSED and changed["hits"] == NONE_FUSED  # not the stale code
-    again = _run_fused(tmp_path, installed)  # both versions stay on disk
-    assert again["hits"] == ALL_FUSED and again["misses"] == NONE_FUSED
+def test_fused_kernels_load_from_disk_and_compile_again_for_changed_tree_kernels(tmp_path):
+    [first] = _run_fused(tmp_path, "installed")
+    assert first["misses"] == ALL_FUSED and first["hits"] == NONE_FUSED  # compiled, kept
+    other = str(source_fingerprint(tree_kernels) ^ 1)  # as if the tree kernels had changed
+    loaded, changed, again = _run_fused(tmp_path, "installed", other, "installed")
+    assert loaded["hits"] == ALL_FUSED and loaded["misses"] == NONE_FUSED  # a second process
+    assert loaded["index"] == first["index"] and loaded["weight"] == first["weight"]
+    assert changed["misses"] == ALL_FUSED and changed["hits"] == NONE_FUSED  # not stale code
+    assert changed["index"] == first["index"]  # compiled from the same (real) tree kernels
+    assert again["hits"] == ALL_FUSED and again["misses"] == NONE_FUSED  # both kept on disk
 
 
 def test_every_kernel_is_cached():
