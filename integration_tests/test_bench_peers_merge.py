@@ -3,23 +3,14 @@ becomes results, skips and ratios (tdreplay over the best peer and over the floo
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def peers_run():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("peers_run")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def peers_run(benchmark_script):
+    return benchmark_script("peers_run")
 
 
 def line(**row) -> str:

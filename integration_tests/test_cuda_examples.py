@@ -4,31 +4,24 @@ No timing is asserted."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SMALL = ["--device", "cpu", "--capacities", "20000", "--batch", "512", "--chunk", "5000",
          "--reps", "2"]
 
 
 @pytest.fixture(scope="module")
-def cuda_examples():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("cuda_examples")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def cuda_examples(benchmark_script):
+    return benchmark_script("cuda_examples")
 
 
-def test_the_three_cases_run_and_report_every_figure(tmp_path):
+def test_the_three_cases_run_and_report_every_figure(cuda_examples, tmp_path):
     out = tmp_path / "cuda_tdreplay.json"
-    subprocess.run([sys.executable, str(BENCHMARKS / "cuda_examples.py"), *SMALL, "--out",
+    subprocess.run([sys.executable, cuda_examples.__file__, *SMALL, "--out",
                     str(out)], check=True, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["case"], r["capacity"], r["lib"]) for r in rows] == [
