@@ -61,17 +61,17 @@ def make_buffer(data: Any, case: str, device: str, capacity: int, batch: int,
                 scratch: str) -> tuple[Any, str]:
     """The buffer of ``case`` on ``data`` (``tdreplay.data`` or ``torchrl.data``) and the device
     its rows are extended from."""
-    common = {"alpha": 0.7, "beta": 0.5, "batch_size": batch, "priority_key": "td_error"}
-    if case == "all_cuda":
-        storage = data.LazyTensorStorage(capacity, device=device)
-        return data.TensorDictPrioritizedReplayBuffer(storage=storage, **common), device
     if case == "memmap_cuda_trees":
         storage = data.LazyMemmapStorage(capacity, scratch_dir=scratch)
-        return data.TensorDictPrioritizedReplayBuffer(storage=storage, sampler_device=device,
-                                                      **common), "cpu"
-    storage = data.LazyTensorStorage(capacity, device=device)
-    return data.TensorDictPrioritizedReplayBuffer(storage=storage, sampler_device="cpu",
-                                                  **common), device
+        trees, rows_on = device, "cpu"
+    else:  # all_cuda: the trees where the storage is; cuda_cpu_trees: on the host
+        storage = data.LazyTensorStorage(capacity, device=device)
+        trees, rows_on = (None if case == "all_cuda" else "cpu"), device
+    placed = {} if trees is None else {"sampler_device": trees}
+    rb = data.TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=storage,
+                                                batch_size=batch, priority_key="td_error",
+                                                **placed)
+    return rb, rows_on
 
 
 def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk: int,
@@ -88,12 +88,12 @@ def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk
                 rb.extend(rows)
             sync()
             fill_s = time.perf_counter() - start
+            sample = rb.sample()
 
             def update() -> None:
                 sample["td_error"] = torch.rand(sample.shape, device=sample.device)
                 rb.update_tensordict_priority(sample)
 
-            sample = rb.sample()
             ms = {"extend": median_ms(lambda: rb.extend(rows), sync, reps),
                   "sample": median_ms(rb.sample, sync, reps),
                   "update": median_ms(update, sync, reps)}

@@ -19,7 +19,8 @@ CHUNK_BYTES = 1 << 22
 
 
 def big_td() -> TensorDict:
-    """One leaf of 10 chunks and a bit (four early syncs' worth), one small leaf."""
+    """One leaf of 10 chunks and a bit (room for early syncs after chunks 4 and 8), one small
+    leaf."""
     n = (10 * CHUNK_BYTES + 12_345) // 4
     return TensorDict({"big": torch.arange(n, dtype=torch.int32),
                        ("nested", "small"): torch.ones(3, 2)}, [])
