@@ -22,7 +22,7 @@ from tdreplay.core.utils import as_long_tensor
 
 from ._casts import check_cast
 from ._fast_tensordict import copy_leaves, new_tensordict
-from ._row_gather import RowGather
+from ._host_rows import HostRows
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -210,8 +210,13 @@ class TensorLayout:
         self.td = assemble(self.tree, leaves, td.batch_size, device)
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots
         self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
-        #: reads rows of the flat leaves (:meth:`gather`)
-        self.row_gather = RowGather(self.flat_leaves)
+        #: reads and writes rows of the flat leaves on the host (:meth:`gather`,
+        #: :meth:`copy_rows`)
+        self.host_rows = HostRows(self.flat_leaves)
+        #: whether writes may go through the flat leaves (views of the leaves, not copies)
+        self._writes_through_flat = all(flat.data_ptr() == leaf.data_ptr() and flat.numel()
+                                        == leaf.numel() for flat, leaf in zip(self.flat_leaves,
+                                                                             leaves))
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
         self.item_batch = self.td.batch_size[ndim:]
@@ -229,7 +234,7 @@ class TensorLayout:
     def gather(self, slots: torch.Tensor) -> TensorDict:
         """The items at ``slots`` (an int64 tensor of flat slots, any shape) as a TensorDict of
         batch size ``slots.shape`` (and the items' own batch dims): one row gather per leaf
-        (:class:`~._row_gather.RowGather`), no check of the slots.
+        (:class:`~._host_rows.HostRows`), no check of the slots.
 
         Examples
         --------
@@ -242,10 +247,10 @@ class TensorLayout:
             slots = slots.to(self.device)
         shape = slots.shape
         if len(shape) == 1:
-            leaves = self.row_gather.take(slots)
+            leaves = self.host_rows.take(slots)
         else:
             leaves = [rows.reshape(shape + rows.shape[1:])
-                      for rows in self.row_gather.take(slots.reshape(-1))]
+                      for rows in self.host_rows.take(slots.reshape(-1))]
         return self.build(leaves, shape)
 
     def before_write(self, start: int, stop: int) -> None:
@@ -353,8 +358,12 @@ class TensorLayout:
                                       f"storage {leaf.dtype}.")
 
     def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor]) -> None:
-        """Copy ``src`` (leaves in storage order) into rows ``[start, stop)`` of every leaf."""
-        copy_leaves([leaf[start:stop] for leaf in self.leaves], src)
+        """Copy ``src`` (leaves in storage order) into rows ``[start, stop)`` of every leaf:
+        through the leaves' numpy views where they and ``src`` have them, else with torch."""
+        numel = self.row_numel
+        if not (self._writes_through_flat
+                and self.host_rows.put(start * numel, stop * numel, src)):
+            copy_leaves([leaf[start:stop] for leaf in self.leaves], src)
 
     def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
               single: bool) -> tuple[int | None, int | None]:
@@ -405,8 +414,12 @@ class TensorLayout:
             leaf[start:stop].zero_()
 
     def copy_row(self, row: int, src: Sequence[torch.Tensor]) -> None:
-        """Copy ``src`` (leaves of one row, in storage order) into row ``row``."""
-        copy_leaves([leaf[row] for leaf in self.leaves], src)
+        """Copy ``src`` (leaves of one row, in storage order) into row ``row`` (as
+        :meth:`copy_rows`)."""
+        numel = self.row_numel
+        if not (self._writes_through_flat
+                and self.host_rows.put(row * numel, (row + 1) * numel, src)):
+            copy_leaves([leaf[row] for leaf in self.leaves], src)
 
     def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""

@@ -1,4 +1,5 @@
-"""``RowGather``: reads the rows at given slots out of a storage's leaves (the sample path).
+"""``HostRows``: reads rows out of a storage's leaves at given slots (the sample path) and
+writes runs of rows into them (the extend path), through numpy views of the CPU leaves.
 
 On the CPU, ``numpy.take`` along the first axis copies whole rows where ``torch.index_select``
 walks them element by element; measured on this project's transition rows (1M slots, one torch
@@ -13,6 +14,12 @@ tensor that owns its memory either way.
 The gather calls the array's ``take`` method: the ``numpy.take`` function dispatches to it at a
 cost of 2-3 us per leaf (``sample(256)`` of two leaves: 7.8-10.5 -> 5.1 us).
 
+Writes: a slice assignment to a numpy view costs less per leaf than torch's slice view and its
+``copy_``. Measured on this project's transition rows (six leaves, 1,000 rows, one torch thread):
+torch slice views and one grouped ``copy_`` 53.6 us, numpy views 48.6 us with the sources'
+conversions. A source numpy cannot see (off the CPU, ``requires_grad``, a dtype numpy lacks)
+or of another dtype than its leaf leaves the write to torch: :meth:`HostRows.put` says so.
+
 A numpy view is checked against its leaf's data pointer before each use: a leaf whose memory
 moved (``share_memory_()``, which torch also calls when a tensor is sent to another process)
 gets a new view, never a read of the memory it left.
@@ -20,9 +27,13 @@ gets a new view, never a read of the memory it left.
 Examples
 --------
 >>> import torch
->>> gather = RowGather([torch.arange(10).reshape(5, 2), torch.arange(5.0)])
->>> [x.tolist() for x in gather.take(torch.tensor([4, 0]))]
+>>> rows = HostRows([torch.arange(10).reshape(5, 2), torch.arange(5.0)])
+>>> [x.tolist() for x in rows.take(torch.tensor([4, 0]))]
 [[[8, 9], [0, 1]], [4.0, 0.0]]
+>>> rows.put(1, 3, [torch.full((2, 2), -1), torch.tensor([7.0, 8.0])])
+True
+>>> [x.tolist() for x in rows.take(torch.tensor([1, 2]))]
+[[[-1, -1], [-1, -1]], [7.0, 8.0]]
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["PARALLEL_GRAIN", "RowGather"]
+__all__ = ["PARALLEL_GRAIN", "HostRows"]
 
 _data_ptr = torch.Tensor.data_ptr
 
@@ -51,8 +62,9 @@ def _host_view(leaf: torch.Tensor) -> np.ndarray | None:
         return None
 
 
-class RowGather:
-    """Row reads from ``leaves`` (tensors sharing their first dimension, the slots)."""
+class HostRows:
+    """Row reads from and writes to ``leaves`` (tensors sharing their first dimension, the
+    slots)."""
 
     def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
         self.leaves = list(leaves)
@@ -69,13 +81,17 @@ class RowGather:
         views = [host for host in self.host if host is not None]
         self.all_views = views if len(views) == len(self.host) else None
 
+    def _follow_moves(self) -> None:
+        """New views for leaves whose memory moved since their views were made."""
+        if list(map(_data_ptr, self.leaves)) != self.pointers:
+            self._make_views()
+
     def take(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The rows at ``slots`` (a 1-D int64 tensor on the leaves' device, unchecked) of
         every leaf, in order."""
         if not slots.is_cpu or torch.compiler.is_compiling():
             return [torch.index_select(leaf, 0, slots) for leaf in self.leaves]
-        if list(map(_data_ptr, self.leaves)) != self.pointers:  # a leaf's memory moved
-            self._make_views()
+        self._follow_moves()
         index = slots.numpy()
         one_thread = torch.get_num_threads() == 1
         views = self.all_views
@@ -86,3 +102,25 @@ class RowGather:
                 if host is not None and (one_thread or n * numel < PARALLEL_GRAIN)
                 else torch.index_select(leaf, 0, slots)
                 for leaf, host, numel in zip(self.leaves, self.host, self.row_numel)]
+
+    def put(self, start: int, stop: int, sources: Sequence[torch.Tensor]) -> bool:
+        """Copy ``sources`` (one per leaf, of its dtype, whose leading dims hold the
+        ``stop - start`` slots, or one slot's item without a leading dim) into slots
+        ``[start, stop)`` of every leaf, through the numpy views. Returns ``False``, having
+        written nothing, where a leaf or a source has no view of the same dtype: the caller
+        then copies with torch."""
+        self._follow_moves()
+        views = self.all_views
+        if views is None:
+            return False
+        try:
+            arrays = [source.numpy() for source in sources]
+        except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
+            return False
+        if any(a.dtype != v.dtype for a, v in zip(arrays, views)):
+            return False
+        for view, array in zip(views, arrays):
+            if array.ndim > view.ndim:  # a storage of several dims: its rows' slots in one
+                array = array.reshape(-1, *view.shape[1:])
+            view[start:stop] = array
+        return True
