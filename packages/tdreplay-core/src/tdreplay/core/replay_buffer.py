@@ -342,7 +342,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     def _write_item(self, data: Any) -> int | torch.Tensor:
         """Write one item (write-side transforms done) and tell the sampler; lock held."""
         self._check_writing_process()  # a forked child writes only what is shared
-        rows = torch.as_tensor(self._add_row(data), dtype=torch.long).reshape(-1)
+        row = self._add_row(data)
+        if type(row) is int and self._storage.row_numel == 1:  # one row, one slot: no tensor
+            self._sampler.add(row)
+            return row
+        rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
         slots = self._storage.rows_to_slots(rows)
         self._sampler.extend(_flat(slots))
         if self._storage.row_numel == 1 and rows.numel() == 1:

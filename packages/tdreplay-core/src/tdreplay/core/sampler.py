@@ -80,8 +80,10 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         """Called after ``slots`` were written."""
 
     def add(self, slot: int) -> None:
-        """Called after one slot was written."""
-        self.extend(torch.as_tensor([slot], dtype=torch.long))
+        """Called after one slot was written: :meth:`extend` of that slot, unless this sampler
+        keeps the base's :meth:`extend`, which needs nothing (no tensor is made then)."""
+        if type(self).extend is not Sampler.extend:
+            self.extend(torch.as_tensor([slot], dtype=torch.long))
 
     def mark_update(self, slots: torch.Tensor) -> None:
         """Called after ``slots`` were overwritten by index assignment (``rb[i] = ...``)."""

@@ -382,9 +382,10 @@ class RoundRobinWriter(Writer):
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
-        self.cursor = (row + 1) % capacity
-        self.write_count += 1
-        self._bump_generations(torch.tensor([row]), capacity)
+        counters = self._counters  # [cursor, write_count]
+        counters[0] = (row + 1) % capacity
+        counters[1] += 1
+        self._bump_generations(row, capacity)
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -399,15 +400,16 @@ class RoundRobinWriter(Writer):
         data = self._before_write(data, cursor, capacity, batched=True)
         if cursor + n <= capacity:
             storage.set(slice(cursor, cursor + n), data)
-            rows = torch.arange(cursor, cursor + n)
+            rows = _row_range(cursor, cursor + n)
         else:
             rows = torch.arange(cursor, cursor + n) % capacity
             if n > capacity:
                 storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
             else:
                 storage.set(rows, data)
-        self.cursor = (cursor + n) % capacity
-        self.write_count += n
+        counters = self._counters  # [cursor, write_count] (a shared array's items cost more)
+        counters[0] = (cursor + n) % capacity
+        counters[1] += n
         self._bump_generations(rows, capacity)
         return rows
 
@@ -517,6 +519,12 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"
+
+
+def _row_range(start: int, stop: int) -> torch.Tensor:
+    """``torch.arange(start, stop)`` (int64), made by numpy: 1-2 us less a call (the rows an
+    ``extend`` returns)."""
+    return torch.from_numpy(np.arange(start, stop, dtype=np.int64))
 
 
 def _index_tensor(index: Any) -> torch.Tensor:
