@@ -92,8 +92,10 @@ class PriorityKernels(abc.ABC):
     backend: ClassVar[str]
 
     @abc.abstractmethod
-    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
-        """Store ``leaf`` (0-d float64) for the checked ``slots`` (on the state's device)."""
+    def extend(self, state: PriorityState, slots: torch.Tensor,
+               leaf: float | torch.Tensor) -> None:
+        """Store ``leaf`` (float64: a float for numba trees, a 0-d tensor for torch trees) for
+        the checked ``slots`` (on the state's device)."""
 
     @abc.abstractmethod
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
@@ -130,7 +132,8 @@ class NumbaKernels(PriorityKernels):
 
     backend = "numba"
 
-    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
+    def extend(self, state: PriorityState, slots: torch.Tensor,
+               leaf: float | torch.Tensor) -> None:
         index = slots.contiguous().numpy()
         sum_tree, min_tree, max_tree = _numba_trees(state)
         fused.extend_kernel(
@@ -190,7 +193,8 @@ class TorchKernels(PriorityKernels):
 
     backend = "torch"
 
-    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: torch.Tensor) -> None:
+    def extend(self, state: PriorityState, slots: torch.Tensor,
+               leaf: float | torch.Tensor) -> None:
         state.sum_tree.update(slots, leaf)
         state.min_tree.refresh(slots)
         if state.max_tree is not None:

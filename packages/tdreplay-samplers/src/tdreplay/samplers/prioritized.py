@@ -47,6 +47,7 @@ from ._priority_state import (
     default_priority,
     generation_of,
     grown,
+    new_item_leaf,
     new_state,
     placement,
     realphaed,
@@ -58,8 +59,6 @@ from ._priority_values import (
     check_priority_values,
     check_real,
     check_stored_priority,
-    leaf_limit,
-    leaf_values,
     prepare_update,
     reduce_priority,
     slots_on,
@@ -291,9 +290,7 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
             return
         state = self._fit(slots)
         slots = slots_on(slots, state.capacity, state.device)
-        leaf = leaf_values(default_priority(state), self._alpha, self._eps).clamp_max_(
-            leaf_limit(state.capacity))  # an alpha raised since may overflow the max priority
-        kernels_for(state).extend(state, slots, leaf)
+        kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps))
         self._clock += 1
         state.generation.index_fill_(0, slots, generation_of(self._clock))
 
