@@ -92,10 +92,11 @@ class PriorityKernels(abc.ABC):
     backend: ClassVar[str]
 
     @abc.abstractmethod
-    def extend(self, state: PriorityState, slots: torch.Tensor,
-               leaf: float | torch.Tensor) -> None:
-        """Store ``leaf`` (float64: a float for numba trees, a 0-d tensor for torch trees) for
-        the checked ``slots`` (on the state's device)."""
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: float | torch.Tensor,
+               generation: int) -> None:
+        """Store ``leaf`` (float64: a float for numba trees, a 0-d tensor for torch trees) and
+        the write generation ``generation`` for the checked ``slots`` (on the state's
+        device)."""
 
     @abc.abstractmethod
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
@@ -132,14 +133,14 @@ class NumbaKernels(PriorityKernels):
 
     backend = "numba"
 
-    def extend(self, state: PriorityState, slots: torch.Tensor,
-               leaf: float | torch.Tensor) -> None:
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: float | torch.Tensor,
+               generation: int) -> None:
         index = slots.contiguous().numpy()
         sum_tree, min_tree, max_tree = _numba_trees(state)
         fused.extend_kernel(
             sum_tree.nodes, min_tree.nodes,
             max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
-            sum_tree.offsets, index, float(leaf))
+            sum_tree.offsets, index, float(leaf), state.host_generation, generation)
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
              dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,8 +194,9 @@ class TorchKernels(PriorityKernels):
 
     backend = "torch"
 
-    def extend(self, state: PriorityState, slots: torch.Tensor,
-               leaf: float | torch.Tensor) -> None:
+    def extend(self, state: PriorityState, slots: torch.Tensor, leaf: float | torch.Tensor,
+               generation: int) -> None:
+        state.generation.index_fill_(0, slots, generation)
         state.sum_tree.update(slots, leaf)
         state.min_tree.refresh(slots)
         if state.max_tree is not None:

@@ -50,11 +50,13 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
     @on_disk
     @njit(nogil=True)
     def extend_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, index,
-                      leaf):  # pragma: no cover - compiled
+                      leaf, gen, generation):  # pragma: no cover - compiled
         """Give the (checked) slots ``index`` the stored priority ``leaf`` in the sum tree (and the
-        min over its leaves, ``min_nodes``); with ``has_max``, ``+inf`` in the max tree (no priority
-        set by an update yet)."""
+        min over its leaves, ``min_nodes``) and the write generation ``generation`` in ``gen``;
+        with ``has_max``, ``+inf`` in the max tree (no priority set by an update yet)."""
         _ = tree_kernels_version  # in the cache key
+        for i in range(index.shape[0]):
+            gen[index[i]] = generation
         values = np.full(index.shape[0], leaf)
         update_sum(sum_nodes, offsets, index, values)
         refresh_min_over_sum(min_nodes, sum_nodes, offsets, index)

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from ._priority_values import check_real, leaf_limit, leaf_values
+from ._priority_values import check_real, host_bounds, leaf_limit, leaf_values
 from .segment_trees import (
     MinOverSumTree,
     MinTree,
@@ -222,11 +222,13 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
                      host=host)
 
 
-def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool) -> PriorityState:
+def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool,
+          bounds: tuple[int, int] | None = None) -> PriorityState:
     """``state``, or a copy with more slots (at least twice as many) when host ``slots`` go
     beyond its capacity: a storage larger than ``max_capacity`` (TorchRL's C++ trees round the
     capacity up to a power of two and write past it; here the trees grow, keeping every
     priority). Slots on a device are not read (no host sync): they never grow the state.
+    ``bounds``: the host slots' ``(least, largest)``, when the caller has them.
 
     Examples
     --------
@@ -238,9 +240,9 @@ def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool) -> 
     """
     if slots.device.type != "cpu" or not slots.numel():
         return state
-    low, high = torch.aminmax(slots)
-    needed = int(high) + 1
-    if needed <= state.capacity or int(low) < 0:  # negative slots: refused by the caller
+    low, high = bounds if bounds is not None else host_bounds(slots)
+    needed = high + 1
+    if needed <= state.capacity or low < 0:  # negative slots: refused by the caller
         return state
     capacity = max(needed, 2 * state.capacity)
     return new_state(capacity, state.backend, state.device, within_buffer=within_buffer,

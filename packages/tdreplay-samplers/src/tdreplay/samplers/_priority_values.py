@@ -11,7 +11,7 @@ import torch
 from tdreplay.core.utils import as_long_tensor
 
 __all__ = ["REDUCTIONS", "TINY", "as_priority_tensor", "check_priority_values", "check_real",
-           "check_options", "check_slots", "check_stored_priority", "flat_priority",
+           "check_options", "check_slots", "check_stored_priority", "flat_priority", "host_bounds",
            "leaf_limit", "leaf_values", "prepare_update", "reduce_priority", "slots_on"]
 
 #: Accepted ``reduction`` names.
@@ -176,12 +176,26 @@ def check_stored_priority(priority: torch.Tensor, capacity: int, alpha: float,
                          "priorities stays finite). Nothing was updated.")
 
 
-def check_slots(slots: torch.Tensor, capacity: int) -> None:
-    """Raise ``IndexError`` unless every host slot lies in ``[0, capacity)``."""
+def host_bounds(slots: torch.Tensor) -> tuple[int, int]:
+    """``(least, largest)`` of non-empty host ``slots``, in one pass.
+
+    Examples
+    --------
+    >>> host_bounds(torch.tensor([4, -1, 7]))
+    (-1, 7)
+    """
     lo, hi = torch.aminmax(slots)
-    if int(lo) < 0 or int(hi) >= capacity:
+    return int(lo), int(hi)
+
+
+def check_slots(slots: torch.Tensor, capacity: int,
+                bounds: tuple[int, int] | None = None) -> None:
+    """Raise ``IndexError`` unless every host slot lies in ``[0, capacity)`` (``bounds``: their
+    :func:`host_bounds`, when known)."""
+    lo, hi = bounds if bounds is not None else host_bounds(slots)
+    if lo < 0 or hi >= capacity:
         raise IndexError(f"slots must lie in [0, {capacity}) (max_capacity), got "
-                         f"values in [{int(lo)}, {int(hi)}].")
+                         f"values in [{lo}, {hi}].")
 
 
 def prepare_update(index: Any, priority: Any, write_generation: Any
@@ -238,12 +252,14 @@ def check_options(max_capacity: Any, *, eps: Any, dtype: Any, reduction: Any, ba
     return int(max_capacity), eps, req_device
 
 
-def slots_on(slots: torch.Tensor, capacity: int, device: torch.device) -> torch.Tensor:
+def slots_on(slots: torch.Tensor, capacity: int, device: torch.device,
+             bounds: tuple[int, int] | None = None) -> torch.Tensor:
     """``slots`` moved to ``device``, checked to lie in ``[0, capacity)`` (``IndexError``)
-    wherever they are on the host, before or after the move: never on a device (no sync)."""
+    wherever they are on the host, before or after the move: never on a device (no sync).
+    ``bounds``: the host slots' :func:`host_bounds`, when known."""
     checked = slots.device.type == "cpu"
     if checked:
-        check_slots(slots, capacity)
+        check_slots(slots, capacity, bounds)
     slots = slots.to(device, non_blocking=True)
     if not checked and slots.device.type == "cpu":
         check_slots(slots, capacity)

@@ -59,6 +59,7 @@ from ._priority_values import (
     check_priority_values,
     check_real,
     check_stored_priority,
+    host_bounds,
     prepare_update,
     reduce_priority,
     slots_on,
@@ -272,9 +273,11 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
         return state
 
-    def _fit(self, slots: torch.Tensor) -> PriorityState:
-        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`)."""
-        state = self._state = grown(self._ensure_state(), slots, within_buffer=self._within_buffer)
+    def _fit(self, slots: torch.Tensor, bounds: tuple[int, int] | None = None) -> PriorityState:
+        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`;
+        ``bounds``: their :func:`~._priority_values.host_bounds`, when known)."""
+        state = self._state = grown(self._ensure_state(), slots, within_buffer=self._within_buffer,
+                                    bounds=bounds)
         self._capacity = state.capacity
         return state
 
@@ -285,14 +288,18 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         """Give the written ``slots`` the current max priority and a new write generation."""
-        slots = as_long_tensor(slots, name="slots").reshape(-1)
+        slots = as_long_tensor(slots, name="slots")
+        if slots.ndim != 1:
+            slots = slots.reshape(-1)
         if not slots.numel():
             return
-        state = self._fit(slots)
-        slots = slots_on(slots, state.capacity, state.device)
-        kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps))
+        # one pass over host slots, for the growth and the check (device slots: never read)
+        bounds = host_bounds(slots) if slots.device.type == "cpu" else None
+        state = self._fit(slots, bounds)
+        slots = slots_on(slots, state.capacity, state.device, bounds)
         self._clock += 1
-        state.generation.index_fill_(0, slots, generation_of(self._clock))
+        kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
+                                  generation_of(self._clock))
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written), on the tree device."""

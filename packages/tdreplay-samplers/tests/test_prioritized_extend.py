@@ -1,5 +1,6 @@
-"""A new item's stored priority (its leaf): numba trees compute it with Python's float math, torch
-trees with 0-d tensors; both store the same float64 for the same max priority, alpha and eps."""
+"""What ``PrioritizedSampler.extend`` stores for new items, alike on numba and torch trees: their
+priority (leaf), the same float64 for the same max priority, alpha and eps (numba trees take it
+from a cache of torch's value), and a write generation per extend, in the one kernel call."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def test_new_items_follow_the_max_priority_as_it_changes(backend):
         sampler.extend(torch.tensor([slot]))
         leaves.append(float(sampler.state_dict()["priorities"][slot]))
     assert leaves == [4.0 ** 0.7, 9.0 ** 0.7, 9.0 ** 0.7]
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_each_extend_stamps_its_slots_with_a_new_generation(backend):
+    sampler = PrioritizedSampler(8, alpha=0.7, beta=1.0, backend=backend)
+    sampler.extend(torch.tensor([0, 1, 2]))
+    sampler.extend(torch.tensor([[5], [1]]))  # any shape: flat slots; slot 1 rewritten
+    generations = sampler.slot_generation(torch.arange(8)).tolist()
+    assert generations == [1, 2, 1, 0, 0, 2, 0, 0]  # 0: never written
+    with pytest.raises(IndexError, match=r"slots must lie in \[0, 8\)"):
+        sampler.extend(torch.tensor([3, -1]))  # refused: nothing stamped, no priority set
+    assert sampler.slot_generation(torch.tensor([3])).tolist() == [0]
+    assert float(sampler.state_dict()["priorities"][3]) == 0.0
+    sampler.extend(torch.tensor([11]))  # beyond max_capacity: the trees grow (TorchRL's C++
+    assert sampler.max_capacity == 16   # trees write past it)
+    assert sampler.slot_generation(torch.tensor([11, 5])).tolist() == [3, 2]
