@@ -5,11 +5,12 @@ Small calls are where Python-level work (checks, conversions, building TensorDic
 - ``overhead/storage_get_256``: ``LazyTensorStorage.get`` of 256 random slots;
 - ``overhead/storage_set_row``: ``LazyTensorStorage.set`` of one row (an int row);
 - ``overhead/extend_32``: ``ReplayBuffer.extend`` of a 32-row TensorDict;
+- ``overhead/add_row``: ``ReplayBuffer.add`` of one row (a TensorDict without batch dims);
 - ``overhead/sample_256``: ``ReplayBuffer.sample(256)``;
 - ``overhead/td_sample_256`` / ``overhead/td_extend_32``: the same on a
   ``TensorDictReplayBuffer`` (which writes ``index`` into the TensorDicts);
 - ``overhead/prio_extend_32``: ``TensorDictPrioritizedReplayBuffer.extend`` of 32 rows carrying
-  ``td_error`` (initial priorities).
+  ``td_error`` (initial priorities); ``overhead/prio_add_row``: its ``add`` of one such row.
 
 Rows are those of ``bench_uniform.py`` (``obs[32]``, ``action[4]``, ``next.obs[32]``,
 ``next.reward[1]``, ``next.done[1]``) in a 100,000-slot buffer, full. Each figure is the fastest
@@ -83,6 +84,7 @@ def main() -> None:
     out("storage_set_row", micros(lambda: storage.set(17, row), t, r))
     small = transition_batches(32)
     out("extend_32", micros(lambda: rb.extend(next(small)), t, r))
+    out("add_row", micros(lambda: rb.add(row), t, r))
     out("sample_256", micros(lambda: rb.sample(256), t, r))
 
     td_rb = filled(TensorDictReplayBuffer(storage=LazyTensorStorage(CAPACITY)))
@@ -102,6 +104,8 @@ def main() -> None:
 
     out("prio_extend_32", micros(prio_extend, t, r))
     out("prio_sample_256", micros(lambda: prio.sample(256), t, r))
+    prio_row = batches[0][0]
+    out("prio_add_row", micros(lambda: prio.add(prio_row), t, r))
 
 
 if __name__ == "__main__":
