@@ -273,11 +273,10 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
         return state
 
-    def _fit(self, slots: torch.Tensor, bounds: tuple[int, int] | None = None) -> PriorityState:
-        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`;
-        ``bounds``: their :func:`~._priority_values.host_bounds`, when known)."""
-        state = self._state = grown(self._ensure_state(), slots, within_buffer=self._within_buffer,
-                                    bounds=bounds)
+    def _fit(self, slots: torch.Tensor, bounds: tuple[int, int] | None) -> PriorityState:
+        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`)."""
+        state = self._state = grown(self._ensure_state(), slots,
+                                    within_buffer=self._within_buffer, bounds=bounds)
         self._capacity = state.capacity
         return state
 
@@ -288,13 +287,10 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         """Give the written ``slots`` the current max priority and a new write generation."""
-        slots = as_long_tensor(slots, name="slots")
-        if slots.ndim != 1:
-            slots = slots.reshape(-1)
+        slots = as_long_tensor(slots, name="slots").reshape(-1)
         if not slots.numel():
             return
-        # one pass over host slots, for the growth and the check (device slots: never read)
-        bounds = host_bounds(slots) if slots.device.type == "cpu" else None
+        bounds = host_bounds(slots) if slots.is_cpu else None  # one pass; device: never read
         state = self._fit(slots, bounds)
         slots = slots_on(slots, state.capacity, state.device, bounds)
         self._clock += 1
