@@ -311,9 +311,9 @@ def new_item_leaf(state: PriorityState, alpha: float, eps: float) -> float | tor
     :func:`default_priority`, at most :func:`~._priority_values.leaf_limit` (an alpha raised
     since may overflow the max priority).
 
-    Numba trees get a float, remembered for the last max priority, alpha, eps and capacity it
-    was computed for (:func:`_host_leaf`): the five 0-d tensor operations cost a buffer's
-    ``extend`` 30-40 us in its write path, and the max priority seldom changes between writes.
+    Numba trees get a float, computed once per max priority, alpha, eps and capacity (the last
+    16 are kept, :func:`_host_leaf`): the five 0-d tensor operations cost a buffer's ``extend``
+    30-40 us in its write path, and the max priority seldom changes between writes.
     Torch trees get a 0-d float64 tensor (on a device: no host sync).
 
     Examples
