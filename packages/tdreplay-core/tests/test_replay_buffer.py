@@ -206,6 +206,33 @@ def test_setitem_int_slice_and_negative_follow_reads():
     assert len(rb) == 4 and rb.write_count == 4
 
 
+def test_add_tells_a_sampler_that_follows_writes_and_returns_the_int_slot(monkeypatch):
+    sampler = RecordingSampler()
+    rb = ReplayBuffer(storage=ListStorage(3), sampler=sampler)
+    slots = [rb.add(torch.tensor(float(i))) for i in range(4)]  # the 4th wraps onto slot 0
+    assert slots == [0, 1, 2, 0] and all(type(s) is int for s in slots)
+    assert sampler.calls == [("extend", [0]), ("extend", [1]), ("extend", [2]), ("extend", [0])]
+    assert values(rb) == [3, 1, 2] and rb.write_count == 4
+    # a sampler keeping the base's extend needs no notice: add builds no tensor for it
+    made = []
+    real_as_tensor = torch.as_tensor
+    monkeypatch.setattr(torch, "as_tensor", lambda *a, **k: made.append(a) or
+                        real_as_tensor(*a, **k))
+    plain = ReplayBuffer(storage=ListStorage(3))
+    assert plain.add(torch.tensor(5.0)) == 0 and made == []
+    assert float(plain.sample(1)[0]) == 5.0
+
+
+def test_extend_returns_int64_slots_that_own_their_memory():
+    rb = ReplayBuffer(storage=ListStorage(4))
+    first = rb.extend(scalars(0, 3))
+    assert first.dtype is torch.int64 and first.tolist() == [0, 1, 2]
+    first += 10  # the caller's tensor: the next extend's slots are not affected
+    second = rb.extend(scalars(3, 6))  # wraps: rows 3, 0, 1
+    assert second.dtype is torch.int64 and second.tolist() == [3, 0, 1]
+    assert values(rb) == [4, 5, 2, 3]
+
+
 def test_setitem_past_written_rows_is_refused(unchanged):
     rb = ReplayBuffer(storage=ListStorage(10))
     rb.extend(scalars(0, 4))
