@@ -188,3 +188,16 @@ def test_put_takes_one_item_without_its_leading_dim():
     assert HostRows(leaves).put(2, 3, [torch.tensor([1.0, 2.0]), torch.tensor(7)])
     assert leaves[0].tolist() == [[0, 0], [0, 0], [1, 2], [0, 0]]
     assert leaves[1].tolist() == [0, 0, 7, 0]
+
+
+def test_a_wrapped_two_dim_storage_whose_leaf_is_not_contiguous_reads_what_it_writes():
+    # a transposed [rows, envs] leaf: flattening its slots would copy it, so the layout holds a
+    # contiguous copy and reads and writes one memory
+    from tdreplay.storages import TensorStorage
+
+    leaf = torch.arange(12.0).reshape(3, 4).t()  # 4 rows of 3 environments
+    storage = TensorStorage(TensorDict({"x": leaf}, [4, 3]), ndim=2)
+    assert storage.get(torch.tensor([3, 4, 5]))["x"].tolist() == [1.0, 5.0, 9.0]  # row 1
+    storage.set(slice(1, 2), TensorDict({"x": -torch.ones(1, 3)}, [1, 3]))
+    assert storage.get(torch.tensor([3, 4, 5]))["x"].tolist() == [-1.0, -1.0, -1.0]
+    assert storage.get(torch.tensor([0, 6]))["x"].tolist() == [0.0, 2.0]

@@ -59,14 +59,9 @@ def die_in_the_middle(path, written: int, n: int, how: str | int) -> None:
         self.leaves[0].index_copy_(0, index, src[0].to(self.leaves[0].dtype))
         die()
 
-    def copy_row(self, row, src):
-        self.leaves[0][row].copy_(src[0])
-        die()
-
     # a forked child: the patches die with it
     TensorLayout.copy_rows = copy_rows  # type: ignore[method-assign]
     TensorLayout.index_copy_rows = index_copy_rows  # type: ignore[method-assign]
-    TensorLayout.copy_row = copy_row  # type: ignore[method-assign]
     if how == "extend":
         rb.extend(rows(1000, n))
     else:

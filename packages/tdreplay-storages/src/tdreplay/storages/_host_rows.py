@@ -109,10 +109,11 @@ class HostRows:
         ``[start, stop)`` of every leaf, through the numpy views. Returns ``False``, having
         written nothing, where a leaf or a source has no view of the same dtype: the caller
         then copies with torch."""
+        if self.all_views is None:  # (a leaf numpy cannot see: no move changes that)
+            return False
         self._follow_moves()
         views = self.all_views
-        if views is None:
-            return False
+        assert views is not None
         try:
             arrays = [source.numpy() for source in sources]
         except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks

@@ -55,6 +55,24 @@ def dtype_from_str(name: str) -> torch.dtype:
     return dtype
 
 
+def _slots_viewable(leaf: torch.Tensor, ndim: int) -> torch.Tensor:
+    """``leaf``, or a contiguous copy of it when its ``ndim`` leading dims cannot be flattened
+    into one of slots without a copy: the layout reads and writes its flat leaves, which must
+    be views of the leaves (of a transposed ``[rows, envs]`` tensor, ``flatten`` copies).
+
+    Examples
+    --------
+    >>> leaf = torch.zeros(3, 4).t()  # 4 rows of 3 environments, not contiguous
+    >>> _slots_viewable(leaf, 2).is_contiguous(), _slots_viewable(leaf, 1) is leaf
+    (True, True)
+    """
+    if ndim == 1:
+        return leaf
+    flat = leaf.flatten(0, ndim - 1)
+    return leaf if flat.untyped_storage().data_ptr() == leaf.untyped_storage().data_ptr() \
+        else leaf.contiguous()
+
+
 def build_tree(keys: Sequence[NestedKey]) -> dict[str, Any]:
     """Nested dict mapping each key path to the position of its leaf in ``keys``."""
     tree: dict[str, Any] = {}
@@ -200,7 +218,8 @@ class TensorLayout:
         leaves = []
         for key in keys:
             leaf = check_source(key, td.get(key))
-            leaves.append(leaf if leaf.device == device else leaf.to(device))
+            leaves.append(_slots_viewable(leaf if leaf.device == device else leaf.to(device),
+                                          ndim))
         self.ndim = ndim
         self.device = device
         self.keys = keys
@@ -208,15 +227,12 @@ class TensorLayout:
         self.leaves = leaves
         self.tree = build_tree(keys)
         self.td = assemble(self.tree, leaves, td.batch_size, device)
-        #: the leaves with the ``ndim`` leading dimensions flattened into one of slots
+        #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
+        #: the leaves' memory (see :func:`_slots_viewable`)
         self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
         #: reads and writes rows of the flat leaves on the host (:meth:`gather`,
         #: :meth:`copy_rows`)
         self.host_rows = HostRows(self.flat_leaves)
-        #: whether writes may go through the flat leaves (views of the leaves, not copies)
-        self._writes_through_flat = all(flat.data_ptr() == leaf.data_ptr() and flat.numel()
-                                        == leaf.numel() for flat, leaf in zip(self.flat_leaves,
-                                                                             leaves))
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
         self.item_batch = self.td.batch_size[ndim:]
@@ -358,12 +374,12 @@ class TensorLayout:
                                       f"storage {leaf.dtype}.")
 
     def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor]) -> None:
-        """Copy ``src`` (leaves in storage order) into rows ``[start, stop)`` of every leaf:
-        through the leaves' numpy views where they and ``src`` have them, else with torch."""
+        """Copy ``src`` (leaves in storage order; of one row, without its leading dim, when
+        ``stop == start + 1``) into rows ``[start, stop)`` of every leaf: through the leaves'
+        numpy views where they and ``src`` have them, else with torch."""
         numel = self.row_numel
-        if not (self._writes_through_flat
-                and self.host_rows.put(start * numel, stop * numel, src)):
-            copy_leaves([leaf[start:stop] for leaf in self.leaves], src)
+        if not self.host_rows.put(start * numel, stop * numel, src):
+            copy_leaves([leaf[start:stop] for leaf in self.leaves], src)  # copy_ broadcasts
 
     def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
               single: bool) -> tuple[int | None, int | None]:
@@ -391,7 +407,7 @@ class TensorLayout:
             row %= cap
             src = self.source_leaves(td, self.inner, leaves)
             self.before_write(row, row + 1)
-            self.copy_row(row, src)
+            self.copy_rows(row, row + 1, src)
             return row + 1, row
         if isinstance(rows, slice):
             start, stop, step = rows.indices(cap)
@@ -412,14 +428,6 @@ class TensorLayout:
         """Zero rows ``[start, stop)`` of every leaf."""
         for leaf in self.leaves:
             leaf[start:stop].zero_()
-
-    def copy_row(self, row: int, src: Sequence[torch.Tensor]) -> None:
-        """Copy ``src`` (leaves of one row, in storage order) into row ``row`` (as
-        :meth:`copy_rows`)."""
-        numel = self.row_numel
-        if not (self._writes_through_flat
-                and self.host_rows.put(row * numel, (row + 1) * numel, src)):
-            copy_leaves([leaf[row] for leaf in self.leaves], src)
 
     def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""
