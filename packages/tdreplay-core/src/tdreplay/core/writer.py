@@ -382,9 +382,7 @@ class RoundRobinWriter(Writer):
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
-        counters = self._counters  # [cursor, write_count]
-        counters[0] = (row + 1) % capacity
-        counters[1] += 1
+        self._advance((row + 1) % capacity, 1)
         self._bump_generations(row, capacity)
         return row
 
@@ -407,11 +405,17 @@ class RoundRobinWriter(Writer):
                 storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
             else:
                 storage.set(rows, data)
-        counters = self._counters  # [cursor, write_count] (a shared array's items cost more)
-        counters[0] = (cursor + n) % capacity
-        counters[1] += n
+        self._advance((cursor + n) % capacity, n)
         self._bump_generations(rows, capacity)
         return rows
+
+    def _advance(self, cursor: int, written: int) -> None:
+        """Move the cursor to ``cursor`` and count ``written`` more items: the counters
+        ``[cursor, write_count]`` set in one pass (not through the two properties; the hot
+        path of ``add`` and ``extend``)."""
+        counters = self._counters
+        counters[0] = cursor
+        counters[1] += written
 
     def _extend_compiled(self, data: Any, cursor: torch.Tensor) -> torch.Tensor:
         """:meth:`extend` of a ``compilable=True`` writer: the rows are computed from the

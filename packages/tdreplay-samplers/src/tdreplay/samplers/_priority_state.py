@@ -298,11 +298,17 @@ def check_state_dict(state_dict: Any, within_buffer: bool, owner: str) -> None:
 def default_priority(state: PriorityState) -> torch.Tensor:
     """Priority of new items (0-d float64 tensor on the state's device): the max priority set
     (in the buffer, with a max tree), ``1`` before any."""
-    if state.max_tree is not None:
-        current = torch.as_tensor(-state.max_tree.min(), dtype=torch.float64,
-                                  device=state.device)
-    else:
-        current = state.max_priority
+    return _or_one(torch.as_tensor(_max_set(state), dtype=torch.float64, device=state.device))
+
+
+def _max_set(state: PriorityState) -> float | torch.Tensor:
+    """The largest priority set so far (``-inf``: none), by the max tree (the max within the
+    buffer) or the running max: a float from numba trees, a 0-d tensor otherwise."""
+    return -state.max_tree.min() if state.max_tree is not None else state.max_priority
+
+
+def _or_one(current: torch.Tensor) -> torch.Tensor:
+    """``current`` (0-d float64), or ``1`` where no priority was set (``-inf``)."""
     return torch.where(current > -math.inf, current, 1.0)
 
 
@@ -323,9 +329,7 @@ def new_item_leaf(state: PriorityState, alpha: float, eps: float) -> float | tor
     1.0
     """
     if state.backend == "numba":
-        current = (-float(state.max_tree.min()) if state.max_tree is not None
-                   else float(state.max_priority))
-        return _host_leaf(current, alpha, eps, state.capacity)
+        return _host_leaf(float(_max_set(state)), alpha, eps, state.capacity)
     return leaf_values(default_priority(state), alpha, eps).clamp_max_(leaf_limit(state.capacity))
 
 
@@ -334,7 +338,7 @@ def _host_leaf(current: float, alpha: float, eps: float, capacity: int) -> float
     """:func:`new_item_leaf` of a host state whose max priority is ``current`` (``-inf``: none
     set), computed with the same torch operations as the torch trees' (torch's ``pow`` rounds
     some exponents otherwise than the C library's: ``x * x * x`` for ``3``)."""
-    priority = torch.tensor(current if current > -math.inf else 1.0, dtype=torch.float64)
+    priority = _or_one(torch.tensor(current, dtype=torch.float64))
     return float(leaf_values(priority, alpha, eps).clamp_max_(leaf_limit(capacity)))
 
 
