@@ -561,12 +561,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         return td.exclude(*bookkeeping) if bookkeeping else td
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
-        """The priorities ``data`` brings for a prioritized sampler, checked before any write."""
+        """The priorities ``data`` brings for a prioritized sampler, checked before any write
+        (as :meth:`Sampler.check_priority` returns them)."""
         if update_priority is False or not self._sampler.is_prioritized:
             return None
         priority = data.get(self.priority_key, None)
         if priority is not None:
-            self._sampler.check_priority(priority)
+            checked = self._sampler.check_priority(priority)
+            return priority if checked is None else checked
         return priority
 
     def _refresh_item_info(self, td: TensorDictBase, slots: torch.Tensor, present: Any) -> None:

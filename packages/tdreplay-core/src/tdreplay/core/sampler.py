@@ -105,12 +105,23 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             stacklevel=2,
         )
 
-    def check_priority(self, priority: Any) -> None:
-        """Raise as ``update_priority`` would on these values, changing nothing.
+    def check_priority(self, priority: Any) -> Any:
+        """Raise as ``update_priority`` would on these values, changing nothing; return them
+        for ``update_priority``.
 
         Buffers call it before writing rows whose priorities come with the data, so bad
-        priorities are refused before the buffer changes. Nothing to check here.
+        priorities are refused before the buffer changes, and then pass what it returned to
+        ``update_priority`` (in place of the values): a sampler may return them converted, so
+        that the update does not convert them again. ``None`` (what samplers written for
+        an earlier tdreplay return) stands for the values as given. Nothing to check here.
+
+        Examples
+        --------
+        >>> values = torch.tensor([1.0, 2.0])
+        >>> RandomSampler().check_priority(values) is values
+        True
         """
+        return priority
 
     def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """The :attr:`update_keys` entries describing ``slots`` as they are now.

@@ -22,8 +22,10 @@ import torch
 from . import _priority_numba as fused
 from ._priority_state import PriorityState
 from ._priority_values import (
+    HostPriority,
     check_priority_values,
     check_stored_priority,
+    host_priority,
     leaf_limit,
     leaf_values,
     reduce_priority,
@@ -31,7 +33,7 @@ from ._priority_values import (
 from .segment_trees import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
 
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_drawn",
-           "check_update", "excluded", "kernels_for", "uniform"]
+           "check_host_priority", "check_update", "excluded", "kernels_for", "uniform"]
 
 _CPU = torch.device("cpu")
 #: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
@@ -63,6 +65,29 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
                          f"{'' if n_written is None else f' (the storage holds {n_written})'}: "
                          "a priority there would belong to no item (a write replaces it with "
                          "the max priority). Nothing was updated.")
+
+
+def check_host_priority(values: HostPriority, capacity: int) -> None:
+    """Raise ``ValueError`` naming them where the priority ``values`` hold one an update of a
+    sampler of ``capacity`` slots refuses (NaN, infinite, negative, or overflowing once raised
+    to alpha): the update kernel's check, in one numba pass.
+
+    Examples
+    --------
+    >>> from tdreplay.samplers._priority_values import host_priority
+    >>> check_host_priority(host_priority(torch.tensor([0.5, 2.0]), 2, "max", 1.0, 0.0), 10)
+    >>> try:
+    ...     check_host_priority(host_priority(torch.tensor([-1.0]), 1, "max", 1.0, 0.0), 10)
+    ... except ValueError as err:
+    ...     print(str(err)[:40])
+    priority must be finite and >= 0; got [-
+    """
+    if fused.check_values_kernel(values.raw.reshape(-1).numpy(), values.leaf.numpy(),
+                                 leaf_limit(capacity)) >= 0:
+        check_priority_values(values.raw)  # raises, naming the values
+        check_stored_priority(values.reduced, capacity, values.alpha, values.eps)
+        raise AssertionError("the value kernel refused a priority the host check "
+                             "accepts")  # pragma: no cover
 
 
 def check_drawn(top: int, written: int) -> None:
@@ -111,13 +136,15 @@ class PriorityKernels(abc.ABC):
     @abc.abstractmethod
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
-               n_written: int | None) -> bool:
+               n_written: int | None, prepared: HostPriority | None = None) -> bool:
         """Set the priorities ``raw`` (one per flat ``index``, or rows to reduce) of the slots.
 
         ``-1`` entries are skipped, and those whose write generation is no longer ``token``
         (when given). Returns ``False``, changing nothing, when the update holds a bad
         priority or index that the kernel found (the caller then raises with
         :func:`check_update`); kernels that do not check return ``True`` and drop bad entries.
+        ``prepared``: ``raw`` as a :class:`~._priority_values.HostPriority` of these settings,
+        when the caller has it (the numba kernels then convert nothing).
         """
 
 
@@ -163,14 +190,12 @@ class NumbaKernels(PriorityKernels):
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
-               n_written: int | None) -> bool:
+               n_written: int | None, prepared: HostPriority | None = None) -> bool:
         index = index.to(_CPU).contiguous()
-        raw = raw.to(_CPU, torch.float64).contiguous()
-        reduced = reduce_priority(raw, index.numel(), reduction)
-        # torch's pow, as the torch kernels (same trees); the kernel clamps to TINY as
-        # leaf_values does
-        leaf = (reduced + eps).pow_(alpha)
+        values = prepared if prepared is not None else host_priority(
+            raw, index.numel(), reduction, alpha, eps)
         index_np = index.numpy()
+        raw, reduced = values.raw, values.reduced
         raw_np = (raw if raw.ndim == 1 else raw.reshape(-1)).numpy()  # a reshape view: 1 us
         reduced_np = raw_np if reduced is raw else reduced.numpy()
         tok = token.to(_CPU).contiguous().numpy() if token is not None else index_np
@@ -180,7 +205,7 @@ class NumbaKernels(PriorityKernels):
             sum_tree.nodes, min_tree.nodes,
             max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
             sum_tree.offsets, capacity, capacity if n_written is None else n_written,
-            state.host_generation, index_np, raw_np, reduced_np, leaf.numpy(),
+            state.host_generation, index_np, raw_np, reduced_np, values.leaf.numpy(),
             leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False
@@ -221,7 +246,7 @@ class TorchKernels(PriorityKernels):
 
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
-               n_written: int | None) -> bool:
+               n_written: int | None, prepared: HostPriority | None = None) -> bool:
         # an update holding a bad priority changes nothing; -1, out-of-range, unwritten and
         # stale entries are sent to index -1, which the unchecked torch trees ignore
         dev, capacity = state.device, state.capacity
@@ -293,14 +318,16 @@ def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
 
 def apply_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                  validate: bool, reduction: str, alpha: float, eps: float,
-                 token: torch.Tensor | None, n_written: int | None) -> None:
+                 token: torch.Tensor | None, n_written: int | None,
+                 prepared: HostPriority | None = None) -> None:
     """Check (``validate``, or what the kernels check) and apply a priority update: the
     arguments are those of :meth:`PriorityKernels.update`. Raises, changing nothing, on a bad
     priority or index (see :func:`check_update`)."""
     if state.backend != "numba" and validate:
         check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps)
     if not kernels_for(state).update(state, index, raw, reduction=reduction, alpha=alpha,
-                                     eps=eps, token=token, n_written=n_written):
+                                     eps=eps, token=token, n_written=n_written,
+                                     prepared=prepared):
         # raises, with a detailed message
         check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps)
         raise AssertionError("the update kernel refused the update but the host check found "

@@ -2,7 +2,9 @@
 
 One sampler call is one kernel call: ``extend_kernel`` gives written slots their priority in
 the sum, min (and max) trees; ``sample_kernel`` draws slots and returns their importance weights
-and write generations; ``update_kernel`` checks a whole priority update and then applies it.
+and write generations; ``update_kernel`` checks a whole priority update and then applies it
+(``check_values_kernel`` is its check of the values alone, run before the data is written when
+priorities come with it).
 They work on the flat node arrays the numba trees expose (``tree.nodes``, ``tree.offsets``)
 and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba_kernels`), so
 the results are exactly those of the tree methods; what they save is the Python overhead of
@@ -26,8 +28,8 @@ from ._kernel_cache import on_disk, source_fingerprint
 from .segment_trees import _numba_kernels as tree_kernels
 from .segment_trees._numba_kernels import refresh_min_over_sum, scan, update_min, update_sum
 
-__all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "extend_kernel",
-           "fused_kernels", "sample_kernel", "update_kernel"]
+__all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_values_kernel",
+           "extend_kernel", "fused_kernels", "sample_kernel", "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
@@ -40,6 +42,30 @@ def _clamped(leaf):  # pragma: no cover - compiled
     """``leaf`` clamped to at least the smallest normal float64 (NaN stays NaN, as torch's
     ``clamp_min``)."""
     return _TINY if leaf < _TINY else leaf
+
+
+@njit(nogil=True, inline="always")
+def _first_bad_value(raw, leaf, leaf_max):  # pragma: no cover - compiled
+    """Position of the first priority value an update refuses (``-1``: none): a raw value that is
+    NaN, infinite or negative, else a stored value ``leaf`` (before the clamp to the smallest
+    normal float64) above ``leaf_max`` (overflowed once raised to alpha)."""
+    for k in range(raw.shape[0]):
+        v = raw[k]
+        if not (v >= 0.0 and v < np.inf):  # NaN fails too
+            return k
+    for k in range(leaf.shape[0]):
+        if not _clamped(leaf[k]) <= leaf_max:
+            return k
+    return -1
+
+
+@on_disk
+@njit(nogil=True)
+def check_values_kernel(raw, leaf, leaf_max):  # pragma: no cover - compiled
+    """The check of ``update_kernel`` on priority values alone (no index, no write): the
+    position of the first refused value, ``-1`` when every one is accepted (see
+    :func:`_first_bad_value`)."""
+    return _first_bad_value(raw, leaf, leaf_max)
 
 
 def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
@@ -112,13 +138,9 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         priority (``-inf`` if none).
         """
         _ = tree_kernels_version  # in the cache key
-        for k in range(raw.shape[0]):
-            v = raw[k]
-            if not (v >= 0.0 and v < np.inf):  # NaN fails too
-                return BAD_PRIORITY, k, -np.inf
-        for k in range(leaf.shape[0]):
-            if not _clamped(leaf[k]) <= leaf_max:  # overflowed once raised to alpha
-                return BAD_PRIORITY, k, -np.inf
+        bad = _first_bad_value(raw, leaf, leaf_max)
+        if bad >= 0:
+            return BAD_PRIORITY, bad, -np.inf
         n = index.shape[0]
         for i in range(n):
             slot = index[i]

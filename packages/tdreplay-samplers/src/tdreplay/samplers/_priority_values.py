@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,15 +11,17 @@ import torch
 
 from tdreplay.core.utils import as_long_tensor
 
-__all__ = ["REDUCTIONS", "TINY", "as_priority_tensor", "check_priority_values", "check_real",
-           "check_options", "check_slots", "check_stored_priority", "flat_priority", "host_bounds",
-           "leaf_limit", "leaf_values", "prepare_update", "reduce_priority", "slots_on"]
+__all__ = ["REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
+           "check_priority_values", "check_real", "check_slots", "check_stored_priority",
+           "flat_priority", "host_bounds", "host_priority", "leaf_limit", "leaf_values",
+           "prepare_update", "reduce_priority", "slots_on"]
 
 #: Accepted ``reduction`` names.
 REDUCTIONS = ("max", "min", "sum", "mean", "median")
 #: Smallest normal float64: the least stored priority of a written slot.
 TINY = float(np.finfo(np.float64).tiny)
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
+_CPU = torch.device("cpu")
 
 
 def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
@@ -137,6 +140,49 @@ def leaf_values(priority: torch.Tensor, alpha: float, eps: float) -> torch.Tenso
     [1.0, 4.0]
     """
     return torch.pow(priority + eps, alpha).clamp_min_(TINY)
+
+
+@dataclass(frozen=True, eq=False)
+class HostPriority:
+    """Priority values of ``n`` items as the numba update kernel takes them: host float64
+    tensors of the values given (``raw``: one per item, or ``[n, k]``), one reduced value per
+    item (``reduced``) and its stored value before the clamp to :data:`TINY` (``leaf``,
+    ``(reduced + eps) ** alpha``), with the ``alpha``, ``eps`` and ``reduction`` they were
+    computed with. Made once by :func:`host_priority`, they can be checked before a write and
+    then applied after it without a second conversion.
+    """
+
+    raw: torch.Tensor
+    reduced: torch.Tensor
+    leaf: torch.Tensor
+    alpha: float
+    eps: float
+    reduction: str
+
+    def fits(self, n: int, alpha: float, eps: float, reduction: str) -> bool:
+        """Whether these are the values of an update of ``n`` items with these settings."""
+        return (self.reduced.shape[0] == n and self.alpha == alpha and self.eps == eps
+                and self.reduction == reduction)
+
+
+def host_priority(priority: torch.Tensor, n: int, reduction: str, alpha: float,
+                  eps: float) -> HostPriority:
+    """The :class:`HostPriority` of ``priority`` (a tensor of real numbers: one per item of
+    ``n``, a scalar for ``n == 1``, or one row per item to reduce with ``reduction``), unchecked.
+
+    Examples
+    --------
+    >>> values = host_priority(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), 2, "max", 0.5, 1.0)
+    >>> values.reduced.tolist(), values.leaf.tolist(), values.leaf.dtype
+    ([3.0, 0.0], [2.0, 1.0], torch.float64)
+    """
+    raw = priority.to(_CPU, torch.float64).contiguous()
+    if raw.ndim == 0:
+        raw = raw.reshape(1)
+    reduced = reduce_priority(raw, n, reduction)
+    # torch's pow (as the torch kernels: the same stored values); the update kernel clamps
+    leaf = (reduced + eps).pow_(alpha)
+    return HostPriority(raw, reduced, leaf, alpha, eps, reduction)
 
 
 def leaf_limit(capacity: int) -> float:

@@ -185,10 +185,11 @@ class DeferredPrioritizedSampler(Sampler):
             self.catch_up(storage)
         self.prioritized.update_priority(index, priority, storage=storage, **kwargs)
 
-    def check_priority(self, priority: Any) -> None:
+    def check_priority(self, priority: Any) -> Any:
         """As :meth:`PrioritizedSampler.check_priority` (nothing outside the learner)."""
         if self.in_learner:
-            self.prioritized.check_priority(priority)
+            return self.prioritized.check_priority(priority)
+        return priority
 
     def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """The write generations of ``slots`` in the learner; ``0`` (unknown: a priority update

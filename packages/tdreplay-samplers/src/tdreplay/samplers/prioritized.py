@@ -41,7 +41,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty
 
 from ._priority_checkpoint import PriorityStateDictMixin
-from ._priority_kernels import apply_update, excluded, kernels_for, uniform
+from ._priority_kernels import excluded, kernels_for, uniform
 from ._priority_state import (
     PriorityState,
     default_priority,
@@ -53,15 +53,11 @@ from ._priority_state import (
     realphaed,
     settle,
 )
+from ._priority_updates import PriorityUpdateMixin
 from ._priority_values import (
-    as_priority_tensor,
     check_options,
-    check_priority_values,
     check_real,
-    check_stored_priority,
     host_bounds,
-    prepare_update,
-    reduce_priority,
     slots_on,
 )
 from .without_replacement import check_replacement
@@ -73,10 +69,8 @@ PRIORITY_WEIGHT_KEY = "priority_weight"
 #: Info entry holding the write generation of every sampled slot (see the module docstring).
 WRITE_GENERATION_KEY = "write_generation"
 
-_CPU = torch.device("cpu")
 
-
-class PrioritizedSampler(PriorityStateDictMixin, Sampler):
+class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     """Samples slot ``i`` with probability ``p_i ** alpha / sum_j p_j ** alpha``.
 
     Parameters
@@ -226,16 +220,6 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         return self._state.backend if self._state is not None else None
 
     @property
-    def validate(self) -> bool:
-        """Whether :meth:`update_priority` checks its inputs on the host and raises."""
-        state = self._state
-        if state is None or state.backend == "numba":
-            return True
-        if self._validate_opt is not None:
-            return self._validate_opt
-        return state.device.type == "cpu"
-
-    @property
     def max_priority(self) -> float:
         """Priority new items get (before ``eps`` and ``alpha``); reads the device."""
         return float(default_priority(self._state)) if self._state is not None else 1.0
@@ -357,70 +341,6 @@ class PrioritizedSampler(PriorityStateDictMixin, Sampler):
         before the trees exist, with device trees, or in a subclass overriding :meth:`sample`."""
         own = type(self).sample is PrioritizedSampler.sample
         return own and self._state is not None and self._state.device.type == "cpu"
-
-    # ---- priority updates --------------------------------------------------------------------
-    def update_priority(
-        self,
-        index: Any,
-        priority: Any,
-        *,
-        storage: Storage | None = None,
-        write_generation: Any = None,
-    ) -> None:
-        """Set the priorities of the slots ``index``.
-
-        Parameters
-        ----------
-        index : int, sequence or integer tensor
-            Flat slots (as in ``info["index"]`` / ``sample["index"]``); entries equal to ``-1``
-            are skipped (TorchRL's max-value writer marks rows it did not write that way).
-        priority : number, array or tensor
-            Real numbers (any float or int dtype): a scalar, one per index, or one per index
-            followed by trailing dims reduced with ``reduction``.
-        storage : Storage, optional
-            The buffer's storage (passed by the buffers): slots at or beyond ``len(storage)``
-            are unwritten.
-        write_generation : integer tensor, optional
-            ``info["write_generation"]`` of the sample the priorities were computed for; with
-            ``skip_stale_updates``, entries whose slot was rewritten since are skipped.
-
-        Raises
-        ------
-        ValueError
-            (``validate`` on) a priority is NaN, infinite or negative, or overflows once raised
-            to ``alpha`` (see :func:`~._priority_values.check_stored_priority`); shapes neither
-            match nor broadcast (``[2, 3]`` priorities for ``[3, 2]`` indices).
-        IndexError
-            (``validate`` on) an index is out of ``[0, max_capacity)`` or points at an
-            unwritten slot.
-        TypeError
-            ``index`` or ``priority`` is not numeric.
-
-        Nothing changes when an error is raised. Without ``validate`` (device trees), an update
-        holding a bad priority changes nothing and bad indices are ignored, with no host sync.
-        """
-        index, raw, token = prepare_update(
-            index, priority, write_generation if self.skip_stale_updates else None)
-        if not index.numel():
-            return
-        state = self._ensure_state(storage)  # never grows: written slots are within
-        apply_update(state, index, raw, validate=self.validate, reduction=self.reduction,
-                     alpha=self._alpha, eps=self._eps, token=token,
-                     n_written=len(storage) if storage is not None else None)
-
-    def check_priority(self, priority: Any) -> None:
-        """Raise as :meth:`update_priority` would on these priority values, changing nothing.
-
-        Buffers call it before writing rows whose priorities come with the data. Only checks
-        when ``validate`` is on (device trees drop bad updates on the device instead).
-        """
-        priority = as_priority_tensor(priority)
-        if self._state is None or self.validate:
-            priority = priority.to(_CPU, torch.float64)  # no copy back from a device otherwise
-            check_priority_values(priority)
-            n = priority.shape[0] if priority.ndim else 1
-            check_stored_priority(reduce_priority(priority, n, self.reduction),
-                                  self._capacity, self._alpha, self._eps)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(max_capacity={self._capacity}, alpha={self._alpha}, "

@@ -230,10 +230,10 @@ class PrioritizedSliceSampler(SliceSampler):
         self._priorities.update_priority(index, priority, storage=storage,
                                          write_generation=write_generation)
 
-    def check_priority(self, priority: Any) -> None:
+    def check_priority(self, priority: Any) -> Any:
         """Raise as :meth:`update_priority` would on these values; see
         :meth:`PrioritizedSampler.check_priority`."""
-        self._priorities.check_priority(priority)
+        return self._priorities.check_priority(priority)
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written)."""
