@@ -117,6 +117,25 @@ def autodoc_directive(obj: object) -> str:
 TOOLING_EXTRAS = {"test", "tests", "dev", "docs", "lint"}
 
 
+def is_room(cls: type) -> bool:
+    """Whether ``cls`` is a part of its subclasses' API rather than an API of its own: a private
+    class (``_Name``) or a class of a private module (a mixin such as
+    ``tdreplay.samplers._priority_updates.PriorityUpdateMixin``)."""
+    return cls.__name__.startswith("_") or any(
+        part.startswith("_") for part in cls.__module__.split("."))
+
+
+def room_members_option(cls: type) -> list[str]:
+    """``:inherited-members:`` naming the public bases of ``cls``, when it has rooms: the members
+    it gets from its rooms are then documented with it, those of its public bases stay with
+    them (autodoc leaves out a member it reaches one of the named classes first)."""
+    bases = [base for base in cls.__mro__[1:] if base is not object]
+    if not any(is_room(base) for base in bases):
+        return []
+    public = [base.__name__ for base in bases if not is_room(base)]
+    return [f"   :inherited-members: {', '.join([*public, 'object'])}"]
+
+
 class PackageDirective(SphinxDirective):
     """``.. tdreplay-package:: tdreplay-storages``: install line and API of a component."""
 
@@ -162,7 +181,9 @@ class PackageDirective(SphinxDirective):
         own.sort(key=lambda item: (first.index(item[0]) if item[0] in first else len(first)))
         for attr, obj, _ in own:
             lines += [f".. {autodoc_directive(obj)}:: {name}.{attr}"]
-            lines += ["   :members:", ""] if inspect.isclass(obj) else [""]
+            if inspect.isclass(obj):
+                lines += ["   :members:", *room_members_option(obj)]
+            lines += [""]
         with_members = (self.options.get("submodules-with-members") or "").split()
         for submodule in (self.options.get("submodules") or "").split() + with_members:
             title = f"``{submodule}``"
