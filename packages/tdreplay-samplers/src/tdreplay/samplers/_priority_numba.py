@@ -26,7 +26,13 @@ from numba import njit
 
 from ._kernel_cache import on_disk, source_fingerprint
 from .segment_trees import _numba_kernels as tree_kernels
-from .segment_trees._numba_kernels import refresh_min_over_sum, scan, update_min, update_sum
+from .segment_trees._numba_kernels import (
+    prefetch,
+    refresh_min_over_sum,
+    scan,
+    update_min,
+    update_sum,
+)
 
 __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_values_kernel",
            "extend_kernel", "fused_kernels", "sample_kernel", "update_kernel"]
@@ -112,13 +118,16 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
             else:
                 masses[i] = u[i] * total
         scan(sum_nodes, offsets, masses, out_index)
+        for i in range(n):  # the generations are read last: their lines load meanwhile
+            prefetch(gen, out_index[i])
         top = -1
         for i in range(n):
             slot = out_index[i]
             out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
-            out_gen[i] = gen[slot]
             if slot > top:
                 top = slot
+        for i in range(n):
+            out_gen[i] = gen[out_index[i]]
         return top
 
     @on_disk

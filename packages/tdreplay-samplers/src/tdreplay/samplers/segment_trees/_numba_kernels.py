@@ -28,8 +28,8 @@ from numba.extending import intrinsic
 
 from .._kernel_cache import on_disk
 
-__all__ = ["rebuild_min", "rebuild_min_over_sum", "rebuild_sum", "refresh_min_over_sum", "scan",
-           "update_min", "update_sum"]
+__all__ = ["prefetch", "rebuild_min", "rebuild_min_over_sum", "rebuild_sum", "refresh_min_over_sum",
+           "scan", "update_min", "update_sum"]
 
 # ---------------------------------------------------------------------------------------------
 # kernels
@@ -60,7 +60,7 @@ _SCAN_GROUP = 128
 
 
 @intrinsic
-def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
+def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     """Hint the CPU to load ``array[index]`` into cache (``llvm.prefetch``; no effect on values)."""
 
     def codegen(context, builder, signature, args):
@@ -125,7 +125,7 @@ def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - c
         kept = 0
         for i in range(live):
             if i + _UPDATE_PREFETCH < live:  # the parents ahead: their misses overlap
-                _prefetch(tree, start + nodes[i + _UPDATE_PREFETCH])
+                prefetch(tree, start + nodes[i + _UPDATE_PREFETCH])
             node = nodes[i]
             new = _block_reduce(tree, children + 8 * node, is_min)
             if new != tree[start + node]:
@@ -143,7 +143,7 @@ def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compile
     n = index.shape[0]
     for i in range(n):
         if i + _UPDATE_PREFETCH < n:
-            _prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
+            prefetch(tree, leaves + index[i + _UPDATE_PREFETCH])
         tree[leaves + index[i]] = values[i]
     nodes = np.empty(n, dtype=np.int64)
     for i in range(n):
@@ -230,7 +230,7 @@ def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no co
     kept = 0
     for i in range(n):
         if i + _UPDATE_PREFETCH < n:
-            _prefetch(min_nodes, bottom + (index[i + _UPDATE_PREFETCH] >> 3))
+            prefetch(min_nodes, bottom + (index[i + _UPDATE_PREFETCH] >> 3))
         node = index[i] >> 3
         new = _positive_block_min(sum_nodes, leaves + 8 * node)
         if new != min_nodes[bottom + node]:
@@ -316,6 +316,6 @@ def scan(tree, offsets, masses, out):  # pragma: no cover - compiled
                 nodes[j] = node
                 ms[j] = m
                 if level < depth:
-                    _prefetch(tree, offsets[level + 1] + 8 * node)
+                    prefetch(tree, offsets[level + 1] + 8 * node)
         for j in range(g):
             out[first + j] = nodes[j]
