@@ -61,7 +61,8 @@ class PriorityUpdateMixin:
             are skipped (TorchRL's max-value writer marks rows it did not write that way).
         priority : number, array or tensor
             Real numbers (any float or int dtype): a scalar, one per index, or one per index
-            followed by trailing dims reduced with ``reduction``.
+            followed by trailing dims reduced with ``reduction``; or what
+            :meth:`check_priority` returned for them (applied without converting them again).
         storage : Storage, optional
             The buffer's storage (passed by the buffers): slots at or beyond ``len(storage)``
             are unwritten.
