@@ -22,6 +22,7 @@ import torch
 from . import _priority_numba as fused
 from ._priority_state import PriorityState
 from ._priority_values import (
+    CPU,
     HostPriority,
     check_priority_values,
     check_stored_priority,
@@ -35,7 +36,6 @@ from .segment_trees import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_drawn",
            "check_host_priority", "check_update", "excluded", "kernels_for", "uniform"]
 
-_CPU = torch.device("cpu")
 #: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
 _KERNEL_WEIGHTS: dict[torch.dtype, type[np.floating[Any]]] = {torch.float32: np.float32,
                                                                torch.float64: np.float64}
@@ -45,18 +45,18 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
                  n_written: int | None, *, reduction: str, alpha: float, eps: float) -> None:
     """Raise ``ValueError`` / ``IndexError`` for bad priorities (NaN, infinite, negative, or
     overflowing once raised to ``alpha``) or indices (reads the host)."""
-    raw = raw.to(_CPU, torch.float64)
+    raw = raw.to(CPU, torch.float64)
     check_priority_values(raw)
     capacity = state.capacity
     check_stored_priority(reduce_priority(raw, index.numel(), reduction), capacity, alpha, eps)
-    index = index.to(_CPU)
+    index = index.to(CPU)
     lo, hi = torch.aminmax(index)
     if int(lo) < -1 or int(hi) >= capacity:
         bad = index[(index < -1) | (index >= capacity)]
         raise IndexError(f"index must lie in [0, {capacity}) (max_capacity); got "
                          f"{bad[:5].tolist()}. Nothing was updated.")
     live = index >= 0
-    slot_gen = state.generation.index_select(0, index.clamp_min(0).to(state.device)).to(_CPU)
+    slot_gen = state.generation.index_select(0, index.clamp_min(0).to(state.device)).to(CPU)
     unwritten = live & (slot_gen == 0)
     if n_written is not None:
         unwritten |= live & (index >= n_written)
@@ -82,8 +82,8 @@ def check_host_priority(values: HostPriority, capacity: int) -> None:
     ...     print(str(err)[:40])
     priority must be finite and >= 0; got [-
     """
-    if fused.check_values_kernel(values.raw.reshape(-1).numpy(), values.leaf.numpy(),
-                                 leaf_limit(capacity)) >= 0:
+    raw, _, leaf = values.kernel_arrays()
+    if fused.check_values_kernel(raw, leaf, leaf_limit(capacity)) >= 0:
         check_priority_values(values.raw)  # raises, naming the values
         check_stored_priority(values.reduced, capacity, values.alpha, values.eps)
         raise AssertionError("the value kernel refused a priority the host check "
@@ -191,21 +191,19 @@ class NumbaKernels(PriorityKernels):
     def update(self, state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *,
                reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
                n_written: int | None, prepared: HostPriority | None = None) -> bool:
-        index = index.to(_CPU).contiguous()
+        index = index.to(CPU).contiguous()
         values = prepared if prepared is not None else host_priority(
             raw, index.numel(), reduction, alpha, eps)
         index_np = index.numpy()
-        raw, reduced = values.raw, values.reduced
-        raw_np = (raw if raw.ndim == 1 else raw.reshape(-1)).numpy()  # a reshape view: 1 us
-        reduced_np = raw_np if reduced is raw else reduced.numpy()
-        tok = token.to(_CPU).contiguous().numpy() if token is not None else index_np
+        raw_np, reduced_np, leaf_np = values.kernel_arrays()
+        tok = token.to(CPU).contiguous().numpy() if token is not None else index_np
         sum_tree, min_tree, max_tree = _numba_trees(state)
         capacity = state.capacity
         code, _, top = fused.update_kernel(
             sum_tree.nodes, min_tree.nodes,
             max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
             sum_tree.offsets, capacity, capacity if n_written is None else n_written,
-            state.host_generation, index_np, raw_np, reduced_np, values.leaf.numpy(),
+            state.host_generation, index_np, raw_np, reduced_np, leaf_np,
             leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from ._priority_values import check_real, host_bounds, leaf_limit, leaf_values
+from ._priority_values import check_real, leaf_limit, leaf_values
 from .segment_trees import (
     MinOverSumTree,
     MinTree,
@@ -222,25 +222,26 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
                      host=host)
 
 
-def grown(state: PriorityState, slots: torch.Tensor, *, within_buffer: bool,
-          bounds: tuple[int, int] | None = None) -> PriorityState:
-    """``state``, or a copy with more slots (at least twice as many) when host ``slots`` go
-    beyond its capacity: a storage larger than ``max_capacity`` (TorchRL's C++ trees round the
+def grown(state: PriorityState, bounds: tuple[int, int] | None, *,
+          within_buffer: bool) -> PriorityState:
+    """``state``, or a copy with more slots (at least twice as many) when written host slots of
+    ``bounds`` (their ``(least, largest)``, :func:`~._priority_values.host_bounds`) go beyond
+    its capacity: a storage larger than ``max_capacity`` (TorchRL's C++ trees round the
     capacity up to a power of two and write past it; here the trees grow, keeping every
-    priority). Slots on a device are not read (no host sync): they never grow the state.
-    ``bounds``: the host slots' ``(least, largest)``, when the caller has them.
+    priority). Slots on a device are not read (no host sync; ``bounds`` is ``None``): they
+    never grow the state.
 
     Examples
     --------
     >>> state = new_state(4, "torch", torch.device("cpu"), within_buffer=False)
-    >>> grown(state, torch.tensor([0, 5]), within_buffer=False).capacity
+    >>> grown(state, (0, 5), within_buffer=False).capacity
     8
-    >>> grown(state, torch.tensor([3]), within_buffer=False) is state
+    >>> grown(state, (3, 3), within_buffer=False) is state
     True
     """
-    if slots.device.type != "cpu" or not slots.numel():
+    if bounds is None:
         return state
-    low, high = bounds if bounds is not None else host_bounds(slots)
+    low, high = bounds
     needed = high + 1
     if needed <= state.capacity or low < 0:  # negative slots: refused by the caller
         return state

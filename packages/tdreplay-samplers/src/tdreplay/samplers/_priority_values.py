@@ -11,7 +11,7 @@ import torch
 
 from tdreplay.core.utils import as_long_tensor
 
-__all__ = ["REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
+__all__ = ["CPU", "REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
            "check_priority_values", "check_real", "check_slots", "check_stored_priority",
            "flat_priority", "host_bounds", "host_priority", "leaf_limit", "leaf_values",
            "prepare_update", "reduce_priority", "slots_on"]
@@ -21,7 +21,8 @@ REDUCTIONS = ("max", "min", "sum", "mean", "median")
 #: Smallest normal float64: the least stored priority of a written slot.
 TINY = float(np.finfo(np.float64).tiny)
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
-_CPU = torch.device("cpu")
+#: The host device (priority values are checked there).
+CPU = torch.device("cpu")
 
 
 def check_real(value: Any, name: str, *, minimum: float = 0.0) -> float:
@@ -159,6 +160,14 @@ class HostPriority:
     eps: float
     reduction: str
 
+    def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(raw, reduced, leaf)`` as the numba kernels take them: flat numpy views, no
+        copy (``reduced`` is ``raw`` when nothing was reduced)."""
+        raw = self.raw if self.raw.ndim == 1 else self.raw.reshape(-1)  # a view: contiguous
+        raw_np = raw.numpy()
+        reduced_np = raw_np if self.reduced is self.raw else self.reduced.numpy()
+        return raw_np, reduced_np, self.leaf.numpy()
+
     def fits(self, n: int, alpha: float, eps: float, reduction: str) -> bool:
         """Whether these are the values of an update of ``n`` items with these settings."""
         return (self.reduced.shape[0] == n and self.alpha == alpha and self.eps == eps
@@ -176,7 +185,7 @@ def host_priority(priority: torch.Tensor, n: int, reduction: str, alpha: float,
     >>> values.reduced.tolist(), values.leaf.tolist(), values.leaf.dtype
     ([3.0, 0.0], [2.0, 1.0], torch.float64)
     """
-    raw = priority.to(_CPU, torch.float64).contiguous()
+    raw = priority.to(CPU, torch.float64).contiguous()
     if raw.ndim == 0:
         raw = raw.reshape(1)
     reduced = reduce_priority(raw, n, reduction)

@@ -257,10 +257,11 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
         return state
 
-    def _fit(self, slots: torch.Tensor, bounds: tuple[int, int] | None) -> PriorityState:
-        """The state, grown to hold the written ``slots`` (see :func:`~._priority_state.grown`)."""
-        state = self._state = grown(self._ensure_state(), slots,
-                                    within_buffer=self._within_buffer, bounds=bounds)
+    def _fit(self, bounds: tuple[int, int] | None) -> PriorityState:
+        """The state, grown to hold written slots of ``bounds`` (see
+        :func:`~._priority_state.grown`)."""
+        state = self._state = grown(self._ensure_state(), bounds,
+                                    within_buffer=self._within_buffer)
         self._capacity = state.capacity
         return state
 
@@ -275,7 +276,7 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         if not slots.numel():
             return
         bounds = host_bounds(slots) if slots.is_cpu else None  # one pass; device: never read
-        state = self._fit(slots, bounds)
+        state = self._fit(bounds)
         slots = slots_on(slots, state.capacity, state.device, bounds)
         self._clock += 1
         kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),

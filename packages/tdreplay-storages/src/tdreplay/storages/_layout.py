@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -68,9 +69,11 @@ def _slots_viewable(leaf: torch.Tensor, ndim: int) -> torch.Tensor:
     """
     if ndim == 1:
         return leaf
-    flat = leaf.flatten(0, ndim - 1)
-    return leaf if flat.untyped_storage().data_ptr() == leaf.untyped_storage().data_ptr() \
-        else leaf.contiguous()
+    try:  # a view or an error: never a copy made only to be compared
+        leaf.view(math.prod(leaf.shape[:ndim]), *leaf.shape[ndim:])
+    except RuntimeError:
+        return leaf.contiguous()
+    return leaf
 
 
 def build_tree(keys: Sequence[NestedKey]) -> dict[str, Any]:
