@@ -43,9 +43,10 @@ TORCH_DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def make(kind: str, capacity: int, backend: str, device: str) -> SegmentTree:
+def make(kind: str, capacity: int, backend: str, device: str, validate: bool | None = None
+         ) -> SegmentTree:
     cls = SumSegmentTree if kind == "sum" else MinSegmentTree
-    return cls(capacity, backend=backend, device=device)
+    return cls(capacity, backend=backend, device=device, validate=validate)
 
 
 def np_(x) -> np.ndarray:
@@ -622,10 +623,11 @@ def test_tiny_capacities(kind, capacity, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_inputs(backend):
-    tree = make("sum", 10, *backend)
+    """With validation on (the default on CPU; asked for here on CUDA, where it syncs)."""
+    tree = make("sum", 10, *backend, validate=True)
     for cap, exc in [(-1, ValueError), (0, ValueError), (2.5, TypeError), (True, TypeError)]:
         with pytest.raises(exc, match="capacity"):
-            make("sum", cap, *backend)
+            make("sum", cap, *backend, validate=True)
     tree.update(np.array([1]), np.array([1.0]))
     before = raw(tree)
     for idx in ([10], [-1], [0, 3, 12]):
@@ -661,10 +663,11 @@ def test_numba_backend_rejects_devices_and_validate_false():
 
 
 @pytest.mark.parametrize("kind", ["sum", "min"])
-def test_torch_without_validation_ignores_out_of_range_indices(kind):
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+def test_torch_without_validation_ignores_out_of_range_indices(kind, device):
     """The CUDA default (no host sync): bad indices are dropped, reads give the identity."""
-    cls = SumSegmentTree if kind == "sum" else MinSegmentTree
-    tree = cls(10, backend="torch", device="cpu", validate=False)
+    tree = make(kind, 10, "torch", device, validate=None if device == "cuda" else False)
+    assert not tree.validate
     ref = make(kind, 10, "torch", "cpu")
     tree.update(torch.tensor([1, -1, 10, 3, 99, 3]), torch.tensor([1.0, 5.0, 6.0, 2.0, 7.0, 4.0]))
     ref.update(torch.tensor([1, 3]), torch.tensor([1.0, 4.0]))
