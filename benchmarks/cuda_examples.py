@@ -12,7 +12,9 @@ Each is filled to ``capacity`` with extends of 100,000 rows, then timed (CUDA sy
 around every call, medians over ``--reps`` calls after 3 warm-ups): ``extend`` of 100,000 rows
 into the full buffer, ``sample()``, ``update_tensordict_priority`` of a sample with fresh
 ``td_error``, and ``cycle`` (one sample and its update) per second. A case the library refuses
-is reported with its error instead of figures. One JSON line per case on stdout and, with
+is reported with its error instead of figures. A TorchRL without ``sampler_device`` (before
+0.13) keeps its trees on the host: ``cuda_cpu_trees`` is built without the argument there, and
+``memmap_cuda_trees`` is reported as refused. One JSON line per case on stdout and, with
 ``--out``, in that file. ``merge`` joins a tdreplay and a TorchRL file into one table with
 ratios (TorchRL time over tdreplay time: above 1, tdreplay is faster).
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import statistics
 import sys
@@ -68,10 +71,22 @@ def make_buffer(data: Any, case: str, device: str, capacity: int, batch: int,
         storage = data.LazyTensorStorage(capacity, device=device)
         trees, rows_on = (None if case == "all_cuda" else "cpu"), device
     placed = {} if trees is None else {"sampler_device": trees}
+    if placed and not takes_sampler_device(data):
+        if trees != "cpu":
+            raise TypeError(f"{data.__name__}.TensorDictPrioritizedReplayBuffer has no "
+                            f"sampler_device: its trees stay on the host")
+        placed = {}  # the host is where its trees always are
     rb = data.TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=storage,
                                                 batch_size=batch, priority_key="td_error",
                                                 **placed)
     return rb, rows_on
+
+
+def takes_sampler_device(data: Any) -> bool:
+    """Whether ``data``'s prioritized buffer places its trees (``sampler_device``)."""
+    params = inspect.signature(data.TensorDictPrioritizedReplayBuffer).parameters
+    return "sampler_device" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                             for p in params.values())
 
 
 def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk: int,
@@ -110,7 +125,7 @@ def measure(args: argparse.Namespace) -> None:
     if args.out:
         Path(args.out).write_text("")
     for capacity in args.capacities:
-        for case in CASES:
+        for case in args.cases:
             row = {"case": case, "capacity": capacity, "batch": args.batch, **info,
                    **run_case(data, case, args.device, capacity, args.batch, args.chunk,
                               args.reps)}
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=65_536)
     parser.add_argument("--chunk", type=int, default=100_000, help="rows per extend")
     parser.add_argument("--reps", type=int, default=20, help="timed calls per figure")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--out", help="also write the JSON lines here")
     measure(parser.parse_args(argv))
 

@@ -2,7 +2,8 @@
 # The GPU checks of issue 19 in one command, for a lent GPU machine (the device tool's `run`,
 # carry [".whl"] after benchmarks/gpu_wheels.sh here; about 6 minutes on one H100):
 #   1. the tests that need CUDA (the prioritized sampler's CUDA tests, CUDA trees and storages),
-#   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL 0.14.1 (its own tensordict),
+#   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL (the release that
+#      benchmarks/gpu_wheels.sh fetched, with its own tensordict),
 #   3. the two merged into cuda.json (TorchRL time over tdreplay time).
 # Everything lands in $OUT (tests.log, cuda_tdreplay.json, cuda_torchrl.json, cuda.json,
 # gpu.txt); a step that fails is logged and the next one still runs.

@@ -3,6 +3,10 @@
 # the GPU machine (its image has torch, numba, numpy, pytest; not tensordict or TorchRL), for its
 # Python 3.12, into .whl/ (ignored by git, carried with the call: carry [".whl"]).
 # tdreplay and TorchRL need different tensordicts, so each gets a folder of its own.
+# TorchRL's prioritized samplers run its compiled segment trees, which load only under the torch
+# release TorchRL was built with: the lent image has torch 2.11 (seen 2026-11-27), built for by
+# TorchRL 0.12.0 (0.14.1, built for torch 2.13, fails there with "SumSegmentTreeFp32 is not
+# available"). Set TORCHRL and TORCHRL_TENSORDICT for an image with another torch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
@@ -12,5 +16,7 @@ download() {  # download FOLDER REQUIREMENT...
         --platform manylinux2014_x86_64 -d ".whl/$1" "${@:2}"
 }
 download tdreplay tensordict==0.15.3 pyvers==0.2.3
-download torchrl torchrl==0.14.1 tensordict==0.14.3 pyvers==0.2.3 hoptorch orjson importlib_metadata
+rm -rf .whl/torchrl
+download torchrl "torchrl==${TORCHRL:-0.12.0}" "tensordict==${TORCHRL_TENSORDICT:-0.12.4}" \
+    pyvers==0.2.3 cloudpickle orjson importlib_metadata
 du -sh .whl/*

@@ -45,6 +45,42 @@ def test_a_case_the_library_refuses_is_reported_with_its_error(cuda_examples):
                             "CUDA wheel"}
 
 
+def test_a_library_without_sampler_device_keeps_its_trees_on_the_host(cuda_examples, tmp_path):
+    """TorchRL before 0.13: cuda_cpu_trees is built without the argument, memmap_cuda_trees is
+    refused with the reason (before anything touches the device)."""
+    import types
+
+    from tdreplay import data as tdreplay_data
+
+    made = []
+
+    def buffer_without_placement(*, alpha, beta, storage, batch_size, priority_key):
+        made.append(storage)
+        return tdreplay_data.TensorDictPrioritizedReplayBuffer(
+            alpha=alpha, beta=beta, storage=storage, batch_size=batch_size,
+            priority_key=priority_key)
+
+    old = types.SimpleNamespace(
+        __name__="old.data", LazyTensorStorage=tdreplay_data.LazyTensorStorage,
+        LazyMemmapStorage=tdreplay_data.LazyMemmapStorage,
+        TensorDictPrioritizedReplayBuffer=buffer_without_placement)
+    assert not cuda_examples.takes_sampler_device(old)
+    assert cuda_examples.takes_sampler_device(tdreplay_data)
+    row = cuda_examples.run_case(old, "cuda_cpu_trees", "cpu", 1000, 64, 500, 1)
+    assert "error" not in row and row["ms"]["sample"] > 0 and len(made) == 1
+    row = cuda_examples.run_case(old, "memmap_cuda_trees", "cuda", 1000, 64, 500, 1)
+    assert row == {"error": "TypeError: old.data.TensorDictPrioritizedReplayBuffer has no "
+                            "sampler_device: its trees stay on the host"}
+    assert len(made) == 1
+
+
+def test_cases_picks_which_cases_run(cuda_examples, tmp_path):
+    out = tmp_path / "one.json"
+    subprocess.run([sys.executable, cuda_examples.__file__, *SMALL, "--cases", "cuda_cpu_trees",
+                    "--out", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    assert [json.loads(row)["case"] for row in out.read_text().splitlines()] == ["cuda_cpu_trees"]
+
+
 def line(**row) -> str:
     return json.dumps(row) + "\n"
 
