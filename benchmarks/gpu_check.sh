@@ -4,9 +4,15 @@
 #   1. the tests that need CUDA (the prioritized sampler's CUDA tests, CUDA trees and storages),
 #   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL (the release that
 #      benchmarks/gpu_wheels.sh fetched, with its own tensordict),
-#   3. the two merged into cuda.json (TorchRL time over tdreplay time).
+#   3. the two merged into cuda.json (TorchRL time over tdreplay time);
+#   4. where .whl/torchrl_cuda is (gpu_wheels.sh with TORCHRL_CSRC), TorchRL 0.14.1 with its
+#      extension built here with CUDA (benchmarks/torchrl_ext.py, in the background while the
+#      tests run: nothing is timed until it is done), timed and merged into
+#      cuda_vs_cuda_trees.json.
 # Everything lands in $OUT (tests.log, cuda_tdreplay.json, cuda_torchrl.json, cuda.json,
-# gpu.txt); a step that fails is logged and the next one still runs.
+# gpu.txt, torchrl_ext.log, cuda_torchrl_cuda.json, cuda_vs_cuda_trees.json); a step that
+# fails is logged and the next one still runs. STEPS picks steps (default: all of
+# "tests tdreplay torchrl torchrl_cuda").
 # Check it without a GPU: DEVICE=cpu SIZES=20000 BATCH=512 PY=python NO_WHEELS=1 OUT=/tmp/x
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,16 +20,24 @@ PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 SIZES=${SIZES:-1000000 10000000}
 BATCH=${BATCH:-65536}
+STEPS=${STEPS:-tests tdreplay torchrl torchrl_cuda}
 OUT=${OUT:?set OUT to the folder for the results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SRC=$(ls -d "$PWD"/packages/*/src | paste -sd:)
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if [ -z "${NO_WHEELS:-}" ]; then
-    for lib in tdreplay torchrl; do
+    for lib in tdreplay torchrl torchrl_cuda; do
+        [ -d ".whl/$lib" ] || continue
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "/tmp/site-$lib" .whl/"$lib"/*.whl || echo "wheels for $lib: install failed"
     done
+fi
+if step torchrl_cuda && [ -d .whl/torchrl_cuda/csrc ]; then
+    "$PY" benchmarks/torchrl_ext.py --csrc .whl/torchrl_cuda/csrc --site /tmp/site-torchrl_cuda \
+        --cuda > "$OUT/torchrl_ext.log" 2>&1 &
+    BUILD=$!
 fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
   "$PY" -c 'import torch; print(torch.__version__, torch.cuda.is_available())'; } > "$OUT/gpu.txt"
@@ -33,19 +47,38 @@ TESTS="packages/tdreplay-samplers/tests/test_prioritized_cuda.py
        packages/tdreplay-samplers/tests/test_segment_trees.py
        packages/tdreplay-storages/tests/test_tensor_storage.py
        packages/tdreplay-core/tests/test_replay_buffer.py"
-# shellcheck disable=SC2086
-PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 240 "$PY" -m pytest -q -p no:cacheprovider \
-    --import-mode=importlib -o consider_namespace_packages=true -rs $TESTS \
-    > "$OUT/tests.log" 2>&1
-echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
+if step tests; then
+    # shellcheck disable=SC2086
+    PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 240 "$PY" -m pytest -q -p no:cacheprovider \
+        --import-mode=importlib -o consider_namespace_packages=true -rs $TESTS \
+        > "$OUT/tests.log" 2>&1
+    echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
+fi
 
-bench() {  # bench LIB PYTHONPATH
+bench() {  # bench LIB PYTHONPATH NAME
     # shellcheck disable=SC2086
     PYTHONPATH="$2" timeout 200 "$PY" benchmarks/cuda_examples.py --lib "$1" --device "$DEVICE" \
-        --capacities $SIZES --batch "$BATCH" --out "$OUT/cuda_$1.json" || echo "bench $1: exit $?"
+        --capacities $SIZES --batch "$BATCH" --out "$OUT/cuda_$3.json" || echo "bench $3: exit $?"
 }
-bench tdreplay "/tmp/site-tdreplay:$SRC"
-bench torchrl "/tmp/site-torchrl"
-PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/cuda_examples.py merge \
-    "$OUT/cuda_tdreplay.json" "$OUT/cuda_torchrl.json" --out "$OUT/cuda.json" \
-    && echo "merged: $OUT/cuda.json"
+merge() {  # merge TORCHRL_NAME OUT_NAME
+    PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/cuda_examples.py merge \
+        "$OUT/cuda_tdreplay.json" "$OUT/cuda_$1.json" --out "$OUT/$2.json" \
+        && echo "merged: $OUT/$2.json"
+}
+BUILT=
+if [ -n "${BUILD:-}" ]; then
+    if wait "$BUILD"; then
+        BUILT=1
+    else
+        echo "TorchRL extension build failed: $(tail -3 "$OUT/torchrl_ext.log")"
+    fi
+fi
+step tdreplay && bench tdreplay "/tmp/site-tdreplay:$SRC" tdreplay
+if step torchrl; then
+    bench torchrl "/tmp/site-torchrl" torchrl
+    merge torchrl cuda
+fi
+if [ -n "$BUILT" ]; then
+    bench torchrl "/tmp/site-torchrl_cuda" torchrl_cuda
+    merge torchrl_cuda cuda_vs_cuda_trees
+fi
