@@ -5,6 +5,8 @@ each level is viewed as rows of 8 children, gathered with one ``index_select`` p
 Every operation is a fixed number of tensor ops per tree level (O(log C) kernel launches for a
 whole batch), with shapes that depend only on the batch size, so nothing waits on the device:
 no ``.item()``, no data-dependent shapes, unless ``validate`` is on (the default on CPU only).
+On CUDA, the sum tree's descent (:meth:`TorchSumTree.scan_lower_bound`) is one Triton kernel
+instead (:mod:`._triton`), with the same arithmetic.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import _triton
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._layout import FANOUT
 
@@ -272,6 +275,12 @@ class TorchSumTree(_TorchTree, SumTree):
         halves = _pair_sums(_pair_sums(blocks))
         return halves[:, 0] + halves[:, 1]
 
+    def _on_device_changed(self) -> None:
+        super()._on_device_changed()
+        # the layout's level offsets, for the one-kernel descent
+        self._level_starts = torch.tensor(self._layout.offsets, dtype=torch.int64,
+                                          device=self.device)
+
     def total(self) -> torch.Tensor:
         """Return the sum of all leaves as a 0-d float64 tensor on the device."""
         return self._tree[self._layout.root].clone()
@@ -279,8 +288,9 @@ class TorchSumTree(_TorchTree, SumTree):
     def scan_lower_bound(self, mass: Any) -> torch.Tensor:
         """Batched prefix-sum search; see :meth:`~._base.SumTree.scan_lower_bound`.
 
-        The whole batch descends one level per step (O(log C) tensor ops). Returns int64 leaf
-        indices with the shape of ``mass`` on the tree's device.
+        The whole batch descends one level per step (O(log C) tensor ops), or, on CUDA with
+        Triton, in one kernel launch (the same leaves). Returns int64 leaf indices with the
+        shape of ``mass`` on the tree's device.
 
         Raises
         ------
@@ -300,12 +310,14 @@ class TorchSumTree(_TorchTree, SumTree):
                 raise ValueError(
                     f"scan_lower_bound needs a tree with a positive total, got total={total}"
                 )
-        ninf = self._ninf
         # the descent of the numba kernel, op for op (see _numba_kernels.scan)
-        # clamp to [0, nextafter(total, -inf)]; NaN -> 0
-        m = torch.minimum(
-            torch.where(m >= 0.0, m, 0.0), torch.nextafter(tree[self._layout.root], ninf)
-        )
+        limit = torch.nextafter(tree[self._layout.root], self._ninf)
+        if _triton.runs_on(self.device):  # the whole descent in one kernel
+            leaves = _triton.descend(tree, self._level_starts, m.contiguous(), limit,
+                                     self._layout.depth)
+            if leaves is not None:
+                return leaves.reshape(shape)
+        m = torch.minimum(torch.where(m >= 0.0, m, 0.0), limit)  # into [0, limit]; NaN -> 0
         node = torch.zeros(m.shape, dtype=torch.int64, device=self.device)
         for level in range(1, self._layout.depth + 1):
             children = self._blocks(level).index_select(0, node)  # [B, 8]
