@@ -12,7 +12,7 @@
 # Everything lands in $OUT (tests.log, cuda_tdreplay.json, cuda_torchrl.json, cuda.json,
 # gpu.txt, torchrl_ext.log, cuda_torchrl_cuda.json, cuda_vs_cuda_trees.json); a step that
 # fails is logged and the next one still runs. STEPS picks steps (default: all of
-# "tests tdreplay torchrl torchrl_cuda").
+# "tests tdreplay torchrl torchrl_cuda"), CASES the benchmark's cases (default: all three).
 # Check it without a GPU: DEVICE=cpu SIZES=20000 BATCH=512 PY=python NO_WHEELS=1 OUT=/tmp/x
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,6 +21,7 @@ DEVICE=${DEVICE:-cuda}
 SIZES=${SIZES:-1000000 10000000}
 BATCH=${BATCH:-65536}
 STEPS=${STEPS:-tests tdreplay torchrl torchrl_cuda}
+CASES=${CASES:-all_cuda memmap_cuda_trees cuda_cpu_trees}
 OUT=${OUT:?set OUT to the folder for the results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -45,6 +46,7 @@ fi
 TESTS="packages/tdreplay-samplers/tests/test_prioritized_cuda.py
        packages/tdreplay-samplers/tests/test_prioritized_sampler.py
        packages/tdreplay-samplers/tests/test_segment_trees.py
+       packages/tdreplay-samplers/tests/test_triton_descent.py
        packages/tdreplay-storages/tests/test_tensor_storage.py
        packages/tdreplay-core/tests/test_replay_buffer.py"
 if step tests; then
@@ -58,7 +60,8 @@ fi
 bench() {  # bench LIB PYTHONPATH NAME
     # shellcheck disable=SC2086
     PYTHONPATH="$2" timeout 200 "$PY" benchmarks/cuda_examples.py --lib "$1" --device "$DEVICE" \
-        --capacities $SIZES --batch "$BATCH" --out "$OUT/cuda_$3.json" || echo "bench $3: exit $?"
+        --capacities $SIZES --batch "$BATCH" --cases $CASES --out "$OUT/cuda_$3.json" \
+        || echo "bench $3: exit $?"
 }
 merge() {  # merge TORCHRL_NAME OUT_NAME
     PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/cuda_examples.py merge \
