@@ -11,8 +11,7 @@ without a GPU.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
+import contextlib
 import os
 import warnings
 
@@ -36,24 +35,31 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@functools.cache
-def _installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
 def runs_on(device: torch.device) -> bool:
     """Whether :func:`descend` serves trees on ``device``: CUDA devices with Triton installed,
-    or any device under Triton's interpreter, unless a launch there failed."""
-    if device in _failed or not _installed():
+    or any device under Triton's interpreter, unless Triton failed there."""
+    if (device.type != "cuda" and not _interpreting()) or device in _failed:
         return False
-    return device.type == "cuda" or _interpreting()
+    try:
+        from . import _triton_kernels  # imports Triton: only for trees that would use it
+    except Exception as err:  # a broken Triton install: descend with tensor ops
+        _give_up(device, err)
+        return False
+    return _triton_kernels.AVAILABLE
+
+
+def _give_up(device: torch.device, err: Exception) -> None:
+    """Keep the tensor-op descent on ``device`` from now on, and say why."""
+    _failed.add(device)
+    warnings.warn(f"the Triton descent failed on {device} ({type(err).__name__}: {err}); the "
+                  f"sum tree descends with tensor operations there", RuntimeWarning, stacklevel=4)
 
 
 def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit: torch.Tensor,
             depth: int) -> torch.Tensor | None:
     """The leaf of each flat float64 ``mass`` (int64, on the tree's device), or ``None`` when
-    the kernel cannot run there (the caller then descends with tensor ops). The kernel
-    (:mod:`._triton_kernels`) is imported on first use.
+    the kernel cannot run there (the caller then descends with tensor ops). It launches on
+    the masses' device, whichever CUDA device is current.
 
     ``offsets`` holds the layout's level starts (int64, on the device) and ``limit`` the 0-d
     upper clamp of the masses (``nextafter(total, -inf)``).
@@ -65,11 +71,11 @@ def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit
         from ._triton_kernels import descent
 
         grid = (-(-mass.numel() // _BLOCK),)
-        descent[grid](tree, offsets, mass, limit, out, mass.numel(), DEPTH=depth, BLOCK=_BLOCK)
+        # Triton launches on the current CUDA device
+        with torch.cuda.device(mass.device) if mass.is_cuda else contextlib.nullcontext():
+            descent[grid](tree, offsets, mass, limit, out, mass.numel(), DEPTH=depth,
+                          BLOCK=_BLOCK)
     except Exception as err:  # no usable compiler or device for Triton: descend with tensor ops
-        _failed.add(mass.device)
-        warnings.warn(f"the Triton descent failed on {mass.device} ({type(err).__name__}: "
-                      f"{err}); the sum tree descends with tensor operations there",
-                      RuntimeWarning, stacklevel=3)
+        _give_up(mass.device, err)
         return None
     return out

@@ -1,4 +1,5 @@
-"""The Triton kernel of :mod:`._triton` (imported only where Triton is installed and used).
+"""The Triton kernel of :mod:`._triton`, defined where Triton is installed (Triton is no
+dependency of this package: :mod:`._triton` imports this module only where it is).
 
 Triton decides at import whether the kernel is compiled or run by its interpreter
 (``TRITON_INTERPRET=1``), so that holds for the whole process.
@@ -6,56 +7,59 @@ Triton decides at import whether the kernel is compiled or run by its interprete
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+import importlib.util
 
+#: Whether Triton is installed, and so the kernel defined.
+AVAILABLE = importlib.util.find_spec("triton") is not None
 
-@triton.jit
-def _below(x):
-    """``nextafter(x, -inf)`` for float64 ``x > 0``: the bits minus one."""
-    return (x.to(tl.int64, bitcast=True) - 1).to(tl.float64, bitcast=True)
+if AVAILABLE:
+    import triton
+    import triton.language as tl
 
+    @triton.jit
+    def _below(x):
+        """``nextafter(x, -inf)`` for float64 ``x > 0``: the bits minus one."""
+        return (x.to(tl.int64, bitcast=True) - 1).to(tl.float64, bitcast=True)
 
-@triton.jit
-def _step(m, go, left, right):
-    """One binary step: where going right, ``min(m - left, below(right))``."""
-    return tl.where(go, tl.minimum(m - left, _below(right)), m)
+    @triton.jit
+    def _step(m, go, left, right):
+        """One binary step: where going right, ``min(m - left, below(right))``."""
+        return tl.where(go, tl.minimum(m - left, _below(right)), m)
 
-
-@triton.jit
-def descent(tree, offsets, mass, limit, out, n, DEPTH: tl.constexpr, BLOCK: tl.constexpr):
-    """Walk each of the ``n`` masses from the root to its leaf (``out``): at each level, over
-    the 8 children of the node at ``tree + offsets[level] + 8 * node``, the binary steps of
-    ``_numba_kernels.scan`` over halves, pairs and children."""
-    lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    live = lanes < n
-    m = tl.load(mass + lanes, mask=live, other=0.0)
-    m = tl.minimum(tl.where(m >= 0.0, m, 0.0), tl.load(limit))  # into [0, limit]; NaN -> 0
-    node = tl.zeros([BLOCK], dtype=tl.int64)
-    for level in tl.static_range(1, DEPTH + 1):
-        block = tree + tl.load(offsets + level) + node * 8
-        c0 = tl.load(block + 0, mask=live, other=0.0)
-        c1 = tl.load(block + 1, mask=live, other=0.0)
-        c2 = tl.load(block + 2, mask=live, other=0.0)
-        c3 = tl.load(block + 3, mask=live, other=0.0)
-        c4 = tl.load(block + 4, mask=live, other=0.0)
-        c5 = tl.load(block + 5, mask=live, other=0.0)
-        c6 = tl.load(block + 6, mask=live, other=0.0)
-        c7 = tl.load(block + 7, mask=live, other=0.0)
-        left_half = (c0 + c1) + (c2 + c3)
-        go_half = m >= left_half
-        m = _step(m, go_half, left_half, (c4 + c5) + (c6 + c7))
-        q0 = tl.where(go_half, c4, c0)
-        q1 = tl.where(go_half, c5, c1)
-        q2 = tl.where(go_half, c6, c2)
-        q3 = tl.where(go_half, c7, c3)
-        left_pair = q0 + q1
-        go_pair = m >= left_pair
-        m = _step(m, go_pair, left_pair, q2 + q3)
-        d0 = tl.where(go_pair, q2, q0)
-        d1 = tl.where(go_pair, q3, q1)
-        go_child = m >= d0
-        m = _step(m, go_child, d0, d1)
-        node = (node * 8 + go_half.to(tl.int64) * 4 + go_pair.to(tl.int64) * 2
-                + go_child.to(tl.int64))
-    tl.store(out + lanes, node, mask=live)
+    @triton.jit
+    def descent(tree, offsets, mass, limit, out, n, DEPTH: tl.constexpr, BLOCK: tl.constexpr):
+        """Walk each of the ``n`` masses from the root to its leaf (``out``): at each level, over
+        the 8 children of the node at ``tree + offsets[level] + 8 * node``, the binary steps of
+        ``_numba_kernels.scan`` over halves, pairs and children."""
+        lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = lanes < n
+        m = tl.load(mass + lanes, mask=live, other=0.0)
+        m = tl.minimum(tl.where(m >= 0.0, m, 0.0), tl.load(limit))  # into [0, limit]; NaN -> 0
+        node = tl.zeros([BLOCK], dtype=tl.int64)
+        for level in tl.static_range(1, DEPTH + 1):
+            block = tree + tl.load(offsets + level) + node * 8
+            c0 = tl.load(block + 0, mask=live, other=0.0)
+            c1 = tl.load(block + 1, mask=live, other=0.0)
+            c2 = tl.load(block + 2, mask=live, other=0.0)
+            c3 = tl.load(block + 3, mask=live, other=0.0)
+            c4 = tl.load(block + 4, mask=live, other=0.0)
+            c5 = tl.load(block + 5, mask=live, other=0.0)
+            c6 = tl.load(block + 6, mask=live, other=0.0)
+            c7 = tl.load(block + 7, mask=live, other=0.0)
+            left_half = (c0 + c1) + (c2 + c3)
+            go_half = m >= left_half
+            m = _step(m, go_half, left_half, (c4 + c5) + (c6 + c7))
+            q0 = tl.where(go_half, c4, c0)
+            q1 = tl.where(go_half, c5, c1)
+            q2 = tl.where(go_half, c6, c2)
+            q3 = tl.where(go_half, c7, c3)
+            left_pair = q0 + q1
+            go_pair = m >= left_pair
+            m = _step(m, go_pair, left_pair, q2 + q3)
+            d0 = tl.where(go_pair, q2, q0)
+            d1 = tl.where(go_pair, q3, q1)
+            go_child = m >= d0
+            m = _step(m, go_child, d0, d1)
+            node = (node * 8 + go_half.to(tl.int64) * 4 + go_pair.to(tl.int64) * 2
+                    + go_child.to(tl.int64))
+        tl.store(out + lanes, node, mask=live)
