@@ -9,10 +9,12 @@
 #      extension built here with CUDA (benchmarks/torchrl_ext.py, in the background while the
 #      tests run: nothing is timed until it is done), timed and merged into
 #      cuda_vs_cuda_trees.json.
-# Everything lands in $OUT (tests.log, cuda_tdreplay.json, cuda_torchrl.json, cuda.json,
-# gpu.txt, torchrl_ext.log, cuda_torchrl_cuda.json, cuda_vs_cuda_trees.json); a step that
+# Everything lands in $OUT (tests.log, gpu.txt, trees.json, cuda.json, torchrl_ext.log,
+# cuda_vs_cuda_trees.json: the device tool brings back 8 files at most, so each library's own
+# rows stay in $RAW, and are in the merged files and on stdout); a step that
 # fails is logged and the next one still runs. STEPS picks steps (default: all of
-# "tests tdreplay torchrl torchrl_cuda"), CASES the benchmark's cases (default: all three).
+# "tests trees tdreplay torchrl torchrl_cuda"), CASES the benchmark's cases (default: all three).
+# Step "trees" times the device tree's operations alone (benchmarks/cuda_trees.py: trees.json).
 # Check it without a GPU: DEVICE=cpu SIZES=20000 BATCH=512 PY=python NO_WHEELS=1 OUT=/tmp/x
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,10 +22,11 @@ PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 SIZES=${SIZES:-1000000 10000000}
 BATCH=${BATCH:-65536}
-STEPS=${STEPS:-tests tdreplay torchrl torchrl_cuda}
+STEPS=${STEPS:-tests trees tdreplay torchrl torchrl_cuda}
 CASES=${CASES:-all_cuda memmap_cuda_trees cuda_cpu_trees}
 OUT=${OUT:?set OUT to the folder for the results}
-mkdir -p "$OUT"
+RAW=${RAW:-/tmp/gpu_check_raw}
+mkdir -p "$OUT" "$RAW"
 export PYTHONUNBUFFERED=1
 SRC=$(ls -d "$PWD"/packages/*/src | paste -sd:)
 step() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -60,14 +63,20 @@ fi
 bench() {  # bench LIB PYTHONPATH NAME
     # shellcheck disable=SC2086
     PYTHONPATH="$2" timeout 200 "$PY" benchmarks/cuda_examples.py --lib "$1" --device "$DEVICE" \
-        --capacities $SIZES --batch "$BATCH" --cases $CASES --out "$OUT/cuda_$3.json" \
+        --capacities $SIZES --batch "$BATCH" --cases $CASES --out "$RAW/cuda_$3.json" \
         || echo "bench $3: exit $?"
 }
 merge() {  # merge TORCHRL_NAME OUT_NAME
     PYTHONPATH="/tmp/site-tdreplay:$SRC" "$PY" benchmarks/cuda_examples.py merge \
-        "$OUT/cuda_tdreplay.json" "$OUT/cuda_$1.json" --out "$OUT/$2.json" \
+        "$RAW/cuda_tdreplay.json" "$RAW/cuda_$1.json" --out "$OUT/$2.json" \
         && echo "merged: $OUT/$2.json"
 }
+if step trees; then
+    # shellcheck disable=SC2086
+    PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 120 "$PY" benchmarks/cuda_trees.py \
+        --device "$DEVICE" --capacities $SIZES --batch "$BATCH" --out "$OUT/trees.json" \
+        || echo "trees: exit $?"
+fi
 BUILT=
 if [ -n "${BUILD:-}" ]; then
     if wait "$BUILD"; then

@@ -25,7 +25,7 @@ if importlib.util.find_spec("triton") is None:
     pytest.skip("needs Triton (the samplers' test extra)", allow_module_level=True)
 #: Whether the kernel runs in this process: compiled on a GPU, or under the interpreter
 RUNS_HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-KERNEL_TESTS = 15
+KERNEL_TESTS = 16
 
 
 @pytest.mark.skipif(RUNS_HERE, reason="the kernel tests run in this process")
@@ -171,6 +171,18 @@ def test_a_broken_triton_install_warns_and_falls_back(monkeypatch, launches):
         leaves = device_tree.scan_lower_bound(masses.to(DEVICE))
     assert launches == []  # the kernel was never tried
     np.testing.assert_array_equal(leaves.cpu().numpy(), host_tree.scan_lower_bound(masses.numpy()))
+
+
+def test_tdreplay_triton_0_switches_the_kernel_off(monkeypatch, launches):
+    device_tree, host_tree = filled(1000, seed=5)
+    masses = torch.rand(200, dtype=torch.float64) * float(host_tree.total())
+    monkeypatch.setenv("TDREPLAY_TRITON", "0")
+    off = device_tree.scan_lower_bound(masses.to(DEVICE))
+    monkeypatch.setenv("TDREPLAY_TRITON", "1")
+    on = device_tree.scan_lower_bound(masses.to(DEVICE))
+    assert launches == [True]  # only the second scan used the kernel
+    np.testing.assert_array_equal(off.cpu().numpy(), on.cpu().numpy())
+    np.testing.assert_array_equal(on.cpu().numpy(), host_tree.scan_lower_bound(masses.numpy()))
 
 
 def test_host_trees_keep_tensor_ops_unless_interpreted(monkeypatch, launches):

@@ -4,7 +4,8 @@ The tensor-op descent of :meth:`TorchSumTree.scan_lower_bound` launches about 30
 per tree level; this kernel walks every mass of the batch from the root to its leaf in one
 launch, with the same float64 arithmetic op for op (see ``_numba_kernels.scan``), so both give
 the same leaves. Triton comes with PyTorch's CUDA builds on Linux; where it is missing, or its
-first launch fails, the tree keeps the tensor-op descent. Under Triton's interpreter
+first launch fails, or with ``TDREPLAY_TRITON=0`` set, the tree keeps the tensor-op descent.
+Under Triton's interpreter
 (``TRITON_INTERPRET=1``) the kernel also runs on host tensors: that is how the tests check it
 without a GPU.
 """
@@ -37,8 +38,11 @@ def _interpreting() -> bool:
 
 def runs_on(device: torch.device) -> bool:
     """Whether :func:`descend` serves trees on ``device``: CUDA devices with Triton installed,
-    or any device under Triton's interpreter, unless Triton failed there."""
+    or any device under Triton's interpreter, unless Triton failed there or the environment
+    variable ``TDREPLAY_TRITON`` is ``0`` (read at each call: to compare the two descents)."""
     if (device.type != "cuda" and not _interpreting()) or device in _failed:
+        return False
+    if os.environ.get("TDREPLAY_TRITON", "1") == "0":
         return False
     try:
         from . import _triton_kernels  # imports Triton: only for trees that would use it
