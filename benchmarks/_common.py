@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterator
 
@@ -50,3 +51,18 @@ def rate(fn: Callable[[], object], *, min_time: float = 1.0, warmup: int = 3) ->
 def report(name: str, value: float, unit: str, **extra: object) -> None:
     """Print one result as a JSON line (collected by run_all.py)."""
     print(json.dumps({"name": name, "value": round(value, 3), "unit": unit, **extra}), flush=True)
+
+
+def median_ms(fn: Callable[[], object], sync: Callable[[], None], reps: int) -> float:
+    """Median wall time of ``fn`` in milliseconds over ``reps`` calls, after 3 warm-ups, the
+    device synchronized before and after each call (the CUDA scripts' figures)."""
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)

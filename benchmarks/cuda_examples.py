@@ -30,34 +30,18 @@ import argparse
 import importlib
 import inspect
 import json
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
+from _common import median_ms
 from tensordict import TensorDict
 
 CASES = ("all_cuda", "memmap_cuda_trees", "cuda_cpu_trees")
-
-
-def median_ms(fn: Callable[[], object], sync: Callable[[], None], reps: int) -> float:
-    """Median wall time of ``fn`` in milliseconds over ``reps`` calls, after 3 warm-ups, the
-    device synchronized before and after each call."""
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def make_buffer(data: Any, case: str, device: str, capacity: int, batch: int,

@@ -15,28 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from _common import median_ms
 
 from tdreplay.samplers.segment_trees import SumSegmentTree, make_min_over_sum
-
-
-def median_ms(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
-    """Median wall time of ``fn`` in ms over ``reps`` calls after 3 warm-ups, synchronized."""
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def descent_ms(tree: Any, masses: torch.Tensor, sync: Callable[[], None], reps: int,
