@@ -66,3 +66,8 @@ def median_ms(fn: Callable[[], object], sync: Callable[[], None], reps: int) -> 
         sync()
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
+
+
+def device_name(device: str) -> str:
+    """The GPU's name for ``device="cuda"``, else ``"cpu"`` (the CUDA scripts' rows)."""
+    return torch.cuda.get_device_name(0) if device == "cuda" else "cpu"

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import median_ms
+from _common import device_name, median_ms
 from tensordict import TensorDict
 
 CASES = ("all_cuda", "memmap_cuda_trees", "cuda_cpu_trees")
@@ -105,7 +105,7 @@ def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk
 def measure(args: argparse.Namespace) -> None:
     data = importlib.import_module(f"{args.lib}.data")
     info = {"lib": args.lib, "version": version_of(args.lib), "torch": torch.__version__,
-            "device": (torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu")}
+            "device": device_name(args.device)}
     if args.out:
         Path(args.out).write_text("")
     for capacity in args.capacities:

@@ -17,9 +17,10 @@ import json
 import os
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import torch
-from _common import median_ms
+from _common import device_name, median_ms
 
 from tdreplay.samplers.segment_trees import SumSegmentTree, make_min_over_sum
 
@@ -27,16 +28,9 @@ from tdreplay.samplers.segment_trees import SumSegmentTree, make_min_over_sum
 def descent_ms(tree: Any, masses: torch.Tensor, sync: Callable[[], None], reps: int,
                triton: bool) -> tuple[float, torch.Tensor]:
     """The descent's median time and its leaves, with the Triton kernel on or off."""
-    old = os.environ.get("TDREPLAY_TRITON")
-    os.environ["TDREPLAY_TRITON"] = "1" if triton else "0"
-    try:
+    with mock.patch.dict(os.environ, TDREPLAY_TRITON="1" if triton else "0"):
         return median_ms(lambda: tree.scan_lower_bound(masses), sync, reps), \
             tree.scan_lower_bound(masses)
-    finally:
-        if old is None:
-            del os.environ["TDREPLAY_TRITON"]
-        else:
-            os.environ["TDREPLAY_TRITON"] = old
 
 
 def measure(capacity: int, batch: int, device: str, reps: int) -> list[dict[str, Any]]:
@@ -60,10 +54,6 @@ def measure(capacity: int, batch: int, device: str, reps: int) -> list[dict[str,
                                                      reps)},
         {**base, "op": "min refresh", "ms": median_ms(lambda: minima.refresh(index), sync, reps)},
     ]
-
-
-def device_name(device: str) -> str:
-    return torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
 
 
 def main() -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
 import pytest
+
+from tdreplay import data as tdreplay_data
 
 SMALL = ["--device", "cpu", "--capacities", "20000", "--batch", "512", "--chunk", "5000",
          "--reps", "2"]
@@ -48,10 +51,6 @@ def test_a_case_the_library_refuses_is_reported_with_its_error(cuda_examples):
 def test_a_library_without_sampler_device_keeps_its_trees_on_the_host(cuda_examples, tmp_path):
     """TorchRL before 0.13: cuda_cpu_trees is built without the argument, memmap_cuda_trees is
     refused with the reason (before anything touches the device)."""
-    import types
-
-    from tdreplay import data as tdreplay_data
-
     made = []
 
     def buffer_without_placement(*, alpha, beta, storage, batch_size, priority_key):

@@ -18,18 +18,12 @@ import warnings
 
 import torch
 
-from ._layout import FANOUT
-
 __all__ = ["descend", "runs_on"]
 
 #: Masses per program (each walks its masses down together).
 _BLOCK = 256
 #: Devices where a launch failed: they keep the tensor-op descent.
 _failed: set[torch.device] = set()
-
-
-if FANOUT != 8:  # pragma: no cover - the kernel reads blocks of 8 children
-    raise ImportError("the Triton descent needs the 8-ary layout")
 
 
 def _interpreting() -> bool:
