@@ -1,11 +1,12 @@
-"""The device sum tree's operations alone: the descent (Triton kernel, and tensor operations with
-``TDREPLAY_TRITON=0``) and the update, on a GPU.
+"""The device sum tree's operations alone, each with its Triton kernels and with tensor
+operations (``TDREPLAY_TRITON=0``), on a GPU: the descent, the sum update and the refresh of the
+min over the sums.
 
 ``benchmarks/gpu_check.sh`` runs it (step ``trees``) after the tests. Each row times one
-operation of a full tree of ``capacity`` slots on ``batch`` indices or masses: the median of
-``--reps`` calls after 3 warm-ups, the device synchronized around every call, in milliseconds;
-``descent`` rows also say whether both descents gave the same leaves. ``--device cpu`` checks
-the script without a GPU (the descent is then tensor operations both times).
+operation of a full tree of ``capacity`` slots on ``batch`` indices or masses both ways: the
+median of ``--reps`` calls after 3 warm-ups, the device synchronized around every call, in
+milliseconds, and whether both ways gave the same result (leaves drawn, or tree nodes).
+``--device cpu`` checks the script without a GPU (tensor operations both times).
 
     python benchmarks/cuda_trees.py --capacities 1000000 10000000 --batch 65536 --out trees.json
 """
@@ -25,12 +26,18 @@ from _common import device_name, median_ms
 from tdreplay.samplers.segment_trees import SumSegmentTree, make_min_over_sum
 
 
-def descent_ms(tree: Any, masses: torch.Tensor, sync: Callable[[], None], reps: int,
-               triton: bool) -> tuple[float, torch.Tensor]:
-    """The descent's median time and its leaves, with the Triton kernel on or off."""
-    with mock.patch.dict(os.environ, TDREPLAY_TRITON="1" if triton else "0"):
-        return median_ms(lambda: tree.scan_lower_bound(masses), sync, reps), \
-            tree.scan_lower_bound(masses)
+def both_ways(op: str, run: Callable[[], object], result: Callable[[], torch.Tensor],
+              sync: Callable[[], None], reps: int) -> dict[str, Any]:
+    """The row of ``op``: the median time of ``run`` with the Triton kernels on and off, and
+    whether ``result`` (read after the runs) was the same both ways."""
+    row: dict[str, Any] = {"op": op}
+    results = []
+    for switch, column in (("1", "triton_ms"), ("0", "tensor_ops_ms")):
+        with mock.patch.dict(os.environ, TDREPLAY_TRITON=switch):
+            row[column] = median_ms(run, sync, reps)
+            results.append(result())
+    row["same_result"] = bool(torch.equal(*results))
+    return row
 
 
 def measure(capacity: int, batch: int, device: str, reps: int) -> list[dict[str, Any]]:
@@ -42,18 +49,19 @@ def measure(capacity: int, batch: int, device: str, reps: int) -> list[dict[str,
                 torch.rand(capacity, device=device, dtype=torch.float64, generator=gen) + 0.01)
     minima = make_min_over_sum(tree)
     masses = torch.rand(batch, device=device, dtype=torch.float64, generator=gen) * tree.total()
-    kernel_ms, kernel_leaves = descent_ms(tree, masses, sync, reps, triton=True)
-    ops_ms, ops_leaves = descent_ms(tree, masses, sync, reps, triton=False)
     index = torch.randint(0, capacity, (batch,), device=device, generator=gen)
     values = torch.rand(batch, device=device, dtype=torch.float64, generator=gen) + 0.01
     base = {"capacity": capacity, "batch": batch, "device": device_name(device)}
-    return [
-        {**base, "op": "descent", "triton_ms": kernel_ms, "tensor_ops_ms": ops_ms,
-         "same_leaves": bool(torch.equal(kernel_leaves, ops_leaves))},
-        {**base, "op": "sum update", "ms": median_ms(lambda: tree.update(index, values), sync,
-                                                     reps)},
-        {**base, "op": "min refresh", "ms": median_ms(lambda: minima.refresh(index), sync, reps)},
+    rows = [
+        both_ways("descent", lambda: tree.scan_lower_bound(masses),
+                  lambda: tree.scan_lower_bound(masses), sync, reps),
+        # the same update again and again: the nodes after it do not depend on the repeats
+        both_ways("sum update", lambda: tree.update(index, values), lambda: tree.nodes.clone(),
+                  sync, reps),
+        both_ways("min refresh", lambda: minima.refresh(index), lambda: minima.nodes.clone(),
+                  sync, reps),
     ]
+    return [{**base, **row} for row in rows]
 
 
 def main() -> None:

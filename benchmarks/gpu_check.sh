@@ -49,7 +49,7 @@ fi
 TESTS="packages/tdreplay-samplers/tests/test_prioritized_cuda.py
        packages/tdreplay-samplers/tests/test_prioritized_sampler.py
        packages/tdreplay-samplers/tests/test_segment_trees.py
-       packages/tdreplay-samplers/tests/test_triton_descent.py
+       packages/tdreplay-samplers/tests/test_triton_kernels.py
        packages/tdreplay-storages/tests/test_tensor_storage.py
        packages/tdreplay-core/tests/test_replay_buffer.py"
 if step tests; then

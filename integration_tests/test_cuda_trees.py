@@ -1,5 +1,5 @@
 """benchmarks/cuda_trees.py, the device tree micro-benchmark, checked without a GPU: every row is
-written, and both descents agree. No timing is asserted."""
+written, and both ways (Triton kernels and tensor ops) agree. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -20,8 +20,5 @@ def test_rows_for_each_capacity_and_operation(benchmark_script, tmp_path):
         (5000, "descent"), (5000, "sum update"), (5000, "min refresh")]
     for row in rows:
         assert row["batch"] == 64 and row["device"] == "cpu"
-        if row["op"] == "descent":
-            assert row["same_leaves"] is True
-            assert row["triton_ms"] > 0 and row["tensor_ops_ms"] > 0
-        else:
-            assert row["ms"] > 0
+        assert row["same_result"] is True
+        assert row["triton_ms"] > 0 and row["tensor_ops_ms"] > 0

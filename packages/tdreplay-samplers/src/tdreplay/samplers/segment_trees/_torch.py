@@ -5,8 +5,9 @@ each level is viewed as rows of 8 children, gathered with one ``index_select`` p
 Every operation is a fixed number of tensor ops per tree level (O(log C) kernel launches for a
 whole batch), with shapes that depend only on the batch size, so nothing waits on the device:
 no ``.item()``, no data-dependent shapes, unless ``validate`` is on (the default on CPU only).
-On CUDA, the sum tree's descent (:meth:`TorchSumTree.scan_lower_bound`) is one Triton kernel
-instead (:mod:`._triton`), with the same arithmetic.
+On CUDA, Triton kernels (:mod:`._triton`) replace the tensor ops where they launch many: the sum
+tree's descent (:meth:`TorchSumTree.scan_lower_bound`) is one kernel, and the recomputation of
+updated leaves' ancestors one kernel per level, with the same arithmetic.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class _TorchTree(SegmentTree):
         self.device = self._tree.device
         self._ninf = torch.full((), -math.inf, dtype=torch.float64, device=self.device)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._on_device_changed()  # the device constants, also those a pickle predates
+
     def _level(self, level: int) -> torch.Tensor:
         """Level ``level`` of the tree as a flat view."""
         return self._tree[self._layout.level(level)]
@@ -170,6 +175,9 @@ class _TorchTree(SegmentTree):
         """Reduce each row of 8 children of ``blocks`` (``[n, 8]``) to its parent's value."""
         raise NotImplementedError
 
+    #: The same reduction in the Triton kernel that recomputes ancestors (``_triton.refresh``).
+    _kernel_op: int
+
     # -- interface ----------------------------------------------------------------------------
     def update(self, index: Any, value: Any) -> None:
         """Set ``leaf[index[k]] = value[k]`` with O(log C) batched tensor ops.
@@ -180,9 +188,9 @@ class _TorchTree(SegmentTree):
         receive the largest batch position aimed at them (``scatter_reduce`` with ``amax``, which
         is order-independent), only those winners write their value, the others write to the
         never-read ``TreeLayout.scratch`` position. Then each level of ancestors is
-        recomputed from its blocks of 8 children; an ancestor shared by several leaves gets
-        identical values from each, so the result never depends on the order in which the
-        device applies the writes.
+        recomputed from its blocks of 8 children (one Triton kernel per level on CUDA); an
+        ancestor shared by several leaves gets identical values from each, so the result never
+        depends on the order in which the device applies the writes.
         """
         idx, shape, valid = self._index(index)
         vals = self._values(value, idx.shape[0], shape)
@@ -204,6 +212,10 @@ class _TorchTree(SegmentTree):
             tree.scatter_(0, pos, vals)
         # ignored entries recompute the ancestors of leaf 0, which changes nothing
         node = idx if valid is None else torch.where(valid, idx, 0)
+        if _triton.runs_on(self.device) and _triton.refresh(
+                [self._level(level) for level in range(self._layout.depth + 1)], node,
+                self._kernel_op):
+            return
         for level in range(self._layout.depth - 1, -1, -1):
             node = node >> 3
             parents = self._reduce_blocks(self._blocks(level + 1).index_select(0, node))
@@ -269,6 +281,8 @@ class TorchSumTree(_TorchTree, SumTree):
 
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return left + right
+
+    _kernel_op = _triton.SUM
 
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
         # ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), as the numba kernels
@@ -353,6 +367,8 @@ class TorchMinTree(_TorchTree, MinTree):
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return torch.minimum(left, right)
 
+    _kernel_op = _triton.MIN
+
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
         return _block_minima(blocks)
 
@@ -412,8 +428,14 @@ class TorchMinOverSumTree(MinOverSumTree):
         if not idx.numel():
             return
         layout = self.layout
-        node = idx.clamp(0, self.capacity - 1) >> 3
-        leaves = self._sums.nodes[layout.leaf_offset:].view(-1, FANOUT)
+        leaf = idx.clamp(0, self.capacity - 1)
+        leaves = self._sums.nodes[layout.leaf_offset:]
+        if _triton.runs_on(self.device) and _triton.refresh(
+                [self._level(level) for level in range(layout.depth)] + [leaves], leaf,
+                _triton.MIN, bottom_op=_triton.MIN_POSITIVE):
+            return
+        node = leaf >> 3
+        leaves = leaves.view(-1, FANOUT)
         self._level(layout.depth - 1).scatter_(
             0, node, self._leaf_minima(leaves.index_select(0, node)))
         for level in range(layout.depth - 2, -1, -1):

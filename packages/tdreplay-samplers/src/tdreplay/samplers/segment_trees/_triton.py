@@ -1,12 +1,16 @@
-"""The sum tree's descent in one Triton kernel, for trees on a CUDA device.
+"""Triton kernels for segment trees on a CUDA device: the sum tree's descent, and the
+recomputation of the ancestors of updated leaves.
 
 The tensor-op descent of :meth:`TorchSumTree.scan_lower_bound` launches about 30 small kernels
-per tree level; this kernel walks every mass of the batch from the root to its leaf in one
+per tree level; :func:`descend` walks every mass of the batch from the root to its leaf in one
 launch, with the same float64 arithmetic op for op (see ``_numba_kernels.scan``), so both give
-the same leaves. Triton comes with PyTorch's CUDA builds on Linux; where it is missing, or its
-first launch fails, or with ``TDREPLAY_TRITON=0`` set, the tree keeps the tensor-op descent.
-Under Triton's interpreter
-(``TRITON_INTERPRET=1``) the kernel also runs on host tensors: that is how the tests check it
+the same leaves. An update recomputes the ancestors of its leaves with about 6 tensor ops per
+level; :func:`refresh` does it with one launch per level, reducing each block of 8 children in
+the same order (the same node values).
+
+Triton comes with PyTorch's CUDA builds on Linux; where it is missing, or a launch fails, or with
+``TDREPLAY_TRITON=0`` set, the trees keep their tensor ops. Under Triton's interpreter
+(``TRITON_INTERPRET=1``) the kernels also run on host tensors: that is how the tests check them
 without a GPU.
 """
 
@@ -15,14 +19,18 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Sequence
 
 import torch
 
-__all__ = ["descend", "runs_on"]
+__all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "refresh", "runs_on"]
 
-#: Masses per program (each walks its masses down together).
+#: Masses (or nodes) per program.
 _BLOCK = 256
-#: Devices where a launch failed: they keep the tensor-op descent.
+#: How :func:`refresh` reduces a block of 8 children: their sum, their minimum, or the minimum
+#: of their positive values (``+inf`` if none: a min tree over a sum tree's leaves).
+SUM, MIN, MIN_POSITIVE = 0, 1, 2
+#: Devices where a launch failed: their trees keep tensor ops.
 _failed: set[torch.device] = set()
 
 
@@ -31,9 +39,9 @@ def _interpreting() -> bool:
 
 
 def runs_on(device: torch.device) -> bool:
-    """Whether :func:`descend` serves trees on ``device``: CUDA devices with Triton installed,
+    """Whether the kernels serve trees on ``device``: CUDA devices with Triton installed,
     or any device under Triton's interpreter, unless Triton failed there or the environment
-    variable ``TDREPLAY_TRITON`` is ``0`` (read at each call: to compare the two descents)."""
+    variable ``TDREPLAY_TRITON`` is ``0`` (read at each call: to compare with tensor ops)."""
     if (device.type != "cuda" and not _interpreting()) or device in _failed:
         return False
     if os.environ.get("TDREPLAY_TRITON", "1") == "0":
@@ -47,10 +55,16 @@ def runs_on(device: torch.device) -> bool:
 
 
 def _give_up(device: torch.device, err: Exception) -> None:
-    """Keep the tensor-op descent on ``device`` from now on, and say why."""
+    """Keep tensor ops on ``device`` from now on, and say why."""
     _failed.add(device)
-    warnings.warn(f"the Triton descent failed on {device} ({type(err).__name__}: {err}); the "
-                  f"sum tree descends with tensor operations there", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"a Triton kernel failed on {device} ({type(err).__name__}: {err}); the "
+                  f"segment trees there use tensor operations instead", RuntimeWarning,
+                  stacklevel=4)
+
+
+def _launching_on(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """Within it, Triton launches on ``device`` (it launches on the current CUDA device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit: torch.Tensor,
@@ -69,11 +83,46 @@ def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit
         from ._triton_kernels import descent
 
         grid = (-(-mass.numel() // _BLOCK),)
-        # Triton launches on the current CUDA device
-        with torch.cuda.device(mass.device) if mass.is_cuda else contextlib.nullcontext():
+        with _launching_on(mass.device):
             descent[grid](tree, offsets, mass, limit, out, mass.numel(), DEPTH=depth,
                           BLOCK=_BLOCK)
     except Exception as err:  # no usable compiler or device for Triton: descend with tensor ops
         _give_up(mass.device, err)
         return None
     return out
+
+
+def refresh(levels: Sequence[torch.Tensor], leaves: torch.Tensor, op: int,
+            bottom_op: int | None = None) -> bool:
+    """Recompute, from the bottom up, the ancestors of the leaves ``leaves`` (flat int64, on the
+    tree's device, each in range): one launch per level. ``levels[d]`` is level ``d`` of the
+    tree as a flat view, ``levels[-1]`` the leaves (whole blocks of 8); level ``d`` reduces
+    the blocks of level ``d + 1`` with ``op`` (:data:`SUM`, :data:`MIN` or
+    :data:`MIN_POSITIVE`), the level just above the leaves with ``bottom_op`` when given.
+    A level with no more nodes than ``leaves`` is recomputed whole.
+
+    Returns ``False`` when a launch failed (and the kernels are off on that device from now
+    on): the caller recomputes every level with tensor ops.
+    """
+    n = leaves.numel()
+    depth = len(levels) - 1
+    if not n:
+        return True
+    leaves = leaves.contiguous()
+    try:
+        from ._triton_kernels import refresh_level
+
+        with _launching_on(leaves.device):
+            for level in range(depth - 1, -1, -1):
+                children = levels[level + 1]
+                nodes = children.numel() // 8
+                every = nodes <= n
+                count = nodes if every else n
+                reduce = bottom_op if bottom_op is not None and level == depth - 1 else op
+                refresh_level[(-(-count // _BLOCK),)](
+                    children, levels[level], leaves, count, 3 * (depth - level), OP=reduce,
+                    EVERY=every, BLOCK=_BLOCK)
+    except Exception as err:  # no usable compiler or device for Triton: tensor ops
+        _give_up(leaves.device, err)
+        return False
+    return True

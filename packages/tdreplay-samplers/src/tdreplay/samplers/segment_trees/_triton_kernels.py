@@ -1,7 +1,7 @@
-"""The Triton kernel of :mod:`._triton`, defined where Triton is installed (Triton is no
+"""The Triton kernels of :mod:`._triton`, defined where Triton is installed (Triton is no
 dependency of this package: :mod:`._triton` imports this module only where it is).
 
-Triton decides at import whether the kernel is compiled or run by its interpreter
+Triton decides at import whether the kernels are compiled or run by its interpreter
 (``TRITON_INTERPRET=1``), so that holds for the whole process.
 """
 
@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import importlib.util
 
-#: Whether Triton is installed, and so the kernel defined.
+from ._triton import MIN_POSITIVE, SUM
+
+#: Whether Triton is installed, and so the kernels defined.
 AVAILABLE = importlib.util.find_spec("triton") is not None
 
 if AVAILABLE:
     import triton
     import triton.language as tl
+
+    # what the kernels may read of the module (Triton reads constexpr globals only)
+    _SUM = tl.constexpr(SUM)
+    _MIN_POSITIVE = tl.constexpr(MIN_POSITIVE)
 
     @triton.jit
     def _below(x):
@@ -63,3 +69,56 @@ if AVAILABLE:
             node = (node * 8 + go_half.to(tl.int64) * 4 + go_pair.to(tl.int64) * 2
                     + go_child.to(tl.int64))
         tl.store(out + lanes, node, mask=live)
+
+    @triton.jit
+    def _lesser(a, b):
+        """The lesser of ``a`` and ``b``, NaN if either is (as ``torch.minimum``)."""
+        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+    @triton.jit
+    def _positive(c):
+        """``c`` where it is positive, else ``+inf`` (NaN too: ``torch.where(c > 0, c, inf)``)."""
+        return tl.where(c > 0.0, c, float("inf"))
+
+    @triton.jit(do_not_specialize=["n", "shift"])
+    def refresh_level(children, parents, index, n, shift, OP: tl.constexpr, EVERY: tl.constexpr,
+                      BLOCK: tl.constexpr):
+        """Recompute ``n`` nodes of a level (``parents``) from their blocks of 8 ``children``: the
+        nodes ``index[k] >> shift`` (ancestors of leaves, duplicates allowed: they store the
+        same value), or with ``EVERY`` the nodes ``0 .. n - 1``. The blocks reduce as
+        :class:`~._torch.TorchSumTree` / :class:`~._torch.TorchMinTree` reduce them, pairwise
+        in the same order (``OP``: :data:`SUM`, :data:`MIN` or :data:`MIN_POSITIVE`)."""
+        lanes = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        live = lanes < n
+        if EVERY:
+            node = lanes
+        else:
+            node = tl.load(index + lanes, mask=live, other=0) >> shift
+        block = children + node * 8
+        c0 = tl.load(block + 0, mask=live, other=0.0)
+        c1 = tl.load(block + 1, mask=live, other=0.0)
+        c2 = tl.load(block + 2, mask=live, other=0.0)
+        c3 = tl.load(block + 3, mask=live, other=0.0)
+        c4 = tl.load(block + 4, mask=live, other=0.0)
+        c5 = tl.load(block + 5, mask=live, other=0.0)
+        c6 = tl.load(block + 6, mask=live, other=0.0)
+        c7 = tl.load(block + 7, mask=live, other=0.0)
+        if OP == _SUM:
+            value = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))
+        else:
+            if OP == _MIN_POSITIVE:
+                c0 = _positive(c0)
+                c1 = _positive(c1)
+                c2 = _positive(c2)
+                c3 = _positive(c3)
+                c4 = _positive(c4)
+                c5 = _positive(c5)
+                c6 = _positive(c6)
+                c7 = _positive(c7)
+            # halves, then pairs, then the last two (``_torch._block_minima``)
+            q0 = _lesser(c0, c4)
+            q1 = _lesser(c1, c5)
+            q2 = _lesser(c2, c6)
+            q3 = _lesser(c3, c7)
+            value = _lesser(_lesser(q0, q2), _lesser(q1, q3))
+        tl.store(parents + node, value, mask=live)

@@ -1,14 +1,17 @@
-"""The sum tree's one-kernel Triton descent (CUDA trees): the same leaves as the numba scan, for
-every mass, capacity and edge case. With a GPU it runs compiled on CUDA; without one, under
-Triton's interpreter on the host: Triton reads ``TRITON_INTERPRET=1`` when it is first imported
-(and tensordict imports it), so ``test_kernel_tests_pass_under_the_interpreter`` runs this file
-again in a child process started with it."""
+"""The Triton kernels of the CUDA segment trees: the sum tree's one-kernel descent (the same
+leaves as the numba scan, for every mass, capacity and edge case) and the recomputation of the
+ancestors of updated leaves (the same nodes as the tensor ops and the numba kernels). With a GPU
+they run compiled on CUDA; without one, under Triton's interpreter on the host: Triton reads
+``TRITON_INTERPRET=1`` when it is first imported (and tensordict imports it), so
+``test_kernel_tests_pass_under_the_interpreter`` runs this file again in a child process started
+with it."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -18,14 +21,25 @@ import numpy as np
 import pytest
 import torch
 
-from tdreplay.samplers.segment_trees import NumbaSumTree, TorchSumTree, _triton
+from tdreplay.core import ListStorage
+from tdreplay.samplers import PrioritizedSampler
+from tdreplay.samplers.segment_trees import (
+    NumbaMinOverSumTree,
+    NumbaMinTree,
+    NumbaSumTree,
+    TorchMinOverSumTree,
+    TorchMinTree,
+    TorchSumTree,
+    TreeLayout,
+    _triton,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if importlib.util.find_spec("triton") is None:
     pytest.skip("needs Triton (the samplers' test extra)", allow_module_level=True)
 #: Whether the kernel runs in this process: compiled on a GPU, or under the interpreter
 RUNS_HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-KERNEL_TESTS = 16
+KERNEL_TESTS = 30
 
 
 @pytest.mark.skipif(RUNS_HERE, reason="the kernel tests run in this process")
@@ -164,8 +178,8 @@ def test_a_broken_triton_install_warns_and_falls_back(monkeypatch, launches):
             raise ImportError("libtriton.so: cannot open shared object file")
         return real_import(name, globals, locals, fromlist, level)
 
+    device_tree, host_tree = filled(100, seed=4)  # (its update runs the refresh kernel)
     monkeypatch.setattr(builtins, "__import__", failing)
-    device_tree, host_tree = filled(100, seed=4)
     masses = torch.rand(50, dtype=torch.float64) * float(host_tree.total())
     with pytest.warns(RuntimeWarning, match="libtriton.so"):
         leaves = device_tree.scan_lower_bound(masses.to(DEVICE))
@@ -192,3 +206,156 @@ def test_host_trees_keep_tensor_ops_unless_interpreted(monkeypatch, launches):
     tree.update(torch.tensor([2]), torch.tensor([1.0]))
     assert tree.scan_lower_bound(torch.tensor([0.5])).tolist() == [2]
     assert launches == []
+
+
+def test_a_tree_pickled_before_the_kernel_descends_with_it(launches):
+    """A tree pickled by a tdreplay without the kernel lacks the kernel's level offsets: they
+    are made again when it loads."""
+    device_tree, host_tree = filled(1000, seed=6)
+    old_state = {k: v for k, v in device_tree.__dict__.items() if k != "_level_starts"}
+    restored = TorchSumTree.__new__(TorchSumTree)
+    restored.__setstate__(pickle.loads(pickle.dumps(old_state)))
+    masses = torch.rand(100, dtype=torch.float64) * float(host_tree.total())
+    leaves = restored.scan_lower_bound(masses.to(DEVICE))
+    assert launches == [True]
+    np.testing.assert_array_equal(leaves.cpu().numpy(), host_tree.scan_lower_bound(masses.numpy()))
+
+
+# ---- the ancestors of updated leaves ----------------------------------------------------------
+@pytest.fixture
+def refreshes(monkeypatch):
+    """Whether each ancestor refresh ran in the kernel (``False``: a launch failed)."""
+    served = []
+    refresh = _triton.refresh
+
+    def counting(*args, **kwargs):
+        done = refresh(*args, **kwargs)
+        served.append(done)
+        return done
+
+    monkeypatch.setattr(_triton, "refresh", counting)
+    return served
+
+
+def same_nodes(device_nodes: torch.Tensor, expected: torch.Tensor | np.ndarray) -> None:
+    """Bit for bit, but any NaN for a NaN (its sign and payload are the device's), and not the
+    never-read scratch position, where the torch trees send ignored writes."""
+    got = device_nodes.cpu().clone()
+    want = torch.as_tensor(expected).clone()
+    if len(got) > TreeLayout.scratch:
+        got[TreeLayout.scratch] = want[TreeLayout.scratch] = 0.0
+    nan = got.isnan()
+    assert torch.equal(nan, want.isnan())
+    assert torch.equal(got[~nan].view(torch.int64), want[~nan].view(torch.int64))
+
+
+def updates(capacity: int, seed: int, rounds: int = 5) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches of 1 to 700 updates (duplicates included), a fifth of the values zero."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in [1, 3, 50, 700, 9][:rounds]:
+        index = torch.randint(0, capacity, (n,), generator=g)
+        values = torch.rand(n, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(
+            -5, 5, (n,), generator=g)
+        values[::5] = 0.0
+        out.append((index, values))
+    return out
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 7, 8, 9, 64, 65, 1000, 4097, 100_000])
+def test_refreshed_ancestors_match_the_numba_trees(capacity, refreshes):
+    sums = TorchSumTree(capacity, device=DEVICE, validate=False)
+    mins = TorchMinOverSumTree(sums)
+    negated = TorchMinTree(capacity, device=DEVICE, validate=False)  # a max tree, as samplers keep
+    host_sums, host_negated = NumbaSumTree(capacity), NumbaMinTree(capacity)
+    host_mins = NumbaMinOverSumTree(host_sums)
+    batches = updates(capacity, seed=capacity)
+    for index, values in batches:
+        sums.update(index.to(DEVICE), values.to(DEVICE))
+        mins.refresh(index.to(DEVICE))
+        negated.update(index.to(DEVICE), (-values).to(DEVICE))
+        host_sums.update(index.numpy(), values.numpy())
+        host_mins.refresh(index.numpy())
+        host_negated.update(index.numpy(), -values.numpy())
+    assert refreshes == [True] * 3 * len(batches)
+    same_nodes(sums.nodes, host_sums.nodes)
+    same_nodes(mins.nodes, host_mins.nodes)
+    same_nodes(negated.nodes, host_negated.nodes)
+    assert float(sums.total()) == pytest.approx(float(host_sums.total()), rel=0, abs=0)
+
+
+def test_ignored_entries_and_nan_give_the_tensor_ops_nodes(monkeypatch, refreshes):
+    """Indices out of range are ignored without validation (they recompute the ancestors of leaf
+    0, unchanged); a NaN leaf makes its ancestors NaN; the min over sums skips it."""
+    capacity = 5000
+    trees = {}
+    for switch in ("0", "1"):
+        monkeypatch.setenv("TDREPLAY_TRITON", switch)
+        sums = TorchSumTree(capacity, device=DEVICE, validate=False)
+        mins = TorchMinOverSumTree(sums)
+        negated = TorchMinTree(capacity, device=DEVICE, validate=False)
+        for index, values in updates(capacity, seed=7):
+            index[-2:] = torch.tensor([-1, capacity])[-len(index):]
+            values[:1] = math.nan
+            sums.update(index.to(DEVICE), values.to(DEVICE))
+            mins.refresh(index.clamp(0, capacity - 1).to(DEVICE))
+            negated.update(index.to(DEVICE), (-values).to(DEVICE))
+        trees[switch] = (sums.nodes, mins.nodes, negated.nodes)
+    assert refreshes == [True] * 15  # only with the switch on
+    assert trees["1"][0][0].isnan() and not trees["1"][1][0].isnan()
+    for kernel, tensor_ops in zip(trees["1"], trees["0"]):
+        same_nodes(kernel, tensor_ops.cpu())
+
+
+def test_a_failed_refresh_warns_once_and_falls_back_to_tensor_ops(monkeypatch, refreshes):
+    from tdreplay.samplers.segment_trees import _triton_kernels
+
+    class Unlaunchable:
+        def __getitem__(self, grid):
+            raise RuntimeError("out of resources: shared memory")
+
+    monkeypatch.setattr(_triton_kernels, "refresh_level", Unlaunchable())
+    sums = TorchSumTree(1000, device=DEVICE, validate=False)
+    host = NumbaSumTree(1000)
+    (first, first_values), (second, second_values) = updates(1000, seed=8, rounds=2)
+    with pytest.warns(RuntimeWarning, match="out of resources: shared memory"):
+        sums.update(first.to(DEVICE), first_values.to(DEVICE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums.update(second.to(DEVICE), second_values.to(DEVICE))
+    assert refreshes == [False]  # the second update did not try the kernel again
+    host.update(first.numpy(), first_values.numpy())
+    host.update(second.numpy(), second_values.numpy())
+    same_nodes(sums.nodes, host.nodes)
+
+
+def test_prioritized_sampler_on_device_trees_draws_as_on_numba_trees(refreshes):
+    """A prioritized sampler's whole cycle (extend, sample, update) on device trees, with the
+    kernels: the same priorities, draws and weights as on the numba trees."""
+    capacity = 3000
+    samplers = [PrioritizedSampler(capacity, alpha=0.7, beta=0.5, backend=backend,
+                                   device=DEVICE if backend == "torch" else None)
+                for backend in ("torch", "numba")]
+    g = torch.Generator().manual_seed(9)
+    steps = []
+    for _ in range(3):
+        steps.append((torch.randint(0, capacity, (400,), generator=g),
+                      torch.rand(400, generator=g) * 5))
+    storage = ListStorage(capacity)
+    storage.set(torch.arange(capacity), list(range(capacity)))
+    drawn = []
+    for sampler in samplers:
+        sampler.extend(torch.arange(capacity))
+        sampler.set_rng(torch.Generator().manual_seed(1))  # the same uniforms for both
+        draws = []
+        for index, priority in steps:
+            sampler.update_priority(index, priority)
+            slots, info = sampler.sample(storage, 256)
+            draws.append((slots.cpu(), info["priority_weight"].cpu()))
+        drawn.append(draws)
+    assert refreshes and all(refreshes)
+    torch_state, numba_state = (s.state_dict()["priorities"] for s in samplers)
+    same_nodes(torch_state, numba_state)
+    for (slots, weights), (host_slots, host_weights) in zip(*drawn):
+        assert torch.equal(slots, host_slots)
+        torch.testing.assert_close(weights, host_weights, rtol=0, atol=0)
