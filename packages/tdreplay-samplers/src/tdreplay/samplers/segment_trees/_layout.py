@@ -72,6 +72,19 @@ class TreeLayout:
         """Positions of the ``capacity`` leaves."""
         return slice(self.leaf_offset, self.leaf_offset + self.capacity)
 
+    @property
+    def level_sizes(self) -> tuple[int, ...]:
+        """Length of each level, padding included, root level first: ``nodes.split(level_sizes)``
+        views every level at once.
+
+        Examples
+        --------
+        >>> TreeLayout(1000).level_sizes
+        (8, 8, 16, 128, 1024)
+        """
+        return (*(b - a for a, b in zip(self.offsets, self.offsets[1:])),
+                self.size - self.leaf_offset)
+
     def level(self, level: int) -> slice:
         """Positions of level ``level``, padding included (a whole number of blocks)."""
         end = self.offsets[level + 1] if level < self.depth else self.size

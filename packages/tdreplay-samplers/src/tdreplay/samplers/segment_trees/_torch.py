@@ -213,8 +213,7 @@ class _TorchTree(SegmentTree):
         # ignored entries recompute the ancestors of leaf 0, which changes nothing
         node = idx if valid is None else torch.where(valid, idx, 0)
         if _triton.runs_on(self.device) and _triton.refresh(
-                [self._level(level) for level in range(self._layout.depth + 1)], node,
-                self._kernel_op):
+                tree.split(self._layout.level_sizes), node, self._kernel_op):
             return
         for level in range(self._layout.depth - 1, -1, -1):
             node = node >> 3
@@ -431,8 +430,8 @@ class TorchMinOverSumTree(MinOverSumTree):
         leaf = idx.clamp(0, self.capacity - 1)
         leaves = self._sums.nodes[layout.leaf_offset:]
         if _triton.runs_on(self.device) and _triton.refresh(
-                [self._level(level) for level in range(layout.depth)] + [leaves], leaf,
-                _triton.MIN, bottom_op=_triton.MIN_POSITIVE):
+                [*self._nodes.split(layout.level_sizes[:-1]), leaves], leaf, _triton.MIN,
+                bottom_op=_triton.MIN_POSITIVE):
             return
         node = leaf >> 3
         leaves = leaves.view(-1, FANOUT)
