@@ -39,7 +39,7 @@ if importlib.util.find_spec("triton") is None:
     pytest.skip("needs Triton (the samplers' test extra)", allow_module_level=True)
 #: Whether the kernel runs in this process: compiled on a GPU, or under the interpreter
 RUNS_HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-KERNEL_TESTS = 30
+KERNEL_TESTS = 33
 
 
 @pytest.mark.skipif(RUNS_HERE, reason="the kernel tests run in this process")
@@ -359,3 +359,108 @@ def test_prioritized_sampler_on_device_trees_draws_as_on_numba_trees(refreshes):
     for (slots, weights), (host_slots, host_weights) in zip(*drawn):
         assert torch.equal(slots, host_slots)
         torch.testing.assert_close(weights, host_weights, rtol=0, atol=0)
+
+
+# ---- which entries of a priority update apply ---------------------------------------------------
+@pytest.fixture
+def decided(monkeypatch):
+    """Whether each device priority update was decided by the kernels (``None``: tensor ops)."""
+    from tdreplay.samplers import _priority_kernels
+
+    served = []
+    kept_updates = _priority_kernels.kept_updates
+
+    def counting(*args, **kwargs):
+        kept = kept_updates(*args, **kwargs)
+        served.append(kept is not None)
+        return kept
+
+    monkeypatch.setattr(_priority_kernels, "kept_updates", counting)
+    return served
+
+
+def priority_updates(capacity: int, written: int) -> list[dict]:
+    """Updates with duplicates, -1 and out-of-range slots, unwritten slots, stale tokens, and
+    batches that one refused value cancels (NaN, inf, negative, overflowing once raised to
+    alpha 2)."""
+    g = torch.Generator().manual_seed(11)
+    out = []
+    for n, bad in [(300, None), (64, math.nan), (500, None), (20, math.inf), (100, -0.5),
+                   (7, 1e300), (1, None), (2000, None)]:
+        index = torch.randint(-1, capacity + 3, (n,), generator=g)
+        priority = torch.rand(n, generator=g, dtype=torch.float64) * 4
+        priority[::9] = 0.0
+        if bad is not None:
+            priority[n // 2] = bad
+        token = torch.randint(0, 3, (n,), generator=g) if n % 2 == 0 else None
+        out.append({"index": index, "priority": priority.float() if n == 500 else priority,
+                    "token": token})
+    return out
+
+
+def test_priority_updates_are_decided_as_by_tensor_ops(monkeypatch, decided):
+    """A sampler on device trees (no validation, as on CUDA): the same priorities, max priority
+    and tree nodes whether its updates are decided by the kernels or by tensor ops."""
+    capacity, written = 3000, 2500
+    storage = ListStorage(capacity)
+    storage.set(torch.arange(written), list(range(written)))
+    results = {}
+    for switch in ("0", "1"):
+        monkeypatch.setenv("TDREPLAY_TRITON", switch)
+        sampler = PrioritizedSampler(capacity, alpha=2.0, beta=0.5, backend="torch",
+                                     device=DEVICE, validate=False,
+                                     max_priority_within_buffer=True)
+        # the sampler was told of every slot, the storage holds fewer: slots past them are
+        # written for the sampler, but an update there belongs to no item
+        sampler.extend(torch.arange(capacity))
+        initial = sampler.state_dict()["priorities"].clone()
+        for step in priority_updates(capacity, written):
+            token = step["token"]
+            sampler.update_priority(step["index"].to(DEVICE), step["priority"].to(DEVICE),
+                                    storage=storage,
+                                    write_generation=None if token is None else token.to(DEVICE))
+        state = sampler.state_dict()
+        results[switch] = (state["priorities"], sampler.max_priority, sampler.min_priority)
+    steps = len(priority_updates(capacity, written))
+    assert decided == [False] * steps + [True] * steps  # the kernels run with the switch on
+    kernel, tensor_ops = results["1"], results["0"]
+    same_nodes(kernel[0], tensor_ops[0])
+    assert kernel[1:] == tensor_ops[1:]
+    changed = int((kernel[0][:written] != initial[:written]).sum())
+    assert 0 < changed < written  # some updates applied, not all
+    same_nodes(kernel[0][written:], initial[written:])  # nothing past the storage's items
+
+
+def test_a_refused_value_cancels_the_whole_update_in_the_kernels(decided):
+    sampler = PrioritizedSampler(100, alpha=1.0, beta=0.5, backend="torch", device=DEVICE,
+                                 validate=False)
+    sampler.extend(torch.arange(100))
+    before = sampler.state_dict()["priorities"].clone()
+    sampler.update_priority(torch.tensor([3, 4, 5], device=DEVICE),
+                            torch.tensor([2.0, math.nan, 3.0], device=DEVICE))
+    assert torch.equal(sampler.state_dict()["priorities"], before)
+    sampler.update_priority(torch.tensor([3, 4, 5], device=DEVICE),
+                            torch.tensor([2.0, 7.0, 3.0], device=DEVICE))
+    after = sampler.state_dict()["priorities"]
+    assert after[3:6].tolist() == [2.0 + sampler.eps, 7.0 + sampler.eps, 3.0 + sampler.eps]
+    assert sampler.max_priority == pytest.approx(7.0 + sampler.eps)
+    assert decided == [True, True]
+
+
+def test_a_failed_decision_kernel_warns_and_falls_back(monkeypatch, decided):
+    from tdreplay.samplers import _priority_triton_kernels
+
+    class Unlaunchable:
+        def __getitem__(self, grid):
+            raise RuntimeError("no kernel image is available")
+
+    monkeypatch.setattr(_priority_triton_kernels, "find_refused", Unlaunchable())
+    sampler = PrioritizedSampler(100, alpha=1.0, beta=0.5, backend="torch", device=DEVICE,
+                                 validate=False)
+    sampler.extend(torch.arange(100))
+    with pytest.warns(RuntimeWarning, match="no kernel image is available"):
+        sampler.update_priority(torch.tensor([1, 2], device=DEVICE),
+                                torch.tensor([5.0, 6.0], device=DEVICE))
+    assert decided == [False]
+    assert sampler.state_dict()["priorities"][1:3].tolist() == [5.0 + sampler.eps,
+                                                               6.0 + sampler.eps]

@@ -4,7 +4,8 @@
 slots a priority (``extend``), draw slots for uniform numbers (``draw``) and apply a priority
 update (``update``). :class:`NumbaKernels` runs each as one fused numba call on the trees' node
 arrays (:mod:`._priority_numba`); :class:`TorchKernels` as tensor operations on the trees' device
-that never read values back to the host. Both give identical trees and draws. The kernels keep
+that never read values back to the host (on CUDA, Triton kernels decide which entries of an
+update apply: :mod:`._priority_triton`). Both give identical trees and draws. The kernels keep
 no state: everything they read or change is in the state they are given.
 """
 
@@ -21,6 +22,7 @@ import torch
 
 from . import _priority_numba as fused
 from ._priority_state import PriorityState
+from ._priority_triton import kept_updates
 from ._priority_values import (
     CPU,
     HostPriority,
@@ -250,26 +252,45 @@ class TorchKernels(PriorityKernels):
         dev, capacity = state.device, state.capacity
         index = index.to(dev, non_blocking=True)
         priority = raw.to(dev, torch.float64, non_blocking=True)
-        ok = ((priority >= 0) & (priority < math.inf)).all()  # NaN fails both
-        priority = reduce_priority(priority, index.numel(), reduction)
-        leaf = leaf_values(priority, alpha, eps)
-        ok &= (leaf <= leaf_limit(capacity)).all()  # no overflow once raised to alpha
-        in_range = (index >= 0) & (index < capacity)
-        slot_gen = state.generation.index_select(0, index.clamp(0, capacity - 1))
-        keep = in_range & (slot_gen > 0) & ok
-        if n_written is not None:
-            keep &= index < n_written
-        if token is not None:
-            keep &= slot_gen == token.to(dev, non_blocking=True)
-        target = torch.where(keep, index, -1)
-        leaf = torch.where(keep, leaf, 1.0)
+        kept = None
+        if priority.numel() == index.numel():  # one value per index: two kernels on CUDA decide
+            priority = priority.reshape(-1)
+            kept = kept_updates(state, index, priority, leaf_values(priority, alpha, eps),
+                                leaf_limit(capacity), n_written, token)
+        if kept is None:
+            priority, kept = _kept_by_tensor_ops(state, index, priority, reduction=reduction,
+                                                 alpha=alpha, eps=eps, token=token,
+                                                 n_written=n_written)
+        target, leaf, kept_priority = kept
         state.sum_tree.update(target, leaf)
         state.min_tree.refresh(target)  # -1 entries: recomputed unchanged (see refresh)
         if state.max_tree is not None:
             state.max_tree.update(target, -priority)
-        top = torch.where(keep, priority, -math.inf).max()
-        state.max_priority = torch.maximum(state.max_priority, top)
+        state.max_priority = torch.maximum(state.max_priority, kept_priority.max())
         return True
+
+
+def _kept_by_tensor_ops(state: PriorityState, index: torch.Tensor, priority: torch.Tensor, *,
+                        reduction: str, alpha: float, eps: float, token: torch.Tensor | None,
+                        n_written: int | None
+                        ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(reduced priority, (target, kept_leaf, kept_priority))`` of an update of the device
+    state ``state``, as :func:`._priority_triton.kept_updates` decides it, with tensor ops (no
+    host sync)."""
+    dev, capacity = state.device, state.capacity
+    ok = ((priority >= 0) & (priority < math.inf)).all()  # NaN fails both
+    priority = reduce_priority(priority, index.numel(), reduction)
+    leaf = leaf_values(priority, alpha, eps)
+    ok &= (leaf <= leaf_limit(capacity)).all()  # no overflow once raised to alpha
+    in_range = (index >= 0) & (index < capacity)
+    slot_gen = state.generation.index_select(0, index.clamp(0, capacity - 1))
+    keep = in_range & (slot_gen > 0) & ok
+    if n_written is not None:
+        keep &= index < n_written
+    if token is not None:
+        keep &= slot_gen == token.to(dev, non_blocking=True)
+    return priority, (torch.where(keep, index, -1), torch.where(keep, leaf, 1.0),
+                      torch.where(keep, priority, -math.inf))
 
 
 _KERNELS: dict[str, PriorityKernels] = {"numba": NumbaKernels(), "torch": TorchKernels()}

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "refresh", "runs_on"]
+__all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "give_up", "launching_on", "refresh", "runs_on"]
 
 #: Masses (or nodes) per program.
 _BLOCK = 256
@@ -49,12 +49,12 @@ def runs_on(device: torch.device) -> bool:
     try:
         from . import _triton_kernels  # imports Triton: only for trees that would use it
     except Exception as err:  # a broken Triton install: descend with tensor ops
-        _give_up(device, err)
+        give_up(device, err)
         return False
     return _triton_kernels.AVAILABLE
 
 
-def _give_up(device: torch.device, err: Exception) -> None:
+def give_up(device: torch.device, err: Exception) -> None:
     """Keep tensor ops on ``device`` from now on, and say why."""
     _failed.add(device)
     warnings.warn(f"a Triton kernel failed on {device} ({type(err).__name__}: {err}); the "
@@ -62,7 +62,7 @@ def _give_up(device: torch.device, err: Exception) -> None:
                   stacklevel=4)
 
 
-def _launching_on(device: torch.device) -> contextlib.AbstractContextManager[object]:
+def launching_on(device: torch.device) -> contextlib.AbstractContextManager[object]:
     """Within it, Triton launches on ``device`` (it launches on the current CUDA device)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
@@ -83,11 +83,11 @@ def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit
         from ._triton_kernels import descent
 
         grid = (-(-mass.numel() // _BLOCK),)
-        with _launching_on(mass.device):
+        with launching_on(mass.device):
             descent[grid](tree, offsets, mass, limit, out, mass.numel(), DEPTH=depth,
                           BLOCK=_BLOCK)
     except Exception as err:  # no usable compiler or device for Triton: descend with tensor ops
-        _give_up(mass.device, err)
+        give_up(mass.device, err)
         return None
     return out
 
@@ -112,7 +112,7 @@ def refresh(levels: Sequence[torch.Tensor], leaves: torch.Tensor, op: int,
     try:
         from ._triton_kernels import refresh_level
 
-        with _launching_on(leaves.device):
+        with launching_on(leaves.device):
             for level in range(depth - 1, -1, -1):
                 children = levels[level + 1]
                 nodes = children.numel() // 8
@@ -123,6 +123,6 @@ def refresh(levels: Sequence[torch.Tensor], leaves: torch.Tensor, op: int,
                     children, levels[level], leaves, count, 3 * (depth - level), OP=reduce,
                     EVERY=every, BLOCK=_BLOCK)
     except Exception as err:  # no usable compiler or device for Triton: tensor ops
-        _give_up(leaves.device, err)
+        give_up(leaves.device, err)
         return False
     return True

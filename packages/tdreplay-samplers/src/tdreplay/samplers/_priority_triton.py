@@ -1,0 +1,64 @@
+"""Which entries of a priority update on device trees apply, in two Triton kernels.
+
+The tensor ops of :meth:`~._priority_kernels.TorchKernels.update` that decide it (the checks of
+the values, the range, written and stale slots) dispatch about 25 small kernels;
+:func:`kept_updates` launches two, :func:`~._priority_triton_kernels.find_refused` (is any
+value refused? then nothing applies) and :func:`~._priority_triton_kernels.keep_updates`, with
+the same results. They run where the segment trees' kernels run
+(:func:`.segment_trees._triton.runs_on`), and hand back ``None`` elsewhere or when a launch
+fails (with a warning, once): the caller then decides with tensor ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._priority_state import PriorityState
+from .segment_trees._triton import give_up, launching_on, runs_on
+
+__all__ = ["kept_updates"]
+
+#: Updates per program.
+_BLOCK = 256
+
+
+def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tensor,
+                 leaf: torch.Tensor, limit: float, n_written: int | None,
+                 token: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(target, kept_leaf, kept_priority)`` of ``n`` updates of ``state``'s slots ``index``
+    (int64, on the state's device) to the float64 ``priority`` values, stored as ``leaf``:
+    ``target`` the slot, ``-1`` where the update is skipped (every one when a value is NaN,
+    infinite, negative, or its stored value above ``limit``; the slot out of range, not among
+    the first ``n_written`` or unwritten; its write generation not ``token``'s);
+    ``kept_leaf`` the stored value (``1.0`` where skipped); ``kept_priority`` the priority
+    (``-inf`` where skipped). ``None`` where the kernels do not run on the state's device.
+    """
+    device = state.device
+    if not runs_on(device):
+        return None
+    n = index.numel()
+    index, priority, leaf = index.contiguous(), priority.contiguous(), leaf.contiguous()
+    target = torch.empty_like(index)
+    kept_leaf = torch.empty_like(leaf)
+    kept_priority = torch.empty_like(priority)
+    if not n:
+        return target, kept_leaf, kept_priority
+    refused = torch.zeros(1, dtype=torch.int32, device=device)
+    # a 1-element tensor: Triton would pass a float argument as float32
+    bound = torch.full((1,), limit, dtype=torch.float64, device=device)
+    tokens = index if token is None else token.to(device, torch.int64).contiguous()
+    try:
+        from ._priority_triton_kernels import find_refused, keep_updates
+
+        grid = (-(-n // _BLOCK),)
+        with launching_on(device):
+            find_refused[grid](priority, leaf, bound, refused, n, BLOCK=_BLOCK)
+            keep_updates[grid](index, priority, leaf, state.generation, tokens, refused, target,
+                               kept_leaf, kept_priority, n, state.capacity,
+                               state.capacity if n_written is None else n_written,
+                               HAS_TOKEN=token is not None, BLOCK=_BLOCK)
+    except Exception as err:  # no usable compiler or device for Triton: tensor ops
+        give_up(device, err)
+        return None
+    return target, kept_leaf, kept_priority
