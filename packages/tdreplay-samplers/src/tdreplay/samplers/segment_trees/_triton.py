@@ -23,13 +23,12 @@ from collections.abc import Sequence
 
 import torch
 
+from ._reductions import MIN, MIN_POSITIVE, SUM
+
 __all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "give_up", "launching_on", "refresh", "runs_on"]
 
 #: Masses (or nodes) per program.
 _BLOCK = 256
-#: How :func:`refresh` reduces a block of 8 children: their sum, their minimum, or the minimum
-#: of their positive values (``+inf`` if none: a min tree over a sum tree's leaves).
-SUM, MIN, MIN_POSITIVE = 0, 1, 2
 #: Devices where a launch failed: their trees keep tensor ops.
 _failed: set[torch.device] = set()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._triton import MIN_POSITIVE, SUM
+from ._reductions import MIN_POSITIVE, SUM
 
 #: Whether Triton is installed, and so the kernels defined.
 AVAILABLE = importlib.util.find_spec("triton") is not None
