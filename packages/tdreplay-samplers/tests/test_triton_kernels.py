@@ -65,19 +65,25 @@ def kernel_runs_here(request, monkeypatch):
     assert _triton.runs_on(torch.device(DEVICE))
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """How many scans the kernel served (it returns ``None`` where it could not run)."""
-    served = []
-    descend = _triton.descend
+def served_calls(monkeypatch, module, name: str, served) -> list[bool]:
+    """Wrap ``module.name`` for the test: the list it returns gets ``served(result)`` of each
+    call."""
+    calls: list[bool] = []
+    function = getattr(module, name)
 
     def counting(*args, **kwargs):
-        leaves = descend(*args, **kwargs)
-        served.append(leaves is not None)
-        return leaves
+        result = function(*args, **kwargs)
+        calls.append(served(result))
+        return result
 
-    monkeypatch.setattr(_triton, "descend", counting)
-    return served
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Whether each scan ran in the kernel (it returns ``None`` where it could not run)."""
+    return served_calls(monkeypatch, _triton, "descend", lambda leaves: leaves is not None)
 
 
 def filled(capacity: int, seed: int) -> tuple[TorchSumTree, NumbaSumTree]:
@@ -225,16 +231,7 @@ def test_a_tree_pickled_before_the_kernel_descends_with_it(launches):
 @pytest.fixture
 def refreshes(monkeypatch):
     """Whether each ancestor refresh ran in the kernel (``False``: a launch failed)."""
-    served = []
-    refresh = _triton.refresh
-
-    def counting(*args, **kwargs):
-        done = refresh(*args, **kwargs)
-        served.append(done)
-        return done
-
-    monkeypatch.setattr(_triton, "refresh", counting)
-    return served
+    return served_calls(monkeypatch, _triton, "refresh", bool)
 
 
 def same_nodes(device_nodes: torch.Tensor, expected: torch.Tensor | np.ndarray) -> None:
@@ -367,16 +364,8 @@ def decided(monkeypatch):
     """Whether each device priority update was decided by the kernels (``None``: tensor ops)."""
     from tdreplay.samplers import _priority_kernels
 
-    served = []
-    kept_updates = _priority_kernels.kept_updates
-
-    def counting(*args, **kwargs):
-        kept = kept_updates(*args, **kwargs)
-        served.append(kept is not None)
-        return kept
-
-    monkeypatch.setattr(_priority_kernels, "kept_updates", counting)
-    return served
+    return served_calls(monkeypatch, _priority_kernels, "kept_updates",
+                        lambda kept: kept is not None)
 
 
 def priority_updates(capacity: int, written: int) -> list[dict]:

@@ -23,6 +23,14 @@ if AVAILABLE:
     _MIN_POSITIVE = tl.constexpr(MIN_POSITIVE)
 
     @triton.jit
+    def _children(block, live):
+        """The 8 children at ``block`` (``0.0`` in the lanes that are not ``live``)."""
+        return (tl.load(block + 0, mask=live, other=0.0), tl.load(block + 1, mask=live, other=0.0),
+                tl.load(block + 2, mask=live, other=0.0), tl.load(block + 3, mask=live, other=0.0),
+                tl.load(block + 4, mask=live, other=0.0), tl.load(block + 5, mask=live, other=0.0),
+                tl.load(block + 6, mask=live, other=0.0), tl.load(block + 7, mask=live, other=0.0))
+
+    @triton.jit
     def _below(x):
         """``nextafter(x, -inf)`` for float64 ``x > 0``: the bits minus one."""
         return (x.to(tl.int64, bitcast=True) - 1).to(tl.float64, bitcast=True)
@@ -44,14 +52,7 @@ if AVAILABLE:
         node = tl.zeros([BLOCK], dtype=tl.int64)
         for level in tl.static_range(1, DEPTH + 1):
             block = tree + tl.load(offsets + level) + node * 8
-            c0 = tl.load(block + 0, mask=live, other=0.0)
-            c1 = tl.load(block + 1, mask=live, other=0.0)
-            c2 = tl.load(block + 2, mask=live, other=0.0)
-            c3 = tl.load(block + 3, mask=live, other=0.0)
-            c4 = tl.load(block + 4, mask=live, other=0.0)
-            c5 = tl.load(block + 5, mask=live, other=0.0)
-            c6 = tl.load(block + 6, mask=live, other=0.0)
-            c7 = tl.load(block + 7, mask=live, other=0.0)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _children(block, live)
             left_half = (c0 + c1) + (c2 + c3)
             go_half = m >= left_half
             m = _step(m, go_half, left_half, (c4 + c5) + (c6 + c7))
@@ -95,14 +96,7 @@ if AVAILABLE:
         else:
             node = tl.load(index + lanes, mask=live, other=0) >> shift
         block = children + node * 8
-        c0 = tl.load(block + 0, mask=live, other=0.0)
-        c1 = tl.load(block + 1, mask=live, other=0.0)
-        c2 = tl.load(block + 2, mask=live, other=0.0)
-        c3 = tl.load(block + 3, mask=live, other=0.0)
-        c4 = tl.load(block + 4, mask=live, other=0.0)
-        c5 = tl.load(block + 5, mask=live, other=0.0)
-        c6 = tl.load(block + 6, mask=live, other=0.0)
-        c7 = tl.load(block + 7, mask=live, other=0.0)
+        c0, c1, c2, c3, c4, c5, c6, c7 = _children(block, live)
         if OP == _SUM:
             value = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))
         else:
