@@ -33,13 +33,14 @@ from tdreplay.samplers.segment_trees import (
     TreeLayout,
     _triton,
 )
+from tdreplay.samplers.segment_trees._torch import update_together
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if importlib.util.find_spec("triton") is None:
     pytest.skip("needs Triton (the samplers' test extra)", allow_module_level=True)
 #: Whether the kernel runs in this process: compiled on a GPU, or under the interpreter
 RUNS_HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-KERNEL_TESTS = 33
+KERNEL_TESTS = 36
 
 
 @pytest.mark.skipif(RUNS_HERE, reason="the kernel tests run in this process")
@@ -279,6 +280,28 @@ def test_refreshed_ancestors_match_the_numba_trees(capacity, refreshes):
     same_nodes(mins.nodes, host_mins.nodes)
     same_nodes(negated.nodes, host_negated.nodes)
     assert float(sums.total()) == pytest.approx(float(host_sums.total()), rel=0, abs=0)
+
+
+@pytest.mark.parametrize("capacity", [9, 4097, 100_000])
+def test_trees_updated_together_match_the_numba_trees(capacity, refreshes):
+    """The sum, max (a min tree of negated values) and min-over-sums trees of a prioritized
+    sampler, their ancestors recomputed by one launch per level for the three."""
+    sums = TorchSumTree(capacity, device=DEVICE, validate=False)
+    mins = TorchMinOverSumTree(sums)
+    negated = TorchMinTree(capacity, device=DEVICE, validate=False)
+    host_sums, host_negated = NumbaSumTree(capacity), NumbaMinTree(capacity)
+    host_mins = NumbaMinOverSumTree(host_sums)
+    batches = updates(capacity, seed=capacity + 1)
+    for index, values in batches:
+        update_together([(sums, values.to(DEVICE)), (negated, (-values).to(DEVICE))],
+                        index.to(DEVICE), mins)
+        host_sums.update(index.numpy(), values.numpy())
+        host_mins.refresh(index.numpy())
+        host_negated.update(index.numpy(), -values.numpy())
+    assert refreshes == [True] * len(batches)  # one refresh of the three trees per update
+    same_nodes(sums.nodes, host_sums.nodes)
+    same_nodes(mins.nodes, host_mins.nodes)
+    same_nodes(negated.nodes, host_negated.nodes)
 
 
 def test_ignored_entries_and_nan_give_the_tensor_ops_nodes(monkeypatch, refreshes):

@@ -33,7 +33,8 @@ from ._priority_values import (
     leaf_values,
     reduce_priority,
 )
-from .segment_trees import NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree
+from .segment_trees import MinTree, NumbaMinOverSumTree, NumbaMinTree, NumbaSumTree, SumTree
+from .segment_trees._torch import update_together
 
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_drawn",
            "check_host_priority", "check_update", "excluded", "kernels_for", "uniform"]
@@ -262,10 +263,11 @@ class TorchKernels(PriorityKernels):
                                                  alpha=alpha, eps=eps, token=token,
                                                  n_written=n_written)
         target, leaf, kept_priority = kept
-        state.sum_tree.update(target, leaf)
-        state.min_tree.refresh(target)  # -1 entries: recomputed unchanged (see refresh)
+        trees: list[tuple[SumTree | MinTree, torch.Tensor]] = [(state.sum_tree, leaf)]
         if state.max_tree is not None:
-            state.max_tree.update(target, -priority)
+            trees.append((state.max_tree, -priority))
+        # -1 entries: ignored by the trees, recomputed unchanged by the min over the sums
+        update_together(trees, target, state.min_tree)
         state.max_priority = torch.maximum(state.max_priority, kept_priority.max())
         return True
 

@@ -13,7 +13,8 @@ updated leaves' ancestors one kernel per level, with the same arithmetic.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from . import _triton
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._layout import FANOUT
 
-__all__ = ["TorchMinOverSumTree", "TorchMinTree", "TorchSumTree"]
+__all__ = ["TorchMinOverSumTree", "TorchMinTree", "TorchSumTree", "update_together"]
 
 
 def _pair_sums(values: torch.Tensor) -> torch.Tensor:
@@ -175,8 +176,6 @@ class _TorchTree(SegmentTree):
         """Reduce each row of 8 children of ``blocks`` (``[n, 8]``) to its parent's value."""
         raise NotImplementedError
 
-    #: The same reduction in the Triton kernel that recomputes ancestors (``_triton.refresh``).
-    _kernel_op: int
 
     # -- interface ----------------------------------------------------------------------------
     def update(self, index: Any, value: Any) -> None:
@@ -192,11 +191,30 @@ class _TorchTree(SegmentTree):
         ancestor shared by several leaves gets identical values from each, so the result never
         depends on the order in which the device applies the writes.
         """
+        leaves = self.write_leaves(index, value)
+        if leaves is not None:
+            self.refresh_ancestors(leaves)
+
+    def write_leaves(self, index: Any, value: Any) -> torch.Tensor | None:
+        """The leaf writes of :meth:`update`, without recomputing the ancestors: returns the
+        leaves to pass to :meth:`refresh_ancestors` (flat int64, in range: ignored entries name
+        leaf 0, which changes nothing), ``None`` for an empty update.
+
+        Examples
+        --------
+        >>> tree = TorchSumTree(10)
+        >>> leaves = tree.write_leaves(torch.tensor([3, 7]), torch.tensor([1.0, 2.0]))
+        >>> tree.total().item()  # not recomputed yet
+        0.0
+        >>> tree.refresh_ancestors(leaves)
+        >>> tree.total().item()
+        3.0
+        """
         idx, shape, valid = self._index(index)
         vals = self._values(value, idx.shape[0], shape)
         n = idx.shape[0]
         if n == 0:
-            return
+            return None
         tree = self._tree
         scratch = self._layout.scratch
         pos = idx + self._layout.leaf_offset
@@ -210,10 +228,13 @@ class _TorchTree(SegmentTree):
             tree.scatter_(0, torch.where(winner, pos, scratch), vals)
         else:
             tree.scatter_(0, pos, vals)
-        # ignored entries recompute the ancestors of leaf 0, which changes nothing
-        node = idx if valid is None else torch.where(valid, idx, 0)
-        if _triton.runs_on(self.device) and _triton.refresh(
-                tree.split(self._layout.level_sizes), node, self._kernel_op):
+        return idx if valid is None else torch.where(valid, idx, 0)
+
+    def refresh_ancestors(self, leaves: torch.Tensor) -> None:
+        """Recompute the ancestors of ``leaves`` (flat int64 on :attr:`device`, in range; see
+        :meth:`write_leaves`): one Triton kernel per level on CUDA, else tensor ops."""
+        node = leaves
+        if _triton.runs_on(self.device) and _triton.refresh(node, _kernel_levels(self)):
             return
         for level in range(self._layout.depth - 1, -1, -1):
             node = node >> 3
@@ -280,8 +301,6 @@ class TorchSumTree(_TorchTree, SumTree):
 
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return left + right
-
-    _kernel_op = _triton.SUM
 
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
         # ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), as the numba kernels
@@ -366,8 +385,6 @@ class TorchMinTree(_TorchTree, MinTree):
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         return torch.minimum(left, right)
 
-    _kernel_op = _triton.MIN
-
     def _reduce_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
         return _block_minima(blocks)
 
@@ -428,13 +445,10 @@ class TorchMinOverSumTree(MinOverSumTree):
             return
         layout = self.layout
         leaf = idx.clamp(0, self.capacity - 1)
-        leaves = self._sums.nodes[layout.leaf_offset:]
-        if _triton.runs_on(self.device) and _triton.refresh(
-                [*self._nodes.split(layout.level_sizes[:-1]), leaves], leaf, _triton.MIN,
-                bottom_op=_triton.MIN_POSITIVE):
+        if _triton.runs_on(self.device) and _triton.refresh(leaf, _kernel_levels(self)):
             return
         node = leaf >> 3
-        leaves = leaves.view(-1, FANOUT)
+        leaves = self._sums.nodes[layout.leaf_offset:].view(-1, FANOUT)
         self._level(layout.depth - 1).scatter_(
             0, node, self._leaf_minima(leaves.index_select(0, node)))
         for level in range(layout.depth - 2, -1, -1):
@@ -454,3 +468,47 @@ class TorchMinOverSumTree(MinOverSumTree):
     def min(self) -> torch.Tensor:
         """The least positive leaf of the sum tree (``inf`` if none), a 0-d tensor."""
         return self._nodes[0].clone()
+
+
+def _kernel_levels(tree: _TorchTree | TorchMinOverSumTree
+                   ) -> tuple[Sequence[torch.Tensor], int, int]:
+    """``tree`` as :func:`._triton.refresh` takes it: its levels (a min over sums: its own
+    levels above the sum tree's leaves, then those leaves), and their reductions."""
+    layout = tree.layout
+    if isinstance(tree, TorchMinOverSumTree):
+        return ([*tree.nodes.split(layout.level_sizes[:-1]),
+                 tree.sum_tree.nodes[layout.leaf_offset:]], _triton.MIN, _triton.MIN_POSITIVE)
+    op = _triton.SUM if isinstance(tree, TorchSumTree) else _triton.MIN
+    return tree.nodes.split(layout.level_sizes), op, op
+
+
+def update_together(trees: Sequence[tuple[SumTree | MinTree, Any]], index: Any,
+                    minima: MinOverSumTree | None = None) -> None:
+    """``tree.update(index, value)`` for each ``(tree, value)`` of ``trees`` (torch trees of one
+    capacity, on one device), then ``minima.refresh(index)`` (a :class:`TorchMinOverSumTree` of
+    the first tree): the same nodes as those calls, but on CUDA the ancestors in every tree are
+    recomputed together, with one kernel launch per level for all of them.
+
+    Examples
+    --------
+    >>> sums, maxima = TorchSumTree(100), TorchMinTree(100)
+    >>> minima = TorchMinOverSumTree(sums)
+    >>> update_together([(sums, torch.tensor([2.0, 5.0])), (maxima, torch.tensor([-2.0, -5.0]))],
+    ...                 torch.tensor([10, 20]), minima)
+    >>> sums.total().item(), -maxima.min().item(), minima.min().item()
+    (7.0, 5.0, 2.0)
+    """
+    torch_trees = [cast(_TorchTree, tree) for tree, _ in trees]
+    written = [tree.write_leaves(index, value) for tree, (_, value) in zip(torch_trees, trees)]
+    leaves = written[0]
+    if leaves is None:
+        return
+    together = [_kernel_levels(tree) for tree in torch_trees]
+    if minima is not None:
+        together.append(_kernel_levels(cast(TorchMinOverSumTree, minima)))
+    if _triton.runs_on(torch_trees[0].device) and _triton.refresh(leaves, *together):
+        return
+    for tree in torch_trees:
+        tree.refresh_ancestors(leaves)
+    if minima is not None:
+        minima.refresh(index)

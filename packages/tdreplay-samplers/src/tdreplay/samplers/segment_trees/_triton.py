@@ -91,36 +91,39 @@ def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit
     return out
 
 
-def refresh(levels: Sequence[torch.Tensor], leaves: torch.Tensor, op: int,
-            bottom_op: int | None = None) -> bool:
+def refresh(leaves: torch.Tensor, *trees: tuple[Sequence[torch.Tensor], int, int]) -> bool:
     """Recompute, from the bottom up, the ancestors of the leaves ``leaves`` (flat int64, on the
-    tree's device, each in range): one launch per level. ``levels[d]`` is level ``d`` of the
-    tree as a flat view, ``levels[-1]`` the leaves (whole blocks of 8); level ``d`` reduces
-    the blocks of level ``d + 1`` with ``op`` (:data:`SUM`, :data:`MIN` or
-    :data:`MIN_POSITIVE`), the level just above the leaves with ``bottom_op`` when given.
-    A level with no more nodes than ``leaves`` is recomputed whole.
+    trees' device, each in range) in one to three trees of one layout, with one launch per
+    level for all of them. A tree is ``(levels, op, bottom_op)``: ``levels[d]`` its level ``d``
+    as a flat view, ``levels[-1]`` its leaves (whole blocks of 8); level ``d`` reduces the
+    blocks of level ``d + 1`` with ``op`` (:data:`SUM`, :data:`MIN` or :data:`MIN_POSITIVE`),
+    the level just above the leaves with ``bottom_op``. A level with no more nodes than
+    ``leaves`` is recomputed whole.
 
     Returns ``False`` when a launch failed (and the kernels are off on that device from now
     on): the caller recomputes every level with tensor ops.
     """
     n = leaves.numel()
-    depth = len(levels) - 1
+    depth = len(trees[0][0]) - 1
     if not n:
         return True
     leaves = leaves.contiguous()
+    # unused tree slots of the kernel get the first tree (never touched: TREES says so)
+    slots = [*trees, *[trees[0]] * (3 - len(trees))]
     try:
         from ._triton_kernels import refresh_level
 
         with launching_on(leaves.device):
             for level in range(depth - 1, -1, -1):
-                children = levels[level + 1]
-                nodes = children.numel() // 8
+                nodes = trees[0][0][level + 1].numel() // 8
                 every = nodes <= n
                 count = nodes if every else n
-                reduce = bottom_op if bottom_op is not None and level == depth - 1 else op
+                views = [(levels[level + 1], levels[level]) for levels, _, _ in slots]
+                ops = [bottom if level == depth - 1 else op for _, op, bottom in slots]
                 refresh_level[(-(-count // _BLOCK),)](
-                    children, levels[level], leaves, count, 3 * (depth - level), OP=reduce,
-                    EVERY=every, BLOCK=_BLOCK)
+                    leaves, count, 3 * (depth - level), *views[0], *views[1], *views[2],
+                    OP0=ops[0], OP1=ops[1], OP2=ops[2], TREES=len(trees), EVERY=every,
+                    BLOCK=_BLOCK)
     except Exception as err:  # no usable compiler or device for Triton: tensor ops
         give_up(leaves.device, err)
         return False

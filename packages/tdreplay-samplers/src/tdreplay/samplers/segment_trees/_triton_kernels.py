@@ -81,22 +81,12 @@ if AVAILABLE:
         """``c`` where it is positive, else ``+inf`` (NaN too: ``torch.where(c > 0, c, inf)``)."""
         return tl.where(c > 0.0, c, float("inf"))
 
-    @triton.jit(do_not_specialize=["n", "shift"])
-    def refresh_level(children, parents, index, n, shift, OP: tl.constexpr, EVERY: tl.constexpr,
-                      BLOCK: tl.constexpr):
-        """Recompute ``n`` nodes of a level (``parents``) from their blocks of 8 ``children``: the
-        nodes ``index[k] >> shift`` (ancestors of leaves, duplicates allowed: they store the
-        same value), or with ``EVERY`` the nodes ``0 .. n - 1``. The blocks reduce as
-        :class:`~._torch.TorchSumTree` / :class:`~._torch.TorchMinTree` reduce them, pairwise
-        in the same order (``OP``: :data:`SUM`, :data:`MIN` or :data:`MIN_POSITIVE`)."""
-        lanes = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        live = lanes < n
-        if EVERY:
-            node = lanes
-        else:
-            node = tl.load(index + lanes, mask=live, other=0) >> shift
-        block = children + node * 8
-        c0, c1, c2, c3, c4, c5, c6, c7 = _children(block, live)
+    @triton.jit
+    def _recompute(children, parents, node, live, OP: tl.constexpr):
+        """Store at ``parents + node`` the reduction of the 8 ``children`` at ``8 * node``, as
+        :class:`~._torch.TorchSumTree` / :class:`~._torch.TorchMinTree` reduce a block, pairwise
+        in the same order (``OP``: ``SUM``, ``MIN`` or ``MIN_POSITIVE``)."""
+        c0, c1, c2, c3, c4, c5, c6, c7 = _children(children + node * 8, live)
         if OP == _SUM:
             value = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))
         else:
@@ -116,3 +106,23 @@ if AVAILABLE:
             q3 = _lesser(c3, c7)
             value = _lesser(_lesser(q0, q2), _lesser(q1, q3))
         tl.store(parents + node, value, mask=live)
+
+    @triton.jit(do_not_specialize=["n", "shift"])
+    def refresh_level(index, n, shift, children0, parents0, children1, parents1, children2,
+                      parents2, OP0: tl.constexpr, OP1: tl.constexpr, OP2: tl.constexpr,
+                      TREES: tl.constexpr, EVERY: tl.constexpr, BLOCK: tl.constexpr):
+        """Recompute ``n`` nodes of one level in each of ``TREES`` (1 to 3) trees of one layout
+        (tree ``k``: its level ``parents<k>`` from its blocks of 8 ``children<k>``, reduced
+        with ``OP<k>``): the nodes ``index[j] >> shift`` (ancestors of leaves, duplicates
+        allowed: they store the same value), or with ``EVERY`` the nodes ``0 .. n - 1``."""
+        lanes = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        live = lanes < n
+        if EVERY:
+            node = lanes
+        else:
+            node = tl.load(index + lanes, mask=live, other=0) >> shift
+        _recompute(children0, parents0, node, live, OP0)
+        if TREES > 1:
+            _recompute(children1, parents1, node, live, OP1)
+        if TREES > 2:
+            _recompute(children2, parents2, node, live, OP2)
