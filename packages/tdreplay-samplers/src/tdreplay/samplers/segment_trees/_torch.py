@@ -176,7 +176,6 @@ class _TorchTree(SegmentTree):
         """Reduce each row of 8 children of ``blocks`` (``[n, 8]``) to its parent's value."""
         raise NotImplementedError
 
-
     # -- interface ----------------------------------------------------------------------------
     def update(self, index: Any, value: Any) -> None:
         """Set ``leaf[index[k]] = value[k]`` with O(log C) batched tensor ops.
@@ -233,9 +232,9 @@ class _TorchTree(SegmentTree):
     def refresh_ancestors(self, leaves: torch.Tensor) -> None:
         """Recompute the ancestors of ``leaves`` (flat int64 on :attr:`device`, in range; see
         :meth:`write_leaves`): one Triton kernel per level on CUDA, else tensor ops."""
-        node = leaves
-        if _triton.runs_on(self.device) and _triton.refresh(node, _kernel_levels(self)):
+        if _triton.runs_on(self.device) and _triton.refresh(leaves, _kernel_levels(self)):
             return
+        node = leaves
         for level in range(self._layout.depth - 1, -1, -1):
             node = node >> 3
             parents = self._reduce_blocks(self._blocks(level + 1).index_select(0, node))
