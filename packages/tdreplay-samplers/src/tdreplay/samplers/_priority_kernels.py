@@ -250,14 +250,13 @@ class TorchKernels(PriorityKernels):
                n_written: int | None, prepared: HostPriority | None = None) -> bool:
         # an update holding a bad priority changes nothing; -1, out-of-range, unwritten and
         # stale entries are sent to index -1, which the unchecked torch trees ignore
-        dev, capacity = state.device, state.capacity
+        dev = state.device
         index = index.to(dev, non_blocking=True)
         priority = raw.to(dev, torch.float64, non_blocking=True)
         kept = None
         if priority.numel() == index.numel():  # one value per index: two kernels on CUDA decide
             priority = priority.reshape(-1)
-            kept = kept_updates(state, index, priority, leaf_values(priority, alpha, eps),
-                                leaf_limit(capacity), n_written, token)
+            kept = kept_updates(state, index, priority, alpha, eps, n_written, token)
         if kept is None:
             priority, kept = _kept_by_tensor_ops(state, index, priority, reduction=reduction,
                                                  alpha=alpha, eps=eps, token=token,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from ._priority_state import PriorityState
-from .segment_trees._triton import give_up, launching_on, runs_on
+from ._priority_values import leaf_limit, leaf_values
+from .segment_trees._triton import launched, runs_on
 
 __all__ = ["kept_updates"]
 
@@ -23,14 +24,14 @@ _BLOCK = 256
 
 
 def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tensor,
-                 leaf: torch.Tensor, limit: float, n_written: int | None,
-                 token: torch.Tensor | None
+                 alpha: float, eps: float, n_written: int | None, token: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(target, kept_leaf, kept_priority)`` of ``n`` updates of ``state``'s slots ``index``
-    (int64, on the state's device) to the float64 ``priority`` values, stored as ``leaf``:
-    ``target`` the slot, ``-1`` where the update is skipped (every one when a value is NaN,
-    infinite, negative, or its stored value above ``limit``; the slot out of range, not among
-    the first ``n_written`` or unwritten; its write generation not ``token``'s);
+    (int64, on the state's device) to the float64 ``priority`` values, stored as
+    ``leaf_values(priority, alpha, eps)``: ``target`` the slot, ``-1`` where the update is
+    skipped (every one when a value is NaN, infinite, negative, or its stored value above
+    ``leaf_limit(capacity)``; the slot out of range, not among the first ``n_written`` or
+    unwritten; its write generation not ``token``'s);
     ``kept_leaf`` the stored value (``1.0`` where skipped); ``kept_priority`` the priority
     (``-inf`` where skipped). ``None`` where the kernels do not run on the state's device.
     """
@@ -38,7 +39,8 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
     if not runs_on(device):
         return None
     n = index.numel()
-    index, priority, leaf = index.contiguous(), priority.contiguous(), leaf.contiguous()
+    index, priority = index.contiguous(), priority.contiguous()
+    leaf = leaf_values(priority, alpha, eps)
     target = torch.empty_like(index)
     kept_leaf = torch.empty_like(leaf)
     kept_priority = torch.empty_like(priority)
@@ -46,19 +48,17 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
         return target, kept_leaf, kept_priority
     refused = torch.zeros(1, dtype=torch.int32, device=device)
     # a 1-element tensor: Triton would pass a float argument as float32
-    bound = torch.full((1,), limit, dtype=torch.float64, device=device)
+    bound = torch.full((1,), leaf_limit(state.capacity), dtype=torch.float64, device=device)
     tokens = index if token is None else token.to(device, torch.int64).contiguous()
-    try:
+
+    def launch() -> None:
         from ._priority_triton_kernels import find_refused, keep_updates
 
         grid = (-(-n // _BLOCK),)
-        with launching_on(device):
-            find_refused[grid](priority, leaf, bound, refused, n, BLOCK=_BLOCK)
-            keep_updates[grid](index, priority, leaf, state.generation, tokens, refused, target,
-                               kept_leaf, kept_priority, n, state.capacity,
-                               state.capacity if n_written is None else n_written,
-                               HAS_TOKEN=token is not None, BLOCK=_BLOCK)
-    except Exception as err:  # no usable compiler or device for Triton: tensor ops
-        give_up(device, err)
-        return None
-    return target, kept_leaf, kept_priority
+        find_refused[grid](priority, leaf, bound, refused, n, BLOCK=_BLOCK)
+        keep_updates[grid](index, priority, leaf, state.generation, tokens, refused, target,
+                           kept_leaf, kept_priority, n, state.capacity,
+                           state.capacity if n_written is None else n_written,
+                           HAS_TOKEN=token is not None, BLOCK=_BLOCK)
+
+    return (target, kept_leaf, kept_priority) if launched(device, launch) else None

@@ -502,11 +502,12 @@ def update_together(trees: Sequence[tuple[SumTree | MinTree, Any]], index: Any,
     leaves = written[0]
     if leaves is None:
         return
-    together = [_kernel_levels(tree) for tree in torch_trees]
-    if minima is not None:
-        together.append(_kernel_levels(cast(TorchMinOverSumTree, minima)))
-    if _triton.runs_on(torch_trees[0].device) and _triton.refresh(leaves, *together):
-        return
+    if _triton.runs_on(torch_trees[0].device):
+        together = [_kernel_levels(tree) for tree in torch_trees]
+        if minima is not None:
+            together.append(_kernel_levels(cast(TorchMinOverSumTree, minima)))
+        if _triton.refresh(leaves, *together):
+            return
     for tree in torch_trees:
         tree.refresh_ancestors(leaves)
     if minima is not None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from ._reductions import MIN, MIN_POSITIVE, SUM
 
-__all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "give_up", "launching_on", "refresh", "runs_on"]
+__all__ = ["MIN", "MIN_POSITIVE", "SUM", "descend", "launched", "refresh", "runs_on"]
 
 #: Masses (or nodes) per program.
 _BLOCK = 256
@@ -47,13 +47,13 @@ def runs_on(device: torch.device) -> bool:
         return False
     try:
         from . import _triton_kernels  # imports Triton: only for trees that would use it
-    except Exception as err:  # a broken Triton install: descend with tensor ops
-        give_up(device, err)
+    except Exception as err:  # a broken Triton install: tensor ops
+        _give_up(device, err)
         return False
     return _triton_kernels.AVAILABLE
 
 
-def give_up(device: torch.device, err: Exception) -> None:
+def _give_up(device: torch.device, err: Exception) -> None:
     """Keep tensor ops on ``device`` from now on, and say why."""
     _failed.add(device)
     warnings.warn(f"a Triton kernel failed on {device} ({type(err).__name__}: {err}); the "
@@ -61,9 +61,18 @@ def give_up(device: torch.device, err: Exception) -> None:
                   stacklevel=4)
 
 
-def launching_on(device: torch.device) -> contextlib.AbstractContextManager[object]:
-    """Within it, Triton launches on ``device`` (it launches on the current CUDA device)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+def launched(device: torch.device, launch: Callable[[], object]) -> bool:
+    """Run ``launch`` (which imports its kernels and launches them) on ``device`` (Triton
+    launches on the current CUDA device). ``False`` when it raised: no usable compiler or
+    device for Triton, so the kernels are off on ``device`` from now on (one warning) and the
+    caller uses tensor ops."""
+    try:
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            launch()
+    except Exception as err:
+        _give_up(device, err)
+        return False
+    return True
 
 
 def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit: torch.Tensor,
@@ -78,17 +87,14 @@ def descend(tree: torch.Tensor, offsets: torch.Tensor, mass: torch.Tensor, limit
     out = torch.empty(mass.shape, dtype=torch.int64, device=mass.device)
     if not mass.numel():
         return out
-    try:
+
+    def launch() -> None:
         from ._triton_kernels import descent
 
-        grid = (-(-mass.numel() // _BLOCK),)
-        with launching_on(mass.device):
-            descent[grid](tree, offsets, mass, limit, out, mass.numel(), DEPTH=depth,
-                          BLOCK=_BLOCK)
-    except Exception as err:  # no usable compiler or device for Triton: descend with tensor ops
-        give_up(mass.device, err)
-        return None
-    return out
+        descent[(-(-mass.numel() // _BLOCK),)](tree, offsets, mass, limit, out, mass.numel(),
+                                               DEPTH=depth, BLOCK=_BLOCK)
+
+    return out if launched(mass.device, launch) else None
 
 
 def refresh(leaves: torch.Tensor, *trees: tuple[Sequence[torch.Tensor], int, int]) -> bool:
@@ -110,21 +116,19 @@ def refresh(leaves: torch.Tensor, *trees: tuple[Sequence[torch.Tensor], int, int
     leaves = leaves.contiguous()
     # unused tree slots of the kernel get the first tree (never touched: TREES says so)
     slots = [*trees, *[trees[0]] * (3 - len(trees))]
-    try:
+
+    def launch() -> None:
         from ._triton_kernels import refresh_level
 
-        with launching_on(leaves.device):
-            for level in range(depth - 1, -1, -1):
-                nodes = trees[0][0][level + 1].numel() // 8
-                every = nodes <= n
-                count = nodes if every else n
-                views = [(levels[level + 1], levels[level]) for levels, _, _ in slots]
-                ops = [bottom if level == depth - 1 else op for _, op, bottom in slots]
-                refresh_level[(-(-count // _BLOCK),)](
-                    leaves, count, 3 * (depth - level), *views[0], *views[1], *views[2],
-                    OP0=ops[0], OP1=ops[1], OP2=ops[2], TREES=len(trees), EVERY=every,
-                    BLOCK=_BLOCK)
-    except Exception as err:  # no usable compiler or device for Triton: tensor ops
-        give_up(leaves.device, err)
-        return False
-    return True
+        for level in range(depth - 1, -1, -1):
+            nodes = trees[0][0][level + 1].numel() // 8
+            every = nodes <= n
+            count = nodes if every else n
+            views = [(levels[level + 1], levels[level]) for levels, _, _ in slots]
+            ops = [bottom if level == depth - 1 else op for _, op, bottom in slots]
+            refresh_level[(-(-count // _BLOCK),)](
+                leaves, count, 3 * (depth - level), *views[0], *views[1], *views[2],
+                OP0=ops[0], OP1=ops[1], OP2=ops[2], TREES=len(trees), EVERY=every,
+                BLOCK=_BLOCK)
+
+    return launched(leaves.device, launch)
