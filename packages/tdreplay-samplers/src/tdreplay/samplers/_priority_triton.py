@@ -11,6 +11,8 @@ fails (with a warning, once): the caller then decides with tensor ops.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._priority_state import PriorityState
@@ -21,6 +23,13 @@ __all__ = ["kept_updates"]
 
 #: Updates per program.
 _BLOCK = 256
+
+
+@functools.lru_cache(maxsize=16)
+def _limit_on(capacity: int, device: torch.device) -> torch.Tensor:
+    """``leaf_limit(capacity)`` as a 1-element float64 tensor on ``device`` (Triton would pass
+    a Python float as float32), made once per capacity and device, not at every update."""
+    return torch.full((1,), leaf_limit(capacity), dtype=torch.float64, device=device)
 
 
 def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tensor,
@@ -47,8 +56,7 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
     if not n:
         return target, kept_leaf, kept_priority
     refused = torch.zeros(1, dtype=torch.int32, device=device)
-    # a 1-element tensor: Triton would pass a float argument as float32
-    bound = torch.full((1,), leaf_limit(state.capacity), dtype=torch.float64, device=device)
+    bound = _limit_on(state.capacity, device)
     tokens = index if token is None else token.to(device, torch.int64).contiguous()
 
     def launch() -> None:

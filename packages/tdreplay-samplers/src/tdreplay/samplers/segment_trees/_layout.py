@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 __all__ = ["FANOUT", "TreeLayout"]
@@ -72,7 +73,7 @@ class TreeLayout:
         """Positions of the ``capacity`` leaves."""
         return slice(self.leaf_offset, self.leaf_offset + self.capacity)
 
-    @property
+    @cached_property
     def level_sizes(self) -> tuple[int, ...]:
         """Length of each level, padding included, root level first: ``nodes.split(level_sizes)``
         views every level at once.

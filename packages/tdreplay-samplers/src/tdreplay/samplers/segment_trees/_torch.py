@@ -65,6 +65,23 @@ def _flat_index(index: Any, capacity: int, device: torch.device, validate: bool
     return t, shape
 
 
+def _value_tensor(value: Any, n: int, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """``value`` (a scalar, or one per entry of an index of ``shape`` holding ``n``) as ``n``
+    float64 leaf values on ``device``; ``TypeError`` / ``ValueError`` otherwise."""
+    t = _as_tensor(value)
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"value must hold real numbers, got dtype {t.dtype}")
+    t = t.to(device=device, dtype=torch.float64)
+    if t.ndim == 0:
+        return t.expand(n)
+    if t.numel() != n:
+        raise ValueError(
+            f"value must be a scalar or match index: index has shape {tuple(shape)}, "
+            f"value has shape {tuple(t.shape)}"
+        )
+    return t.reshape(-1)
+
+
 def _below(x: torch.Tensor) -> torch.Tensor:
     """``nextafter(x, -inf)`` for float64 ``x > 0``, as the numba kernels compute it (bits - 1)."""
     return (x.view(torch.int64) - 1).view(torch.float64)
@@ -154,19 +171,6 @@ class _TorchTree(SegmentTree):
             return t, shape, None
         return t, shape, (t >= 0) & (t < self.capacity)
 
-    def _values(self, value: Any, n: int, shape: torch.Size) -> torch.Tensor:
-        t = _as_tensor(value)
-        if t.dtype == torch.bool or t.is_complex():
-            raise TypeError(f"value must hold real numbers, got dtype {t.dtype}")
-        t = t.to(device=self.device, dtype=torch.float64)
-        if t.ndim == 0:
-            return t.expand(n)
-        if t.numel() != n:
-            raise ValueError(
-                f"value must be a scalar or match index: index has shape {tuple(shape)}, "
-                f"value has shape {tuple(t.shape)}"
-            )
-        return t.reshape(-1)
 
     def _combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         """Reduce two values (tensors of the same shape)."""
@@ -194,10 +198,15 @@ class _TorchTree(SegmentTree):
         if leaves is not None:
             self.refresh_ancestors(leaves)
 
-    def write_leaves(self, index: Any, value: Any) -> torch.Tensor | None:
+    def write_leaves(self, index: Any, value: Any, *also: tuple[_TorchTree, Any]
+                     ) -> torch.Tensor | None:
         """The leaf writes of :meth:`update`, without recomputing the ancestors: returns the
         leaves to pass to :meth:`refresh_ancestors` (flat int64, in range: ignored entries name
         leaf 0, which changes nothing), ``None`` for an empty update.
+
+        ``also``: ``(tree, value)`` pairs of other torch trees of the same capacity and device,
+        written at the same leaves (the index is converted and its duplicates resolved once, for
+        all of them; their ancestors are theirs to refresh).
 
         Examples
         --------
@@ -210,8 +219,9 @@ class _TorchTree(SegmentTree):
         3.0
         """
         idx, shape, valid = self._index(index)
-        vals = self._values(value, idx.shape[0], shape)
         n = idx.shape[0]
+        values = [_value_tensor(value, n, shape, self.device),
+                  *(_value_tensor(v, n, shape, self.device) for _, v in also)]
         if n == 0:
             return None
         tree = self._tree
@@ -219,14 +229,13 @@ class _TorchTree(SegmentTree):
         pos = idx + self._layout.leaf_offset
         if valid is not None:
             pos = torch.where(valid, pos, scratch)
-        if n > 1:
+        if n > 1:  # this tree's leaves pick the winners, then every tree writes theirs
             order = torch.arange(n, dtype=torch.float64, device=self.device)
             tree.scatter_(0, pos, -1.0)
             tree.scatter_reduce_(0, pos, order, reduce="amax")
-            winner = tree.index_select(0, pos) == order
-            tree.scatter_(0, torch.where(winner, pos, scratch), vals)
-        else:
-            tree.scatter_(0, pos, vals)
+            pos = torch.where(tree.index_select(0, pos) == order, pos, scratch)
+        for nodes, vals in zip([tree, *(other.nodes for other, _ in also)], values):
+            nodes.scatter_(0, pos, vals)
         return idx if valid is None else torch.where(valid, idx, 0)
 
     def refresh_ancestors(self, leaves: torch.Tensor) -> None:
@@ -497,11 +506,11 @@ def update_together(trees: Sequence[tuple[SumTree | MinTree, Any]], index: Any,
     >>> sums.total().item(), -maxima.min().item(), minima.min().item()
     (7.0, 5.0, 2.0)
     """
-    torch_trees = [cast(_TorchTree, tree) for tree, _ in trees]
-    written = [tree.write_leaves(index, value) for tree, (_, value) in zip(torch_trees, trees)]
-    leaves = written[0]
+    (first, first_value), *rest = [(cast(_TorchTree, tree), value) for tree, value in trees]
+    leaves = first.write_leaves(index, first_value, *rest)  # one index conversion for all
     if leaves is None:
         return
+    torch_trees = [first, *(tree for tree, _ in rest)]
     if _triton.runs_on(torch_trees[0].device):
         together = [_kernel_levels(tree) for tree in torch_trees]
         if minima is not None:
