@@ -381,6 +381,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         return self[slice(None, end)]
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
+        if type(batch_size) is int and batch_size > 0:  # the common case, without the checks
+            return batch_size
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
@@ -422,12 +424,20 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
         bs = self._resolve_batch_size(batch_size)
-        with self._limit_samples(bs):
-            if self._prefetch and bs == (self._batch_size or bs) and not self._sampler_is_finite():
-                data, info = self._prefetcher.next(bs, self._sample)
-            else:
-                data, info = self._draw(bs)
+        if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
+            data, info = self._draw(bs)
+        else:
+            with self._limit_samples(bs):
+                data, info = self._next_batch(bs)
         return (data, info) if return_info else data
+
+    def _next_batch(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        """The next batch of ``batch_size``: from the prefetch queue when the buffer
+        prefetches batches of that size from an endless sampler, else drawn now."""
+        if (self._prefetch and batch_size == (self._batch_size or batch_size)
+                and not self._sampler_is_finite()):
+            return self._prefetcher.next(batch_size, self._sample)
+        return self._draw(batch_size)
 
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs

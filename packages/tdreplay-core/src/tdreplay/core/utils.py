@@ -206,6 +206,8 @@ def check_batch_size(batch_size: Any) -> int:
     ...
     ValueError: batch_size must be a positive int, got True.
     """
+    if type(batch_size) is int and batch_size > 0:  # the common case, one check
+        return batch_size
     if not isinstance(batch_size, INT_TYPES) or isinstance(batch_size, (bool, np.bool_)) \
             or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
