@@ -1,7 +1,8 @@
 """Development sessions for the tdreplay monorepo.
 
 Run ``nox -l`` to list sessions.  The default run (``nox``) is every ``tests-<pkg>`` session,
-``integration``, ``packaging`` and ``lint``; ``demo`` and ``bench`` run only when asked for.
+``integration``, ``packaging`` and ``lint``; ``demo``, ``docs`` and the ``bench*`` sessions run only
+when asked for.
 
 Packages are discovered from ``packages/*/pyproject.toml``: a new package gets its
 ``tests-<short>`` session (``tdreplay-foo`` -> ``tests-foo``, the meta-package ``tdreplay`` ->
@@ -543,9 +544,16 @@ def bench_peers(session: nox.Session) -> None:
     """
     _setup_venv(session)
     _install_all(session, "matplotlib>=3.7", with_tooling=False)
+    pythons = _peer_pythons(session, PEER_REQUIREMENTS)
+    session.run("python", str(ROOT / "benchmarks" / "peers_run.py"), *pythons, *session.posargs)
+
+
+def _peer_pythons(session: nox.Session, requirements_of: dict[str, list[str]]) -> list[str]:
+    """``["--python", "PEER=PATH", ...]``: each peer's virtualenv (made, or brought up to
+    date), sharing the session's CPU torch."""
     pip = [str(Path(session.bin) / "python"), "-m", "pip"]
     pythons = []
-    for peer, requirements in PEER_REQUIREMENTS.items():
+    for peer, requirements in requirements_of.items():
         venv = PEER_VENVS / peer
         python = venv / "bin" / "python"
         if not python.exists():
@@ -554,7 +562,24 @@ def bench_peers(session: nox.Session) -> None:
         session.run(*pip, "--python", str(python), "install", *PIP_INSTALL, *requirements)
         session.run(str(python), "-c", CHECK_TORCH, external=True)
         pythons += ["--python", f"{peer}={python}"]
-    session.run("python", str(ROOT / "benchmarks" / "peers_run.py"), *pythons, *session.posargs)
+    return pythons
+
+
+@nox.session(name="bench-instructions", default=False)
+def bench_instructions(session: nox.Session) -> None:
+    """Instructions per call of tdreplay, cpprb and the floor, counted by valgrind:
+    benchmarks/instructions.py (needs valgrind: apt-get install valgrind).
+
+    Writes benchmarks/results/instructions.json. Arguments after -- go to the script
+    (``--only sample_256``, ``--capacity N``, ``--keep DIR`` for callgrind's profiles).
+    """
+    if shutil.which("valgrind") is None:
+        session.error("valgrind is not installed (Debian: apt-get install valgrind).")
+    _setup_venv(session)
+    _install_all(session, with_tooling=False)
+    pythons = _peer_pythons(session, {"cpprb": PEER_REQUIREMENTS["cpprb"]})
+    session.run("python", str(ROOT / "benchmarks" / "instructions.py"), *pythons,
+                *session.posargs)
 
 
 # What examples/demo.py needs besides the packages: the CartPole environment, the plot and

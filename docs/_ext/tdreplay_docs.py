@@ -66,6 +66,7 @@ PACKAGES_DIR = ROOT / "packages"
 RESULTS = ROOT / "benchmarks" / "results" / "latest.json"
 PLOT = ROOT / "benchmarks" / "results" / "latest.png"
 PEERS = ROOT / "benchmarks" / "results" / "peers.json"
+INSTRUCTIONS = ROOT / "benchmarks" / "results" / "instructions.json"
 GUIDES_DIR = "guides/"
 PYTHON_LANGUAGES = {"python", "python3", "py", "pycon", "default", "ipython"}
 
@@ -394,6 +395,46 @@ class PeersDirective(SphinxDirective):
         return []
 
 
+class InstructionsDirective(SphinxDirective):
+    """``.. tdreplay-instructions::``: instructions per call of tdreplay, its peers and the
+    floor (``benchmarks/instructions.py``)."""
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_dependency(str(INSTRUCTIONS))
+        if not INSTRUCTIONS.is_file():
+            lines = [".. note::", "", "   No counts yet: ``benchmarks/results/instructions.json`` "
+                     "does not exist in this checkout. Run ``nox -s bench-instructions``.", ""]
+            self.state_machine.insert_input(StringList(lines, source="<instr>"), "<instr>")
+            return []
+        payload = json.loads(INSTRUCTIONS.read_text())
+        m = payload.get("machine", {})
+        results = payload.get("results", [])
+        peers = [p for p in ("tdreplay", "cpprb", "floor")
+                 if any(r["peer"] == p and "instructions" in r for r in results)]
+        capacity = next((r["capacity"] for r in results if "capacity" in r), None)
+        lines = [f"Counted on {m.get('date')} (``{m.get('valgrind')}``, Python "
+                 f"{m.get('python')}), buffers of {capacity:,} slots. Thousands of instructions "
+                 "per call outside libc's bulk copies (lower is better); in brackets, with "
+                 "them.", "", ".. list-table::", "   :header-rows: 1", "",
+                 "   * - workload", *(f"     - {p}" for p in peers),
+                 "     - tdreplay over the floor"]
+        by_key = {(r["peer"], r["name"]): r for r in results}
+        for entry in payload.get("overhead", []):
+            name = entry["name"]
+            lines.append(f"   * - ``{name}``")
+            for peer in peers:
+                row = by_key.get((peer, name), {})
+                lines.append(f"     - {row['outside_bulk_copy'] / 1e3:,.1f} "
+                             f"({row['instructions'] / 1e3:,.1f})" if "instructions" in row
+                             else "     - –")
+            over = entry.get("over_floor")
+            lines.append(f"     - {over / 1e3:,.1f}" if over is not None else "     - –")
+        lines.append("")
+        self.state_machine.insert_input(StringList(lines, source=str(INSTRUCTIONS)),
+                                        str(INSTRUCTIONS))
+        return []
+
+
 # ------------------------------------------------------------------------------------------
 # Every guide example runs
 # ------------------------------------------------------------------------------------------
@@ -670,5 +711,6 @@ def setup(app):
     app.add_directive("tdreplay-facade", FacadeDirective)
     app.add_directive("tdreplay-benchmarks", BenchmarksDirective)
     app.add_directive("tdreplay-peers", PeersDirective)
+    app.add_directive("tdreplay-instructions", InstructionsDirective)
     app.connect("doctree-read", check_examples_run)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
