@@ -331,17 +331,26 @@ def _peer_figure(env, name: str, caption: str) -> list[str]:
     return [f".. figure:: /_generated/peers-{name}", "   :width: 100%", "", f"   {caption}", ""]
 
 
+def _results_or_note(directive: SphinxDirective, path: Path, missing: str,
+                     session: str) -> dict | None:
+    """The JSON of ``benchmarks/results/<path>`` (a dependency of the page), or ``None``
+    after inserting a note that says it is missing and which nox session writes it."""
+    directive.env.note_dependency(str(path))
+    if path.is_file():
+        return json.loads(path.read_text())
+    lines = [".. note::", "", f"   {missing}: ``benchmarks/results/{path.name}`` does not exist "
+             f"in this checkout. Run ``nox -s {session}``.", ""]
+    directive.state_machine.insert_input(StringList(lines, source=str(path)), str(path))
+    return None
+
+
 class PeersDirective(SphinxDirective):
     """``.. tdreplay-peers::``: tdreplay against cpprb, TorchRL and the floor."""
 
     def run(self) -> list[nodes.Node]:
-        self.env.note_dependency(str(PEERS))
-        if not PEERS.is_file():
-            lines = [".. note::", "", "   No comparison yet: ``benchmarks/results/peers.json`` "
-                     "does not exist in this checkout. Run ``nox -s bench-peers``.", ""]
-            self.state_machine.insert_input(StringList(lines, source="<peers>"), "<peers>")
+        payload = _results_or_note(self, PEERS, "No comparison yet", "bench-peers")
+        if payload is None:
             return []
-        payload = json.loads(PEERS.read_text())
         m = payload.get("machine", {})
         lines = [f"Measured on {m.get('date')}: ``{m.get('cpu')}``, {m.get('cores')} cores, "
                  f"Python {m.get('python')}, PyTorch ``{m.get('torch')}``, load average "
@@ -400,13 +409,9 @@ class InstructionsDirective(SphinxDirective):
     floor (``benchmarks/instructions.py``)."""
 
     def run(self) -> list[nodes.Node]:
-        self.env.note_dependency(str(INSTRUCTIONS))
-        if not INSTRUCTIONS.is_file():
-            lines = [".. note::", "", "   No counts yet: ``benchmarks/results/instructions.json`` "
-                     "does not exist in this checkout. Run ``nox -s bench-instructions``.", ""]
-            self.state_machine.insert_input(StringList(lines, source="<instr>"), "<instr>")
+        payload = _results_or_note(self, INSTRUCTIONS, "No counts yet", "bench-instructions")
+        if payload is None:
             return []
-        payload = json.loads(INSTRUCTIONS.read_text())
         m = payload.get("machine", {})
         results = payload.get("results", [])
         peers = [p for p in ("tdreplay", "cpprb", "floor")
