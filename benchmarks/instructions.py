@@ -146,20 +146,18 @@ def count(python: str, peer: str, workload: str, calls: int, capacity: int,
         env = dict(os.environ, PYTHONHASHSEED="0", **{HANDSHAKE_ENV: tmp})
         proc = subprocess.Popen(cmd, env=env, cwd=HERE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout
-        while not (handshake / "ready").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, err = proc.communicate()
-                why = (handshake / "unsupported")
-                if why.exists():
-                    return {**row, "skipped": why.read_text()}
-                return {**row, "skipped": f"worker failed: {err.strip()[-500:]}"}
-            time.sleep(0.2)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
-                       capture_output=True)
-        (handshake / "go").touch()
-        _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+        err = None
+        try:
+            err = _counted_run(proc, handshake, time.monotonic() + timeout)
+        finally:
+            if err is None:  # ended early, or a failure here: no worker left waiting
+                if proc.poll() is None:
+                    proc.kill()
+                late = proc.communicate()[1] or ""
+        if err is None:
+            why = handshake / "unsupported"
+            return {**row, "skipped": why.read_text() if why.exists() else
+                    f"worker failed: {late.strip()[-500:]}"}
         found = COLLECTED.findall(err)
         if proc.returncode != 0 or not found:
             return {**row, "skipped": f"valgrind reported no count: {err.strip()[-500:]}"}
@@ -167,6 +165,21 @@ def count(python: str, peer: str, workload: str, calls: int, capacity: int,
     return {**row, "instructions": round(total / calls),
             "outside_bulk_copy": round((total - copying) / calls), "calls": calls,
             "capacity": capacity}
+
+
+def _counted_run(proc: subprocess.Popen, handshake: Path, deadline: float) -> str | None:
+    """Wait for the worker's signal, switch instrumentation on, let it run to the end: its
+    stderr (valgrind's report), or ``None`` when it ended (or ran out of time) before the
+    signal."""
+    while not (handshake / "ready").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+    subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
+                   capture_output=True)
+    (handshake / "go").touch()
+    _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+    return err
 
 
 def bulk_copy_instructions(profile: Path) -> int:
