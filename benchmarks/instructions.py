@@ -75,19 +75,14 @@ BULK_COPY = re.compile(r"(memcpy|memmove)[^ ]*\s+\[[^]]*libc")
 def workload_call(peer_name: str, workload: str, capacity: int) -> Any:
     """The call that ``workload`` repeats, on a buffer of ``peer_name`` built and filled as
     ``peers.py`` does (``Unsupported`` where the peer has no such buffer)."""
-    import numpy as np
     import peers
 
     peer = peers.PEERS[peer_name]()
     peer.load()
     if workload in PRIORITIZED:
-        chunk = min(capacity, 100_000)
-        chunks = peers.chunks_of(peer, chunk, count=2)
-        rb = peer.prioritized(capacity, next(chunks))
-        peers.fill(rb, chunks, capacity, chunk)
-        assert rb.prioritize is not None and rb.cycle is not None
-        rb.prioritize(0, np.random.rand(capacity).astype(np.float32) + 0.01)
+        rb = peers.prioritized_buffer(peer, capacity)
         batch, cycle = PRIORITIZED[workload], rb.cycle
+        assert cycle is not None
         prio = peers.priorities(peer, batch)
         return lambda: cycle(batch, next(prio))
     chunk = min(capacity, 10_000)
@@ -146,15 +141,15 @@ def count(python: str, peer: str, workload: str, calls: int, capacity: int,
         env = dict(os.environ, PYTHONHASHSEED="0", **{HANDSHAKE_ENV: tmp})
         proc = subprocess.Popen(cmd, env=env, cwd=HERE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-        err = None
         try:
             err = _counted_run(proc, handshake, time.monotonic() + timeout)
-        finally:
-            if err is None:  # ended early, or a failure here: no worker left waiting
-                if proc.poll() is None:
-                    proc.kill()
-                late = proc.communicate()[1] or ""
-        if err is None:
+        except BaseException:  # no worker left waiting for the go
+            proc.kill()
+            proc.communicate()
+            raise
+        if err is None:  # it ended (or ran out of time) before its signal
+            proc.kill()
+            late = proc.communicate()[1] or ""
             why = handshake / "unsupported"
             return {**row, "skipped": why.read_text() if why.exists() else
                     f"worker failed: {late.strip()[-500:]}"}
@@ -219,14 +214,6 @@ def overhead(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
-    import platform
-
-    return {"python": platform.python_version(), "valgrind": version.stdout.strip(),
-            "date": time.strftime("%Y-%m-%d")}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=3, metavar=("PEER", "WORKLOAD", "CALLS"),
@@ -251,12 +238,10 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         sys.exit(f"{' and '.join(missing)} not found: install valgrind "
                  f"(Debian: apt-get install valgrind).")
-    pythons = {"tdreplay": sys.executable, "floor": sys.executable}
-    for item in args.python:
-        peer, _, path = item.partition("=")
-        if not path:
-            parser.error(f"--python takes PEER=PATH, got {item!r}")
-        pythons[peer] = os.path.abspath(path)  # not resolved: a venv's python is a link
+    from peers_run import interpreters
+    from run_all import machine
+
+    pythons = interpreters(args.python)
     if args.keep is not None:
         args.keep = args.keep.resolve()
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -267,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
         results = list(pool.map(lambda job: count(*job), jobs))
     for row in results:
         print(json.dumps(row), flush=True)
-    summary = {"machine": machine(), "results": results, "overhead": overhead(results)}
+    valgrind = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
+    summary = {"machine": {**machine(), "valgrind": valgrind.stdout.strip()},
+               "results": results, "overhead": overhead(results)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
     for entry in summary["overhead"]:

@@ -452,13 +452,21 @@ def cycles(name: str, rb: Handle, peer: Peer, seconds: float, **extra: object) -
                     batch=batch, **extra)
 
 
+def prioritized_buffer(peer: Peer, capacity: int) -> Handle:
+    """The peer's prioritized buffer of ``capacity`` slots, filled with extends of 100,000 rows
+    (the whole capacity, if smaller), every slot then given a random priority."""
+    chunk = min(capacity, 100_000)
+    chunks = chunks_of(peer, chunk, count=2)
+    rb = peer.prioritized(capacity, next(chunks))
+    fill(rb, chunks, capacity, chunk)
+    assert rb.prioritize is not None
+    rb.prioritize(0, np.random.rand(capacity).astype(np.float32) + 0.01)
+    return rb
+
+
 def prioritized_workloads(peer: Peer, seconds: float) -> None:
     def body() -> None:
-        chunks = chunks_of(peer, 100_000, count=2)
-        rb = peer.prioritized(CAPACITY, next(chunks))
-        fill(rb, chunks, CAPACITY, 100_000)
-        rb.prioritize(0, np.random.rand(CAPACITY).astype(np.float32) + 0.01)
-        cycles("prioritized_cycle_B", rb, peer, seconds)
+        cycles("prioritized_cycle_B", prioritized_buffer(peer, CAPACITY), peer, seconds)
 
     run(["prioritized_cycle_B256", "prioritized_cycle_B4096"], body)
 

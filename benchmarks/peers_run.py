@@ -230,6 +230,19 @@ def print_table(rows: list[dict]) -> None:
               f"{best_cpu:>18} {_fmt_ratio(row.get('vs_floor_cpu')):>9}")
 
 
+def interpreters(items: list[str]) -> dict[str, str]:
+    """Each peer's interpreter: this one for tdreplay and the floor, and ``PATH`` for every
+    ``PEER=PATH`` of ``items`` (``--python``; made absolute, not resolved: a virtualenv's
+    python is a link)."""
+    pythons = {SUBJECT: sys.executable, FLOOR: sys.executable}
+    for item in items:
+        peer, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"--python takes PEER=PATH, got {item!r}")
+        pythons[peer] = os.path.abspath(path)
+    return pythons
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", action="append", default=[], metavar="PEER=PATH",
@@ -243,10 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    pythons = {SUBJECT: sys.executable, FLOOR: sys.executable}
-    for item in args.python:
-        peer, _, path = item.partition("=")
-        pythons[peer] = path
+    pythons = interpreters(args.python)
     flags = ["--seconds", str(args.seconds)] if args.seconds is not None else []
 
     from peers import METRICS, QUICK_SIZES, SCALING_SIZES  # torch, tensordict: everywhere

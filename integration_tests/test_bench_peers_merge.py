@@ -159,3 +159,15 @@ def test_rounds_collapse_to_their_median(peers_run):
     assert merged["scaling/uniform_sample_256", 3_000_000]["value"] == 9.0
     skips = [{"name": "slices_32x32", "skipped": "no slice sampler"}] * 2
     assert peers_run.unique_skips(skips) == skips[:1]
+
+
+def test_interpreters_of_the_peers(peers_run, tmp_path, monkeypatch):
+    import os
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    pythons = peers_run.interpreters(["cpprb=venv/bin/python"])
+    assert pythons == {"tdreplay": sys.executable, "floor": sys.executable,
+                       "cpprb": os.path.join(str(tmp_path), "venv", "bin", "python")}
+    with pytest.raises(SystemExit, match="PEER=PATH"):
+        peers_run.interpreters(["cpprb"])

@@ -86,6 +86,8 @@ def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> 
 def _check_count(value: Any, name: str, minimum: int) -> int | None:
     """``None`` or a Python int >= ``minimum`` (from a Python or numpy integer; bools are
     refused); ``TypeError`` for another type, ``ValueError`` below ``minimum``."""
+    if type(value) is int and value >= minimum:  # the common case, one check
+        return value
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
@@ -381,8 +383,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         return self[slice(None, end)]
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if type(batch_size) is int and batch_size > 0:  # the common case, without the checks
-            return batch_size
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
