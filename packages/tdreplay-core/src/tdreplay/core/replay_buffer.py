@@ -362,6 +362,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         tensor or TensorDict a batch along its first dimension.
         """
         data, dim = self._prepare_batch(data)
+        if self._rate_limiter is None:  # the common case, no gate
+            with self._lock:
+                return self._written_as_given(self._write_batch(data), data, dim)
         with self._limit_inserts(data), self._lock:
             return self._written_as_given(self._write_batch(data), data, dim)
 

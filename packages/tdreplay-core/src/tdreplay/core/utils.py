@@ -131,10 +131,11 @@ def leading_dim(data: Any) -> int:
     # a plain TensorDict is recognised at once (the hot path); is_tensor_collection also
     # covers tensorclasses and lazy stacks
     if type(data) is TensorDict or is_tensor_collection(data):
-        if not data.batch_size:
+        batch_size = data.batch_size  # (a property: read once)
+        if not batch_size:
             raise ValueError("extend expects data with at least one batch dimension, got a "
                              "TensorDict with an empty batch_size; use add() for one item.")
-        return int(data.batch_size[0])
+        return int(batch_size[0])
     if isinstance(data, torch.Tensor):
         if data.ndim == 0:
             raise ValueError("extend expects data with a leading batch dimension, got a 0-d "

@@ -59,8 +59,9 @@ def _probed_constructor() -> _Constructor | None:
     leaves = {"a": torch.arange(6.0).reshape(3, 2), "b": torch.arange(3)}
     size = torch.Size([3])
     try:
-        inner = unchecked(source=dict(leaves), batch_size=size, device=None)
-        probe = unchecked(source={"n": inner, "c": leaves["b"]}, batch_size=size, device=None)
+        inner = unchecked(source=dict(leaves), batch_size=size, device=None, nested=False)
+        probe = unchecked(source={"n": inner, "c": leaves["b"]}, batch_size=size, device=None,
+                          nested=False)
     except Exception:  # any failure: a changed signature, the public path serves
         return None
     expected = _public_constructor({"n": _public_constructor(dict(leaves), size, None),
@@ -100,10 +101,11 @@ def fast_paths_in_use() -> tuple[bool, bool]:
 def new_tensordict(source: dict[str, Any], batch_size: torch.Size,
                    device: torch.device | None) -> TensorDict:
     """A TensorDict of ``source`` without checking it: the caller guarantees that every value is
-    a tensor or TensorDict whose leading dims are ``batch_size``, on ``device``."""
+    a tensor or TensorDict (never a dict) whose leading dims are ``batch_size``, on ``device``."""
     if _UNCHECKED is None:
         return _public_constructor(source, batch_size, device)
-    return _UNCHECKED(source=source, batch_size=batch_size, device=device)
+    # nested=False: the values are taken as they are (no per-value check for a nested dict)
+    return _UNCHECKED(source=source, batch_size=batch_size, device=device, nested=False)
 
 
 def copy_leaves(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None:

@@ -118,8 +118,9 @@ class HostRows:
             arrays = [source.numpy() for source in sources]
         except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
             return False
-        if any(a.dtype != v.dtype for a, v in zip(arrays, views)):
-            return False
+        for array, view in zip(arrays, views):  # a loop, not any(genexpr): no generator
+            if array.dtype != view.dtype:
+                return False
         for view, array in zip(views, arrays):
             if array.ndim > view.ndim:  # a storage of several dims: its rows' slots in one
                 array = array.reshape(-1, *view.shape[1:])

@@ -213,7 +213,7 @@ class TensorStorage(CompilableRows, Storage):
             set_cursor: bool = True) -> None:
         if self._len_tensor is not None and self._set_compiled(rows, data):
             return
-        single = type(rows) is int or is_int(rows)
+        single = type(rows) is int or (type(rows) is not slice and is_int(rows))
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
         leaves = None
@@ -238,8 +238,8 @@ class TensorStorage(CompilableRows, Storage):
                         self._layout = layout  # a refused write adds nothing
                         raise
         top, last = layout.write(rows, td, leaves, single)
-        if top is not None:
-            self._set_rows_written(max(self._rows_written(), top))
+        if top is not None and top > self._rows_written():  # (a full buffer: no update)
+            self._set_rows_written(top)
         if last is not None:
             self.last_written_row = last
 
