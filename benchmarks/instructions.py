@@ -23,16 +23,19 @@ few KiB with ``rep movsb``, which valgrind counts as one instruction per byte: t
 instructions inside libc's ``memcpy`` / ``memmove`` are reported apart
 (``outside_bulk_copy`` leaves them out), and the overhead figures use the count outside them.
 
-tdreplay and the floor run with this interpreter, other peers (``cpprb``) with the
-interpreter given by ``--python``. Results go to ``results/instructions.json``:
+tdreplay, the floor and ``floor_td`` (the floor behind TorchRL's interface: TensorDicts in and
+out, the slots returned; see ``peers.py``) run with this interpreter, other peers (``cpprb``)
+with the interpreter given by ``--python``. Results go to ``results/instructions.json``:
 ``{"machine", "results": [{"peer", "name", "instructions", "outside_bulk_copy", "calls",
-"capacity"}], "overhead": [{"name", "tdreplay", "floor", "cpprb", "over_floor"}]}`` (the
-overhead rows count outside the bulk copies).
+"capacity"}], "overhead": [{"name", "tdreplay", "floor", "floor_td", "cpprb", "over_floor",
+"over_floor_td"}]}`` (the overhead rows count outside the bulk copies; ``over_floor_td`` is
+what tdreplay adds to the interface's own cost).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -112,6 +115,12 @@ def worker(peer_name: str, workload: str, calls: int, capacity: int) -> None:
         os._exit(0)
     for _ in range(WARMUP):
         call()
+    # what the import and the fill made is frozen out of the collector's reach: a full
+    # collection (it walks every tracked object, torch's included) would otherwise fall into
+    # the counted calls or not depending on how many objects came before them (a few
+    # thousand instructions per call, and a change in the script moved it)
+    gc.collect()
+    gc.freeze()
     (handshake / "ready").write_text(str(os.getpid()))
     while not (handshake / "go").exists():
         time.sleep(0.02)
@@ -208,8 +217,9 @@ def overhead(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not peers_of:
             continue
         entry: dict[str, Any] = {"name": name, **peers_of}
-        if "tdreplay" in peers_of and "floor" in peers_of:
-            entry["over_floor"] = peers_of["tdreplay"] - peers_of["floor"]
+        for floor in ("floor", "floor_td"):
+            if "tdreplay" in peers_of and floor in peers_of:
+                entry[f"over_{floor}"] = peers_of["tdreplay"] - peers_of[floor]
         out.append(entry)
     return out
 
@@ -241,7 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     from peers_run import interpreters
     from run_all import machine
 
-    pythons = interpreters(args.python)
+    # the floor behind TorchRL's interface: counted here only (it says where the instructions
+    # go, not how fast anything is)
+    pythons = {**interpreters(args.python), "floor_td": sys.executable}
     if args.keep is not None:
         args.keep = args.keep.resolve()
         args.keep.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """One peer of ``nox -s bench-peers``: the same workloads on tdreplay, cpprb, TorchRL or the floor.
 
 Usage: ``python benchmarks/peers.py PEER [--quick] [--seconds S] [--threads N] [--dir D]``
-with PEER one of ``tdreplay``, ``floor``, ``cpprb``, ``torchrl``. Each peer runs in its own
+with PEER one of ``tdreplay``, ``floor``, ``floor_td``, ``cpprb``, ``torchrl``. Each peer runs in its own
 interpreter (cpprb and TorchRL in virtualenvs of their own, see ``noxfile.py``), prints one JSON
 line per measurement (``_common.report``) and one per workload it cannot run
 (``{"name": ..., "skipped": why}``); ``peers_run.py`` runs them all and merges the lines.
@@ -9,7 +9,9 @@ line per measurement (``_common.report``) and one per workload it cannot run
 The floor is bare torch on preallocated tensors, with the same torch: a dict of tensors made
 with ``torch.empty``, seen through numpy views made once, a slice assignment to write and
 ``torch.randint`` + ``take`` of the rows to sample (both faster than torch's ``copy_`` and
-``index_select`` on one thread). A buffer cannot do less work than that.
+``index_select`` on one thread). A buffer cannot do less work than that. ``floor_td`` is the
+same floor behind TorchRL's interface (TensorDicts in and out, the slots returned); only
+``instructions.py`` counts it, to tell the interface's cost from tdreplay's own.
 
 Workloads (``METRICS``), on 1,000,000 slots of transition rows ``{obs[32], action[4],
 next.obs[32], next.reward[1], next.done[1] bool}`` (277 bytes) unless said otherwise:
@@ -302,6 +304,78 @@ class FloorPeer(Peer):
         return Handle(extend, sample)
 
 
+class FloorTensorDictPeer(Peer):
+    """The floor behind TorchRL's interface: a TensorDict in, the slots written out, a
+    TensorDict sampled. Counted by ``instructions.py`` (not timed by ``peers_run.py``): what the
+    interface itself costs over the bare floor, so that tdreplay's overhead over the floor
+    splits into that and what tdreplay's own layers add.
+
+    Nothing more than the interface asks: the leaves of the batch are walked level by level
+    (``TensorDict.items``; nothing is checked), written as the floor writes them, and the
+    slots written returned as an int64 tensor; a sample gathers as the floor does and builds
+    the nested TensorDict with tensordict's unchecked constructor (the one its own indexing
+    uses), on the CPU as a CPU storage's samples are.
+    """
+
+    name = "floor_td"
+
+    def info(self) -> dict[str, object]:
+        return {"version": torch.__version__,
+                "what": "the floor, with a TensorDict in and out and the slots returned"}
+
+    def uniform(self, capacity: int, example: TensorDict) -> Handle:
+        views: list[np.ndarray] = []
+        shape: dict[str, Any] = {}  # name -> leaf position or the shape of a nested level
+        state = {"cursor": 0, "size": 0}
+        cpu = torch.device("cpu")
+
+        def leaves_of(td: TensorDict, out: list[torch.Tensor]) -> list[torch.Tensor]:
+            for value in td.values():
+                if type(value) is TensorDict:
+                    leaves_of(value, out)
+                else:
+                    out.append(value)
+            return out
+
+        def shape_of(td: TensorDict, count: list[int]) -> dict[str, Any]:
+            level: dict[str, Any] = {}
+            for name, value in td.items():
+                if type(value) is TensorDict:
+                    level[name] = shape_of(value, count)
+                else:
+                    level[name] = count[0]
+                    count[0] += 1
+            return level
+
+        def build(level: dict[str, Any], leaves: list[torch.Tensor],
+                  batch_size: torch.Size) -> TensorDict:
+            source = {name: build(sub, leaves, batch_size) if type(sub) is dict
+                      else leaves[sub] for name, sub in level.items()}
+            return TensorDict._new_unsafe(source=source, batch_size=batch_size,  # noqa: SLF001
+                                          device=cpu, nested=False)
+
+        def extend(batch: TensorDict) -> torch.Tensor:
+            leaves = leaves_of(batch, [])
+            if not views:  # allocated at the first write, as a lazy storage is
+                views.extend(torch.empty((capacity, *t.shape[1:]), dtype=t.dtype).numpy()
+                             for t in leaves)
+                shape.update(shape_of(batch, [0]))
+            n = batch.batch_size[0]
+            start = state["cursor"]  # the workloads' chunks divide the capacity: no wrap
+            for view, t in zip(views, leaves):
+                view[start:start + n] = t.numpy()
+            state["cursor"] = (start + n) % capacity
+            state["size"] = min(state["size"] + n, capacity)
+            return torch.from_numpy(np.arange(start, start + n))
+
+        def sample(batch: int) -> TensorDict:
+            idx = torch.randint(state["size"], (batch,)).numpy()
+            leaves = [torch.from_numpy(view.take(idx, 0)) for view in views]
+            return build(shape, leaves, torch.Size([batch]))
+
+        return Handle(extend, sample)
+
+
 class CpprbPeer(Peer):
     name = "cpprb"
 
@@ -341,8 +415,8 @@ class CpprbPeer(Peer):
         return Handle(lambda batch: rb.add(**batch), rb.sample, prioritize, cycle)
 
 
-PEERS: dict[str, type[Peer]] = {p.name: p for p in (TdreplayPeer, FloorPeer, CpprbPeer,
-                                                    TorchRLPeer)}
+PEERS: dict[str, type[Peer]] = {p.name: p for p in (TdreplayPeer, FloorPeer, FloorTensorDictPeer,
+                                                    CpprbPeer, TorchRLPeer)}
 
 
 # ------------------------------------------------------------------------------------------

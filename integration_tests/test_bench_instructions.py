@@ -45,6 +45,7 @@ def test_overhead_rows_subtract_the_floor_outside_bulk_copies(instructions):
     results = [
         {"peer": "tdreplay", "name": "sample_256", "instructions": 200, "outside_bulk_copy": 150},
         {"peer": "floor", "name": "sample_256", "instructions": 120, "outside_bulk_copy": 100},
+        {"peer": "floor_td", "name": "sample_256", "instructions": 135, "outside_bulk_copy": 125},
         {"peer": "cpprb", "name": "sample_256", "instructions": 300, "outside_bulk_copy": 290},
         {"peer": "tdreplay", "name": "prioritized_cycle_B256", "instructions": 900,
          "outside_bulk_copy": 880},
@@ -52,7 +53,8 @@ def test_overhead_rows_subtract_the_floor_outside_bulk_copies(instructions):
     ]
     rows = {row["name"]: row for row in instructions.overhead(results)}
     assert rows["sample_256"] == {"name": "sample_256", "tdreplay": 150, "floor": 100,
-                                  "cpprb": 290, "over_floor": 50}
+                                  "floor_td": 125, "cpprb": 290, "over_floor": 50,
+                                  "over_floor_td": 25}
     assert rows["prioritized_cycle_B256"] == {"name": "prioritized_cycle_B256", "tdreplay": 880}
     assert list(rows) == ["sample_256", "prioritized_cycle_B256"]  # the order of WORKLOADS
 
@@ -71,3 +73,24 @@ def test_floor_reads_back_the_rows_it_wrote(peers):
     slot = (obs[:, 0] / 3).long()  # row i holds 3i, 3i + 1, 3i + 2
     assert torch.equal(obs, rows["obs"][slot]) and torch.equal(done, rows["done"][slot])
     assert set(slot.tolist()) > set(range(4))  # rows of both extends are drawn
+
+
+def test_floor_td_takes_and_returns_tensordicts_with_the_slots_written(peers):
+    floor = peers.FloorTensorDictPeer()
+    rows = TensorDict({"obs": torch.arange(16.0).reshape(8, 2),
+                       "next": {"reward": torch.arange(8.0).reshape(8, 1) * 10,
+                                "done": torch.arange(8).reshape(8, 1) % 2 == 0}},
+                      batch_size=[8])
+    handle = floor.uniform(8, floor.convert(rows[:4]))
+    assert handle.extend(floor.convert(rows[:4])).tolist() == [0, 1, 2, 3]
+    slots = handle.extend(floor.convert(rows[4:]))
+    assert slots.dtype == torch.int64 and slots.tolist() == [4, 5, 6, 7]
+    torch.manual_seed(0)
+    batch = handle.sample(32)
+    assert isinstance(batch, TensorDict) and batch.batch_size == (32,)
+    assert batch.device == torch.device("cpu")
+    slot = (batch["obs"][:, 0] / 2).long()  # row i holds 2i, 2i + 1
+    assert torch.equal(batch["obs"], rows["obs"][slot])
+    assert torch.equal(batch["next", "reward"], rows["next", "reward"][slot])
+    assert torch.equal(batch["next", "done"], rows["next", "done"][slot])
+    assert batch["next"].batch_size == (32,) and set(slot.tolist()) > set(range(4))

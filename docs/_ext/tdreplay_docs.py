@@ -414,7 +414,7 @@ class InstructionsDirective(SphinxDirective):
             return []
         m = payload.get("machine", {})
         results = payload.get("results", [])
-        peers = [p for p in ("tdreplay", "cpprb", "floor")
+        peers = [p for p in ("tdreplay", "cpprb", "floor", "floor_td")
                  if any(r["peer"] == p and "instructions" in r for r in results)]
         capacity = next((r["capacity"] for r in results if "capacity" in r), None)
         lines = [f"Counted on {m.get('date')} (``{m.get('valgrind')}``, Python "
@@ -422,7 +422,7 @@ class InstructionsDirective(SphinxDirective):
                  "per call outside libc's bulk copies (lower is better); in brackets, with "
                  "them.", "", ".. list-table::", "   :header-rows: 1", "",
                  "   * - workload", *(f"     - {p}" for p in peers),
-                 "     - tdreplay over the floor"]
+                 "     - tdreplay over the floor", "     - tdreplay over floor_td"]
         by_key = {(r["peer"], r["name"]): r for r in results}
         for entry in payload.get("overhead", []):
             name = entry["name"]
@@ -432,8 +432,8 @@ class InstructionsDirective(SphinxDirective):
                 lines.append(f"     - {row['outside_bulk_copy'] / 1e3:,.1f} "
                              f"({row['instructions'] / 1e3:,.1f})" if "instructions" in row
                              else "     - –")
-            over = entry.get("over_floor")
-            lines.append(f"     - {over / 1e3:,.1f}" if over is not None else "     - –")
+            for over in (entry.get("over_floor"), entry.get("over_floor_td")):
+                lines.append(f"     - {over / 1e3:,.1f}" if over is not None else "     - –")
         lines.append("")
         self.state_machine.insert_input(StringList(lines, source=str(INSTRUCTIONS)),
                                         str(INSTRUCTIONS))
