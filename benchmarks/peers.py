@@ -49,7 +49,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,12 @@ def flat_tensors(td: TensorDict) -> dict[str, torch.Tensor]:
     return dict(td.flatten_keys("_").items())
 
 
+def empty_views(capacity: int, leaves: Iterable[torch.Tensor]) -> list[np.ndarray]:
+    """Numpy views of new ``torch.empty`` tensors of ``capacity`` rows shaped and typed as
+    ``leaves`` (one per leaf): the floors' storage, allocated at the first write."""
+    return [torch.empty((capacity, *t.shape[1:]), dtype=t.dtype).numpy() for t in leaves]
+
+
 class FloorPeer(Peer):
     """Bare torch on preallocated tensors: what no buffer built on this torch can beat.
 
@@ -288,8 +294,7 @@ class FloorPeer(Peer):
 
         def extend(batch: dict[str, torch.Tensor]) -> None:
             if not views:  # allocated at the first write, as a lazy storage is
-                views.update({key: torch.empty((capacity, *t.shape[1:]), dtype=t.dtype).numpy()
-                              for key, t in batch.items()})
+                views.update(zip(batch, empty_views(capacity, batch.values())))
             n = len(next(iter(batch.values())))
             start = state["cursor"]  # the workloads' chunks divide the capacity: no wrap
             for key, t in batch.items():
@@ -325,7 +330,6 @@ class FloorTensorDictPeer(Peer):
 
     def uniform(self, capacity: int, example: TensorDict) -> Handle:
         views: list[np.ndarray] = []
-        shape: dict[str, Any] = {}  # name -> leaf position or the shape of a nested level
         state = {"cursor": 0, "size": 0}
         cpu = torch.device("cpu")
 
@@ -337,15 +341,12 @@ class FloorTensorDictPeer(Peer):
                     out.append(value)
             return out
 
-        def shape_of(td: TensorDict, count: list[int]) -> dict[str, Any]:
-            level: dict[str, Any] = {}
-            for name, value in td.items():
-                if type(value) is TensorDict:
-                    level[name] = shape_of(value, count)
-                else:
-                    level[name] = count[0]
-                    count[0] += 1
-            return level
+        def positions(td: TensorDict, leaf: Iterator[int]) -> dict[str, Any]:
+            """``{name: position of its leaf in leaves_of(td), or the same of a level}``."""
+            return {name: positions(value, leaf) if type(value) is TensorDict else next(leaf)
+                    for name, value in td.items()}
+
+        shape = positions(example, itertools.count())
 
         def build(level: dict[str, Any], leaves: list[torch.Tensor],
                   batch_size: torch.Size) -> TensorDict:
@@ -357,9 +358,7 @@ class FloorTensorDictPeer(Peer):
         def extend(batch: TensorDict) -> torch.Tensor:
             leaves = leaves_of(batch, [])
             if not views:  # allocated at the first write, as a lazy storage is
-                views.extend(torch.empty((capacity, *t.shape[1:]), dtype=t.dtype).numpy()
-                             for t in leaves)
-                shape.update(shape_of(batch, [0]))
+                views.extend(empty_views(capacity, leaves))
             n = batch.batch_size[0]
             start = state["cursor"]  # the workloads' chunks divide the capacity: no wrap
             for view, t in zip(views, leaves):

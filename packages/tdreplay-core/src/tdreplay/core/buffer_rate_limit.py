@@ -9,7 +9,8 @@ a writer out, and a write waiting for samples never keeps a learner out.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from .buffer_state import BufferStateMixin
@@ -19,6 +20,15 @@ from .utils import leading_dim
 #: the gate of a buffer without a rate limiter: one shared no-op context (it keeps no state),
 #: not a new one per ``extend`` and ``sample``
 _NO_LIMIT: AbstractContextManager[Any] = nullcontext()
+
+
+@contextmanager
+def _behind(gate: AbstractContextManager[Any], lock: AbstractContextManager[Any]
+            ) -> Iterator[None]:
+    """``lock`` held once ``gate`` lets the call through (the gate first, as its waits must not
+    hold the lock)."""
+    with gate, lock:
+        yield
 
 
 class RateLimitedMixin(BufferStateMixin):
@@ -65,11 +75,14 @@ class RateLimitedMixin(BufferStateMixin):
             return _NO_LIMIT
         return self._rate_limiter.sampling(batch_size, self.__len__)
 
-    def _limit_inserts(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
-        """The gate of a write of ``data`` (a batch, or one item with ``single``)."""
+    def _write_lock(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
+        """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's
+        lock, taken behind the limiter's gate when there is a limiter (without one, the lock
+        itself: no gate to enter and leave on every write)."""
         if self._rate_limiter is None:
-            return _NO_LIMIT
-        return self._rate_limiter.inserting(1 if single else leading_dim(data), self.__len__)
+            return self._lock
+        return _behind(self._rate_limiter.inserting(1 if single else leading_dim(data),
+                                                    self.__len__), self._lock)
 
     # ---- the limiter's counts in the buffer's state --------------------------------------------
     def state_dict(self) -> dict[str, Any]:

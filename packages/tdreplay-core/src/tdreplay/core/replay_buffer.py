@@ -338,7 +338,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         so, as TorchRL's does: ``extend`` stores its rows as items)."""
         warn_if_batched_item(data)
         data = self._write_side(data)
-        with self._limit_inserts(data, single=True), self._lock:
+        with self._write_lock(data, single=True):
             return self._write_item(data)
 
     def _write_item(self, data: Any) -> int | torch.Tensor:
@@ -362,10 +362,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         tensor or TensorDict a batch along its first dimension.
         """
         data, dim = self._prepare_batch(data)
-        if self._rate_limiter is None:  # the common case, no gate
-            with self._lock:
-                return self._written_as_given(self._write_batch(data), data, dim)
-        with self._limit_inserts(data), self._lock:
+        with self._write_lock(data):
             return self._written_as_given(self._write_batch(data), data, dim)
 
     def _write_batch(self, data: Any) -> torch.Tensor:
@@ -545,7 +542,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
-        with self._limit_inserts(data), self._lock:
+        with self._write_lock(data):
             slots = self._written_as_given(self._write_batch(data), data, dim)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
@@ -600,7 +597,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
         item = self._write_side(self._without_bookkeeping(data))
-        with self._limit_inserts(item, single=True), self._lock:
+        with self._write_lock(item, single=True):
             index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
