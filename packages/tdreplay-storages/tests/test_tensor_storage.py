@@ -423,6 +423,16 @@ def filled() -> ReplayBuffer:
     return rb
 
 
+def test_a_batch_numpy_would_broadcast_is_refused(filled):
+    # a row shape of 1, or a missing row dim, that a numpy slice assignment would broadcast
+    # over the storage's row shape: refused by name, nothing written
+    for bad_obs in (torch.zeros(2, 1), torch.zeros(2), torch.zeros(2, 1, 3)):
+        bad = steps(7, 2)
+        bad["obs"] = bad_obs
+        with unchanged(filled), pytest.raises(ValueError, match="'obs' has shape"):
+            filled.extend(bad)
+
+
 def test_shape_mismatch_after_init(filled):
     bad = steps(7, 2)
     bad["obs"] = torch.zeros(2, 4)

@@ -47,12 +47,12 @@ class SampleUnitMixin:
                             f"...) or None, got {type(sample_unit).__name__}.")
         self._sample_unit = sample_unit
 
-    def _expand_anchors(self, drawn: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
-        """The sampler's ``(index, info)`` through the sample unit (the caller holds the
+    def _expand_anchors(self, index: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The sampler's ``index`` and ``info`` through the sample unit (the caller holds the
         lock)."""
         if self._sample_unit is None:
-            return drawn
-        return self._sample_unit.expand(drawn[0], drawn[1], self._storage)
+            return index, info
+        return self._sample_unit.expand(index, info, self._storage)
 
     def _anchor_priority(self, data: Any, priority: Any
                          ) -> tuple[torch.Tensor, torch.Tensor] | None:

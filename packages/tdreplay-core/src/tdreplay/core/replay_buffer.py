@@ -327,7 +327,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
     # ---- writing ---------------------------------------------------------------------------------
     def _write_side(self, data: Any) -> Any:
-        if len(self._transform):
+        if self._transform.transforms:  # (the list itself: ``len(Compose)`` is one more call)
             data = self._transform.inv(data)
         return data
 
@@ -404,14 +404,16 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
-            index, info = self._expand_anchors(self._sampler.sample(self._storage, batch_size))
+            index, info = self._sampler.sample(self._storage, batch_size)
+            if self._sample_unit is not None:
+                index, info = self._expand_anchors(index, info)
             info.update(self._writer.sample_info(index), index=index)
             data, extra = self._read_sampled(index, info)
         data = self._complete_sample(self._collate_fn(data), info, extra)
         # Info goes in before the read transforms, so they see where each item came from (slice
         # ends, indices), and again after them for any entry a transform dropped.
         data = self.attach_info(data, info)
-        if len(self._transform):
+        if self._transform.transforms:
             data = self._transform(data)
             data = self.attach_info(data, info, only_missing=True)
         if self._pin_memory and torch.cuda.is_available():
@@ -423,7 +425,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
-        bs = self._resolve_batch_size(batch_size)
+        bs = batch_size if type(batch_size) is int and batch_size > 0 \
+            else self._resolve_batch_size(batch_size)  # (a given int: no call)
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
         else:

@@ -264,10 +264,11 @@ class RoundRobinWriter(Writer):
         if storage.slot_generations is None and (pending is not None or self._track_generations):
             storage.slot_generations = SlotGenerations(pending)
 
-    def _bump_generations(self, rows: torch.Tensor | int, capacity: int) -> None:
-        """Advance the stamps of ``rows`` (every row written, repeats included): always when
-        tracking, and when another writer of the storage tracks (its table exists)."""
-        storage = self.storage
+    def _bump_generations(self, storage: Storage, rows: torch.Tensor | int, capacity: int
+                          ) -> None:
+        """Advance the stamps of ``rows`` (every row written, repeats included) in ``storage``
+        (this writer's, as the caller read it): always when tracking, and when another writer
+        of the storage tracks (its table exists)."""
         if storage.slot_generations is None:
             if not self._track_generations:
                 return
@@ -317,7 +318,7 @@ class RoundRobinWriter(Writer):
                              f"{rows.tolist()}.")
         storage.set(rows, self._before_write(data, rows, capacity, batched=True))
         self.write_count += n
-        self._bump_generations(rows, capacity)
+        self._bump_generations(storage, rows, capacity)
         return rows
 
     def _write_one_at(self, row: int, data: Any) -> int:
@@ -327,7 +328,7 @@ class RoundRobinWriter(Writer):
             raise IndexError(f"index must address a row in [0, {capacity}), got {row}.")
         storage.set(row, self._before_write(data, row, capacity, batched=False))
         self.write_count += 1
-        self._bump_generations(torch.tensor([row]), capacity)
+        self._bump_generations(storage, torch.tensor([row]), capacity)
         return row
 
     def extend_reusing(self, rows: Any, data: Any) -> torch.Tensor:
@@ -383,7 +384,7 @@ class RoundRobinWriter(Writer):
         row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
         self._advance((row + 1) % capacity, 1)
-        self._bump_generations(row, capacity)
+        self._bump_generations(storage, row, capacity)
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -392,7 +393,7 @@ class RoundRobinWriter(Writer):
         storage = self.storage
         n = leading_dim(data)
         capacity = storage.rows_capacity_for(data, batched=True)
-        cursor = self.cursor % capacity
+        cursor = int(self._counters[0]) % capacity  # (the cursor: no tensor of its own here)
         if n == 0:
             return torch.empty(0, dtype=torch.long)
         data = self._before_write(data, cursor, capacity, batched=True)
@@ -406,7 +407,7 @@ class RoundRobinWriter(Writer):
             else:
                 storage.set(rows, data)
         self._advance((cursor + n) % capacity, n)
-        self._bump_generations(rows, capacity)
+        self._bump_generations(storage, rows, capacity)
         return rows
 
     def _advance(self, cursor: int, written: int) -> None:
@@ -435,7 +436,7 @@ class RoundRobinWriter(Writer):
             storage.set(rows, data)
         cursor.copy_((cursor + n) % capacity)
         self.write_count += n
-        self._bump_generations(rows, capacity)
+        self._bump_generations(storage, rows, capacity)
         return rows
 
     @property

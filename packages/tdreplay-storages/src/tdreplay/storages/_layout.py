@@ -376,13 +376,53 @@ class TensorLayout:
                 raise CheckpointError(f"checkpoint entry {key!r} has dtype {src.dtype}, the "
                                       f"storage {leaf.dtype}.")
 
-    def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor]) -> None:
+    def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor],
+                  lead: tuple[int, ...] | None = None) -> bool:
         """Copy ``src`` (leaves in storage order; of one row, without its leading dim, when
         ``stop == start + 1``) into rows ``[start, stop)`` of every leaf: through the leaves'
-        numpy views where they and ``src`` have them, else with torch."""
+        numpy views where they and ``src`` have them, else with torch. Returns True.
+
+        ``lead``: ``src`` is unchecked; it is copied (through numpy) only when every source
+        has exactly the shape ``lead`` + its leaf's row shape and its leaf's dtype, else
+        nothing is written and the result is False (the caller then checks it).
+        """
         numel = self.row_numel
-        if not self.host_rows.put(start * numel, stop * numel, src):
-            copy_leaves([leaf[start:stop] for leaf in self.leaves], src)  # copy_ broadcasts
+        if self.host_rows.put(start * numel, stop * numel, src, lead):
+            return True
+        if lead is not None:
+            return False
+        copy_leaves([leaf[start:stop] for leaf in self.leaves], src)  # copy_ broadcasts
+        return True
+
+    def write_run(self, start: int, stop: int, td: TensorDictBase,
+                  leaves: list[torch.Tensor] | None) -> None:
+        """Write the batch ``td`` (``leaves``: of :meth:`matching_leaves`, if known) at rows
+        ``[start, stop)``, checked as :meth:`source_leaves` checks it.
+
+        The common write (the storage's keys, dtypes and shapes, on the host) is checked by
+        the numpy copy itself (:meth:`copy_rows` with the shapes it must have); anything
+        else is checked and named by :meth:`source_leaves` first.
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.zeros(4, 2)}, [4]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> batch = TensorDict({"a": torch.ones(2, 2)}, [2])
+        >>> layout.write_run(1, 3, batch, layout.matching_leaves(batch))
+        >>> layout.leaves[0][:, 0].tolist()
+        [0.0, 1.0, 1.0, 0.0]
+        >>> layout.write_run(0, 2, TensorDict({"a": torch.ones(2, 1)}, [2]), None)
+        Traceback (most recent call last):
+        ...
+        ValueError: entry 'a' has shape (2, 1), expected (2, 2) for this storage.
+        """
+        lead = (stop - start, *self.inner)
+        if leaves is not None and self.copy_rows(start, stop, leaves, lead):
+            self.before_write(start, stop)  # (rows below ``start`` only: in any order)
+            return
+        src = self.source_leaves(td, lead, leaves)
+        self.before_write(start, stop)
+        self.copy_rows(start, stop, src)
 
     def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
               single: bool) -> tuple[int | None, int | None]:
@@ -417,9 +457,7 @@ class TensorLayout:
             if step != 1:
                 rows = torch.arange(start, stop, step)
             else:
-                src = self.source_leaves(td, (stop - start, *self.inner), leaves)
-                self.before_write(start, stop)
-                self.copy_rows(start, stop, src)
+                self.write_run(start, stop, td, leaves)
                 return stop, (stop - 1 if stop > start else None)
         rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
         src = self.source_leaves(td, (rows.numel(), *self.inner), leaves)
