@@ -15,7 +15,7 @@ import abc
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -153,9 +153,9 @@ class PriorityKernels(abc.ABC):
 
 def _numba_trees(state: PriorityState
                  ) -> tuple[NumbaSumTree, NumbaMinOverSumTree, NumbaMinTree | None]:
-    """The trees of a numba state, typed as what they are."""
-    return (cast(NumbaSumTree, state.sum_tree), cast(NumbaMinOverSumTree, state.min_tree),
-            cast("NumbaMinTree | None", state.max_tree))
+    """The trees of a numba state, typed as what they are (without ``typing.cast``: a Python
+    call each, twice per prioritized sample and update)."""
+    return state.sum_tree, state.min_tree, state.max_tree  # type: ignore[return-value]
 
 
 class NumbaKernels(PriorityKernels):
