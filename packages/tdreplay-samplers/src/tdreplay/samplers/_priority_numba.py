@@ -27,6 +27,8 @@ from numba import njit
 from ._kernel_cache import on_disk, source_fingerprint
 from .segment_trees import _numba_kernels as tree_kernels
 from .segment_trees._numba_kernels import (
+    _at,
+    _put,
     prefetch,
     refresh_min_over_sum,
     scan,
@@ -88,7 +90,7 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         with ``has_max``, ``+inf`` in the max tree (no priority set by an update yet)."""
         _ = tree_kernels_version  # in the cache key
         for i in range(index.shape[0]):
-            gen[index[i]] = generation
+            _put(gen, _at(index, i), generation)
         values = np.full(index.shape[0], leaf)
         update_sum(sum_nodes, offsets, index, values)
         refresh_min_over_sum(min_nodes, sum_nodes, offsets, index)
@@ -114,20 +116,21 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         masses = np.empty(n, dtype=np.float64)
         for i in range(n):
             if stratified:
-                masses[i] = (i + u[i]) / n * total
+                _put(masses, i, (i + _at(u, i)) / n * total)
             else:
-                masses[i] = u[i] * total
+                _put(masses, i, _at(u, i) * total)
         scan(sum_nodes, offsets, masses, out_index)
         for i in range(n):  # the generations are read last: their lines load meanwhile
-            prefetch(gen, out_index[i])
+            prefetch(gen, _at(out_index, i))
         top = -1
         for i in range(n):
-            slot = out_index[i]
-            out_weight[i] = math.exp((math.log(sum_nodes[leaves + slot]) - log_min) * -beta)
+            slot = _at(out_index, i)
+            _put(out_weight, i,
+                 math.exp((math.log(_at(sum_nodes, leaves + slot)) - log_min) * -beta))
             if slot > top:
                 top = slot
         for i in range(n):
-            out_gen[i] = gen[out_index[i]]
+            _put(out_gen, i, _at(gen, _at(out_index, i)))
         return top
 
     @on_disk
@@ -152,12 +155,12 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
             return BAD_PRIORITY, bad, -np.inf
         n = index.shape[0]
         for i in range(n):
-            slot = index[i]
+            slot = _at(index, i)
             if slot == -1:
                 continue
             if slot < -1 or slot >= capacity:
                 return INDEX_OUT_OF_RANGE, i, -np.inf
-            if slot >= n_written or gen[slot] == 0:
+            if slot >= n_written or _at(gen, slot) == 0:  # (a slot in range from here on)
                 return UNWRITTEN_SLOT, i, -np.inf
         kept = np.empty(n, dtype=np.int64)
         kept_leaf = np.empty(n, dtype=np.float64)
@@ -165,14 +168,15 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         k = 0
         top = -np.inf
         for i in range(n):
-            slot = index[i]
-            if slot == -1 or (has_token and gen[slot] != token[i]):
+            slot = _at(index, i)
+            if slot == -1 or (has_token and _at(gen, slot) != _at(token, i)):
                 continue
-            kept[k] = slot
-            kept_leaf[k] = _clamped(leaf[i])
-            kept_neg[k] = -priority[i]
-            if priority[i] > top:
-                top = priority[i]
+            value = _at(priority, i)
+            _put(kept, k, slot)
+            _put(kept_leaf, k, _clamped(_at(leaf, i)))
+            _put(kept_neg, k, -value)
+            if value > top:
+                top = value
             k += 1
         update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
         refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
