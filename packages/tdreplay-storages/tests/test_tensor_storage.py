@@ -431,6 +431,8 @@ def test_a_batch_numpy_would_broadcast_is_refused(filled):
         bad["obs"] = bad_obs
         with unchanged(filled), pytest.raises(ValueError, match="'obs' has shape"):
             filled.extend(bad)
+        with unchanged(filled), pytest.raises(ValueError, match="'obs' has shape"):
+            filled.add(bad[0])  # one item: the same check without the leading dim
 
 
 def test_shape_mismatch_after_init(filled):

@@ -395,9 +395,11 @@ class TensorLayout:
         return True
 
     def write_run(self, start: int, stop: int, td: TensorDictBase,
-                  leaves: list[torch.Tensor] | None) -> None:
+                  leaves: list[torch.Tensor] | None, lead: tuple[int, ...] | None = None) -> None:
         """Write the batch ``td`` (``leaves``: of :meth:`matching_leaves`, if known) at rows
-        ``[start, stop)``, checked as :meth:`source_leaves` checks it.
+        ``[start, stop)``, checked as :meth:`source_leaves` checks it. ``lead``: the shape before
+        each leaf's own dims (``[stop - start, *inner]`` by default; ``inner`` for one item
+        without a leading dim at ``stop == start + 1``).
 
         The common write (the storage's keys, dtypes and shapes, on the host) is checked by
         the numpy copy itself (:meth:`copy_rows` with the shapes it must have); anything
@@ -416,7 +418,8 @@ class TensorLayout:
         ...
         ValueError: entry 'a' has shape (2, 1), expected (2, 2) for this storage.
         """
-        lead = (stop - start, *self.inner)
+        if lead is None:
+            lead = (stop - start, *self.inner)
         if leaves is not None and self.copy_rows(start, stop, leaves, lead):
             self.before_write(start, stop)  # (rows below ``start`` only: in any order)
             return
@@ -448,9 +451,7 @@ class TensorLayout:
             if not -cap <= row < cap:
                 raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
             row %= cap
-            src = self.source_leaves(td, self.inner, leaves)
-            self.before_write(row, row + 1)
-            self.copy_rows(row, row + 1, src)
+            self.write_run(row, row + 1, td, leaves, lead=self.inner)
             return row + 1, row
         if isinstance(rows, slice):
             start, stop, step = rows.indices(cap)
