@@ -149,12 +149,12 @@ def test_put_leaves_sources_numpy_cannot_take_as_they_are(source):
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (2, 1), (3,), (1, 3), (2, 3, 1)])
-def test_put_with_lead_writes_sources_of_exactly_the_row_shape_only(shape):
-    # with ``lead`` the sources are unchecked: any shape but lead + row shape (which numpy
-    # would broadcast, or refuse half-way) writes nothing and leaves the check to the caller
+def test_put_with_shapes_writes_sources_of_exactly_those_shapes_only(shape):
+    # with ``shapes`` the sources are unchecked: any other shape (which numpy would
+    # broadcast, or refuse half-way) writes nothing and leaves the check to the caller
     leaves = [torch.zeros(5, 3), torch.zeros(5, dtype=torch.int64)]
     src = torch.arange(float(np.prod(shape))).reshape(shape)
-    written = HostRows(leaves).put(1, 3, [src, torch.tensor([7, 8])], lead=(2,))
+    written = HostRows(leaves).put(1, 3, [src, torch.tensor([7, 8])], shapes=[(2, 3), (2,)])
     assert written is (shape == (2, 3))
     if written:
         assert torch.equal(leaves[0][1:3], src) and leaves[1].tolist() == [0, 7, 8, 0, 0]
@@ -162,12 +162,12 @@ def test_put_with_lead_writes_sources_of_exactly_the_row_shape_only(shape):
         assert not leaves[0].any() and not leaves[1].any()
 
 
-def test_put_with_lead_refuses_another_dtype_and_keeps_the_lead_of_each_call():
+def test_put_with_shapes_refuses_another_dtype_and_checks_the_shapes_of_each_call():
     leaf = torch.zeros(6, 2)
     rows = HostRows([leaf])
-    assert not rows.put(0, 2, [torch.ones(2, 2, dtype=torch.float64)], lead=(2,))
-    assert rows.put(0, 3, [torch.ones(3, 2)], lead=(3,))  # another batch size: its shapes
-    assert not rows.put(3, 5, [torch.ones(3, 2)], lead=(2,))
+    assert not rows.put(0, 2, [torch.ones(2, 2, dtype=torch.float64)], shapes=[(2, 2)])
+    assert rows.put(0, 3, [torch.ones(3, 2)], shapes=[(3, 2)])  # another batch size: its shapes
+    assert not rows.put(3, 5, [torch.ones(3, 2)], shapes=[(2, 2)])
     assert leaf.sum().item() == 6.0
 
 

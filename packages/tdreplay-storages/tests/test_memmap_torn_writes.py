@@ -51,7 +51,7 @@ def die_in_the_middle(path, written: int, n: int, how: str | int) -> None:
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def copy_rows(self, start, stop, src, lead=None):
+    def copy_rows(self, start, stop, src, shapes=None):
         self.leaves[0][start:stop].copy_(src[0])
         die()
 
@@ -131,7 +131,7 @@ def test_interrupted_overwrite_in_process_drops_the_rows(tmp_path, monkeypatch):
     rb = buffer(tmp_path)
     rb.extend(rows(0, CAP))
 
-    def interrupted(self, start, stop, src, lead=None):
+    def interrupted(self, start, stop, src, shapes=None):
         self.leaves[0][start:stop].copy_(src[0])
         raise KeyboardInterrupt
 

@@ -49,10 +49,10 @@ class SampleUnitMixin:
 
     def _expand_anchors(self, index: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The sampler's ``index`` and ``info`` through the sample unit (the caller holds the
-        lock)."""
-        if self._sample_unit is None:
-            return index, info
-        return self._sample_unit.expand(index, info, self._storage)
+        lock, and calls this only when a sample unit is set)."""
+        unit = self._sample_unit
+        assert unit is not None
+        return unit.expand(index, info, self._storage)
 
     def _anchor_priority(self, data: Any, priority: Any
                          ) -> tuple[torch.Tensor, torch.Tensor] | None:

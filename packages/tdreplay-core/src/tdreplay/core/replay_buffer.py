@@ -425,8 +425,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
-        bs = batch_size if type(batch_size) is int and batch_size > 0 \
-            else self._resolve_batch_size(batch_size)  # (a given int: no call)
+        bs = self._resolve_batch_size(batch_size)
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
         else:

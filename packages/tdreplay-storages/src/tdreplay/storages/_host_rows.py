@@ -70,7 +70,6 @@ class HostRows:
         self.leaves = list(leaves)
         #: elements per row of each leaf (a gather of ``n`` rows copies ``n`` times as many)
         self.row_numel = [leaf[0].numel() if leaf.shape[0] else 0 for leaf in self.leaves]
-        self._lead_shapes: tuple[tuple[int, ...] | None, list[tuple[int, ...]]] = (None, [])
         self._make_views()
 
     def _make_views(self) -> None:
@@ -86,15 +85,6 @@ class HostRows:
         """New views for leaves whose memory moved since their views were made."""
         if list(map(_data_ptr, self.leaves)) != self.pointers:
             self._make_views()
-
-    def _shapes_for(self, lead: tuple[int, ...]) -> list[tuple[int, ...]]:
-        """``lead`` + the row shape of every leaf: the shapes :meth:`put` accepts for ``lead``
-        (kept for the last ``lead``: writes mostly repeat one batch size)."""
-        cached_lead, shapes = self._lead_shapes
-        if cached_lead != lead:
-            shapes = [(*lead, *leaf.shape[1:]) for leaf in self.leaves]
-            self._lead_shapes = (lead, shapes)
-        return shapes
 
     def take(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The rows at ``slots`` (a 1-D int64 tensor on the leaves' device, unchecked) of
@@ -114,17 +104,17 @@ class HostRows:
                 for leaf, host, numel in zip(self.leaves, self.host, self.row_numel)]
 
     def put(self, start: int, stop: int, sources: Sequence[torch.Tensor],
-            lead: tuple[int, ...] | None = None) -> bool:
+            shapes: Sequence[tuple[int, ...]] | None = None) -> bool:
         """Copy ``sources`` (one per leaf, of its dtype, whose leading dims hold the
         ``stop - start`` slots, or one slot's item without a leading dim) into slots
         ``[start, stop)`` of every leaf, through the numpy views. Returns ``False``, having
         written nothing, where a leaf or a source has no view of the same dtype: the caller
         then copies with torch.
 
-        ``lead``: the sources are unchecked, and each must have exactly the shape ``lead`` +
-        its leaf's row shape (never broadcast): ``False``, nothing written, otherwise (the
-        caller then checks them and names what differs). Read from the numpy arrays the write
-        makes anyway, this check costs less than one of the tensors' shapes.
+        ``shapes``: the sources are unchecked, and each must have exactly its shape in
+        ``shapes`` (never broadcast): ``False``, nothing written, otherwise (the caller then
+        checks them and names what differs). Read from the numpy arrays the write makes
+        anyway, this check costs less than one of the tensors' shapes.
         """
         if self.all_views is None:  # (a leaf numpy cannot see: no move changes that)
             return False
@@ -135,12 +125,12 @@ class HostRows:
             arrays = [source.numpy() for source in sources]
         except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
             return False
-        if lead is None:
+        if shapes is None:
             for array, view in zip(arrays, views):  # a loop, not any(genexpr): no generator
                 if array.dtype != view.dtype:
                     return False
         else:
-            for array, view, shape in zip(arrays, views, self._shapes_for(lead)):
+            for array, view, shape in zip(arrays, views, shapes):
                 if array.dtype != view.dtype or array.shape != shape:
                     return False
         for view, array in zip(views, arrays):

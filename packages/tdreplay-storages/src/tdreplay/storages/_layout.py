@@ -245,10 +245,10 @@ class TensorLayout:
         #: rows from this one on were neither written nor zeroed (leaves allocated unfilled, see
         #: :meth:`before_write`); ``None``: every row holds data or zeros
         self.unfilled_from: int | None = None
-        # (lead dims, [(full shape, dtype) of every source leaf]) of the last write: see
-        # source_leaves
-        self._expected: tuple[tuple[int, ...] | None,
-                              list[tuple[torch.Size, torch.dtype]]] = (None, [])
+        # (lead dims, [(full shape, dtype) of every source leaf], [its full shape]) of the
+        # last write: see _expected_for
+        self._expected: tuple[tuple[int, ...] | None, list[tuple[torch.Size, torch.dtype]],
+                              list[torch.Size]] = (None, [], [])
 
     def gather(self, slots: torch.Tensor) -> TensorDict:
         """The items at ``slots`` (an int64 tensor of flat slots, any shape) as a TensorDict of
@@ -327,11 +327,7 @@ class TensorLayout:
         out = leaves if leaves is not None else leaves_along_tree(td, self.tree, len(self.keys))
         if out is None:
             out = self.leaves_by_key(td)
-        cached_lead, expected = self._expected
-        if cached_lead != lead:  # writes mostly repeat one batch size: keep its shapes
-            expected = [(torch.Size((*lead, *leaf.shape[self.ndim:])), leaf.dtype)
-                        for leaf in self.leaves]
-            self._expected = (lead, expected)
+        expected, _ = self._expected_for(lead)
         # one comparison on the hot path; the checks only where something differs
         if list(map(_SHAPE_DTYPE, out)) != expected:
             for key, src, (shape, dtype) in zip(self.keys, out, expected):
@@ -342,6 +338,19 @@ class TensorLayout:
                 if src.dtype is not dtype:
                     check_cast(key, src, dtype)
         return out
+
+    def _expected_for(self, lead: tuple[int, ...]
+                      ) -> tuple[list[tuple[torch.Size, torch.dtype]], list[torch.Size]]:
+        """``([(shape, dtype) of every source leaf], [its shape])`` for a write whose leaves
+        start with the dims ``lead``: ``lead`` + each leaf's own dims (kept for the last
+        ``lead``: writes mostly repeat one batch size)."""
+        cached_lead, expected, shapes = self._expected
+        if cached_lead != lead:
+            expected = [(torch.Size((*lead, *leaf.shape[self.ndim:])), leaf.dtype)
+                        for leaf in self.leaves]
+            shapes = [shape for shape, _ in expected]
+            self._expected = (lead, expected, shapes)
+        return expected, shapes
 
     def leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
         """Generic (slower) leaf lookup for any tensor collection; names mismatched keys."""
@@ -377,19 +386,19 @@ class TensorLayout:
                                       f"storage {leaf.dtype}.")
 
     def copy_rows(self, start: int, stop: int, src: Sequence[torch.Tensor],
-                  lead: tuple[int, ...] | None = None) -> bool:
+                  shapes: Sequence[tuple[int, ...]] | None = None) -> bool:
         """Copy ``src`` (leaves in storage order; of one row, without its leading dim, when
         ``stop == start + 1``) into rows ``[start, stop)`` of every leaf: through the leaves'
         numpy views where they and ``src`` have them, else with torch. Returns True.
 
-        ``lead``: ``src`` is unchecked; it is copied (through numpy) only when every source
-        has exactly the shape ``lead`` + its leaf's row shape and its leaf's dtype, else
-        nothing is written and the result is False (the caller then checks it).
+        ``shapes``: ``src`` is unchecked; it is copied (through numpy) only when every source
+        has exactly its shape in ``shapes`` and its leaf's dtype, else nothing is written and
+        the result is False (the caller then checks it).
         """
         numel = self.row_numel
-        if self.host_rows.put(start * numel, stop * numel, src, lead):
+        if self.host_rows.put(start * numel, stop * numel, src, shapes):
             return True
-        if lead is not None:
+        if shapes is not None:
             return False
         copy_leaves([leaf[start:stop] for leaf in self.leaves], src)  # copy_ broadcasts
         return True
@@ -420,9 +429,11 @@ class TensorLayout:
         """
         if lead is None:
             lead = (stop - start, *self.inner)
-        if leaves is not None and self.copy_rows(start, stop, leaves, lead):
-            self.before_write(start, stop)  # (rows below ``start`` only: in any order)
-            return
+        if leaves is not None:
+            _, shapes = self._expected_for(lead)
+            if self.copy_rows(start, stop, leaves, shapes):
+                self.before_write(start, stop)  # (rows below ``start`` only: in any order)
+                return
         src = self.source_leaves(td, lead, leaves)
         self.before_write(start, stop)
         self.copy_rows(start, stop, src)
