@@ -235,16 +235,21 @@ def refreshes(monkeypatch):
     return served_calls(monkeypatch, _triton, "refresh", bool)
 
 
-def same_nodes(device_nodes: torch.Tensor, expected: torch.Tensor | np.ndarray) -> None:
-    """Bit for bit, but any NaN for a NaN (its sign and payload are the device's), and not the
-    never-read scratch position, where the torch trees send ignored writes."""
+def same_nodes(device_nodes: torch.Tensor, expected: torch.Tensor | np.ndarray,
+               rtol: float = 0.0) -> None:
+    """Bit for bit (or within ``rtol``), but any NaN for a NaN (its sign and payload are the
+    device's), and not the never-read scratch position, where the torch trees send ignored
+    writes."""
     got = device_nodes.cpu().clone()
     want = torch.as_tensor(expected).clone()
     if len(got) > TreeLayout.scratch:
         got[TreeLayout.scratch] = want[TreeLayout.scratch] = 0.0
     nan = got.isnan()
     assert torch.equal(nan, want.isnan())
-    assert torch.equal(got[~nan].view(torch.int64), want[~nan].view(torch.int64))
+    if rtol:
+        torch.testing.assert_close(got[~nan], want[~nan], rtol=rtol, atol=0)
+    else:
+        assert torch.equal(got[~nan].view(torch.int64), want[~nan].view(torch.int64))
 
 
 def updates(capacity: int, seed: int, rounds: int = 5) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -351,7 +356,9 @@ def test_a_failed_refresh_warns_once_and_falls_back_to_tensor_ops(monkeypatch, r
 
 def test_prioritized_sampler_on_device_trees_draws_as_on_numba_trees(refreshes):
     """A prioritized sampler's whole cycle (extend, sample, update) on device trees, with the
-    kernels: the same priorities, draws and weights as on the numba trees."""
+    kernels: the same draws as on the numba trees, and the same priorities and weights up to
+    the last bits of ``pow`` (CUDA's float64 ``pow`` is within 2 ulp, not correctly rounded as
+    the host's is; under the interpreter both are the host's, bit for bit)."""
     capacity = 3000
     samplers = [PrioritizedSampler(capacity, alpha=0.7, beta=0.5, backend=backend,
                                    device=DEVICE if backend == "torch" else None)
@@ -375,10 +382,11 @@ def test_prioritized_sampler_on_device_trees_draws_as_on_numba_trees(refreshes):
         drawn.append(draws)
     assert refreshes and all(refreshes)
     torch_state, numba_state = (s.state_dict()["priorities"] for s in samplers)
-    same_nodes(torch_state, numba_state)
+    pow_rtol = 0.0 if DEVICE == "cpu" else 1e-14
+    same_nodes(torch_state, numba_state, rtol=pow_rtol)
     for (slots, weights), (host_slots, host_weights) in zip(*drawn):
         assert torch.equal(slots, host_slots)
-        torch.testing.assert_close(weights, host_weights, rtol=0, atol=0)
+        torch.testing.assert_close(weights, host_weights, rtol=pow_rtol, atol=0)
 
 
 # ---- which entries of a priority update apply ---------------------------------------------------
