@@ -134,3 +134,104 @@ def test_device_stale_updates_are_skipped():
     assert prio[:2].tolist() == [1.0, 1.0]
     for slot in set(index.tolist()) - {0, 1}:
         assert prio[slot] == 0.5
+
+
+def graph_recordings(monkeypatch) -> list[bool]:
+    """Whether each recording of a draw or a priority update in a CUDA graph succeeded (from no graph:
+    those of earlier tests may have keys of this test's tensors, at addresses used again)."""
+    from tdreplay.samplers import _priority_graphs, _priority_kernels
+
+    monkeypatch.setattr(_priority_kernels, "_GRAPHS", _priority_graphs.StateGraphs())
+    calls: list[bool] = []
+    record = _priority_graphs.StateGraphs._record
+
+    def counting(self, *args, **kwargs):
+        recorded = record(self, *args, **kwargs)
+        calls.append(recorded is not None)
+        return recorded
+
+    monkeypatch.setattr(_priority_graphs.StateGraphs, "_record", counting)
+    return calls
+
+
+def run_cycles(graphs: str, monkeypatch, capacity: int = 2000, rounds: int = 5,
+               within_buffer: bool = False) -> tuple[dict, list[torch.Tensor]]:
+    """Cycles of sample (``beta`` annealed: a new value each time), a write of some sampled
+    slots, and the update of the sample's priorities (stale ones skipped), with
+    ``TDREPLAY_CUDA_GRAPHS=graphs``: the sampler's state, and the slots drawn and their
+    weights."""
+    monkeypatch.setenv("TDREPLAY_CUDA_GRAPHS", graphs)
+    sampler = PrioritizedSampler(capacity, alpha=0.7, beta=0.5, device="cuda",
+                                 max_priority_within_buffer=within_buffer)
+    storage = LazyTensorStorage(capacity, device="cuda")
+    storage.set(torch.arange(capacity), torch.zeros(capacity, device="cuda"))
+    sampler.extend(torch.arange(capacity))
+    sampler.set_rng(torch.Generator(device="cuda").manual_seed(3))
+    g = torch.Generator(device="cuda").manual_seed(4)
+    drawn = []
+    for step in range(rounds):
+        sampler.beta = 0.4 + 0.1 * step
+        index, info = sampler.sample(storage, 512)
+        sampler.extend(index[:7])  # their tokens go stale: the update skips them
+        priority = torch.rand(512, device="cuda", generator=g) * 3
+        sampler.update_priority(index, priority, storage=storage,
+                                write_generation=info["write_generation"])
+        drawn.extend([index.cpu(), info["priority_weight"].cpu()])
+    return sampler.state_dict(), drawn
+
+
+@pytest.mark.parametrize("within_buffer", [False, True])
+def test_graph_replayed_updates_equal_eager_updates(monkeypatch, within_buffer):
+    recordings = graph_recordings(monkeypatch)
+    eager_state, eager_draws = run_cycles("0", monkeypatch, within_buffer=within_buffer)
+    assert recordings == []
+    state, draws = run_cycles("1", monkeypatch, within_buffer=within_buffer)
+    # the second round's draw and update recorded, the next three rounds' replayed (beta is
+    # an input of the draw's graph, not a constant)
+    assert recordings == [True, True]
+    for a, b in zip(draws, eager_draws, strict=True):  # slots and weights, bit for bit
+        assert torch.equal(a, b)
+    assert (state["set_priorities"] is None) is not within_buffer  # kept with a max tree only
+    for key in ("priorities", "set_priorities", "write_generation"):
+        if state[key] is not None:
+            assert torch.equal(state[key], eager_state[key]), key
+    assert state["max_priority"] == eager_state["max_priority"]
+
+
+def test_a_replaced_state_is_updated_not_the_recorded_one(monkeypatch):
+    """A graph writes where the state it was recorded on lives: a state loaded afterwards (new
+    tensors) gets its own graph, and the old trees are not written."""
+    recordings = graph_recordings(monkeypatch)
+    sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0, eps=0.0, device="cuda")
+    sampler.extend(torch.arange(100))
+    index = torch.arange(10, device="cuda")
+    for value in (2.0, 3.0):
+        sampler.update_priority(index, torch.full((10,), value, device="cuda"))
+    assert recordings == [True]
+    fresh = PrioritizedSampler(100, alpha=1.0, beta=1.0, eps=0.0, device="cuda")
+    fresh.extend(torch.arange(100))
+    saved = fresh.state_dict()
+    sampler.load_state_dict(saved)
+    for value in (4.0, 5.0):
+        sampler.update_priority(index, torch.full((10,), value, device="cuda"))
+        fresh.update_priority(index, torch.full((10,), value, device="cuda"))
+    assert torch.equal(sampler.state_dict()["priorities"], fresh.state_dict()["priorities"])
+    assert sampler.state_dict()["priorities"][:10].tolist() == [5.0] * 10
+    assert sampler.total_priority == 140.0
+
+
+def test_updates_inside_a_callers_graph_capture_are_not_recorded_again(monkeypatch):
+    recordings = graph_recordings(monkeypatch)
+    sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0, eps=0.0, device="cuda")
+    sampler.extend(torch.arange(100))
+    index = torch.arange(10, device="cuda")
+    priority = torch.full((10,), 2.0, device="cuda")
+    sampler.update_priority(index, priority)  # eager: compiles the kernels, the key is seen
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sampler.update_priority(index, priority)
+    assert recordings == []  # recorded into the caller's graph, not one of its own
+    priority.fill_(6.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert sampler.state_dict()["priorities"][:10].tolist() == [6.0] * 10

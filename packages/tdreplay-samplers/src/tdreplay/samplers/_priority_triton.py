@@ -25,10 +25,11 @@ __all__ = ["kept_updates"]
 _BLOCK = 256
 
 
-@functools.lru_cache(maxsize=16)
+@functools.cache
 def _limit_on(capacity: int, device: torch.device) -> torch.Tensor:
     """``leaf_limit(capacity)`` as a 1-element float64 tensor on ``device`` (Triton would pass
-    a Python float as float32), made once per capacity and device, not at every update."""
+    a Python float as float32), made once per capacity and device, not at every update, and
+    kept: the CUDA graphs of updates read it where it was (:mod:`._priority_graphs`)."""
     return torch.full((1,), leaf_limit(capacity), dtype=torch.float64, device=device)
 
 
