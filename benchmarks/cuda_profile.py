@@ -1,0 +1,88 @@
+"""Where one prioritized cycle on CUDA trees spends its time: ``sample()`` and
+``update_tensordict_priority`` of the ``all_cuda`` example (``benchmarks/cuda_examples.py``),
+each profiled alone after warm-ups.
+
+For each call it prints the wall time (median of ``--reps``, device synchronized around each
+call), the number of kernels it launched and their total device time (``torch.profiler``), and
+the Python functions with the most own time (``cProfile``, top ``--top``). A call whose wall
+time is far above its kernels' time is bound by the host: launches and Python.
+
+    python benchmarks/cuda_profile.py --capacities 1000000 10000000 --batch 65536
+
+``--device cpu`` runs it on the host (numba trees, no kernels), to check the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+from collections.abc import Callable
+
+import torch
+from _common import median_ms
+from tensordict import TensorDict
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernels(fn: Callable[[], object], device: str) -> tuple[int, float]:
+    """The kernels ``fn`` launches once (count) and their summed device time in ms."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len(launched), sum(e.device_time for e in launched) / 1e3
+
+
+def hot_functions(fn: Callable[[], object], reps: int, top: int) -> str:
+    """``cProfile``'s ``top`` functions by own time over ``reps`` calls of ``fn``."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(reps):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return "\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--capacities", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--batch", type=int, default=65_536)
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    from tdreplay.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    for capacity in args.capacities:
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=0.7, beta=0.5, storage=LazyTensorStorage(capacity, device=args.device),
+            batch_size=args.batch, priority_key="td_error")
+        chunk = min(100_000, capacity)
+        rows = TensorDict({"obs": torch.randn(chunk, 32, device=args.device),
+                           "td_error": torch.ones(chunk, device=args.device)}, [chunk])
+        for _ in range(-(-capacity // chunk)):
+            rb.extend(rows)
+        sample = rb.sample()
+
+        def update() -> None:
+            sample["td_error"] = torch.rand(sample.shape, device=sample.device)
+            rb.update_tensordict_priority(sample)
+
+        for name, fn in (("sample", rb.sample), ("update", update), ("extend",
+                                                                      lambda: rb.extend(rows))):
+            wall = median_ms(fn, sync, args.reps)
+            count, device_ms = kernels(fn, args.device)
+            print(f"== capacity {capacity} {name}: {wall:.3f} ms wall, {count} kernels, "
+                  f"{device_ms:.3f} ms on the device")
+            print(hot_functions(fn, args.reps, args.top), flush=True)
+
+
+if __name__ == "__main__":
+    main()
