@@ -10,14 +10,15 @@ indices, priorities and write generations) into the graph's input tensors, and h
 of its outputs.
 
 A graph holds, as constants, everything its kernels were launched with: the addresses and sizes
-of the state's tensors, the inputs' sizes, the settings (``alpha``, ``beta``, the number of
+of the state's tensors, the inputs' sizes, the settings (``alpha``, ``eps``, the number of
 written slots...). So a graph is recorded for one key of all of them and one state object (held
 weakly: a graph whose state is gone is dropped), the second time a call with that key runs (the
-first runs eagerly: it also compiles the kernels, and a call whose key never comes back, as while
-a buffer fills, is never recorded), and replayed while the key is the same. A graph is never
-recorded while the stream is already being captured (in the caller's own graph, the call runs
-eagerly into it), nor with ``TDREPLAY_CUDA_GRAPHS=0`` set (read at each call). Where recording
-fails, the call runs eagerly and graphs stay off on that device (with one warning).
+first runs eagerly, and counts once it has succeeded: it also compiles the kernels, and a call
+whose key never comes back, as while a buffer fills, is never recorded), and replayed while the
+key is the same. A graph is never recorded while the stream is already being captured (in the
+caller's own graph, the call runs eagerly into it), nor with ``TDREPLAY_CUDA_GRAPHS=0`` set
+(read at each call). Where recording fails, the call runs eagerly and graphs stay off on that
+device (with one warning).
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ class StateGraphs:
         if recorded is None and key in self._seen and not torch.cuda.is_current_stream_capturing():
             recorded = self._record(key, body, state, inputs)
         if recorded is None:
-            self._remember(key)
-            return body(state, *inputs)
+            outputs = body(state, *inputs)
+            self._remember(key)  # after it ran: a call that raises is never recorded
+            return outputs
         self._graphs.move_to_end(key)
         return recorded.replay(inputs)
 
