@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 19 in one command, for a lent GPU machine (the device tool's `run`,
-# carry [".whl"] after benchmarks/gpu_wheels.sh here; about 6 minutes on one H100):
+# carry [".whl"] after benchmarks/gpu_wheels.sh here; 2.8 minutes on an H200, 2026-11-27):
 #   1. the tests that need CUDA (the prioritized sampler's CUDA tests, CUDA trees and storages),
 #   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL (the release that
 #      benchmarks/gpu_wheels.sh fetched, with its own tensordict),

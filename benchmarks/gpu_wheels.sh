@@ -8,9 +8,10 @@
 # TorchRL 0.12.0 (0.14.1, built for torch 2.13, fails there with "SumSegmentTreeFp32 is not
 # available"). Set TORCHRL and TORCHRL_TENSORDICT for an image with another torch.
 # TorchRL's CUDA trees are in no wheel on PyPI: with TORCHRL_CSRC set to the torchrl/csrc
-# folder of a pytorch/rl checkout at the 0.14 release, .whl/torchrl_cuda gets TorchRL 0.14.1's
-# wheels and those sources, and gpu_check.sh builds the extension with CUDA on the GPU machine
-# (benchmarks/torchrl_ext.py).
+# folder of a pytorch/rl checkout at the 0.14 release (or later: torchrl/csrc has not changed
+# since e479313ab, 2026-04-28, "Add CUDA support for prioritized replay sampling"),
+# .whl/torchrl_cuda gets TorchRL 0.14.1's wheels and those sources, and gpu_check.sh builds the
+# extension with CUDA on the GPU machine (benchmarks/torchrl_ext.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
