@@ -24,6 +24,7 @@ device (with one warning).
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 import weakref
 from collections import OrderedDict
@@ -71,7 +72,8 @@ class _Recorded:
 
 class StateGraphs:
     """Recorded calls on CUDA priority states, by key (at most ``size`` graphs, the least
-    recently replayed dropped first; see the module docstring).
+    recently replayed dropped first; see the module docstring). Safe to share between threads:
+    its bookkeeping is locked (two threads may record the same key at once: one graph is kept).
 
     Examples
     --------
@@ -85,6 +87,7 @@ class StateGraphs:
         self._graphs: OrderedDict[Key, _Recorded] = OrderedDict()
         self._seen: OrderedDict[Key, None] = OrderedDict()
         self._failed: set[torch.device] = set()
+        self._lock = threading.Lock()
 
     def serves(self, device: torch.device) -> bool:
         """Whether calls on ``device`` may be replayed from graphs."""
@@ -99,35 +102,45 @@ class StateGraphs:
         the key ran once before, else run eagerly. Returns ``body``'s outputs (copies, from a
         graph)."""
         key = _key(state, inputs, constants)
-        recorded = self._graphs.get(key)
-        if recorded is not None and recorded.owner() is not state:  # the state of that id died
-            del self._graphs[key]
-            recorded = None
-        if recorded is None and key in self._seen and not torch.cuda.is_current_stream_capturing():
+        recorded, seen = self._lookup(key, state)
+        if (recorded is None and seen and state.device not in self._failed
+                and not _capturing(state.device)):
             recorded = self._record(key, body, state, inputs)
         if recorded is None:
             outputs = body(state, *inputs)
             self._remember(key)  # after it ran: a call that raises is never recorded
             return outputs
-        self._graphs.move_to_end(key)
         return recorded.replay(inputs)
 
+    def _lookup(self, key: Key, state: PriorityState) -> tuple[_Recorded | None, bool]:
+        """The graph recorded for ``key`` on ``state`` (now the most recently used), and
+        whether the key ran before."""
+        with self._lock:
+            recorded = self._graphs.get(key)
+            if recorded is not None and recorded.owner() is not state:  # that id's state died
+                del self._graphs[key]
+                recorded = None
+            if recorded is not None:
+                self._graphs.move_to_end(key)
+            return recorded, key in self._seen
+
     def _remember(self, key: Key) -> None:
-        self._seen[key] = None
-        self._seen.move_to_end(key)
-        while len(self._seen) > 4 * self._size:
-            self._seen.popitem(last=False)
+        with self._lock:
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+            while len(self._seen) > 4 * self._size:
+                self._seen.popitem(last=False)
 
     def _record(self, key: Key, body: GraphBody, state: PriorityState,
                 inputs: Sequence[Input]) -> _Recorded | None:
         """Record ``body`` on tensors shaped as ``inputs`` (nothing runs: the caller replays
         it), or ``None`` where recording failed (graphs are then off on the state's device)."""
         device = state.device
-        graph = torch.cuda.CUDAGraph()
-        static = [torch.empty_like(given) if isinstance(given, torch.Tensor) else
-                  None if given is None else
-                  torch.empty((), dtype=torch.float64, device=device) for given in inputs]
         try:
+            graph = torch.cuda.CUDAGraph()
+            static = [torch.empty_like(given) if isinstance(given, torch.Tensor) else
+                      None if given is None else
+                      torch.empty((), dtype=torch.float64, device=device) for given in inputs]
             with torch.cuda.device(device):
                 stream = torch.cuda.Stream(device)
                 stream.wait_stream(torch.cuda.current_stream(device))
@@ -139,16 +152,23 @@ class StateGraphs:
                         graph.capture_end()
                 torch.cuda.current_stream(device).wait_stream(stream)
         except Exception as err:  # the call cannot be recorded here: eager from now on
-            self._failed.add(device)
+            with self._lock:
+                self._failed.add(device)
             warnings.warn(f"recording a prioritized sampler's call in a CUDA graph failed on "
                           f"{device} ({type(err).__name__}: {err}); its calls there run "
                           f"eagerly", RuntimeWarning, stacklevel=4)
             return None
         recorded = _Recorded(graph, weakref.ref(state), static, outputs)
-        self._graphs[key] = recorded
-        while len(self._graphs) > self._size:
-            self._graphs.popitem(last=False)
+        with self._lock:
+            self._graphs[key] = recorded
+            while len(self._graphs) > self._size:
+                self._graphs.popitem(last=False)
         return recorded
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is being captured (by the caller's own graph)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _key(state: PriorityState, inputs: Sequence[Input], constants: tuple[object, ...]) -> Key:
