@@ -137,8 +137,8 @@ def test_device_stale_updates_are_skipped():
 
 
 def graph_recordings(monkeypatch) -> list[bool]:
-    """Whether each recording of a draw or a priority update in a CUDA graph succeeded (from no graph:
-    those of earlier tests may have keys of this test's tensors, at addresses used again)."""
+    """Whether each recording of a draw or a priority update in a CUDA graph succeeded, starting
+    from no graph (those of earlier tests may have keys of this test's tensors' addresses)."""
     from tdreplay.samplers import _priority_graphs, _priority_kernels
 
     monkeypatch.setattr(_priority_kernels, "_GRAPHS", _priority_graphs.StateGraphs())
@@ -181,7 +181,7 @@ def run_cycles(graphs: str, monkeypatch, capacity: int = 2000, rounds: int = 5,
 
 
 @pytest.mark.parametrize("within_buffer", [False, True])
-def test_graph_replayed_updates_equal_eager_updates(monkeypatch, within_buffer):
+def test_graph_replayed_draws_and_updates_equal_eager_ones(monkeypatch, within_buffer):
     recordings = graph_recordings(monkeypatch)
     eager_state, eager_draws = run_cycles("0", monkeypatch, within_buffer=within_buffer)
     assert recordings == []
@@ -199,8 +199,8 @@ def test_graph_replayed_updates_equal_eager_updates(monkeypatch, within_buffer):
 
 
 def test_a_replaced_state_is_updated_not_the_recorded_one(monkeypatch):
-    """A graph writes where the state it was recorded on lives: a state loaded afterwards (new
-    tensors) gets its own graph, and the old trees are not written."""
+    """After ``load_state_dict``, updates land in the loaded state, whether it has tensors of its
+    own (then a graph of its own) or was copied into the recorded ones."""
     recordings = graph_recordings(monkeypatch)
     sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0, eps=0.0, device="cuda")
     sampler.extend(torch.arange(100))
