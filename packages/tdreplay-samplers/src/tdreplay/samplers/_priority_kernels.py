@@ -224,11 +224,12 @@ class TorchKernels(PriorityKernels):
     def extend(self, state: PriorityState, slots: torch.Tensor, leaf: float | torch.Tensor,
                generation: int) -> None:
         state.generation.index_fill_(0, slots, generation)
-        state.sum_tree.update(slots, leaf)
-        state.min_tree.refresh(slots)
+        trees: list[tuple[SumTree | MinTree, Any]] = [(state.sum_tree, leaf)]
         if state.max_tree is not None:
             # a new item has no priority set by update_priority yet
-            state.max_tree.update(slots, math.inf)
+            trees.append((state.max_tree, math.inf))
+        # one index conversion for all trees; on CUDA one refresh launch per level for all
+        update_together(trees, slots, state.min_tree)
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
              dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
