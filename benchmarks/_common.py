@@ -68,6 +68,12 @@ def median_ms(fn: Callable[[], object], sync: Callable[[], None], reps: int) -> 
     return 1e3 * statistics.median(times)
 
 
+def device_sync(device: str) -> Callable[[], None]:
+    """What waits for ``device``'s queued work: ``torch.cuda.synchronize`` on ``"cuda"``, else
+    nothing (host work is done when its call returns)."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
 def device_name(device: str) -> str:
     """The GPU's name for ``device="cuda"``, else ``"cpu"`` (the CUDA scripts' rows)."""
     return torch.cuda.get_device_name(0) if device == "cuda" else "cpu"

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from _common import rate, report
+from _common import device_sync, rate, report
 from tensordict import TensorDict
 
 from tdreplay.samplers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
@@ -116,7 +116,7 @@ def tdbuffer_cycles(rb: TensorDictPrioritizedReplayBuffer, batch: int,
 def bench(buffer_cls: type, cycles: Callable[..., list[tuple[str, Cycle]]], tag: str,
           device: str, backend: str | None, batches: list[int], min_time: float) -> None:
     """Time every cycle of ``cycles`` on a filled ``buffer_cls`` for each batch size."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
     rb = filled(buffer_cls, device, backend)
     if buffer_cls is PrioritizedReplayBuffer:
         report(f"prioritized/{tag}/state_bytes_per_slot", state_bytes_per_slot(rb), "B",

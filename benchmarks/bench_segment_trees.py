@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from _common import rate, report
+from _common import device_sync, rate, report
 
 from tdreplay.samplers.segment_trees import NumbaSumTree, TorchSumTree
 
@@ -40,7 +40,7 @@ def torch_step(capacity: int, init: np.ndarray, batch: int, device: str) -> Call
     tree = TorchSumTree(capacity, device=device)
     tree.update(torch.arange(capacity, device=device), torch.from_numpy(init).to(device))
     gen = torch.Generator(device=device).manual_seed(0)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
 
     def step() -> None:
         u = torch.rand(batch, dtype=torch.float64, device=device, generator=gen)

@@ -33,12 +33,13 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
-from _common import device_name, median_ms
+from _common import device_name, device_sync, median_ms
 from tensordict import TensorDict
 
 CASES = ("all_cuda", "memmap_cuda_trees", "cuda_cpu_trees")
@@ -73,29 +74,37 @@ def takes_sampler_device(data: Any) -> bool:
                                              for p in params.values())
 
 
+def filled_buffer(data: Any, case: str, device: str, capacity: int, batch: int, chunk: int,
+                  scratch: str) -> tuple[float, dict[str, Callable[[], object]]]:
+    """Fill the buffer of ``case`` to ``capacity`` with extends of ``chunk`` rows: the fill's
+    seconds, and the calls on it that the figures time: ``extend`` of ``chunk`` rows, ``sample()`` and
+    ``update`` (``update_tensordict_priority`` of a sample with fresh ``td_error``)."""
+    sync = device_sync(device)
+    rb, rows_on = make_buffer(data, case, device, capacity, batch, scratch)
+    rows = TensorDict({"obs": torch.randn(chunk, 32, device=rows_on),
+                       "td_error": torch.ones(chunk, device=rows_on)}, [chunk])
+    start = time.perf_counter()
+    for _ in range(-(-capacity // chunk)):
+        rb.extend(rows)
+    sync()
+    fill_s = time.perf_counter() - start
+    sample = rb.sample()
+
+    def update() -> None:
+        sample["td_error"] = torch.rand(sample.shape, device=sample.device)
+        rb.update_tensordict_priority(sample)
+
+    return fill_s, {"extend": lambda: rb.extend(rows), "sample": rb.sample, "update": update}
+
+
 def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk: int,
              reps: int) -> dict[str, Any]:
     """Fill the buffer of ``case`` and time it; the figures (or the error) as a dict."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            rb, rows_on = make_buffer(data, case, device, capacity, batch, scratch)
-            rows = TensorDict({"obs": torch.randn(chunk, 32, device=rows_on),
-                               "td_error": torch.ones(chunk, device=rows_on)}, [chunk])
-            start = time.perf_counter()
-            for _ in range(-(-capacity // chunk)):
-                rb.extend(rows)
-            sync()
-            fill_s = time.perf_counter() - start
-            sample = rb.sample()
-
-            def update() -> None:
-                sample["td_error"] = torch.rand(sample.shape, device=sample.device)
-                rb.update_tensordict_priority(sample)
-
-            ms = {"extend": median_ms(lambda: rb.extend(rows), sync, reps),
-                  "sample": median_ms(rb.sample, sync, reps),
-                  "update": median_ms(update, sync, reps)}
+            fill_s, calls = filled_buffer(data, case, device, capacity, batch, chunk, scratch)
+            ms = {name: median_ms(call, device_sync(device), reps)
+                  for name, call in calls.items()}
         except Exception as err:  # the library refuses the case: report why
             return {"error": f"{type(err).__name__}: {err}"}
     cycle_ms = ms["sample"] + ms["update"]

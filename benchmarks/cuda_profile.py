@@ -18,11 +18,12 @@ import argparse
 import cProfile
 import io
 import pstats
+import tempfile
 from collections.abc import Callable
 
 import torch
-from _common import median_ms
-from tensordict import TensorDict
+from _common import device_sync, median_ms
+from cuda_examples import filled_buffer
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -31,8 +32,7 @@ def kernels(fn: Callable[[], object], device: str) -> tuple[int, float]:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
         fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
+        device_sync(device)()
     launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return len(launched), sum(e.device_time for e in launched) / 1e3
 
@@ -57,31 +57,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    from tdreplay.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+    import tdreplay.data
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    sync = device_sync(args.device)
     for capacity in args.capacities:
-        rb = TensorDictPrioritizedReplayBuffer(
-            alpha=0.7, beta=0.5, storage=LazyTensorStorage(capacity, device=args.device),
-            batch_size=args.batch, priority_key="td_error")
-        chunk = min(100_000, capacity)
-        rows = TensorDict({"obs": torch.randn(chunk, 32, device=args.device),
-                           "td_error": torch.ones(chunk, device=args.device)}, [chunk])
-        for _ in range(-(-capacity // chunk)):
-            rb.extend(rows)
-        sample = rb.sample()
-
-        def update() -> None:
-            sample["td_error"] = torch.rand(sample.shape, device=sample.device)
-            rb.update_tensordict_priority(sample)
-
-        for name, fn in (("sample", rb.sample), ("update", update), ("extend",
-                                                                      lambda: rb.extend(rows))):
-            wall = median_ms(fn, sync, args.reps)
-            count, device_ms = kernels(fn, args.device)
-            print(f"== capacity {capacity} {name}: {wall:.3f} ms wall, {count} kernels, "
-                  f"{device_ms:.3f} ms on the device")
-            print(hot_functions(fn, args.reps, args.top), flush=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            _, calls = filled_buffer(tdreplay.data, "all_cuda", args.device, capacity,
+                                        args.batch, min(100_000, capacity), scratch)
+            for name in ("sample", "update", "extend"):
+                fn = calls[name]
+                wall = median_ms(fn, sync, args.reps)
+                count, device_ms = kernels(fn, args.device)
+                print(f"== capacity {capacity} {name}: {wall:.3f} ms wall, {count} kernels, "
+                      f"{device_ms:.3f} ms on the device")
+                print(hot_functions(fn, args.reps, args.top), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 from unittest import mock
 
 import torch
-from _common import device_name, median_ms
+from _common import device_name, device_sync, median_ms
 
 from tdreplay.samplers.segment_trees import SumSegmentTree, make_min_over_sum
 
@@ -50,7 +50,7 @@ def read_nodes(nodes: torch.Tensor, scratch: int) -> torch.Tensor:
 
 def measure(capacity: int, batch: int, device: str, reps: int) -> list[dict[str, Any]]:
     """The rows of one capacity."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
     gen = torch.Generator(device=device).manual_seed(0)
     tree = SumSegmentTree(capacity, backend="torch", device=device)
     tree.update(torch.arange(capacity, device=device),

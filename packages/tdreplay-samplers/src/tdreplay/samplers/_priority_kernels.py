@@ -321,9 +321,9 @@ def _kept_by_tensor_ops(state: PriorityState, index: torch.Tensor, priority: tor
                         n_written: int | None
                         ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``(reduced priority, (target, kept_leaf, kept_priority))`` of an update of the device
-    state ``state``, as :func:`._priority_triton.kept_updates` decides it, with tensor ops (no
-    host sync)."""
-    dev, capacity = state.device, state.capacity
+    state ``state``, as :func:`._priority_triton.kept_updates` decides it (from the same
+    inputs), with tensor ops (no host sync)."""
+    capacity = state.capacity
     ok = ((priority >= 0) & (priority < math.inf)).all()  # NaN fails both
     priority = reduce_priority(priority, index.numel(), reduction)
     leaf = leaf_values(priority, alpha, eps)
@@ -334,7 +334,7 @@ def _kept_by_tensor_ops(state: PriorityState, index: torch.Tensor, priority: tor
     if n_written is not None:
         keep &= index < n_written
     if token is not None:
-        keep &= slot_gen == token.to(dev, non_blocking=True)
+        keep &= slot_gen == token
     return priority, (torch.where(keep, index, -1), torch.where(keep, leaf, 1.0),
                       torch.where(keep, priority, -math.inf))
 

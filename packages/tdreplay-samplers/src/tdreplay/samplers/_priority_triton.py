@@ -37,7 +37,8 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
                  alpha: float, eps: float, n_written: int | None, token: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(target, kept_leaf, kept_priority)`` of ``n`` updates of ``state``'s slots ``index``
-    (int64, on the state's device) to the float64 ``priority`` values, stored as
+    to the float64 ``priority`` values (both, and the int64 ``token``, contiguous on the
+    state's device, as :meth:`~._priority_kernels.TorchKernels.update` hands them), stored as
     ``leaf_values(priority, alpha, eps)``: ``target`` the slot, ``-1`` where the update is
     skipped (every one when a value is NaN, infinite, negative, or its stored value above
     ``leaf_limit(capacity)``; the slot out of range, not among the first ``n_written`` or
@@ -49,7 +50,6 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
     if not runs_on(device):
         return None
     n = index.numel()
-    index, priority = index.contiguous(), priority.contiguous()
     leaf = leaf_values(priority, alpha, eps)
     target = torch.empty_like(index)
     kept_leaf = torch.empty_like(leaf)
@@ -58,7 +58,7 @@ def kept_updates(state: PriorityState, index: torch.Tensor, priority: torch.Tens
         return target, kept_leaf, kept_priority
     refused = torch.zeros(1, dtype=torch.int32, device=device)
     bound = _limit_on(state.capacity, device)
-    tokens = index if token is None else token.to(device, torch.int64).contiguous()
+    tokens = index if token is None else token
 
     def launch() -> None:
         from ._priority_triton_kernels import find_refused, keep_updates
