@@ -26,10 +26,13 @@ from .errors import (
     RemoteCallTimeoutError,
 )
 
-__all__ = ["ActorClient", "SpawnArgs", "check_name"]
+__all__ = ["KILL_WAIT", "ActorClient", "SpawnArgs", "check_name"]
 
 _ACTOR_CLASS: Any = None
 _DEFAULT: Any = object()
+#: Seconds a killed actor may still answer before :meth:`ActorClient.wait_dead` gives up (Ray
+#: kills it within milliseconds on a live cluster).
+KILL_WAIT = 30.0
 
 
 def _actor_class() -> Any:
@@ -387,14 +390,36 @@ class ActorClient:
                                      actor=self._label)
 
     def shutdown(self) -> None:
-        """Kill the actor (no restart)."""
+        """Kill the actor (no restart) and return once it is dead (:meth:`wait_dead`)."""
         if self._handle is not None:
             import_ray().kill(self._handle, no_restart=True)
+            self.wait_dead()
+
+    def wait_dead(self) -> None:
+        """Return once the killed actor is dead. ``ray.kill`` only asks Ray to kill it: until
+        Ray has, a call from any client (of another process too) may still be served, and a
+        closed or shut-down buffer promises that later calls fail. Raises
+        :class:`~tdreplay.distributed.RemoteCallTimeoutError` if it still answers after
+        :data:`KILL_WAIT` seconds."""
+        ray = import_ray()
+        deadline = time.monotonic() + KILL_WAIT
+        while time.monotonic() < deadline:
+            try:  # a no-op every Ray actor has
+                ray.get(self._handle.__ray_ready__.remote(),
+                        timeout=max(deadline - time.monotonic(), 0.0))
+            except ray.exceptions.RayActorError:
+                return
+            except ray.exceptions.GetTimeoutError:
+                break
+            time.sleep(0.01)
+        raise RemoteCallTimeoutError(f"buffer actor {self._label} still answers {KILL_WAIT} s "
+                                     "after it was killed.", actor=self._label)
 
     def close(self) -> None:
-        """Kill the actor for good, quietly if it is already dead or Ray is shut down; later
-        calls of this client raise :class:`~tdreplay.distributed.BufferActorDiedError`.
-        Closing twice does nothing."""
+        """Kill the actor for good, quietly if it is already dead or Ray is shut down, and
+        return once it is dead: later calls of this client raise
+        :class:`~tdreplay.distributed.BufferActorDiedError`, other clients' calls find the
+        actor dead. Closing twice does nothing."""
         if self._closed:
             return
         self._closed = True
@@ -404,4 +429,5 @@ class ActorClient:
             try:
                 ray.kill(self._handle, no_restart=True)
             except (ValueError, RuntimeError):  # already gone (TorchRL ignores these too)
-                pass
+                return
+            self.wait_dead()
