@@ -9,7 +9,12 @@ from typing import Any
 
 from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 
-__all__ = ["RayLease", "check_timeout", "ensure_ray", "import_ray", "wait_all"]
+__all__ = ["KILL_WAIT", "RayLease", "check_timeout", "ensure_ray", "import_ray", "wait_all",
+           "wait_dead"]
+
+#: Seconds a killed actor may still answer before :func:`wait_dead` gives up (Ray kills it
+#: within milliseconds on a live cluster).
+KILL_WAIT = 30.0
 
 
 def import_ray() -> Any:
@@ -152,3 +157,23 @@ def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | No
                 raise cause from err  # err's message holds the actor-side traceback
             raise
     return results
+
+
+def wait_dead(handle: Any, label: str) -> None:
+    """Return once the actor of ``handle``, just killed, is dead. ``ray.kill`` only asks Ray to
+    kill it: until Ray has, a call from any client (of another process too) may still be
+    served, and a closed or shut-down buffer promises that later calls fail. Raises
+    :class:`~tdreplay.distributed.RemoteCallTimeoutError` if it still answers after
+    :data:`KILL_WAIT` seconds."""
+    ray = import_ray()
+    deadline = time.monotonic() + KILL_WAIT
+    while time.monotonic() < deadline:
+        try:  # a no-op every Ray actor has
+            ray.get(handle.__ray_ready__.remote(), timeout=max(deadline - time.monotonic(), 0.0))
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            break
+        time.sleep(0.01)
+    raise RemoteCallTimeoutError(f"buffer actor {label} still answers {KILL_WAIT} s after it was "
+                                 "killed.", actor=label)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from tdreplay.core import ReplayBuffer
 
-from ._ray import check_timeout, import_ray, wait_all
+from ._ray import check_timeout, import_ray, wait_all, wait_dead
 from ._server import COMPONENTS, BufferServer, check_component_spec
 from .errors import (
     BufferActorDiedError,
@@ -26,13 +26,10 @@ from .errors import (
     RemoteCallTimeoutError,
 )
 
-__all__ = ["KILL_WAIT", "ActorClient", "SpawnArgs", "check_name"]
+__all__ = ["ActorClient", "SpawnArgs", "check_name"]
 
 _ACTOR_CLASS: Any = None
 _DEFAULT: Any = object()
-#: Seconds a killed actor may still answer before :meth:`ActorClient.wait_dead` gives up (Ray
-#: kills it within milliseconds on a live cluster).
-KILL_WAIT = 30.0
 
 
 def _actor_class() -> Any:
@@ -390,30 +387,10 @@ class ActorClient:
                                      actor=self._label)
 
     def shutdown(self) -> None:
-        """Kill the actor (no restart) and return once it is dead (:meth:`wait_dead`)."""
+        """Kill the actor (no restart) and return once it is dead (:func:`._ray.wait_dead`)."""
         if self._handle is not None:
             import_ray().kill(self._handle, no_restart=True)
-            self.wait_dead()
-
-    def wait_dead(self) -> None:
-        """Return once the killed actor is dead. ``ray.kill`` only asks Ray to kill it: until
-        Ray has, a call from any client (of another process too) may still be served, and a
-        closed or shut-down buffer promises that later calls fail. Raises
-        :class:`~tdreplay.distributed.RemoteCallTimeoutError` if it still answers after
-        :data:`KILL_WAIT` seconds."""
-        ray = import_ray()
-        deadline = time.monotonic() + KILL_WAIT
-        while time.monotonic() < deadline:
-            try:  # a no-op every Ray actor has
-                ray.get(self._handle.__ray_ready__.remote(),
-                        timeout=max(deadline - time.monotonic(), 0.0))
-            except ray.exceptions.RayActorError:
-                return
-            except ray.exceptions.GetTimeoutError:
-                break
-            time.sleep(0.01)
-        raise RemoteCallTimeoutError(f"buffer actor {self._label} still answers {KILL_WAIT} s "
-                                     "after it was killed.", actor=self._label)
+            wait_dead(self._handle, self._label)
 
     def close(self) -> None:
         """Kill the actor for good, quietly if it is already dead or Ray is shut down, and
@@ -430,4 +407,4 @@ class ActorClient:
                 ray.kill(self._handle, no_restart=True)
             except (ValueError, RuntimeError):  # already gone (TorchRL ignores these too)
                 return
-            self.wait_dead()
+            wait_dead(self._handle, self._label)
