@@ -1,6 +1,6 @@
-"""Where one prioritized cycle on CUDA trees spends its time: ``sample()`` and
-``update_tensordict_priority`` of the ``all_cuda`` example (``benchmarks/cuda_examples.py``),
-each profiled alone after warm-ups.
+"""Where one prioritized cycle on CUDA trees spends its time: ``sample()``,
+``update_tensordict_priority`` and ``extend`` of the CUDA examples (``benchmarks/cuda_examples.py``;
+``--cases``, by default ``all_cuda``), each call profiled alone after warm-ups.
 
 For each call it prints the wall time (median of ``--reps``, device synchronized around each
 call), the number of kernels it launched and their total device time (``torch.profiler``), and
@@ -8,6 +8,7 @@ the Python functions with the most own time (``cProfile``, top ``--top``). A cal
 time is far above its kernels' time is bound by the host: launches and Python.
 
     python benchmarks/cuda_profile.py --capacities 1000000 10000000 --batch 65536
+    python benchmarks/cuda_profile.py --cases memmap_cuda_trees cuda_cpu_trees
 
 ``--device cpu`` runs it on the host (numba trees, no kernels), to check the script.
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 from _common import device_sync, median_ms
-from cuda_examples import filled_buffer
+from cuda_examples import CASES, filled_buffer
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -56,21 +57,23 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=65_536)
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=["all_cuda"])
     args = parser.parse_args()
     import tdreplay.data
 
     sync = device_sync(args.device)
-    for capacity in args.capacities:
-        with tempfile.TemporaryDirectory() as scratch:
-            _, calls = filled_buffer(tdreplay.data, "all_cuda", args.device, capacity,
-                                        args.batch, min(100_000, capacity), scratch)
-            for name in ("sample", "update", "extend"):
-                fn = calls[name]
-                wall = median_ms(fn, sync, args.reps)
-                count, device_ms = kernels(fn, args.device)
-                print(f"== capacity {capacity} {name}: {wall:.3f} ms wall, {count} kernels, "
-                      f"{device_ms:.3f} ms on the device")
-                print(hot_functions(fn, args.reps, args.top), flush=True)
+    for case in args.cases:
+        for capacity in args.capacities:
+            with tempfile.TemporaryDirectory() as scratch:
+                _, calls = filled_buffer(tdreplay.data, case, args.device, capacity,
+                                         args.batch, min(100_000, capacity), scratch)
+                for name in ("sample", "update", "extend"):
+                    fn = calls[name]
+                    wall = median_ms(fn, sync, args.reps)
+                    count, device_ms = kernels(fn, args.device)
+                    print(f"== {case} capacity {capacity} {name}: {wall:.3f} ms wall, {count} "
+                          f"kernels, {device_ms:.3f} ms on the device")
+                    print(hot_functions(fn, args.reps, args.top), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@
 #      extension built here with CUDA (benchmarks/torchrl_ext.py, in the background while the
 #      tests run: nothing is timed until it is done), timed and merged into
 #      cuda_vs_cuda_trees.json.
+#   5. (step "profile", not in the default STEPS) benchmarks/cuda_profile.py on the two cases
+#      the host bounds (memmap_cuda_trees, cuda_cpu_trees) at the first of SIZES: profile.txt.
 # Everything lands in $OUT (tests.log, gpu.txt, trees.json, cuda.json, torchrl_ext.log,
-# cuda_vs_cuda_trees.json: the device tool brings back 8 files at most, so each library's own
+# cuda_vs_cuda_trees.json, profile.txt: the device tool brings back 8 files at most, so each library's own
 # rows stay in $RAW, and are in the merged files and on stdout); a step that
 # fails is logged and the next one still runs. STEPS picks steps (default: all of
 # "tests trees tdreplay torchrl torchrl_cuda"), CASES the benchmark's cases (default: all three).
@@ -93,4 +95,10 @@ fi
 if [ -n "$BUILT" ]; then
     bench torchrl "/tmp/site-torchrl_cuda" torchrl_cuda
     merge torchrl_cuda cuda_vs_cuda_trees
+fi
+if step profile; then
+    PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 240 "$PY" benchmarks/cuda_profile.py \
+        --device "$DEVICE" --capacities "${SIZES%% *}" --batch "$BATCH" --reps 20 --top 20 \
+        --cases memmap_cuda_trees cuda_cpu_trees > "$OUT/profile.txt" 2>&1 \
+        || echo "profile: exit $?"
 fi
