@@ -12,8 +12,8 @@
 #   5. (step "profile", not in the default STEPS) benchmarks/cuda_profile.py on the two cases
 #      the host bounds (memmap_cuda_trees, cuda_cpu_trees) at the first of SIZES: profile.txt.
 # Everything lands in $OUT (tests.log, gpu.txt, trees.json, cuda.json, torchrl_ext.log,
-# cuda_vs_cuda_trees.json, profile.txt: the device tool brings back 8 files at most, so each library's own
-# rows stay in $RAW, and are in the merged files and on stdout); a step that
+# cuda_vs_cuda_trees.json, profile.txt: the device tool brings back 8 files at most, so each
+# library's own rows stay in $RAW, and are in the merged files and on stdout); a step that
 # fails is logged and the next one still runs. STEPS picks steps (default: all of
 # "tests trees tdreplay torchrl torchrl_cuda"), CASES the benchmark's cases (default: all three).
 # Step "trees" times the device tree's operations alone (benchmarks/cuda_trees.py: trees.json).

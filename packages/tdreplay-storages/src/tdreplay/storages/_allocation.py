@@ -39,16 +39,16 @@ import torch
 #: fault per 2 MiB instead of per 4 KiB. A 1M-row first fill (277-byte rows, 10k-row extends,
 #: 2-core VM) runs at 13-21M rows/s on huge pages against 4.4-6.5M on 4 KiB pages. A virtual
 #: machine can make the first touch of huge pages slow: with free page reporting (the benchmark
-#: guest boots with ``page_reporting_order=11``), free blocks of 8 MiB and more are handed back to
-#: the host, and touching them again faults into the host. 2 MiB pages come from such blocks, 4 KiB
-#: pages mostly from memory freed shortly before. Measured on such a 2-core guest (2026-11-27):
-#: a process's first 1M-row fill ran at 1.6-1.8M rows/s, its next two at 29-41M (memory the
-#: process had just freed); 277 MB of new huge pages filled in 0.55 s, or in 0.016-0.021 s right
-#: after 18 GiB had been touched, against 0.10 s on 4 KiB pages; the kernel's compaction stalls
-#: stayed at 0. cpprb's numpy arrays pay the same (3.0-3.2M rows/s on its first fill). (An
-#: earlier 1 GiB threshold was set from a slow figure that came from buffers kept alive by a
-#: reference cycle until a gc pass, so that every new buffer needed fresh huge pages; a dropped
-#: buffer now frees its memory at once.)
+#: guest boots with ``page_reporting_order=11``), free blocks of 8 MiB and more are handed back
+#: to the host, and touching them again faults into the host. 2 MiB pages come from such
+#: blocks, 4 KiB pages mostly from memory freed shortly before. Measured on such a 2-core guest
+#: (2026-11-27, three runs): a process's first 1M-row fill ran at 1.6-5.4M rows/s, its next two
+#: at 29-41M (memory the process had just freed); 277 MB of new huge pages filled in 0.55 s, or
+#: in 0.016-0.021 s right after 18 GiB had been touched, against 0.10 s on 4 KiB pages; the
+#: kernel's compaction stalls stayed at 0. cpprb's numpy arrays pay the same (3.0-3.2M rows/s
+#: on its first fill). (An earlier 1 GiB threshold was set from a slow figure that came from
+#: buffers kept alive by a reference cycle until a gc pass, so that every new buffer needed
+#: fresh huge pages; a dropped buffer now frees its memory at once.)
 HUGE_PAGE_MIN_BYTES = 4 << 20
 
 
