@@ -103,8 +103,8 @@ def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk
     with tempfile.TemporaryDirectory() as scratch:
         try:
             fill_s, calls = filled_buffer(data, case, device, capacity, batch, chunk, scratch)
-            ms = {name: median_ms(call, device_sync(device), reps)
-                  for name, call in calls.items()}
+            sync = device_sync(device)
+            ms = {name: median_ms(call, sync, reps) for name, call in calls.items()}
         except Exception as err:  # the library refuses the case: report why
             return {"error": f"{type(err).__name__}: {err}"}
     cycle_ms = ms["sample"] + ms["update"]

@@ -76,3 +76,14 @@ def test_serves_cuda_devices_unless_switched_off(monkeypatch):
     assert not graphs.serves(torch.device("cuda", 0))
     monkeypatch.setenv("TDREPLAY_CUDA_GRAPHS", "1")
     assert graphs.serves(torch.device("cuda", 0)) and not graphs.serves(CPU)
+
+
+def test_call_runs_a_host_state_eagerly_and_never_records(state):
+    graphs, calls = StateGraphs(), []
+    body, x = scaled(calls), torch.arange(3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not served: no recording tried, no warning
+        outs = [graphs.call(body, state, (x, float(k)), ("k",)) for k in (2, 3, 4)]
+    assert calls == [2.0, 3.0, 4.0]
+    assert [out[0].tolist() for out in outs] == [[0.0, 2.0, 4.0], [0.0, 3.0, 6.0],
+                                                 [0.0, 4.0, 8.0]]

@@ -94,6 +94,14 @@ class StateGraphs:
         return (device.type == "cuda" and device not in self._failed
                 and os.environ.get("TDREPLAY_CUDA_GRAPHS", "1") != "0")
 
+    def call(self, body: GraphBody, state: PriorityState, inputs: Sequence[Input],
+             constants: tuple[object, ...]) -> tuple[torch.Tensor, ...]:
+        """``body(state, *inputs)``: through :meth:`run` where the state's device is served
+        (:meth:`serves`; there the call is bound by its kernel launches), else eagerly."""
+        if self.serves(state.device):
+            return self.run(body, state, inputs, constants)
+        return body(state, *inputs)
+
     def run(self, body: GraphBody, state: PriorityState, inputs: Sequence[Input],
             constants: tuple[object, ...]) -> tuple[torch.Tensor, ...]:
         """``body(state, *inputs)``: replayed from its graph where one is recorded for this key
@@ -156,7 +164,7 @@ class StateGraphs:
                 self._failed.add(device)
             warnings.warn(f"recording a prioritized sampler's call in a CUDA graph failed on "
                           f"{device} ({type(err).__name__}: {err}); its calls there run "
-                          f"eagerly", RuntimeWarning, stacklevel=4)
+                          f"eagerly", RuntimeWarning, stacklevel=5)
             return None
         recorded = _Recorded(graph, weakref.ref(state), static, outputs)
         with self._lock:

@@ -237,11 +237,9 @@ class TorchKernels(PriorityKernels):
                  ) -> tuple[torch.Tensor, ...]:
             return _device_draw(state, u, neg_beta, stratified=stratified, dtype=dtype)
 
-        if _GRAPHS.serves(state.device):  # host-bound on CUDA: one replay, not ~12 launches
-            index, weight, gen = _GRAPHS.run(draw, state, (u.contiguous(), -beta),
-                                             (stratified, dtype))
-        else:
-            index, weight, gen = draw(state, u, -beta)
+        # on CUDA one graph replay, not ~12 launches
+        index, weight, gen = _GRAPHS.call(draw, state, (u.contiguous(), -beta),
+                                          (stratified, dtype))
         if index.is_cpu:  # no device sync
             check_drawn(int(index.max()), written)
         return index, weight, gen
@@ -261,11 +259,8 @@ class TorchKernels(PriorityKernels):
                           eps=eps, n_written=n_written)
             return ()
 
-        if _GRAPHS.serves(dev):  # host-bound on CUDA: one graph replay instead of ~35 launches
-            _GRAPHS.run(apply, state, (index, priority, token), (reduction, alpha, eps,
-                                                                 n_written))
-        else:
-            apply(state, index, priority, token)
+        # on CUDA one graph replay, not ~35 launches
+        _GRAPHS.call(apply, state, (index, priority, token), (reduction, alpha, eps, n_written))
         return True
 
 
