@@ -16,6 +16,11 @@ and prefetches each mass's next block, so the cache misses of a large tree overl
 adding up. ``refresh_min_over_sum`` / ``rebuild_min_over_sum`` keep the internal nodes of a min
 tree whose leaf level is a sum tree's (:class:`~._numba.NumbaMinOverSumTree`): its bottom
 nodes are the least positive values of their 8 sum-tree leaves.
+
+``update_part``, ``refresh_over_sum`` and ``rebuild_levels`` (inlined into the kernels that call
+them) do the same on part of a tree: the nodes below a range ``[lo, hi)`` of nodes of level
+``stop``, up to that level. Threads that own disjoint ranges of one level can update a tree at
+once (:mod:`tdreplay.samplers._priority_split`); the levels above ``stop`` are then rebuilt.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from numba.extending import intrinsic
 
 from .._kernel_cache import on_disk
 
-__all__ = ["prefetch", "rebuild_min", "rebuild_min_over_sum", "rebuild_sum", "refresh_min_over_sum",
-           "scan", "update_min", "update_sum"]
+__all__ = ["prefetch", "rebuild_levels", "rebuild_min", "rebuild_min_over_sum", "rebuild_sum",
+           "refresh_min_over_sum", "refresh_over_sum", "scan", "update_min", "update_part",
+           "update_sum"]
 
 # ---------------------------------------------------------------------------------------------
 # kernels
@@ -133,29 +139,43 @@ def _level_blocks(tree, offsets, level):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, inline="always")
-def _rebuild_from(tree, offsets, level, is_min):  # pragma: no cover - compiled
-    """Recompute every node of ``level`` and of the levels above it from their children."""
-    for lv in range(level, -1, -1):
+def _level_range(tree, offsets, level, stop, lo, hi):  # pragma: no cover - compiled
+    """The nodes ``[a, b)`` of ``level`` that have children and lie below the nodes ``[lo, hi)``
+    of level ``stop <= level``: all of them for ``(stop, lo, hi) = (0, 0, 1)`` (the root)."""
+    shift = 3 * (level - stop)
+    return lo << shift, min(hi << shift, _level_blocks(tree, offsets, level))
+
+
+@njit(nogil=True, inline="always")
+def rebuild_levels(tree, offsets, level, is_min, stop, lo, hi):  # pragma: no cover - compiled
+    """Recompute the nodes of ``level`` and of the levels above it, up to level ``stop``, from
+    their children: those below the nodes ``[lo, hi)`` of level ``stop`` (``(0, 0, 1)``: all)."""
+    for lv in range(level, stop - 1, -1):
         children = offsets[lv + 1]
         start = offsets[lv]
-        for node in range(_level_blocks(tree, offsets, lv)):
+        first, end = _level_range(tree, offsets, lv, stop, lo, hi)
+        for node in range(first, end):
             _put(tree, start + node, _block_reduce(tree, children + 8 * node, is_min))
 
 
 @njit(nogil=True, inline="always")
-def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - compiled
+def _propagate(tree, offsets, nodes, live, top, is_min, stop, lo,
+               hi):  # pragma: no cover - compiled
     """Recompute the nodes ``nodes[:live]`` of level ``top`` from their children, then their
-    ancestors, one level at a time for the whole batch: the items of a level are independent,
-    so their loads overlap (a walk to the root per item would chain every load on the previous
-    store). An item whose recomputed node is unchanged is dropped (its ancestors are
-    consistent; a duplicate parent is recomputed once, by the first item that reaches it).
-    Once a level has no more nodes than items still going up, that level and those above are
-    recomputed whole. ``nodes`` is overwritten."""
-    for level in range(top, -1, -1):
+    ancestors up to level ``stop``, one level at a time for the whole batch: the items of a
+    level are independent, so their loads overlap (a walk to the root per item would chain
+    every load on the previous store). An item whose recomputed node is unchanged is dropped
+    (its ancestors are consistent; a duplicate parent is recomputed once, by the first item that
+    reaches it). Once a level has no more nodes than items still going up, that level and those
+    above are recomputed whole. ``nodes`` is overwritten. The nodes are all below the nodes
+    ``[lo, hi)`` of level ``stop``, and only those are recomputed (``(0, 0, 1)``: up to the
+    root; a thread that owns a subtree range stops below the levels other threads share)."""
+    for level in range(top, stop - 1, -1):
         if live == 0:
             return
-        if (1 if level == 0 else offsets[level + 1] - offsets[level]) <= live:
-            _rebuild_from(tree, offsets, level, is_min)
+        first, end = _level_range(tree, offsets, level, stop, lo, hi)
+        if end - first <= live:
+            rebuild_levels(tree, offsets, level, is_min, stop, lo, hi)
             return
         children = offsets[level + 1]
         start = offsets[level]
@@ -173,8 +193,9 @@ def _propagate(tree, offsets, nodes, live, top, is_min):  # pragma: no cover - c
 
 
 @njit(nogil=True, inline="always")
-def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compiled
-    # leaves first, in batch order (the last duplicate wins); then their ancestors
+def update_part(tree, offsets, index, values, is_min, stop, lo, hi):  # pragma: no cover - compiled
+    # leaves first, in batch order (the last duplicate wins); then their ancestors up to level
+    # ``stop`` (below its nodes [lo, hi), which hold every leaf of ``index``)
     depth = offsets.shape[0] - 1
     leaves = offsets[depth]
     n = index.shape[0]
@@ -185,32 +206,32 @@ def _update(tree, offsets, index, values, is_min):  # pragma: no cover - compile
     nodes = np.empty(n, dtype=np.int64)
     for i in range(n):
         nodes[i] = index[i] >> 3
-    _propagate(tree, offsets, nodes, n, depth - 1, is_min)
+    _propagate(tree, offsets, nodes, n, depth - 1, is_min, stop, lo, hi)
 
 
 # entry points: one compiled kernel each (a bool argument would be compiled once per value)
 @on_disk
 @njit(nogil=True)
 def update_sum(tree, offsets, index, values):  # pragma: no cover - compiled
-    _update(tree, offsets, index, values, False)
+    update_part(tree, offsets, index, values, False, 0, 0, 1)
 
 
 @on_disk
 @njit(nogil=True)
 def update_min(tree, offsets, index, values):  # pragma: no cover - compiled
-    _update(tree, offsets, index, values, True)
+    update_part(tree, offsets, index, values, True, 0, 0, 1)
 
 
 @on_disk
 @njit(nogil=True)
 def rebuild_sum(tree, offsets):  # pragma: no cover - compiled
-    _rebuild_from(tree, offsets, offsets.shape[0] - 2, False)
+    rebuild_levels(tree, offsets, offsets.shape[0] - 2, False, 0, 0, 1)
 
 
 @on_disk
 @njit(nogil=True)
 def rebuild_min(tree, offsets):  # pragma: no cover - compiled
-    _rebuild_from(tree, offsets, offsets.shape[0] - 2, True)
+    rebuild_levels(tree, offsets, offsets.shape[0] - 2, True, 0, 0, 1)
 
 
 # the min over a sum tree's positive leaves (:class:`~._numba.NumbaMinOverSumTree`): ``min_nodes``
@@ -234,34 +255,40 @@ def _positive_block_min(leaves, b):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, inline="always")
-def _rebuild_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
+def _rebuild_over_sum(min_nodes, sum_nodes, offsets, stop, lo, hi):  # pragma: no cover - compiled
+    """Recompute the min nodes below the nodes ``[lo, hi)`` of level ``stop`` (``(0, 0, 1)``:
+    all of them) from the sum tree's leaves."""
     depth = offsets.shape[0] - 1
     leaves = offsets[depth]
     start = offsets[depth - 1]
-    for node in range((sum_nodes.shape[0] - leaves) // 8):
+    first, end = _level_range(sum_nodes, offsets, depth - 1, stop, lo, hi)
+    for node in range(first, end):
         _put(min_nodes, start + node, _positive_block_min(sum_nodes, leaves + 8 * node))
     if depth > 1:
-        _rebuild_from(min_nodes, offsets, depth - 2, True)
+        rebuild_levels(min_nodes, offsets, depth - 2, True, stop, lo, hi)
 
 
 @on_disk
 @njit(nogil=True)
 def rebuild_min_over_sum(min_nodes, sum_nodes, offsets):  # pragma: no cover - compiled
-    _rebuild_over_sum(min_nodes, sum_nodes, offsets)
+    _rebuild_over_sum(min_nodes, sum_nodes, offsets, 0, 0, 1)
 
 
-@on_disk
-@njit(nogil=True)
-def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no cover - compiled
-    """Recompute the min nodes above the sum tree's leaves ``index`` (after they changed)."""
+@njit(nogil=True, inline="always")
+def refresh_over_sum(min_nodes, sum_nodes, offsets, index, stop, lo,
+                     hi):  # pragma: no cover - compiled
+    """Recompute the min nodes above the sum tree's leaves ``index`` (after they changed), up
+    to level ``stop``: the leaves are below its nodes ``[lo, hi)``, and only the min nodes below
+    those are recomputed (see :func:`_propagate`)."""
     depth = offsets.shape[0] - 1
     leaves = offsets[depth]
     bottom = offsets[depth - 1]
     n = index.shape[0]
     if n == 0:
         return
-    if (1 if depth == 1 else leaves - bottom) <= n:
-        _rebuild_over_sum(min_nodes, sum_nodes, offsets)
+    first, end = _level_range(sum_nodes, offsets, depth - 1, stop, lo, hi)
+    if end - first <= n:
+        _rebuild_over_sum(min_nodes, sum_nodes, offsets, stop, lo, hi)
         return
     nodes = np.empty(n, dtype=np.int64)
     kept = 0
@@ -274,7 +301,14 @@ def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no co
         _put(min_nodes, bottom + node, new)  # as in _propagate: no branch on the comparison
         _put(nodes, kept, node >> 3)
         kept += changed
-    _propagate(min_nodes, offsets, nodes, kept, depth - 2, True)
+    _propagate(min_nodes, offsets, nodes, kept, depth - 2, True, stop, lo, hi)
+
+
+@on_disk
+@njit(nogil=True)
+def refresh_min_over_sum(min_nodes, sum_nodes, offsets, index):  # pragma: no cover - compiled
+    """Recompute the min nodes above the sum tree's leaves ``index`` (after they changed)."""
+    refresh_over_sum(min_nodes, sum_nodes, offsets, index, 0, 0, 1)
 
 
 @intrinsic
