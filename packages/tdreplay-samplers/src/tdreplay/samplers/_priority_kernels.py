@@ -21,7 +21,9 @@ import numpy as np
 import torch
 
 from . import _priority_numba as fused
+from ._host_threads import thread_count
 from ._priority_graphs import StateGraphs
+from ._priority_split import SubtreeSplit, split_draw, split_update
 from ._priority_state import PriorityState
 from ._priority_triton import kept_updates
 from ._priority_values import (
@@ -152,11 +154,12 @@ class PriorityKernels(abc.ABC):
         """
 
 
-def _numba_trees(state: PriorityState
-                 ) -> tuple[NumbaSumTree, NumbaMinOverSumTree, NumbaMinTree | None]:
-    """The trees of a numba state, typed as what they are (without ``typing.cast``: a Python
-    call each, twice per prioritized sample and update)."""
-    return state.sum_tree, state.min_tree, state.max_tree  # type: ignore[return-value]
+def _numba_trees(state: PriorityState) -> tuple[NumbaSumTree, NumbaMinOverSumTree,
+                                                NumbaMinTree | None, np.ndarray]:
+    """The trees and the host generation array of a numba state, typed as what they are
+    (without ``typing.cast``: a Python call each, twice per prioritized sample and update)."""
+    return (state.sum_tree, state.min_tree, state.max_tree,  # type: ignore[return-value]
+            state.host_generation)
 
 
 class NumbaKernels(PriorityKernels):
@@ -167,11 +170,11 @@ class NumbaKernels(PriorityKernels):
     def extend(self, state: PriorityState, slots: torch.Tensor, leaf: float | torch.Tensor,
                generation: int) -> None:
         index = slots.contiguous().numpy()
-        sum_tree, min_tree, max_tree = _numba_trees(state)
+        sum_tree, min_tree, max_tree, gen = _numba_trees(state)
         fused.extend_kernel(
             sum_tree.nodes, min_tree.nodes,
             max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
-            sum_tree.offsets, index, float(leaf), state.host_generation, generation)
+            sum_tree.offsets, index, float(leaf), gen, generation)
 
     def draw(self, state: PriorityState, u: torch.Tensor, stratified: bool, beta: float,
              dtype: torch.dtype, written: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -183,10 +186,13 @@ class NumbaKernels(PriorityKernels):
         index = np.empty(n, dtype=np.int64)
         weight = np.empty(n, dtype=_KERNEL_WEIGHTS.get(dtype, np.float64))
         gen = np.empty(n, dtype=np.int64)
-        sum_tree, min_tree, _ = _numba_trees(state)
-        top = fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
-                                  state.host_generation, math.log(min_tree.nodes[0]), beta,
-                                  index, weight, gen)
+        sum_tree, min_tree, _, generations = _numba_trees(state)
+        rest = (stratified, generations, math.log(min_tree.nodes[0]), beta, index, weight, gen)
+        parts = thread_count(n)
+        if parts == 1:  # draws 0 .. n - 1 of n
+            top = fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), 0, n, *rest)
+        else:  # a large sample: its draws split over threads (the same draws)
+            top = split_draw(parts, sum_tree.nodes, sum_tree.offsets, u.numpy(), *rest)
         check_drawn(top, written)
         weights = torch.from_numpy(weight)
         return (torch.from_numpy(index), weights if dtype in _KERNEL_WEIGHTS else
@@ -201,14 +207,22 @@ class NumbaKernels(PriorityKernels):
         index_np = index.numpy()
         raw_np, reduced_np, leaf_np = values.kernel_arrays()
         tok = token.to(CPU).contiguous().numpy() if token is not None else index_np
-        sum_tree, min_tree, max_tree = _numba_trees(state)
+        sum_tree, min_tree, max_tree, gen = _numba_trees(state)
         capacity = state.capacity
-        code, _, top = fused.update_kernel(
-            sum_tree.nodes, min_tree.nodes,
-            max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None,
-            sum_tree.offsets, capacity, capacity if n_written is None else n_written,
-            state.host_generation, index_np, raw_np, reduced_np, leaf_np,
-            leaf_limit(capacity), tok, token is not None)
+        written = capacity if n_written is None else n_written
+        trees = (sum_tree.nodes, min_tree.nodes,
+                 max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None)
+        parts = thread_count(index_np.shape[0])
+        split = (SubtreeSplit.plan(sum_tree.offsets, min(capacity, written), parts)
+                 if parts > 1 else None)
+        if split is None:
+            code, _, top = fused.update_kernel(
+                *trees, sum_tree.offsets, capacity, written, gen, index_np,
+                raw_np, reduced_np, leaf_np, leaf_limit(capacity), tok, token is not None)
+        else:  # a large update: in threads, each over its own subtrees
+            code, top = split_update(split, trees, sum_tree.offsets, capacity, written,
+                                     gen, (index_np, raw_np, reduced_np, leaf_np),
+                                     leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False
         if top > float(state.max_priority):

@@ -37,7 +37,8 @@ from .segment_trees._numba_kernels import (
 )
 
 __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_values_kernel",
-           "extend_kernel", "fused_kernels", "sample_kernel", "update_kernel"]
+           "check_entries", "extend_kernel", "fused_kernels", "kept_entries", "sample_kernel",
+           "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
@@ -76,6 +77,58 @@ def check_values_kernel(raw, leaf, leaf_max):  # pragma: no cover - compiled
     return _first_bad_value(raw, leaf, leaf_max)
 
 
+@njit(nogil=True, inline="always")
+def check_entries(capacity, n_written, gen, index, raw, leaf,
+                  leaf_max):  # pragma: no cover - compiled
+    """The checks of an update (see ``update_kernel``): ``(code, position)``, ``(OK, 0)`` when it
+    may be applied."""
+    bad = _first_bad_value(raw, leaf, leaf_max)
+    if bad >= 0:
+        return BAD_PRIORITY, bad
+    for i in range(index.shape[0]):
+        slot = _at(index, i)
+        if slot == -1:
+            continue
+        if slot < -1 or slot >= capacity:
+            return INDEX_OUT_OF_RANGE, i
+        if slot >= n_written or _at(gen, slot) == 0:  # (a slot in range from here on)
+            return UNWRITTEN_SLOT, i
+    return OK, 0
+
+
+@njit(nogil=True, inline="always")
+def kept_entries(gen, index, priority, leaf, token, has_token, first_slot, end_slot,
+                 size):  # pragma: no cover - compiled
+    """The entries of a checked update that are written, those of slots in ``[first_slot,
+    end_slot)`` (``size`` of them at most): ``(kept, kept_leaf, kept_neg, k, top)``. The first
+    ``k`` entries of ``kept`` are their slots (in batch order: ``-1`` entries and those whose
+    generation is no longer ``token`` are left out), of ``kept_leaf`` their stored values
+    (clamped) and of ``kept_neg`` their negated priorities (for the max tree); ``top`` is the
+    largest priority (``-inf``: none)."""
+    # Branch-free: every entry is written at position k, which moves on only for a kept one
+    # (a part of a split update keeps about one entry in parts: a branch on it would be
+    # mispredicted that often). Hence one spare position at the end.
+    n = index.shape[0]
+    kept = np.empty(size + 1, dtype=np.int64)
+    kept_leaf = np.empty(size + 1, dtype=np.float64)
+    kept_neg = np.empty(size + 1, dtype=np.float64)
+    k = 0
+    top = -np.inf
+    for i in range(n):
+        slot = _at(index, i)
+        inside = (slot >= first_slot) & (slot < end_slot)
+        if has_token:  # (the same for every entry: predicted)
+            # the generation of a slot outside is not read: that of first_slot stands in
+            inside &= _at(gen, slot if inside else first_slot) == _at(token, i)
+        value = _at(priority, i)
+        _put(kept, k, slot)
+        _put(kept_leaf, k, _clamped(_at(leaf, i)))
+        _put(kept_neg, k, -value)
+        top = max(top, value if inside else -np.inf)
+        k += inside
+    return kept, kept_leaf, kept_neg, k, top
+
+
 def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
     """The fused kernels ``(extend_kernel, sample_kernel, update_kernel)``, closing over
     ``tree_kernels_version`` (:func:`~._kernel_cache.source_fingerprint` of the tree kernels they
@@ -100,14 +153,16 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
 
     @on_disk
     @njit(nogil=True)
-    def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index, out_weight,
-                      out_gen):  # pragma: no cover - compiled
+    def sample_kernel(sum_nodes, offsets, u, first, count, stratified, gen, log_min, beta,
+                      out_index, out_weight, out_gen):  # pragma: no cover - compiled
         """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
         -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
         write generations; returns the largest slot drawn (``-1`` for no draw).
 
-        The masses are ``u * total`` (or ``(i + u_i) / n * total`` when stratified), computed with
-        the same float64 operations as the torch path, so both backends draw the same slots.
+        ``u`` are the draws ``first, first + 1, ...`` of a sample of ``count`` (a sample split
+        over threads is one call per range of its draws). The masses are ``u * total`` (or
+        ``(i + u_i) / count * total`` for draw ``i`` when stratified), computed with the same
+        float64 operations as the torch path, so both backends draw the same slots.
         """
         _ = tree_kernels_version  # in the cache key
         n = u.shape[0]
@@ -116,7 +171,7 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         masses = np.empty(n, dtype=np.float64)
         for i in range(n):
             if stratified:
-                _put(masses, i, (i + _at(u, i)) / n * total)
+                _put(masses, i, (first + i + _at(u, i)) / count * total)
             else:
                 _put(masses, i, _at(u, i) * total)
         scan(sum_nodes, offsets, masses, out_index)
@@ -150,34 +205,11 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
         priority (``-inf`` if none).
         """
         _ = tree_kernels_version  # in the cache key
-        bad = _first_bad_value(raw, leaf, leaf_max)
-        if bad >= 0:
-            return BAD_PRIORITY, bad, -np.inf
-        n = index.shape[0]
-        for i in range(n):
-            slot = _at(index, i)
-            if slot == -1:
-                continue
-            if slot < -1 or slot >= capacity:
-                return INDEX_OUT_OF_RANGE, i, -np.inf
-            if slot >= n_written or _at(gen, slot) == 0:  # (a slot in range from here on)
-                return UNWRITTEN_SLOT, i, -np.inf
-        kept = np.empty(n, dtype=np.int64)
-        kept_leaf = np.empty(n, dtype=np.float64)
-        kept_neg = np.empty(n, dtype=np.float64)
-        k = 0
-        top = -np.inf
-        for i in range(n):
-            slot = _at(index, i)
-            if slot == -1 or (has_token and _at(gen, slot) != _at(token, i)):
-                continue
-            value = _at(priority, i)
-            _put(kept, k, slot)
-            _put(kept_leaf, k, _clamped(_at(leaf, i)))
-            _put(kept_neg, k, -value)
-            if value > top:
-                top = value
-            k += 1
+        code, position = check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max)
+        if code != OK:
+            return code, position, -np.inf
+        kept, kept_leaf, kept_neg, k, top = kept_entries(gen, index, priority, leaf, token,
+                                                         has_token, 0, capacity, index.shape[0])
         update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
         refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
         if has_max:
