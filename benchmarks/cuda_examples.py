@@ -114,7 +114,7 @@ def run_case(data: Any, case: str, device: str, capacity: int, batch: int, chunk
 def measure(args: argparse.Namespace) -> None:
     data = importlib.import_module(f"{args.lib}.data")
     info = {"lib": args.lib, "version": version_of(args.lib), "torch": torch.__version__,
-            "device": device_name(args.device)}
+            "device": device_name(args.device), "threads": torch.get_num_threads()}
     if args.out:
         Path(args.out).write_text("")
     for capacity in args.capacities:
@@ -183,7 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=20, help="timed calls per figure")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--out", help="also write the JSON lines here")
-    measure(parser.parse_args(argv))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice); tdreplay "
+                             "splits the host trees' large draws and updates over as many")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    measure(args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # The GPU checks of issue 19 in one command, for a lent GPU machine (the device tool's `run`,
 # carry [".whl"] after benchmarks/gpu_wheels.sh here; 2.8 minutes on an H200, 2026-11-27):
 #   1. the tests that need CUDA (the prioritized sampler's CUDA tests, CUDA trees and storages),
-#   2. benchmarks/cuda_examples.py on tdreplay, then on TorchRL (the release that
+#   2. benchmarks/cuda_examples.py on tdreplay (and its cuda_cpu_trees case again with one torch
+#      thread: the host trees' large draws and updates unsplit), then on TorchRL (the release that
 #      benchmarks/gpu_wheels.sh fetched, with its own tensordict),
 #   3. the two merged into cuda.json (TorchRL time over tdreplay time);
 #   4. where .whl/torchrl_cuda is (gpu_wheels.sh with TORCHRL_CSRC), TorchRL 0.14.1 with its
@@ -50,6 +51,8 @@ fi
 
 TESTS="packages/tdreplay-samplers/tests/test_prioritized_cuda.py
        packages/tdreplay-samplers/tests/test_prioritized_sampler.py
+       packages/tdreplay-samplers/tests/test_priority_split.py
+       packages/tdreplay-samplers/tests/test_host_threads.py
        packages/tdreplay-samplers/tests/test_segment_trees.py
        packages/tdreplay-samplers/tests/test_triton_kernels.py
        packages/tdreplay-storages/tests/test_tensor_storage.py
@@ -87,7 +90,15 @@ if [ -n "${BUILD:-}" ]; then
         echo "TorchRL extension build failed: $(tail -3 "$OUT/torchrl_ext.log")"
     fi
 fi
-step tdreplay && bench tdreplay "/tmp/site-tdreplay:$SRC" tdreplay
+if step tdreplay; then
+    bench tdreplay "/tmp/site-tdreplay:$SRC" tdreplay
+    # the host trees' draws and updates in one thread, not split over torch's threads: the
+    # split's gain on this machine (torch's own host work in one thread too)
+    PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 120 "$PY" benchmarks/cuda_examples.py \
+        --lib tdreplay --device "$DEVICE" --capacities $SIZES --batch "$BATCH" \
+        --cases cuda_cpu_trees --threads 1 --out "$RAW/cuda_tdreplay_1thread.json" \
+        || echo "bench tdreplay, 1 thread: exit $?"
+fi
 if step torchrl; then
     bench torchrl "/tmp/site-torchrl" torchrl
     merge torchrl cuda
