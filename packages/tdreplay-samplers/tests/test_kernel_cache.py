@@ -13,6 +13,7 @@ import sys
 from numba import njit
 
 from tdreplay.samplers import _priority_numba as fused
+from tdreplay.samplers import _priority_split as split
 from tdreplay.samplers import _trajectory_index
 from tdreplay.samplers._kernel_cache import on_disk, source_fingerprint
 from tdreplay.samplers.segment_trees import _numba_kernels as tree_kernels
@@ -111,8 +112,15 @@ def test_every_kernel_is_cached():
                tree_kernels.rebuild_min, tree_kernels.refresh_min_over_sum,
                tree_kernels.rebuild_min_over_sum, tree_kernels.scan,
                _trajectory_index._write_chunks, fused.extend_kernel, fused.sample_kernel,
-               fused.update_kernel]
+               fused.update_kernel, split.check_kernel, split.update_part_kernel,
+               split.update_top_kernel]
     assert all(kernel.stats.cache_path is not None for kernel in kernels)
+
+
+def test_the_split_kernels_close_over_the_fingerprint_of_what_they_inline():
+    version = source_fingerprint(tree_kernels, fused)
+    for kernel in (split.check_kernel, split.update_part_kernel, split.update_top_kernel):
+        assert [cell.cell_contents for cell in kernel.py_func.__closure__] == [version]
 
 
 def test_the_fused_kernels_close_over_the_tree_kernels_fingerprint():
