@@ -163,7 +163,8 @@ def _numba_trees(state: PriorityState) -> tuple[NumbaSumTree, NumbaMinOverSumTre
 
 
 class NumbaKernels(PriorityKernels):
-    """Kernels of numba states: one fused numba call each, checks included in ``update``."""
+    """Kernels of numba states: one fused numba call each, checks included in ``update``; a
+    large draw or update is split over threads (:mod:`._priority_split`)."""
 
     backend = "numba"
 
