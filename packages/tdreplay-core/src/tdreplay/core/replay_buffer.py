@@ -103,6 +103,12 @@ def _flat(slots: torch.Tensor) -> torch.Tensor:
     return slots if slots.ndim == 1 else slots.reshape(-1)
 
 
+def _one_slot_per_row(slots: torch.Tensor, rows: int) -> bool:
+    """Whether a batch's ``rows`` rows went to ``slots`` one slot each (a 1-dim storage, and a
+    writer that kept every row: not a max-value writer that kept some); ``rows < 0``: unknown."""
+    return slots.ndim == 1 and rows > 0 and slots.shape[0] == rows
+
+
 def _leads(shape: torch.Size, batch_size: torch.Size) -> bool:
     """Whether ``shape`` is the leading dims of ``batch_size`` (all of them: compared as they
     are, without slicing a ``torch.Size``, which builds a new one at some cost)."""
@@ -365,12 +371,15 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         with self._write_lock(data):
             return self._written_as_given(self._write_batch(data), data, dim)
 
-    def _write_batch(self, data: Any) -> torch.Tensor:
-        """Write a prepared batch and tell the sampler; the caller holds the lock."""
+    def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
+        """Write a prepared batch and tell the sampler (the caller holds the lock), with the
+        checked ``priority`` of its ``rows_given`` rows if each went to one slot of its own."""
         self._check_writing_process()
         rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
         slots = self._storage.rows_to_slots(rows)
-        if slots.numel():
+        if priority is not None and _one_slot_per_row(slots, rows_given):
+            self._sampler.extend_with_priority(slots, priority, storage=self._storage)
+        elif slots.numel():
             self._sampler.extend(_flat(slots))
         return slots
 
@@ -544,15 +553,21 @@ class TensorDictReplayBuffer(ReplayBuffer):
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
+        # along dim 0, the rows written are the batch's rows: the sampler can take their
+        # priorities with the slots (one call, not an extend and then an update)
+        rows_given = (tensordicts.batch_size[0]
+                      if priority is not None and not dim and tensordicts.batch_dims else -1)
         with self._write_lock(data):
-            slots = self._written_as_given(self._write_batch(data), data, dim)
+            slots = self._written_as_given(
+                self._write_batch(data, priority if rows_given >= 0 else None, rows_given),
+                data, dim)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries
             aligned = bool(slots.numel()) and _leads(slots.shape, tensordicts.batch_size)
             if aligned:
                 self._refresh_item_info(tensordicts, slots, present)
-            if priority is not None:
+            if priority is not None and not _one_slot_per_row(slots, rows_given):
                 if aligned:
                     self._sampler.update_priority(slots, priority, storage=self._storage)
                 elif slots.numel():

@@ -105,6 +105,28 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             stacklevel=2,
         )
 
+    def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
+                             storage: Storage | None = None) -> None:
+        """Called after ``slots`` (1-D) were written with priorities for them, one per slot, as
+        :meth:`check_priority` returned them: :meth:`extend`, then :meth:`update_priority`.
+        A prioritized sampler that can do both at once overrides it.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tdreplay.core import RandomSampler
+        >>> class Recording(RandomSampler):
+        ...     def extend(self, slots):
+        ...         print("extend", slots.tolist())
+        ...     def update_priority(self, index, priority, *, storage=None):
+        ...         print("update", index.tolist(), priority.tolist())
+        >>> Recording().extend_with_priority(torch.arange(2), torch.tensor([0.5, 2.0]))
+        extend [0, 1]
+        update [0, 1] [0.5, 2.0]
+        """
+        self.extend(slots)
+        self.update_priority(slots, priority, storage=storage)
+
     def check_priority(self, priority: Any) -> Any:
         """Raise as ``update_priority`` would on these values, changing nothing; return them
         for ``update_priority``.
