@@ -67,16 +67,19 @@ from tdreplay.storages import LazyTensorStorage
 runs = []
 for arg in sys.argv[1:]:
     version = source_fingerprint(tree_kernels) if arg == "installed" else int(arg)
-    fused.extend_kernel, fused.sample_kernel, fused.update_kernel = fused.fused_kernels(version)
+    (fused.extend_kernel, fused.sample_kernel, fused.update_kernel,
+     fused.extend_prioritized_kernel) = fused.fused_kernels(version)
     storage = LazyTensorStorage(100)
-    storage.set(torch.arange(10), torch.zeros(10))
+    storage.set(torch.arange(12), torch.zeros(12))
     sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0)
     sampler.extend(torch.arange(10))
     sampler.update_priority(torch.arange(10), torch.arange(1.0, 11.0))
+    sampler.extend_with_priority(torch.arange(10, 12),
+                                 sampler.check_priority(torch.tensor([2.0, 3.0])))
     np.random.seed(0)  # CPU draws come from NumPy's generator, as in TorchRL
     index, info = sampler.sample(storage, 64)
     kernels = {"extend": fused.extend_kernel, "sample": fused.sample_kernel,
-               "update": fused.update_kernel}
+               "update": fused.update_kernel, "extend_prioritized": fused.extend_prioritized_kernel}
     runs.append({"index": index.tolist(), "weight": info["priority_weight"].tolist(),
                  "hits": {n: sum(k.stats.cache_hits.values()) for n, k in kernels.items()},
                  "misses": {n: sum(k.stats.cache_misses.values()) for n, k in kernels.items()}})
@@ -91,8 +94,8 @@ def _run_fused(cache_dir, *versions: str) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-ALL_FUSED = {"extend": 1, "sample": 1, "update": 1}
-NONE_FUSED = {"extend": 0, "sample": 0, "update": 0}
+ALL_FUSED = {"extend": 1, "sample": 1, "update": 1, "extend_prioritized": 1}
+NONE_FUSED = {"extend": 0, "sample": 0, "update": 0, "extend_prioritized": 0}
 
 
 def test_fused_kernels_load_from_disk_and_compile_again_for_changed_tree_kernels(tmp_path):
@@ -112,8 +115,8 @@ def test_every_kernel_is_cached():
                tree_kernels.rebuild_min, tree_kernels.refresh_min_over_sum,
                tree_kernels.rebuild_min_over_sum, tree_kernels.scan,
                _trajectory_index._write_chunks, fused.extend_kernel, fused.sample_kernel,
-               fused.update_kernel, split.check_kernel, split.update_part_kernel,
-               split.update_top_kernel]
+               fused.update_kernel, fused.extend_prioritized_kernel, split.check_kernel,
+               split.update_part_kernel, split.update_top_kernel]
     assert all(kernel.stats.cache_path is not None for kernel in kernels)
 
 
@@ -125,7 +128,8 @@ def test_the_split_kernels_close_over_the_fingerprint_of_what_they_inline():
 
 def test_the_fused_kernels_close_over_the_tree_kernels_fingerprint():
     version = source_fingerprint(tree_kernels)
-    for kernel in (fused.extend_kernel, fused.sample_kernel, fused.update_kernel):
+    for kernel in (fused.extend_kernel, fused.sample_kernel, fused.update_kernel,
+                   fused.extend_prioritized_kernel):
         assert [cell.cell_contents for cell in kernel.py_func.__closure__] == [version]
 
 

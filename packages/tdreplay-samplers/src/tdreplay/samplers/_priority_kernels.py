@@ -23,7 +23,7 @@ import torch
 from . import _priority_numba as fused
 from ._host_threads import thread_count
 from ._priority_graphs import StateGraphs
-from ._priority_split import SubtreeSplit, split_draw, split_update
+from ._priority_split import SubtreeSplit, split_draw, split_update, split_write
 from ._priority_state import PriorityState
 from ._priority_triton import kept_updates
 from ._priority_values import (
@@ -229,6 +229,30 @@ class NumbaKernels(PriorityKernels):
         if top > float(state.max_priority):
             state.max_priority.fill_(top)
         return True
+
+
+    def extend_prioritized(self, state: PriorityState, slots: torch.Tensor,
+                           values: HostPriority, generation: int) -> None:
+        """:meth:`extend` of the (checked) ``slots`` just written, then :meth:`update` of them
+        with ``values`` (checked by ``check_priority``, one per slot), in one pass: the same
+        trees, generations and max priority."""
+        index = slots.contiguous().numpy()
+        _, reduced_np, leaf_np = values.kernel_arrays()
+        sum_tree, min_tree, max_tree, gen = _numba_trees(state)
+        trees = (sum_tree.nodes, min_tree.nodes,
+                 max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None)
+        parts = thread_count(index.shape[0])
+        split = (SubtreeSplit.plan(sum_tree.offsets, state.capacity, parts)
+                 if parts > 1 else None)
+        if split is None:
+            top = fused.extend_prioritized_kernel(*trees, sum_tree.offsets, gen, index,
+                                                  reduced_np, leaf_np, generation)
+        else:  # a large write: in threads, each over its own subtrees
+            gen[index] = generation
+            top = split_write(split, trees, sum_tree.offsets, gen, (index, reduced_np, leaf_np),
+                              index, False)
+        if top > float(state.max_priority):
+            state.max_priority.fill_(top)
 
 
 class TorchKernels(PriorityKernels):

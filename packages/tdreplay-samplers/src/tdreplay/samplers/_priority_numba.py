@@ -4,7 +4,8 @@ One sampler call is one kernel call: ``extend_kernel`` gives written slots their
 the sum, min (and max) trees; ``sample_kernel`` draws slots and returns their importance weights
 and write generations; ``update_kernel`` checks a whole priority update and then applies it
 (``check_values_kernel`` is its check of the values alone, run before the data is written when
-priorities come with it).
+priorities come with it); ``extend_prioritized_kernel`` is ``extend_kernel`` and then
+``update_kernel`` in one pass, for slots written with their (checked) priorities.
 They work on the flat node arrays the numba trees expose (``tree.nodes``, ``tree.offsets``)
 and reuse the trees' own descent and update kernels (:mod:`.segment_trees._numba_kernels`), so
 the results are exactly those of the tree methods; what they save is the Python overhead of
@@ -37,8 +38,8 @@ from .segment_trees._numba_kernels import (
 )
 
 __all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_values_kernel",
-           "check_entries", "extend_kernel", "fused_kernels", "kept_entries", "sample_kernel",
-           "update_kernel"]
+           "check_entries", "extend_kernel", "extend_prioritized_kernel", "fused_kernels",
+           "kept_entries", "sample_kernel", "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
@@ -129,8 +130,9 @@ def kept_entries(gen, index, priority, leaf, token, has_token, first_slot, end_s
     return kept, kept_leaf, kept_neg, k, top
 
 
-def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
-    """The fused kernels ``(extend_kernel, sample_kernel, update_kernel)``, closing over
+def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any]:
+    """The fused kernels ``(extend_kernel, sample_kernel, update_kernel,
+    extend_prioritized_kernel)``, closing over
     ``tree_kernels_version`` (:func:`~._kernel_cache.source_fingerprint` of the tree kernels they
     call), which each names in its body so that numba's cache key holds it."""
 
@@ -216,7 +218,28 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any]:
             update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
         return OK, 0, top
 
-    return extend_kernel, sample_kernel, update_kernel
+    @on_disk
+    @njit(nogil=True)
+    def extend_prioritized_kernel(sum_nodes, min_nodes, max_nodes, has_max, offsets, gen, index,
+                                  priority, leaf, generation):  # pragma: no cover - compiled
+        """``extend_kernel`` then ``update_kernel`` of the slots just written (in ``[0,
+        capacity)``) with their checked priorities, in one pass: each slot gets the write
+        generation ``generation`` and its priority (the last duplicate wins); returns the
+        largest priority. The trees are those of the two calls, bit for bit."""
+        _ = tree_kernels_version  # in the cache key
+        n = index.shape[0]
+        for i in range(n):
+            _put(gen, _at(index, i), generation)
+        kept, kept_leaf, kept_neg, k, top = kept_entries(gen, index, priority, leaf, index,
+                                                         False, 0, gen.shape[0], n)
+        update_sum(sum_nodes, offsets, kept[:k], kept_leaf[:k])
+        refresh_min_over_sum(min_nodes, sum_nodes, offsets, kept[:k])
+        if has_max:
+            update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
+        return top
+
+    return extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel
 
 
-extend_kernel, sample_kernel, update_kernel = fused_kernels(source_fingerprint(tree_kernels))
+extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel = fused_kernels(
+    source_fingerprint(tree_kernels))

@@ -48,7 +48,7 @@ from .segment_trees import _numba_kernels as tree_kernels
 from .segment_trees._numba_kernels import rebuild_levels, refresh_over_sum, update_part
 
 __all__ = ["NODES_PER_PART", "SubtreeSplit", "check_kernel", "split_draw", "split_kernels",
-           "split_update", "update_part_kernel", "update_top_kernel"]
+           "split_update", "split_write", "update_part_kernel", "update_top_kernel"]
 
 #: Fewest nodes of the split level per part: the parts' sizes differ by one node at most, so
 #: their work differs by a sixteenth at most (the slots drawn or updated spread over the leaves).
@@ -166,6 +166,15 @@ def split_update(split: SubtreeSplit, trees: tuple[np.ndarray, np.ndarray, np.nd
     code = check_kernel(capacity, n_written, gen, index, raw, leaf, leaf_max)
     if code != OK:  # (checked in the caller's thread: a second hand-over would cost as much)
         return code, -np.inf
+    return OK, split_write(split, trees, offsets, gen, (index, priority, leaf), token, has_token)
+
+
+def split_write(split: SubtreeSplit, trees: tuple[np.ndarray, np.ndarray, np.ndarray, bool],
+                offsets: np.ndarray, gen: np.ndarray, entries: tuple[np.ndarray, ...],
+                token: np.ndarray, has_token: bool) -> float:
+    """Write the checked ``(index, priority, leaf)`` entries into the trees in the parts of
+    ``split`` (see :func:`split_update`); their largest priority."""
+    index, priority, leaf = entries
 
     def write(lo: int, hi: int) -> float:
         return update_part_kernel(*trees, offsets, gen, index, priority, leaf, token, has_token,
@@ -173,4 +182,4 @@ def split_update(split: SubtreeSplit, trees: tuple[np.ndarray, np.ndarray, np.nd
 
     top = max(run_parts(write, split.node_ranges()))
     update_top_kernel(*trees, offsets, split.stop)
-    return OK, top
+    return top

@@ -41,7 +41,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty
 
 from ._priority_checkpoint import PriorityStateDictMixin
-from ._priority_kernels import excluded, kernels_for, uniform
+from ._priority_kernels import NumbaKernels, excluded, kernels_for, uniform
 from ._priority_state import (
     PriorityState,
     default_priority,
@@ -55,6 +55,7 @@ from ._priority_state import (
 )
 from ._priority_updates import PriorityUpdateMixin
 from ._priority_values import (
+    HostPriority,
     check_options,
     check_real,
     host_bounds,
@@ -281,6 +282,40 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         self._clock += 1
         kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
                                   generation_of(self._clock))
+
+    def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
+                             storage: Storage | None = None) -> None:
+        """:meth:`extend`, then :meth:`update_priority` of the ``slots`` just written with their
+        ``priority`` (what :meth:`check_priority` returned for them, one per slot): on numba
+        trees in one kernel pass, which writes each leaf once (the same trees as the two
+        calls); otherwise, or in a subclass that overrides either method, the two calls.
+
+        Examples
+        --------
+        >>> import torch
+        >>> s = PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0)
+        >>> s.extend_with_priority(torch.arange(3), s.check_priority(torch.tensor([1., 4., 2.])))
+        >>> s.state_dict()["priorities"][:4].tolist(), s.max_priority
+        ([1.0, 4.0, 2.0, 0.0], 4.0)
+        """
+        one_pass = (isinstance(priority, HostPriority)
+                    and type(self).extend is PrioritizedSampler.extend
+                    and type(self).update_priority is PriorityUpdateMixin.update_priority)
+        if one_pass:
+            slots = as_long_tensor(slots, name="slots").reshape(-1)
+            one_pass = priority.fits(slots.numel(), self._alpha, self._eps, self.reduction)
+        if not one_pass or not slots.numel():
+            super().extend_with_priority(slots, priority, storage=storage)
+            return
+        bounds = host_bounds(slots) if slots.is_cpu else None
+        state = self._fit(bounds)
+        kernels = kernels_for(state)
+        if not isinstance(kernels, NumbaKernels):  # device trees: as two calls
+            super().extend_with_priority(slots, priority, storage=storage)
+            return
+        slots = slots_on(slots, state.capacity, state.device, bounds)
+        self._clock += 1
+        kernels.extend_prioritized(state, slots, priority, generation_of(self._clock))
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written), on the tree device."""
