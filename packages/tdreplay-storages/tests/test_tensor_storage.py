@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any
 
@@ -667,6 +668,10 @@ def test_extend_while_sampling_never_shows_a_half_written_row():
         try:
             for i in range(1, writes):
                 rb.extend(steps(i * chunk, chunk))
+                if i == writes // 2:  # halfway, until both learners have sampled (a busy
+                    deadline = time.monotonic() + 60  # machine may not have run them yet)
+                    while min(samples) == 0 and not errors and time.monotonic() < deadline:
+                        time.sleep(0.001)
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
         finally:
