@@ -68,7 +68,7 @@ runs = []
 for arg in sys.argv[1:]:
     version = source_fingerprint(tree_kernels) if arg == "installed" else int(arg)
     (fused.extend_kernel, fused.sample_kernel, fused.update_kernel,
-     fused.extend_prioritized_kernel) = fused.fused_kernels(version)
+     fused.extend_prioritized_kernel, fused.sample_range_kernel) = fused.fused_kernels(version)
     storage = LazyTensorStorage(100)
     storage.set(torch.arange(12), torch.zeros(12))
     sampler = PrioritizedSampler(100, alpha=1.0, beta=1.0)
@@ -115,7 +115,8 @@ def test_every_kernel_is_cached():
                tree_kernels.rebuild_min, tree_kernels.refresh_min_over_sum,
                tree_kernels.rebuild_min_over_sum, tree_kernels.scan,
                _trajectory_index._write_chunks, fused.extend_kernel, fused.sample_kernel,
-               fused.update_kernel, fused.extend_prioritized_kernel, split.check_kernel,
+               fused.update_kernel, fused.extend_prioritized_kernel, fused.sample_range_kernel,
+               split.check_kernel,
                split.update_part_kernel, split.update_top_kernel]
     assert all(kernel.stats.cache_path is not None for kernel in kernels)
 
@@ -129,7 +130,7 @@ def test_the_split_kernels_close_over_the_fingerprint_of_what_they_inline():
 def test_the_fused_kernels_close_over_the_tree_kernels_fingerprint():
     version = source_fingerprint(tree_kernels)
     for kernel in (fused.extend_kernel, fused.sample_kernel, fused.update_kernel,
-                   fused.extend_prioritized_kernel):
+                   fused.extend_prioritized_kernel, fused.sample_range_kernel):
         assert [cell.cell_contents for cell in kernel.py_func.__closure__] == [version]
 
 

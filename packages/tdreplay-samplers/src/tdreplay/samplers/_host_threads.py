@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["MIN_ITEMS_PER_THREAD", "run_parts", "thread_count", "thread_ranges"]
+__all__ = ["MIN_ITEMS_PER_THREAD", "MIN_SPLIT_ITEMS", "run_parts", "thread_count", "thread_ranges"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,9 @@ T = TypeVar("T")
 #: about 0.4 ms on one core, an update of 8,192 slots 0.1 ms; handing a part to a pool thread
 #: costs 10-30 us.
 MIN_ITEMS_PER_THREAD = 8192
+
+#: Fewest items of a call that is split (into two parts): smaller calls run as they are.
+MIN_SPLIT_ITEMS = 2 * MIN_ITEMS_PER_THREAD
 
 _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (threads, pool)
@@ -67,7 +70,7 @@ def thread_count(n: int, min_items: int = MIN_ITEMS_PER_THREAD) -> int:
     >>> thread_count(100)
     1
     """
-    if n < 2 * min_items:  # the common call: nothing to split, no torch call
+    if n < 2 * min_items:  # nothing to split, no torch call
         return 1
     return max(1, min(torch.get_num_threads(), n // min_items))
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import _priority_numba as fused
-from ._host_threads import thread_count
+from ._host_threads import MIN_SPLIT_ITEMS, thread_count
 from ._priority_graphs import StateGraphs
 from ._priority_split import SubtreeSplit, split_draw, split_update, split_write
 from ._priority_state import PriorityState
@@ -162,6 +162,13 @@ def _numba_trees(state: PriorityState) -> tuple[NumbaSumTree, NumbaMinOverSumTre
             state.host_generation)
 
 
+def _split(offsets: np.ndarray, n_written: int, n: int) -> SubtreeSplit | None:
+    """How a write of ``n`` slots into a numba tree is split over threads; ``None``: not split
+    (the common call, one kernel call)."""
+    parts = thread_count(n) if n >= MIN_SPLIT_ITEMS else 1
+    return SubtreeSplit.plan(offsets, n_written, parts) if parts > 1 else None
+
+
 class NumbaKernels(PriorityKernels):
     """Kernels of numba states: one fused numba call each, checks included in ``update``; a
     large draw or update is split over threads (:mod:`._priority_split`)."""
@@ -188,12 +195,14 @@ class NumbaKernels(PriorityKernels):
         weight = np.empty(n, dtype=_KERNEL_WEIGHTS.get(dtype, np.float64))
         gen = np.empty(n, dtype=np.int64)
         sum_tree, min_tree, _, generations = _numba_trees(state)
-        rest = (stratified, generations, math.log(min_tree.nodes[0]), beta, index, weight, gen)
-        parts = thread_count(n)
-        if parts == 1:  # draws 0 .. n - 1 of n
-            top = fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), 0, n, *rest)
+        parts = thread_count(n) if n >= MIN_SPLIT_ITEMS else 1
+        if parts == 1:  # the common call: one kernel call, nothing more
+            top = fused.sample_kernel(sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
+                                      generations, math.log(min_tree.nodes[0]), beta, index,
+                                      weight, gen)
         else:  # a large sample: its draws split over threads (the same draws)
-            top = split_draw(parts, sum_tree.nodes, sum_tree.offsets, u.numpy(), *rest)
+            top = split_draw(parts, sum_tree.nodes, sum_tree.offsets, u.numpy(), stratified,
+                             generations, math.log(min_tree.nodes[0]), beta, index, weight, gen)
         check_drawn(top, written)
         weights = torch.from_numpy(weight)
         return (torch.from_numpy(index), weights if dtype in _KERNEL_WEIGHTS else
@@ -211,19 +220,18 @@ class NumbaKernels(PriorityKernels):
         sum_tree, min_tree, max_tree, gen = _numba_trees(state)
         capacity = state.capacity
         written = capacity if n_written is None else n_written
-        trees = (sum_tree.nodes, min_tree.nodes,
-                 max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None)
-        parts = thread_count(index_np.shape[0])
-        split = (SubtreeSplit.plan(sum_tree.offsets, min(capacity, written), parts)
-                 if parts > 1 else None)
-        if split is None:
+        max_nodes = max_tree.nodes if max_tree is not None else sum_tree.nodes
+        split = _split(sum_tree.offsets, min(capacity, written), index_np.shape[0])
+        if split is None:  # the common call: one kernel call, checks included
             code, _, top = fused.update_kernel(
-                *trees, sum_tree.offsets, capacity, written, gen, index_np,
-                raw_np, reduced_np, leaf_np, leaf_limit(capacity), tok, token is not None)
+                sum_tree.nodes, min_tree.nodes, max_nodes, max_tree is not None,
+                sum_tree.offsets, capacity, written, gen, index_np, raw_np, reduced_np, leaf_np,
+                leaf_limit(capacity), tok, token is not None)
         else:  # a large update: in threads, each over its own subtrees
-            code, top = split_update(split, trees, sum_tree.offsets, capacity, written,
-                                     gen, (index_np, raw_np, reduced_np, leaf_np),
-                                     leaf_limit(capacity), tok, token is not None)
+            code, top = split_update(
+                split, (sum_tree.nodes, min_tree.nodes, max_nodes, max_tree is not None),
+                sum_tree.offsets, capacity, written, gen, (index_np, raw_np, reduced_np, leaf_np),
+                leaf_limit(capacity), tok, token is not None)
         if code != fused.OK:
             return False
         if top > float(state.max_priority):
@@ -241,9 +249,7 @@ class NumbaKernels(PriorityKernels):
         sum_tree, min_tree, max_tree, gen = _numba_trees(state)
         trees = (sum_tree.nodes, min_tree.nodes,
                  max_tree.nodes if max_tree is not None else sum_tree.nodes, max_tree is not None)
-        parts = thread_count(index.shape[0])
-        split = (SubtreeSplit.plan(sum_tree.offsets, state.capacity, parts)
-                 if parts > 1 else None)
+        split = _split(sum_tree.offsets, state.capacity, index.shape[0])
         if split is None:
             top = fused.extend_prioritized_kernel(*trees, sum_tree.offsets, gen, index,
                                                   reduced_np, leaf_np, generation)

@@ -37,9 +37,9 @@ from .segment_trees._numba_kernels import (
     update_sum,
 )
 
-__all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_values_kernel",
-           "check_entries", "extend_kernel", "extend_prioritized_kernel", "fused_kernels",
-           "kept_entries", "sample_kernel", "update_kernel"]
+__all__ = ["BAD_PRIORITY", "INDEX_OUT_OF_RANGE", "OK", "UNWRITTEN_SLOT", "check_entries",
+           "check_values_kernel", "draw_into", "extend_kernel", "extend_prioritized_kernel",
+           "fused_kernels", "kept_entries", "sample_kernel", "sample_range_kernel", "update_kernel"]
 
 #: ``update_kernel`` return codes (the offending position is returned with them).
 OK, BAD_PRIORITY, INDEX_OUT_OF_RANGE, UNWRITTEN_SLOT = 0, 1, 2, 3
@@ -130,9 +130,45 @@ def kept_entries(gen, index, priority, leaf, token, has_token, first_slot, end_s
     return kept, kept_leaf, kept_neg, k, top
 
 
-def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any]:
+@njit(nogil=True, inline="always")
+def draw_into(sum_nodes, offsets, u, first, count, stratified, gen, log_min, beta, out_index,
+              out_weight, out_gen):  # pragma: no cover - compiled
+    """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
+    -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
+    write generations; returns the largest slot drawn (``-1`` for no draw).
+
+    ``u`` are the draws ``first, first + 1, ...`` of a sample of ``count``. The masses are
+    ``u * total`` (or ``(i + u_i) / count * total`` for draw ``i`` when stratified),
+    computed with the same float64 operations as the torch path, so both backends draw the
+    same slots.
+    """
+    n = u.shape[0]
+    total = sum_nodes[0]
+    leaves = offsets[offsets.shape[0] - 1]
+    masses = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        if stratified:
+            _put(masses, i, (first + i + _at(u, i)) / count * total)
+        else:
+            _put(masses, i, _at(u, i) * total)
+    scan(sum_nodes, offsets, masses, out_index)
+    for i in range(n):  # the generations are read last: their lines load meanwhile
+        prefetch(gen, _at(out_index, i))
+    top = -1
+    for i in range(n):
+        slot = _at(out_index, i)
+        _put(out_weight, i,
+             math.exp((math.log(_at(sum_nodes, leaves + slot)) - log_min) * -beta))
+        if slot > top:
+            top = slot
+    for i in range(n):
+        _put(out_gen, i, _at(gen, _at(out_index, i)))
+    return top
+
+
+def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any, Any]:
     """The fused kernels ``(extend_kernel, sample_kernel, update_kernel,
-    extend_prioritized_kernel)``, closing over
+    extend_prioritized_kernel, sample_range_kernel)``, closing over
     ``tree_kernels_version`` (:func:`~._kernel_cache.source_fingerprint` of the tree kernels they
     call), which each names in its body so that numba's cache key holds it."""
 
@@ -155,40 +191,22 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any]:
 
     @on_disk
     @njit(nogil=True)
-    def sample_kernel(sum_nodes, offsets, u, first, count, stratified, gen, log_min, beta,
-                      out_index, out_weight, out_gen):  # pragma: no cover - compiled
-        """Slots for the uniform draws ``u``, with their importance weights ``(p_i / p_min) **
-        -beta`` (computed in log space, as the torch path: ``log_min`` is ``log(p_min)``) and
-        write generations; returns the largest slot drawn (``-1`` for no draw).
-
-        ``u`` are the draws ``first, first + 1, ...`` of a sample of ``count`` (a sample split
-        over threads is one call per range of its draws). The masses are ``u * total`` (or
-        ``(i + u_i) / count * total`` for draw ``i`` when stratified), computed with the same
-        float64 operations as the torch path, so both backends draw the same slots.
-        """
+    def sample_kernel(sum_nodes, offsets, u, stratified, gen, log_min, beta, out_index,
+                      out_weight, out_gen):  # pragma: no cover - compiled
+        """The draws of a sample, all of them (see ``draw_into``)."""
         _ = tree_kernels_version  # in the cache key
-        n = u.shape[0]
-        total = sum_nodes[0]
-        leaves = offsets[offsets.shape[0] - 1]
-        masses = np.empty(n, dtype=np.float64)
-        for i in range(n):
-            if stratified:
-                _put(masses, i, (first + i + _at(u, i)) / count * total)
-            else:
-                _put(masses, i, _at(u, i) * total)
-        scan(sum_nodes, offsets, masses, out_index)
-        for i in range(n):  # the generations are read last: their lines load meanwhile
-            prefetch(gen, _at(out_index, i))
-        top = -1
-        for i in range(n):
-            slot = _at(out_index, i)
-            _put(out_weight, i,
-                 math.exp((math.log(_at(sum_nodes, leaves + slot)) - log_min) * -beta))
-            if slot > top:
-                top = slot
-        for i in range(n):
-            _put(out_gen, i, _at(gen, _at(out_index, i)))
-        return top
+        return draw_into(sum_nodes, offsets, u, 0, u.shape[0], stratified, gen, log_min, beta,
+                         out_index, out_weight, out_gen)
+
+    @on_disk
+    @njit(nogil=True)
+    def sample_range_kernel(sum_nodes, offsets, u, first, count, stratified, gen, log_min, beta,
+                            out_index, out_weight, out_gen):  # pragma: no cover - compiled
+        """The draws ``first ..`` of a sample of ``count`` (a sample split over threads is one
+        call per range of its draws; see ``draw_into``)."""
+        _ = tree_kernels_version  # in the cache key
+        return draw_into(sum_nodes, offsets, u, first, count, stratified, gen, log_min, beta,
+                         out_index, out_weight, out_gen)
 
     @on_disk
     @njit(nogil=True)
@@ -238,8 +256,9 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any]:
             update_min(max_nodes, offsets, kept[:k], kept_neg[:k])
         return top
 
-    return extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel
+    return (extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel,
+            sample_range_kernel)
 
 
-extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel = fused_kernels(
-    source_fingerprint(tree_kernels))
+(extend_kernel, sample_kernel, update_kernel, extend_prioritized_kernel,
+ sample_range_kernel) = fused_kernels(source_fingerprint(tree_kernels))

@@ -147,9 +147,9 @@ def split_draw(parts: int, sum_nodes: np.ndarray, offsets: np.ndarray, u: np.nda
     count = u.shape[0]
 
     def draw(start: int, stop: int) -> int:
-        return fused.sample_kernel(sum_nodes, offsets, u[start:stop], start, count, stratified,
-                                   gen, log_min, beta, out_index[start:stop],
-                                   out_weight[start:stop], out_gen[start:stop])
+        return fused.sample_range_kernel(sum_nodes, offsets, u[start:stop], start, count,
+                                         stratified, gen, log_min, beta, out_index[start:stop],
+                                         out_weight[start:stop], out_gen[start:stop])
 
     return max(run_parts(draw, thread_ranges(count, parts)))
 
