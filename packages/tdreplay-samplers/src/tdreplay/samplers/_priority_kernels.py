@@ -238,7 +238,6 @@ class NumbaKernels(PriorityKernels):
             state.max_priority.fill_(top)
         return True
 
-
     def extend_prioritized(self, state: PriorityState, slots: torch.Tensor,
                            values: HostPriority, generation: int) -> None:
         """:meth:`extend` of the (checked) ``slots`` just written, then :meth:`update` of them
