@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -16,14 +15,6 @@ from tdreplay.samplers._host_threads import (
     thread_count,
     thread_ranges,
 )
-
-
-@pytest.fixture
-def torch_threads() -> Iterator[None]:
-    """Whatever a test sets with ``torch.set_num_threads`` is undone after it."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(("n", "threads", "expected"), [

@@ -4,8 +4,6 @@ writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -17,14 +15,6 @@ from tdreplay.samplers._priority_split import NODES_PER_PART, SubtreeSplit
 from tdreplay.samplers.segment_trees import TreeLayout
 
 BATCH = 3 * MIN_ITEMS_PER_THREAD + 5  # three parts with three threads or more
-
-
-@pytest.fixture
-def torch_threads() -> Iterator[None]:
-    """Whatever a test sets with ``torch.set_num_threads`` is undone after it."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 class Parts:

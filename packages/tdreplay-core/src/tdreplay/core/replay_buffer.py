@@ -558,9 +558,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         rows_given = (tensordicts.batch_size[0]
                       if priority is not None and not dim and tensordicts.batch_dims else -1)
         with self._write_lock(data):
-            slots = self._written_as_given(
-                self._write_batch(data, priority if rows_given >= 0 else None, rows_given),
-                data, dim)
+            slots = self._written_as_given(self._write_batch(data, priority, rows_given),
+                                           data, dim)
             self._set_index(tensordicts, slots)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
             # then cannot be matched with the batch's per-row entries

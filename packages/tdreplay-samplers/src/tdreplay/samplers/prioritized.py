@@ -273,15 +273,11 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         """Give the written ``slots`` the current max priority and a new write generation."""
-        slots = as_long_tensor(slots, name="slots").reshape(-1)
-        if not slots.numel():
-            return
-        bounds = host_bounds(slots) if slots.is_cpu else None  # one pass; device: never read
-        state = self._fit(bounds)
-        slots = slots_on(slots, state.capacity, state.device, bounds)
-        self._clock += 1
-        kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
-                                  generation_of(self._clock))
+        placed = self._placed(slots)
+        if placed is not None:
+            state, slots, generation = placed
+            kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
+                                      generation)
 
     def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
                              storage: Storage | None = None) -> None:
@@ -298,24 +294,34 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         >>> s.state_dict()["priorities"][:4].tolist(), s.max_priority
         ([1.0, 4.0, 2.0, 0.0], 4.0)
         """
-        one_pass = (isinstance(priority, HostPriority)
-                    and type(self).extend is PrioritizedSampler.extend
-                    and type(self).update_priority is PriorityUpdateMixin.update_priority)
-        if one_pass:
-            slots = as_long_tensor(slots, name="slots").reshape(-1)
-            one_pass = priority.fits(slots.numel(), self._alpha, self._eps, self.reduction)
-        if not one_pass or not slots.numel():
+        if (type(self).extend is not PrioritizedSampler.extend
+                or type(self).update_priority is not PriorityUpdateMixin.update_priority):
             super().extend_with_priority(slots, priority, storage=storage)
             return
-        bounds = host_bounds(slots) if slots.is_cpu else None
-        state = self._fit(bounds)
+        placed = self._placed(slots)
+        if placed is None:
+            return
+        state, slots, generation = placed
         kernels = kernels_for(state)
-        if not isinstance(kernels, NumbaKernels):  # device trees: as two calls
-            super().extend_with_priority(slots, priority, storage=storage)
+        if (isinstance(kernels, NumbaKernels) and isinstance(priority, HostPriority)
+                and priority.fits(slots.numel(), self._alpha, self._eps, self.reduction)):
+            kernels.extend_prioritized(state, slots, priority, generation)
             return
+        # device trees, or priorities to convert again: the extend's write, then the update
+        kernels.extend(state, slots, new_item_leaf(state, self._alpha, self._eps), generation)
+        self.update_priority(slots, priority, storage=storage)
+
+    def _placed(self, slots: Any) -> tuple[PriorityState, torch.Tensor, int] | None:
+        """For a write of ``slots``: the state (grown to hold them), the slots (flat, checked,
+        on the trees' device) and their new write generation; ``None`` for no slot."""
+        slots = as_long_tensor(slots, name="slots").reshape(-1)
+        if not slots.numel():
+            return None
+        bounds = host_bounds(slots) if slots.is_cpu else None  # one pass; device: never read
+        state = self._fit(bounds)
         slots = slots_on(slots, state.capacity, state.device, bounds)
         self._clock += 1
-        kernels.extend_prioritized(state, slots, priority, generation_of(self._clock))
+        return state, slots, generation_of(self._clock)
 
     def slot_generation(self, slots: Any) -> torch.Tensor:
         """Current write generation of ``slots`` (``0``: never written), on the tree device."""
