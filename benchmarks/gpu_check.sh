@@ -65,10 +65,10 @@ if step tests; then
     echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 fi
 
-bench() {  # bench LIB PYTHONPATH NAME
+bench() {  # bench LIB PYTHONPATH NAME [ARGS...]: ARGS after the defaults (a later --cases wins)
     # shellcheck disable=SC2086
     PYTHONPATH="$2" timeout 200 "$PY" benchmarks/cuda_examples.py --lib "$1" --device "$DEVICE" \
-        --capacities $SIZES --batch "$BATCH" --cases $CASES --out "$RAW/cuda_$3.json" \
+        --capacities $SIZES --batch "$BATCH" --cases $CASES --out "$RAW/cuda_$3.json" "${@:4}" \
         || echo "bench $3: exit $?"
 }
 merge() {  # merge TORCHRL_NAME OUT_NAME
@@ -94,10 +94,7 @@ if step tdreplay; then
     bench tdreplay "/tmp/site-tdreplay:$SRC" tdreplay
     # the host trees' draws and updates in one thread, not split over torch's threads: the
     # split's gain on this machine (torch's own host work in one thread too)
-    PYTHONPATH="/tmp/site-tdreplay:$SRC" timeout 120 "$PY" benchmarks/cuda_examples.py \
-        --lib tdreplay --device "$DEVICE" --capacities $SIZES --batch "$BATCH" \
-        --cases cuda_cpu_trees --threads 1 --out "$RAW/cuda_tdreplay_1thread.json" \
-        || echo "bench tdreplay, 1 thread: exit $?"
+    bench tdreplay "/tmp/site-tdreplay:$SRC" tdreplay_1thread --cases cuda_cpu_trees --threads 1
 fi
 if step torchrl; then
     bench torchrl "/tmp/site-torchrl" torchrl
