@@ -46,6 +46,8 @@ class _BufferLock:
     a sample in one process never reads a row half-written by another.
     """
 
+    __slots__ = ("_thread_lock", "_buffer", "_held")
+
     def __init__(self, buffer: ReplayBuffer) -> None:
         self._thread_lock = threading.RLock()
         # weak: the buffer holds its lock, and a cycle would keep the buffer (and its storage's
@@ -416,7 +418,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             index, info = self._sampler.sample(self._storage, batch_size)
             if self._sample_unit is not None:
                 index, info = self._expand_anchors(index, info)
-            info.update(self._writer.sample_info(index), index=index)
+            generations = self._writer.sample_info(index)
+            if generations:
+                info.update(generations)
+            info["index"] = index
             data, extra = self._read_sampled(index, info)
         data = self._complete_sample(self._collate_fn(data), info, extra)
         # Info goes in before the read transforms, so they see where each item came from (slice
@@ -434,9 +439,12 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
-        bs = self._resolve_batch_size(batch_size)
+        bs = (batch_size if type(batch_size) is int and batch_size > 0
+              else self._resolve_batch_size(batch_size))
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
-            data, info = self._draw(bs)
+            drawn = self._sample(bs)
+            assert drawn is not None  # only a dropped prefetch job draws nothing
+            data, info = drawn
         else:
             with self._limit_samples(bs):
                 data, info = self._next_batch(bs)

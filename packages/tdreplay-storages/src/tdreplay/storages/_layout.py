@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -120,23 +121,43 @@ def leaves_along_tree(td: TensorDictBase, tree: dict[str, Any],
 
 
 def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
-             device: torch.device | None, *, trusted: bool = False) -> TensorDict:
-    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``.
-
-    ``trusted``: the leaves were just cut from a layout's own leaves (leading dims
-    ``batch_size``, on ``device``), so the TensorDict is built without checking them again
-    (:func:`~._fast_tensordict.new_tensordict`: the read path's constructor).
-    """
+             device: torch.device | None) -> TensorDict:
+    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``,
+    checked by tensordict's constructor (the read path builds with
+    :func:`tensordict_builder` instead)."""
     source: dict[str, Any] = {}
     for name, node in tree.items():
-        if isinstance(node, dict):
-            source[name] = assemble(node, leaves, batch_size, device, trusted=trusted)
-        else:
-            source[name] = leaves[node]
-    if trusted:
-        return new_tensordict(source, batch_size, device)
+        source[name] = (assemble(node, leaves, batch_size, device) if isinstance(node, dict)
+                        else leaves[node])
     # non_blocking=False: the leaves are already on ``device`` (no transfer to wait for)
     return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
+
+
+def tensordict_builder(tree: dict[str, Any], device: torch.device | None
+                       ) -> Callable[[list[torch.Tensor], torch.Size], TensorDict]:
+    """``build(leaves, batch_size)``: a TensorDict of ``leaves`` at the keys of ``tree``, built
+    without checking them (:func:`~._fast_tensordict.new_tensordict`): the leaves must have
+    been cut from a layout's own (leading dims ``batch_size``, on ``device``). The read path
+    builds one per sample; the walk of ``tree`` is done once, here.
+
+    Examples
+    --------
+    >>> build = tensordict_builder({"a": 0, "n": {"b": 1}}, None)
+    >>> td = build([torch.zeros(2, 3), torch.ones(2)], torch.Size([2]))
+    >>> td["n", "b"].tolist(), td.batch_size
+    ([1.0, 1.0], torch.Size([2]))
+    """
+    entries = [(name, tensordict_builder(node, device) if isinstance(node, dict) else None,
+                node) for name, node in tree.items()]
+    return partial(_build_tensordict, entries, device)  # (a partial pickles with its layout)
+
+
+def _build_tensordict(entries: list[tuple[str, Any, Any]], device: torch.device | None,
+                      leaves: list[torch.Tensor], batch_size: torch.Size) -> TensorDict:
+    source: dict[str, Any] = {}
+    for name, nested, position in entries:
+        source[name] = leaves[position] if nested is None else nested(leaves, batch_size)
+    return new_tensordict(source, batch_size, device)
 
 
 def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
@@ -230,6 +251,7 @@ class TensorLayout:
         self.leaves = leaves
         self.tree = build_tree(keys)
         self.td = assemble(self.tree, leaves, td.batch_size, device)
+        self._build_td = tensordict_builder(self.tree, device)
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
         #: the leaves' memory (see :func:`_slots_viewable`)
         self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
@@ -305,8 +327,7 @@ class TensorLayout:
         torch.Size([3])
         """
         item_batch = self.item_batch
-        return assemble(self.tree, leaves, lead + item_batch if item_batch else lead,
-                        self.device, trusted=True)
+        return self._build_td(leaves, lead + item_batch if item_batch else lead)
 
     def matching_leaves(self, td: TensorDictBase) -> list[torch.Tensor] | None:
         """Leaves of ``td`` in storage order when it is a plain TensorDict with exactly the
