@@ -281,9 +281,15 @@ class RandomSampler(Sampler):
             count = storage.written_slots_tensor()
             if count is not None:
                 return self._sample_compiled(count, batch_size), {}
-        n = check_not_empty(storage)
-        check_batch_size(batch_size)
-        return torch.randint(0, n, (batch_size,), generator=self._rng), {}
+        n = len(storage)
+        if not n:
+            check_not_empty(storage)  # raises the empty-storage error
+        if type(batch_size) is not int or batch_size <= 0:  # (the common case: one test)
+            batch_size = check_batch_size(batch_size)
+        rng = self._rng
+        if rng is None:  # the same draws as generator=None, without the keyword's cost
+            return torch.randint(n, (batch_size,)), {}
+        return torch.randint(n, (batch_size,), generator=rng), {}
 
     def _sample_compiled(self, count: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Uniform slots in ``[0, count)`` drawn with tensor ops only (no ``torch.randint``,
