@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import warnings
@@ -124,6 +125,14 @@ def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
     if value.ndim == len(batch_size):
         return value
     return value.reshape(value.shape + (1,) * (len(batch_size) - value.ndim)).expand(batch_size)
+
+
+def _holds(data: Any, key: str) -> bool:
+    """Whether ``key`` can be set in ``data``: any key of a TensorDict, only a field of a
+    tensorclass (which refuses other names)."""
+    if isinstance(data, TensorDictBase):
+        return True
+    return any(field.name == key for field in dataclasses.fields(data))
 
 
 def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
@@ -625,14 +634,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
             index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
-        if not data.is_locked:
+        if not data.is_locked and _holds(data, "index"):
             data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
                      if data.batch_size else torch.as_tensor(index))
         return index
 
     @staticmethod
     def _set_index(td: TensorDictBase, slots: torch.Tensor) -> None:
-        if not td.is_locked:
+        if not td.is_locked and _holds(td, "index"):
             _set_per_row(td, "index", slots)
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
@@ -643,6 +652,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if not isinstance(value, torch.Tensor):
                 continue
             if only_missing and data.get(key, None) is not None:
+                continue
+            if not _holds(data, key):  # a tensorclass without that field: in the info dict only
                 continue
             if data.device is not None and value.device != data.device:
                 value = value.to(data.device)
@@ -684,7 +695,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         index = data.get("index", None)
         if index is None:
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
-                           "and extended TensorDicts carry one).")
+                           "and extended TensorDicts carry one; a tensorclass, only if it has "
+                           "an 'index' field: else pass the info's index to update_priority).")
         priority = data.get(self.priority_key, None)
         if priority is None:
             raise KeyError(f"update_tensordict_priority needs the priority entry "
