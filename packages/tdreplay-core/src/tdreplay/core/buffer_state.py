@@ -8,14 +8,14 @@ step, under the buffer's lock, and checks everything before it changes anything.
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._prefetch_files import load_prefetched, save_prefetched
 from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
 from .prefetch import Prefetcher
 from .process_sharing import sending_to_new_process
@@ -30,9 +30,6 @@ from .transform_state import (
     transform_state,
 )
 from .writer import RoundRobinWriter, Writer
-
-#: the file of a checkpoint holding the batches a prefetching buffer had drawn ahead
-_PREFETCH_FILE = "prefetch.pkl"
 
 
 def tell_save_hooks(storage: Storage, writer: Writer) -> None:
@@ -304,10 +301,7 @@ class BufferStateMixin:
                 write_json(snap / "buffer.json", meta)
                 if self._rng is not None:
                     torch.save(self._rng.get_state(), snap / "rng.pt")
-                prefetched = self._prefetcher.export()
-                if prefetched["queue"]:  # batches drawn ahead: pickled, as list storages are
-                    with open(snap / _PREFETCH_FILE, "wb") as f:
-                        pickle.dump(prefetched, f, protocol=pickle.HIGHEST_PROTOCOL)
+                save_prefetched(snap, self._prefetcher.export())
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore a buffer saved with :meth:`dumps`; the components must be of the same types.
@@ -333,7 +327,7 @@ class BufferStateMixin:
                                                            list(meta.get("stateful", []))))
             commits.append(prepare_transform_load(self._transform, snap))
             rng_state = self._read_rng_state(snap / "rng.pt")
-            prefetched = self._read_prefetch_state(snap / _PREFETCH_FILE)
+            prefetched = self._read_prefetch_state(snap)
             self.clear_prefetch()
             for commit in commits:
                 commit()
@@ -341,18 +335,12 @@ class BufferStateMixin:
                 self._rng.set_state(rng_state)
             self._prefetcher.restore(prefetched)
 
-    def _read_prefetch_state(self, path: Path) -> dict[str, Any] | None:
-        """The batches drawn ahead saved at ``path`` (``None`` when none were), checked
+    def _read_prefetch_state(self, snapshot: Path) -> dict[str, Any] | None:
+        """The batches drawn ahead saved in ``snapshot`` (``None`` when none were), checked
         against this buffer's ``prefetch`` before anything changes."""
-        if not path.is_file():
-            return None
-        try:
-            with open(path, "rb") as f:
-                state = pickle.load(f)  # documented: load trusted checkpoints only
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+        state = load_prefetched(snapshot)
         self._prefetcher.check_state(state)
-        return cast(dict[str, Any], state)
+        return state
 
     def _read_rng_state(self, path: Path) -> torch.Tensor | None:
         """The generator state saved at ``path`` (``None`` when none was saved), checked
