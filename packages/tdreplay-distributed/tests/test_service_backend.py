@@ -53,14 +53,15 @@ def test_context_managers_select_ray_and_its_transport(ray_session) -> None:
 
 
 def test_ray_backend_refuses_what_it_does_not_offer(ray_session) -> None:
-    with pytest.raises(ValueError, match="transport must be 'auto' or 'ray'"):
-        ReplayBuffer(service_backend="ray", transport="distributed")
+    with pytest.raises(ValueError, match="backend must be 'gloo'"):
+        ReplayBuffer(service_backend="ray", transport="distributed",
+                     transport_options={"backend": "nccl"})
     with pytest.raises(ValueError, match="takes no transport_options"):
         ReplayBuffer(service_backend="ray", transport_options={"timeout": 3.0})
     with pytest.raises(TypeError, match="Unexpected Ray replay-buffer service options"):
         ReplayBuffer(service_backend="ray", service_backend_options={"num_gpus": 1})
     with service_backend("ray"), pytest.raises(ValueError, match="enclosing service_backend"):
-        ReplayBuffer(transport="distributed")
+        ReplayBuffer(transport="thread")
 
 
 def _td(values) -> TensorDict:

@@ -4,7 +4,9 @@
 process share (found by name with :meth:`RayReplayBuffer.attach`); :class:`ShardedReplayBuffer`
 spreads a buffer over several actors and samples them as one, prioritized sampling included.
 Both pickle, so Ray tasks and actors can be handed them. :class:`RemoteTensorDictReplayBuffer`
-is TorchRL's buffer for ``torch.distributed.rpc``. Ray is imported on first use.
+is TorchRL's buffer for ``torch.distributed.rpc``; :class:`DistributedBufferClient` is a client
+whose data travels over ``torch.distributed`` (``transport="distributed"``). Ray is imported on
+first use.
 """
 
 from .errors import (
@@ -19,6 +21,7 @@ from .errors import (
 from .ray_buffer import RayReplayBuffer
 from .remote import RemoteTensorDictReplayBuffer
 from .sharded import ShardedReplayBuffer
+from .transport import DistributedBufferClient
 
 __version__ = "0.2.0"
 
@@ -27,6 +30,7 @@ __all__ = [
     "BufferNotFoundError",
     "BufferStartError",
     "BufferStateLostError",
+    "DistributedBufferClient",
     "RayReplayBuffer",
     "RemoteBufferError",
     "RemoteCallTimeoutError",

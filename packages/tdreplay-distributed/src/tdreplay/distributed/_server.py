@@ -26,6 +26,7 @@ from tdreplay.core import (
     Writer,
 )
 
+from ._channel_host import ChannelHost
 from ._ray import import_ray
 from ._wire import Packed, pack, unpack
 from .checkpoints import load_checkpoint, save_checkpoint
@@ -167,6 +168,7 @@ class BufferServer:
                  meta: dict[str, Any]) -> None:
         self._meta = dict(meta)
         self._error: BaseException | None = None
+        self._channels: ChannelHost | None = None
         self._buffer: ReplayBuffer | None = None
         try:
             kwargs = dict(spec)
@@ -401,3 +403,13 @@ class BufferServer:
 
     def repr(self) -> str:
         return repr(self.buffer)
+
+    # ---- the "distributed" transport ---------------------------------------------------------
+    def open_channel(self, timeout: float) -> dict[str, Any]:
+        """Where a client of the ``"distributed"`` transport joins a channel of its own to
+        this buffer (see :mod:`._channel_host`)."""
+        self.buffer  # noqa: B018 - refuses a buffer that could not be built or was lost
+        if self._channels is None:
+            self._channels = ChannelHost(lambda: self.buffer,
+                                         import_ray().util.get_node_ip_address())
+        return self._channels.open(timeout)

@@ -12,6 +12,8 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
+from .transport import DistributedBufferClient
+
 __all__ = ["ClientHandleMixin", "RayBufferClient"]
 
 #: what a handle lacks: the owner's lifecycle of the actors
@@ -56,7 +58,7 @@ class RayBufferClient:
 class ClientHandleMixin:
     """``client()`` / ``clients(n)`` of ``RayReplayBuffer`` and ``ShardedReplayBuffer``."""
 
-    def client(self) -> RayBufferClient:
+    def client(self) -> RayBufferClient | DistributedBufferClient:
         """A handle to send to Ray workers: the buffer's calls without its lifecycle.
 
         Examples
@@ -80,9 +82,12 @@ class ClientHandleMixin:
         if buffer.closed:
             raise RuntimeError(f"{type(self).__name__} is closed.")
         # a copy as a Ray worker receives: the same actors, no lease, no creation arguments
-        return RayBufferClient(pickle.loads(pickle.dumps(self)))
+        copy = pickle.loads(pickle.dumps(self))
+        if getattr(buffer, "transport_kind", "ray") == "distributed":
+            return DistributedBufferClient(copy, timeout=buffer.transport_options["timeout"])
+        return RayBufferClient(copy)
 
-    def clients(self, num_clients: int) -> list[RayBufferClient]:
+    def clients(self, num_clients: int) -> list[RayBufferClient | DistributedBufferClient]:
         """``num_clients`` handles (:meth:`client`), one per concurrent consumer, each with
         its own connection.
 

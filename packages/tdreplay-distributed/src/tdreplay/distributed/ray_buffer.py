@@ -25,6 +25,7 @@ from .handle import ClientHandleMixin
 from .iteration import RemoteIterationMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
+from .transport import check_transport
 
 __all__ = ["RayReplayBuffer", "check_prefetch", "copy_bookkeeping", "priority_entries"]
 
@@ -97,6 +98,14 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         each client has its own (see :meth:`attach`). Prefetched batches were drawn before the
         priority updates made meanwhile, as with a local buffer's ``prefetch`` (and, as
         there, never with a finite sampler: its epoch would be drawn ahead).
+    transport : str
+        How :meth:`client` handles move data: ``"ray"`` (or ``"auto"``, the default: Ray's
+        object store) or ``"distributed"`` (TorchRL's: each client opens a gloo channel of its
+        own to the actor, see :mod:`~tdreplay.distributed.transport`). This object's own calls
+        go through Ray either way.
+    transport_options : dict, optional
+        Of the ``"distributed"`` transport: ``backend`` (``"gloo"``) and ``timeout`` (seconds
+        a client's call may take, 300 by default).
     checkpoint_path : str, optional
         Where :meth:`dumps` writes by default, and what an actor restarted by Ray
         (``remote_config={"max_restarts": ...}``) restores; without it a restarted actor
@@ -156,9 +165,13 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         call_timeout: float | None = 60.0,
         start_timeout: float | None = 300.0,
         prefetch: int | None = None,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
         checkpoint_path: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._transport, self._transport_options = check_transport(transport,
+                                                                   transport_options)
         self._checkpoint_path = None if checkpoint_path is None \
             else resolve_location(checkpoint_path)
         client = ActorClient.for_new_actor(
@@ -311,8 +324,37 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
 
     #: where the buffer is served (``ReplayBuffer(..., service_backend="ray")`` builds one)
     service_backend = "ray"
-    #: how its data travels: Ray's object store (TorchRL's ``transport_kind``)
-    transport_kind = "ray"
+    # a buffer attached or made from a client: Ray's object store
+    _transport = "ray"
+    _transport_options: Mapping[str, Any] = {}
+
+    @property
+    def transport_kind(self) -> str:
+        """How :meth:`client` handles move data (TorchRL's ``transport_kind``): ``"ray"``
+        or ``"distributed"``."""
+        return self._transport
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        """The options of the ``"distributed"`` transport (``{}`` for ``"ray"``)."""
+        return dict(self._transport_options)
+
+    def open_channel(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Open a ``"distributed"`` transport channel to the actor: where a client joins it
+        (``host``, ``port``, ``prefix``), within ``timeout`` s; what
+        :class:`~tdreplay.distributed.DistributedBufferClient` does first.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> from tdreplay.core import ListStorage
+        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 8))
+        >>> sorted(rb.open_channel(10.0))
+        ['host', 'port', 'prefix']
+        >>> rb.close()
+        """
+        where: dict[str, Any] = self._client.call("open_channel", float(timeout))
+        return where
 
     # ---- writing -------------------------------------------------------------------------------
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:

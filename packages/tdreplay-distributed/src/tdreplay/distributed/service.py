@@ -38,27 +38,22 @@ def ray_service(buffer_cls: type, options: dict[str, Any], transport: str,
                 transport_options: dict[str, Any], kwargs: dict[str, Any]) -> RayReplayBuffer:
     """A :class:`RayReplayBuffer` serving ``buffer_cls(**kwargs)``.
 
-    ``transport`` must be ``"auto"`` or ``"ray"`` (data travels through Ray's object store;
-    TorchRL's ``"distributed"`` transport over ``torch.distributed`` is not offered), with no
-    ``transport_options``; ``options`` (``service_backend_options``) take the keys of
-    :data:`RAY_SERVICE_OPTIONS`.
+    ``transport``: ``"auto"`` / ``"ray"`` (data through Ray's object store) or
+    ``"distributed"`` (clients over torch.distributed channels, with ``transport_options``
+    ``backend`` and ``timeout``: see :mod:`~tdreplay.distributed.transport`); ``options``
+    (``service_backend_options``) take the keys of :data:`RAY_SERVICE_OPTIONS`.
 
     Raises
     ------
     TypeError
-        An option that is not one of :data:`RAY_SERVICE_OPTIONS`.
+        An option that is not one of :data:`RAY_SERVICE_OPTIONS`, or a transport option the
+        transport does not take.
     ValueError
-        Another transport, or ``transport_options``.
+        Another transport, or a bad transport option.
     """
     unknown = sorted(set(options) - RAY_SERVICE_OPTIONS)
     if unknown:
         raise TypeError(f"Unexpected Ray replay-buffer service options: {unknown} (accepted: "
                         f"{sorted(RAY_SERVICE_OPTIONS)}).")
-    if transport not in ("auto", "ray"):
-        raise ValueError(f"the 'ray' service backend moves data through Ray's object store: "
-                         f"transport must be 'auto' or 'ray', got {transport!r} (tdreplay "
-                         "offers no torch.distributed transport).")
-    if transport_options:
-        raise ValueError(f"the 'ray' transport takes no transport_options, got "
-                         f"{sorted(transport_options)}.")
-    return RayReplayBuffer(replay_buffer_cls=buffer_cls, **options, **kwargs)
+    return RayReplayBuffer(replay_buffer_cls=buffer_cls, transport=transport,
+                           transport_options=transport_options, **options, **kwargs)

@@ -170,6 +170,7 @@ _EXPORTS: dict[str, str] = {
     "BufferNotFoundError": "tdreplay.distributed",
     "BufferStartError": "tdreplay.distributed",
     "BufferStateLostError": "tdreplay.distributed",
+    "DistributedBufferClient": "tdreplay.distributed",
     "ShardsUnavailableWarning": "tdreplay.distributed",
     "RayReplayBuffer": "tdreplay.distributed",
     "RemoteBufferError": "tdreplay.distributed",
