@@ -25,7 +25,7 @@ from .handle import ClientHandleMixin
 from .iteration import RemoteIterationMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
-from .transport import check_transport
+from .transport import TransportMixin, check_transport
 
 __all__ = ["RayReplayBuffer", "check_prefetch", "copy_bookkeeping", "priority_entries"]
 
@@ -56,7 +56,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
 
 
 class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
-                      ClientHandleMixin, ClosableBuffer):
+                      ClientHandleMixin, TransportMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -324,37 +324,6 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
 
     #: where the buffer is served (``ReplayBuffer(..., service_backend="ray")`` builds one)
     service_backend = "ray"
-    # a buffer attached or made from a client: Ray's object store
-    _transport = "ray"
-    _transport_options: Mapping[str, Any] = {}
-
-    @property
-    def transport_kind(self) -> str:
-        """How :meth:`client` handles move data (TorchRL's ``transport_kind``): ``"ray"``
-        or ``"distributed"``."""
-        return self._transport
-
-    @property
-    def transport_options(self) -> dict[str, Any]:
-        """The options of the ``"distributed"`` transport (``{}`` for ``"ray"``)."""
-        return dict(self._transport_options)
-
-    def open_channel(self, timeout: float = 300.0) -> dict[str, Any]:
-        """Open a ``"distributed"`` transport channel to the actor: where a client joins it
-        (``host``, ``port``, ``prefix``), within ``timeout`` s; what
-        :class:`~tdreplay.distributed.DistributedBufferClient` does first.
-
-        Examples
-        --------
-        >>> from functools import partial
-        >>> from tdreplay.core import ListStorage
-        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 8))
-        >>> sorted(rb.open_channel(10.0))
-        ['host', 'port', 'prefix']
-        >>> rb.close()
-        """
-        where: dict[str, Any] = self._client.call("open_channel", float(timeout))
-        return where
 
     # ---- writing -------------------------------------------------------------------------------
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:

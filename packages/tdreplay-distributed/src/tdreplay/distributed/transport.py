@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from ._channel import ERROR, Channel, ChannelClosedError, describe, error_of, tensordict_of
 
-__all__ = ["TRANSPORTS", "DistributedBufferClient", "check_transport"]
+__all__ = ["TRANSPORTS", "DistributedBufferClient", "TransportMixin", "check_transport"]
 
 #: the transports of a served buffer: Ray's object store, or torch.distributed channels
 TRANSPORTS = ("auto", "ray", "distributed")
@@ -66,6 +67,46 @@ def check_transport(transport: Any, options: Any) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"transport_options timeout must be a positive number of seconds, "
                          f"got {timeout!r}.")
     return "distributed", {"backend": backend, "timeout": float(timeout)}
+
+
+class TransportMixin:
+    """How a served buffer's client handles move data (mixed into
+    :class:`~tdreplay.distributed.RayReplayBuffer`): ``transport_kind``, ``transport_options``
+    and the handshake of a ``"distributed"`` client, :meth:`open_channel`."""
+
+    _client: Any  # the buffer's ActorClient
+    # a buffer attached or made from a client: Ray's object store
+    _transport = "ray"
+    _transport_options: Mapping[str, Any] = {}
+
+    @property
+    def transport_kind(self) -> str:
+        """How :meth:`client` handles move data (TorchRL's ``transport_kind``): ``"ray"``
+        or ``"distributed"``."""
+        return self._transport
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        """The options of the ``"distributed"`` transport (``{}`` for ``"ray"``)."""
+        return dict(self._transport_options)
+
+    def open_channel(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Open a ``"distributed"`` transport channel to the actor: where a client joins it
+        (``host``, ``port``, ``prefix``), within ``timeout`` s; what
+        :class:`~tdreplay.distributed.DistributedBufferClient` does first.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> from tdreplay.core import ListStorage
+        >>> from tdreplay.distributed import RayReplayBuffer
+        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 8))
+        >>> sorted(rb.open_channel(10.0))
+        ['host', 'port', 'prefix']
+        >>> rb.close()
+        """
+        where: dict[str, Any] = self._client.call("open_channel", float(timeout))
+        return where
 
 
 class DistributedBufferClient:
