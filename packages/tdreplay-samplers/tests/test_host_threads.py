@@ -4,7 +4,6 @@ threads they run in and their errors."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -52,10 +51,11 @@ def test_one_part_runs_in_the_callers_thread():
 
 def test_several_parts_run_in_other_threads_too():
     calls = []
+    everyone = threading.Barrier(3, timeout=60)  # all parts run at once, each in a thread
 
     def work(part: int, start: int) -> int:
         calls.append((part, threading.get_ident()))
-        time.sleep(0.01)  # so that no pool thread runs two parts while others wait
+        everyone.wait()
         return start
 
     parts = [(0, 5), (1, 9), (2, 11)]
@@ -96,6 +96,13 @@ def test_an_error_in_another_thread_is_raised_to_the_caller():
 
 def test_more_parts_than_the_pool_has_threads_get_a_larger_pool():
     for parts in (2, 5):
-        idents = run_parts(lambda _: (time.sleep(0.01), threading.get_ident())[1],
-                           [(i,) for i in range(parts)])
+        # every part waits until all of them run: only a pool with a thread per part gets
+        # past the barrier (a smaller one would leave a part queued, and the barrier breaks)
+        everyone = threading.Barrier(parts, timeout=60)
+
+        def part(_: int, everyone: threading.Barrier = everyone) -> int:
+            everyone.wait()
+            return threading.get_ident()
+
+        idents = run_parts(part, [(i,) for i in range(parts)])
         assert len(set(idents)) == parts
