@@ -13,7 +13,7 @@ import torch
 from ._stateful import StateDictCheckpointMixin
 from .process_sharing import SpawnChecked
 from .storage import Storage
-from .utils import check_batch_size, check_not_empty
+from .utils import INT_TYPES, check_batch_size, check_not_empty
 
 
 class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -451,17 +451,30 @@ class SamplerWithoutReplacement(Sampler):
             "ran_out": self._ran_out,
         }
 
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """``ValueError`` unless ``state_dict`` has this sampler's keys, an int64 1-dim
+        ``perm``, bool flags and a ``pos`` within the epoch: all checked before a buffer loads
+        any of its parts."""
+        super().check_state_dict(state_dict)
+        if "perm" not in state_dict:
+            return  # a subclass keeping its epoch in its own entries checks them itself
+        perm, pos = state_dict["perm"], state_dict["pos"]
+        if not isinstance(perm, torch.Tensor) or perm.dtype != torch.long or perm.ndim != 1:
+            raise ValueError("SamplerWithoutReplacement state_dict 'perm' must be a 1-dim int64 "
+                             "tensor.")
+        if isinstance(pos, bool) or not isinstance(pos, INT_TYPES) \
+                or not 0 <= int(pos) <= perm.numel():
+            raise ValueError(f"SamplerWithoutReplacement state_dict 'pos'={pos!r} is not an int "
+                             f"within the epoch of {perm.numel()} slots.")
+        for flag in ("has_perm", "ran_out"):
+            if not isinstance(state_dict[flag], (bool, np.bool_)):
+                raise ValueError(f"SamplerWithoutReplacement state_dict {flag!r} must be a bool, "
+                                 f"got {state_dict[flag]!r}.")
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
-        perm = state_dict["perm"]
-        if not isinstance(perm, torch.Tensor) or perm.dtype != torch.long:
-            raise ValueError("SamplerWithoutReplacement state_dict 'perm' must be an int64 tensor.")
-        pos = int(state_dict["pos"])
-        if not 0 <= pos <= perm.numel():
-            raise ValueError(
-                f"state_dict 'pos'={pos} is outside the epoch of {perm.numel()} slots.")
-        self._order = perm.clone() if state_dict["has_perm"] else None
-        self._pos = pos
+        self._order = state_dict["perm"].clone() if state_dict["has_perm"] else None
+        self._pos = int(state_dict["pos"])
         self._ran_out = bool(state_dict["ran_out"])
 
     def __repr__(self) -> str:
