@@ -298,7 +298,9 @@ class TensorDictMaxValueWriter(Writer):
         self._age = 0
 
     def state_dict(self) -> dict[str, Any]:
-        heap = self._heap
+        # in row order: the state does not depend on the heap's internal order (a rejected
+        # write restores the same entries, not necessarily in the same list positions)
+        heap = sorted(self._heap, key=lambda entry: entry[2])
         return {
             "write_count": self.write_count,
             "age": self._age,
@@ -322,6 +324,16 @@ class TensorDictMaxValueWriter(Writer):
                              "each once.")
         if torch.isnan(parts[0]).any():
             raise ValueError(f"{type(self).__name__} state_dict heap ranks hold NaN.")
+        if parts[1].is_floating_point() or parts[2].is_floating_point():
+            raise ValueError(f"{type(self).__name__} state_dict heap ages and rows must be "
+                             "integer tensors.")
+        age = state_dict["age"]  # (write_count: checked by the base class)
+        if isinstance(age, torch.Tensor) and age.ndim == 0 and not age.is_floating_point() \
+                and age.dtype != torch.bool:
+            age = int(age)
+        if isinstance(age, bool) or not isinstance(age, int) or age < 0:
+            raise ValueError(f"{type(self).__name__} state_dict 'age' must be an int >= 0, got "
+                             f"{age!r}.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)

@@ -1,0 +1,68 @@
+"""TensorDictMaxValueWriter: a bad saved ``age`` / ``write_count`` is refused before a buffer
+loads anything, and a rejected write leaves the writer's state exactly as it was."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, TensorDictReplayBuffer
+from tdreplay.writers import TensorDictMaxValueWriter
+
+
+def make(capacity: int = 10) -> TensorDictReplayBuffer:
+    return TensorDictReplayBuffer(storage=ListStorage(capacity), batch_size=2,
+                                  writer=TensorDictMaxValueWriter(rank_key="r"))
+
+
+def rows(values, rank=None) -> TensorDict:
+    values = torch.as_tensor(values, dtype=torch.float32)
+    rank = values if rank is None else torch.as_tensor(rank, dtype=torch.float32)
+    return TensorDict({"x": values, "r": rank}, [values.shape[0]])
+
+
+@pytest.mark.parametrize("key", ["age", "write_count"])
+@pytest.mark.parametrize("value", [None, "bad", -1, 2.5, True])
+def test_a_bad_counter_is_refused_before_the_buffer_changes(key, value):
+    src = make()
+    src.extend(rows(range(8)))
+    state = src.state_dict()
+    state["_writer"][key] = value
+    rb = make()
+    rb.extend(rows([-1.0, -2.0, -3.0], rank=[0.0, 1.0, 2.0]))
+    writer_before = rb.writer.state_dict()
+    with pytest.raises(ValueError, match=f"{key}'\\]? (must be|is)"):
+        rb.load_state_dict(state)
+    assert len(rb) == 3 and rb.write_count == 3
+    assert sorted(item["x"].item() for item in rb[:]) == [-3.0, -2.0, -1.0]
+    assert _same(rb.writer.state_dict(), writer_before)
+
+
+class RefusingStorage(ListStorage):
+    """A list storage that refuses writes once ``refuse`` is set (as a tensor storage refuses
+    rows of another shape)."""
+
+    refuse = False
+
+    def set(self, *args, **kwargs):
+        if self.refuse:
+            raise ValueError("refused by the storage")
+        return super().set(*args, **kwargs)
+
+
+def test_a_rejected_write_leaves_the_writer_state_unchanged():
+    storage = RefusingStorage(5)
+    rb = TensorDictReplayBuffer(storage=storage, writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb.extend(rows(range(5)))
+    before = rb.writer.state_dict()
+    storage.refuse = True
+    for ranks in ([10.0, 11.0, 12.0], [2.5, 10.0, 0.5]):  # each replaces kept rows
+        with pytest.raises(ValueError, match="refused by the storage"):
+            rb.extend(rows(ranks))
+        assert _same(rb.writer.state_dict(), before)
+    storage.refuse = False
+    assert sorted(item["r"].item() for item in rb[:]) == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
