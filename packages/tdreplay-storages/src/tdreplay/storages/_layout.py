@@ -516,19 +516,45 @@ class TensorLayout:
             raise KeyError(f"key {key!r} is not in the storage (keys: "
                            f"{[str(k) for k in self.keys]}).")
         written = leaf[:rows]
-        value = torch.as_tensor(value, device=leaf.device)
-        if value.dtype is not leaf.dtype:
-            check_cast(key, value, leaf.dtype)  # refuses lossy casts, as writes do
-            value = value.to(leaf.dtype)
-        try:  # a value that does not fit raises before anything is written
-            if index is None:
-                written.copy_(value.expand_as(written))
-            else:
-                written[index] = value
+        where = "the written rows" if index is None else f"index {index!r}"
+        try:  # every check before anything is written: an index out of the written rows
+            # raises here, not half-way through an indexed write
+            target = written if index is None else written[index]
         except (RuntimeError, IndexError) as err:
-            where = "the written rows" if index is None else f"index {index!r}"
-            raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit "
-                             f"{where} of entry shape {tuple(written.shape)}: {err}") from err
+            raise ValueError(f"{where} of key {key!r} is not within the {rows} written rows: "
+                             f"{err}") from err
+        value = fitting_value(key, value, target)
+        if index is None:
+            written.copy_(value)
+        else:
+            written[index] = value
+
+
+def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Tensor:
+    """``value`` as a tensor of ``target``'s dtype and device that broadcasts to its shape;
+    ``ValueError`` (another shape) or ``TypeError`` (a lossy cast) naming ``key`` otherwise.
+
+    Examples
+    --------
+    >>> fitting_value("a", [1, 2], torch.zeros(3, 2)).dtype
+    torch.float32
+    >>> fitting_value("a", torch.ones(3), torch.zeros(3, 2))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: value of shape (3,) for key 'a' does not fit its entry of shape (3, 2)...
+    """
+    value = torch.as_tensor(value, device=target.device)
+    try:
+        fits = torch.broadcast_shapes(value.shape, target.shape) == target.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit its "
+                         f"entry of shape {tuple(target.shape)} (nothing was written).")
+    if value.dtype is not target.dtype:
+        check_cast(key, value, target.dtype)  # refuses lossy casts, as writes do
+        value = value.to(target.dtype)
+    return value
 
 
 def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: int,
