@@ -275,12 +275,19 @@ class SamplerEnsemble(MembersShareable, Sampler):
                                    "'index' and 'buffer_ids' entries (e.g. sample['index']).")
         storages = None if storage is None else \
             check_instance(storage, StorageEnsemble, "storage").storages
+        updates = []  # every part checked before any sampler changes
         for position, (ids, slots) in enumerate(parts):
             buffer_id = select_one(int(ids.reshape(-1)[0]), len(self._samplers), "samplers")
+            sampler = self._samplers[buffer_id]
+            member = None if storages is None else storages[buffer_id]
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
-            self._samplers[buffer_id].update_priority(
-                slots, part_priority,
-                storage=None if storages is None else storages[buffer_id])
+            checked = sampler.check_priority(part_priority)
+            if member is not None:
+                _check_written(slots, len(member), buffer_id)
+            updates.append((sampler, slots, part_priority if checked is None else checked,
+                            member))
+        for sampler, slots, part_priority, member in updates:
+            sampler.update_priority(slots, part_priority, storage=member)
 
     def extend(self, slots: torch.Tensor) -> None:
         raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "
@@ -396,3 +403,13 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             merged[key] = values
     return merged
+
+
+def _check_written(slots: torch.Tensor, written: int, buffer_id: int) -> None:
+    """``IndexError`` unless every slot is ``-1`` (skipped) or one of the ``written`` slots of
+    buffer ``buffer_id``."""
+    flat = torch.as_tensor(slots).reshape(-1)
+    bad = flat[(flat >= written) | (flat < -1)]
+    if bad.numel():
+        raise IndexError(f"update_priority: index {bad[:5].tolist()} of buffer {buffer_id} is not "
+                         f"among its {written} written slots; nothing was updated.")
