@@ -500,6 +500,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item and reset the write cursor (and the write count by default)."""
+        if not isinstance(empty_write_count, (bool, np.bool_)):
+            raise TypeError(f"empty_write_count must be a bool, got {empty_write_count!r}.")
         with self._lock:
             self.clear_prefetch()
             self._storage.empty()

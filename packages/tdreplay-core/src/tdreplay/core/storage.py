@@ -366,7 +366,10 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
                                  "gap or backwards: use extend to add rows.")
             return torch.arange(start, min(stop, cap), step)
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
-            rows = index.reshape(-1).nonzero().squeeze(-1)  # then range-checked as rows
+            if index.ndim != 1 or index.shape[0] != n:  # as torch: a mask covers every row
+                raise IndexError(f"a boolean index must have one entry per written row ({n}), "
+                                 f"got shape {tuple(index.shape)}.")
+            rows = index.nonzero().squeeze(-1)
         else:
             rows = as_long_tensor(index, name="index").reshape(-1)
         rows = torch.where(rows < 0, rows + n, rows)
