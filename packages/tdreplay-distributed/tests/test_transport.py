@@ -102,6 +102,24 @@ def test_the_host_answers_with_the_buffer_and_returns_its_errors():
     channel.send({"op": "close"})
 
 
+def test_a_request_that_is_not_one_ends_its_channel_only():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    host = ChannelHost(lambda: rb, "127.0.0.1")
+    channels = []
+    for _ in range(2):
+        where = host.open(10.0)
+        store = TCPStore(where["host"], where["port"], None, False, timedelta(seconds=10))
+        channels.append(Channel.join(PrefixStore(where["prefix"], store), rank=1, timeout=10.0))
+    broken, healthy = channels
+    broken._send_raw(torch.tensor([0, 5], dtype=torch.int64))  # a header, then no JSON
+    broken._send_raw(torch.frombuffer(bytearray(b"{oops"), dtype=torch.uint8))
+    with pytest.raises(ChannelClosedError):  # its thread has ended: the connection closes
+        broken.receive(first_wait=30.0)
+    healthy.send({"op": "stats"})
+    reply, _, kind = healthy.receive()
+    assert kind == 0 and reply["stats"]["size"] == 0
+
+
 def test_transport_options_are_checked():
     assert check_transport("ray", None) == ("ray", {})
     assert check_transport("distributed", None) == ("distributed",
