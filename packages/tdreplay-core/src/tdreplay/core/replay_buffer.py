@@ -451,9 +451,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         bs = (batch_size if type(batch_size) is int and batch_size > 0
               else self._resolve_batch_size(batch_size))
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
-            drawn = self._sample(bs)
-            assert drawn is not None  # only a dropped prefetch job draws nothing
-            data, info = drawn
+            data, info = self._draw(bs)
         else:
             with self._limit_samples(bs):
                 data, info = self._next_batch(bs)
@@ -500,8 +498,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item and reset the write cursor (and the write count by default)."""
-        if not isinstance(empty_write_count, (bool, np.bool_)):
-            raise TypeError(f"empty_write_count must be a bool, got {empty_write_count!r}.")
+        check_instance(empty_write_count, bool, "empty_write_count")
         with self._lock:
             self.clear_prefetch()
             self._storage.empty()

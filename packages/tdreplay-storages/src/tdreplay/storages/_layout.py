@@ -557,6 +557,33 @@ def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Ten
     return value
 
 
+def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,
+                    keys_to_update: Any = None) -> dict[NestedKey, torch.Tensor]:
+    """The values ``update_`` writes into the written ``rows`` of ``layout``: each entry of
+    ``data`` the storage has (and ``keys_to_update`` names, a name standing for the entries
+    under it), checked by :func:`fitting_value`; every one checked before the caller writes
+    any. Entries the storage lacks are skipped, as ``TensorDict.update_`` skips them.
+
+    Examples
+    --------
+    >>> layout = TensorLayout(TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2]),
+    ...                       ndim=1, device=torch.device("cpu"))
+    >>> new = TensorDict({"a": torch.ones(2), "b": torch.ones(2), "c": torch.ones(2)}, [2])
+    >>> sorted(checked_updates(layout, layout.td, new, keys_to_update=["a"]))
+    ['a']
+    """
+    if not isinstance(data, TensorDictBase):
+        raise TypeError(f"update_ expects a TensorDict or a dict, got {type(data).__name__}.")
+    chosen = None if keys_to_update is None else [key_path(k) for k in keys_to_update]
+    values = {}
+    for key in leaf_keys(data):
+        path = key_path(key)
+        if key in layout.key_set and (
+                chosen is None or any(path[:len(c)] == c for c in chosen)):
+            values[key] = fitting_value(key, data.get(key), rows.get(key))
+    return values
+
+
 def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: int,
                      device: torch.device) -> TensorLayout:
     """``layout`` with the entries of ``td`` (data about to be written) that it lacks, each

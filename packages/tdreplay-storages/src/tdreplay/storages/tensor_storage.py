@@ -27,7 +27,7 @@ from tdreplay.core.utils import as_long_tensor, is_int
 from ._allocation import allocate_unfilled
 from ._compilable_rows import CompilableRows
 from ._formats import KIND_TD, DataFormat, to_tensordict
-from ._layout import TensorLayout, fitting_value, key_path, leaf_keys, with_new_entries
+from ._layout import TensorLayout, checked_updates, with_new_entries
 from ._state_checks import check_rows_fit, check_tensor_state
 from .checkpointers import TensorStorageCheckpointer
 
@@ -306,17 +306,7 @@ class TensorStorage(CompilableRows, Storage):
             raise RuntimeError("the storage is empty: nothing to update.")
         rows = self.written_rows()
         data = TensorDict(data, batch_size=rows.batch_size) if isinstance(data, dict) else data
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"update_ expects a TensorDict or a dict, got {type(data).__name__}.")
-        chosen = None if keys_to_update is None else [key_path(k) for k in keys_to_update]
-        values = {}
-        for key in leaf_keys(data):  # every value checked before any is written
-            path = key_path(key)
-            if key not in layout.key_set or (
-                    chosen is not None and not any(path[:len(c)] == c for c in chosen)):
-                continue  # as TensorDict.update_: keys the storage lacks are skipped
-            values[key] = fitting_value(key, data.get(key), rows.get(key))
-        for key, value in values.items():
+        for key, value in checked_updates(layout, rows, data, keys_to_update).items():
             rows.get(key).copy_(value.clone() if clone else value)
 
     # ---- lifecycle -------------------------------------------------------------------------------
