@@ -13,7 +13,7 @@ import torch
 from ._stateful import StateDictCheckpointMixin
 from .process_sharing import SpawnChecked
 from .storage import Storage
-from .utils import INT_TYPES, check_batch_size, check_not_empty
+from .utils import check_batch_size, check_not_empty, is_int
 
 
 class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -458,12 +458,12 @@ class SamplerWithoutReplacement(Sampler):
         super().check_state_dict(state_dict)
         if "perm" not in state_dict:
             return  # a subclass keeping its epoch in its own entries checks them itself
-        perm, pos = state_dict["perm"], state_dict["pos"]
+        perm = state_dict["perm"]
         if not isinstance(perm, torch.Tensor) or perm.dtype != torch.long or perm.ndim != 1:
             raise ValueError("SamplerWithoutReplacement state_dict 'perm' must be a 1-dim int64 "
                              "tensor.")
-        if isinstance(pos, bool) or not isinstance(pos, INT_TYPES) \
-                or not 0 <= int(pos) <= perm.numel():
+        pos = state_dict["pos"]
+        if not is_int(pos) or not 0 <= int(pos) <= perm.numel():
             raise ValueError(f"SamplerWithoutReplacement state_dict 'pos'={pos!r} is not an int "
                              f"within the epoch of {perm.numel()} slots.")
         for flag in ("has_perm", "ran_out"):

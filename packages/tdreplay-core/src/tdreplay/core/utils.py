@@ -41,6 +41,7 @@ __all__ = [
     "check_batch_size",
     "check_instance",
     "check_not_empty",
+    "check_state_counter",
     "ensure_tensordict",
     "is_int",
     "leading_dim",
@@ -213,6 +214,28 @@ def check_batch_size(batch_size: Any) -> int:
             or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
     return int(batch_size)
+
+
+def check_state_counter(value: Any, field: str, owner: str) -> int:
+    """``value`` (an entry of a saved state) as an int >= 0; ``ValueError`` naming
+    ``owner``'s ``state_dict[field]`` otherwise. For the counters and cursors components
+    check before a buffer loads any of its parts.
+
+    Examples
+    --------
+    >>> check_state_counter(torch.tensor(3), "cursor", "RoundRobinWriter")
+    3
+    >>> check_state_counter(True, "age", "TensorDictMaxValueWriter")
+    Traceback (most recent call last):
+    ...
+    ValueError: TensorDictMaxValueWriter state_dict['age'] must be an int, got bool (True).
+    """
+    if not is_int(value):
+        raise ValueError(f"{owner} state_dict[{field!r}] must be an int, got "
+                         f"{type(value).__name__} ({value!r}).")
+    if int(value) < 0:
+        raise ValueError(f"{owner} state_dict[{field!r}] is {int(value)}; it must be >= 0.")
+    return int(value)
 
 
 def check_not_empty(storage: Sized) -> int:

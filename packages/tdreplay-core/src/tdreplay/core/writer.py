@@ -12,7 +12,7 @@ from ._stateful import StateDictCheckpointMixin
 from .generations import SlotGenerations, check_generation_table
 from .process_sharing import SpawnChecked
 from .storage import Storage
-from .utils import check_instance, is_int, leading_dim, slice_leading
+from .utils import check_instance, check_state_counter, is_int, leading_dim, slice_leading
 
 
 class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -188,7 +188,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         >= 0 (``ValueError`` naming the field); changes nothing."""
         super().check_state_dict(state_dict)
         if "write_count" in state_dict:
-            _check_counter(state_dict["write_count"], "write_count", type(self).__name__)
+            check_state_counter(state_dict["write_count"], "write_count", type(self).__name__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
@@ -502,8 +502,8 @@ class RoundRobinWriter(Writer):
         if not expected <= set(state_dict) or not set(state_dict) <= expected | {"generation"}:
             raise ValueError(f"{owner} state_dict keys differ: expected {sorted(expected)} "
                              f"(and 'generation' when tracked), got {sorted(state_dict)}.")
-        _check_counter(state_dict["write_count"], "write_count", owner)
-        cursor = _check_counter(state_dict["cursor"], "cursor", owner)
+        check_state_counter(state_dict["write_count"], "write_count", owner)
+        cursor = check_state_counter(state_dict["cursor"], "cursor", owner)
         capacity = self._storage.rows_capacity if self._storage is not None else None
         if capacity is not None and cursor >= capacity:
             raise ValueError(f"{owner} state_dict['cursor'] is {cursor}, outside "
@@ -540,14 +540,6 @@ def _index_tensor(index: Any) -> torch.Tensor:
     return torch.as_tensor(index, dtype=torch.long)
 
 
-def _check_counter(value: Any, field: str, owner: str) -> int:
-    """``value`` as an int >= 0; ``ValueError`` naming ``owner``'s ``field`` otherwise."""
-    if not is_int(value):
-        raise ValueError(f"{owner} state_dict[{field!r}] must be an int, got "
-                         f"{type(value).__name__} ({value!r}).")
-    if int(value) < 0:
-        raise ValueError(f"{owner} state_dict[{field!r}] is {int(value)}; it must be >= 0.")
-    return int(value)
 
 
 class _LazyCounters:

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Writer
-from tdreplay.core.utils import NestedKey, normalize_keys
+from tdreplay.core.utils import NestedKey, check_state_counter, normalize_keys
 
 _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 
@@ -327,13 +327,7 @@ class TensorDictMaxValueWriter(Writer):
         if parts[1].is_floating_point() or parts[2].is_floating_point():
             raise ValueError(f"{type(self).__name__} state_dict heap ages and rows must be "
                              "integer tensors.")
-        age = state_dict["age"]  # (write_count: checked by the base class)
-        if isinstance(age, torch.Tensor) and age.ndim == 0 and not age.is_floating_point() \
-                and age.dtype != torch.bool:
-            age = int(age)
-        if isinstance(age, bool) or not isinstance(age, int) or age < 0:
-            raise ValueError(f"{type(self).__name__} state_dict 'age' must be an int >= 0, got "
-                             f"{age!r}.")
+        check_state_counter(state_dict["age"], "age", type(self).__name__)  # (write_count: base)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
