@@ -127,12 +127,18 @@ def _repeat_over(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
     return value.reshape(value.shape + (1,) * (len(batch_size) - value.ndim)).expand(batch_size)
 
 
-def _holds(data: Any, key: str) -> bool:
-    """Whether ``key`` can be set in ``data``: any key of a TensorDict, only a field of a
-    tensorclass (which refuses other names)."""
+def _fields_of(data: Any) -> frozenset[str] | None:
+    """The names that can be set in ``data``: ``None`` (any) for a TensorDict, the fields of
+    a tensorclass (which refuses other names)."""
     if isinstance(data, TensorDictBase):
-        return True
-    return any(field.name == key for field in dataclasses.fields(data))
+        return None
+    return frozenset(field.name for field in dataclasses.fields(data))
+
+
+def _holds(data: Any, key: str) -> bool:
+    """Whether ``key`` can be set in ``data`` (see :func:`_fields_of`)."""
+    fields = _fields_of(data)
+    return fields is None or key in fields
 
 
 def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
@@ -448,8 +454,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
-        bs = (batch_size if type(batch_size) is int and batch_size > 0
-              else self._resolve_batch_size(batch_size))
+        bs = self._resolve_batch_size(batch_size)
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
         else:
@@ -647,13 +652,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(data):
             return data
         batch = data.batch_size
+        fields = _fields_of(data)
         for key, value in info.items():
             if not isinstance(value, torch.Tensor):
                 continue
             if only_missing and data.get(key, None) is not None:
                 continue
-            if not _holds(data, key):  # a tensorclass without that field: in the info dict only
-                continue
+            if fields is not None and key not in fields:  # a tensorclass without that field:
+                continue  # in the info dict only
             if data.device is not None and value.device != data.device:
                 value = value.to(data.device)
             if -1 in batch and _set_per_item(data, key, value):

@@ -281,11 +281,8 @@ class RandomSampler(Sampler):
             count = storage.written_slots_tensor()
             if count is not None:
                 return self._sample_compiled(count, batch_size), {}
-        n = len(storage)
-        if not n:
-            check_not_empty(storage)  # raises the empty-storage error
-        if type(batch_size) is not int or batch_size <= 0:  # (the common case: one test)
-            batch_size = check_batch_size(batch_size)
+        n = check_not_empty(storage)
+        batch_size = check_batch_size(batch_size)
         rng = self._rng
         if rng is None:  # the same draws as generator=None, without the keyword's cost
             return torch.randint(n, (batch_size,)), {}
