@@ -123,22 +123,25 @@ def leaves_along_tree(td: TensorDictBase, tree: dict[str, Any],
 def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
              device: torch.device | None) -> TensorDict:
     """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``,
-    checked by tensordict's constructor (the read path builds with
-    :func:`tensordict_builder` instead)."""
-    source: dict[str, Any] = {}
-    for name, node in tree.items():
-        source[name] = (assemble(node, leaves, batch_size, device) if isinstance(node, dict)
-                        else leaves[node])
+    checked by tensordict's constructor (the read path builds with :func:`tensordict_builder`
+    without the checks)."""
+    return tensordict_builder(tree, device, _checked_tensordict)(leaves, batch_size)
+
+
+def _checked_tensordict(source: dict[str, Any], batch_size: torch.Size,
+                        device: torch.device | None) -> TensorDict:
     # non_blocking=False: the leaves are already on ``device`` (no transfer to wait for)
     return TensorDict(source, batch_size=batch_size, device=device, non_blocking=False)
 
 
-def tensordict_builder(tree: dict[str, Any], device: torch.device | None
+def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
+                       construct: Callable[..., TensorDict] = new_tensordict
                        ) -> Callable[[list[torch.Tensor], torch.Size], TensorDict]:
-    """``build(leaves, batch_size)``: a TensorDict of ``leaves`` at the keys of ``tree``, built
-    without checking them (:func:`~._fast_tensordict.new_tensordict`): the leaves must have
-    been cut from a layout's own (leading dims ``batch_size``, on ``device``). The read path
-    builds one per sample; the walk of ``tree`` is done once, here.
+    """``build(leaves, batch_size)``: a TensorDict of ``leaves`` at the keys of ``tree``, one
+    ``construct(source, batch_size, device)`` per level; the walk of ``tree`` is done once,
+    here. By default built without checking the leaves
+    (:func:`~._fast_tensordict.new_tensordict`): they must have been cut from a layout's own
+    (leading dims ``batch_size``, on ``device``); the read path builds one per sample.
 
     Examples
     --------
@@ -147,17 +150,19 @@ def tensordict_builder(tree: dict[str, Any], device: torch.device | None
     >>> td["n", "b"].tolist(), td.batch_size
     ([1.0, 1.0], torch.Size([2]))
     """
-    entries = [(name, tensordict_builder(node, device) if isinstance(node, dict) else None,
-                node) for name, node in tree.items()]
-    return partial(_build_tensordict, entries, device)  # (a partial pickles with its layout)
+    entries = [(name, tensordict_builder(node, device, construct) if isinstance(node, dict)
+                else None, node) for name, node in tree.items()]
+    # (a partial pickles with its layout)
+    return partial(_build_tensordict, entries, device, construct)
 
 
 def _build_tensordict(entries: list[tuple[str, Any, Any]], device: torch.device | None,
-                      leaves: list[torch.Tensor], batch_size: torch.Size) -> TensorDict:
+                      construct: Callable[..., TensorDict], leaves: list[torch.Tensor],
+                      batch_size: torch.Size) -> TensorDict:
     source: dict[str, Any] = {}
     for name, nested, position in entries:
         source[name] = leaves[position] if nested is None else nested(leaves, batch_size)
-    return new_tensordict(source, batch_size, device)
+    return construct(source, batch_size, device)
 
 
 def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
