@@ -78,13 +78,8 @@ def _decode(value: Any) -> Any:
     if tag == "tuple":
         return tuple(_decode(item) for item in value[1])
     if tag == "dict":
-        return {_key(key): _decode(item) for key, item in value[1]}
+        return {key: _decode(item) for key, item in value[1]}
     raise ValueError(f"unknown entry tag {tag!r}")
-
-
-def _key(key: Any) -> Any:
-    """A dict key as saved (a nested key comes back as a list of names: a tuple again)."""
-    return tuple(key) if isinstance(key, list) else key
 
 
 def save_prefetched(snapshot: Path, state: dict[str, Any]) -> None:

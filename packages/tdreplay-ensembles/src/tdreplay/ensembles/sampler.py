@@ -283,7 +283,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
             checked = sampler.check_priority(part_priority)
             if member is not None:
-                _check_written(slots, len(member), buffer_id)
+                _check_written(slots, member, buffer_id)
             updates.append((sampler, slots, part_priority if checked is None else checked,
                             member))
         for sampler, slots, part_priority, member in updates:
@@ -405,11 +405,11 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _check_written(slots: torch.Tensor, written: int, buffer_id: int) -> None:
-    """``IndexError`` unless every slot is ``-1`` (skipped) or one of the ``written`` slots of
-    buffer ``buffer_id``."""
+def _check_written(slots: torch.Tensor, storage: Storage, buffer_id: int) -> None:
+    """``IndexError`` unless every slot is ``-1`` (skipped) or written in ``storage``, the
+    storage of buffer ``buffer_id``."""
     flat = torch.as_tensor(slots).reshape(-1)
-    bad = flat[(flat >= written) | (flat < -1)]
+    bad = flat[~(storage.valid_slots_mask(flat) | (flat == -1))]
     if bad.numel():
         raise IndexError(f"update_priority: index {bad[:5].tolist()} of buffer {buffer_id} is not "
-                         f"among its {written} written slots; nothing was updated.")
+                         f"among its {len(storage)} written slots; nothing was updated.")
