@@ -78,8 +78,7 @@ def test_the_host_answers_with_the_buffer_and_returns_its_errors():
                                 sampler=PrioritizedSampler(20, alpha=1.0, beta=1.0))
     host = ChannelHost(lambda: rb, "127.0.0.1")
     where = host.open(10.0)
-    store = TCPStore(where["host"], where["port"], None, False, timedelta(seconds=10))
-    channel = Channel.join(PrefixStore(where["prefix"], store), rank=1, timeout=10.0)
+    channel = Channel.connect(where, timeout=10.0)
     data = TensorDict({"obs": torch.arange(5.0), ("next", "done"): torch.zeros(5, dtype=bool)},
                       [5])
     channel.send({"op": "extend", "entries": [[["obs"], "torch.float32", [5]],
@@ -108,8 +107,7 @@ def test_a_request_that_is_not_one_ends_its_channel_only():
     channels = []
     for _ in range(2):
         where = host.open(10.0)
-        store = TCPStore(where["host"], where["port"], None, False, timedelta(seconds=10))
-        channels.append(Channel.join(PrefixStore(where["prefix"], store), rank=1, timeout=10.0))
+        channels.append(Channel.connect(where, timeout=10.0))
     broken, healthy = channels
     broken._send_raw(torch.tensor([0, 5], dtype=torch.int64))  # a header, then no JSON
     broken._send_raw(torch.frombuffer(bytearray(b"{oops"), dtype=torch.uint8))

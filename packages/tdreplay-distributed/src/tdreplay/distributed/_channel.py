@@ -107,6 +107,15 @@ class Channel:
         group = ProcessGroupGloo(store, rank, 2, timedelta(seconds=timeout))
         return cls(group, rank, timeout)
 
+    @classmethod
+    def connect(cls, where: dict[str, Any], timeout: float) -> Channel:
+        """The client's end (rank 1) of the channel a :class:`~._channel_host.ChannelHost`
+        opened at ``where`` (its ``host``, ``port`` and ``prefix``)."""
+        from torch.distributed import PrefixStore, TCPStore
+
+        store = TCPStore(where["host"], where["port"], None, False, timedelta(seconds=timeout))
+        return cls.join(PrefixStore(where["prefix"], store), rank=1, timeout=timeout)
+
     def _transfer(self, start: Callable[[], Any], seconds: float | None = None) -> None:
         """Start a send or receive and wait for it; any failure (a timeout, which also closes
         the connection, or a peer gone) is a :class:`ChannelClosedError`."""

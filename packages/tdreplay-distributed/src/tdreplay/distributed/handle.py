@@ -82,9 +82,11 @@ class ClientHandleMixin:
         if buffer.closed:
             raise RuntimeError(f"{type(self).__name__} is closed.")
         # a copy as a Ray worker receives: the same actors, no lease, no creation arguments
-        copy = pickle.loads(pickle.dumps(self))
-        if getattr(buffer, "transport_kind", "ray") == "distributed":
-            return DistributedBufferClient(copy, timeout=buffer.transport_options["timeout"])
+        return self._handle_on(pickle.loads(pickle.dumps(self)))
+
+    def _handle_on(self, copy: Any) -> RayBufferClient | DistributedBufferClient:
+        """The handle :meth:`client` gives on ``copy`` (a copy of this buffer's client side):
+        its calls through Ray (a transport may give another kind, see ``TransportMixin``)."""
         return RayBufferClient(copy)
 
     def clients(self, num_clients: int) -> list[RayBufferClient | DistributedBufferClient]:

@@ -56,7 +56,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
 
 
 class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
-                      ClientHandleMixin, TransportMixin, ClosableBuffer):
+                      TransportMixin, ClientHandleMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -89,6 +88,13 @@ class TransportMixin:
     def transport_options(self) -> dict[str, Any]:
         """The options of the ``"distributed"`` transport (``{}`` for ``"ray"``)."""
         return dict(self._transport_options)
+
+    def _handle_on(self, copy: Any) -> Any:
+        """:meth:`client`'s handle: over a channel of its own for ``"distributed"``, else the
+        default (through Ray)."""
+        if self._transport == "distributed":
+            return DistributedBufferClient(copy, timeout=self._transport_options["timeout"])
+        return super()._handle_on(copy)  # type: ignore[misc]
 
     def open_channel(self, timeout: float = 300.0) -> dict[str, Any]:
         """Open a ``"distributed"`` transport channel to the actor: where a client joins it
@@ -244,12 +250,7 @@ class DistributedBufferClient:
     def _connected(self, timeout: float) -> Channel:
         if self._channel is not None and self._pid == os.getpid():
             return self._channel
-        from torch.distributed import PrefixStore, TCPStore
-
-        where = self._buffer.open_channel(timeout)
-        store = TCPStore(where["host"], where["port"], None, False, timedelta(seconds=timeout))
-        self._channel = Channel.join(PrefixStore(where["prefix"], store), rank=1,
-                                     timeout=timeout)
+        self._channel = Channel.connect(self._buffer.open_channel(timeout), timeout)
         self._pid = os.getpid()
         return self._channel
 
