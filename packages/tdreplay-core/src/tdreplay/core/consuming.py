@@ -9,6 +9,7 @@ the same class.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,23 @@ def check_max_sample_count(value: Any, name: str = "max_sample_count") -> int:
     if int(value) < 1:
         raise ValueError(f"{name} must be a positive integer, got {int(value)}.")
     return int(value)
+
+
+class ConsumingMark:
+    """A :meth:`ConsumingSampler.draw_mark`: the consumed slots, the slots known and
+    ``ran_out`` when it was taken, and where the sampler's journal of draws stood.
+
+    Examples
+    --------
+    >>> mark = ConsumingSampler().draw_mark()
+    >>> mark.free.tolist(), mark.known, mark.ran_out, mark.start
+    ([], 0, False, 0)
+    """
+
+    __slots__ = ("free", "known", "ran_out", "start", "__weakref__")
+
+    def __init__(self, free: torch.Tensor, known: int, ran_out: bool, start: int) -> None:
+        self.free, self.known, self.ran_out, self.start = free, known, ran_out, start
 
 
 class ConsumingSampler(Sampler):
@@ -90,6 +108,7 @@ class ConsumingSampler(Sampler):
 
     finite_epochs = True  # iteration ends when every item is consumed; never prefetched
     shareable = False  # counts and consumed slots live in this process
+    stateful_draws = True  # a batch that fails gives its items back (draw_mark, undo_draws)
 
     def __init__(self, max_sample_count: int = 1) -> None:
         self.max_sample_count: int | None = check_max_sample_count(max_sample_count)
@@ -98,6 +117,12 @@ class ConsumingSampler(Sampler):
         self._known = 0  # slots [0, _known) are written, as far as this sampler knows
         self._free = torch.zeros(0, dtype=torch.long)  # consumed slots, oldest first, unique
         self._ran_out = False
+        self._open_journal()
+
+    def _open_journal(self) -> None:
+        """No mark open, nothing journaled (also what a copy of the sampler starts with)."""
+        self._marks: weakref.WeakSet[ConsumingMark] = weakref.WeakSet()  # the open marks
+        self._journal: list[torch.Tensor] = []  # slots of each draw since the oldest open mark
 
     @property
     def _limit(self) -> int:
@@ -170,7 +195,57 @@ class ConsumingSampler(Sampler):
             self._live[consumed] = False
             self._free = torch.cat([self._free, consumed])
         self._ran_out = not bool(self._live[:self._known].any())
+        if self._marks:  # a batch being drawn under a mark: journaled, to be given back
+            self._journal.append(index)
         return index, {}
+
+    def draw_mark(self) -> ConsumingMark:
+        """A mark for :meth:`undo_draws`: the consumed slots (a reference: draws replace the
+        tensor), and from now on, while the mark lives, the slots of every draw (a journal
+        of references, dropped with the last open mark).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage, sampler = ListStorage(4), ConsumingSampler()
+        >>> storage.set(torch.arange(3), ["a", "b", "c"])
+        >>> mark = sampler.draw_mark()
+        >>> _ = sampler.sample(storage, 2)
+        >>> sampler.sampleable_count(storage)
+        1
+        >>> sampler.undo_draws(mark)  # e.g. the batch's transform raised
+        >>> sampler.sampleable_count(storage), sampler.reusable_slots(storage, 3).tolist()
+        (3, [])
+        """
+        if not self._marks:
+            self._journal.clear()
+        mark = ConsumingMark(self._free, self._known, self._ran_out, len(self._journal))
+        self._marks.add(mark)
+        return mark
+
+    def undo_draws(self, mark: ConsumingMark) -> None:
+        """Give back the items of the draws made since ``mark``: their counts go down again,
+        the items they consumed are sampleable again (see :meth:`Sampler.undo_draws`)."""
+        for index in reversed(self._journal[mark.start:]):
+            self._counts[index] -= 1
+            back = index[~self._live[index] & (self._counts[index] < self._limit)]
+            self._live[back] = True
+        del self._journal[mark.start:]
+        # slots past a storage that shrank since were forgotten (_sync); growth made items
+        # sampleable, which ran_out must not hide
+        free, known = mark.free, self._known
+        self._free = free if known >= mark.known else free[free < known]
+        self._ran_out = mark.ran_out and known <= mark.known
+        self._marks.discard(mark)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_marks"], state["_journal"]  # a copy has no mark open
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open_journal()
 
     def sampleable_count(self, storage: Storage) -> int:
         """Items of ``storage`` not consumed yet (what ``len(rb)`` reports).

@@ -243,6 +243,25 @@ class Prefetcher:
             self._queue.append(future)
         self._batch_size = state["batch_size"]
 
+    def expire_queued(self) -> None:
+        """Let the jobs queued so far draw nothing when they run; the batches drawn already
+        stay queued, handed out in turn.
+
+        A buffer calls it under its lock when a batch being drawn ahead fails (its draw
+        undone, :mod:`tdreplay.core.buffer_draw`): the error reaches the caller whose turn that
+        batch is, who drops the queue then; meanwhile the jobs behind it must not draw, or a
+        sampler whose draws change state would lose those draws with the queue.
+
+        Examples
+        --------
+        >>> p = Prefetcher(1)
+        >>> epoch = p.epoch
+        >>> p.expire_queued()
+        >>> p.epoch == epoch + 1
+        True
+        """
+        self._epoch += 1
+
     def _clear_queue(self) -> None:
         """Drop the queue through ``on_clear`` (while its owner lives), else :meth:`clear`."""
         on_clear = self._on_clear() if self._on_clear is not None else None

@@ -18,6 +18,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_consume import ConsumptionMixin
 from .buffer_dim_extend import ExtendDimMixin
+from .buffer_draw import DrawMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
 from .buffer_parts import PartsMixin, check_transform_args, delays_init
@@ -181,7 +182,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
                    InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
                    SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
-                   metaclass=ServiceDispatch):
+                   DrawMixin, metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -419,14 +420,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         assert checked is not None  # batch_size is not None here
         return checked
 
-    def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        """Sample a batch now (no prefetch queue)."""
-        drawn = self._sample(batch_size)
-        assert drawn is not None  # only a dropped prefetch job draws nothing
-        return drawn
-
-    def _sample(self, batch_size: int, prefetch_epoch: int | None = None
-                ) -> tuple[Any, dict[str, Any]] | None:
+    def _sample(self, batch_size: int, prefetch_epoch: int | None = None,
+                marked: bool = False) -> tuple[Any, dict[str, Any]] | None:
+        if self._sampler.stateful_draws and not marked:  # undone if a step fails (buffer_draw)
+            return self._sample_undoably(batch_size, prefetch_epoch)
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing

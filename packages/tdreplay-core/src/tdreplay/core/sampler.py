@@ -71,10 +71,56 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     #: :meth:`~tdreplay.core.Storage.get_trusted`, which need not check them again. ``False``
     #: (the default): the buffer reads through :meth:`~tdreplay.core.Storage.get`, which checks.
     draws_written_slots: bool = False
+    #: True for samplers whose :meth:`sample` changes state that a batch which then fails must
+    #: give back (an epoch's position, the counts of a consuming sampler). A buffer takes a
+    #: :meth:`draw_mark` before drawing from such a sampler, keeps its lock until the batch is
+    #: complete (read, collated, transformed, info attached) and hands the mark to
+    #: :meth:`undo_draws` if any step raises: a failed ``sample`` changes nothing. ``False``
+    #: (the default): nothing is marked, and a failed sample costs only the random numbers
+    #: drawn (those of the generator are never given back).
+    stateful_draws: bool = False
 
     @abc.abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return ``(index, info)`` for a batch of ``batch_size`` items."""
+
+    def draw_mark(self) -> Any:
+        """A record of the state the next draws change, for :meth:`undo_draws` (``None`` here:
+        :attr:`stateful_draws` samplers override both).
+
+        It stays valid while nothing but draws changes the sampler (a buffer holds its lock
+        from the mark to the end of the batch: no write, ``empty`` or load in between). Marks
+        may nest (an ensemble marks its members within its buffer's mark); the inner one is
+        undone first. State that a draw only brings up to date with the storage (a trajectory
+        index catching up with writes, a sampler catching up with other processes' writes) is
+        not recorded: any next call would bring it up to date the same way.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> storage.set(torch.arange(4), list("abcd"))
+        >>> sampler = SamplerWithoutReplacement(shuffle=False)
+        >>> mark = sampler.draw_mark()
+        >>> sampler.sample(storage, 3)[0].tolist()
+        [0, 1, 2]
+        >>> sampler.undo_draws(mark)  # e.g. the batch's transform raised
+        >>> sampler.sample(storage, 3)[0].tolist()  # the same items, as if never drawn
+        [0, 1, 2]
+        """
+        return None
+
+    def undo_draws(self, mark: Any) -> None:
+        """Put back the state :meth:`draw_mark` recorded in ``mark``: the draws made since are
+        undone (an epoch's items are drawn again, nothing stays consumed). Nothing here.
+
+        Examples
+        --------
+        >>> sampler = RandomSampler()
+        >>> sampler.undo_draws(sampler.draw_mark())  # nothing to undo
+        >>> sampler.stateful_draws
+        False
+        """
 
     def extend(self, slots: torch.Tensor) -> None:
         """Called after ``slots`` were written."""
@@ -382,6 +428,7 @@ class SamplerWithoutReplacement(Sampler):
     """
 
     finite_epochs = True
+    stateful_draws = True  # the epoch's position
 
     def __init__(self, drop_last: bool = False, shuffle: bool = True, *,
                  replacement: bool = False) -> None:
@@ -423,6 +470,16 @@ class SamplerWithoutReplacement(Sampler):
             self._start_epoch(n)
         self._ran_out = ran_out
         return index, {}
+
+    def draw_mark(self) -> tuple[torch.Tensor | None, int, bool]:
+        """The epoch's order, position and ``ran_out``: references only (a draw moves the
+        position and may start a new epoch, a new tensor; it never changes an order in
+        place)."""
+        return self._order, self._pos, self._ran_out
+
+    def undo_draws(self, mark: tuple[torch.Tensor | None, int, bool]) -> None:
+        """Back to the epoch and position of ``mark`` (see :meth:`Sampler.undo_draws`)."""
+        self._order, self._pos, self._ran_out = mark
 
     @property
     def ran_out(self) -> bool:

@@ -1,0 +1,63 @@
+"""A ``sample`` is one step: it hands out a batch, or it raises and changes nothing.
+
+:class:`DrawMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built from.
+A sample draws from the sampler under the buffer's lock and reads the items, then collates
+them, finishes the batch, attaches the sampler's info and runs the read-side transforms
+(:mod:`tdreplay.core.buffer_read_path`). Any of these steps may raise (a transform or a
+``collate_fn`` refusing the batch, a storage failing to read it); the caller then gets no
+batch, and the buffer is left as it was:
+
+- a sampler whose draws change state (:attr:`~tdreplay.core.Sampler.stateful_draws`: samplers
+  without replacement, consuming samplers, an ensemble holding one) is marked before the draw
+  (:meth:`~tdreplay.core.Sampler.draw_mark`) and put back
+  (:meth:`~tdreplay.core.Sampler.undo_draws`) when a step raises. The buffer holds its lock
+  from the draw to the finished batch, so no other draw or write comes in between and the
+  undo is exact: the epoch's items are drawn again, nothing is consumed;
+- other samplers have nothing to give back and pay nothing for it (the lock is released after
+  the read, as always);
+- random numbers drawn from the generator are not given back: with a seeded generator, the
+  batches after a failed one differ from those a buffer that never failed would draw;
+- a batch drawn ahead (``prefetch``) that fails is undone the same way, in the worker, and the
+  jobs queued behind it draw nothing (:meth:`~tdreplay.core.prefetch.Prefetcher.expire_queued`):
+  the error reaches the ``sample`` whose turn it was, and the next one draws afresh.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from .prefetch import Drawn, Prefetcher
+from .sampler import Sampler
+
+
+class DrawMixin:
+    """Drawing a batch as one step (mixed into :class:`~tdreplay.core.ReplayBuffer`)."""
+
+    _sampler: Sampler
+    _lock: AbstractContextManager[Any]
+    _prefetcher: Prefetcher
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def _sample(self, batch_size: int, prefetch_epoch: int | None = None,
+                    marked: bool = False) -> Drawn | None: ...
+
+    def _draw(self, batch_size: int) -> Drawn:
+        """Sample a batch now (no prefetch queue)."""
+        drawn = self._sample(batch_size)
+        assert drawn is not None  # only a dropped prefetch job draws nothing
+        return drawn
+
+    def _sample_undoably(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
+        """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`: marked before the
+        draw, the lock held until the batch is complete, the draw undone if any step raises."""
+        sampler = self._sampler
+        with self._lock:
+            mark = sampler.draw_mark()
+            try:
+                return self._sample(batch_size, prefetch_epoch, marked=True)
+            except BaseException:
+                sampler.undo_draws(mark)
+                if prefetch_epoch is not None:  # drawn ahead: the jobs behind must not draw
+                    self._prefetcher.expire_queued()
+                raise
