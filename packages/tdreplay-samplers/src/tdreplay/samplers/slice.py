@@ -447,6 +447,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     """
 
     finite_epochs = True
+    stateful_draws = True  # the epoch's position
 
     def __init__(
         self,
@@ -500,6 +501,32 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     @property
     def ran_out(self) -> bool:
         return self._ran_out
+
+    def draw_mark(self) -> Any:  # (not the epoch of a SamplerWithoutReplacement)
+        """The epoch's trajectories (an array a draw replaces, never changes), position, slice
+        length, ``ran_out`` and staleness: what :meth:`undo_draws` puts back. The trajectory
+        index a draw brings up to date with the writes is not (see
+        :meth:`~tdreplay.core.Sampler.draw_mark`).
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(20)
+        >>> storage.set(torch.arange(20), TensorDict({"episode": torch.arange(20) // 5}, [20]))
+        >>> sampler = SliceSamplerWithoutReplacement(slice_len=5, traj_key="episode",
+        ...                                          shuffle=False)
+        >>> mark = sampler.draw_mark()
+        >>> first = sampler.sample(storage, 10)[0].tolist()
+        >>> sampler.undo_draws(mark)  # e.g. the batch's transform raised
+        >>> sampler.sample(storage, 10)[0].tolist() == first
+        True
+        """
+        return self._perm, self._pos, self._epoch_len, self._ran_out, self._stale
+
+    def undo_draws(self, mark: Any) -> None:
+        """Back to the epoch and position of ``mark`` (see :meth:`draw_mark`)."""
+        self._perm, self._pos, self._epoch_len, self._ran_out, self._stale = mark
 
     def _new_epoch(self, index: TrajectoryIndex, seq_len: int) -> None:
         live = index.live_records().copy()
