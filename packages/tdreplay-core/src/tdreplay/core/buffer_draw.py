@@ -17,9 +17,9 @@ batch, and the buffer is left as it was:
   the read, as always);
 - random numbers drawn from the generator are not given back: with a seeded generator, the
   batches after a failed one differ from those a buffer that never failed would draw;
-- a batch drawn ahead (``prefetch``) that fails is undone the same way, in the worker, and the
-  jobs queued behind it draw nothing (:meth:`~tdreplay.core.prefetch.Prefetcher.expire_queued`):
-  the error reaches the ``sample`` whose turn it was, and the next one draws afresh.
+- a batch drawn ahead (``prefetch``) that fails is undone the same way, in the worker, and no
+  job draws after it (:meth:`~tdreplay.core.prefetch.Prefetcher.halt`) until the error reaches
+  the ``sample`` whose turn it was, which drops the queue: the next one draws afresh.
 """
 
 from __future__ import annotations
@@ -58,6 +58,6 @@ class DrawMixin:
                 return self._sample(batch_size, prefetch_epoch, marked=True)
             except BaseException:
                 sampler.undo_draws(mark)
-                if prefetch_epoch is not None:  # drawn ahead: the jobs behind must not draw
-                    self._prefetcher.expire_queued()
+                if prefetch_epoch is not None:  # drawn ahead: no job draws until it is seen
+                    self._prefetcher.halt()
                 raise

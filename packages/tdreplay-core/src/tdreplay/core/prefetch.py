@@ -125,12 +125,14 @@ class Prefetcher:
         # lock by the thread that waits for a prefetched batch
         self._lock = threading.Lock()
         self._epoch = 0
+        self._halted = False  # a batch drawn ahead failed: no job draws until clear()
         self._batch_size: int | None = None  # batch size of the queued batches
 
     @property
     def epoch(self) -> int:
-        """The current epoch: jobs queued in an earlier one must draw nothing."""
-        return self._epoch
+        """The current epoch: jobs queued in an earlier one must draw nothing (as must every
+        job while :meth:`halt` holds: ``-1`` then, never a job's epoch)."""
+        return -1 if self._halted else self._epoch
 
     @property
     def queued(self) -> int:
@@ -243,24 +245,26 @@ class Prefetcher:
             self._queue.append(future)
         self._batch_size = state["batch_size"]
 
-    def expire_queued(self) -> None:
-        """Let the jobs queued so far draw nothing when they run; the batches drawn already
-        stay queued, handed out in turn.
+    def halt(self) -> None:
+        """Let no job draw (queued or queued later) until :meth:`clear`; the batches drawn
+        already stay queued, handed out in turn.
 
         A buffer calls it under its lock when a batch being drawn ahead fails (its draw
         undone, :mod:`tdreplay.core.buffer_draw`): the error reaches the caller whose turn that
-        batch is, who drops the queue then; meanwhile the jobs behind it must not draw, or a
-        sampler whose draws change state would lose those draws with the queue.
+        batch is, who drops the queue (:meth:`clear`); meanwhile no job may draw, or a sampler
+        whose draws change state would lose those draws with the queue.
 
         Examples
         --------
         >>> p = Prefetcher(1)
-        >>> epoch = p.epoch
-        >>> p.expire_queued()
-        >>> p.epoch == epoch + 1
-        True
+        >>> p.halt()
+        >>> p.epoch  # the epoch of no job
+        -1
+        >>> p.clear()
+        >>> p.epoch
+        1
         """
-        self._epoch += 1
+        self._halted = True
 
     def _clear_queue(self) -> None:
         """Drop the queue through ``on_clear`` (while its owner lives), else :meth:`clear`."""
@@ -271,8 +275,10 @@ class Prefetcher:
         """Drop the queued batches without waiting for them and start a new epoch.
 
         Never waits: a running job may be waiting for the buffer lock our caller holds.
+        Ends a :meth:`halt`.
         """
         self._epoch += 1
+        self._halted = False  # (after the new epoch: no job of an older one draws)
         while self._queue:
             try:
                 self._queue.popleft().cancel()
