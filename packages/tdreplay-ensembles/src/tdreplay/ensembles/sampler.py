@@ -156,6 +156,10 @@ class SamplerEnsemble(MembersShareable, Sampler):
         self._samplers: tuple[Sampler, ...] = tuple(samplers)
         #: Whether any member sampler is prioritized (fixed: the members are).
         self.is_prioritized = any(sampler.is_prioritized for sampler in self._samplers)
+        # the members whose draws change state, each once (a sampler may be listed twice)
+        self._stateful = tuple({id(s): s for s in self._samplers if s.stateful_draws}.values())
+        #: Whether a member's draws change state (:meth:`draw_mark` marks those members).
+        self.stateful_draws = bool(self._stateful)
 
     # ---- configuration --------------------------------------------------------------------------
     def _sharing_members(self) -> tuple[Sampler, ...]:
@@ -247,11 +251,46 @@ class SamplerEnsemble(MembersShareable, Sampler):
         part_size = batch_size // parts
         buffer_ids = self._draw_buffers().tolist()
         indices, infos = [], []
-        for buffer_id in buffer_ids:
-            index, info = self._samplers[buffer_id].sample(storage.storages[buffer_id], part_size)
-            indices.append(torch.as_tensor(index, dtype=torch.long))
-            infos.append(info)
+        mark = self.draw_mark()  # a member refusing its part: the parts drawn are given back
+        try:
+            for buffer_id in buffer_ids:
+                index, info = self._samplers[buffer_id].sample(storage.storages[buffer_id],
+                                                               part_size)
+                indices.append(torch.as_tensor(index, dtype=torch.long))
+                infos.append(info)
+        except BaseException:
+            self.undo_draws(mark)
+            raise
         return _ensemble_index(indices, buffer_ids), _stack_infos(infos)
+
+    def draw_mark(self) -> list[tuple[Sampler, Any]]:
+        """The marks of the members whose draws change state (each member once): what
+        :meth:`undo_draws` puts back, for a batch that fails (see
+        :meth:`~tdreplay.core.Sampler.draw_mark`). :meth:`sample` marks them too, so a member
+        refusing its part leaves every member as it was.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, SamplerWithoutReplacement
+        >>> storages = StorageEnsemble(ListStorage(4), ListStorage(4))
+        >>> for storage in storages.storages:
+        ...     storage.set(torch.arange(4), [0, 1, 2, 3])
+        >>> sampler = SamplerEnsemble(SamplerWithoutReplacement(shuffle=False),
+        ...                           SamplerWithoutReplacement(shuffle=False),
+        ...                           sample_from_all=True)
+        >>> mark = sampler.draw_mark()
+        >>> sampler.sample(storages, 4)[0]["index"].tolist()
+        [[0, 1], [0, 1]]
+        >>> sampler.undo_draws(mark)  # e.g. the batch's transform raised
+        >>> sampler.sample(storages, 4)[0]["index"].tolist()
+        [[0, 1], [0, 1]]
+        """
+        return [(sampler, sampler.draw_mark()) for sampler in self._stateful]
+
+    def undo_draws(self, mark: list[tuple[Sampler, Any]]) -> None:
+        """Undo every member's draws since ``mark`` (see :meth:`draw_mark`)."""
+        for sampler, member_mark in reversed(mark):
+            sampler.undo_draws(member_mark)
 
     def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
         """Route priorities to the samplers of the buffers they belong to.
