@@ -10,6 +10,8 @@
    the lock released (a subclass such as :class:`~tdreplay.core.HERReplayBuffer` relabels here);
 3. :meth:`~ReadPathMixin.attach_info` writes ``index``, ``priority_weight``, ... into it.
 
+With a sampler whose draws change state, the lock stays held through steps 2 and 3 and the
+read-side transforms, and a step that raises undoes the draw (:mod:`tdreplay.core.buffer_draw`).
 Subclasses override these hooks, never ``sample`` itself.
 """
 
@@ -48,7 +50,8 @@ class ReadPathMixin:
 
     def _complete_sample(self, data: Any, info: dict[str, Any], extra: Any) -> Any:
         """The collated batch, before ``info`` goes in and the read-side transforms run, with
-        the lock released; a subclass finishes it with ``extra`` (as is here)."""
+        the lock released (held for a sampler with stateful draws); a subclass finishes it with
+        ``extra`` (as is here)."""
         return data
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
