@@ -31,6 +31,8 @@ KIND_PYTREE = "pytree"
 KIND_TC = "tensorclass"
 #: lazy stacks of differently shaped TensorDicts (:mod:`~tdreplay.storages._ragged_stacks`)
 KIND_LAZY_STACK = "lazy_stack"
+#: every kind of data a tensor storage holds
+KINDS = (KIND_TD, KIND_TENSOR, KIND_PYTREE, KIND_TC, KIND_LAZY_STACK)
 #: the key a tensor is kept under
 TENSOR_KEY = "_tensor"
 
@@ -227,6 +229,9 @@ class DataFormat:
         True
         """
         kind = meta.get("kind", KIND_TD)
+        if kind not in KINDS:  # (a damaged state: the storage could not read its rows back)
+            raise CheckpointError(f"checkpoint holds data of kind {kind!r}, none of "
+                                  f"{list(KINDS)}.")
         if kind == KIND_LAZY_STACK:
             try:
                 return RaggedStack.parse(meta.get("lazy_stack"))

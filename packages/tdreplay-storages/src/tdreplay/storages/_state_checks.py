@@ -97,7 +97,12 @@ def check_tensor_state(storage: TensorLayoutStorage,
             raise ValueError(f"state_dict['max_size'] is {max_size!r} but this {name} has "
                              f"max_size={storage.max_size}: a buffer of another capacity cannot "
                              "be restored into it.")
-    if not state_dict["initialized"]:
+    initialized = state_dict["initialized"]
+    if not isinstance(initialized, bool) or initialized != (state_dict["storage"] is not None):
+        raise ValueError(f"state_dict['initialized'] must be True with saved rows under "
+                         f"'storage' and False without, got {initialized!r} with "
+                         f"{type(state_dict['storage']).__name__}.")
+    if not initialized:
         return None
     len_rows = state_dict["len_rows"]
     if not is_int(len_rows) or int(len_rows) < 0:
