@@ -216,3 +216,36 @@ def test_corrupted_file(tmp_path, populated, unchanged):
 
 def test_random_sampler_state_dict_is_empty():
     assert RandomSampler().state_dict() == {}
+
+
+@pytest.mark.parametrize(("kept", "cursor"), [(3, 7), (0, 2), (5, 6)])
+def test_state_whose_cursor_is_past_its_rows_is_refused(unchanged, kept, cursor):
+    """A writer cursor past the rows of a storage that is not full: it loaded before, and
+    every later extend of the ListStorage raised (it would have left a gap)."""
+    source = make()
+    source.extend(scalars(0, 7))
+    state = source.state_dict()
+    state["_storage"]["storage"] = state["_storage"]["storage"][:kept]
+    state["_writer"]["cursor"] = cursor
+    rb = make()
+    rb.extend(scalars(10, 12))
+    with unchanged(rb), pytest.raises(ValueError, match=(
+            rf"state_dict\['_writer'\]: RoundRobinWriter state_dict\['cursor'\] is {cursor} but "
+            rf"the storage state holds {kept} rows of 8")):
+        rb.load_state_dict(state)
+    rb.extend(scalars(12, 13))
+    assert [float(x) for x in rb[:]] == [10.0, 11.0, 12.0]
+
+
+def test_cursor_anywhere_in_a_full_storage_and_at_its_rows_loads():
+    full = make()
+    full.extend(scalars(0, 11))  # wrapped: cursor 3 of 8 rows
+    rb = make()
+    rb.load_state_dict(full.state_dict())
+    assert rb.writer.cursor == 3 and len(rb) == 8
+    partial = make()
+    partial.extend(scalars(0, 5))
+    rb = make()
+    rb.load_state_dict(partial.state_dict())
+    rb.extend(scalars(5, 6))
+    assert [float(x) for x in rb[:]] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

@@ -240,6 +240,12 @@ class BufferStateMixin:
                     component.check_state_dict(state_dict[part])
                 except (ValueError, TypeError, KeyError) as err:
                     raise ValueError(f"state_dict[{part!r}]: {err}") from err
+            rows = self._storage.saved_rows(state_dict["_storage"])
+            if rows is not None:
+                try:
+                    self._writer.check_saved_rows(state_dict["_writer"], rows)
+                except ValueError as err:
+                    raise ValueError(f"state_dict['_writer']: {err}") from err
             if self._stateful:
                 try:
                     self._stateful.check_state_dict(state_dict.get("_stateful", {}))

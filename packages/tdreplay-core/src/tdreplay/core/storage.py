@@ -275,6 +275,18 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
         """
         return None
 
+    def saved_rows(self, state_dict: dict[str, Any]) -> int | None:
+        """Rows written in a ``state_dict`` that :meth:`check_state_dict` accepted (``None``
+        where the storage cannot tell): ``load_state_dict`` of a buffer checks the writer's
+        saved cursor against it (:meth:`~tdreplay.core.Writer.check_saved_rows`).
+
+        Examples
+        --------
+        >>> ListStorage(4).saved_rows({"storage": [1, 2], "max_size": 4})
+        2
+        """
+        return None
+
     # ---- geometry --------------------------------------------------------------------------------
     @property
     def rows_capacity(self) -> int | None:
@@ -658,6 +670,9 @@ class ListStorage(Storage):
         if len(items) > self.max_size:
             raise ValueError(f"state_dict['storage'] holds {len(items)} items; this "
                              f"{type(self).__name__} has max_size={self.max_size}.")
+
+    def saved_rows(self, state_dict: dict[str, Any]) -> int:
+        return len(state_dict["storage"])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)

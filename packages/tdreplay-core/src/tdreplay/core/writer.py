@@ -194,6 +194,23 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         self.check_state_dict(state_dict)
         self.write_count = int(state_dict["write_count"])
 
+    def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
+        """Raise ``ValueError`` unless ``state_dict`` (accepted by :meth:`check_state_dict`)
+        can go on writing into a storage restored with ``rows`` written rows; changes
+        nothing. The base accepts any; a round-robin writer refuses a cursor past the rows of
+        a storage that is not full (its next write would leave a gap).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(ListStorage(4))
+        >>> w.check_saved_rows({"cursor": 3, "write_count": 3}, rows=2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: RoundRobinWriter state_dict['cursor'] is 3 but the storage state holds 2 ...
+        """
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(write_count={self.write_count})"
 
@@ -510,6 +527,14 @@ class RoundRobinWriter(Writer):
                              f"[0, {capacity}): the storage holds {capacity} rows.")
         if "generation" in state_dict:
             check_generation_table(state_dict["generation"], capacity, owner)
+
+    def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
+        capacity = self._storage.rows_capacity if self._storage is not None else None
+        cursor = int(state_dict["cursor"])
+        if cursor > rows and (capacity is None or rows < capacity):
+            raise ValueError(f"{type(self).__name__} state_dict['cursor'] is {cursor} but the "
+                             f"storage state holds {rows} rows of {capacity}: the next write "
+                             "would leave a gap.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)

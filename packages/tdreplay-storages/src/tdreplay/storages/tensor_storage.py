@@ -322,6 +322,9 @@ class TensorStorage(CompilableRows, Storage):
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_tensor_state(self, state_dict)  # another max_size, too many rows, another layout
 
+    def saved_rows(self, state_dict: dict[str, Any]) -> int:
+        return int(state_dict["len_rows"]) if state_dict["initialized"] else 0
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         meta = check_tensor_state(self, state_dict)  # before anything changes
         if meta is None:
