@@ -175,3 +175,61 @@ def test_compressed_state_and_checkpoint_of_another_capacity_are_refused(tmp_pat
     rb = ReplayBuffer(storage=CompressedListStorage(4))
     with pytest.raises(ValueError, match="max_size"):
         rb.load_state_dict(ReplayBuffer(storage=CompressedListStorage(8)).state_dict())
+
+
+DAMAGED_STATES = {
+    "an unknown kind": ({"kind": "fish"}, r"(data of kind 'fish', none of|state holds fish data)"),
+    "no kind": ({"kind": None}, r"(data of kind None|state holds None data)"),
+    "initialized not a bool": ({"initialized": 1}, r"\['initialized'\] must be True with saved rows"),
+    "initialized without rows": ({"storage": None}, r"\['initialized'\] must be True with saved rows"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+@pytest.mark.parametrize("damage", sorted(DAMAGED_STATES))
+def test_damaged_state_is_refused_and_the_buffer_unchanged(tmp_path, kind, damage):
+    """A damaged ``state_dict`` loaded into a laid out storage, or into a lazy one, is refused
+    (it loaded before, and the buffer could then neither read nor write: an unknown kind, or
+    rows dropped because ``initialized`` was a falsy non-bool)."""
+    source = TensorDictReplayBuffer(storage=STORAGES[kind](10, tmp_path / "a"))
+    source.extend(rows(4))
+    changes, message = DAMAGED_STATES[damage]
+    state = source.state_dict()
+    state["_storage"] = {**state["_storage"], **changes}
+    for written in (0, 3):
+        rb = TensorDictReplayBuffer(storage=STORAGES[kind](10, tmp_path / f"b{written}"))
+        if written:
+            rb.extend(rows(written, value=7.0))
+        with pytest.raises(ValueError, match=message):
+            rb.load_state_dict(state)
+        assert len(rb) == written and rb.write_count == written
+        assert rb.storage.initialized == bool(written)
+        if written:
+            assert torch.equal(rb[:]["obs"], torch.full((written, 3), 7.0))
+
+
+def test_uninitialized_state_of_an_unwritten_storage_still_loads():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.load_state_dict(TensorDictReplayBuffer(storage=LazyTensorStorage(10)).state_dict())
+    assert len(rb) == 0 and not rb.storage.initialized
+    rb.extend(rows(2))
+    assert rb[:]["a"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+def test_state_whose_writer_cursor_is_past_the_saved_rows_is_refused(tmp_path, kind):
+    source = TensorDictReplayBuffer(storage=STORAGES[kind](10, tmp_path / "a"))
+    source.extend(rows(6))
+    state = source.state_dict()
+    storage_state = dict(state["_storage"])
+    storage_state["storage"], storage_state["len_rows"] = storage_state["storage"][:3], 3
+    state["_storage"] = storage_state
+    rb = TensorDictReplayBuffer(storage=STORAGES[kind](10, tmp_path / "b"))
+    rb.extend(rows(2, value=7.0))
+    with pytest.raises(ValueError, match=r"'cursor'\] is 6 but the storage state holds 3 rows"):
+        rb.load_state_dict(state)
+    assert len(rb) == 2 and rb.writer.cursor == 2
+    state["_writer"] = {**state["_writer"], "cursor": 3}
+    rb.load_state_dict(state)  # the cursor at the saved rows: the next write follows them
+    rb.extend(rows(1, value=9.0))
+    assert rb[:]["obs"][:, 0].tolist() == [1.0, 1.0, 1.0, 9.0]
