@@ -151,3 +151,21 @@ def test_non_real_numpy_priorities_are_refused_naming_priority(backend, validate
     with pytest.raises(TypeError, match="priority"):
         sampler.check_priority(priority)
     assert_unchanged(sampler, before)
+
+
+@pytest.mark.parametrize(("backend", "validate"), CHECKED)
+@pytest.mark.parametrize("max_priority", [-5.0, -1e-300])
+def test_state_with_a_negative_max_priority_is_refused(backend, validate, max_priority):
+    """A negative max priority loaded before: every later write got it as its priority and
+    every sample raised (no written slot had a priority)."""
+    source, _ = make(backend, validate)
+    state = source.state_dict()
+    state["max_priority"] = max_priority
+    sampler, _ = make(backend, validate)
+    before = snapshot(sampler)
+    with pytest.raises(ValueError, match=r"'max_priority'\] must be a float >= 0 \(-inf before"):
+        sampler.load_state_dict(state)
+    assert_unchanged(sampler, before)
+    state["max_priority"] = -math.inf  # no priority set yet: new items get the default, 1
+    sampler.load_state_dict(state)
+    assert sampler.max_priority == 1.0

@@ -282,8 +282,9 @@ def check_state_dict(state_dict: Any, within_buffer: bool, owner: str) -> None:
                          "slots are written.")
     max_priority = state_dict["max_priority"]
     if not isinstance(max_priority, float) or math.isnan(max_priority) \
-            or max_priority == math.inf:
-        raise ValueError(f"state_dict['max_priority'] must be a float, got {max_priority!r}.")
+            or max_priority == math.inf or -math.inf < max_priority < 0:
+        raise ValueError(f"state_dict['max_priority'] must be a float >= 0 (-inf before the "
+                         f"first priority is set), got {max_priority!r}.")
     set_priorities = state_dict["set_priorities"]
     if within_buffer:
         if not isinstance(set_priorities, torch.Tensor) or set_priorities.shape != (cap,) \
