@@ -28,6 +28,9 @@ BAD = {
     "perm not a tensor": ("perm", None),
     "perm of floats": ("perm", torch.arange(8.0)),
     "perm of two dims": ("perm", torch.arange(8).reshape(2, 4)),
+    "perm naming a slot past its epoch": ("perm", torch.tensor([0, 1, 2, 3, 4, 5, 6, 10**6])),
+    "perm naming a negative slot": ("perm", torch.tensor([0, 1, 2, 3, 4, 5, 6, -3])),
+    "perm repeating a slot": ("perm", torch.tensor([0, 1, 2, 3, 4, 5, 6, 6])),
     "flag not a bool": ("ran_out", "no"),
 }
 

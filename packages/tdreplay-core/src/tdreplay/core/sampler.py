@@ -507,8 +507,8 @@ class SamplerWithoutReplacement(Sampler):
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """``ValueError`` unless ``state_dict`` has this sampler's keys, an int64 1-dim
-        ``perm``, bool flags and a ``pos`` within the epoch: all checked before a buffer loads
-        any of its parts."""
+        ``perm`` of the slots ``0..len(perm) - 1``, bool flags and a ``pos`` within the epoch:
+        all checked before a buffer loads any of its parts."""
         super().check_state_dict(state_dict)
         if "perm" not in state_dict:
             return  # a subclass keeping its epoch in its own entries checks them itself
@@ -516,6 +516,12 @@ class SamplerWithoutReplacement(Sampler):
         if not isinstance(perm, torch.Tensor) or perm.dtype != torch.long or perm.ndim != 1:
             raise ValueError("SamplerWithoutReplacement state_dict 'perm' must be a 1-dim int64 "
                              "tensor.")
+        n = perm.numel()
+        if n and (int(perm.min()) < 0 or int(perm.max()) >= n
+                  or int(torch.bincount(perm, minlength=n).max()) > 1):
+            # an epoch is a permutation of the slots written when it began
+            raise ValueError(f"SamplerWithoutReplacement state_dict 'perm' is not a "
+                             f"permutation of the {n} slots of its epoch.")
         pos = state_dict["pos"]
         if not is_int(pos) or not 0 <= int(pos) <= perm.numel():
             raise ValueError(f"SamplerWithoutReplacement state_dict 'pos'={pos!r} is not an int "
