@@ -485,6 +485,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         self._epoch_len = 0  # slice length the epoch was filtered for
         self._ran_out = False
         self._stale = True  # written since the epoch began: the next batch starts a new one
+        self._numbering = -1  # the index's record numbering the epoch's ids belong to
 
     def extend(self, slots: torch.Tensor) -> None:
         super().extend(slots)
@@ -522,11 +523,12 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         >>> sampler.sample(storage, 10)[0].tolist() == first
         True
         """
-        return self._perm, self._pos, self._epoch_len, self._ran_out, self._stale
+        return self._perm, self._pos, self._epoch_len, self._ran_out, self._stale, self._numbering
 
     def undo_draws(self, mark: Any) -> None:
         """Back to the epoch and position of ``mark`` (see :meth:`draw_mark`)."""
-        self._perm, self._pos, self._epoch_len, self._ran_out, self._stale = mark
+        (self._perm, self._pos, self._epoch_len, self._ran_out, self._stale,
+         self._numbering) = mark
 
     def _new_epoch(self, index: TrajectoryIndex, seq_len: int) -> None:
         live = index.live_records().copy()
@@ -541,6 +543,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
             first = index.slots_of(rec[live, LANE], rec[live, START])
             live = live[np.argsort(first, kind="stable")]
         self._perm, self._pos, self._epoch_len, self._stale = live, 0, seq_len, False
+        self._numbering = index.numbering
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
@@ -548,6 +551,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         index = self._sync(storage)
         if index.num_trajectories == 0:
             raise RuntimeError("the buffer holds no trajectory to sample from.")
+        self._stale |= index.numbering != self._numbering  # rebuilt: the epoch's ids are void
         if not self._stale and self.strict_length and seq_len > self._epoch_len:
             # longer slices than the epoch was built for: drop the trajectories now too short
             rest = self._perm[self._pos:]
@@ -562,12 +566,17 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
         return self._slices(storage, index, records, seq_len, (False, False))
 
+    def _epoch_is_stale(self) -> bool:
+        """Whether the next batch starts a new epoch: written since, or the index renumbered
+        its trajectories (rebuilt) since the epoch took their ids."""
+        return self._stale or self._index.numbering != self._numbering
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "index": self._index.state_dict(),
             "epoch": torch.from_numpy(self._perm.copy()),
             "epoch_meta": torch.tensor([self._pos, self._epoch_len, int(self._ran_out),
-                                        int(self._stale)], dtype=torch.long),
+                                        int(self._epoch_is_stale())], dtype=torch.long),
         }
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -583,12 +592,14 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
             raise ValueError(f"state 'epoch_meta' position {int(meta[0])} is outside the epoch "
                              f"of {perm.numel()} trajectories.")
         high = int(state_dict["index"]["counters"][1])
-        if perm.numel() and (int(perm.min()) < 0 or int(perm.max()) >= high):
+        stale = bool(meta[3])  # (a stale epoch is never read: its ids may be void)
+        if not stale and perm.numel() and (int(perm.min()) < 0 or int(perm.max()) >= high):
             raise ValueError("state 'epoch' names trajectories that the index does not hold.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         self._load_index(state_dict["index"])
+        self._numbering = self._index.numbering  # the saved ids are of the saved index
         self._perm = state_dict["epoch"].numpy().copy()
         pos, epoch_len, ran_out, stale = (int(x) for x in state_dict["epoch_meta"])
         self._pos, self._epoch_len, self._ran_out, self._stale = pos, epoch_len, bool(ran_out), \
