@@ -6,6 +6,8 @@ seed, generators seeded again after the failure (random numbers drawn are not gi
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -17,6 +19,7 @@ from tdreplay.core import (
     ReplayBuffer,
     SamplerWithoutReplacement,
     TensorDictReplayBuffer,
+    testing,
 )
 
 
@@ -24,17 +27,8 @@ class Boom(RuntimeError):
     """What the failing step raises."""
 
 
-class FailOnce:
-    """Identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`."""
-
-    def __init__(self, at: int = 0) -> None:
-        self.at, self.calls = at, 0
-
-    def __call__(self, data):
-        self.calls += 1
-        if self.calls - 1 == self.at:
-            raise Boom("the step refused this batch")
-        return data
+#: identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`
+FailOnce = partial(testing.FailOnce, error=Boom)
 
 
 class FailingInfo(TensorDictReplayBuffer):

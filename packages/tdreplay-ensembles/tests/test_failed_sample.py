@@ -6,6 +6,7 @@ their state before, and the batches after the failure with those of an untouched
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tdreplay.core import (
     ConsumingSampler,
     SamplerWithoutReplacement,
     TensorDictReplayBuffer,
+    testing,
 )
 from tdreplay.ensembles import ReplayBufferEnsemble
 from tdreplay.samplers import SliceSamplerWithoutReplacement
@@ -25,17 +27,8 @@ class Boom(RuntimeError):
     """What the failing transform raises."""
 
 
-class FailOnce:
-    """Identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`."""
-
-    def __init__(self, at: int) -> None:
-        self.at, self.calls = at, 0
-
-    def __call__(self, data):
-        self.calls += 1
-        if self.calls - 1 == self.at:
-            raise Boom("the transform refused this batch")
-        return data
+#: identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`
+FailOnce = partial(testing.FailOnce, error=Boom)
 
 
 def _member(sampler, buffer_id, n=12, transform=None):
@@ -49,22 +42,6 @@ def _member(sampler, buffer_id, n=12, transform=None):
 def _states(ensemble):
     """Every member's length and sampler state (copies)."""
     return [(len(rb), copy.deepcopy(rb.sampler.state_dict())) for rb in ensemble.buffers]
-
-
-def _same(a, b, where="states"):
-    """Equality of nested dicts / lists / tuples / tensors."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), where
-        for key in a:
-            _same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} vs {b!r}"
 
 
 def _obs(sample):
@@ -82,7 +59,7 @@ def test_a_member_refusing_its_part_changes_no_member():
     before = _states(rb)
     with pytest.raises(ValueError, match="divisible"):
         rb.sample(6)
-    _same(_states(rb), before)
+    testing.assert_same(_states(rb), before)
     assert _obs(rb.sample(8))[0] == [4.0, 5.0, 6.0, 7.0]
 
 
@@ -93,7 +70,7 @@ def test_a_consumed_member_changes_no_member():
     before = _states(rb)
     with pytest.raises(RuntimeError, match="consumed"):
         rb.sample(8)
-    _same(_states(rb), before)
+    testing.assert_same(_states(rb), before)
     rb[1].extend(TensorDict({"obs": torch.zeros(4), "episode": torch.zeros(4, dtype=torch.long)},
                             [4]))
     assert _obs(rb.sample(8))[0] == [4.0, 5.0, 6.0, 7.0]  # where the epoch was
@@ -125,8 +102,8 @@ def test_a_failing_transform_changes_no_member(where):
     before = _states(rb)
     with pytest.raises(Boom):
         rb.sample(4)
-    _same(_states(rb), before)
-    _same(_states(rb), _states(twin))
+    testing.assert_same(_states(rb), before)
+    testing.assert_same(_states(rb), _states(twin))
     _reseed(rb, twin)
     for _ in range(2):
         assert _obs(rb.sample(4)) == _obs(twin.sample(4))

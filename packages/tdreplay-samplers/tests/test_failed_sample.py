@@ -9,12 +9,13 @@ the writes (the trajectory index, a deferred sampler catching up), which is not 
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
+
 import pytest
 import torch
-from tensordict import TensorDict, is_tensor_collection
+from tensordict import TensorDict
 
-from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core import TensorDictReplayBuffer, testing
 from tdreplay.samplers import (
     DeferredPrioritizedSampler,
     PrioritizedSampler,
@@ -33,35 +34,8 @@ class Boom(RuntimeError):
     """What the failing transform raises."""
 
 
-class FailOnce:
-    """Identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`."""
-
-    def __init__(self, at: int) -> None:
-        self.at, self.calls = at, 0
-
-    def __call__(self, data):
-        self.calls += 1
-        if self.calls - 1 == self.at:
-            raise Boom("the transform refused this batch")
-        return data
-
-
-def same(a, b, where="state"):
-    """Equality of nested dicts / lists / tensors / arrays, dtypes and shapes included."""
-    if isinstance(a, (torch.Tensor, np.ndarray)) or is_tensor_collection(a):
-        a, b = (torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in (a, b))
-        assert type(a) is type(b) and a.shape == b.shape, f"{where}: {a} vs {b}"
-        assert (a == b).all(), f"{where}: {a} vs {b}"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and sorted(a, key=str) == sorted(b, key=str), where
-        for key in a:
-            same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} vs {b!r}"
+#: identity, except that the call numbered ``at`` (from 0) raises :class:`Boom`
+FailOnce = partial(testing.FailOnce, error=Boom)
 
 
 def _data():
@@ -107,8 +81,8 @@ def _same_batches(rb, twin, count):
     for _ in range(count):
         batch, info = rb.sample(return_info=True)
         expected, twin_info = twin.sample(return_info=True)
-        same(info["index"], twin_info["index"], "index")
-        same(batch["obs"], expected["obs"], "batch")
+        testing.assert_same(info["index"], twin_info["index"], "index")
+        testing.assert_same(batch["obs"], expected["obs"], "batch")
         assert rb.sampler.ran_out == twin.sampler.ran_out
 
 
@@ -119,11 +93,11 @@ def test_failed_sample_changes_nothing(make_sampler):
     with pytest.raises(Boom):
         rb.sample()
     assert len(rb) == len(twin)
-    same(rb.sampler.state_dict(), twin.sampler.state_dict(), "sampler state")
+    testing.assert_same(rb.sampler.state_dict(), twin.sampler.state_dict(), "sampler state")
     for buffer in (rb, twin):
         buffer.sampler.generator.manual_seed(1)
     _same_batches(rb, twin, 4)  # past the end of an epoch of 6 trajectories
-    same(rb.sampler.state_dict(), twin.sampler.state_dict(), "sampler state")
+    testing.assert_same(rb.sampler.state_dict(), twin.sampler.state_dict(), "sampler state")
 
 
 @pytest.mark.parametrize("shuffle", [True, False])

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core.testing import assert_same
 from tdreplay.samplers import PrioritizedSliceSampler, SliceSampler
 from tdreplay.samplers._trajectory_index import HEAD, LANE, LEN, NEXT, START, TAIL
 from tdreplay.storages import LazyTensorStorage
@@ -79,19 +80,6 @@ DAMAGE: dict[str, Callable[[dict], None]] = {
     "an unknown mode": lambda i: i["meta"].__setitem__(0, 5),
     "chunks without steps": lambda i: i["meta"].__setitem__(1, 0),
 }
-
-
-def assert_same(a: object, b: object) -> None:
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys()
-        for key in a:
-            assert_same(a[key], b[key])
-    elif isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b)
-    elif isinstance(a, TensorDict):
-        assert (a == b).all()
-    else:
-        assert a == b
 
 
 @pytest.mark.parametrize("prioritized", [False, True], ids=["slice", "prioritized_slice"])

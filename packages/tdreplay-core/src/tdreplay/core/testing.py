@@ -1,0 +1,146 @@
+"""Checks for the tests of components built on tdreplay: that a refused or failed call left a
+buffer exactly as it was, and a step that fails on demand.
+
+A component (a storage, sampler, writer or transform of a sibling package, or your own) keeps
+the project's promise when a call that raises changes nothing: the same length, write count,
+writer, sampler and storage state. :func:`buffer_snapshot` takes that state (copies, which
+later writes cannot change), :func:`assert_same` compares two such snapshots (or any nested
+dicts, lists, tuples, tensors, numpy arrays and TensorDicts, dtypes and shapes included) and
+names the first entry that differs, and :class:`FailOnce` is a transform (or ``collate_fn``)
+that refuses one chosen call.
+
+Examples
+--------
+>>> import pytest, torch
+>>> from tdreplay.core import ListStorage, ReplayBuffer
+>>> rb = ReplayBuffer(storage=ListStorage(4))
+>>> _ = rb.extend([1, 2, 3])
+>>> before = buffer_snapshot(rb)
+>>> with pytest.raises(ValueError):
+...     rb.load_state_dict({**rb.state_dict(), "_writer": {"cursor": 9, "write_count": 3}})
+>>> assert_same(buffer_snapshot(rb), before)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import is_tensor_collection
+
+__all__ = ["FailOnce", "assert_same", "buffer_snapshot"]
+
+
+def _frozen(value: Any) -> Any:
+    """A deep copy of ``value`` that later writes to the buffer cannot change."""
+    if isinstance(value, torch.Tensor) or is_tensor_collection(value):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {key: _frozen(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_frozen(item) for item in value)
+    return value
+
+
+def buffer_snapshot(rb: Any) -> dict[str, Any]:
+    """What a call that raises must leave unchanged in the buffer ``rb``: its length, write
+    count, and the writer's, sampler's and storage's ``state_dict`` (copies).
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = rb.extend([1, 2])
+    >>> snapshot = buffer_snapshot(rb)
+    >>> snapshot["len"], snapshot["writer"]
+    (2, {'cursor': 2, 'write_count': 2})
+    """
+    return _frozen({"len": len(rb), "write_count": rb.write_count,
+                    "writer": rb.writer.state_dict(), "sampler": rb.sampler.state_dict(),
+                    "storage": rb.storage.state_dict()})
+
+
+def assert_same(a: Any, b: Any, where: str = "state") -> None:
+    """Raise ``AssertionError`` naming the first entry (``where`` and the keys and positions
+    leading to it) where ``a`` and ``b`` differ: dicts by their keys, lists and tuples item by
+    item (of the same type and length), tensors and numpy arrays by type, dtype, shape and
+    values (NaN equal to NaN), TensorDicts by batch size, keys and leaves, anything else by
+    ``==``.
+
+    Examples
+    --------
+    >>> assert_same({"a": [torch.ones(2)]}, {"a": [torch.ones(2)]})
+    >>> assert_same({"a": [torch.ones(2)]}, {"a": [torch.ones(2, dtype=torch.float64)]})
+    Traceback (most recent call last):
+    ...
+    AssertionError: state['a'][0]: torch.float32 of shape (2,) vs torch.float64 of shape (2,)
+    """
+    if isinstance(a, (torch.Tensor, np.ndarray)):
+        _require(type(a) is type(b), f"{where}: a {type(a).__name__} vs a {type(b).__name__}")
+        _require(a.dtype == b.dtype and a.shape == b.shape,
+                 f"{where}: {a.dtype} of shape {tuple(a.shape)} vs {b.dtype} of shape "
+                 f"{tuple(b.shape)}")
+        equal = (torch.equal(a.nan_to_num(0.5), b.nan_to_num(0.5))
+                 and torch.equal(a.isnan(), b.isnan())
+                 if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 else torch.equal(a, b) if isinstance(a, torch.Tensor)
+                 else np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        _require(equal, f"{where}: {a} vs {b}")
+    elif is_tensor_collection(a):
+        _require(is_tensor_collection(b), f"{where}: a {type(a).__name__} vs a {type(b).__name__}")
+        _require(a.batch_size == b.batch_size,
+                 f"{where}: batch size {a.batch_size} vs {b.batch_size}")
+        keys = sorted(a.keys(True, True), key=str)
+        _require(keys == sorted(b.keys(True, True), key=str), f"{where}: keys differ")
+        for key in keys:
+            assert_same(a.get(key), b.get(key), f"{where}[{key!r}]")
+    elif isinstance(a, dict):
+        _require(isinstance(b, dict), f"{where}: a dict vs a {type(b).__name__}")
+        _require(sorted(a, key=str) == sorted(b, key=str),
+                 f"{where}: keys {sorted(a, key=str)} vs {sorted(b, key=str)}")
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        _require(type(a) is type(b) and len(a) == len(b),
+                 f"{where}: a {type(a).__name__} of {len(a)} vs {b!r}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        _require(a == b, f"{where}: {a!r} vs {b!r}")
+
+
+def _require(condition: bool, message: str) -> None:
+    """``AssertionError(message)`` unless ``condition`` (an ``assert`` statement would vanish
+    under ``python -O``)."""
+    if not condition:
+        raise AssertionError(message)
+
+
+class FailOnce:
+    """A transform (or ``collate_fn``) that returns what it gets, except at its call numbered
+    ``at`` (from 0), which raises ``error``.
+
+    Examples
+    --------
+    >>> step = FailOnce(at=1)
+    >>> step(5)
+    5
+    >>> step(6)
+    Traceback (most recent call last):
+    ...
+    RuntimeError: FailOnce refused call 1
+    >>> step(7), step.calls
+    (7, 3)
+    """
+
+    def __init__(self, at: int = 0, error: type[Exception] = RuntimeError) -> None:
+        self.at, self.error, self.calls = at, error, 0
+
+    def __call__(self, data: Any) -> Any:
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise self.error(f"FailOnce refused call {self.at}")
+        return data
