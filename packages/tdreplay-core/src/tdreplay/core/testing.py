@@ -58,9 +58,9 @@ def buffer_snapshot(rb: Any) -> dict[str, Any]:
     >>> snapshot["len"], snapshot["writer"]
     (2, {'cursor': 2, 'write_count': 2})
     """
-    return _frozen({"len": len(rb), "write_count": rb.write_count,
-                    "writer": rb.writer.state_dict(), "sampler": rb.sampler.state_dict(),
-                    "storage": rb.storage.state_dict()})
+    state = {"len": len(rb), "write_count": rb.write_count, "writer": rb.writer.state_dict(),
+             "sampler": rb.sampler.state_dict(), "storage": rb.storage.state_dict()}
+    return {name: _frozen(value) for name, value in state.items()}
 
 
 def assert_same(a: Any, b: Any, where: str = "state") -> None:
