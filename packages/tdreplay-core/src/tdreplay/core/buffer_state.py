@@ -234,6 +234,7 @@ class BufferStateMixin:
         prefetch_state = state_dict.get("_prefetch_state")
         with self._prefetcher.held(settle=False), self._lock:
             self._prefetcher.check_state(prefetch_state)
+            self._prefetcher.check_indices(prefetch_state, self._storage.max_size)
             for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
                                     ("_writer", self._writer)):
                 try:
@@ -253,10 +254,9 @@ class BufferStateMixin:
                     raise ValueError(f"state_dict['_stateful']: {err}") from err
             restore_transforms = check_transform_state(self._transform,
                                                        state_dict.get("_transform"))
-            rng_state = state_dict.get("_rng")
-            if self._rng is not None and rng_state is not None:
+            if self._rng is not None and "_rng" in state_dict:  # a None in it too is refused
                 try:
-                    torch.Generator(device=self._rng.device).set_state(rng_state)
+                    torch.Generator(device=self._rng.device).set_state(state_dict["_rng"])
                 except (TypeError, RuntimeError) as err:
                     raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
                                      f"generator: {err}") from err
@@ -346,6 +346,7 @@ class BufferStateMixin:
         against this buffer's ``prefetch`` before anything changes."""
         state = load_prefetched(snapshot)
         self._prefetcher.check_state(state)
+        self._prefetcher.check_indices(state, self._storage.max_size)
         return state
 
     def _read_rng_state(self, path: Path) -> torch.Tensor | None:

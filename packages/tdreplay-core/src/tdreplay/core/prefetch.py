@@ -233,6 +233,37 @@ class Prefetcher:
             raise PrefetchStateError(f"the saved prefetch queue holds {len(queue)} entries "
                                      f"for a depth of {self.depth}, or malformed entries.")
 
+    @staticmethod
+    def check_indices(state: Any, size: int) -> None:
+        """:class:`PrefetchStateError` unless every tensor ``index`` in the info of the saved
+        batches (a :meth:`check_state`-accepted ``state``) is an integer tensor inside
+        ``[0, size)``, ``size`` being the storage's ``max_size``: an index outside it names
+        no slot, and the restored buffer would hand it out with its batch (e.g. to
+        ``update_priority``). Other indices (an ensemble's, none) are not checked.
+
+        Examples
+        --------
+        >>> state = {"capacity": 1, "batch_size": 2,
+        ...          "queue": [([0, 0], {"index": torch.tensor([3, 9])})]}
+        >>> Prefetcher.check_indices(state, 10)
+        >>> Prefetcher.check_indices(state, 8)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tdreplay.core.prefetch.PrefetchStateError: the saved prefetch queue's batch 0 has ...
+        """
+        for i, (_, info) in enumerate(state["queue"] if state else ()):
+            index = info.get("index") if isinstance(info, dict) else None
+            if not isinstance(index, torch.Tensor):
+                continue
+            bad = index.is_floating_point() or index.is_complex() or index.dtype is torch.bool
+            if not bad and index.numel():
+                bad = bool(index.min() < 0) or bool(index.max() >= size)
+            if bad:
+                raise PrefetchStateError(
+                    f"the saved prefetch queue's batch {i} has info['index'] "
+                    f"{index.flatten()[:8].tolist()} ({index.dtype}), not slots in [0, {size}) "
+                    "of this buffer's storage.")
+
     def restore(self, state: dict[str, Any] | None) -> None:
         """Replace the queue by the batches of ``state`` (from :meth:`export`, checked with
         :meth:`check_state`): the next batches handed out are those. ``None``: just clear."""
