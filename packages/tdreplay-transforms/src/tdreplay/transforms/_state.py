@@ -34,6 +34,44 @@ def checked_state(owner: Any, state_dict: Any, names: Iterable[str]) -> dict[str
     return out
 
 
+def check_loc_scale(owner: Any, state: Mapping[str, torch.Tensor]) -> None:
+    """``ValueError`` naming the field unless the ``loc`` / ``scale`` / ``standard_normal``
+    tensors of ``state`` (an affine transform's state, checked by :func:`checked_state`) can
+    be used: a one-element ``standard_normal``, finite ``loc`` and ``scale`` (what
+    ``init_stats_from`` makes) of shapes that broadcast together.
+
+    Examples
+    --------
+    >>> class Norm: ...
+    >>> state = {"loc": torch.zeros(3), "scale": torch.ones(3),
+    ...          "standard_normal": torch.tensor(True)}
+    >>> check_loc_scale(Norm(), state)
+    >>> check_loc_scale(Norm(), {**state, "scale": torch.tensor([1.0, float("nan"), 1.0])})
+    Traceback (most recent call last):
+    ...
+    ValueError: Norm.load_state_dict: state_dict['scale'] holds non-finite values.
+    """
+    cls = type(owner).__name__
+    flag = state["standard_normal"]
+    if flag.numel() != 1:
+        raise ValueError(f"{cls}.load_state_dict: state_dict['standard_normal'] must hold one "
+                         f"value (a bool), got shape {tuple(flag.shape)}.")
+    for name in ("loc", "scale"):
+        value = state[name]
+        if value.dtype is torch.bool or value.is_complex():
+            raise ValueError(f"{cls}.load_state_dict: state_dict[{name!r}] must be real numbers, "
+                             f"got {value.dtype}.")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{cls}.load_state_dict: state_dict[{name!r}] holds non-finite "
+                             "values.")
+    try:
+        torch.broadcast_shapes(state["loc"].shape, state["scale"].shape)
+    except RuntimeError as err:
+        raise ValueError(f"{cls}.load_state_dict: state_dict['loc'] of shape "
+                         f"{tuple(state['loc'].shape)} and state_dict['scale'] of shape "
+                         f"{tuple(state['scale'].shape)} do not broadcast together.") from err
+
+
 def as_tensor_arg(owner: Any, value: Any, name: str) -> torch.Tensor:
     """``value`` (a number or a tensor) as a tensor, a ``TypeError`` naming ``name`` otherwise."""
     if isinstance(value, torch.Tensor):

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 
-from ._state import as_tensor_arg, checked_state
+from ._state import as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg, one_key, require_tensordict
 
 
@@ -168,10 +168,12 @@ class ObservationNorm(Transform):
 
     def check_state_dict(self, state_dict: Any) -> None:
         """Refuse (``TypeError`` / ``KeyError`` naming the field) a state other than ``{}``
-        or ``loc``, ``scale``, ``standard_normal`` tensors; changes nothing."""
+        or ``loc``, ``scale``, ``standard_normal`` tensors, and (``ValueError``) one whose
+        ``standard_normal`` is not one value or whose ``loc`` / ``scale`` are not finite or do
+        not broadcast together; changes nothing."""
         if isinstance(state_dict, dict) and not state_dict:
             return
-        checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
+        check_loc_scale(self, checked_state(self, state_dict, ("loc", "scale", "standard_normal")))
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (checked before anything changes; ``{}``

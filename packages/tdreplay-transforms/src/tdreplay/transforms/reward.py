@@ -10,7 +10,7 @@ import torch
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 
-from ._state import as_tensor_arg, checked_state
+from ._state import as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg
 
 
@@ -72,11 +72,14 @@ class RewardScaling(Transform):
 
     def check_state_dict(self, state_dict: Any) -> None:
         """Refuse (``TypeError`` / ``KeyError`` naming the field) a state other than ``loc``,
-        ``scale``, ``standard_normal`` tensors; changes nothing."""
-        checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
+        ``scale``, ``standard_normal`` tensors, and (``ValueError``) one whose
+        ``standard_normal`` is not one value or whose ``loc`` / ``scale`` are not finite or do
+        not broadcast together; changes nothing."""
+        check_loc_scale(self, checked_state(self, state_dict, ("loc", "scale", "standard_normal")))
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (checked before anything changes)."""
+        self.check_state_dict(state_dict)
         state = checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
         self.loc, self.scale = state["loc"].clone(), state["scale"].clone()
         self.standard_normal = bool(state["standard_normal"])

@@ -30,6 +30,31 @@ def _flat_name(key: NestedKey) -> str:
     return key if isinstance(key, str) else ".".join(key)
 
 
+def _check_key_stats(key: NestedKey, state: dict[str, torch.Tensor]) -> None:
+    """``ValueError`` naming the entry unless the saved statistics of ``key`` are usable: all
+    three or none, finite floating tensors, ``_sum`` and ``_ssq`` of one shape, a one-element
+    ``_count`` >= 0 (what :meth:`VecNorm.forward` makes)."""
+    names = [_flat_name(_stat_key(key, s)) for s in _SUFFIXES]
+    present = [name for name in names if name in state]
+    if not present:
+        return
+    if len(present) != len(names):
+        raise ValueError(f"VecNorm.load_state_dict: the statistics of {key!r} are {names}, "
+                         f"state_dict holds only {present}.")
+    total, ssq, count = (state[name] for name in names)
+    for name, value in zip(names, (total, ssq, count)):
+        if not value.is_floating_point() or not bool(torch.isfinite(value).all()):
+            raise ValueError(f"VecNorm.load_state_dict: state_dict[{name!r}] must be finite "
+                             f"floating-point values, got {value.dtype} {value.flatten()[:4]}.")
+    if total.shape != ssq.shape:
+        raise ValueError(f"VecNorm.load_state_dict: state_dict[{names[0]!r}] has shape "
+                         f"{tuple(total.shape)} but state_dict[{names[1]!r}] has "
+                         f"{tuple(ssq.shape)}.")
+    if count.numel() != 1 or bool(count.min() < 0):
+        raise ValueError(f"VecNorm.load_state_dict: state_dict[{names[2]!r}] must be one "
+                         f"count >= 0, got {count.flatten()[:4].tolist()}.")
+
+
 def _sum_left(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     while value.ndim > like.ndim:
         value = value.sum(0)
@@ -234,7 +259,9 @@ class VecNorm(Transform):
 
     def check_state_dict(self, state_dict: Any) -> None:
         """Refuse (``TypeError`` / ``KeyError`` naming the field) a state that is not tensors
-        of statistics of ``in_keys``; changes nothing."""
+        of statistics of ``in_keys``, and (``ValueError``) statistics that cannot be used (a
+        key's three not all there, not finite floats, ``_sum`` / ``_ssq`` shapes that differ,
+        a ``_count`` that is not one value >= 0); changes nothing."""
         self._checked(state_dict)
 
     def _checked(self, state_dict: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -246,6 +273,8 @@ class VecNorm(Transform):
         if unknown:
             raise KeyError(f"VecNorm.load_state_dict: {unknown} are not statistics of in_keys "
                            f"{self.in_keys}.")
+        for key in self.in_keys:
+            _check_key_stats(key, state)
         return state, keys
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
