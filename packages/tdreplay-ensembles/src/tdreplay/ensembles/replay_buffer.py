@@ -21,7 +21,7 @@ from tdreplay.core import (
 )
 from tdreplay.core.utils import check_instance
 
-from ._members import select_members
+from ._members import check_members_saved_rows, select_members
 from .collate import PartsCollate, stack_parts
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
@@ -421,6 +421,15 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
             data = data.unlock_()
         data.set("index", index)
         return data
+
+    # ---- state ----------------------------------------------------------------------------------
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` as :meth:`ReplayBuffer.load_state_dict` does, member by
+        member: a member writer's cursor past its storage's saved rows is refused too
+        (``ValueError`` naming the member), before anything changes."""
+        check_members_saved_rows([rb.storage for rb in self._rbs],
+                                 [rb.writer for rb in self._rbs], state_dict)
+        super().load_state_dict(state_dict)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def clear_prefetch(self) -> None:

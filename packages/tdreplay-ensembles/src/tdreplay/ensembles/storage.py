@@ -12,6 +12,7 @@ from tdreplay.core.transform import as_transform
 
 from ._members import (
     MembersShareable,
+    check_members_state_dict,
     dump_members,
     index_parts,
     load_members_state_dict,
@@ -224,6 +225,11 @@ class StorageEnsemble(MembersShareable, Storage):
     def state_dict(self) -> dict[str, Any]:
         """``{"0": storages[0].state_dict(), ...}``."""
         return members_state_dict(self._storages)
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state_dict`` has one entry per storage, each accepted
+        by its storage's ``check_state_dict``; changes nothing."""
+        check_members_state_dict(self._storages, state_dict, "StorageEnsemble")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; on failure every storage is left as it was."""
