@@ -64,3 +64,60 @@ class CompressedRow(NamedTuple):
         """Compressed bytes of the row, as the ``numel()`` of the ``uint8`` tensor TorchRL
         keeps for a compressed tensor."""
         return len(self.blob)
+
+
+def _is_dims(value: Any) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
+
+
+def _as_key(key: Any) -> tuple[str, ...] | None:
+    if isinstance(key, str):
+        return (key,)
+    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+        return key
+    return None
+
+
+def layout_problem(layout: Any) -> str | None:
+    """What makes ``layout`` unusable to rebuild a row (``None``: nothing): not a
+    :class:`RowLayout`, an unknown ``kind``, a ``batch_size`` or leaf shape that is not a
+    tuple of ints >= 0, a leaf that is not ``(key, dtype, shape)``, a tensor row without its
+    one ``None``-keyed leaf, tensordict keys that are not nested keys or that clash (one
+    inside another).
+
+    Examples
+    --------
+    >>> layout_problem(RowLayout("tensor", (), ((None, torch.float32, (2, 3)),))) is None
+    True
+    >>> layout_problem(RowLayout("tensordict", (), (("a", torch.int64, (2,)),
+    ...                                             (("a", "b"), torch.int64, ()))))
+    "leaf keys ('a', 'b') and ('a',) clash"
+    """
+    if not isinstance(layout, RowLayout):
+        return f"the layout is a {type(layout).__name__}, not a RowLayout"
+    if layout.kind not in ("tensor", "tensordict"):
+        return f"kind {layout.kind!r} is not 'tensor' or 'tensordict'"
+    if not _is_dims(layout.batch_size):
+        return f"batch_size {layout.batch_size!r} is not a tuple of ints >= 0"
+    if not isinstance(layout.leaves, tuple):
+        return f"leaves {layout.leaves!r} is not a tuple"
+    keys: list[tuple[str, ...]] = []
+    for leaf in layout.leaves:
+        if not isinstance(leaf, tuple) or len(leaf) != 3:
+            return f"leaf {leaf!r} is not (key, dtype, shape)"
+        key, dtype, shape = leaf
+        if not isinstance(dtype, torch.dtype) or not _is_dims(shape):
+            return f"leaf {leaf!r} has no torch dtype or no shape of ints >= 0"
+        if layout.kind == "tensordict":
+            flat = _as_key(key)
+            if flat is None:
+                return f"leaf key {key!r} is not a str or a tuple of str"
+            keys.append(flat)
+    if layout.kind == "tensor" and (len(layout.leaves) != 1 or layout.leaves[0][0] is not None):
+        return "a tensor row has one leaf, keyed None"
+    keys.sort()
+    for first, second in zip(keys, keys[1:]):
+        if second[:len(first)] == first:
+            return f"leaf keys {second!r} and {first!r} clash"
+    return None

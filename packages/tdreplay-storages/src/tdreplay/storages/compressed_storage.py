@@ -21,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
-from ._compressed_rows import CompressedRow, RowLayout, itemsize
+from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata
 from .checkpointers import CompressedListStorageCheckpointer
 
@@ -352,9 +352,10 @@ class CompressedListStorage(ListStorage):
                 "max_size": self.max_size}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Refuse a ``state_dict`` of another codec or capacity, or with more rows than fit
-        (``ValueError``); changes nothing. One without ``"max_size"`` (saved before it was
-        recorded) is checked for its number of rows only.
+        """Refuse a ``state_dict`` of another codec or capacity, with more rows than fit, or
+        with a row that cannot be read (a damaged layout, a layout whose first row does not
+        decompress to its size) (``ValueError``); changes nothing. One without
+        ``"max_size"`` (saved before it was recorded) is checked for its number of rows only.
 
         Examples
         --------
@@ -375,6 +376,33 @@ class CompressedListStorage(ListStorage):
             raise ValueError(f"state_dict rows are compressed with {state_dict.get('codec')!r}; "
                              f"this storage uses {self.codec.name!r}.")
         super().check_state_dict(state_dict)  # max_size and the number of rows
+        self._check_rows(rows)
+
+    def _check_rows(self, rows: list[CompressedRow]) -> None:
+        """``ValueError`` naming the row unless every row has bytes and a usable layout, and the
+        first row of each layout decompresses to its size (one row per layout: the rows of a
+        write share theirs; the bytes of the others are not decompressed here)."""
+        seen: set[int] = set()
+        for i, row in enumerate(rows):
+            problem = None
+            if not isinstance(row.blob, (bytes, bytearray, memoryview)):
+                problem = f"its blob is a {type(row.blob).__name__}, not bytes"
+            elif id(row.layout) in seen:
+                continue
+            seen.add(id(row.layout))
+            if problem is None:
+                problem = layout_problem(row.layout)
+            if problem is None:
+                try:
+                    size = len(self.codec.decompress_row(row.blob, row.layout))
+                except Exception as err:  # any codec failure: the row cannot be read
+                    problem = f"it does not decompress ({type(err).__name__}: {err})"
+                else:
+                    if size != row.layout.nbytes:
+                        problem = (f"it decompresses to {size} bytes, its layout needs "
+                                   f"{row.layout.nbytes}")
+            if problem is not None:
+                raise ValueError(f"state_dict['storage'][{i}] cannot be read: {problem}.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
