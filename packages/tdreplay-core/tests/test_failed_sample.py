@@ -6,6 +6,8 @@ seed, generators seeded again after the failure (random numbers drawn are not gi
 
 from __future__ import annotations
 
+import random
+import threading
 from functools import partial
 
 import pytest
@@ -225,3 +227,55 @@ def test_consuming_journal_is_dropped_with_the_last_mark():
         sampler.sample(storage, 1)  # no mark open: nothing kept to undo
     fresh = sampler.draw_mark()
     assert fresh.start == 0
+
+
+class FailsAtRandom:
+    """A transform that refuses about a third of the batches (seeded), on any thread."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+
+    def __call__(self, data):
+        with self.lock:
+            fail = self.rng.random() < 0.35
+        if fail:
+            raise Boom("refused")
+        return data
+
+
+@pytest.mark.parametrize("sampler", ["without_replacement", "consuming"])
+def test_threads_sampling_with_failing_batches_lose_and_repeat_no_item(sampler):
+    """Four threads sample one buffer whose transform refuses a third of the batches; exactly
+    one epoch's worth of batches succeeds (a thread takes a ticket before it samples and gives
+    it back when the batch fails). Each failed draw is undone under the lock it was drawn
+    under, so the batches handed out cover every item exactly once: none lost to a failed
+    batch, none handed out twice."""
+    n, batch = 196, 7
+    rb = ReplayBuffer(storage=ListStorage(n), transform=FailsAtRandom(seed=3),
+                      sampler=SAMPLERS[sampler]())
+    rb.extend(_items(n))
+    tickets = threading.Semaphore(n // batch)
+    delivered: list[int] = []
+    out_lock = threading.Lock()
+    failures = [0]
+
+    def worker() -> None:
+        while tickets.acquire(blocking=False):
+            try:
+                items = rb.sample(batch)
+            except Boom:
+                tickets.release()  # this batch did not count
+                with out_lock:
+                    failures[0] += 1
+                continue
+            with out_lock:
+                delivered.extend(int(x) for x in items)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert failures[0] > 5  # (the transform did refuse batches)
+    assert sorted(delivered) == list(range(n))
