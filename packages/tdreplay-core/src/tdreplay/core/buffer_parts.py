@@ -68,6 +68,24 @@ def delays_init(delayed_init: bool | None, transform_factory: Any) -> bool:
     return transform_factory is not None
 
 
+class _BuiltOnFirstRead:
+    """A part attribute of a buffer (``_storage``, ...) read while its parts wait for the first
+    use: reading it builds them. A non-data descriptor, so a built part, in the instance's
+    ``__dict__``, is found first and this is never called again (a ``__getattr__`` instead
+    would send every attribute read of every buffer through the slow generic lookup)."""
+
+    def __init__(self, read: Callable[[Any, str], Any]) -> None:
+        self._read, self._name = read, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, buffer: Any, owner: type | None = None) -> Any:
+        if buffer is None:
+            return self
+        return self._read(buffer, self._name)
+
+
 class PartsMixin:
     """The parts of a buffer, built now or on first use (mixed into
     :class:`~tdreplay.core.ReplayBuffer`).
@@ -175,13 +193,18 @@ class PartsMixin:
         if self.shared:
             self.share(True)
 
-    if not TYPE_CHECKING:  # (mypy would take every unknown attribute of a buffer for Any)
-        def __getattr__(self, name: str) -> Any:
-            # only called for an attribute that is not there: a part of a buffer waiting for
-            # its first use, which builds them all
-            if name in _PART_ATTRS:
-                self._build_pending()
-                parts = self.__dict__
-                if name in parts:
-                    return parts[name]
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def _part_after_build(self, name: str) -> Any:
+        """The part ``name`` of a buffer read before its first use: the parts are built first
+        (what :class:`_BuiltOnFirstRead` calls)."""
+        self._build_pending()
+        parts = self.__dict__
+        if name in parts:
+            return parts[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    if not TYPE_CHECKING:  # (to mypy they are the annotated parts above)
+        _storage = _BuiltOnFirstRead(_part_after_build)
+        _sampler = _BuiltOnFirstRead(_part_after_build)
+        _writer = _BuiltOnFirstRead(_part_after_build)
+        _transform = _BuiltOnFirstRead(_part_after_build)
+        _collate_fn = _BuiltOnFirstRead(_part_after_build)
