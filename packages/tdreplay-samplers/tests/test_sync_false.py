@@ -207,3 +207,28 @@ def test_deferred_sampler_needs_a_writer_and_a_prioritized_sampler() -> None:
     storage.set(torch.arange(1), ["a"])
     with pytest.raises(RuntimeError, match="follow"):
         s.sample(storage, 1)
+
+
+def test_a_write_count_ahead_of_the_storage_gives_only_written_rows_a_priority():
+    """A writer count ahead of the rows the storage holds (a restored state, a storage emptied
+    elsewhere): catching up gave every row a priority, unwritten ones included, and the next
+    sample raised IndexError ('priorities out of step'). Only the written rows count now."""
+    def make():
+        return TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.5, eps=0.0, sync=False,
+                                                 priority_key=("prio", "td_error"),
+                                                 storage=LazyTensorStorage(32))
+
+    rb = make()
+    rb.extend(TensorDict({"obs": torch.arange(6.0).unsqueeze(-1),
+                          "prio": {"td_error": torch.ones(6)}}, [6]))
+    state = rb.state_dict()
+    state["_writer"]["write_count"] = 10**6
+    restored = make()
+    restored.load_state_dict(state)
+    for _ in range(20):
+        index = restored.sample(4)["index"]
+        assert bool(((index >= 0) & (index < 6)).all())
+    restored.extend(TensorDict({"obs": torch.full((2, 1), 9.0),
+                                "prio": {"td_error": torch.ones(2)}}, [2]))
+    drawn = torch.cat([restored.sample(4)["index"] for _ in range(40)])
+    assert set(drawn.tolist()) == set(range(8))

@@ -157,9 +157,12 @@ class DeferredPrioritizedSampler(Sampler):
             return
         capacity = storage.max_size
         # the rows before the cursor (which a buffer emptied without resetting its write count
-        # sets back to 0); a writer without one: the count's round-robin position
+        # sets back to 0); a writer without one: the count's round-robin position. No more
+        # rows than the storage holds: a count ahead of them (a restored write count, a
+        # storage emptied elsewhere) must not give unwritten rows a priority
         end = self._writer.cursor if isinstance(self._writer, RoundRobinWriter) else count
-        rows = torch.arange(end - min(count - self._caught_up, capacity), end) % capacity
+        new = min(count - self._caught_up, len(storage), capacity)
+        rows = torch.arange(end - new, end) % capacity
         prioritized.extend(storage.rows_to_slots(rows).reshape(-1))
         self._caught_up = count
 
