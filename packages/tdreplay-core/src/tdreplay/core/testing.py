@@ -73,6 +73,12 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
     Examples
     --------
     >>> assert_same({"a": [torch.ones(2)]}, {"a": [torch.ones(2)]})
+    >>> nan, big = torch.tensor([float("nan"), 1.0]), torch.finfo(torch.float32).max
+    >>> assert_same(nan, nan.clone())
+    >>> assert_same(torch.tensor([float("inf")]), torch.tensor([big]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: state: tensor([inf]) vs tensor([3.4028e+38])
     >>> assert_same({"a": [torch.ones(2)]}, {"a": [torch.ones(2, dtype=torch.float64)]})
     Traceback (most recent call last):
     ...
@@ -83,11 +89,12 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
         _require(a.dtype == b.dtype and a.shape == b.shape,
                  f"{where}: {a.dtype} of shape {tuple(a.shape)} vs {b.dtype} of shape "
                  f"{tuple(b.shape)}")
-        equal = (torch.equal(a.nan_to_num(0.5), b.nan_to_num(0.5))
-                 and torch.equal(a.isnan(), b.isnan())
-                 if isinstance(a, torch.Tensor) and a.is_floating_point()
-                 else torch.equal(a, b) if isinstance(a, torch.Tensor)
-                 else np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        if isinstance(a, torch.Tensor):
+            nan = a.isnan() if a.is_floating_point() or a.is_complex() else None
+            equal = (torch.equal(a, b) if nan is None else torch.equal(nan, b.isnan())
+                     and torch.equal(a.masked_fill(nan, 0), b.masked_fill(nan, 0)))
+        else:
+            equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
         _require(equal, f"{where}: {a} vs {b}")
     elif is_tensor_collection(a):
         _require(is_tensor_collection(b), f"{where}: a {type(a).__name__} vs a {type(b).__name__}")
