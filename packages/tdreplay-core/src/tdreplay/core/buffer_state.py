@@ -241,12 +241,7 @@ class BufferStateMixin:
                     component.check_state_dict(state_dict[part])
                 except (ValueError, TypeError, KeyError) as err:
                     raise ValueError(f"state_dict[{part!r}]: {err}") from err
-            rows = self._storage.saved_rows(state_dict["_storage"])
-            if rows is not None:
-                try:
-                    self._writer.check_saved_rows(state_dict["_writer"], rows)
-                except ValueError as err:
-                    raise ValueError(f"state_dict['_writer']: {err}") from err
+            self.check_saved_parts(state_dict)
             if self._stateful:
                 try:
                     self._stateful.check_state_dict(state_dict.get("_stateful", {}))
@@ -270,6 +265,34 @@ class BufferStateMixin:
                 self._stateful.load_state_dict(state_dict["_stateful"])
             restore_transforms()
             self._prefetcher.restore(prefetch_state)
+
+    def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
+        """Raise ``ValueError`` naming the entry unless the saved parts of ``state_dict``
+        (each accepted by its part's ``check_state_dict``) fit together: the writer can go on
+        writing into the rows the storage state holds (:meth:`Storage.saved_rows
+        <tdreplay.core.Storage.saved_rows>`, :meth:`Writer.check_saved_rows
+        <tdreplay.core.Writer.check_saved_rows>`). :meth:`load_state_dict` calls it before
+        anything loads; a buffer made of others (an ensemble) checks each of them.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(8))
+        >>> _ = rb.extend([1, 2, 3])
+        >>> state = rb.state_dict()
+        >>> rb.check_saved_parts(state)
+        >>> state["_storage"]["storage"] = [1]  # a cursor at 3 would leave a gap
+        >>> rb.check_saved_parts(state)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['_writer']: RoundRobinWriter state_dict['cursor'] is 3 but ...
+        """
+        rows = self._storage.saved_rows(state_dict["_storage"])
+        if rows is not None:
+            try:
+                self._writer.check_saved_rows(state_dict["_writer"], rows)
+            except ValueError as err:
+                raise ValueError(f"state_dict['_writer']: {err}") from err
 
     def _components(self) -> dict[str, Any]:
         return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}

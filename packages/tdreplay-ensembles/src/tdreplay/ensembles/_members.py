@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from tdreplay.core import NotShareableError, Storage, Writer
+from tdreplay.core import NotShareableError
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.process_sharing import SpawnChecked
 
@@ -114,48 +114,6 @@ def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str)
                          f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
     for i, member in enumerate(members):
         member.check_state_dict(state_dict[str(i)])
-
-
-def check_members_saved_rows(storages: Sequence[Storage], writers: Sequence[Writer],
-                             state_dict: Any) -> None:
-    """Raise ``ValueError`` naming the member unless each writer's saved state can go on
-    writing into its storage's saved rows (:meth:`Storage.saved_rows`,
-    :meth:`Writer.check_saved_rows`): the check a single buffer makes, member by member.
-    Entries that are not there or that their member refuses are skipped: the buffer's own
-    checks refuse them, naming them.
-
-    Examples
-    --------
-    >>> from tdreplay.core import ListStorage, RoundRobinWriter
-    >>> storage, writer = ListStorage(8), RoundRobinWriter()
-    >>> writer.register_storage(storage)
-    >>> state = {"_storage": {"0": {"storage": [1, 2], "max_size": 8}},
-    ...          "_writer": {"0": {"cursor": 3, "write_count": 3}}}
-    >>> check_members_saved_rows([storage], [writer], state)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: state_dict['_writer']['0']: RoundRobinWriter state_dict['cursor'] is 3 but ...
-    """
-    storage_states = state_dict.get("_storage") if isinstance(state_dict, dict) else None
-    writer_states = state_dict.get("_writer") if isinstance(state_dict, dict) else None
-    if not isinstance(storage_states, dict) or not isinstance(writer_states, dict):
-        return
-    for i, (storage, writer) in enumerate(zip(storages, writers)):
-        saved, written = storage_states.get(str(i)), writer_states.get(str(i))
-        if not isinstance(saved, dict) or not isinstance(written, dict):
-            continue  # refused by the buffer's own checks, which name it
-        try:
-            storage.check_state_dict(saved)
-            writer.check_state_dict(written)
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue  # refused by the buffer's own checks, which name it
-        rows = storage.saved_rows(saved)
-        if rows is None:
-            continue
-        try:
-            writer.check_saved_rows(written, rows)
-        except ValueError as err:
-            raise ValueError(f"state_dict['_writer'][{str(i)!r}]: {err}") from err
 
 
 def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], kind: str) -> None:

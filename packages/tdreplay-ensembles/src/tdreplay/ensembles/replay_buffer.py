@@ -21,7 +21,7 @@ from tdreplay.core import (
 )
 from tdreplay.core.utils import check_instance
 
-from ._members import check_members_saved_rows, select_members
+from ._members import select_members
 from .collate import PartsCollate, stack_parts
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
@@ -423,13 +423,18 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
         return data
 
     # ---- state ----------------------------------------------------------------------------------
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` as :meth:`ReplayBuffer.load_state_dict` does, member by
-        member: a member writer's cursor past its storage's saved rows is refused too
-        (``ValueError`` naming the member), before anything changes."""
-        check_members_saved_rows([rb.storage for rb in self._rbs],
-                                 [rb.writer for rb in self._rbs], state_dict)
-        super().load_state_dict(state_dict)
+    def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
+        """As :meth:`ReplayBuffer.check_saved_parts`, member by member: a member writer's
+        cursor past its storage's saved rows is refused (``ValueError`` naming the member)."""
+        storages, writers = state_dict["_storage"], state_dict["_writer"]
+        for i, rb in enumerate(self._rbs):
+            rows = rb.storage.saved_rows(storages[str(i)])
+            if rows is None:
+                continue
+            try:
+                rb.writer.check_saved_rows(writers[str(i)], rows)
+            except ValueError as err:
+                raise ValueError(f"state_dict['_writer'][{str(i)!r}]: {err}") from err
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def clear_prefetch(self) -> None:
