@@ -501,6 +501,11 @@ class TrajectoryIndex:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state_dict(state)
+        self.install(state)
+
+    def install(self, state: dict[str, Any]) -> None:
+        """Load a state :meth:`check_state_dict` accepted (what a sampler that checked its
+        whole state calls: the check walks every record)."""
         meta = [int(x) for x in state["meta"]]
         (self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks, self.newest_slot,
          rebuild, rebase, multi) = meta

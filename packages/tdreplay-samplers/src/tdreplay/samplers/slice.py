@@ -393,7 +393,8 @@ class SliceSampler(Sampler):
         self._load_index(state_dict["index"])
 
     def _load_index(self, state: dict[str, Any]) -> None:
-        self._index.load_state_dict(state)
+        """Load the index state of a whole state this sampler checked already."""
+        self._index.install(state)
         self._entries.invalidate()
         self._signals = None
 
@@ -551,14 +552,14 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         index = self._sync(storage)
         if index.num_trajectories == 0:
             raise RuntimeError("the buffer holds no trajectory to sample from.")
-        self._stale |= index.numbering != self._numbering  # rebuilt: the epoch's ids are void
-        if not self._stale and self.strict_length and seq_len > self._epoch_len:
+        stale = self._epoch_is_stale()  # (after the sync, which may have rebuilt the index)
+        if not stale and self.strict_length and seq_len > self._epoch_len:
             # longer slices than the epoch was built for: drop the trajectories now too short
             rest = self._perm[self._pos:]
             self._perm, self._pos = rest[index.rec[rest, LEN] >= seq_len], 0
             self._epoch_len = seq_len
         remaining = self._perm.size - self._pos
-        if self._stale or remaining == 0 or (self.drop_last and remaining < num_slices):
+        if stale or remaining == 0 or (self.drop_last and remaining < num_slices):
             self._new_epoch(index, seq_len)
         records = self._perm[self._pos: self._pos + num_slices]
         self._pos += records.size
