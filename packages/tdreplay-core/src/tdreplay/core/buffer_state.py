@@ -233,8 +233,7 @@ class BufferStateMixin:
             raise ValueError(f"state_dict is missing {sorted(missing)}.")
         prefetch_state = state_dict.get("_prefetch_state")
         with self._prefetcher.held(settle=False), self._lock:
-            self._prefetcher.check_state(prefetch_state)
-            self._prefetcher.check_indices(prefetch_state, self._storage.max_size)
+            self._prefetcher.check_state(prefetch_state, self._storage.max_size)
             for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
                                     ("_writer", self._writer)):
                 try:
@@ -368,8 +367,7 @@ class BufferStateMixin:
         """The batches drawn ahead saved in ``snapshot`` (``None`` when none were), checked
         against this buffer's ``prefetch`` before anything changes."""
         state = load_prefetched(snapshot)
-        self._prefetcher.check_state(state)
-        self._prefetcher.check_indices(state, self._storage.max_size)
+        self._prefetcher.check_state(state, self._storage.max_size)
         return state
 
     def _read_rng_state(self, path: Path) -> torch.Tensor | None:

@@ -212,9 +212,10 @@ class Prefetcher:
         return {"version": 1, "capacity": self.depth, "batch_size": self._batch_size,
                 "queue": queue}
 
-    def check_state(self, state: Any) -> None:
+    def check_state(self, state: Any, slots: int) -> None:
         """:class:`PrefetchStateError` unless :meth:`restore` can take ``state`` (``None``: no
-        saved queue). Changes nothing."""
+        saved queue) into a buffer whose storage has ``slots`` slots (the saved batches'
+        indices must name some, :meth:`check_indices`). Changes nothing."""
         if state is None:
             return
         if not isinstance(state, dict) or not isinstance(state.get("queue"), (list, tuple)):
@@ -232,11 +233,12 @@ class Prefetcher:
                 not isinstance(d, (tuple, list)) or len(d) != 2 for d in queue):
             raise PrefetchStateError(f"the saved prefetch queue holds {len(queue)} entries "
                                      f"for a depth of {self.depth}, or malformed entries.")
+        self.check_indices(state, slots)
 
     @staticmethod
     def check_indices(state: Any, size: int) -> None:
         """:class:`PrefetchStateError` unless every tensor ``index`` in the info of the saved
-        batches (a :meth:`check_state`-accepted ``state``) is an integer tensor inside
+        batches (a well-formed ``state``, see :meth:`check_state`) is an integer tensor inside
         ``[0, size)``, ``size`` being the storage's ``max_size``: an index outside it names
         no slot, and the restored buffer would hand it out with its batch (e.g. to
         ``update_priority``). Other indices (an ensemble's, none) are not checked.
