@@ -80,9 +80,8 @@ class RewardScaling(Transform):
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (checked before anything changes)."""
         self.check_state_dict(state_dict)
-        state = checked_state(self, state_dict, ("loc", "scale", "standard_normal"))
-        self.loc, self.scale = state["loc"].clone(), state["scale"].clone()
-        self.standard_normal = bool(state["standard_normal"])
+        self.loc, self.scale = state_dict["loc"].clone(), state_dict["scale"].clone()
+        self.standard_normal = bool(state_dict["standard_normal"])
 
     def __repr__(self) -> str:
         return (f"RewardScaling(loc={self.loc.tolist()}, scale={self.scale.tolist()}, "
