@@ -318,7 +318,8 @@ class TensorLayout:
             return
         if start > low:
             self.zero_rows(low, start)
-        self.unfilled_from = stop
+        # every row written or zeroed once the top one is: no check on later writes
+        self.unfilled_from = stop if stop < self.rows else None
 
     def build(self, leaves: list[torch.Tensor], lead: torch.Size) -> TensorDict:
         """A TensorDict of ``leaves`` (one per key, in storage order, each of shape ``lead +``
@@ -456,9 +457,12 @@ class TensorLayout:
         if lead is None:
             lead = (stop - start, *self.inner)
         if leaves is not None:
-            _, shapes = self._expected_for(lead)
+            cached_lead, _, shapes = self._expected  # (the last write's: mostly this one's)
+            if cached_lead != lead:
+                _, shapes = self._expected_for(lead)
             if self.copy_rows(start, stop, leaves, shapes):
-                self.before_write(start, stop)  # (rows below ``start`` only: in any order)
+                if self.unfilled_from is not None:  # (rows below ``start`` only: any order)
+                    self.before_write(start, stop)
                 return
         src = self.source_leaves(td, lead, leaves)
         self.before_write(start, stop)

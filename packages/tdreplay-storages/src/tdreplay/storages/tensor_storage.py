@@ -180,10 +180,16 @@ class TensorStorage(CompilableRows, Storage):
         return 1 if layout is None else layout.row_numel
 
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
-        return _capacity_for(self._current_layout(), data, batched, self.ndim, self.max_size)
+        layout = self._current_layout()
+        if layout is not None:  # (every write but the first: one call less)
+            return layout.rows
+        return _capacity_for(layout, data, batched, self.ndim, self.max_size)
 
     def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
-        return _slots_of_rows(self._current_layout(), rows)
+        layout = self._current_layout()
+        if layout is None or layout.row_numel == 1:  # one slot a row (one call less)
+            return rows
+        return _slots_of_rows(layout, rows)
 
     def _create(self, td: TensorDictBase, batched: bool) -> None:
         """Lay out the storage from the first data written (one item or a batch)."""
@@ -214,7 +220,10 @@ class TensorStorage(CompilableRows, Storage):
         if self._len_tensor is not None and self._set_compiled(rows, data):
             return
         single = type(rows) is int or (type(rows) is not slice and is_int(rows))
-        td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
+        if type(data) is TensorDict:  # the common data, as it is (one call less)
+            td, kind, extra = data, KIND_TD, None
+        else:
+            td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
         leaves = None
         if layout is None:
