@@ -121,18 +121,22 @@ class HostRows:
         self._follow_moves()
         views = self.all_views
         assert views is not None
-        try:
-            arrays = [source.numpy() for source in sources]
+        arrays = []
+        try:  # (one loop, no list comprehension or generator: each is a call more)
+            if shapes is None:
+                for source, view in zip(sources, views):
+                    array = source.numpy()
+                    if array.dtype != view.dtype:
+                        return False
+                    arrays.append(array)
+            else:
+                for source, view, shape in zip(sources, views, shapes):
+                    array = source.numpy()
+                    if array.dtype != view.dtype or array.shape != shape:
+                        return False
+                    arrays.append(array)
         except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
             return False
-        if shapes is None:
-            for array, view in zip(arrays, views):  # a loop, not any(genexpr): no generator
-                if array.dtype != view.dtype:
-                    return False
-        else:
-            for array, view, shape in zip(arrays, views, shapes):
-                if array.dtype != view.dtype or array.shape != shape:
-                    return False
         for view, array in zip(views, arrays):
             if array.ndim > view.ndim:  # a storage of several dims: its rows' slots in one
                 array = array.reshape(-1, *view.shape[1:])
