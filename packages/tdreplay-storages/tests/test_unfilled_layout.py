@@ -46,6 +46,17 @@ def test_rows_skipped_by_index_and_single_writes_read_as_zeros(policy):
     assert len(s) == 13
 
 
+def test_a_write_reaching_the_top_row_leaves_no_row_unfilled(policy):
+    s = LazyTensorStorage(8)
+    s.set(slice(0, 2), _rows(2, 1.0))
+    s.set(slice(6, 8), _rows(2, 2.0))  # the top rows: rows 2-5 zeroed, none left unfilled
+    s.set(slice(3, 4), _rows(1, 3.0))  # a later write below: the rows around it keep theirs
+    got = s.get(torch.arange(8))
+    assert got["a"][:, 0].tolist() == [1.0, 1.0, 0.0, 3.0, 0.0, 0.0, 2.0, 2.0]
+    assert got["b", "c"].tolist() == [1, 1, 0, 3, 0, 0, 2, 2]
+    assert len(s) == 8
+
+
 def test_a_new_entry_is_zero_in_rows_written_before(policy):
     s = LazyTensorStorage(16)
     s.set(slice(0, 3), TensorDict({"a": torch.ones(3)}, [3]))

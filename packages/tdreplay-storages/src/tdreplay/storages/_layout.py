@@ -312,6 +312,9 @@ class TensorLayout:
         >>> layout.before_write(3, 4)
         >>> layout.leaves[0].tolist(), layout.unfilled_from
         ([0, 0, 0, 9, 9, 9], 4)
+        >>> layout.before_write(5, 6)  # the top row: rows 4 zeroed, none left unfilled
+        >>> layout.leaves[0].tolist(), layout.unfilled_from
+        ([0, 0, 0, 9, 0, 9], None)
         """
         low = self.unfilled_from
         if low is None or stop <= low:
