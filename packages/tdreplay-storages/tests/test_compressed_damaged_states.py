@@ -95,3 +95,57 @@ def test_states_of_random_histories_load_and_read_alike(seed):
             a, b = rb[i], twin[i]
             assert str(a.to_dict() if hasattr(a, "to_dict") else a) == \
                 str(b.to_dict() if hasattr(b, "to_dict") else b)
+
+
+def test_a_damaged_row_after_the_first_of_its_layout_is_named_when_read():
+    # loading decompresses one row per layout: the others are read (and found damaged) later
+    state = filled().state_dict()
+    row = state["_storage"]["storage"][4]
+    blob = bytearray(row.blob)
+    blob[len(blob) // 2] ^= 0xFF  # a flipped byte: zlib's checksum refuses the row
+    state["_storage"]["storage"][4] = row._replace(blob=bytes(blob))
+    rb = filled(start=50)
+    rb.load_state_dict(state)
+    damaged = r"the compressed row at slot 4 cannot be decompressed \(.*\): its bytes are damaged"
+    for read in (lambda: rb[:], lambda: rb[4], lambda: rb.storage.get(torch.tensor([[1, 4]]))):
+        with pytest.raises(ValueError, match=damaged):
+            read()
+    # the other rows read as saved, and sampling them goes on
+    assert rb.storage.get(torch.tensor([0, 3, 6]))["obs"][:, 0].tolist() == [0.0, 3.0, 6.0]
+    rb.extend(td(3, 100))  # overwrites slots 7, 8, 9 (not the damaged row)
+    assert rb.storage.get(torch.tensor([8]))["obs"][:, 0].tolist() == [101.0]
+
+
+def test_a_damaged_row_in_a_read_of_rows_of_several_layouts_is_named():
+    rb = ReplayBuffer(storage=CompressedListStorage(4))
+    rb.extend([torch.zeros(2), torch.ones(3), torch.full((2,), 2.0), torch.full((3,), 3.0)])
+    state = rb.state_dict()
+    row = state["_storage"]["storage"][3]  # the second row of its layout: not checked at load
+    state["_storage"]["storage"][3] = row._replace(blob=row.blob[:-2])  # truncated
+    twin = ReplayBuffer(storage=CompressedListStorage(4))
+    twin.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"compressed row at slot 3 cannot be decompressed"):
+        twin[:]  # rows of two layouts: read one by one
+    assert [t.tolist() for t in twin[:3]] == [[0.0, 0.0], [1.0, 1.0, 1.0], [2.0, 2.0]]
+
+
+@pytest.mark.parametrize("codec", ["default", "zlib"])
+def test_every_single_byte_change_of_a_row_raises_when_read(codec):
+    # a row's checksum (zstd's, zlib's Adler-32): a damaged row never reads as other values
+    import zlib
+
+    kwargs = {} if codec == "default" else {  # uint8 tensors in, bytes out
+        "compression_fn": lambda t: zlib.compress(t.numpy().tobytes()),
+        "decompression_fn": lambda t: zlib.decompress(t.numpy().tobytes())}
+    rb = ReplayBuffer(storage=CompressedListStorage(4, **kwargs))
+    rb.extend(torch.arange(256, dtype=torch.uint8).reshape(4, 64))
+    state = rb.state_dict()
+    row = state["_storage"]["storage"][2]  # not the first of its layout: loads unchecked
+    twin = ReplayBuffer(storage=CompressedListStorage(4, **kwargs))
+    for i in range(len(row.blob)):
+        blob = bytearray(row.blob)
+        blob[i] ^= 0xFF
+        state["_storage"]["storage"][2] = row._replace(blob=bytes(blob))
+        twin.load_state_dict(state)
+        with pytest.raises(ValueError, match="compressed row at slot 2 cannot be decompressed"):
+            twin[2]
