@@ -3,6 +3,8 @@ the entry, before anything changes; every state a real history saves loads."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -119,3 +121,21 @@ def test_states_of_random_histories_load_and_sample_alike(name, seed):
     assert _same(twin.state_dict(), state)
     data = _data(4, seed=99)
     assert torch.allclose(rb.transform(data.clone())["obs"], twin.transform(data.clone())["obs"])
+
+
+@pytest.mark.parametrize("name", ["ObservationNorm", "RewardScaling"])
+def test_loc_scale_of_another_shape_than_the_held_ones_are_refused(name):
+    # consistent with each other (they broadcast), but not the shapes of the stats held: the
+    # outputs would broadcast to other shapes (as torch's load_state_dict, TorchRL refuses)
+    held = tuple(_filled(name, seed=2).transform[0].loc.shape)
+    other = (7,) if held != (7,) else (2,)
+    _refused(name, lambda e: e.update(loc=torch.zeros(other), scale=torch.ones(other)),
+             re.escape(f"'loc'] has shape {other}, this {name}'s loc {held}"))
+
+
+def test_an_uninitialized_observation_norm_takes_stats_of_any_shape():
+    state = _filled("ObservationNorm", seed=1).state_dict()
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), batch_size=4)
+    rb.append_transform(ObservationNorm(in_keys=["obs"], standard_normal=True))
+    rb.load_state_dict(state)
+    assert rb.transform[0].loc.shape == state["_transform"]["0:ObservationNorm"]["loc"].shape

@@ -97,7 +97,9 @@ class TestRewardTransforms:
 
     def test_scaling_state_dict_round_trip(self):
         t = RewardScaling(torch.tensor([1.0, 2.0]), 3.0, in_keys=["r"], standard_normal=True)
-        t2 = RewardScaling(0.0, 1.0, in_keys=["r"])
+        with pytest.raises(RuntimeError, match=r"'loc'\] has shape \(2,\)"):  # as TorchRL's
+            RewardScaling(0.0, 1.0, in_keys=["r"]).load_state_dict(t.state_dict())
+        t2 = RewardScaling(torch.zeros(2), 1.0, in_keys=["r"])
         t2.load_state_dict(t.state_dict())
         td = TensorDict({"r": torch.ones(2, 2)}, [2])
         assert torch.equal(t(td.clone())["r"], t2(td.clone())["r"])

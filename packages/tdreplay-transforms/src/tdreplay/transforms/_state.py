@@ -34,11 +34,19 @@ def checked_state(owner: Any, state_dict: Any, names: Iterable[str]) -> dict[str
     return out
 
 
+class HeldShapeError(ValueError, RuntimeError):
+    """A loaded statistic of another shape than the one held: a ``ValueError``, and a
+    ``RuntimeError`` as TorchRL's (torch's ``load_state_dict`` "size mismatch")."""
+
+
 def check_loc_scale(owner: Any, state: Mapping[str, torch.Tensor]) -> None:
     """``ValueError`` naming the field unless the ``loc`` / ``scale`` / ``standard_normal``
     tensors of ``state`` (an affine transform's state, checked by :func:`checked_state`) can
     be used: a one-element ``standard_normal``, finite ``loc`` and ``scale`` (what
-    ``init_stats_from`` makes) of shapes that broadcast together.
+    ``init_stats_from`` makes) of shapes that broadcast together, and, where ``owner`` holds
+    ``loc`` / ``scale`` tensors already, of their shapes (as torch's ``load_state_dict`` keeps
+    the shape of a buffer it loads, and TorchRL's transforms with it: a ``loc`` of another shape
+    broadcasts to other outputs, or fails at the next sample).
 
     Examples
     --------
@@ -50,6 +58,14 @@ def check_loc_scale(owner: Any, state: Mapping[str, torch.Tensor]) -> None:
     Traceback (most recent call last):
     ...
     ValueError: Norm.load_state_dict: state_dict['scale'] holds non-finite values.
+    >>> held = Norm()
+    >>> held.loc, held.scale = torch.zeros(3), torch.ones(3)
+    >>> other_shape = {**state, "loc": torch.zeros(1), "scale": torch.ones(1)}
+    >>> try:
+    ...     check_loc_scale(held, other_shape)
+    ... except RuntimeError as err:  # a ValueError too
+    ...     print(err)
+    Norm.load_state_dict: state_dict['loc'] has shape (1,), this Norm's loc (3,).
     """
     cls = type(owner).__name__
     flag = state["standard_normal"]
@@ -70,6 +86,12 @@ def check_loc_scale(owner: Any, state: Mapping[str, torch.Tensor]) -> None:
         raise ValueError(f"{cls}.load_state_dict: state_dict['loc'] of shape "
                          f"{tuple(state['loc'].shape)} and state_dict['scale'] of shape "
                          f"{tuple(state['scale'].shape)} do not broadcast together.") from err
+    for name in ("loc", "scale"):
+        held = getattr(owner, name, None)
+        if isinstance(held, torch.Tensor) and state[name].shape != held.shape:
+            raise HeldShapeError(f"{cls}.load_state_dict: state_dict[{name!r}] has shape "
+                                 f"{tuple(state[name].shape)}, this {cls}'s {name} "
+                                 f"{tuple(held.shape)}.")
 
 
 def as_tensor_arg(owner: Any, value: Any, name: str) -> torch.Tensor:

@@ -169,8 +169,9 @@ class ObservationNorm(Transform):
     def check_state_dict(self, state_dict: Any) -> None:
         """Refuse (``TypeError`` / ``KeyError`` naming the field) a state other than ``{}``
         or ``loc``, ``scale``, ``standard_normal`` tensors, and (``ValueError``) one whose
-        ``standard_normal`` is not one value or whose ``loc`` / ``scale`` are not finite or do
-        not broadcast together; changes nothing."""
+        ``standard_normal`` is not one value or whose ``loc`` / ``scale`` are not finite, do
+        not broadcast together or differ in shape from the ``loc`` / ``scale`` held
+        (as TorchRL's; an uninitialized transform takes any); changes nothing."""
         if isinstance(state_dict, dict) and not state_dict:
             return
         check_loc_scale(self, checked_state(self, state_dict, ("loc", "scale", "standard_normal")))
