@@ -99,3 +99,29 @@ def test_compilable_set_refuses_rows_out_of_range() -> None:
     with pytest.raises(IndexError, match="out of range"):
         storage.set(torch.tensor([-5]), torch.tensor([7]))
     assert storage[:].tolist() == [1, 2, 0, 9]  # unchanged
+
+
+@pytest.mark.parametrize("storage", ["list", "tensor"])
+def test_compilable_add_writes_each_item_at_the_next_row(storage: str) -> None:
+    # the cursor of a compilable writer lives in a tensor: add() used to leave it at 0, so
+    # every item overwrote the last one (a buffer of one item, the others lost)
+    from tdreplay.core import ListStorage
+
+    def make(compilable: bool) -> ReplayBuffer:
+        store = (ListStorage(4) if storage == "list"
+                 else LazyTensorStorage(4, compilable=compilable))
+        return ReplayBuffer(storage=store, writer=RoundRobinWriter(compilable=compilable),
+                            compilable=compilable)
+
+    compiled, default = make(True), make(False)
+    for i in range(6):  # wraps around the 4 rows
+        item = torch.tensor([float(i)])
+        assert compiled.add(item) == default.add(item) == i % 4
+    assert compiled.writer.cursor == default.writer.cursor == 2
+    assert compiled.write_count == default.write_count == 6
+    assert len(compiled) == len(default) == 4
+    assert [float(compiled[i][0]) for i in range(4)] == [4.0, 5.0, 2.0, 3.0]
+    assert [float(default[i][0]) for i in range(4)] == [4.0, 5.0, 2.0, 3.0]
+    # add and extend share the cursor
+    assert compiled.extend(torch.tensor([[6.0], [7.0]])).tolist() == [2, 3]
+    assert compiled.add(torch.tensor([8.0])) == 0

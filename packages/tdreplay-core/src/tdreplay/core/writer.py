@@ -397,12 +397,13 @@ class RoundRobinWriter(Writer):
         return data
 
     def add(self, data: Any) -> int:
-        storage = self.storage
+        storage = self._storage if self._storage is not None else self.storage  # (raises)
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
         self._advance((row + 1) % capacity, 1)
-        self._bump_generations(storage, row, capacity)
+        if storage.slot_generations is not None or self._track_generations:
+            self._bump_generations(storage, row, capacity)
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -426,18 +427,22 @@ class RoundRobinWriter(Writer):
                 storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
             else:
                 storage.set(rows, data)
-        counters[0] = (cursor + n) % capacity  # (as _advance, inline: the hot path)
+        counters[0] = (cursor + n) % capacity  # (_advance inline: the hot path; no tensor)
         counters[1] += n
         if storage.slot_generations is not None or self._track_generations:
             self._bump_generations(storage, rows, capacity)
         return rows
 
     def _advance(self, cursor: int, written: int) -> None:
-        """Move the cursor to ``cursor`` and count ``written`` more items: the counters
-        ``[cursor, write_count]`` set in one pass (not through the two properties; the hot
-        path of ``add`` and ``extend``)."""
+        """Move the cursor to ``cursor`` (in its tensor for a ``compilable=True`` writer) and
+        count ``written`` more items, in one pass (not through the two properties: the hot path
+        of ``add``)."""
         counters = self._counters
-        counters[0] = cursor
+        tensor = self._cursor_tensor
+        if tensor is None:
+            counters[0] = cursor
+        else:
+            tensor.fill_(cursor)
         counters[1] += written
 
     def _extend_compiled(self, data: Any, cursor: torch.Tensor) -> torch.Tensor:
