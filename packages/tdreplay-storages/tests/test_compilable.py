@@ -125,3 +125,45 @@ def test_compilable_add_writes_each_item_at_the_next_row(storage: str) -> None:
     # add and extend share the cursor
     assert compiled.extend(torch.tensor([[6.0], [7.0]])).tolist() == [2, 3]
     assert compiled.add(torch.tensor([8.0])) == 0
+
+
+@pytest.mark.parametrize("storage", ["list", "tensor"])
+@pytest.mark.parametrize("seed", range(12))
+def test_compilable_buffer_follows_the_default_one_through_random_histories(storage: str,
+                                                                             seed: int) -> None:
+    import random
+
+    from tdreplay.core import ListStorage
+
+    def make(compilable: bool) -> ReplayBuffer:
+        store = (ListStorage(5) if storage == "list"
+                 else LazyTensorStorage(5, compilable=compilable))
+        return ReplayBuffer(storage=store, writer=RoundRobinWriter(compilable=compilable),
+                            compilable=compilable)
+
+    def seen(rb: ReplayBuffer) -> tuple:
+        return (rb.writer.cursor, rb.write_count, len(rb),
+                [rb[i].tolist() for i in range(len(rb))])
+
+    rng = random.Random(seed)
+    pair = [make(True), make(False)]
+    for step in range(16):
+        op, value = rng.choice(["add", "extend", "extend", "empty", "reload", "setitem"]), step
+        if op == "add":
+            assert len({rb.add(torch.tensor([float(value)])) for rb in pair}) == 1
+        elif op == "extend":
+            n = rng.randint(1, 7)  # more than the capacity too
+            rows = [rb.extend(torch.full((n, 1), float(value))).tolist() for rb in pair]
+            assert rows[0] == rows[1]
+        elif op == "empty":
+            for rb in pair:
+                rb.empty()
+        elif op == "reload":  # a restored buffer goes on where the saved one was
+            restored = [make(True), make(False)]
+            for old, new in zip(pair, restored):
+                new.load_state_dict(old.state_dict())
+            pair = restored
+        elif len(pair[1]):
+            for rb in pair:
+                rb[0] = torch.tensor([float(value)])
+        assert seen(pair[0]) == seen(pair[1]), (step, op)
