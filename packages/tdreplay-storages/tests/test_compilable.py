@@ -167,3 +167,24 @@ def test_compilable_buffer_follows_the_default_one_through_random_histories(stor
             for rb in pair:
                 rb[0] = torch.tensor([float(value)])
         assert seen(pair[0]) == seen(pair[1]), (step, op)
+
+
+def test_compilable_writers_of_one_shared_memmap_storage_never_overwrite_each_other(tmp_path):
+    # the cursor of a storage shared between processes lives in its shared counters: a
+    # compilable writer's own cursor tensor made two writers of one storage write over each
+    # other's rows (the second buffer started at row 0 again)
+    from tdreplay.storages import LazyMemmapStorage
+
+    def make() -> ReplayBuffer:
+        return ReplayBuffer(storage=LazyMemmapStorage(8, scratch_dir=tmp_path, existsok=True),
+                            writer=RoundRobinWriter(compilable=True), compilable=True)
+
+    a = make()
+    assert a.extend(torch.zeros(3, 1)).tolist() == [0, 1, 2]
+    b = make()
+    assert b.extend(torch.ones(2, 1)).tolist() == [3, 4]
+    assert a.extend(torch.full((1, 1), 2.0)).tolist() == [5]
+    assert a.add(torch.full((1,), 3.0)) == 6
+    assert b.add(torch.full((1,), 4.0)) == 7
+    assert len(a) == len(b) == 8 and a.write_count == b.write_count == 8
+    assert b[:].reshape(-1).tolist() == [0.0, 0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 4.0]

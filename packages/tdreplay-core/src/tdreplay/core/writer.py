@@ -248,12 +248,14 @@ class RoundRobinWriter(Writer):
     """
 
     _cursor_tensor: torch.Tensor | None = None  # set per instance when compilable
+    _own_cursor_tensor: torch.Tensor | None = None  # (the one it uses unless shared)
 
     def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
         super().__init__(compilable=compilable)
         self._track_generations = check_instance(track_generations, bool, "track_generations")
         # compilable=True: the cursor lives in a 0-dim tensor (see _extend_compiled)
         self._cursor_tensor = torch.zeros((), dtype=torch.long) if self.compilable else None
+        self._own_cursor_tensor = self._cursor_tensor
         # a restored table waiting for a storage (load_state_dict before register_storage)
         self._pending_generations: torch.Tensor | None = None
 
@@ -271,8 +273,15 @@ class RoundRobinWriter(Writer):
 
         That happens when a used writer gets a fresh or smaller storage (``set_storage``,
         ``set_writer``): writing at the old cursor would leave unwritten rows in between.
+
+        A ``compilable=True`` writer keeps its cursor in a tensor of its own, except on a
+        storage whose counters are shared between processes (``shared_writer_counters()``):
+        there it keeps it with them, as every writer does, so that the buffers and processes
+        writing to that storage never write over each other's rows.
         """
         super().register_storage(storage)
+        shared = self._counters is not self._own_counters
+        self._cursor_tensor = None if shared else self._own_cursor_tensor
         numel = storage.row_numel
         written = len(storage) // numel if numel else 0
         if self.cursor > written:
