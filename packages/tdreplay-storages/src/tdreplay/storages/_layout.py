@@ -255,14 +255,7 @@ class TensorLayout:
         self.key_set = set(keys)
         self.leaves = leaves
         self.tree = build_tree(keys)
-        self.td = assemble(self.tree, leaves, td.batch_size, device)
-        self._build_td = tensordict_builder(self.tree, device)
-        #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
-        #: the leaves' memory (see :func:`_slots_viewable`)
-        self.flat_leaves = [leaf.flatten(0, ndim - 1) if ndim > 1 else leaf for leaf in leaves]
-        #: reads and writes rows of the flat leaves on the host (:meth:`gather`,
-        #: :meth:`copy_rows`)
-        self.host_rows = HostRows(self.flat_leaves)
+        self._view_leaves(td.batch_size)
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
         self.item_batch = self.td.batch_size[ndim:]
@@ -276,6 +269,33 @@ class TensorLayout:
         # last write: see _expected_for
         self._expected: tuple[tuple[int, ...] | None, list[tuple[torch.Size, torch.dtype]],
                               list[torch.Size]] = (None, [], [])
+
+    def _view_leaves(self, batch_size: torch.Size) -> None:
+        """Make what sees :attr:`leaves`' memory: the TensorDict over them (batch size
+        ``batch_size``), their flattened views and the numpy views of :attr:`host_rows`."""
+        self.td = assemble(self.tree, self.leaves, batch_size, self.device)
+        self._build_td = tensordict_builder(self.tree, self.device)
+        #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
+        #: the leaves' memory (see :func:`_slots_viewable`)
+        self.flat_leaves = [leaf.flatten(0, self.ndim - 1) if self.ndim > 1 else leaf
+                            for leaf in self.leaves]
+        #: reads and writes rows of the flat leaves on the host (:meth:`gather`,
+        #: :meth:`copy_rows`)
+        self.host_rows = HostRows(self.flat_leaves)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickle and deepcopy would give the views of the leaves memory of their own (writes
+        # going where reads never look): the leaves alone are copied, the views made again
+        state = self.__dict__.copy()
+        for name in ("td", "_build_td", "flat_leaves", "host_rows"):
+            del state[name]
+        state["batch_size"] = self.td.batch_size
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        batch_size = state.pop("batch_size")
+        self.__dict__.update(state)
+        self._view_leaves(batch_size)
 
     def gather(self, slots: torch.Tensor) -> TensorDict:
         """The items at ``slots`` (an int64 tensor of flat slots, any shape) as a TensorDict of
