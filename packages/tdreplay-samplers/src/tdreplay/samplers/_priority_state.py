@@ -97,6 +97,10 @@ class PriorityState:
         self.__dict__.update(state)
         if not isinstance(self.min_tree, MinOverSumTree):
             self.min_tree = make_min_over_sum(self.sum_tree)
+        if self.host_generation is not None:
+            # pickle and deepcopy copy the tensor and its numpy view apart: the kernels would
+            # advance a copy that samples and state_dict never read. One memory again.
+            self.host_generation = self.generation.numpy()
 
 
 def empty_host_state(capacity: int) -> HostState:
