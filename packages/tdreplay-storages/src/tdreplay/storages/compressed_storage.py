@@ -46,14 +46,32 @@ class Codec:
         Recorded in checkpoints; a checkpoint is only loaded by a storage with the same codec.
     compress, decompress : callable
         ``bytes -> bytes``.
+    remake : tuple, optional
+        ``(function, args)`` that builds this codec again: what pickling records instead of
+        ``compress`` / ``decompress`` (bound methods of a zstd compressor, or a lambda, do not
+        pickle). :func:`default_codec` sets it; otherwise the two functions are pickled.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> codec = default_codec(5)
+    >>> copy = pickle.loads(pickle.dumps(codec))  # a storage holding it pickles with it
+    >>> copy.name == codec.name, copy.decompress(codec.compress(b"ab" * 50)) == b"ab" * 50
+    (True, True)
     """
 
-
     def __init__(self, name: str, compress: Callable[[bytes], bytes],
-                 decompress: Callable[[bytes], bytes]) -> None:
+                 decompress: Callable[[bytes], bytes], *,
+                 remake: tuple[Callable[..., Codec], tuple[Any, ...]] | None = None) -> None:
         self.name = name
         self.compress = compress
         self.decompress = decompress
+        self.remake = remake
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.remake is not None:
+            return self.remake
+        return (Codec, (self.name, self.compress, self.decompress))
 
     def compress_row(self, leaves: Sequence[torch.Tensor]) -> bytes:
         """The blob of a row whose leaves (in layout order) are ``leaves``: their raw bytes
@@ -96,11 +114,12 @@ def default_codec(compression_level: int = 3) -> Codec:
             raise ValueError(f"compression_level must lie in [-131072, 22] for zstd, got {level}.")
         compressor = _zstd.ZstdCompressor(level=level, write_checksum=True)
         decompressor = _zstd.ZstdDecompressor()
-        return Codec("zstd", compressor.compress, decompressor.decompress)
+        return Codec("zstd", compressor.compress, decompressor.decompress,
+                     remake=(default_codec, (level,)))
     if level < -1:
         raise ValueError(f"compression_level must be >= -1 for zlib, got {level}.")
-    level = min(level, 9)
-    return Codec("zlib", lambda raw: zlib.compress(raw, level), zlib.decompress)
+    return Codec("zlib", lambda raw: zlib.compress(raw, min(level, 9)), zlib.decompress,
+                 remake=(default_codec, (level,)))
 
 
 def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
