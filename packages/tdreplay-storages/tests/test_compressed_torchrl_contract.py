@@ -77,6 +77,26 @@ def test_one_argument_functions_keep_the_byte_contract():
     assert s.get(0).tolist() == [1.5, -2.0]
 
 
+def _reversed_bytes(raw):
+    return raw.flip(0)
+
+
+def test_buffers_with_a_codec_of_module_level_functions_pickle():
+    # the byte contract's wrappers are local functions: the codec pickles as the user's two
+    # (as TorchRL's storage pickles with its functions); leaf codecs pickle as they are
+    import pickle
+
+    for fns in ((_reversed_bytes, _reversed_bytes), (_half, _unhalf)):
+        rb = ReplayBuffer(storage=CompressedListStorage(4, compression_fn=fns[0],
+                                                        decompression_fn=fns[1]))
+        rb.extend(torch.tensor([[1.5, -2.0], [3.0, 4.0]]))
+        copy = pickle.loads(pickle.dumps(rb))
+        assert copy.storage.codec.name == rb.storage.codec.name
+        assert copy[:].tolist() == [[1.5, -2.0], [3.0, 4.0]]
+        copy.add(torch.tensor([5.0, 6.0]))
+        assert copy[2].tolist() == [5.0, 6.0] and len(rb) == 2
+
+
 def test_contains():
     s = CompressedListStorage(10)
     assert not s.contains(0)

@@ -142,7 +142,9 @@ def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
                         "decompression_fn")
 
     name = f"custom:{getattr(compression_fn, '__qualname__', type(compression_fn).__name__)}"
-    return Codec(name, compress, decompress)
+    # (pickled as the user's two functions: the wrappers above are local)
+    return Codec(name, compress, decompress,
+                 remake=(_user_codec, (compression_fn, decompression_fn)))
 
 
 class CompressedListStorage(ListStorage):
