@@ -387,8 +387,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """
         data, dim = self._prepare_batch(data)
         with self._write_lock(data):
-            slots = self._write_batch(data)
-        return self._written_as_given(slots, data, dim) if dim else slots
+            return self._written_as_given(self._write_batch(data), data, dim)
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
@@ -399,7 +398,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if priority is not None and _one_slot_per_row(slots, rows_given):
             self._sampler.extend_with_priority(slots, priority, storage=self._storage)
         elif slots.numel():
-            self._sampler.extend(slots if slots.ndim == 1 else slots.reshape(-1))  # (_flat)
+            self._sampler.extend(_flat(slots))
         return slots
 
     # ---- reading ---------------------------------------------------------------------------------
@@ -632,16 +631,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
         warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
         item = self._write_side(self._without_bookkeeping(data))
-        sets_index = not data.is_locked and _holds(data, "index")
-        if item is data and sets_index:
-            # ``index`` goes into the caller's TensorDict below: a storage keeping items as
-            # they are (ListStorage) gets a shallow copy, so it never stores it as data
-            item = data.copy()
         with self._write_lock(item, single=True):
             index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
-        if sets_index:
+        if not data.is_locked and _holds(data, "index"):
             data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
                      if data.batch_size else torch.as_tensor(index))
         return index

@@ -533,7 +533,9 @@ class ListStorage(Storage):
         rows_list: Sequence[int]
         if is_int(rows):
             rows_list = [int(rows)]
-            items = [data]
+            # a TensorDict item as a shallow copy, as the stacked ones below: entries later set
+            # on the caller's data ("index", set by ``add``) stay out of storage
+            items = [data.copy() if is_tensor_collection(data) else data]
         else:
             if isinstance(rows, slice):
                 rows_list = range(*rows.indices(self.max_size))  # within [0, max_size)
@@ -542,8 +544,8 @@ class ListStorage(Storage):
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 items = list(data.unbind(0))
                 if isinstance(data, LazyStackedTensorDict):
-                    # unbind hands back the stacked TensorDicts themselves: keep shallow copies,
-                    # so entries later set on the caller's data ("index") stay out of storage
+                    # unbind hands back the stacked TensorDicts themselves: shallow copies, as
+                    # for one item above
                     items = [item.copy() for item in items]
             elif isinstance(data, (list, range)):
                 items = list(data)
