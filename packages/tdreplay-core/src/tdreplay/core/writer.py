@@ -406,23 +406,21 @@ class RoundRobinWriter(Writer):
         return data
 
     def add(self, data: Any) -> int:
-        storage = self._storage if self._storage is not None else self.storage  # (raises)
+        storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self.cursor % capacity
         storage.set(row, self._before_write(data, row, capacity, batched=False))
         self._advance((row + 1) % capacity, 1)
-        if storage.slot_generations is not None or self._track_generations:
-            self._bump_generations(storage, row, capacity)
+        self._bump_generations(storage, row, capacity)
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
         if self._cursor_tensor is not None:
             return self._extend_compiled(data, self._cursor_tensor)
-        storage = self._storage if self._storage is not None else self.storage  # (raises)
+        storage = self.storage
         n = leading_dim(data)
         capacity = storage.rows_capacity_for(data, batched=True)
-        counters = self._counters  # [cursor, write_count] (the cursor: no tensor of its own)
-        cursor = int(counters[0]) % capacity
+        cursor = int(self._counters[0]) % capacity  # (the cursor: no tensor of its own here)
         if n == 0:
             return torch.empty(0, dtype=torch.long)
         data = self._before_write(data, cursor, capacity, batched=True)
@@ -436,16 +434,14 @@ class RoundRobinWriter(Writer):
                 storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
             else:
                 storage.set(rows, data)
-        counters[0] = (cursor + n) % capacity  # (_advance inline: the hot path; no tensor)
-        counters[1] += n
-        if storage.slot_generations is not None or self._track_generations:
-            self._bump_generations(storage, rows, capacity)
+        self._advance((cursor + n) % capacity, n)
+        self._bump_generations(storage, rows, capacity)
         return rows
 
     def _advance(self, cursor: int, written: int) -> None:
         """Move the cursor to ``cursor`` (in its tensor for a ``compilable=True`` writer) and
         count ``written`` more items, in one pass (not through the two properties: the hot path
-        of ``add``)."""
+        of ``add`` and ``extend``)."""
         counters = self._counters
         tensor = self._cursor_tensor
         if tensor is None:

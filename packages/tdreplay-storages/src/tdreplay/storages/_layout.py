@@ -480,12 +480,9 @@ class TensorLayout:
         if lead is None:
             lead = (stop - start, *self.inner)
         if leaves is not None:
-            cached_lead, _, shapes = self._expected  # (the last write's: mostly this one's)
-            if cached_lead != lead:
-                _, shapes = self._expected_for(lead)
+            _, shapes = self._expected_for(lead)
             if self.copy_rows(start, stop, leaves, shapes):
-                if self.unfilled_from is not None:  # (rows below ``start`` only: any order)
-                    self.before_write(start, stop)
+                self.before_write(start, stop)  # (rows below ``start`` only: in any order)
                 return
         src = self.source_leaves(td, lead, leaves)
         self.before_write(start, stop)

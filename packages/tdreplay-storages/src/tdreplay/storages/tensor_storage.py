@@ -65,20 +65,15 @@ def _check_slots(slots: torch.Tensor, n: int) -> None:
                          f"[{int(lo)}, {int(hi)}].")
 
 
-def _capacity_for(layout: TensorLayout | None, data: Any, batched: bool, ndim: int,
-                  max_size: int) -> int:
-    """Rows of a storage laid out as ``layout`` (or, before its first write, for ``data``)."""
-    if layout is not None:
-        return layout.rows
+def _rows_for_data(data: Any, batched: bool, ndim: int, max_size: int) -> int:
+    """Rows of a storage laid out for ``data``, its first write."""
     td, _, _ = to_tensordict(data, batched=batched, ndim=ndim)
     lead = int(batched)
     return _rows_for(td.batch_size[lead: lead + ndim - 1], max_size)
 
 
-def _slots_of_rows(layout: TensorLayout | None, rows: torch.Tensor) -> torch.Tensor:
-    """Flat slots of ``rows`` in a storage laid out as ``layout``."""
-    if layout is None or layout.row_numel == 1:
-        return rows
+def _slots_of_rows(layout: TensorLayout, rows: torch.Tensor) -> torch.Tensor:
+    """Flat slots of ``rows`` in a storage laid out as ``layout``, of several slots a row."""
     numel = layout.row_numel
     return (rows.reshape(rows.shape + (1,)) * numel
             + torch.arange(numel, device=rows.device)).reshape(rows.shape + layout.inner)
@@ -181,13 +176,13 @@ class TensorStorage(CompilableRows, Storage):
 
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
         layout = self._current_layout()
-        if layout is not None:  # (every write but the first: one call less)
+        if layout is not None:
             return layout.rows
-        return _capacity_for(layout, data, batched, self.ndim, self.max_size)
+        return _rows_for_data(data, batched, self.ndim, self.max_size)
 
     def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
         layout = self._current_layout()
-        if layout is None or layout.row_numel == 1:  # one slot a row (one call less)
+        if layout is None or layout.row_numel == 1:  # one slot a row
             return rows
         return _slots_of_rows(layout, rows)
 
@@ -220,10 +215,7 @@ class TensorStorage(CompilableRows, Storage):
         if self._len_tensor is not None and self._set_compiled(rows, data):
             return
         single = type(rows) is int or (type(rows) is not slice and is_int(rows))
-        if type(data) is TensorDict:  # the common data, as it is (one call less)
-            td, kind, extra = data, KIND_TD, None
-        else:
-            td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
+        td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
         leaves = None
         if layout is None:
