@@ -39,6 +39,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import torch
@@ -123,18 +124,11 @@ class HostRows:
         assert views is not None
         arrays = []
         try:  # (one loop, no list comprehension or generator: each is a call more)
-            if shapes is None:
-                for source, view in zip(sources, views):
-                    array = source.numpy()
-                    if array.dtype != view.dtype:
-                        return False
-                    arrays.append(array)
-            else:
-                for source, view, shape in zip(sources, views, shapes):
-                    array = source.numpy()
-                    if array.dtype != view.dtype or array.shape != shape:
-                        return False
-                    arrays.append(array)
+            for source, view, shape in zip(sources, views, shapes or repeat(None)):
+                array = source.numpy()
+                if array.dtype != view.dtype or shape is not None and array.shape != shape:
+                    return False
+                arrays.append(array)
         except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
             return False
         for view, array in zip(views, arrays):
