@@ -118,7 +118,8 @@ def default_codec(compression_level: int = 3) -> Codec:
                      remake=(default_codec, (level,)))
     if level < -1:
         raise ValueError(f"compression_level must be >= -1 for zlib, got {level}.")
-    return Codec("zlib", lambda raw: zlib.compress(raw, min(level, 9)), zlib.decompress,
+    capped = min(level, 9)
+    return Codec("zlib", lambda raw: zlib.compress(raw, capped), zlib.decompress,
                  remake=(default_codec, (level,)))
 
 
@@ -284,12 +285,13 @@ class CompressedListStorage(ListStorage):
         return [CompressedRow(layout, compress(raw[i].tobytes())) for i in range(n)]
 
     def _decompress_batch(self, rows: Sequence[CompressedRow], shape: tuple[int, ...],
-                          slots: Any = None) -> Any:
+                          slots: Any = None, first: int = 0) -> Any:
         """Rebuild rows sharing one layout as a batch of batch shape ``[*shape, *batch_size]``.
 
-        ``slots`` (where the rows were read, one per row; optional) names a row whose bytes do
-        not decompress in the ``ValueError`` raised for it (a state_dict changed after it was
-        saved, say: loading checks one row per layout, not every row)."""
+        ``slots`` (where the rows were read from, row ``i`` at flat position ``first + i``;
+        optional) names a row whose bytes do not decompress in the ``ValueError`` raised for it
+        (a state_dict changed after it was saved, say: loading checks one row per layout, not
+        every row)."""
         layout = rows[0].layout
         nbytes = layout.nbytes  # one lookup for the batch (it hashes the whole layout)
         buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
@@ -299,7 +301,7 @@ class CompressedListStorage(ListStorage):
             try:
                 raw = decompress(row.blob, layout)
             except Exception as err:  # any codec failure: the row's bytes are damaged
-                where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[i])}"
+                where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[first + i])}"
                          if slots is not None else f"row {i} of the {len(rows)} read")
                 raise ValueError(f"the compressed row at {where} cannot be decompressed "
                                  f"({type(err).__name__}: {err}): its bytes are damaged."
@@ -328,8 +330,8 @@ class CompressedListStorage(ListStorage):
             source[key] = tensor
         return TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
 
-    def _decompress(self, row: CompressedRow, slot: Any = None) -> Any:
-        return self._decompress_batch([row], (), None if slot is None else [slot])
+    def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
+        return self._decompress_batch([row], (), slots, position)
 
     def _decompress_rows(self, rows: list[CompressedRow], shape: tuple[int, ...],
                          slots: Any = None) -> Any:
@@ -337,9 +339,7 @@ class CompressedListStorage(ListStorage):
         :meth:`_decompress_batch`)."""
         if rows and all(row.layout is rows[0].layout for row in rows):
             return self._decompress_batch(rows, shape, slots)
-        flat = None if slots is None else torch.as_tensor(slots).reshape(-1)
-        return [self._decompress(row, None if flat is None else flat[i])
-                for i, row in enumerate(rows)]
+        return [self._decompress(row, slots, i) for i, row in enumerate(rows)]
 
     # ---- storage contract ------------------------------------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
