@@ -8,7 +8,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from tdreplay.core import RandomSampler, ReplayBuffer, RoundRobinWriter
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, RoundRobinWriter
 from tdreplay.storages import LazyTensorStorage
 
 
@@ -101,17 +101,20 @@ def test_compilable_set_refuses_rows_out_of_range() -> None:
     assert storage[:].tolist() == [1, 2, 0, 9]  # unchanged
 
 
+def _written_through(storage: str, capacity: int, compilable: bool) -> ReplayBuffer:
+    """A buffer over a ``"list"`` or ``"tensor"`` storage, compilable or not throughout."""
+    store = (ListStorage(capacity) if storage == "list"
+             else LazyTensorStorage(capacity, compilable=compilable))
+    return ReplayBuffer(storage=store, writer=RoundRobinWriter(compilable=compilable),
+                        compilable=compilable)
+
+
 @pytest.mark.parametrize("storage", ["list", "tensor"])
 def test_compilable_add_writes_each_item_at_the_next_row(storage: str) -> None:
     # the cursor of a compilable writer lives in a tensor: add() used to leave it at 0, so
     # every item overwrote the last one (a buffer of one item, the others lost)
-    from tdreplay.core import ListStorage
-
     def make(compilable: bool) -> ReplayBuffer:
-        store = (ListStorage(4) if storage == "list"
-                 else LazyTensorStorage(4, compilable=compilable))
-        return ReplayBuffer(storage=store, writer=RoundRobinWriter(compilable=compilable),
-                            compilable=compilable)
+        return _written_through(storage, 4, compilable)
 
     compiled, default = make(True), make(False)
     for i in range(6):  # wraps around the 4 rows
@@ -133,13 +136,8 @@ def test_compilable_buffer_follows_the_default_one_through_random_histories(stor
                                                                              seed: int) -> None:
     import random
 
-    from tdreplay.core import ListStorage
-
     def make(compilable: bool) -> ReplayBuffer:
-        store = (ListStorage(5) if storage == "list"
-                 else LazyTensorStorage(5, compilable=compilable))
-        return ReplayBuffer(storage=store, writer=RoundRobinWriter(compilable=compilable),
-                            compilable=compilable)
+        return _written_through(storage, 5, compilable)
 
     def seen(rb: ReplayBuffer) -> tuple:
         return (rb.writer.cursor, rb.write_count, len(rb),
