@@ -631,11 +631,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
         item = self._write_side(self._without_bookkeeping(data))
+        sets_index = not data.is_locked and _holds(data, "index")
+        if item is data and sets_index and self._storage.keeps_written_objects:
+            item = data.copy()  # the index set below stays out of the stored item
         with self._write_lock(item, single=True):
             index = self._write_item(item)
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
-        if not data.is_locked and _holds(data, "index"):
+        if sets_index:
             data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
                      if data.batch_size else torch.as_tensor(index))
         return index

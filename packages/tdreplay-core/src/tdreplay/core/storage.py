@@ -229,6 +229,11 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     #: stored rows in place (through :meth:`set_key`): storages of TensorDicts.
     supports_conditional_update: bool = False
 
+    #: Whether ``set`` of one item keeps the object it is given (a ``ListStorage``), not a copy
+    #: of its values: ``TensorDictReplayBuffer.add``, which sets ``index`` in the caller's
+    #: TensorDict after the write, then writes a shallow copy (``index`` is never stored).
+    keeps_written_objects: bool = False
+
     #: The row written last (a full ring's newest row: the row after it is the oldest), or
     #: ``None`` before any write or where the storage does not record it (``set`` does).
     #: ``Sequence`` sample units and ``rb.query`` cut trajectories there, as TorchRL's cursor.
@@ -520,6 +525,7 @@ class ListStorage(Storage):
     """
 
     _default_checkpointer = ListStorageCheckpointer
+    keeps_written_objects = True
 
     def __init__(self, max_size: int | None = None,
                  checkpointer: StorageCheckpointerBase[Any] | None = None, *,
@@ -533,9 +539,7 @@ class ListStorage(Storage):
         rows_list: Sequence[int]
         if is_int(rows):
             rows_list = [int(rows)]
-            # a TensorDict item as a shallow copy, as the stacked ones below: entries later set
-            # on the caller's data ("index", set by ``add``) stay out of storage
-            items = [data.copy() if is_tensor_collection(data) else data]
+            items = [data]
         else:
             if isinstance(rows, slice):
                 rows_list = range(*rows.indices(self.max_size))  # within [0, max_size)
@@ -544,8 +548,8 @@ class ListStorage(Storage):
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 items = list(data.unbind(0))
                 if isinstance(data, LazyStackedTensorDict):
-                    # unbind hands back the stacked TensorDicts themselves: shallow copies, as
-                    # for one item above
+                    # unbind hands back the stacked TensorDicts themselves: keep shallow copies,
+                    # so entries later set on the caller's data ("index") stay out of storage
                     items = [item.copy() for item in items]
             elif isinstance(data, (list, range)):
                 items = list(data)

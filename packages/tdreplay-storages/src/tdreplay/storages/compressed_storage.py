@@ -193,6 +193,7 @@ class CompressedListStorage(ListStorage):
     # core's ListStorage leaves its _default_checkpointer unannotated (inferred as
     # type[ListStorageCheckpointer]); Storage declares type[StorageCheckpointerBase]
     _default_checkpointer = CompressedListStorageCheckpointer  # type: ignore[assignment]
+    keeps_written_objects = False  # (it keeps compressed bytes of what it is given)
 
     def __init__(
         self,
