@@ -35,7 +35,6 @@ raises a :class:`~tdreplay.core.CheckpointError` saying which one to set.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -322,7 +321,7 @@ class _Compactor:
             source = path[1:]
             if (path[0] == "next" and len(path) > 1 and source[0] != "next"
                     and source in key_set and not self._excluded_key(source) and steps > 1
-                    and math.prod(value.shape[batch_dims:]) > 0):
+                    and value.numel() > 0):
                 root = data.get(as_key(source))
                 if root.shape == value.shape and root.dtype == value.dtype:
                     same = (_bits(value, batch_dims).narrow(dim, 0, steps - 1)
@@ -515,7 +514,9 @@ class FlatStorageCheckpointer(_CompactingCheckpointer):
             if raw.size != expected:
                 raise CheckpointError(f"checkpoint file {str(file)!r} holds {raw.size} bytes, "
                                       f"expected {expected} for {dtype} {tuple(shape)}.")
-            arrays[tuple(info["key"])] = torch.from_numpy(raw).view(dtype).reshape(shape)
+            # a tensor of no elements (a storage emptied before saving) has no bytes to view
+            arrays[tuple(info["key"])] = (torch.from_numpy(raw).view(dtype).reshape(shape)
+                                          if raw.size else torch.empty(shape, dtype=dtype))
         return arrays
 
 
