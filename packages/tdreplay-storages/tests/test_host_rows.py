@@ -224,3 +224,30 @@ def test_a_wrapped_two_dim_storage_whose_leaf_is_not_contiguous_reads_what_it_wr
     storage.set(slice(1, 2), TensorDict({"x": -torch.ones(1, 3)}, [1, 3]))
     assert storage.get(torch.tensor([3, 4, 5]))["x"].tolist() == [-1.0, -1.0, -1.0]
     assert storage.get(torch.tensor([0, 6]))["x"].tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_a_leaf_of_no_elements_is_written_with_the_others(ndim):
+    # rows of a leaf shaped [*batch, 0] in a storage of several dims were flattened with
+    # reshape(-1, 0), which numpy refuses: the extend raised after the leaves before it were
+    # already written. Now it writes every leaf, and reads them back.
+    shape = [6] if ndim == 1 else [3, 2]
+    data = TensorDict({"a": torch.arange(6.).reshape(shape), "empty": torch.zeros(*shape, 0),
+                       "z": -torch.arange(6).reshape(shape)}, shape)
+    rb = ReplayBuffer(storage=LazyTensorStorage(12, ndim=ndim))
+    rb.extend(data)
+    rb.extend(data + 1)
+    stored = rb[:]
+    assert stored["empty"].shape == (*stored.batch_size, 0)
+    expected = torch.cat([data, data + 1], dim=ndim - 1)
+    assert torch.equal(stored["a"], expected["a"]) and torch.equal(stored["z"], expected["z"])
+
+
+def test_a_write_that_does_not_convert_writes_no_leaf():
+    # every source is converted (and a storage of several dims' rows flattened) before the
+    # first leaf is written: a failure on a later leaf leaves the earlier ones untouched
+    leaves = [torch.zeros(4, 2), torch.zeros(4, 3)]
+    rows = HostRows(leaves)
+    assert not rows.put(0, 2, [torch.ones(2, 2), torch.ones(2, 3, dtype=torch.float64)])
+    assert not rows.put(0, 2, [torch.ones(1, 2, 2), torch.ones(1, 2, 5)])
+    assert torch.equal(leaves[0], torch.zeros(4, 2)) and torch.equal(leaves[1], torch.zeros(4, 3))

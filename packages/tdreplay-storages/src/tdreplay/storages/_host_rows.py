@@ -128,11 +128,12 @@ class HostRows:
                 array = source.numpy()
                 if array.dtype != view.dtype or shape is not None and array.shape != shape:
                     return False
+                if array.ndim > view.ndim:  # a storage of several dims: its rows' slots in one
+                    array = array.reshape(stop - start, *view.shape[1:])
                 arrays.append(array)
-        except (TypeError, RuntimeError):  # off the CPU, requires_grad, a dtype numpy lacks
+        # off the CPU, requires_grad, a dtype numpy lacks; an unchecked source of other slots
+        except (TypeError, RuntimeError, ValueError):
             return False
-        for view, array in zip(views, arrays):
-            if array.ndim > view.ndim:  # a storage of several dims: its rows' slots in one
-                array = array.reshape(-1, *view.shape[1:])
+        for view, array in zip(views, arrays):  # (nothing is written before all convert)
             view[start:stop] = array
         return True
