@@ -16,9 +16,9 @@ import torch
 class RowLayout(NamedTuple):
     """Structure of a compressed row: what is needed to rebuild it from its raw bytes.
 
-    ``kind`` is ``"tensor"`` or ``"tensordict"``; ``batch_size`` the TensorDict's batch size
-    (``()`` for a tensor); ``leaves`` one ``(key, dtype, shape)`` per leaf, in the order their
-    bytes are concatenated (``key`` is ``None`` for a tensor row).
+    ``kind`` is ``"tensor"``, ``"tensordict"`` or ``"dict"``; ``batch_size`` the TensorDict's
+    batch size (``()`` for a tensor or a dict); ``leaves`` one ``(key, dtype, shape)`` per
+    leaf, in the order their bytes are concatenated (``key`` is ``None`` for a tensor row).
 
     Examples
     --------
@@ -96,8 +96,10 @@ def layout_problem(layout: Any) -> str | None:
     """
     if not isinstance(layout, RowLayout):
         return f"the layout is a {type(layout).__name__}, not a RowLayout"
-    if layout.kind not in ("tensor", "tensordict"):
-        return f"kind {layout.kind!r} is not 'tensor' or 'tensordict'"
+    if layout.kind not in ("tensor", "tensordict", "dict"):
+        return f"kind {layout.kind!r} is not 'tensor', 'tensordict' or 'dict'"
+    if layout.kind == "dict" and layout.batch_size != ():
+        return "a dict row has no batch_size"
     if not _is_dims(layout.batch_size):
         return f"batch_size {layout.batch_size!r} is not a tuple of ints >= 0"
     if not isinstance(layout.leaves, tuple):
@@ -109,7 +111,7 @@ def layout_problem(layout: Any) -> str | None:
         key, dtype, shape = leaf
         if not isinstance(dtype, torch.dtype) or not _is_dims(shape):
             return f"leaf {leaf!r} has no torch dtype or no shape of ints >= 0"
-        if layout.kind == "tensordict":
+        if layout.kind != "tensor":
             flat = _as_key(key)
             if flat is None:
                 return f"leaf key {key!r} is not a str or a tuple of str"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -148,11 +148,42 @@ def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
                  remake=(_user_codec, (compression_fn, decompression_fn)))
 
 
+def _mapping_entries(item: Mapping[Any, Any], prefix: tuple[str, ...]
+                     ) -> list[tuple[tuple[str, ...], Any]]:
+    """``[(nested key, value)]`` of the leaves of a dict row (nested dicts are levels)."""
+    if not item and prefix:
+        raise TypeError(f"entry {prefix!r} is an empty dict, which a compressed row cannot "
+                        "keep.")
+    entries = []
+    for name, value in item.items():
+        if not isinstance(name, str):
+            raise TypeError(f"dict rows have str keys, got {name!r} in entry {prefix!r}.")
+        if isinstance(value, Mapping) and not isinstance(value, TensorDictBase):
+            entries.extend(_mapping_entries(value, (*prefix, name)))
+        else:
+            entries.append(((*prefix, name), value))
+    return entries
+
+
+def _nested_dict(leaves: Sequence[tuple[Any, torch.dtype, tuple[int, ...]]],
+                 tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """The dict row (or batch of them) whose leaves :func:`_mapping_entries` listed."""
+    out: dict[str, Any] = {}
+    for (key, _, _), tensor in zip(leaves, tensors):
+        path = (key,) if isinstance(key, str) else tuple(key)
+        level = out
+        for name in path[:-1]:
+            level = level.setdefault(name, {})
+        level[path[-1]] = tensor
+    return out
+
+
 class CompressedListStorage(ListStorage):
     """A list storage that keeps every row compressed and decompresses only sampled rows.
 
-    Useful for large, redundant rows such as image observations. Rows are tensors or
-    TensorDicts (nested keys, any dtype); each is compressed as one blob when written.
+    Useful for large, redundant rows such as image observations. Rows are tensors,
+    TensorDicts or dicts of tensors (nested keys, any dtype); each is compressed as one blob
+    when written, and read back as what was written (a dict row as a dict).
 
     Parameters
     ----------
@@ -240,21 +271,23 @@ class CompressedListStorage(ListStorage):
         """
         if isinstance(item, torch.Tensor):
             return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
-        if not isinstance(item, TensorDictBase):
-            raise TypeError(f"CompressedListStorage stores tensors and TensorDicts, got "
-                            f"{type(item).__name__}.")
-        entries = []
-        for key in item.keys(include_nested=True, leaves_only=True):
-            value = item.get(key)
+        if isinstance(item, TensorDictBase):
+            kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
+            entries = [(key, item.get(key))
+                       for key in item.keys(include_nested=True, leaves_only=True)]
+        elif isinstance(item, Mapping) and lead == 0:
+            kind, batch_size, entries = "dict", (), _mapping_entries(item, ())
+        else:
+            raise TypeError(f"CompressedListStorage stores tensors, TensorDicts and dicts of "
+                            f"tensors, got {type(item).__name__}.")
+        for key, value in entries:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
                                 "CompressedListStorage compresses tensors only.")
-            entries.append((key, value))
         # widest dtypes first: every leaf then starts at a multiple of its item size
         entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
         leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
-        layout = RowLayout("tensordict", tuple(item.batch_size[lead:]), leaves)
-        return layout, [value for _, value in entries]
+        return RowLayout(kind, batch_size, leaves), [value for _, value in entries]
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = self._layout(item, 0)
@@ -326,6 +359,8 @@ class CompressedListStorage(ListStorage):
             offset += size
         if layout.kind == "tensor":
             return tensors[0]
+        if layout.kind == "dict":
+            return _nested_dict(layout.leaves, tensors)
         source = {}
         for (key, _, _), tensor in zip(layout.leaves, tensors):
             source[key] = tensor
