@@ -67,3 +67,68 @@ def test_bad_input():
         TED2Flat(done_key="nope")(_rows())
     with pytest.raises(KeyError, match="TED2Flat"):
         Flat2TED()(TensorDict({"obs": torch.zeros(3)}, []))
+
+
+def _unaliased_rows():
+    # _rows() takes "obs" and ("next", "obs") from one tensor: an edit of one is not an edit
+    # of the other only once they are copies
+    rows = _rows()
+    rows["obs"], rows["next", "obs"] = rows["obs"].clone(), rows["next", "obs"].clone()
+    return rows
+
+
+def _assert_bitwise_same(got, expected):
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    for key in expected.keys(True, True):
+        assert got[key].dtype is expected[key].dtype and got[key].shape == expected[key].shape
+        assert torch.equal(got[key].contiguous().view(torch.uint8),  # (NaN, -0.0: bitwise)
+                           expected[key].contiguous().view(torch.uint8)), key
+
+
+def test_a_next_entry_that_is_not_ted_is_kept_whole():
+    # multi-step targets: ("next", "obs") of a step is not the root "obs" of the step after it.
+    # Saving it as the following root values (TorchRL's TED2Flat) would rebuild other values
+    rows = _unaliased_rows()
+    rows["next", "obs"] = rows["next", "obs"] + 10.0
+    flat = TED2Flat()(rows)
+    assert flat["obs"].tolist() == rows["obs"].tolist()  # not merged with its twin
+    assert flat["next", "obs"].tolist() == rows["next", "obs"].tolist()
+    _assert_bitwise_same(Flat2TED()(flat), rows)
+
+
+def test_a_single_step_that_differs_keeps_the_entry_whole():
+    rows = _unaliased_rows()
+    rows["next", "obs"][4] = -1.0  # one step inside the second trajectory
+    _assert_bitwise_same(Flat2TED()(TED2Flat()(rows)), rows)
+    rows = _unaliased_rows()
+    rows["next", "obs"][2] = -1.0  # the last step of a trajectory: its own value is saved
+    flat = TED2Flat()(rows)
+    assert ("next", "obs") not in flat.keys(True, True)  # still TED: merged with "obs"
+    _assert_bitwise_same(Flat2TED()(flat), rows)
+
+
+def test_a_next_entry_of_another_dtype_or_shape_is_kept_whole():
+    rows = _unaliased_rows()
+    rows["next", "obs"] = rows["next", "obs"].double() + 1e-12  # a cast to float32 loses it
+    rows["state"] = torch.arange(9.0)
+    rows["next", "state"] = torch.arange(1.0, 10.0).unsqueeze(-1)
+    _assert_bitwise_same(Flat2TED()(TED2Flat()(rows)), rows)
+
+
+def test_ted_comparison_is_bitwise():
+    # NaN observations repeat bitwise (still TED, merged); -0.0 is not bitwise 0.0 (kept whole)
+    rows = _unaliased_rows()
+    rows["obs"][3] = float("nan")
+    rows["next", "obs"][2] = float("nan")  # step 2 ends a trajectory: any value
+    rows["obs"][5] = float("nan")
+    rows["next", "obs"][4] = float("nan")
+    flat = TED2Flat()(rows)
+    assert ("next", "obs") not in flat.keys(True, True)
+    _assert_bitwise_same(Flat2TED()(flat), rows)
+    rows = _unaliased_rows()
+    rows["next", "obs"][0] = -0.0
+    rows["obs"][1] = 0.0
+    flat = TED2Flat()(rows)
+    assert ("next", "obs") in flat.keys(True, True)
+    rebuilt = Flat2TED()(flat)
+    assert torch.signbit(rebuilt["next", "obs"][0]) and not torch.signbit(rebuilt["obs"][1])

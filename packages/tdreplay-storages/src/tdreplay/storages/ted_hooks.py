@@ -42,6 +42,20 @@ def _ends(done: torch.Tensor, rows: int) -> torch.Tensor:
     return ends
 
 
+def _repeats_the_next_root(value: torch.Tensor, root: torch.Tensor, ends: torch.Tensor) -> bool:
+    """Within every trajectory, each step's ``value`` is bitwise the ``root`` value of the step
+    after it (rows in time order; ``ends`` flags the last step of each trajectory), so that
+    :class:`Flat2TED` rebuilds ``value`` exactly from the root values."""
+    if value.shape != root.shape or value.dtype != root.dtype:
+        return False
+    inner = ~ends[:-1]
+    mine, following = value[:-1][inner], root[1:][inner]
+    if mine.numel() == 0:
+        return True
+    return torch.equal(mine.contiguous().view(torch.uint8),
+                       following.contiguous().view(torch.uint8))
+
+
 class _TEDKeys:
     """The entries both hooks of a TED <-> flat conversion read (one set of arguments)."""
 
@@ -68,6 +82,11 @@ class TED2Flat(_TEDKeys):
         ``"next"`` entries kept whole (by default :data:`~tdreplay.core.DEFAULT_DONE_KEYS` and
         ``("reward",)``); the other ``"next"`` entries that repeat a root entry are stored
         once per step plus once per trajectory.
+
+    A ``"next"`` entry is stored once with its root twin only where that loses nothing: when,
+    within every trajectory, each step's value is bitwise the root value of the step after
+    it (TED data). Any other (multi-step targets, an entry of another dtype or shape) is kept
+    whole, where TorchRL's ``TED2Flat`` would replace it with the following root values.
 
     ``shift`` / ``is_full`` are set by ``rb.dumps`` before the hook runs (``None``: the rows
     are saved in storage order). Only storages with ``ndim == 1``.
@@ -115,9 +134,14 @@ class TED2Flat(_TEDKeys):
         root_keys = _key_set(root.keys(True, True))
         special = self.done_keys | self.reward_keys
         out = TensorDict(batch_size=[])
+        compacted = set()  # root entries stored with their "next" twins
         for key in _key_set(nxt.keys(True, True)):
             value = nxt.get(key)
-            if key in special or key not in root_keys:
+            if key in special or key not in root_keys \
+                    or not _repeats_the_next_root(value, root.get(key), ends):
+                # kept whole: an end flag or reward, an entry without a root twin, or one
+                # that is not TED (``value`` of a step is not the root value of the step
+                # after it in its trajectory: multi-step targets, say)
                 out.set(key if key in special else ("next", *(key if isinstance(key, tuple)
                                                             else (key,))), value.clone())
                 continue
@@ -126,10 +150,11 @@ class TED2Flat(_TEDKeys):
             merged[slot] = first
             merged[final] = value[ends]
             out.set(key, merged)
+            compacted.add(key)
         for key in root_keys:
             if key in special:
                 out.set(("root", *(key if isinstance(key, tuple) else (key,))), root.get(key))
-            elif key not in _key_set(nxt.keys(True, True)):
+            elif key not in compacted:
                 out.set(key, root.get(key).clone())
         out.set(self.shift_key, torch.tensor(shift))
         out.set(self.is_full_key, torch.tensor(is_full))
