@@ -77,8 +77,6 @@ def _final_goals(rb: HERReplayBuffer) -> set[tuple[float, float]]:
 
 # ---- focused reproductions ----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: rb[i] = x moves the ring cut HER uses to row i "
-                   "(storage.last_written_row): goals cross the newest/oldest seam")
 def test_her_index_assignment_keeps_the_ring_cut():
     # HERReplayBuffer docs: trajectories end "at the newest written step (a full ring's write
     # cursor: goals never mix the newest and the oldest steps)". An index assignment does not
@@ -92,8 +90,6 @@ def test_her_index_assignment_keeps_the_ring_cut():
     assert _final_goals(rb) == {(float(t), 9.0) for t in range(2, 10)}  # got 5.0 for all
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a HER buffer restored by load_state_dict / loads "
-                   "forgets the newest row: goals cross the newest/oldest seam")
 @pytest.mark.parametrize("how", ["state_dict", "dumps"])
 def test_her_restored_buffer_relabels_as_the_saved_one(how):
     # buffer state docs: "a restored buffer samples exactly as the saved one would"; the

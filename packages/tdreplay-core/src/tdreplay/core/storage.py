@@ -176,9 +176,10 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
             set_cursor: bool = True) -> None:
         """Write ``data`` at ``rows`` (leading-dimension positions).
 
-        ``set_cursor`` is TorchRL's keyword and has no effect: a storage holds no cursor (the
-        writer does, and the sampler learns of the newest rows from the buffer's writes), so a
-        direct ``set`` never moves it, as TorchRL's ``set_cursor=False``.
+        ``set_cursor`` (TorchRL's keyword): whether this write is the writer's, made at its
+        cursor. The writer holds the cursor; a storage records only the row such a write
+        reached last (:attr:`last_written_row`, where the ring is cut). An in-place edit
+        (``storage[i] = x``, ``rb[i] = x``) writes with ``set_cursor=False`` and leaves it.
         """
 
     @abc.abstractmethod
@@ -234,9 +235,11 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     #: TensorDict after the write, then writes a shallow copy (``index`` is never stored).
     keeps_written_objects: bool = False
 
-    #: The row written last (a full ring's newest row: the row after it is the oldest), or
-    #: ``None`` before any write or where the storage does not record it (``set`` does).
-    #: ``Sequence`` sample units and ``rb.query`` cut trajectories there, as TorchRL's cursor.
+    #: The row the writer wrote last (a full ring's newest row: the row after it is the
+    #: oldest), or ``None`` before any write or where the storage does not record it: ``set``
+    #: records it unless ``set_cursor=False`` (an in-place edit), and a round-robin writer
+    #: restored from a checkpoint sets it from its cursor. The slice samplers, HER, ``Sequence``
+    #: sample units and ``rb.query`` cut trajectories there, as at TorchRL's cursor.
     last_written_row: int | None = None
 
     def shared_writer_counters(self) -> Any:
@@ -398,12 +401,13 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write ``value`` at the rows selected by ``index`` (see :meth:`index_to_rows`)."""
         rows = self.index_to_rows(index, value)
+        # an in-place edit: the writer's cursor, and the newest row of the ring, stay
         if is_int(index):
-            self.set(int(rows[0]), value)
+            self.set(int(rows[0]), value, set_cursor=False)
         elif isinstance(index, slice) and rows.numel() > 1 and int(rows[1] - rows[0]) == 1:
-            self.set(slice(int(rows[0]), int(rows[-1]) + 1), value)
+            self.set(slice(int(rows[0]), int(rows[-1]) + 1), value, set_cursor=False)
         else:
-            self.set(rows, value)
+            self.set(rows, value, set_cursor=False)
 
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         """Set entry ``key`` in place at ``index`` (all written rows when None)."""
@@ -566,7 +570,8 @@ class ListStorage(Storage):
                 if rows_list and rows_list.start > len(self._storage):
                     self._raise_gap(list(rows_list[:5]))
                 self._storage[rows_list.start:rows_list.stop] = items
-                self.last_written_row = rows_list[-1] if rows_list else self.last_written_row
+                if rows_list and set_cursor:
+                    self.last_written_row = rows_list[-1]
                 return
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
@@ -579,7 +584,8 @@ class ListStorage(Storage):
         self._storage.extend([None] * len(appended))
         for r, item in zip(rows_list, items):
             self._storage[r] = item
-        self.last_written_row = rows_list[-1] if rows_list else self.last_written_row
+        if rows_list and set_cursor:
+            self.last_written_row = rows_list[-1]
 
     def _raise_gap(self, rows: list[int]) -> None:
         raise StorageIndexError(

@@ -555,12 +555,23 @@ class RoundRobinWriter(Writer):
         self.check_state_dict(state_dict)
         self.cursor = int(state_dict["cursor"])
         self.write_count = int(state_dict["write_count"])
+        self._note_newest_row()
         if "generation" in state_dict:
             table = check_generation_table(state_dict["generation"], None, type(self).__name__)
             if self._storage is None:
                 self._pending_generations = table
             else:
                 self._storage.slot_generations = SlotGenerations(table)
+
+    def _note_newest_row(self) -> None:
+        """Tell the storage the row this writer wrote last, the ring's newest (what its writes
+        record in :attr:`~tdreplay.core.Storage.last_written_row`): a restored storage does not
+        know it, and the slice samplers and HER cut the ring there."""
+        storage = self._storage
+        capacity = storage.rows_capacity if storage is not None else None
+        if storage is not None and capacity:
+            written = self.write_count and len(storage)
+            storage.last_written_row = (self.cursor - 1) % capacity if written else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"

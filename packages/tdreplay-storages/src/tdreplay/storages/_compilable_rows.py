@@ -71,7 +71,7 @@ class CompilableRows:
             return None
         return tensor if layout.row_numel == 1 else tensor * layout.row_numel
 
-    def _set_compiled(self, rows: Any, data: Any) -> bool:
+    def _set_compiled(self, rows: Any, data: Any, set_cursor: bool = True) -> bool:
         """``set`` of a batch at a 1-D tensor of rows for a ``compilable=True`` storage:
         tensor ops only (no int of the rows), the count kept in its tensor. Returns False,
         writing nothing, for what the generic path handles (other rows than a 1-D int
@@ -98,5 +98,6 @@ class CompilableRows:
         layout.index_copy_rows(rows.to(self._device), src)
         rows = rows.to(len_tensor.device)
         len_tensor.copy_(torch.maximum(len_tensor, rows.max() + 1))
-        self.last_written_row = int(rows[-1])
+        if set_cursor:
+            self.last_written_row = int(rows[-1])
         return True

@@ -134,6 +134,7 @@ class SharedStateMixin(RevisionTracking):
 
     _state: _SharedCounters
     _lock_obj: _ProcessLock
+    rows_capacity: int | None  # (the storage's)
 
     @property
     def process_lock(self) -> _ProcessLock:
@@ -143,6 +144,23 @@ class SharedStateMixin(RevisionTracking):
     def shared_writer_counters(self) -> np.ndarray:
         """``[cursor, write_count]`` in shared memory: writers keep their counters there."""
         return self._state.array[_STATE_CURSOR:_STATE_WRITES + 1]
+
+    @property
+    def last_written_row(self) -> int | None:
+        """:attr:`~tdreplay.core.Storage.last_written_row` for every process that maps this
+        storage: the row before the shared writer cursor once a writer keeping its counters
+        here (:meth:`shared_writer_counters`) has written, in any process; else the row this
+        object's own writes reached (a writer that keeps no shared counters)."""
+        own: int | None = self.__dict__.get("_own_last_written_row")
+        state = self.__dict__.get("_state")
+        if state is None or not state.view[_STATE_WRITES]:
+            return own
+        rows = self.rows_capacity
+        return own if not rows else (int(state.view[_STATE_CURSOR]) - 1) % rows
+
+    @last_written_row.setter
+    def last_written_row(self, row: int | None) -> None:
+        self.__dict__["_own_last_written_row"] = row
 
     @property
     def revision(self) -> int:

@@ -391,7 +391,7 @@ class CompressedListStorage(ListStorage):
                 raise TypeError("CompressedListStorage.set with several rows expects a list, a "
                                 f"tensor or a TensorDict batched along dim 0, got "
                                 f"{type(data).__name__}.")
-        super().set(rows, compressed)
+        super().set(rows, compressed, set_cursor=set_cursor)
 
     def get(self, slots: int | torch.Tensor) -> Any:
         """Decompress the rows at ``slots``: one batch of shape ``slots.shape`` when they share

@@ -389,31 +389,31 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                 start, stop, layout = rows.start, rows.stop, self._layout
                 if start is not None and start >= state[_STATE_LEN]:
                     # rows past the count (a first write): the count moves after the data
-                    super().set(rows, data)
+                    super().set(rows, data, set_cursor=set_cursor)
                     return
                 if layout is not None and start is not None and stop is not None \
                         and 0 <= start < stop <= layout.rows < PACKED_ROWS:
                     state[_STATE_TORN] = packed_range(start, stop)  # overwritten rows
                     try:
-                        super().set(rows, data)
+                        super().set(rows, data, set_cursor=set_cursor)
                     except BaseException as err:
                         self._torn.failed(err, layout)
                         raise
                     state[_STATE_TORN] = 0
                     return
-            self._set_over_counted(rows, data)
+            self._set_over_counted(rows, data, set_cursor)
 
     def _set_over_counted(self, rows: int | slice | torch.Tensor | Sequence[int],
-                          data: Any) -> None:
+                          data: Any, set_cursor: bool) -> None:
         """``set`` of rows that may be counted already: recorded while they are overwritten."""
         torn = self._torn
         written = self._rows_written()
         layout = self._current_layout() if written else None
         if layout is None or not torn.begin(rows, written, layout.rows):
-            super().set(rows, data)
+            super().set(rows, data, set_cursor=set_cursor)
             return
         try:
-            super().set(rows, data)
+            super().set(rows, data, set_cursor=set_cursor)
         except BaseException as err:
             torn.failed(err, layout)
             raise

@@ -212,7 +212,7 @@ class TensorStorage(CompilableRows, Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        if self._len_tensor is not None and self._set_compiled(rows, data):
+        if self._len_tensor is not None and self._set_compiled(rows, data, set_cursor):
             return
         single = type(rows) is int or (type(rows) is not slice and is_int(rows))
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
@@ -241,7 +241,7 @@ class TensorStorage(CompilableRows, Storage):
         top, last = layout.write(rows, td, leaves, single)
         if top is not None and top > self._rows_written():  # (a full buffer: no update)
             self._set_rows_written(top)
-        if last is not None:
+        if last is not None and set_cursor:
             self.last_written_row = last
 
     def __setitem__(self, index: Any, value: Any) -> None:
