@@ -639,8 +639,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if priority is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
         if sets_index:
-            data.set("index", torch.as_tensor(index, dtype=torch.long).expand(data.batch_size)
-                     if data.batch_size else torch.as_tensor(index))
+            # an item the writer did not keep (TensorDictMaxValueWriter: an empty tensor of
+            # slots) gets -1, as TorchRL marks the rows it did not write
+            slot = torch.as_tensor(index if torch.as_tensor(index).numel() else -1,
+                                   dtype=torch.long)
+            data.set("index", slot.expand(data.batch_size) if data.batch_size else slot)
         return index
 
     @staticmethod

@@ -153,6 +153,8 @@ class TensorDictMaxValueWriter(Writer):
         if batched:
             if rank.ndim == 0:
                 raise ValueError(f"rank entry {self.rank_key!r} has no batch dimension.")
+            if rank.shape[0] == 0:  # an empty batch: no row to rank (nor to write)
+                return rank.new_empty(0)
             rank = rank.reshape(rank.shape[0], -1)
         else:
             rank = rank.reshape(1, -1)
