@@ -106,10 +106,6 @@ def _shared_init_storage(size):
 
 
 @needs_storages
-@pytest.mark.xfail(strict=True, reason="BUG: a copy (pickle/deepcopy) of a buffer whose memmap or "
-                                       "shared_init storage holds tensorclass data can neither "
-                                       "read nor write it (RuntimeError: 'structure unknown in "
-                                       "this process')")
 @pytest.mark.parametrize("how", sorted(_COPIES))
 @pytest.mark.parametrize("storage", ["memmap", "shared_init"])
 def test_copy_of_a_shared_storage_of_tensorclass_data_reads_it(storage, how):
@@ -223,8 +219,7 @@ def test_tensorclass_and_tensordict_buffers_agree(buffer, storage, sampler):
         return cls(storage=_STORAGES[storage](), sampler=_SAMPLERS[sampler](), batch_size=4,
                    generator=torch.Generator().manual_seed(1))
 
-    # a memmap storage's copies cannot read tensorclass data: see the xfail above
-    hows = ["state_dict", "dumps"] + (["pickle", "deepcopy"] if storage != "memmap" else [])
+    hows = ["state_dict", "dumps", "pickle", "deepcopy"]
     for seed in range(2):
         rng = random.Random(seed)
         as_td, as_tc = make(), make()

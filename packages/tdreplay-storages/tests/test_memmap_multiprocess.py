@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, tensorclass
 
 from tdreplay.core import ReplayBuffer
 from tdreplay.storages import LazyMemmapStorage
@@ -103,3 +103,34 @@ def test_child_sees_parent_rows_and_parent_sees_child_rows(tmp_path):
     assert proc.exitcode == 0
     assert len(rb) == 2 * CHUNK and rb.writer.cursor == 2 * CHUNK
     assert rb[CHUNK:]["id"].tolist() == chunk(1, 0)["id"].tolist()
+
+
+@tensorclass
+class Step:
+    """Tensorclass items (module level: importable where the layout file names it)."""
+
+    obs: torch.Tensor
+    step: torch.Tensor
+
+
+def read_tensorclass_then_write(scratch_dir, queue) -> None:
+    storage = LazyMemmapStorage(10, scratch_dir=scratch_dir, existsok=True)  # a new handle
+    rb = ReplayBuffer(storage=storage)
+    rows = rb[:]
+    queue.put((type(rows).__name__, rows.step.tolist()))
+    rb.extend(Step(obs=torch.ones(1, 2), step=torch.tensor([7]), batch_size=[1]))
+
+
+def test_a_new_handle_in_another_process_reads_and_writes_tensorclass_items(tmp_path):
+    # the layout file names the items' tensorclass: a process that opens the storage anew
+    # reads Step items (it raised "structure unknown in this process") and writes more
+    rb = ReplayBuffer(storage=LazyMemmapStorage(10, scratch_dir=tmp_path))
+    rb.extend(Step(obs=torch.zeros(3, 2), step=torch.arange(3), batch_size=[3]))
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=read_tensorclass_then_write, args=(tmp_path, queue))
+    proc.start()
+    assert queue.get(timeout=120) == ("Step", [0, 1, 2])
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert type(rb[:]) is Step and rb[:].step.tolist() == [0, 1, 2, 7]

@@ -40,8 +40,9 @@ import torch
 from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
+from tdreplay.core.checkpoint import CheckpointError
 
-from ._formats import KIND_LAZY_STACK, DataFormat, treespec_loads
+from ._formats import KIND_LAZY_STACK, KIND_TC, DataFormat, treespec_loads
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
 from ._memmap_shared import (
     _STATE_FILE,
@@ -341,6 +342,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             "item_batch": list(self._layout.item_batch),  # an item's own batch dims
             "kind": self._format.kind,
             "treespec": self._format.meta()["treespec"],
+            "tensorclass": self._format.meta()["tensorclass"],  # where its class is defined
             "lazy_stack": self._format.meta().get("lazy_stack"),  # items stacking ragged parts
             "leaves": [
                 {"key": list(key_path(key)), "file": rel,
@@ -368,10 +370,25 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
         if layout["kind"] == KIND_LAZY_STACK:
             spec = DataFormat.resolve_extra(layout)
+        elif layout["kind"] == KIND_TC:
+            spec = self._tensorclass_of(layout)
         self._format = DataFormat(layout["kind"], spec)
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),
                                     self.ndim, self._device)
         return self._layout
+
+    def _tensorclass_of(self, layout: dict[str, Any]) -> Any:
+        """The tensorclass of the items another process (or a pickled original) laid out: the
+        one this object held, else imported from where the layout file says it is defined;
+        ``None`` when neither (a class defined in a function of another process): reads then
+        ask for one item to be written here first."""
+        held = self._format.tensorclass if self._format.kind == KIND_TC else None
+        if held is not None:
+            return held
+        try:
+            return DataFormat.resolve_extra(layout)
+        except CheckpointError:
+            return None
 
     # ---- reads and writes under the process lock -------------------------------------------
     def _recover_torn_rows(self) -> int:
