@@ -127,9 +127,6 @@ def test_copy_of_a_shared_storage_of_tensorclass_data_reads_it(storage, how):
 
 @needs_storages
 @needs_samplers
-@pytest.mark.xfail(strict=True, reason="BUG: a SliceSampler's slice ends (('next', 'done'), "
-                                       "('next', 'truncated')) are not written into a "
-                                       "tensorclass sample that has a 'next' field")
 def test_slice_ends_reach_a_tensorclass_sample_with_a_next_field():
     # migrating guide: info entries are set "only where the tensorclass has that field";
     # Transition has the field "next" (a TensorDict), which takes ("next", "done") and

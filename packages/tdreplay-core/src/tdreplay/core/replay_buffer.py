@@ -136,10 +136,21 @@ def _fields_of(data: Any) -> frozenset[str] | None:
     return frozenset(field.name for field in dataclasses.fields(data))
 
 
-def _holds(data: Any, key: str) -> bool:
-    """Whether ``key`` can be set in ``data`` (see :func:`_fields_of`)."""
+def _holds(data: Any, key: Any) -> bool:
+    """Whether ``key`` (a name or a nested key) can be set in ``data``: any key in a TensorDict;
+    in a tensorclass, a field, or a key inside a field holding a tensor collection (the
+    ``("next", "done")`` of a ``next`` field). See :func:`_fields_of`."""
     fields = _fields_of(data)
-    return fields is None or key in fields
+    if fields is None:
+        return True
+    if isinstance(key, str):
+        return key in fields
+    if not isinstance(key, tuple) or not key or key[0] not in fields:
+        return False
+    if len(key) == 1:
+        return True
+    inner = getattr(data, key[0], None)
+    return is_tensor_collection(inner) and _holds(inner, key[1:] if len(key) > 2 else key[1])
 
 
 def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
@@ -661,8 +672,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 continue
             if only_missing and data.get(key, None) is not None:
                 continue
-            if fields is not None and key not in fields:  # a tensorclass without that field:
-                continue  # in the info dict only
+            if fields is not None and not _holds(data, key):  # a tensorclass without that
+                continue  # field: in the info dict only
             if data.device is not None and value.device != data.device:
                 value = value.to(data.device)
             if -1 in batch and _set_per_item(data, key, value):
