@@ -85,6 +85,19 @@ def test_unwritten_slots_stay_unwritten_and_same_alpha_changes_nothing() -> None
     assert s.state_dict()["priorities"][4:].tolist() == [0.0] * 4
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("alphas", [(0.5,), (2.0, 0.25), (0.5, 0.0)])
+def test_alpha_change_stores_what_a_fresh_write_would(backend: str, alphas: tuple) -> None:
+    # RAW holds a zero priority, stored at the clamp tiny with eps=0: it stays at tiny for
+    # every alpha > 0 (and is 0 ** 0 = 1 at alpha 0), not tiny ** (new / old)
+    s = _sampler(1.0, backend)
+    for alpha in alphas:
+        s.alpha = alpha
+        fresh = _sampler(alpha, backend)
+        assert _stored(s) == pytest.approx(_stored(fresh), rel=1e-12, abs=0.0)
+        assert s.min_priority == fresh.min_priority
+
+
 def test_overflowing_alpha_clamps_to_the_largest_finite_leaf() -> None:
     s = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0)
     s.extend(torch.arange(2))

@@ -103,6 +103,27 @@ def test_non_strict_and_right_span() -> None:
         assert PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=5, span=3).span == (False, 3)
 
 
+@pytest.mark.parametrize("span, strict", [((False, True), True), ((False, True), False),
+                                          ((False, 1), False)])
+def test_right_span_never_cuts_an_empty_slice(span, strict) -> None:
+    # as SliceSampler's span (test_differential_slices): a slice hangs over by at most all but
+    # one of its steps, also when the priority mass sits on the trajectories' last steps and a
+    # trajectory is shorter than the slice (its overhang is capped by its length)
+    rb = make(size=10, slice_len=2, span=span, strict_length=strict)
+    rb.extend(episodes([4, 1]))
+    rb.update_priority(torch.arange(5), torch.tensor([1e-6, 1e-6, 1e-6, 1.0, 1.0]))
+    starts = set()
+    for _ in range(30):
+        batch = rb.sample(4)
+        ends = batch["next", "truncated"].view(-1).nonzero().squeeze(-1)
+        assert ends.numel() == 2 and int(ends[-1]) == batch.numel() - 1  # 2 slices, none empty
+        for first, last in zip([0, int(ends[0]) + 1], ends.tolist()):
+            part = batch[first: last + 1]
+            assert part.numel() >= 1 and (part["episode"] == part["episode"][0]).all()
+            starts.add(int(part["index"][0]))
+    assert {3, 4} <= starts  # the last steps start (one-step) slices
+
+
 def test_new_steps_get_max_priority_and_updates_work_per_step() -> None:
     rb = make(slice_len=2, size=20)
     rb.extend(episodes([4, 4]))

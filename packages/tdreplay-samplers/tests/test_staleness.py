@@ -52,6 +52,28 @@ def test_more_draws_than_items_with_replacement() -> None:
     assert index.shape == (10,) and set(index.tolist()) <= {0, 1, 2}
 
 
+def test_zero_weight_items_are_never_drawn() -> None:
+    # 3 of 10 fresh-enough items have a positive weight: with a batch of 2, distinct items
+    # among them; with a batch of 8, repeats of them (never an item of weight 0)
+    s = StalenessAwareSampler(max_staleness=2, staleness_weight_fn=lambda st: (st == 1).float())
+    rb = _rb(s, [0, 1, 2], per_version=3)
+    s.consumer_version = 2  # staleness 2, 1, 0: only version 1 (slots 3-5) weighs
+    for _ in range(20):
+        index, info = s.sample(rb.storage, 2)
+        assert set(index.tolist()) <= {3, 4, 5} and index.unique().numel() == 2
+        index, info = s.sample(rb.storage, 8)
+        assert set(index.tolist()) <= {3, 4, 5} and (info["staleness"] == 1).all()
+
+
+def test_all_zero_weights_name_the_cause() -> None:
+    s = StalenessAwareSampler(max_staleness=1, staleness_weight_fn=lambda st: st * 0.0)
+    rb = _rb(s, [0, 1, 2])
+    s.consumer_version = 2
+    with pytest.raises(ValueError, match=r"weight 0 to every one of the 20 items .*max_staleness=1"):
+        rb.sample()
+    assert (s.consumer_version, s.max_staleness) == (2, 1)  # nothing changed
+
+
 def test_list_storage_works() -> None:
     s = StalenessAwareSampler()
     rb = ReplayBuffer(storage=ListStorage(10), sampler=s)

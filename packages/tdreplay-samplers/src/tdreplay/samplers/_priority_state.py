@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from ._priority_values import check_real, leaf_limit, leaf_values
+from ._priority_values import TINY, check_real, leaf_limit, leaf_values
 from .segment_trees import (
     MinOverSumTree,
     MinTree,
@@ -192,6 +192,10 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
     device, or ``state`` itself when nothing is written or the exponent is unchanged. One pass
     over the slots; the raw priorities (the max priority, the max tree) do not depend on alpha.
 
+    Each slot gets what a fresh write of its priority at ``new_alpha`` would store
+    (:func:`~._priority_values.leaf_values`), its ``q + eps`` read back from the stored value
+    by :func:`_base_of_leaves`.
+
     With ``old_alpha == 0`` every written slot stores ``1`` and the priorities cannot be
     recovered: the state is kept (sampling stays uniform over those slots until their
     priorities are set again) and a ``UserWarning`` says so, as TorchRL's.
@@ -219,11 +223,30 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
             "Sampling stays uniform over those slots until their priorities are updated.",
             stacklevel=3)
         return state
-    base = leaves[written].pow(1.0 / old_alpha)  # q + eps (tiny-clamped leaves stay tiny)
+    base = _base_of_leaves(leaves[written], old_alpha)
     rewritten = leaf_values(base - eps, new_alpha, eps).clamp_max_(leaf_limit(state.capacity))
     host["priorities"] = leaves.masked_scatter(written, rewritten)
     return new_state(state.capacity, state.backend, state.device, within_buffer=within_buffer,
                      host=host)
+
+
+def _base_of_leaves(leaves: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``q + eps`` of written slots from their stored ``max((q + eps) ** alpha, tiny)``
+    (``alpha > 0``).
+
+    A leaf at the clamp ``tiny`` stands for ``q + eps == 0`` (a zero priority with
+    ``eps == 0``): it gives ``0``, not ``tiny ** (1 / alpha)``, so it is rewritten as a fresh
+    write of that zero would be. A nonzero ``q + eps`` whose power fell below ``tiny`` (or a
+    leaf at the upper limit :func:`~._priority_values.leaf_limit`) cannot be told apart: the
+    stored values do not keep it.
+
+    Examples
+    --------
+    >>> tiny = float(np.finfo(np.float64).tiny)
+    >>> _base_of_leaves(torch.tensor([tiny, 4.0], dtype=torch.float64), 2.0).tolist()
+    [0.0, 2.0]
+    """
+    return torch.where(leaves > TINY, leaves.pow(1.0 / alpha), 0.0)
 
 
 def grown(state: PriorityState, bounds: tuple[int, int] | None, *,

@@ -15,8 +15,8 @@ import torch
 from ._trajectory_index import LEN, TrajectoryIndex
 
 __all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "check_static", "draw_trajectories",
-           "no_trajectory_error",
-           "ragged_arange", "slice_shape", "slice_slots", "span_starts", "static_cut"]
+           "no_trajectory_error", "overhang", "ragged_arange", "slice_shape", "slice_slots",
+           "span_starts", "static_cut"]
 
 class ArgumentConflictError(ValueError, RuntimeError):
     """Arguments that exclude each other were given together.
@@ -119,33 +119,44 @@ def slice_slots(index: TrajectoryIndex, lanes: np.ndarray, starts: np.ndarray,
     return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)), ends, owner
 
 
+def overhang(side: bool | int, seq: np.ndarray) -> np.ndarray:
+    """Steps a slice of ``seq`` steps may hang over one trajectory edge, given that side's
+    ``span`` (``False``: none, ``True``: all but one step, ``i``: at most ``i``); a slice always
+    keeps at least one step, so the overhang is at most ``seq - 1``.
+
+    Examples
+    --------
+    >>> seq = np.array([1, 3, 4])
+    >>> overhang(False, seq).tolist(), overhang(True, seq).tolist(), overhang(2, seq).tolist()
+    ([0, 0, 0], [0, 2, 3], [0, 2, 2])
+    """
+    if side is True:
+        return seq - 1
+    return np.minimum(int(side), seq - 1)
+
+
 def span_starts(u: np.ndarray, lengths: np.ndarray, seq: np.ndarray,
-                 span: tuple[bool | int, bool | int]) -> tuple[np.ndarray, np.ndarray]:
+                span: tuple[bool | int, bool | int]) -> tuple[np.ndarray, np.ndarray]:
     """Relative slice starts and lengths, overhanging the trajectory as ``span`` allows.
 
-    A start is uniform over ``[start_point, end_point)``; the part of a slice outside its
-    trajectory is cut off (TorchRL's ``span`` semantics).
+    ``seq`` slices of at most ``lengths`` steps start uniformly (``u`` in ``[0, 1)``) from
+    ``-left`` to ``lengths - seq + right``, ``left`` and ``right`` being the :func:`overhang`
+    of each side; the part of a slice outside its trajectory is cut off (TorchRL's ``span``
+    semantics), so every step of a trajectory is covered by as many starts and every slice
+    keeps at least one step (TorchRL's right span lets a start fall one past the last step).
+
+    Examples
+    --------
+    >>> u = np.array([0.0, 0.99])
+    >>> rel, seq = span_starts(u, np.array([4, 4]), np.array([2, 2]), (False, True))
+    >>> rel.tolist(), seq.tolist()                                 # starts 0 and 3
+    ([0, 3], [2, 1])
     """
-    last_start = lengths - seq + 1
-    if not span[1]:
-        end_point = last_start
-    elif span[1] is True:
-        end_point = lengths + 1
-    else:
-        end_point = last_start + span[1]
-    if not span[0]:
-        start_point = np.zeros_like(seq)
-    elif span[0] is True:
-        start_point = 1 - seq
-    else:
-        start_point = np.full_like(seq, -span[0])
-    rel = np.floor(u * (end_point - start_point)).astype(np.int64) + start_point
-    if span[0]:
-        seq = np.where(rel < 0, seq + rel, seq)
-        rel = np.maximum(rel, 0)
-    if span[1]:
-        seq = np.minimum(seq, lengths - rel)
-    return rel, seq
+    left, right = overhang(span[0], seq), overhang(span[1], seq)
+    rel = np.floor(u * (lengths - seq + 1 + left + right)).astype(np.int64) - left
+    cut_left = np.maximum(-rel, 0)
+    cut_right = np.maximum(rel + seq - lengths, 0)
+    return rel + cut_left, seq - cut_left - cut_right
 
 
 def check_static(value: Any, name: str) -> torch.Tensor | None:

@@ -15,6 +15,7 @@ from tdreplay.core.utils import NestedKey
 from ._slicing import (
     REJECTION_ROUNDS,
     no_trajectory_error,
+    overhang,
     ragged_arange,
     slice_shape,
     slice_slots,
@@ -264,12 +265,10 @@ class PrioritizedSliceSampler(SliceSampler):
         With ``strict_length`` and a right span, a trajectory shorter than a slice is sampled
         when it has the steps a slice needs before it may hang over (as TorchRL).
         """
-        right = self.span[1]
-        overhang = seq_len - 1 if right is True else int(right)
-        if self.strict_length:
-            need = max(seq_len - overhang, 1)
-            return np.where(lengths >= need, need, 0)
-        return np.maximum(np.minimum(lengths, seq_len) - overhang, 1)
+        seq = np.full_like(lengths, seq_len) if self.strict_length \
+            else np.minimum(lengths, seq_len)
+        need = seq - overhang(self.span[1], seq)  # (at least one step)
+        return np.where(lengths >= need, need, 0)
 
     def _room(self, index: TrajectoryIndex, starts: np.ndarray, seq_len: int
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -138,7 +138,9 @@ class SliceSampler(Sampler):
     span : bool, int or (bool | int, bool | int)
         Let slices hang over the start (left) and/or end (right) of a trajectory, so the first
         and last steps are sampled as often as the others; the overhanging part is cut off
-        (shorter slices). An int ``i`` allows an overhang of at most ``i`` steps.
+        (shorter slices). ``True`` allows an overhang of all but one step of a slice, an int
+        ``i`` of at most ``i`` steps (and of all but one step of a slice shorter than ``i + 1``
+        steps, ``strict_length=False``): every slice keeps at least one step.
     use_gpu : bool or torch.device
         Accepted for TorchRL compatibility; the bookkeeping is ``O(batch)`` on the CPU.
     pad_output : bool

@@ -46,16 +46,18 @@ class StalenessAwareSampler(Sampler):
 
     The training loop sets :attr:`consumer_version` (e.g. the number of optimizer steps or
     weight updates); every item carries the version of the policy that collected it under
-    ``version_key``. A batch is drawn without replacement when enough items qualify, with
-    replacement otherwise; ``info["staleness"]`` holds the staleness of each drawn item.
+    ``version_key``. Only items within ``max_staleness`` whose weight is positive are drawn:
+    without replacement when there are at least as many of them as the batch holds, with
+    replacement among them otherwise (an item of weight 0 is never drawn);
+    ``info["staleness"]`` holds the staleness of each drawn item.
 
     Parameters
     ----------
     max_staleness : int
         Items with ``staleness > max_staleness`` are never drawn; ``-1`` (default): no cutoff.
     staleness_weight_fn : callable, optional
-        Maps a staleness tensor to non-negative weights. Defaults to
-        :func:`default_staleness_weight` (``1 / (staleness + 1)``).
+        Maps a staleness tensor to one finite weight >= 0 per item (``0``: never drawn).
+        Defaults to :func:`default_staleness_weight` (``1 / (staleness + 1)``).
     version_key : NestedKey
         Entry of the stored items holding the policy version. Defaults to
         ``"policy_version"``.
@@ -67,7 +69,8 @@ class StalenessAwareSampler(Sampler):
     RuntimeError
         (``sample``) every item is staler than ``max_staleness``.
     ValueError
-        (``sample``) the weights are negative, not finite, or all zero.
+        (``sample``) the weights are negative or not finite, or every item within
+        ``max_staleness`` has weight 0 (there is nothing to draw).
 
     The state (:meth:`state_dict`) is ``consumer_version`` and ``max_staleness``.
 
@@ -135,26 +138,42 @@ class StalenessAwareSampler(Sampler):
                            "or enabling policy-version tracking on the collector).")
         return versions.reshape(len(storage), -1)[:, 0].float()
 
+    def _fresh_enough(self, staleness: torch.Tensor) -> torch.Tensor:
+        """Slots whose ``staleness`` is within :attr:`max_staleness` (an error if none is)."""
+        if self._max_staleness < 0:
+            return torch.arange(staleness.numel(), device=staleness.device)
+        valid = (staleness <= self._max_staleness).nonzero().reshape(-1)
+        if not valid.numel():
+            raise RuntimeError(
+                f"All {staleness.numel()} entries in the buffer exceed max_staleness="
+                f"{self._max_staleness} (consumer_version={self._consumer_version}). Increase "
+                "max_staleness or update collector policy weights more frequently.")
+        return valid
+
+    def _weights(self, staleness: torch.Tensor) -> torch.Tensor:
+        """``staleness_weight_fn`` of ``staleness``, checked: one finite weight >= 0 each."""
+        weights = torch.as_tensor(self.staleness_weight_fn(staleness)).float()
+        if weights.shape != staleness.shape or not bool(torch.isfinite(weights).all()) \
+                or bool((weights < 0).any()):
+            raise ValueError("staleness_weight_fn must return one finite weight >= 0 per item "
+                             "(check it for staleness <= -1, i.e. items newer than "
+                             "consumer_version).")
+        return weights
+
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw ``batch_size`` fresh-enough slots, weighted by freshness."""
+        """Draw ``batch_size`` fresh-enough slots of positive weight, weighted by freshness."""
         check_batch_size(batch_size)
-        n = check_not_empty(storage)
+        check_not_empty(storage)
         staleness = self._consumer_version - self.versions(storage)
-        if self._max_staleness >= 0:
-            valid = (staleness <= self._max_staleness).nonzero().reshape(-1)
-            if not valid.numel():
-                raise RuntimeError(
-                    f"All {n} entries in the buffer exceed max_staleness={self._max_staleness} "
-                    f"(consumer_version={self._consumer_version}). Increase max_staleness or "
-                    "update collector policy weights more frequently.")
-        else:
-            valid = torch.arange(n, device=staleness.device)
-        weights = torch.as_tensor(self.staleness_weight_fn(staleness[valid])).float()
-        if weights.shape != valid.shape or not bool(torch.isfinite(weights).all()) \
-                or bool((weights < 0).any()) or not float(weights.sum()) > 0:
-            raise ValueError("staleness_weight_fn must return one finite weight >= 0 per item, "
-                             "not all zero (check it for staleness <= -1, i.e. items newer "
-                             "than consumer_version).")
+        valid = self._fresh_enough(staleness)
+        weights = self._weights(staleness[valid])
+        drawable = weights > 0
+        if not bool(drawable.any()):
+            raise ValueError(
+                f"staleness_weight_fn gave weight 0 to every one of the {valid.numel()} items "
+                f"that may be drawn (max_staleness={self._max_staleness}, consumer_version="
+                f"{self._consumer_version}): there is nothing to draw.")
+        valid, weights = valid[drawable], weights[drawable]
         generator = self._rng if self._rng is None or \
             self._rng.device == weights.device else None
         drawn = torch.multinomial(weights, batch_size, replacement=batch_size > valid.numel(),
