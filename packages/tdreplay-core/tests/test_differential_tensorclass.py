@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import pickle
 import random
-import tempfile
 
 import numpy as np
 import pytest
@@ -38,6 +37,7 @@ from tdreplay.core import (
     SamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
+from tdreplay.core.testing import restored
 
 try:  # not dependencies of tdreplay-core (see the module docstring)
     from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
@@ -182,20 +182,6 @@ def _is_steps(data) -> bool:
     return type(data) is Step or (isinstance(data, list) and all(type(x) is Step for x in data))
 
 
-def _restored(rb, make, how, keep):
-    if how == "state_dict":
-        new = make()
-        new.load_state_dict(rb.state_dict())
-        return new
-    if how == "dumps":
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new = make()
-            new.loads(path)
-        return new
-    keep.append(rb)
-    return _COPIES[how](rb)
-
 
 def _param(buffer, storage, sampler):
     marks = []
@@ -253,7 +239,7 @@ def test_tensorclass_and_tensordict_buffers_agree(buffer, storage, sampler):
                     if op == "priority" and sampler == "prioritized":
                         rb.update_priority(info["index"], (info["index"] % 3 + 1).float())
                 elif op == "restore" and which == "tc":
-                    as_tc = rb = _restored(rb, make, how, keep)
+                    as_tc = rb = restored(rb, make, how, keep)
                 elif op == "empty":
                     rb.empty()
                 stored = rb[:] if len(rb) else None

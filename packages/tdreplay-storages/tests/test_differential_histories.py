@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import pickle
 import random
-import tempfile
 
 import pytest
 import torch
@@ -26,6 +25,7 @@ from tdreplay.core import (
     SamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
+from tdreplay.core.testing import restored
 from tdreplay.samplers import PrioritizedSampler, PrioritizedSliceSampler
 from tdreplay.storages import CompressedListStorage, LazyMemmapStorage, LazyTensorStorage
 
@@ -156,20 +156,6 @@ def _as_plain(x):
     return (x.dtype, x.tolist())
 
 
-def _restored(rb, make, how, keep):
-    if how == "state_dict":
-        new = make()
-        new.load_state_dict(rb.state_dict())
-        return new
-    if how == "dumps":
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new = make()
-            new.loads(path)
-        return new
-    keep.append(rb)  # a pickled memmap storage maps the original's files: keep them alive
-    return pickle.loads(pickle.dumps(rb))
-
 
 @pytest.mark.parametrize("sampler", sorted(_SAMPLERS))
 def test_storages_agree_through_random_histories(sampler):
@@ -213,7 +199,7 @@ def test_storages_agree_through_random_histories(sampler):
                         rb.update_tensordict_priority(s)
                     out = _as_plain(s)
                 elif op == "restore" and kind != "reference":
-                    rbs[kind] = rb = _restored(rb, makers[kind], how[kind], keep)
+                    rbs[kind] = rb = restored(rb, makers[kind], how[kind], keep)
                 elif op == "empty":
                     rb.empty()
                 contents = _as_plain(rb[:]) if len(rb) else None
@@ -259,7 +245,7 @@ def test_ndim2_storages_agree(how):
             if op == "extend":
                 rb.extend(data if kind != "dim_extend0" else data.transpose(0, 1))
             else:
-                rbs[kind] = rb = _restored(rb, make[kind], how, keep)
+                rbs[kind] = rb = restored(rb, make[kind], how, keep)
             assert (len(rb), int(rb.writer.cursor)) == (filled * envs, cursor), (step, kind)
             assert rb.storage.shape == torch.Size([rows, envs])
             if filled:

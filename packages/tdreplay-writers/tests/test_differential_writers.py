@@ -23,10 +23,7 @@ tdreplay-storages and are skipped where it is not installed (the writers' own se
 
 from __future__ import annotations
 
-import copy
-import pickle
 import random
-import tempfile
 import warnings
 
 import pytest
@@ -34,6 +31,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, RoundRobinWriter, TensorDictReplayBuffer
+from tdreplay.core.testing import restored
 from tdreplay.writers import TensorDictMaxValueWriter, TensorDictRoundRobinWriter
 
 try:  # not a dependency of tdreplay-writers (see the module docstring)
@@ -44,21 +42,6 @@ except ImportError:  # pragma: no cover - the writers' own session
 needs_storages = pytest.mark.skipif(LazyTensorStorage is None,
                                     reason="needs tdreplay-storages (tensor storages)")
 
-
-def _copied(rb, make, how, keep):
-    """``rb`` restored into a new buffer from ``make()`` (state_dict, dumps), or copied."""
-    if how == "state_dict":
-        new = make()
-        new.load_state_dict(rb.state_dict())
-        return new
-    if how == "dumps":
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new = make()
-            new.loads(path)
-        return new
-    keep.append(rb)  # a copied memmap storage maps the original's files: keep them alive
-    return pickle.loads(pickle.dumps(rb)) if how == "pickle" else copy.deepcopy(rb)
 
 
 _HOWS = ["state_dict", "dumps", "pickle", "deepcopy"]
@@ -156,7 +139,7 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
 
     for seed in range(5):
         rng = random.Random(seed)
-        ref, restored = make(), make()
+        ref, twin = make(), make()
         keep: list = []
         kept: list[tuple[float, int, int]] = []  # model: (rank, age, id) of the rows kept
         age = next_id = write_count = 0
@@ -177,8 +160,8 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
                 kept, age, write_count = [], 0, 0
             how = rng.choice(_HOWS)
             results = []
-            for which in ("ref", "restored"):
-                rb = ref if which == "ref" else restored
+            for which in ("ref", "twin"):
+                rb = ref if which == "ref" else twin
                 out = None
                 if op == "add":
                     row = rb.add(_ranked(ranks, ids)[0])
@@ -189,8 +172,8 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
                 elif op == "sample" and len(rb):
                     sample = rb.sample()
                     out = (sample["id"].tolist(), sample["index"].tolist())
-                elif op == "restore" and which == "restored":
-                    restored = rb = _copied(rb, make, how, keep)
+                elif op == "restore" and which == "twin":
+                    twin = rb = restored(rb, make, how, keep)
                 elif op == "empty":
                     rb.empty()
                 got = _contents(rb)
@@ -259,7 +242,7 @@ def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
             if op == "extend":
                 rb.extend(data.transpose(0, 1) if layouts[name][1] else data)
             elif op == "restore":
-                rbs[name] = rb = _copied(rb, layouts[name][0], how, keep)
+                rbs[name] = rb = restored(rb, layouts[name][0], how, keep)
             elif len(rb):
                 sample = rb.sample()
                 # (ndim=2 storages sample steps, the others whole trajectories)
@@ -346,7 +329,7 @@ def test_round_robin_writers_agree_with_a_ring_model(ndim):
             elif op == "add":
                 rb.add(data[0] if ndim == 1 else data[:, 0])
             elif op == "restore":
-                rbs[name] = rb = _copied(rb, configs[name], how, keep)
+                rbs[name] = rb = restored(rb, configs[name], how, keep)
             elif op == "empty":
                 rb.empty()
             elif len(rb):

@@ -6,8 +6,10 @@ the project's promise when a call that raises changes nothing: the same length, 
 writer, sampler and storage state. :func:`buffer_snapshot` takes that state (copies, which
 later writes cannot change), :func:`assert_same` compares two such snapshots (or any nested
 dicts, lists, tuples, tensors, numpy arrays and TensorDicts, dtypes and shapes included) and
-names the first entry that differs, and :class:`FailOnce` is a transform (or ``collate_fn``)
-that refuses one chosen call.
+names the first entry that differs, :class:`FailOnce` is a transform (or ``collate_fn``)
+that refuses one chosen call, and :func:`restored` copies a buffer each way a buffer is
+restored or copied (``state_dict``, ``dumps``, pickle, deepcopy), for tests that compare the
+copy with the original going on.
 
 Examples
 --------
@@ -23,13 +25,20 @@ Examples
 
 from __future__ import annotations
 
+import copy
+import pickle
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
-__all__ = ["FailOnce", "assert_same", "buffer_snapshot"]
+__all__ = ["RESTORES", "FailOnce", "assert_same", "buffer_snapshot", "restored"]
+
+#: the ways :func:`restored` copies a buffer
+RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
 
 
 def _frozen(value: Any) -> Any:
@@ -43,6 +52,41 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_frozen(item) for item in value)
     return value
+
+
+def restored(rb: Any, make: Callable[[], Any], how: str, keep: list[Any] | None = None) -> Any:
+    """A copy of the buffer ``rb`` made as ``how`` says (one of :data:`RESTORES`):
+    ``"state_dict"`` and ``"dumps"`` restore ``rb``'s state into a new buffer from ``make()``
+    (``dumps`` through a temporary directory); ``"pickle"`` and ``"deepcopy"`` copy ``rb``.
+
+    ``keep``: a list ``rb`` is appended to when it is copied, to keep it alive (a copy of a
+    memory-mapped storage maps the original's files, which the original removes when it is
+    collected).
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = rb.extend([1, 2, 3])
+    >>> [restored(rb, lambda: ReplayBuffer(storage=ListStorage(4)), how)[:]
+    ...  for how in RESTORES]
+    [[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 3]]
+    """
+    if how == "state_dict":
+        new = make()
+        new.load_state_dict(rb.state_dict())
+        return new
+    if how == "dumps":
+        with tempfile.TemporaryDirectory() as path:
+            rb.dumps(path)
+            new = make()
+            new.loads(path)
+        return new
+    if how not in RESTORES:
+        raise ValueError(f"how must be one of {RESTORES}, got {how!r}.")
+    if keep is not None:
+        keep.append(rb)
+    return pickle.loads(pickle.dumps(rb)) if how == "pickle" else copy.deepcopy(rb)
 
 
 def buffer_snapshot(rb: Any) -> dict[str, Any]:
