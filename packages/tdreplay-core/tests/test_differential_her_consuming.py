@@ -33,6 +33,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import HERReplayBuffer, ListStorage, TensorDictReplayBuffer
+from tdreplay.core.testing import restored
 
 
 class _Rows(ListStorage):
@@ -209,18 +210,11 @@ def _consuming(cfg: dict, seed: int) -> TensorDictReplayBuffer:
 
 def _consuming_restore(rb: TensorDictReplayBuffer, how: str, cfg: dict
                        ) -> TensorDictReplayBuffer:
-    if how == "pickle":
-        return pickle.loads(pickle.dumps(rb))
-    if how == "deepcopy":
-        return copy.deepcopy(rb)
-    new = _consuming(cfg, 77)
-    if how == "state_dict":
-        new.load_state_dict(copy.deepcopy(rb.state_dict()))
-    else:
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new.loads(path)
-    return new
+    def make():
+        new = _consuming(cfg, 77)
+        return new
+
+    return restored(rb, make, how)
 
 
 def _consuming_history(cfg: dict, seed: int) -> int:

@@ -25,15 +25,13 @@ divergence, so every test here is a guard.
 
 from __future__ import annotations
 
-import copy
-import pickle
 import random
-import tempfile
 
 import pytest
 import torch
 
 from tdreplay.core import ListStorage, ReplayBuffer, SamplerWithoutReplacement
+from tdreplay.core.testing import restored
 
 
 class _Flaky:
@@ -66,20 +64,13 @@ def _flaky(rb: ReplayBuffer) -> _Flaky:
 
 
 def _restore(rb: ReplayBuffer, how: str, cfg: dict) -> ReplayBuffer:
-    if how == "pickle":
-        return pickle.loads(pickle.dumps(rb))
-    if how == "deepcopy":
-        return copy.deepcopy(rb)
-    new = _make(cfg, 4242)
-    new.extend(torch.arange(-3, 0))  # a used buffer, mid-epoch
-    new.sample(1)
-    if how == "state_dict":
-        new.load_state_dict(copy.deepcopy(rb.state_dict()))
-    else:
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new.loads(path)
-    return new
+    def make():
+        new = _make(cfg, 4242)
+        new.extend(torch.arange(-3, 0))  # a used buffer, mid-epoch
+        new.sample(1)
+        return new
+
+    return restored(rb, make, how)
 
 
 def _run_history(cfg: dict, seed: int) -> int:

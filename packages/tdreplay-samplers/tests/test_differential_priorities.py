@@ -27,9 +27,7 @@ the others guard the behaviours that agree.
 
 from __future__ import annotations
 
-import copy
 import math
-import pickle
 import random
 import tempfile
 import warnings
@@ -40,6 +38,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core.testing import restored
 from tdreplay.samplers import (
     LinearScheduler,
     PrioritizedSampler,
@@ -160,21 +159,14 @@ def _row(cfg: dict, x: torch.Tensor) -> TensorDict:
 
 def _restore(rb: TensorDictReplayBuffer, how: str, cfg: dict, used: bool
              ) -> TensorDictReplayBuffer:
-    if how == "pickle":
-        return pickle.loads(pickle.dumps(rb))
-    if how == "deepcopy":
-        return copy.deepcopy(rb)
-    new = _make(cfg, 999, "numba")
-    if used:
-        new.extend(_row(cfg, torch.zeros(2)))
-        new.sample(2)
-    if how == "state_dict":
-        new.load_state_dict(copy.deepcopy(rb.state_dict()))
-    else:
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new.loads(path)
-    return new
+    def make():
+        new = _make(cfg, 999, "numba")
+        if used:
+            new.extend(_row(cfg, torch.zeros(2)))
+            new.sample(2)
+        return new
+
+    return restored(rb, make, how)
 
 
 def _check_model(rb: TensorDictReplayBuffer, m: _Model) -> None:

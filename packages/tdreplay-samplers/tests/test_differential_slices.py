@@ -29,11 +29,9 @@ The first tests are focused reproductions of the divergences such histories foun
 
 from __future__ import annotations
 
-import copy
 import math
 import pickle
 import random
-import tempfile
 
 import numpy as np
 import pytest
@@ -41,6 +39,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core.testing import restored
 from tdreplay.samplers import (
     PrioritizedSliceSampler,
     SliceSampler,
@@ -239,26 +238,19 @@ def _make(cfg: dict, seed: int) -> TensorDictReplayBuffer:
 
 def _restore(rb: TensorDictReplayBuffer, how: str, cfg: dict, used: bool
              ) -> TensorDictReplayBuffer:
-    if how == "pickle":
-        return pickle.loads(pickle.dumps(rb))
-    if how == "deepcopy":
-        return copy.deepcopy(rb)
-    new = _make(cfg, 12345)
-    if used:  # a buffer that held other data and sampled before it is restored
-        stream = _Stream(cfg["envs"], np.random.default_rng(0), 0.2, 0.2, 0,
-                         "episode" if cfg["signals"] == "auto" else "ep")
-        new.extend(stream.batch(3, cfg["ndim"])[0])
-        try:
-            new.sample(cfg["batch"])
-        except (RuntimeError, ValueError):
-            pass
-    if how == "state_dict":
-        new.load_state_dict(copy.deepcopy(rb.state_dict()))
-    else:
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new.loads(path)
-    return new
+    def make():
+        new = _make(cfg, 12345)
+        if used:  # a buffer that held other data and sampled before it is restored
+            stream = _Stream(cfg["envs"], np.random.default_rng(0), 0.2, 0.2, 0,
+                             "episode" if cfg["signals"] == "auto" else "ep")
+            new.extend(stream.batch(3, cfg["ndim"])[0])
+            try:
+                new.sample(cfg["batch"])
+            except (RuntimeError, ValueError):
+                pass
+        return new
+
+    return restored(rb, make, how)
 
 
 def _spans(cfg: dict) -> tuple:
