@@ -75,6 +75,32 @@ def test_missing_state_refused_buffer_unchanged(tmp_path: Path) -> None:
     assert len(rb) == 0 and c.n == 2
 
 
+class Optional(Counter):
+    missing_ok = True  # (a part added after checkpoints were written without it)
+
+
+def test_a_part_that_may_be_missing_is_left_as_it_is(tmp_path: Path) -> None:
+    old = _rb()  # saved without the part
+    old.dumps(tmp_path)
+    part = Optional()
+    part.n = 2
+    rb = ReplayBuffer(storage=ListStorage(8))
+    rb.register_stateful("counter", part)
+    rb.loads(tmp_path)
+    assert rb[:] == [1, 2, 3] and part.n == 2
+    rb.load_state_dict(old.state_dict())
+    assert rb[:] == [1, 2, 3] and part.n == 2
+    saved = Optional()
+    saved.n = 5
+    rb.load_state_dict(_rb(saved).state_dict())  # a state that holds it: restored, checked
+    assert part.n == 5
+    bad = _rb(saved).state_dict()
+    bad["_stateful"]["counter"]["n"] = -1
+    with pytest.raises(ValueError, match="counter.*n must be"):
+        rb.load_state_dict(bad)
+    assert part.n == 5
+
+
 def test_bad_state_refused_before_anything_changes() -> None:
     state = _rb(Counter()).state_dict()
     state["_stateful"]["counter"]["n"] = -1

