@@ -12,8 +12,9 @@ restored at random points with those of one never restored, drawn with the same 
 from NumPy's global generator, as TorchRL's), whether the randomness comes from the global
 generators, the ensemble's generator or each member's own.
 
-The first tests are focused reproductions of divergences these histories found (marked xfail
-until fixed); the last one guards the behaviours that agree.
+The first tests are focused reproductions of divergences these histories found (fixed: the
+member buffers' generators and transforms' state in the ensemble's state); the last one guards
+the behaviours that agree.
 """
 
 from __future__ import annotations
@@ -61,9 +62,6 @@ def _restored(rb, make, how, keep):
 
 # ---- focused reproductions ----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: ReplayBufferEnsemble.state_dict does not save the "
-                                       "member buffers' generators (dumps does): a restored "
-                                       "ensemble samples differently")
 def test_state_dict_restores_member_generators():
     # design: state_dict / dumps restore everything "so a restored buffer samples exactly as
     # the saved one would"; the ensembles guide: dumps restores "the generators", and
@@ -85,9 +83,6 @@ def test_state_dict_restores_member_generators():
     assert torch.equal(restored.sample()["obs"], rb.sample()["obs"])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ReplayBufferEnsemble state_dict/dumps do not save "
-                                       "the state of its member buffers' transforms (VecNorm "
-                                       "statistics): a restored ensemble samples differently")
 @pytest.mark.parametrize("how", ["state_dict", "dumps"])
 def test_restore_keeps_member_transform_state(how):
     # a member buffer's own state_dict / dumps save its transforms' state (writers_transforms
@@ -154,15 +149,15 @@ def _items(sample) -> list[tuple[float, int, int]]:
 @pytest.mark.parametrize("option", sorted(_OPTIONS))
 def test_ensemble_histories_agree_with_member_models(option, generators):
     """Members follow their round-robin models, samples read what the models hold, and an
-    ensemble restored at random points samples as one never restored (member generators:
-    restored by dumps, pickling and deepcopy; state_dict, see the xfail above)."""
+    ensemble restored at random points samples as one never restored (by state_dict, dumps,
+    pickling or deepcopy)."""
     def make():
         kwargs = dict(_OPTIONS[option])
         if generators == "ensemble":
             kwargs["generator"] = torch.Generator().manual_seed(5)
         return ReplayBufferEnsemble(*_members(generators), batch_size=12, **kwargs)
 
-    hows = ["dumps", "pickle", "deepcopy"] + (["state_dict"] if generators != "member" else [])
+    hows = ["state_dict", "dumps", "pickle", "deepcopy"]
     for seed in range(2):
         rng = random.Random(seed)
         ref, restored = make(), make()

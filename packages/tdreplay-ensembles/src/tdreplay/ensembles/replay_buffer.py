@@ -21,6 +21,7 @@ from tdreplay.core import (
 )
 from tdreplay.core.utils import check_instance
 
+from ._member_state import MEMBER_BUFFERS, MemberBufferStates
 from ._members import select_members
 from .collate import PartsCollate, stack_parts
 from .sampler import SamplerEnsemble
@@ -165,8 +166,8 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
       ``rb[i, idx]`` is ``rb[i][idx]``. ``len(rb)`` is the number of buffers, as in TorchRL.
     - ``p`` and ``num_buffer_sampled`` given with components belong to the
       :class:`SamplerEnsemble`; passing them here as well is refused.
-    - :meth:`dumps` / :meth:`loads` save and restore every buffer's storage, sampler and writer
-      (and the generators) in one atomic checkpoint.
+    - :meth:`state_dict` and :meth:`dumps` (one atomic checkpoint) save every buffer's storage,
+      sampler (with its generator), writer and transforms' state, and the ensemble's own.
     - It may go to another process only if every buffer's parts may (see :meth:`share`).
 
     Examples
@@ -274,6 +275,7 @@ class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
                                    collate_fn if collate_fn is not None else stack_parts)
         self._collate_fn = self._parts
         self._lock = _EnsembleLock(self._rbs)
+        self.register_stateful(MEMBER_BUFFERS, MemberBufferStates(self._rbs))  # their transforms
         if shared:
             self.share()  # the buffers too, now that they are known
 

@@ -14,6 +14,13 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tdreplay.core import CheckpointError, Sampler, Storage
 from tdreplay.core.utils import check_batch_size, check_instance
 
+from ._generators import (
+    GENERATORS,
+    GENERATORS_FILE,
+    check_generator_states,
+    generator_states,
+    restore_generators,
+)
 from ._members import (
     MembersShareable,
     check_members_state_dict,
@@ -27,8 +34,6 @@ from ._members import (
 )
 from .collate import stack_parts
 from .storage import StorageEnsemble
-
-RNG_FILE = "generators.pt"
 
 
 def _check_p(p: Any, n: int) -> torch.Tensor | None:
@@ -59,6 +64,15 @@ def _check_p(p: Any, n: int) -> torch.Tensor | None:
         raise ValueError(f"p must give at least one buffer a positive weight, got "
                          f"{weights.tolist()}.")
     return weights / total
+
+
+def _split_state(state_dict: Any) -> tuple[Any, Any]:
+    """A :meth:`SamplerEnsemble.state_dict` as ``(the samplers' states, their generators'
+    states)``; ``None`` for the generators of a state without them."""
+    if not isinstance(state_dict, dict):
+        return state_dict, None
+    members = {key: value for key, value in state_dict.items() if key != GENERATORS}
+    return members, state_dict.get(GENERATORS)
 
 
 def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int | None:
@@ -365,15 +379,22 @@ class SamplerEnsemble(MembersShareable, Sampler):
 
     # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """``{"0": samplers[0].state_dict(), ...}``."""
-        return members_state_dict(self._samplers)
+        """``{"0": samplers[0].state_dict(), ..., "generators": [...]}``: each sampler's state
+        and its generator's (``None`` without one), as :meth:`dumps` saves them."""
+        return {**members_state_dict(self._samplers), GENERATORS: generator_states(self._samplers)}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        check_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
+        members, generators = _split_state(state_dict)
+        check_members_state_dict(self._samplers, members, "SamplerEnsemble")
+        check_generator_states(self._samplers, generators)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; on failure every sampler is left as it was."""
-        load_members_state_dict(self._samplers, state_dict, "SamplerEnsemble")
+        """Restore :meth:`state_dict` (a state without ``"generators"`` leaves the generators
+        as they are); on failure every sampler is left as it was."""
+        members, generators = _split_state(state_dict)
+        check_generator_states(self._samplers, generators)
+        load_members_state_dict(self._samplers, members, "SamplerEnsemble")
+        restore_generators(self._samplers, generators)
 
     def dumps(self, path: Any) -> None:
         """Write each sampler's checkpoint into ``path/<i>``, and their generators' states.
@@ -383,24 +404,22 @@ class SamplerEnsemble(MembersShareable, Sampler):
         """
         path = Path(path)
         dump_members(self._samplers, path, "SamplerEnsemble")
-        torch.save([None if s.generator is None else s.generator.get_state()
-                    for s in self._samplers], path / RNG_FILE)
+        torch.save(generator_states(self._samplers), path / GENERATORS_FILE)
 
     def prepare_load(self, path: Any) -> Any:
         """Read and check every sampler's checkpoint; return a function installing them."""
         path = Path(path)
         install_members = prepare_members(self._samplers, path, "SamplerEnsemble")
-        states = torch.load(path / RNG_FILE, weights_only=True) if (path / RNG_FILE).is_file() \
-            else [None] * len(self._samplers)
-        if not isinstance(states, list) or len(states) != len(self._samplers):
-            raise CheckpointError(f"{path / RNG_FILE} does not hold one generator state per "
-                                  "sampler.")
+        file = path / GENERATORS_FILE
+        states = torch.load(file, weights_only=True) if file.is_file() else None
+        try:
+            check_generator_states(self._samplers, states)
+        except ValueError as err:
+            raise CheckpointError(f"{file}: {err}") from err
 
         def commit() -> None:
             install_members()
-            for sampler, state in zip(self._samplers, states):
-                if state is not None and sampler.generator is not None:
-                    sampler.generator.set_state(state)
+            restore_generators(self._samplers, states)
 
         return commit
 
