@@ -13,8 +13,9 @@ behind a ``SliceSampler``; on tensor, memmap and list storages, with random, wit
 slice and prioritized samplers; transforms given at construction, in a ``Compose``, and
 added with ``append_transform`` / ``insert_transform``.
 
-The first test is a focused reproduction of a divergence these histories found (marked xfail
-until fixed); the last ones guard the behaviours that agree.
+The first test is a focused reproduction of a divergence these histories found (fixed: a
+buffer holding a ``VecNorm`` pickles and deep-copies); the last ones guard the behaviours that
+agree.
 """
 
 from __future__ import annotations
@@ -49,8 +50,6 @@ _COPIES = {"pickle": lambda obj: pickle.loads(pickle.dumps(obj)), "deepcopy": co
 
 # ---- focused reproduction -----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: a buffer holding a VecNorm cannot be pickled or "
-                                       "deep-copied (TypeError: cannot pickle '_thread.lock')")
 @pytest.mark.parametrize("how", sorted(_COPIES))
 def test_buffer_with_vecnorm_copies(how):
     # buffers copy with pickle.dumps / deepcopy (a pickled copy is what a worker receives),
@@ -60,7 +59,7 @@ def test_buffer_with_vecnorm_copies(how):
                                 transform=VecNorm(in_keys=["obs"], decay=0.9))
     rb.extend(TensorDict({"obs": torch.arange(10.0)}, [10]))
     rb.sample()
-    copied = _COPIES[how](rb)  # TypeError: cannot pickle '_thread.lock' object
+    copied = _COPIES[how](rb)  # was: TypeError: cannot pickle '_thread.lock' object
     assert copied.transform.state_dict().keys() == rb.transform.state_dict().keys()
     torch.manual_seed(0)
     expected = rb.sample()["obs"]
@@ -171,8 +170,7 @@ def _transform_state(rb) -> dict:
 @pytest.mark.parametrize("kind", sorted(_KINDS))
 def test_restored_buffers_with_transforms_sample_alike(kind):
     make, norm_at = _KINDS[kind]
-    # a buffer holding a VecNorm does not copy (see the xfail above): state_dict and dumps only
-    hows = ["state_dict", "dumps"] + (["pickle", "deepcopy"] if kind == "slices" else [])
+    hows = ["state_dict", "dumps", "pickle", "deepcopy"]
     for seed in range(4):
         rng = random.Random(seed)
         ref, restored = make(), make()

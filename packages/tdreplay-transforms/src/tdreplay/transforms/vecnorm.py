@@ -6,12 +6,14 @@ import copy
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from multiprocessing.synchronize import SemLock
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Compose, Transform
+from tdreplay.core.process_sharing import sending_to_new_process
 from tdreplay.core.transform import NestedKey
 
 from ._state import checked_state
@@ -56,9 +58,62 @@ def _check_key_stats(key: NestedKey, state: dict[str, torch.Tensor]) -> None:
 
 
 def _sum_left(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` summed over its leading dims until it has the dims of ``like``."""
     while value.ndim > like.ndim:
         value = value.sum(0)
     return value
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the running statistics of data of ``dtype`` are kept in: float32 or wider.
+
+    A float16 sum of squares overflows on ordinary data (float16 ends at 65504: 700 values
+    of 10), a bfloat16 sum stops growing (8 bits of mantissa); float64 data keeps float64.
+
+    Examples
+    --------
+    >>> stats_dtype(torch.float16), stats_dtype(torch.bfloat16), stats_dtype(torch.float64)
+    (torch.float32, torch.float32, torch.float64)
+    """
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _mean_std(total: torch.Tensor, ssq: torch.Tensor, count: torch.Tensor, eps: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and standard deviation (at least ``sqrt(eps)``) of running statistics."""
+    mean = total / count
+    return mean, (ssq / count - mean.pow(2)).clamp_min(eps).sqrt()
+
+
+def _widened(value: torch.Tensor, stat: torch.Tensor) -> torch.Tensor:
+    """``value`` in the wider of its dtype and that of ``stat``: sums and results are computed
+    there (torch would compute ``value - stat`` in ``value``'s dtype for a 0-dim ``stat``)."""
+    return value.to(torch.promote_types(value.dtype, stat.dtype))
+
+
+def _as_input_dtype(result: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``result`` (computed in the statistics' dtype) in the dtype of the floating ``value``
+    it was computed from; other inputs (integers) get the statistics' dtype."""
+    return result.to(value.dtype) if value.is_floating_point() else result
+
+
+_Stats = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # sum, sum of squares, count
+
+
+def _check_shared_stats(shared_td: TensorDictBase, in_keys: Sequence[NestedKey]) -> None:
+    """``KeyError`` unless ``shared_td`` holds the three statistics of every in_key,
+    ``ValueError`` (naming the entry) for sums in a dtype narrower than :func:`stats_dtype`
+    (float16 / bfloat16, integers), where running sums overflow or stop growing."""
+    present = set(shared_td.keys(True, True))
+    for key in in_keys:
+        absent = [k for k in (_stat_key(key, s) for s in _SUFFIXES) if k not in present]
+        if absent:
+            raise KeyError(f"VecNorm: shared_td lacks {absent} for in_key {key!r}.")
+        for name in (_stat_key(key, "_sum"), _stat_key(key, "_ssq")):
+            dtype = shared_td.get(name).dtype
+            if stats_dtype(dtype) != dtype:
+                raise ValueError(f"VecNorm: shared_td[{name!r}] is {dtype}, where running sums "
+                                 f"overflow or stop growing: make it {stats_dtype(dtype)}.")
 
 
 class VecNorm(Transform):
@@ -71,6 +126,17 @@ class VecNorm(Transform):
     ``"<key>_sum"``, ``"<key>_ssq"``, ``"<key>_count"``, nested keys joined with ``"."``);
     updates hold ``lock``, so a prefetching buffer may run it from its worker thread.
 
+    The statistics are kept in float32 or wider (:func:`stats_dtype`): those of float16 or
+    bfloat16 data in float32, where TorchRL keeps them in the data's dtype and a float16 sum
+    of squares overflows to ``inf``; the outputs keep the dtype of the input. A batch that
+    would make the statistics non-finite (it holds ``nan`` / ``inf``, or values whose squares
+    overflow) is refused with a ``ValueError`` naming the entry, the statistics unchanged, so
+    :meth:`state_dict` always holds statistics :meth:`load_state_dict` accepts.
+
+    It pickles and deep-copies (a buffer holding it does): the copy gets a new lock, except
+    that a multiprocessing lock goes along to a process being started (spawn, forkserver),
+    where statistics in shared memory (``shared_td``) stay shared as well.
+
     Parameters
     ----------
     in_keys, out_keys : sequence of nested keys
@@ -78,9 +144,11 @@ class VecNorm(Transform):
         "reward"]``; ``out_keys`` defaults to ``in_keys``.
     shared_td : TensorDict, optional
         Statistics to use and update in place (in shared memory or memory-mapped), holding
-        ``"<key>_sum"``, ``"<key>_ssq"`` and ``"<key>_count"`` for every in_key.
+        ``"<key>_sum"``, ``"<key>_ssq"`` and ``"<key>_count"`` for every in_key, the sums in
+        float32 or wider.
     lock : context manager, optional
-        Held while the statistics change; a new ``threading.Lock`` by default.
+        Held while the statistics change; a new ``threading.Lock`` by default (give a
+        ``multiprocessing`` lock with statistics shared between processes).
     decay : float
         Decay of the running sums, in ``(0, 1]``. Defaults to ``0.9999``.
     eps : float
@@ -134,11 +202,7 @@ class VecNorm(Transform):
                                 f"{type(shared_td).__name__}.")
             if not (shared_td.is_shared() or shared_td.is_memmap()):
                 raise RuntimeError("VecNorm: shared_td must be in shared memory or memory-mapped.")
-            present = set(shared_td.keys(True, True))
-            for key in self.in_keys:
-                absent = [k for k in (_stat_key(key, s) for s in _SUFFIXES) if k not in present]
-                if absent:
-                    raise KeyError(f"VecNorm: shared_td lacks {absent} for in_key {key!r}.")
+            _check_shared_stats(shared_td, self.in_keys)
         self.stats: TensorDictBase | None = shared_td
         self.lock: AbstractContextManager[Any] = threading.Lock() if lock is None else lock
         self.decay = float(decay)
@@ -161,57 +225,79 @@ class VecNorm(Transform):
         """A frozen copy with a copy of the current statistics (not updated by ``self``)."""
         if self.stats is None:
             raise RuntimeError("VecNorm has seen no data yet: nothing to copy.")
-        clone = copy.copy(self)
+        clone = copy.copy(self)  # with a new lock (__getstate__)
         clone.stats = self.stats.clone()
-        clone.lock = threading.Lock()
         return clone.freeze()
 
     # ---- statistics ----------------------------------------------------------------------------
-    def _init(self, key: NestedKey, value: torch.Tensor, data: TensorDictBase) -> TensorDictBase:
-        stats = self.stats if self.stats is not None else TensorDict()
-        if _stat_key(key, "_sum") not in stats.keys(True, True):
-            if self.shapes is None:
-                shape = value.shape[data.batch_dims:]
-            else:
-                shape = self.shapes[self.in_keys.index(key)]
-            zeros = torch.zeros(shape, dtype=value.dtype, device=value.device)
-            stats.set(_stat_key(key, "_sum"), zeros)
-            stats.set(_stat_key(key, "_ssq"), zeros.clone())
-            stats.set(_stat_key(key, "_count"), torch.zeros(1, device=value.device))
-        self.stats = stats
-        return stats
+    def _held(self, key: NestedKey) -> _Stats | None:
+        """The statistics of ``key`` (``None`` before it was seen)."""
+        if self.stats is None or _stat_key(key, "_sum") not in self.stats.keys(True, True):
+            return None
+        total, ssq, count = (self.stats.get(_stat_key(key, s)) for s in _SUFFIXES)
+        return total, ssq, count
 
-    def _update(self, key: NestedKey, value: torch.Tensor, n: int, data: TensorDictBase
-                ) -> torch.Tensor:
-        stats = self._init(key, value, data)
-        total = stats.get(_stat_key(key, "_sum"))
-        ssq = stats.get(_stat_key(key, "_ssq"))
-        count = stats.get(_stat_key(key, "_count"))
-        if not self.frozen:
-            total.mul_(self.decay).add_(_sum_left(value, total))
-            ssq.mul_(self.decay).add_(_sum_left(value.pow(2), ssq))
-            count.mul_(self.decay).add_(n)
-        mean = total / count
-        std = (ssq / count - mean.pow(2)).clamp_min(self.eps).sqrt()
-        return (value - mean) / std.clamp_min(self.eps)
+    def _fresh(self, key: NestedKey, value: torch.Tensor, data: TensorDictBase) -> _Stats:
+        """Zero statistics for ``key``, shaped as its entry past the batch dims (or ``shapes``),
+        in :func:`stats_dtype` of its dtype."""
+        if self.shapes is None:
+            shape = value.shape[data.batch_dims:]
+        else:
+            shape = self.shapes[self.in_keys.index(key)]
+        zeros = torch.zeros(shape, dtype=stats_dtype(value.dtype), device=value.device)
+        return zeros, zeros.clone(), torch.zeros(1, device=value.device)
+
+    def _accumulated(self, key: NestedKey, value: torch.Tensor, n: int, stats: _Stats
+                     ) -> _Stats:
+        """``stats`` updated with ``value`` (``n`` items), as new tensors; ``ValueError``
+        naming ``key`` when they would not be finite."""
+        total, ssq, count = stats
+        wide = _widened(value, total)
+        total = (total * self.decay + _sum_left(wide, total)).to(total.dtype)
+        ssq = (ssq * self.decay + _sum_left(wide.pow(2), ssq)).to(ssq.dtype)
+        if not bool(torch.isfinite(total).all() & torch.isfinite(ssq).all()):
+            raise ValueError(f"VecNorm: the batch's {key!r} would make its running statistics "
+                             f"non-finite (it holds nan / inf, or values whose squares overflow "
+                             f"{total.dtype}); refused, the statistics are unchanged.")
+        return total, ssq, count * self.decay + n
+
+    def _store(self, key: NestedKey, stats: _Stats) -> None:
+        """Make ``stats`` those of ``key``: written into the held tensors (shared statistics
+        stay shared), set for a key seen for the first time."""
+        if self.stats is None:
+            self.stats = TensorDict()
+        for suffix, value in zip(_SUFFIXES, stats):
+            name = _stat_key(key, suffix)
+            held = self.stats.get(name, None)
+            if held is None:
+                self.stats.set(name, value)
+            elif held is not value:
+                held.copy_(value)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
+        present = {key: (out_key, value) for key, out_key in zip(self.in_keys, self.out_keys)
+                   if (value := data.get(key, None)) is not None}
+        n = max(1, data.numel())
         with self.lock:
-            for key, out_key in zip(self.in_keys, self.out_keys):
-                value = data.get(key, None)
-                if value is None:
-                    continue
-                data.set(out_key, self._update(key, value, max(1, data.numel()), data))
+            stats = {key: self._held(key) or self._fresh(key, value, data)
+                     for key, (_, value) in present.items()}
+            if not self.frozen:  # every entry checked before any statistic changes
+                stats = {key: self._accumulated(key, value, n, stats[key])
+                         for key, (_, value) in present.items()}
+            for key, (out_key, value) in present.items():
+                self._store(key, stats[key])
+                mean, std = _mean_std(*stats[key], self.eps)
+                normalised = (_widened(value, mean) - mean) / std.clamp_min(self.eps)
+                data.set(out_key, _as_input_dtype(normalised, value))
         return data
 
     def _loc_scale(self, key: NestedKey) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.stats is None or _stat_key(key, "_sum") not in self.stats.keys(True, True):
+        stats = self._held(key)
+        if stats is None:
             raise RuntimeError(f"VecNorm has no statistics for {key!r} yet: it has seen no "
                                "data with that entry.")
-        total, ssq, count = (self.stats.get(_stat_key(key, s)) for s in _SUFFIXES)
-        loc = total / count
-        return loc, (ssq / count - loc.pow(2)).clamp_min(self.eps).sqrt()
+        return _mean_std(*stats, self.eps)
 
     @property
     def standard_normal(self) -> bool:
@@ -236,7 +322,7 @@ class VecNorm(Transform):
             value = data.get(out_key, None)
             if value is not None:
                 loc, scale = self._loc_scale(key)
-                data.set(key, value * scale + loc)
+                data.set(key, _as_input_dtype(_widened(value, scale) * scale + loc, value))
         return data
 
     def to_observation_norm(self) -> ObservationNorm | Compose:
@@ -280,12 +366,29 @@ class VecNorm(Transform):
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned; shared statistics are updated in place."""
         state, keys = self._checked(state_dict)
-        loaded = TensorDict({keys[name]: value.clone() for name, value in state.items()})
+        # (statistics saved in float16 / bfloat16 go on in float32)
+        loaded = TensorDict({keys[name]: value.to(stats_dtype(value.dtype), copy=True)
+                             for name, value in state.items()})
         with self.lock:
             if self.stats is not None and (self.stats.is_shared() or self.stats.is_memmap()):
                 self.stats.update_(loaded)
             else:
                 self.stats = loaded
+
+    # ---- copies --------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle (and deep-copy) without the lock, which does not pickle: the copy makes a
+        new one. A multiprocessing lock goes along to a process being started, where it is the
+        same lock, guarding statistics that stay shared there."""
+        state = self.__dict__.copy()
+        if not (isinstance(self.lock, SemLock) and sending_to_new_process()):
+            state["lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.lock is None:
+            self.lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"VecNorm(keys={self.in_keys}, decay={self.decay}, eps={self.eps}, "
