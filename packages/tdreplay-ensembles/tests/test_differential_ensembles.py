@@ -19,10 +19,7 @@ the behaviours that agree.
 
 from __future__ import annotations
 
-import copy
-import pickle
 import random
-import tempfile
 
 import numpy as np
 import pytest
@@ -35,6 +32,7 @@ from tdreplay.core import (
     SamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
+from tdreplay.core.testing import restored
 from tdreplay.ensembles import ReplayBufferEnsemble
 from tdreplay.samplers import PrioritizedSampler
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
@@ -44,20 +42,6 @@ from tdreplay.transforms import VecNorm
 def _data(n: int, base: float) -> TensorDict:
     return TensorDict({"obs": torch.arange(n, dtype=torch.float32) + base}, [n])
 
-
-def _restored(rb, make, how, keep):
-    if how == "state_dict":
-        new = make()
-        new.load_state_dict(rb.state_dict())
-        return new
-    if how == "dumps":
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new = make()
-            new.loads(path)
-        return new
-    keep.append(rb)  # a copied memmap storage maps the original's files: keep them alive
-    return pickle.loads(pickle.dumps(rb)) if how == "pickle" else copy.deepcopy(rb)
 
 
 # ---- focused reproductions ----------------------------------------------------------------------
@@ -78,9 +62,9 @@ def test_state_dict_restores_member_generators():
     rb[1].extend(_data(10, 10))
     for _ in range(3):
         rb.sample()
-    restored = build()
-    restored.load_state_dict(rb.state_dict())
-    assert torch.equal(restored.sample()["obs"], rb.sample()["obs"])
+    twin = build()
+    twin.load_state_dict(rb.state_dict())
+    assert torch.equal(twin.sample()["obs"], rb.sample()["obs"])
 
 
 @pytest.mark.parametrize("how", ["state_dict", "dumps"])
@@ -100,10 +84,10 @@ def test_restore_keeps_member_transform_state(how):
     rb[1].extend(_data(10, 0))
     for _ in range(3):
         rb.sample()
-    restored = _restored(rb, build, how, [])
+    twin = restored(rb, build, how, [])
     saved = {k: v.tolist() for k, v in rb[0].transform[0].state_dict().items()}
-    assert {k: v.tolist() for k, v in restored[0].transform[0].state_dict().items()} == saved
-    assert torch.equal(restored.sample()["obs"], rb.sample()["obs"])
+    assert {k: v.tolist() for k, v in twin[0].transform[0].state_dict().items()} == saved
+    assert torch.equal(twin.sample()["obs"], rb.sample()["obs"])
 
 
 # ---- guard: histories on which the ensembles agree ----------------------------------------------
@@ -160,7 +144,7 @@ def test_ensemble_histories_agree_with_member_models(option, generators):
     hows = ["state_dict", "dumps", "pickle", "deepcopy"]
     for seed in range(2):
         rng = random.Random(seed)
-        ref, restored = make(), make()
+        ref, twin = make(), make()
         keep: list = []
         models: list[list] = [[None] * c for c in _CAPACITIES]
         cursor, filled, written = [0, 0, 0], [0, 0, 0], [0, 0, 0]
@@ -186,8 +170,8 @@ def test_ensemble_histories_agree_with_member_models(option, generators):
             how = rng.choice(hows)
             draw_seed = rng.randrange(2**31)
             samples = []
-            for which in ("ref", "restored"):
-                rb = ref if which == "ref" else restored
+            for which in ("ref", "twin"):
+                rb = ref if which == "ref" else twin
                 where = (option, generators, seed, step, op, which)
                 out = None
                 if op == "extend":
@@ -207,8 +191,8 @@ def test_ensemble_histories_agree_with_member_models(option, generators):
                         priority = [(x["index"] % 5 + 1).float() / 3 for x in index]
                         if index:
                             rb.update_priority(index, priority)
-                elif op == "restore" and which == "restored":
-                    restored = rb = _restored(rb, make, how, keep)
+                elif op == "restore" and which == "twin":
+                    twin = rb = restored(rb, make, how, keep)
                 elif op == "empty":
                     rb.empty()
                 elif op == "member_empty":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import pickle
 import random
-import tempfile
 
 import numpy as np
 import pytest
@@ -31,6 +30,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, SamplerWithoutReplacement, TensorDictReplayBuffer
+from tdreplay.core.testing import restored
 from tdreplay.samplers import PrioritizedSampler, SliceSampler
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 from tdreplay.transforms import (
@@ -143,20 +143,6 @@ _KINDS = {  # name: (make, the position of an ObservationNorm to initialize mid-
 }
 
 
-def _restored(rb, make, how, keep):
-    if how == "state_dict":
-        new = make()
-        new.load_state_dict(rb.state_dict())
-        return new
-    if how == "dumps":
-        with tempfile.TemporaryDirectory() as path:
-            rb.dumps(path)
-            new = make()
-            new.loads(path)
-        return new
-    keep.append(rb)  # a copied memmap storage maps the original's files: keep them alive
-    return _COPIES[how](rb)
-
 
 def _plain(td) -> dict:
     return {k: (v.dtype, v.tolist()) for k, v in td.items(True, True)}
@@ -173,7 +159,7 @@ def test_restored_buffers_with_transforms_sample_alike(kind):
     hows = ["state_dict", "dumps", "pickle", "deepcopy"]
     for seed in range(4):
         rng = random.Random(seed)
-        ref, restored = make(), make()
+        ref, twin = make(), make()
         keep: list = []
         base, episode = 0, 0
         for step in range(25):
@@ -185,8 +171,8 @@ def test_restored_buffers_with_transforms_sample_alike(kind):
             how = rng.choice(hows)
             draw_seed = rng.randrange(2**31)
             results = []
-            for which in ("ref", "restored"):
-                rb = ref if which == "ref" else restored
+            for which in ("ref", "twin"):
+                rb = ref if which == "ref" else twin
                 out = None
                 if op == "extend":
                     rb.extend(data.clone())
@@ -201,8 +187,8 @@ def test_restored_buffers_with_transforms_sample_alike(kind):
                         out = _plain(sample)
                         if op == "priority" and kind == "prioritized":
                             rb.update_priority(sample["index"], (sample["index"] % 4 + 1).float())
-                elif op == "restore" and which == "restored":
-                    restored = rb = _restored(rb, make, how, keep)
+                elif op == "restore" and which == "twin":
+                    twin = rb = restored(rb, make, how, keep)
                 elif op == "init" and norm_at is not None:
                     norm = rb.transform[norm_at]
                     if not norm.initialized:
