@@ -356,3 +356,37 @@ def test_max_value_writer_is_not_shareable():
     assert rb.shared is False
     rb.extend(batch([1.0, 2.0], [0, 1]))  # the buffer itself goes on
     assert sorted(contents(rb)) == [(1.0, 0), (2.0, 1)]
+
+
+def test_index_of_a_partly_kept_batch_names_each_row_kept_and_minus_one_for_the_others():
+    # the rows kept get their slots in the batch's "index", the others -1 (as TorchRL); before,
+    # the batch kept whatever "index" it had (stale after a first write) or none
+    rb = make_rb(3)
+    first = batch([1.0, 5.0, 2.0, 9.0, 0.0], [0, 1, 2, 3, 4])
+    assert rb.extend(first).tolist() == [0, 1, 2]
+    assert first["index"].tolist() == [-1, 0, 1, 2, -1]
+    second = batch([0.0, 7.0], [5, 6])
+    second["index"] = torch.tensor([9, 9])  # a stale index from elsewhere
+    assert rb.extend(second).tolist() == [1]  # 7 replaces the least kept (rank 2, row 1)
+    assert second["index"].tolist() == [-1, 1]
+    assert rb.writer.written_positions.tolist() == [1]
+    whole = batch([10.0, 11.0, 12.0], [7, 8, 9])
+    rb.extend(whole)
+    assert rb.writer.written_positions is None  # every row written, in order
+    assert sorted(whole["index"].tolist()) == [0, 1, 2]
+
+
+def test_priorities_of_a_partly_kept_batch_go_to_the_rows_kept():
+    samplers = pytest.importorskip("tdreplay.samplers")  # (not a dependency of writers)
+    rb = TensorDictReplayBuffer(storage=ListStorage(3),
+                                writer=TensorDictMaxValueWriter(rank_key="rank"),
+                                sampler=samplers.PrioritizedSampler(3, alpha=1.0, beta=1.0,
+                                                                    eps=0.0))
+    data = batch([1.0, 5.0, 2.0, 9.0, 0.0], [0, 1, 2, 3, 4])
+    data["td_error"] = torch.tensor([10.0, 20.0, 30.0, 40.0, 50.0])
+    rb.extend(data)  # rows 0, 1, 2 hold ids 1, 2, 3: priorities 20, 30, 40
+    assert rb.sampler.total_priority == pytest.approx(90.0)
+    more = batch([0.0, 7.0], [5, 6])
+    more["td_error"] = torch.tensor([1.0, 2.0])
+    rb.extend(more)  # id 6 (priority 2) replaces id 2 (priority 30) at row 1
+    assert rb.sampler.total_priority == pytest.approx(62.0)

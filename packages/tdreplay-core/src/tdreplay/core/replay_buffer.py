@@ -107,6 +107,15 @@ def _flat(slots: torch.Tensor) -> torch.Tensor:
     return slots if slots.ndim == 1 else slots.reshape(-1)
 
 
+def _per_batch_row(slots: torch.Tensor, positions: torch.Tensor, rows: int) -> torch.Tensor:
+    """The slots of each row of a batch of ``rows`` rows of which only those at ``positions``
+    were written (to ``slots``, one entry per row written, with the slots of its steps in a
+    storage of several dims): ``-1`` for the others, as TorchRL marks rows it did not write."""
+    out = torch.full((rows, *slots.shape[1:]), -1, dtype=torch.long)
+    out[positions] = slots.to(torch.long).cpu()
+    return out
+
+
 def _one_slot_per_row(slots: torch.Tensor, rows: int) -> bool:
     """Whether a batch's ``rows`` rows went to ``slots`` one slot each (a 1-dim storage, and a
     writer that kept every row: not a max-value writer that kept some); ``rows < 0``: unknown."""
@@ -589,15 +598,19 @@ class TensorDictReplayBuffer(ReplayBuffer):
         with self._write_lock(data):
             slots = self._written_as_given(self._write_batch(data, priority, rows_given),
                                            data, dim)
-            self._set_index(tensordicts, slots)
-            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): the rows written
-            # then cannot be matched with the batch's per-row entries
+            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
+            kept = self._writer.written_positions if not dim else None
+            self._set_index(tensordicts, slots if kept is None
+                            else _per_batch_row(slots, kept, tensordicts.batch_size[0]))
             aligned = bool(slots.numel()) and _leads(slots.shape, tensordicts.batch_size)
             if aligned:
                 self._refresh_item_info(tensordicts, slots, present)
             if priority is not None and not _one_slot_per_row(slots, rows_given):
                 if aligned:
                     self._sampler.update_priority(slots, priority, storage=self._storage)
+                elif kept is not None and slots.numel():
+                    given = tensordicts.get(self.priority_key)  # (checked: the rows kept)
+                    self._sampler.update_priority(slots, given[kept], storage=self._storage)
                 elif slots.numel():
                     warnings.warn(
                         f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "

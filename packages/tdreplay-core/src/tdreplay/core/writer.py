@@ -55,6 +55,12 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     #: Entries :meth:`sample_info` adds to a sample (bookkeeping, never stored as data).
     info_keys: tuple[str, ...] = ()
 
+    #: After an ``extend`` that wrote only some rows of its batch (a writer that keeps the
+    #: best rows): the batch position of each row written, in the order of the rows returned;
+    #: ``None`` (the default) when every row of the batch was written, in order. A buffer
+    #: matches the batch's ``index`` and priorities to the rows written with it.
+    written_positions: torch.Tensor | None = None
+
     #: Whether :meth:`write_at` and :meth:`extend_reusing` write at rows chosen by the caller
     #: (``False`` by default; :class:`RoundRobinWriter` does). A buffer whose sampler consumes
     #: items (:attr:`Sampler.max_sample_count`) refuses a writer that cannot.

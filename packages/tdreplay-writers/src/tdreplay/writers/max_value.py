@@ -259,6 +259,9 @@ class TensorDictMaxValueWriter(Writer):
                 raise
         self._age += n
         self.write_count += len(pairs)
+        positions = [p for _, p in pairs]
+        self.written_positions = (None if single or positions == list(range(n))
+                                  else torch.tensor(positions, dtype=torch.long))
         return rows
 
     # ---- Writer API -------------------------------------------------------------------------
@@ -273,6 +276,7 @@ class TensorDictMaxValueWriter(Writer):
         """Offer a batch; return the rows written (a subset of the batch, in batch order)."""
         rank = self._ranks(data, batched=True)
         if not rank.numel():
+            self.written_positions = None  # (no row: all of them written, in order)
             return torch.empty(0, dtype=torch.long)
         capacity = self.storage.rows_capacity_for(data, batched=True)
         return self._write(data, rank, capacity, single=False)
