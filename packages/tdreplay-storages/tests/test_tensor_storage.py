@@ -774,3 +774,16 @@ def test_new_key_adds_a_zero_filled_entry_as_torchrl(tmp_path: Any) -> None:
     with pytest.raises(KeyError, match="unexpected"):
         mm[:] = everything
     assert list(mm[:].keys()) == ["obs"]
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+@pytest.mark.parametrize("dim_extend", [0, 1])
+def test_extend_returns_slots_shaped_like_the_batch_of_any_lane_count(lanes, dim_extend):
+    # a storage of one lane ([N, 1]) returned [T] slots for a [T, 1] batch (rows_to_slots
+    # skipped the lane dim whenever a row holds one slot)
+    shape = (4, lanes) if dim_extend == 0 else (lanes, 4)
+    rb = ReplayBuffer(storage=LazyTensorStorage(8, ndim=2), dim_extend=dim_extend)
+    data = TensorDict({"x": torch.arange(4 * lanes).reshape(shape)}, list(shape))
+    slots = rb.extend(data)
+    assert slots.shape == shape
+    assert torch.equal(rb.storage.get(slots.reshape(-1))["x"], data["x"].reshape(-1))

@@ -182,7 +182,7 @@ class TensorStorage(CompilableRows, Storage):
 
     def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
         layout = self._current_layout()
-        if layout is None or layout.row_numel == 1:  # one slot a row
+        if layout is None or not layout.inner:  # ndim=1: one slot a row
             return rows
         return _slots_of_rows(layout, rows)
 
