@@ -58,6 +58,16 @@ class DrawMixin:
                 return self._sample(batch_size, prefetch_epoch, marked=True)
             except BaseException:
                 sampler.undo_draws(mark)
-                if prefetch_epoch is not None:  # drawn ahead: no job draws until it is seen
-                    self._prefetcher.halt()
                 raise
+
+    def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
+        """``_sample`` for the prefetch queue (:meth:`Prefetcher.next`): a batch drawn ahead
+        (``prefetch_epoch`` set) that fails lets no job draw until the error reaches the
+        ``sample`` whose turn it was (:meth:`~tdreplay.core.prefetch.Prefetcher.halt`), with
+        any sampler: the generator and the sampler stay where the failure left them."""
+        try:
+            return self._sample(batch_size, prefetch_epoch)
+        except BaseException:
+            if prefetch_epoch is not None:
+                self._prefetcher.halt()
+            raise

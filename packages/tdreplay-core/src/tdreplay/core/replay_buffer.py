@@ -484,7 +484,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         prefetches batches of that size from an endless sampler, else drawn now."""
         if (self._prefetch and batch_size == (self._batch_size or batch_size)
                 and not self._sampler_is_finite()):
-            return self._prefetcher.next(batch_size, self._sample)
+            return self._prefetcher.next(batch_size, self._sample_ahead)
         return self._draw(batch_size)
 
     def _sampler_is_finite(self) -> bool:
