@@ -153,10 +153,12 @@ class MultiStep(Transform):
         for key, reward, total in zip(self.in_keys, rewards, discounted):
             data.set(_original_name(key), reward)
             data.set(key, total)
-        data.set("steps_to_next_obs", steps.reshape(steps.shape + extra))
+        # one per done flag (the window is the same for every agent's flag: see time_flags)
+        data.set("steps_to_next_obs",
+                 steps.reshape(steps.shape + extra).expand(done_shape).contiguous())
         dtype = discounted[0].dtype
         gamma = torch.pow(torch.tensor(self.gamma, dtype=dtype, device=steps.device), steps)
-        data.set("gamma", gamma.reshape(steps.shape + extra))
+        data.set("gamma", gamma.reshape(steps.shape + extra).expand(done_shape).contiguous())
         return data
 
     def _discount(self, reward: torch.Tensor, steps: torch.Tensor, batch_dims: int
