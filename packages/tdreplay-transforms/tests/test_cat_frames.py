@@ -168,3 +168,16 @@ class TestMakeRbTransformAndSampler:
         transform, _ = CatFrames(N=3, dim=-1, in_keys=["obs"]).make_rb_transform_and_sampler(1)
         with pytest.raises(ValueError, match="multiple of N=3"):
             transform(self.episodes()[:4])
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_frame_stack_sampler_refuses_slices_shorter_than_a_stack(replacement):
+    # strict_length=False let a short trajectory give a short slice, and a sample then failed
+    # at random in the stacking transform (as in TorchRL); it is refused when built
+    cat = CatFrames(3, -1, in_keys=["obs"], out_keys=["stack"])
+    with pytest.raises(ValueError, match="strict_length=True"):
+        cat.make_rb_transform_and_sampler(traj_key="ep", strict_length=False,
+                                          replacement=replacement)
+    _, sampler = cat.make_rb_transform_and_sampler(traj_key="ep", strict_length=True,
+                                                   replacement=replacement)
+    assert sampler.frames == 3 and sampler.slice_len == 3

@@ -23,6 +23,21 @@ def _frames(value: Any) -> int:
     return value
 
 
+def _slice_arguments(owner: str, frames: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The slice sampler's arguments for stacks of ``frames`` frames, after refusing what
+    would give slices of another length (which the stacking transform cannot regroup)."""
+    if "slice_len" in kwargs or "num_slices" in kwargs:
+        raise TypeError(f"{owner} sets slice_len to frames; do not pass slice_len or "
+                        "num_slices.")
+    if kwargs.get("strict_length", True) is not True:
+        raise ValueError(f"{owner} needs strict_length=True, got "
+                         f"strict_length={kwargs['strict_length']!r}: every slice must hold "
+                         "exactly `frames` steps to be stacked (CatFrames pads a stack at the "
+                         "start of a trajectory; a trajectory shorter than a stack is never "
+                         "drawn).")
+    return {**kwargs, "slice_len": _frames(frames)}
+
+
 class FrameStackSliceSampler(SliceSampler):
     """A :class:`~tdreplay.samplers.SliceSampler` of slices of ``frames`` steps whose
     ``batch_size`` is a number of slices: ``sample(storage, B)`` returns ``B * frames`` rows.
@@ -40,11 +55,9 @@ class FrameStackSliceSampler(SliceSampler):
     """
 
     def __init__(self, frames: int, **kwargs: Any) -> None:
-        if "slice_len" in kwargs or "num_slices" in kwargs:
-            raise TypeError("FrameStackSliceSampler sets slice_len to frames; do not pass "
-                            "slice_len or num_slices.")
-        self.frames = _frames(frames)
-        super().__init__(slice_len=self.frames, **kwargs)
+        arguments = _slice_arguments("FrameStackSliceSampler", frames, kwargs)
+        self.frames = arguments["slice_len"]
+        super().__init__(**arguments)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         return super().sample(storage, _frames(batch_size) * self.frames)
@@ -61,11 +74,9 @@ class FrameStackSliceSamplerWithoutReplacement(SliceSamplerWithoutReplacement):
     """
 
     def __init__(self, frames: int, **kwargs: Any) -> None:
-        if "slice_len" in kwargs or "num_slices" in kwargs:
-            raise TypeError("FrameStackSliceSamplerWithoutReplacement sets slice_len to frames; "
-                            "do not pass slice_len or num_slices.")
-        self.frames = _frames(frames)
-        super().__init__(slice_len=self.frames, **kwargs)
+        arguments = _slice_arguments("FrameStackSliceSamplerWithoutReplacement", frames, kwargs)
+        self.frames = arguments["slice_len"]
+        super().__init__(**arguments)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         return super().sample(storage, _frames(batch_size) * self.frames)
