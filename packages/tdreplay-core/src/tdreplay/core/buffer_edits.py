@@ -37,6 +37,7 @@ class InPlaceEditsMixin:
         index, value = self._swap_value(index, self._write_side(value))
         with self._lock:
             self._check_writing_process()  # a forked child edits only what is shared
+            self._sampler.check_edit()
             rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value
             self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))

@@ -131,6 +131,11 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         if type(self).extend is not Sampler.extend:
             self.extend(torch.as_tensor([slot], dtype=torch.long))
 
+    def check_edit(self) -> None:
+        """Called before an index assignment (``rb[i] = ...``) writes anything: raise to refuse
+        it (a sampler that could not follow it, e.g. one whose state lives in another
+        process). Nothing by default."""
+
     def mark_update(self, slots: torch.Tensor) -> None:
         """Called after ``slots`` were overwritten by index assignment (``rb[i] = ...``)."""
         self.extend(slots)

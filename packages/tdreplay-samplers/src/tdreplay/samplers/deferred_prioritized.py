@@ -170,6 +170,17 @@ class DeferredPrioritizedSampler(Sampler):
     def extend(self, slots: torch.Tensor) -> None:
         """Nothing: the learner learns of every write when it catches up."""
 
+    def check_edit(self) -> None:
+        """Refuse an index assignment outside the learner: the learner catches up with the
+        writer's writes only (its shared counters), so it would never learn that the row holds
+        a new item, which would keep the priority of the one it replaced."""
+        if not self.in_learner:
+            raise RuntimeError(
+                "rb[i] = ... in a worker of a sync=False prioritized buffer: the learner would not "
+                "see that the row holds a new item (it catches up with extends only), and the "
+                "item would keep the replaced one's priority. Write with extend in the worker, "
+                "or assign in the learner.")
+
     def mark_update(self, slots: torch.Tensor) -> None:
         """Rows overwritten by index assignment get the max priority (in the learner)."""
         if self.in_learner:
