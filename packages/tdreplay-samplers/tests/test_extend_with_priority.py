@@ -110,19 +110,20 @@ def test_a_large_write_splits_over_threads_with_the_same_trees(monkeypatch):
     assert_same(*results)
 
 
-def test_a_max_value_writer_keeping_some_rows_gives_them_the_max_priority():
+def test_a_max_value_writer_keeping_some_rows_gives_them_their_priorities():
+    # the writer says which batch rows it kept (Writer.written_positions): each kept row gets
+    # its own td_error (it got the max priority, with a warning, before)
     sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler,
                                 writer=TensorDictMaxValueWriter(rank_key="reward"),
                                 priority_key="td_error")
     batch = TensorDict({"reward": torch.tensor([1.0, 5.0, 2.0, 4.0, 3.0, 0.5]),
-                        "td_error": torch.full((6,), 9.0)}, [6])
-    with pytest.warns(UserWarning, match="cannot be matched"):
-        slots = rb.extend(batch)
-    assert slots.numel() == 4  # the four best rows
-    # the max priority so far (1), raised to alpha = 1 after adding eps; not the rows' 9
-    torch.testing.assert_close(sampler.state_dict()["priorities"][:4],
-                               torch.full((4,), 1 + 1e-8, dtype=torch.float64))
+                        "td_error": torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])}, [6])
+    slots = rb.extend(batch)
+    assert slots.numel() == 4  # the four best rows: rewards 5, 2, 4, 3
+    priorities = sampler.state_dict()["priorities"][slots]
+    torch.testing.assert_close(priorities,
+                               torch.tensor([2.0, 3.0, 4.0, 5.0], dtype=torch.float64) + 1e-8)
 
 
 def test_device_trees_take_the_two_calls():

@@ -174,17 +174,18 @@ def test_re_extending_a_sample_does_not_store_its_bookkeeping(backend):
     assert priorities(other)[:3].tolist() == [6.0, 6.0, 6.0]
 
 
-def test_writer_keeping_some_rows_leaves_their_priorities_out():
+def test_writer_keeping_some_rows_gives_them_their_priorities():
     from tdreplay.writers import TensorDictMaxValueWriter
 
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(2),
                                            writer=TensorDictMaxValueWriter(rank_key="obs"))
     rb.extend(td(2, td_error=torch.tensor([2.0, 3.0])))
     assert priorities(rb).tolist() == [2.0, 3.0]
-    with pytest.warns(UserWarning, match="max priority"):
-        slots = rb.extend(td(3, 5, td_error=torch.tensor([0.5, 0.5, 0.5])))  # keeps 2 of 3 rows
+    batch = td(3, 5, td_error=torch.tensor([0.5, 0.75, 1.5]))
+    slots = rb.extend(batch)  # keeps the 2 best of 3 rows, with their own priorities
     assert slots.numel() == 2
-    assert priorities(rb).tolist() == [3.0, 3.0]
+    assert sorted(priorities(rb).tolist()) == [0.75, 1.5]
+    assert batch["index"].tolist()[0] == -1  # the row not kept
 
 
 def test_update_tensordict_priority_errors():
