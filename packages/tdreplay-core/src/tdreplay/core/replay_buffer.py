@@ -665,8 +665,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if sets_index:
             # an item the writer did not keep (TensorDictMaxValueWriter: an empty tensor of
             # slots) gets -1, as TorchRL marks the rows it did not write
-            slot = torch.as_tensor(index if torch.as_tensor(index).numel() else -1,
-                                   dtype=torch.long)
+            slot = torch.as_tensor(index, dtype=torch.long)
+            if not slot.numel():
+                slot = torch.tensor(-1)
             data.set("index", slot.expand(data.batch_size) if data.batch_size else slot)
         return index
 

@@ -103,9 +103,9 @@ class StatefulParts:
             raise ValueError(f"the states of the buffer's extra parts must be a dict, got "
                              f"{type(state_dict).__name__}.")
         for name in self.names:
-            if name not in state_dict and not self._required(name):
-                continue
             if name not in state_dict:
+                if not self._required(name):
+                    continue
                 raise ValueError(f"no saved state for the buffer's part {name!r} (registered "
                                  "with register_stateful); register it after loading instead.")
             part = self._parts[name]
@@ -142,7 +142,7 @@ class StatefulParts:
         for name in self.names:
             file = path / f"{name}.pt"
             if name not in saved and not self._required(name):
-                continue
+                continue  # (a checkpoint written before the part was saved)
             if name not in saved or not file.is_file():
                 raise CheckpointError(f"the checkpoint holds no state for the buffer's part "
                                       f"{name!r} (registered with register_stateful) in "

@@ -165,19 +165,6 @@ def _mapping_entries(item: Mapping[Any, Any], prefix: tuple[str, ...]
     return entries
 
 
-def _nested_dict(leaves: Sequence[tuple[Any, torch.dtype, tuple[int, ...]]],
-                 tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
-    """The dict row (or batch of them) whose leaves :func:`_mapping_entries` listed."""
-    out: dict[str, Any] = {}
-    for (key, _, _), tensor in zip(leaves, tensors):
-        path = (key,) if isinstance(key, str) else tuple(key)
-        level = out
-        for name in path[:-1]:
-            level = level.setdefault(name, {})
-        level[path[-1]] = tensor
-    return out
-
-
 class CompressedListStorage(ListStorage):
     """A list storage that keeps every row compressed and decompresses only sampled rows.
 
@@ -359,12 +346,11 @@ class CompressedListStorage(ListStorage):
             offset += size
         if layout.kind == "tensor":
             return tensors[0]
-        if layout.kind == "dict":
-            return _nested_dict(layout.leaves, tensors)
         source = {}
         for (key, _, _), tensor in zip(layout.leaves, tensors):
             source[key] = tensor
-        return TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
+        out = TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
+        return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
         return self._decompress_batch([row], (), slots, position)

@@ -42,7 +42,7 @@ from tensordict import MemoryMappedTensor
 from tdreplay.core import StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError
 
-from ._formats import KIND_LAZY_STACK, KIND_TC, DataFormat, treespec_loads
+from ._formats import KIND_TC, DataFormat
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
 from ._memmap_shared import (
     _STATE_FILE,
@@ -113,6 +113,19 @@ def _remove_scratch_dir(path: str, owner_pid: int) -> None:
     # inherit the finalizer)
     if os.getpid() == owner_pid:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _format_extra(layout: dict[str, Any]) -> Any:
+    """The pytree structure, lazy stack or tensorclass of the items a layout file describes
+    (:meth:`DataFormat.resolve_extra`), or ``None``: for a tensorclass this process cannot
+    import (defined in a function of another process), reads then ask for one item to be
+    written here first."""
+    try:
+        return DataFormat.resolve_extra(layout)
+    except CheckpointError:
+        if layout["kind"] != KIND_TC:
+            raise
+        return None
 
 
 class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
@@ -367,28 +380,10 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             keys.append(key)
             leaves.append(mmt.as_subclass(torch.Tensor))
         shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
-        spec = treespec_loads(layout["treespec"]) if layout.get("treespec") else None
-        if layout["kind"] == KIND_LAZY_STACK:
-            spec = DataFormat.resolve_extra(layout)
-        elif layout["kind"] == KIND_TC:
-            spec = self._tensorclass_of(layout)
-        self._format = DataFormat(layout["kind"], spec)
+        self._format = DataFormat(layout["kind"], _format_extra(layout))
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),
                                     self.ndim, self._device)
         return self._layout
-
-    def _tensorclass_of(self, layout: dict[str, Any]) -> Any:
-        """The tensorclass of the items another process (or a pickled original) laid out: the
-        one this object held, else imported from where the layout file says it is defined;
-        ``None`` when neither (a class defined in a function of another process): reads then
-        ask for one item to be written here first."""
-        held = self._format.tensorclass if self._format.kind == KIND_TC else None
-        if held is not None:
-            return held
-        try:
-            return DataFormat.resolve_extra(layout)
-        except CheckpointError:
-            return None
 
     # ---- reads and writes under the process lock -------------------------------------------
     def _recover_torn_rows(self) -> int:

@@ -241,15 +241,16 @@ class TensorDictMaxValueWriter(Writer):
         # batch order: rows sorted by the batch position they hold
         pairs = sorted(written.items(), key=lambda rp: rp[1])
         row_list = [r for r, _ in pairs]
+        positions = [p for _, p in pairs]
+        every_row = positions == list(range(n))  # the whole batch kept, in order
         rows = torch.tensor(row_list, dtype=torch.long)
         if pairs:
             try:
                 if single:
                     self.storage.set(row_list[0], data)
                 else:
-                    positions = [p for _, p in pairs]
                     first = row_list[0]
-                    if positions == list(range(n)) and row_list == list(range(first, first + n)):
+                    if every_row and row_list == list(range(first, first + n)):
                         # the whole batch lands on consecutive rows: one block copy
                         self.storage.set(slice(first, first + n), data)
                     else:
@@ -259,8 +260,7 @@ class TensorDictMaxValueWriter(Writer):
                 raise
         self._age += n
         self.write_count += len(pairs)
-        positions = [p for _, p in pairs]
-        self.written_positions = (None if single or positions == list(range(n))
+        self.written_positions = (None if single or every_row
                                   else torch.tensor(positions, dtype=torch.long))
         return rows
 
