@@ -98,6 +98,22 @@ def test_allocate_unfilled_shapes_and_dtypes(monkeypatch):
         assert _allocation.allocate_unfilled(torch.Size([0, 4]), torch.float32, cpu).numel() == 0
 
 
+def test_numpy_allocated_leaves_start_on_a_cache_line(monkeypatch):
+    # numpy's own large arrays start 16 bytes past a page: every 128-byte row would span
+    # three cache lines, and copies into the storage run misaligned
+    monkeypatch.setattr(_allocation, "HUGE_PAGE_MIN_BYTES", 1)
+    cpu = torch.device("cpu")
+    for shape in ([1 << 20, 32], [7, 3], [1]):
+        for dtype in (torch.float32, torch.bool, torch.float64):
+            x = _allocation.allocate_unfilled(torch.Size(shape), dtype, cpu)
+            assert x.data_ptr() % _allocation.CACHE_LINE == 0
+            assert x.storage_offset() == 0
+            assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    s = LazyTensorStorage(1 << 16)
+    s.set(slice(0, 4), _rows(4, 2.0))
+    assert all(leaf.data_ptr() % 64 == 0 for leaf in s.written_rows().values(True, True))
+
+
 def test_memmap_storage_still_zero_files(tmp_path):
     s = LazyMemmapStorage(16, scratch_dir=tmp_path / "s")
     s.set(slice(3, 4), _rows(1, 2.0))
