@@ -1,6 +1,6 @@
 """What an ensemble's state holds besides its members' storages, samplers and writers: the
 member samplers' generators (``SamplerEnsemble.state_dict``), the member buffers' transforms'
-state and the ensemble's own transform's state; damaged entries are refused before anything
+state, the parts registered on member buffers and the ensemble's own transform's state; damaged entries are refused before anything
 changes."""
 
 from __future__ import annotations
@@ -162,3 +162,62 @@ def test_a_checkpoint_without_member_transform_states_still_loads(how):
     assert restored[1].writer.state_dict() == old[1].writer.state_dict()
     after = _stats(restored[0].transform) if restored[0].transform[0].state_dict() else {}
     assert after == before
+
+
+def _scheduled(beta=0.4):
+    """An ensemble whose member 0 anneals its prioritized sampler's beta with a scheduler
+    registered on that member (not on the ensemble)."""
+    from tdreplay.samplers import LinearScheduler, PrioritizedSampler
+
+    member = TensorDictReplayBuffer(storage=LazyTensorStorage(10),
+                                    sampler=PrioritizedSampler(10, alpha=0.7, beta=beta))
+    scheduler = LinearScheduler(member, param_name="beta", final_value=1.0, num_steps=6)
+    rb = ReplayBufferEnsemble(member, TensorDictReplayBuffer(storage=LazyTensorStorage(10)),
+                              sample_from_all=True, batch_size=4,
+                              generator=torch.Generator().manual_seed(0))
+    return rb, scheduler
+
+
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_part_registered_on_a_member_is_saved_and_restored(how):
+    rb, scheduler = _scheduled()
+    _filled(rb)
+    for _ in range(3):
+        scheduler.step()
+    assert rb.state_dict()["_stateful"]["member_buffers"]["0"]["_stateful"][
+        "scheduler.beta"]["step_count"] == 3
+    fresh, fresh_scheduler = _scheduled()
+    _restore(rb, fresh, how)
+    assert fresh_scheduler.state_dict() == scheduler.state_dict()
+    for _ in range(4):  # both ramps go on from step 3 alike
+        scheduler.step()
+        fresh_scheduler.step()
+        assert fresh[0].sampler.beta == pytest.approx(rb[0].sampler.beta)
+    assert fresh[0].sampler.beta == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_state_without_a_members_registered_part_is_refused(how):
+    saved, _ = _scheduled()
+    saved[0].register_stateful("scheduler.beta", None)  # as if never registered on member 0
+    _filled(saved)
+    target, scheduler = _scheduled()
+    _filled(target)
+    scheduler.step()
+    before = (buffer_snapshot(target), target.state_dict())
+    error = ValueError if how == "state_dict" else CheckpointError
+    with pytest.raises(error, match="member_buffers.*buffer 0.*scheduler.beta"):
+        _restore(saved, target, how)
+    assert_same((buffer_snapshot(target), target.state_dict()), before)
+    assert scheduler.state_dict()["step_count"] == 1
+
+
+def test_a_damaged_member_part_state_is_refused_and_changes_nothing():
+    rb, scheduler = _scheduled()
+    _filled(rb)
+    state = rb.state_dict()
+    state["_stateful"]["member_buffers"]["0"]["_stateful"]["scheduler.beta"] = "step 3"
+    target, target_scheduler = _scheduled()
+    with pytest.raises(ValueError, match="buffer 0.*scheduler.beta.*must be a dict"):
+        target.load_state_dict(state)
+    assert len(target[0]) == 0 and target_scheduler.state_dict()["step_count"] == 0

@@ -131,6 +131,32 @@ class BufferStateMixin:
                 self._stateful = StatefulParts()
             self._stateful.register(name, part)
 
+    @property
+    def stateful_parts(self) -> StatefulParts:
+        """The parts registered with :meth:`register_stateful` (none yet: empty), for what
+        saves this buffer's state beside its components: a
+        :class:`~tdreplay.ensembles.ReplayBufferEnsemble` saves its member buffers' this way.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> class Counter:
+        ...     n = 0
+        ...     def state_dict(self): return {"n": self.n}
+        ...     def check_state_dict(self, state): pass
+        ...     def load_state_dict(self, state): self.n = state["n"]
+        >>> rb = ReplayBuffer(storage=ListStorage(4))
+        >>> len(rb.stateful_parts)
+        0
+        >>> rb.register_stateful("counter", Counter())
+        >>> rb.stateful_parts.names, rb.stateful_parts.state_dict()
+        (('counter',), {'counter': {'n': 0}})
+        """
+        with self._lock:
+            if self._stateful is None:
+                self._stateful = StatefulParts()
+            return self._stateful
+
     def stats(self) -> dict[str, int | float | bool]:
         """A cheap, JSON-ready snapshot of the buffer's counters, as TorchRL's ``stats()``.
 

@@ -2,12 +2,18 @@
 
 The component ensembles save the members' storages, samplers (with their generators) and
 writers. A member buffer's transforms may hold state too (``VecNorm``'s running statistics,
-``ObservationNorm``'s ``loc`` / ``scale``): :class:`MemberBufferStates` is the stateful part
+``ObservationNorm``'s ``loc`` / ``scale``), and so may the parts registered on it with
+``register_stateful`` (a ``LinearScheduler`` annealing its sampler's ``beta``):
+:class:`MemberBufferStates` is the stateful part
 (:mod:`tdreplay.core.stateful_parts`) a :class:`~tdreplay.ensembles.ReplayBufferEnsemble`
 registers under :data:`MEMBER_BUFFERS`, so its ``state_dict`` / ``dumps`` save that state and
 ``load_state_dict`` / ``loads`` check it with everything else before restoring it. Each
 member's entry is saved and checked as the buffer itself does it
-(:mod:`tdreplay.core.transform_state`), under the key of the buffer's own ``state_dict``.
+(:mod:`tdreplay.core.transform_state`, :class:`~tdreplay.core.stateful_parts.StatefulParts`),
+under the keys of the buffer's own ``state_dict``.
+
+Not saved: batches a member buffer drew ahead for its own ``sample`` (``prefetch``); a restored
+member draws afresh. The ensemble's own prefetched batches are saved as a buffer's are.
 """
 
 from __future__ import annotations
@@ -16,21 +22,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tdreplay.core import ReplayBuffer
+from tdreplay.core.stateful_parts import StatefulParts
 from tdreplay.core.transform_state import check_transform_state, transform_state
 
 #: the name the ensemble registers :class:`MemberBufferStates` under
 MEMBER_BUFFERS = "member_buffers"
-#: the key of a member's transforms' state, as in a buffer's own ``state_dict``
-TRANSFORM = "_transform"
+#: the keys of a member's transforms' state and registered parts' states, as in a buffer's
+#: own ``state_dict``
+TRANSFORM, PARTS = "_transform", "_stateful"
 
 
 class MemberBufferStates:
-    """The state of the member buffers that their components do not hold: their transforms'.
+    """The state of the member buffers that their components do not hold: their transforms'
+    and their registered parts'.
 
-    The state is ``{"0": {"_transform": ...}, "1": ...}``, one entry per member, holding what
-    that buffer's ``state_dict`` holds under ``"_transform"`` (``None`` when its transforms
-    have no state). :meth:`check_state_dict` refuses (``ValueError`` naming the buffer) a state
-    with other members or that a member's transforms refuse, changing nothing.
+    The state is ``{"0": {"_transform": ..., "_stateful": ...}, "1": ...}``, one entry per
+    member, holding what that buffer's ``state_dict`` holds under ``"_transform"`` (``None``
+    when its transforms have no state) and ``"_stateful"`` (only when parts are registered on
+    it). :meth:`check_state_dict` refuses (``ValueError`` naming the buffer) a state with
+    other members, or that a member's transforms or parts refuse (a registered part whose
+    state is missing included, as the buffer itself refuses it), changing nothing.
 
     Examples
     --------
@@ -64,9 +75,13 @@ class MemberBufferStates:
         self._buffers = tuple(buffers)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"<i>": {"_transform": state of buffer i's transforms}}``."""
-        return {str(i): {TRANSFORM: transform_state(rb.transform)}
-                for i, rb in enumerate(self._buffers)}
+        """``{"<i>": {"_transform": state of buffer i's transforms, "_stateful": ...}}``."""
+        out: dict[str, Any] = {}
+        for i, rb in enumerate(self._buffers):
+            entry = out[str(i)] = {TRANSFORM: transform_state(rb.transform)}
+            if rb.stateful_parts:
+                entry[PARTS] = rb.stateful_parts.state_dict()
+        return out
 
     def check_state_dict(self, state_dict: Any) -> None:
         """``ValueError`` naming the buffer unless every member can load its entry."""
@@ -92,6 +107,15 @@ class MemberBufferStates:
                 if not isinstance(entry, dict):
                     raise ValueError(f"expected a dict, got {type(entry).__name__}.")
                 restorers.append(check_transform_state(rb.transform, entry.get(TRANSFORM)))
+                restorers.append(_check_parts(rb.stateful_parts, entry.get(PARTS, {})))
             except ValueError as err:
                 raise ValueError(f"buffer {key}: {err}") from err
         return restorers
+
+
+def _check_parts(parts: StatefulParts, state: Any) -> Callable[[], None]:
+    """Check ``state`` for a member's registered ``parts``; the function restoring it."""
+    if not parts:
+        return lambda: None
+    parts.check_state_dict(state)
+    return lambda: parts.load_state_dict(state)
