@@ -16,8 +16,8 @@ against a model where an item is returned at most ``n`` times, ``len(rb)`` count
 left, batches hold distinct live items, and writes go into the consumed slots first (oldest
 consumed first), then at the cursor skipping the slots just reused (sampling guide).
 
-Core has no tensor storage: the HER buffers use a ``ListStorage`` that answers as a tensor
-storage, as ``test_her.py`` does. The first tests are focused reproductions of the divergences
+Core has no tensor storage: the HER buffers use ``tdreplay.core.testing.StackedListStorage``, a
+``ListStorage`` that answers as a tensor storage, as ``test_her.py`` does. The first tests are focused reproductions of the divergences
 found (``xfail(strict=True)`` until fixed); the others guard the behaviours that agree.
 """
 
@@ -33,19 +33,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import HERReplayBuffer, ListStorage, TensorDictReplayBuffer
-from tdreplay.core.testing import restored
-
-
-class _Rows(ListStorage):
-    """A ListStorage of TensorDicts that answers as a tensor storage (shape, stacked rows)."""
-
-    @property
-    def shape(self):
-        return torch.Size([len(self)])
-
-    def __getitem__(self, index):
-        items = super().__getitem__(index)
-        return torch.stack(items) if isinstance(items, list) else items
+from tdreplay.core.testing import StackedListStorage, restored
 
 
 def _steps(goals, done_at=()) -> TensorDict:
@@ -65,7 +53,7 @@ def _reward(td: TensorDict) -> torch.Tensor:
 
 def _her(capacity: int, strategy: str, batch_size: int = 64, her_ratio: float = 1.0,
          seed: int = 0) -> HERReplayBuffer:
-    return HERReplayBuffer(reward_fn=_reward, storage=_Rows(capacity), batch_size=batch_size,
+    return HERReplayBuffer(reward_fn=_reward, storage=StackedListStorage(capacity), batch_size=batch_size,
                            her_ratio=her_ratio, strategy=strategy,
                            generator=torch.Generator().manual_seed(seed))
 

@@ -10,18 +10,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import HERReplayBuffer, HindsightStrategy, ListStorage, TensorDictReplayBuffer
-
-
-class _Rows(ListStorage):
-    """A ListStorage of TensorDicts that answers as a tensor storage (shape, stacked rows)."""
-
-    @property
-    def shape(self):
-        return torch.Size([len(self)])
-
-    def __getitem__(self, index):
-        items = super().__getitem__(index)
-        return torch.stack(items) if isinstance(items, list) else items
+from tdreplay.core.testing import StackedListStorage
 
 
 def _steps(ids, done_at=(), goal_dim=2):
@@ -44,7 +33,7 @@ def _reached(td):
 
 def _buffer(capacity=100, batch_size=64, seed=0, storage=None, **kwargs):
     kwargs.setdefault("reward_fn", _reached)
-    return HERReplayBuffer(storage=storage if storage is not None else _Rows(capacity),
+    return HERReplayBuffer(storage=storage if storage is not None else StackedListStorage(capacity),
                            batch_size=batch_size, generator=torch.Generator().manual_seed(seed),
                            **kwargs)
 
@@ -289,13 +278,13 @@ def test_a_storage_without_tensordict_rows_is_refused():
 def test_bad_arguments_name_themselves(kwargs, error, name):
     kwargs.setdefault("reward_fn", _reached)
     with pytest.raises(error, match=name):
-        HERReplayBuffer(storage=_Rows(10), **kwargs)
+        HERReplayBuffer(storage=StackedListStorage(10), **kwargs)
 
 
 def test_repr_names_the_settings():
     text = repr(_buffer(strategy="episode", her_ratio=0.25))
     assert text.startswith("HERReplayBuffer(strategy='episode', her_ratio=0.25, ")
-    assert "goal_key='desired_goal'" in text and "_Rows" in text
+    assert "goal_key='desired_goal'" in text and "StackedListStorage" in text
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -337,7 +326,7 @@ def test_a_bad_her_state_changes_nothing():
         fresh.load_state_dict(state)
     assert len(fresh) == 0 and fresh.her_ratio == 0.2
     # a plain buffer's state (no "_her") keeps the settings
-    plain = TensorDictReplayBuffer(storage=_Rows(100))
+    plain = TensorDictReplayBuffer(storage=StackedListStorage(100))
     plain.extend(_steps(range(3), done_at=(2,)))
     fresh.load_state_dict(plain.state_dict())
     assert len(fresh) == 3 and fresh.her_ratio == 0.2

@@ -12,22 +12,11 @@ from tdreplay.core import (
     TensorDictReplayBuffer,
     Transition,
 )
-
-
-class _Rows(ListStorage):
-    """A ListStorage of TensorDicts that answers as a tensor storage (shape, stacked rows)."""
-
-    @property
-    def shape(self):
-        return torch.Size([len(self)])
-
-    def __getitem__(self, index):
-        items = super().__getitem__(index)
-        return torch.stack(items) if isinstance(items, list) else items
+from tdreplay.core.testing import StackedListStorage
 
 
 def _buffer(n=10, done_at=(4, 9), capacity=None, **kwargs):
-    rb = TensorDictReplayBuffer(storage=_Rows(capacity or n), batch_size=2, **kwargs)
+    rb = TensorDictReplayBuffer(storage=StackedListStorage(capacity or n), batch_size=2, **kwargs)
     done = torch.zeros(n, 1, dtype=torch.bool)
     done[list(done_at)] = True
     rb.extend(TensorDict({"obs": torch.arange(n, dtype=torch.float32),

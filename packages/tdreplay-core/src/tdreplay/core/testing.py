@@ -9,7 +9,8 @@ dicts, lists, tuples, tensors, numpy arrays and TensorDicts, dtypes and shapes i
 names the first entry that differs, :class:`FailOnce` is a transform (or ``collate_fn``)
 that refuses one chosen call, and :func:`restored` copies a buffer each way a buffer is
 restored or copied (``state_dict``, ``dumps``, pickle, deepcopy), for tests that compare the
-copy with the original going on.
+copy with the original going on. :class:`StackedListStorage` is a list storage that reads as a
+tensor storage, for tests of core's trajectory features without ``tdreplay-storages``.
 
 Examples
 --------
@@ -35,10 +36,37 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
-__all__ = ["RESTORES", "FailOnce", "assert_same", "buffer_snapshot", "restored"]
+from .storage import ListStorage
+
+__all__ = ["RESTORES", "FailOnce", "StackedListStorage", "assert_same", "buffer_snapshot",
+           "restored"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
+
+
+class StackedListStorage(ListStorage):
+    """A :class:`~tdreplay.core.ListStorage` of TensorDicts that answers as a tensor storage
+    does: a ``shape`` of its length, and several items read as one stacked TensorDict. Core's
+    trajectory features (HER, sample units, slices of steps) read a storage that way; this lets
+    their tests run on core alone.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> storage = StackedListStorage(4)
+    >>> storage.set(range(3), [TensorDict({"x": torch.tensor(i)}, []) for i in range(3)])
+    >>> storage.shape, storage[0:2]["x"].tolist()
+    (torch.Size([3]), [0, 1])
+    """
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([len(self)])
+
+    def __getitem__(self, index: Any) -> Any:
+        items = super().__getitem__(index)
+        return torch.stack(items) if isinstance(items, list) else items
 
 
 def _frozen(value: Any) -> Any:
