@@ -407,7 +407,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """
         data, dim = self._prepare_batch(data)
         with self._write_lock(data):
-            return self._written_as_given(self._write_batch(data), data, dim)
+            slots = self._write_batch(data)
+            return self._written_as_given(slots, data, dim) if dim else slots
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
@@ -417,8 +418,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         slots = self._storage.rows_to_slots(rows)
         if priority is not None and _one_slot_per_row(slots, rows_given):
             self._sampler.extend_with_priority(slots, priority, storage=self._storage)
-        elif slots.numel():
-            self._sampler.extend(_flat(slots))
+        elif type(self._sampler).extend is not Sampler.extend and slots.numel():
+            self._sampler.extend(_flat(slots))  # (the base's extend does nothing: not called)
         return slots
 
     # ---- reading ---------------------------------------------------------------------------------
