@@ -9,26 +9,55 @@ a writer out, and a write waiting for samples never keeps a learner out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+
+import torch
+from tensordict import is_tensor_collection
 
 from .buffer_state import BufferStateMixin
 from .rate_limit import RateLimiter
 from .utils import leading_dim
 
+
+def _uncounted(count: int) -> None:
+    """What a sample's gate without a limiter is told of the items drawn: nothing to count."""
+
+
 #: the gate of a buffer without a rate limiter: one shared no-op context (it keeps no state),
 #: not a new one per ``extend`` and ``sample``
-_NO_LIMIT: AbstractContextManager[Any] = nullcontext()
+_NO_LIMIT: AbstractContextManager[Any] = nullcontext(_uncounted)
 
 
 @contextmanager
-def _behind(gate: AbstractContextManager[Any], lock: AbstractContextManager[Any]
-            ) -> Iterator[None]:
-    """``lock`` held once ``gate`` lets the call through (the gate first, as its waits must not
-    hold the lock)."""
-    with gate, lock:
+def _behind(gate: AbstractContextManager[Callable[[], None]],
+            lock: AbstractContextManager[Any]) -> Iterator[None]:
+    """``lock`` held once ``gate`` (a limiter's :meth:`~RateLimiter.inserting`) lets the write
+    through (the gate first, as its waits must not hold the lock); the items are counted
+    before the lock is released, so that a state saved under the lock holds both or
+    neither."""
+    with gate as written, lock:
         yield
+        written()
+
+
+def drawn_items(index: Any, requested: int) -> int:
+    """The number of items a batch drawn for ``requested`` holds, from its ``index``: fewer
+    at the end of a finite sampler's epoch (the leading dim of the index, or of its first
+    tensor for a tuple of coordinates).
+
+    Examples
+    --------
+    >>> drawn_items(torch.tensor([4, 7]), 3), drawn_items(torch.zeros(3, 2), 3)
+    (2, 3)
+    """
+    if isinstance(index, tuple) and index:
+        index = index[0]
+    if isinstance(index, torch.Tensor) and index.ndim:
+        return min(int(index.shape[0]), requested)
+    return requested
 
 
 class RateLimitedMixin(BufferStateMixin):
@@ -81,13 +110,27 @@ class RateLimitedMixin(BufferStateMixin):
         itself: no gate to enter and leave on every write)."""
         if self._rate_limiter is None:
             return self._lock
-        return _behind(self._rate_limiter.inserting(1 if single else leading_dim(data),
+        return _behind(self._rate_limiter.inserting(self._items_in(data, single),
                                                     self.__len__), self._lock)
 
+    def _items_in(self, data: Any, single: bool) -> int:
+        """The items a write of ``data`` adds (the limiter counts items, as ``len`` does): a
+        batch's leading dim, or one item; in a storage of ``ndim`` dims, each row of a batch
+        (each item written) holds the items of its first ``ndim - 1`` batch dims."""
+        lead = 1 if single else leading_dim(data)
+        inner = self._storage.ndim - 1
+        if inner <= 0:
+            return lead
+        shape = data.batch_size if is_tensor_collection(data) else getattr(data, "shape", None)
+        start = 0 if single else 1
+        if shape is None or len(shape) < start + inner:
+            return lead
+        return lead * int(math.prod(shape[start:start + inner]))
+
     # ---- the limiter's counts in the buffer's state --------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        out = super().state_dict()
-        if self._rate_limiter is not None:
+    def _state_under_lock(self) -> dict[str, Any]:
+        out = super()._state_under_lock()
+        if self._rate_limiter is not None:  # (read with the storage: writes count under it)
             out["_rate_limiter"] = self._rate_limiter.state_dict()
         return out
 

@@ -208,7 +208,13 @@ class BufferStateMixin:
             transforms = transform_state(self._transform)  # those with state (has_state)
             if transforms is not None:
                 out["_transform"] = transforms
+            out.update(self._state_under_lock())
         return out
+
+    def _state_under_lock(self) -> dict[str, Any]:
+        """Entries :meth:`state_dict` adds for the rooms mixed in after this one, read under
+        the buffer's lock with the storage (e.g. the rate limiter's counts)."""
+        return {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the components and the batches drawn ahead (copies, once drawn: a copy

@@ -105,6 +105,8 @@ class RateLimiter:
         self.timeout = _check_timeout(timeout)
         self._inserts = 0
         self._samples = 0
+        #: inserts let through whose writes have not succeeded yet (see :meth:`inserting`)
+        self._pending_inserts = 0
         self._cond = threading.Condition()
         self._local = threading.local()
 
@@ -112,17 +114,19 @@ class RateLimiter:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_cond"], state["_local"]
+        state["_pending_inserts"] = 0  # (the writes in flight are this process's)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_pending_inserts", 0)
         self._cond = threading.Condition()
         self._local = threading.local()
 
     # ---- the rule ----------------------------------------------------------------------------
     @property
     def inserts(self) -> int:
-        """Items inserted so far (counted when their write succeeds)."""
+        """Items inserted so far (counted when their write succeeds; see :meth:`inserting`)."""
         return self._inserts
 
     @property
@@ -141,7 +145,8 @@ class RateLimiter:
         """Whether inserting ``num_inserts`` items into a buffer of ``size`` is allowed now."""
         if size + num_inserts <= self.min_size_to_sample:
             return True
-        diff = (self._inserts + num_inserts) * self.samples_per_insert - self._samples
+        inserts = self._inserts + self._pending_inserts + num_inserts  # (writes in flight too)
+        diff = inserts * self.samples_per_insert - self._samples
         return diff <= self.max_diff
 
     # ---- gates around a buffer's calls -------------------------------------------------------
@@ -181,9 +186,11 @@ class RateLimiter:
             self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
 
     @contextmanager
-    def sampling(self, num_samples: int, size: SizeFn) -> Iterator[None]:
+    def sampling(self, num_samples: int, size: SizeFn) -> Iterator[Callable[[int], None]]:
         """Wait until sampling ``num_samples`` items is allowed (``size()``: the buffer's
-        length), count them, run the block; uncounted again if the block raises.
+        length), count them, run the block; uncounted again if the block raises. A block that
+        drew fewer items (the last batch of an epoch) says how many by calling the function
+        it gets with their number: only those stay counted.
 
         Raises ``ValueError`` when the batch can never be allowed (larger than
         ``max_diff - min_diff``), :class:`RateLimitTimeout` when not allowed in time.
@@ -195,6 +202,10 @@ class RateLimiter:
         ...     pass
         >>> limiter.samples
         5
+        >>> with limiter.sampling(4, size=lambda: 2) as drew:
+        ...     drew(1)
+        >>> limiter.samples
+        6
         """
         if num_samples > self.max_diff - self.min_diff:
             raise ValueError(
@@ -206,31 +217,66 @@ class RateLimiter:
                        f"sampling {num_samples} items")
             self._samples += num_samples
             self._cond.notify_all()  # inserts waiting for samples may go on
+        counted = num_samples
+
+        def drew(count: int) -> None:
+            nonlocal counted
+            with self._cond:
+                self._samples -= counted - count
+                counted = count
+                self._cond.notify_all()
+
         try:
-            yield
+            yield drew
         except BaseException:
             with self._cond:
-                self._samples -= num_samples
+                self._samples -= counted
                 self._cond.notify_all()
             raise
 
     @contextmanager
-    def inserting(self, num_inserts: int, size: SizeFn) -> Iterator[None]:
-        """Wait until inserting ``num_inserts`` items is allowed, count them, run the block
-        (the write); uncounted again if it raises. Samplers waiting are woken after it."""
+    def inserting(self, num_inserts: int, size: SizeFn) -> Iterator[Callable[[], None]]:
+        """Wait until inserting ``num_inserts`` items is allowed, then run the block (the
+        write). The items count as inserted once the write succeeded: when the block calls
+        the function it gets (a buffer calls it under its lock, so that a state saved at any
+        moment holds the items and their count together), else when the block ends. Until
+        then they are held for the write (other inserts see them, samples do not); a block
+        that raises before counting them gives them back. Samplers waiting are woken after.
+
+        Examples
+        --------
+        >>> limiter = MinSize(1, timeout=0)
+        >>> with limiter.inserting(3, size=lambda: 0) as written:
+        ...     before = limiter.inserts
+        ...     written()
+        >>> before, limiter.inserts
+        (0, 3)
+        """
         with self._cond:
             self._wait("insert", lambda: self.can_insert(num_inserts, size()),
                        f"inserting {num_inserts} items")
-            self._inserts += num_inserts
+            self._pending_inserts += num_inserts
+        counted = False
+
+        def written() -> None:
+            nonlocal counted
+            with self._cond:
+                if not counted:
+                    counted = True
+                    self._pending_inserts -= num_inserts
+                    self._inserts += num_inserts
+                    self._cond.notify_all()  # samplers waiting for data may go on
+
         try:
-            yield
+            yield written
         except BaseException:
             with self._cond:
-                self._inserts -= num_inserts
+                if not counted:  # (once counted, the items were written: they stay counted)
+                    counted = True
+                    self._pending_inserts -= num_inserts
+                self._cond.notify_all()
             raise
-        finally:
-            with self._cond:
-                self._cond.notify_all()  # samplers waiting for data may go on
+        written()
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

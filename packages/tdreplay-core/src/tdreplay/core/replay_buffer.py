@@ -23,7 +23,7 @@ from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
 from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
-from .buffer_rate_limit import RateLimitedMixin
+from .buffer_rate_limit import RateLimitedMixin, drawn_items
 from .buffer_read_path import ReadPathMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin
@@ -476,8 +476,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
         else:
-            with self._limit_samples(bs):
+            with self._limit_samples(bs) as drew:
                 data, info = self._next_batch(bs)
+                drew(drawn_items(info.get("index"), bs))  # (an epoch's last batch: fewer)
         return (data, info) if return_info else data
 
     def _next_batch(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
@@ -507,8 +508,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if not self._sampler_is_finite():
             while True:
                 yield self.sample()
-        while True:
-            data, _ = self._draw(self._batch_size)
+        while True:  # (through the rate limiter's gate, as sample)
+            with self._limit_samples(self._batch_size) as drew:
+                data, info = self._draw(self._batch_size)
+                drew(drawn_items(info.get("index"), self._batch_size))
             yield data
             if self._sampler.ran_out:
                 return
