@@ -7,7 +7,7 @@ capacity ``C`` (round-robin writes, the last write to a slot wins). With
 ``diff - n >= min_diff`` (a batch larger than ``max_diff - min_diff`` is a ``ValueError``),
 inserting ``k`` is free while ``size + k <= m`` and else needs
 ``(inserts + k) * s - samples <= max_diff``. ``empty()`` empties the ring and resets the
-write count, and leaves the limiter's counts alone (``RateLimiter.reset`` is for that).
+write count and the limiter's counts (as Reverb's ``Table.reset`` resets its limiter).
 
 Every call runs with ``timeout=0`` (nothing waits). After each step the buffer must agree
 with the model: whether the call was allowed or raised ``RateLimitTimeout``, the length,
@@ -158,6 +158,7 @@ class Model:
 
     def empty(self):
         self.slots, self.cursor, self.write_count = [], 0, 0
+        self.inserts = self.samples = 0
 
 
 # ---- the buffers ---------------------------------------------------------------------------------

@@ -177,3 +177,19 @@ def test_prefetching_buffer_waits_for_min_size():
         rb.sample()
     rb.add(3)
     assert len(rb.sample()) == 2
+
+
+def test_empty_resets_the_limiters_counts_as_reverbs_table_reset():
+    from tdreplay.core import ListStorage, ReplayBuffer, SampleToInsertRatio
+
+    rb = ReplayBuffer(storage=ListStorage(100), batch_size=2,
+                      rate_limiter=SampleToInsertRatio(1.0, 2, 4.0, timeout=0))
+    rb.extend(list(range(6)))  # diff 6 = max_diff (2 + 4): inserts wait for samples now
+    assert not rb.rate_limiter.can_insert(1, len(rb))
+    rb.empty()
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples, len(rb)) == (0, 0, 0)
+    rb.extend(list(range(6)))  # the counts of the items gone no longer hold it back
+    assert rb.rate_limiter.inserts == 6 == len(rb)
+    rb.sample()
+    rb.empty(empty_write_count=False)
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples, rb.write_count) == (0, 0, 6)

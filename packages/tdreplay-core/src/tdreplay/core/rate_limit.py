@@ -320,7 +320,8 @@ class RateLimiter:
         return lambda: self.load_state_dict(state)
 
     def reset(self) -> None:
-        """Set both counts to 0 (e.g. after emptying the buffer)."""
+        """Set both counts to 0 (a buffer's ``empty`` calls it); writes under way keep their
+        place and count when they succeed."""
         self.load_state_dict({"class": type(self).__name__, "inserts": 0, "samples": 0})
 
     def __repr__(self) -> str:

@@ -523,13 +523,17 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
-        """Remove every item and reset the write cursor (and the write count by default)."""
+        """Remove every item and reset the write cursor (and the write count by default) and
+        the rate limiter's counts (as Reverb's ``Table.reset``: the counts of the items gone
+        would hold back or let through the calls on the new ones)."""
         check_instance(empty_write_count, bool, "empty_write_count")
         with self._lock:
             self.clear_prefetch()
             self._storage.empty()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
+            if self._rate_limiter is not None:
+                self._rate_limiter.reset()
 
     def __repr__(self) -> str:
         if not self.initialized:  # (does not build the parts)
