@@ -193,3 +193,16 @@ def test_empty_resets_the_limiters_counts_as_reverbs_table_reset():
     rb.sample()
     rb.empty(empty_write_count=False)
     assert (rb.rate_limiter.inserts, rb.rate_limiter.samples, rb.write_count) == (0, 0, 6)
+
+
+def test_an_empty_extend_is_never_held_back():
+    from tdreplay.core import ListStorage, RateLimiter, ReplayBuffer
+
+    limiter = RateLimiter(samples_per_insert=1.0, min_size_to_sample=1, min_diff=-5.0,
+                          max_diff=2.0, timeout=0)
+    rb = ReplayBuffer(storage=ListStorage(10), rate_limiter=limiter)
+    rb.extend([1, 2])
+    rb.load_state_dict({**rb.state_dict(), "_rate_limiter": {"class": "RateLimiter",
+                                                             "inserts": 9, "samples": 0}})
+    assert not limiter.can_insert(1, len(rb))  # diff 9 > max_diff 2
+    assert rb.extend([]).tolist() == [] and limiter.inserts == 9  # inserts nothing: allowed

@@ -142,8 +142,9 @@ class RateLimiter:
         return diff >= self.min_diff
 
     def can_insert(self, num_inserts: int, size: int) -> bool:
-        """Whether inserting ``num_inserts`` items into a buffer of ``size`` is allowed now."""
-        if size + num_inserts <= self.min_size_to_sample:
+        """Whether inserting ``num_inserts`` items into a buffer of ``size`` is allowed now
+        (no item, e.g. an empty ``extend``, always is: it inserts nothing)."""
+        if num_inserts <= 0 or size + num_inserts <= self.min_size_to_sample:
             return True
         inserts = self._inserts + self._pending_inserts + num_inserts  # (writes in flight too)
         diff = inserts * self.samples_per_insert - self._samples
