@@ -25,9 +25,10 @@ import uuid
 from typing import Any
 
 from tdreplay.core import CheckpointError, ReplayBuffer
+from tdreplay.core.checkpoint import CheckpointNotFoundError, open_checkpoint
 
-__all__ = ["POINTER", "is_url", "join_location", "load_checkpoint", "read_text",
-           "resolve_location", "save_checkpoint", "write_text"]
+__all__ = ["POINTER", "check_checkpoint", "is_url", "join_location", "load_checkpoint",
+           "read_text", "resolve_location", "save_checkpoint", "write_text"]
 
 #: the object that names the snapshot in force at a URL
 POINTER = "LATEST"
@@ -137,6 +138,49 @@ def _remove_tree(fs: Any, root: str) -> None:
         pass
 
 
+def _committed_snapshot(fs: Any, path: str, location: str) -> str:
+    """The snapshot directory the pointer at the URL ``location`` (``path`` in ``fs``) names;
+    ``CheckpointError`` when there is none."""
+    try:
+        snapshot = bytes(fs.cat_file(posixpath.join(path, POINTER))).decode().strip()
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"no checkpoint at {location!r} (no {POINTER} pointer: it "
+                                      "was never committed).") from None
+    source = posixpath.join(path, snapshot)
+    if not snapshot.startswith(_SNAPSHOT) or not fs.isdir(source):
+        raise CheckpointError(f"the checkpoint at {location!r} names a snapshot {snapshot!r} "
+                              "that is not there.")
+    return source
+
+
+def check_checkpoint(location: str) -> None:
+    """``CheckpointError`` (``CheckpointNotFoundError``, a ``FileNotFoundError``, when there is
+    none) unless ``location`` (a path or a URL) holds a committed checkpoint: at a path, every
+    file checked against its size and CRC-32 (:func:`~tdreplay.core.checkpoint.open_checkpoint`);
+    at a URL, the snapshot its pointer names. Asked before anything is given up for it (an
+    actor respawned from it).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     ReplayBuffer(storage=ListStorage(4)).dumps(d)
+    ...     check_checkpoint(d)
+    ...     try:
+    ...         check_checkpoint(d + "/missing")
+    ...     except FileNotFoundError as err:
+    ...         print(type(err).__name__)
+    CheckpointNotFoundError
+    """
+    if is_url(location):
+        fs, path = _filesystem(location)
+        _committed_snapshot(fs, path, location)
+    else:
+        with open_checkpoint(location):  # (verified under its lock: no save removes it meanwhile)
+            pass
+
+
 def load_checkpoint(buffer: ReplayBuffer, location: str) -> None:
     """``buffer.loads`` from ``location`` (a path, or a URL through fsspec: the snapshot
     its ``LATEST`` pointer names)."""
@@ -144,15 +188,7 @@ def load_checkpoint(buffer: ReplayBuffer, location: str) -> None:
         buffer.loads(location)
         return
     fs, path = _filesystem(location)
-    try:
-        snapshot = bytes(fs.cat_file(posixpath.join(path, POINTER))).decode().strip()
-    except FileNotFoundError:
-        raise CheckpointError(f"no checkpoint at {location!r} (no {POINTER} pointer: it was "
-                              "never committed).") from None
-    source = posixpath.join(path, snapshot)
-    if not snapshot.startswith(_SNAPSHOT) or not fs.isdir(source):
-        raise CheckpointError(f"the checkpoint at {location!r} names a snapshot {snapshot!r} "
-                              "that is not there.")
+    source = _committed_snapshot(fs, path, location)
     with tempfile.TemporaryDirectory(prefix="tdreplay-ckpt-") as tmp:
         for remote, entry in sorted(fs.find(source, withdirs=True, detail=True).items()):
             local = os.path.join(tmp, *posixpath.relpath(remote, source).split("/"))

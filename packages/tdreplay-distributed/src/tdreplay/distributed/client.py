@@ -246,6 +246,11 @@ class ActorClient:
         if self._closed:
             raise BufferActorDiedError(f"{method} failed: buffer actor {self._label} was closed "
                                        "(close() kills the actor for good).", actor=self._label)
+        if self._handle is None:  # (a start or respawn that failed killed it)
+            raise BufferActorDiedError(
+                f"{method} failed: buffer actor {self._label} is gone (its last start or respawn "
+                "failed): respawn it from its last checkpoint (respawn(path)); other clients "
+                "then call reconnect().", actor=self._label)
         return getattr(self._handle, method).remote(*args)
 
     def wait(self, ref: Any, what: str, timeout: Any = _DEFAULT) -> Any:

@@ -18,7 +18,7 @@ from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
-from .checkpoints import resolve_location
+from .checkpoints import check_checkpoint, resolve_location
 from .client import ActorClient, check_name
 from .conditional_updates import RemoteConditionalUpdateMixin
 from .handle import ClientHandleMixin
@@ -248,22 +248,30 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
     def respawn(self, path: str | os.PathLike[str] | None = None) -> None:
         """Replace the actor by a new one built like it, restored from ``path`` if given.
 
-        The old actor is killed if it is still alive (what it held and did not save is lost).
-        The new one restores ``path`` before it answers any call: a client that reconnects
-        meanwhile waits, and never sees it empty. Only the client that created the buffer knows
-        how to build it again; other clients then call :meth:`reconnect`.
+        The checkpoint at ``path`` is checked first (every file against its size and
+        CRC-32): a missing or damaged one is refused and the actor keeps serving. Then the old
+        actor is killed if it is still alive (what it held and did not save is lost). The new
+        one restores ``path`` before it answers any call: a client that reconnects meanwhile
+        waits, and never sees it empty. Only the client that created the buffer knows how to
+        build it again; other clients then call :meth:`reconnect`.
 
         Raises
         ------
         RuntimeError
             This client was attached, not the creator.
+        CheckpointError
+            No committed checkpoint at ``path`` (``CheckpointNotFoundError``, a
+            ``FileNotFoundError``), or a damaged one: nothing was changed.
         """
         client = self._client
         self._check_not_closed()
         if not client.can_respawn:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
-        client.respawn(None if path is None else resolve_location(path))
+        location = None if path is None else resolve_location(path)
+        if location is not None:
+            check_checkpoint(location)
+        client.respawn(location)
 
     def shutdown(self) -> None:
         """Kill the actor (no restart); every client's later calls raise

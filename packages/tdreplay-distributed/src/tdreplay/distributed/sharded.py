@@ -284,6 +284,12 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         """``method(*args)`` on every shard at once; their results in shard order."""
         return self._wait([(k, method, args) for k in range(self.num_shards)], what or method)
 
+    def _check_every_shard_alive(self, what: str) -> None:
+        """:class:`~tdreplay.distributed.BufferActorDiedError` (naming ``what``) unless every
+        shard answers: asked before a call that changes every shard (``loads``, ``empty``,
+        ``dumps``), which must change none of them when one cannot take part."""
+        self._all("length", what=f"{what} (checking that every shard is alive first)")
+
     def _live(self, method: str, *args: Any, what: str | None = None) -> list[tuple[int, Any]]:
         """``(shard, result)`` of ``method(*args)`` on every live shard (dead ones set aside)."""
         return self._calls.tolerant([(k, method, args) for k in self._calls.live()],
@@ -394,7 +400,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         return sum(n for _, n in self._live("write_count"))
 
     def empty(self, empty_write_count: bool = True) -> None:
-        """Empty every shard."""
+        """Empty every shard (none when a shard is dead: ``BufferActorDiedError``)."""
+        self._check_every_shard_alive("empty")
         self._ahead.clear()
         for k, mass in enumerate(self._all("empty", empty_write_count)):
             self._calls.note_mass(k, mass)

@@ -41,6 +41,8 @@ class ShardedRecoveryMixin:
 
         def _check_not_closed(self) -> None: ...
 
+        def _check_every_shard_alive(self, what: str) -> None: ...
+
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``.
 
@@ -50,9 +52,12 @@ class ShardedRecoveryMixin:
         same.
 
         Each shard's checkpoint is atomic; the shards are saved at once but not as one
-        transaction (writes between two shards' saves may be in one and not the other).
+        transaction (writes between two shards' saves may be in one and not the other). With
+        a shard dead nothing is saved (``BufferActorDiedError``): the checkpoint at ``path``
+        stays the last one committed whole.
         """
         root = resolve_location(path)
+        self._check_every_shard_alive("dumps")
         if not is_url(root):
             os.makedirs(root, exist_ok=True)
         self._wait([(k, "dumps", (join_location(root, f"shard-{k}"),))
@@ -60,9 +65,11 @@ class ShardedRecoveryMixin:
         write_manifest(root, self.num_shards)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore every shard from a :meth:`dumps` checkpoint of as many shards."""
+        """Restore every shard from a :meth:`dumps` checkpoint of as many shards (none when a
+        shard is dead: ``BufferActorDiedError``; :meth:`respawn` restores the dead ones)."""
         root = resolve_location(path)
         check_manifest(root, self.num_shards)
+        self._check_every_shard_alive("loads")
         self._ahead.clear()
         self._calls.forget_masses()
         self._wait([(k, "loads", (join_location(root, f"shard-{k}"),))
@@ -83,6 +90,7 @@ class ShardedRecoveryMixin:
                 or len(state_dict.get("shards", ())) != self.num_shards:
             raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
                              f"{self.num_shards} shards.")
+        self._check_every_shard_alive("load_state_dict")
         self._ahead.clear()
         self._calls.forget_masses()
         self._wait([(k, "load_state_dict", (pack(sd),))

@@ -246,6 +246,14 @@ class DistributedBufferClient:
                 except ChannelClosedError:
                     pass
 
+    def reconnect(self) -> None:
+        """Find the served buffer's actor again by name, after the client that created it
+        respawned it (``BufferActorDiedError`` says so): this client's channel to the old actor
+        is dropped, and the next call opens one to the new actor."""
+        with self._lock:
+            self._channel = None  # (the old actor is gone: nothing to tell it)
+            self._buffer.reconnect()
+
     # ---- the channel ---------------------------------------------------------------------------
     def _connected(self, timeout: float) -> Channel:
         if self._channel is not None and self._pid == os.getpid():
