@@ -40,6 +40,9 @@ class InPlaceEditsMixin:
             self._sampler.check_edit()
             rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value
+            generations = self._storage.slot_generations  # (tracked by a writer)
+            if generations is not None:  # a rewritten row is another record
+                generations.bump(rows, self._storage.rows_capacity)
             self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
 
     def write_all(self, data: Any, end: int | None = None) -> None:
