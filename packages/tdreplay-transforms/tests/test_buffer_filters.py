@@ -125,3 +125,39 @@ class TestPolicyAgeFilter:
             PolicyAgeFilter("3", 1)
         with pytest.raises(TypeError, match="max_policy_lag"):
             PolicyAgeFilter(3, 1.5)
+
+
+@pytest.mark.parametrize("buffer_cls", [ReplayBuffer, TensorDictReplayBuffer])
+def test_add_of_a_stale_item_writes_nothing(buffer_cls):
+    from tdreplay.core import Compose
+
+    version = {"now": 5}
+    rb = buffer_cls(storage=LazyTensorStorage(4),
+                    transform=Compose(PolicyAgeFilter(lambda: version["now"], max_policy_lag=1),
+                                      lambda td: td))
+    slots = rb.add(TensorDict({"policy_version": torch.tensor(0), "x": torch.tensor(1.0)}, []))
+    assert len(rb) == 0 and rb.write_count == 0
+    assert slots.shape == (0, 1) and slots.dtype == torch.long  # as TorchRL's
+    assert rb.add(TensorDict({"policy_version": torch.tensor(4), "x": torch.tensor(2.0)}, [])) == 0
+    assert rb[:]["x"].tolist() == [2.0]
+    version["now"] = 9
+    # a read of one item is never dropped (only writes and samples are filtered)
+    assert rb.storage[0]["x"].item() == 2.0
+
+
+def test_next_state_of_a_random_sample_is_rebuilt_only_from_the_following_slot():
+    # one trajectory of 64 steps, observation = step: a random sample draws rows of the same
+    # trajectory one after another that are not consecutive steps
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(64), batch_size=32,
+                                transform=NextStateReconstructor(),
+                                generator=torch.Generator().manual_seed(0))
+    rb.extend(TensorDict({"observation": torch.arange(64.0).unsqueeze(-1),
+                          ("collector", "traj_ids"): torch.zeros(64, dtype=torch.long),
+                          ("next", "done"): torch.zeros(64, 1, dtype=torch.bool)}, [64]))
+    for _ in range(5):
+        sample = rb.sample()
+        obs, nxt = sample["observation"][:, 0], sample["next", "observation"][:, 0]
+        follows = torch.zeros(32, dtype=torch.bool)
+        follows[:-1] = sample["index"][1:] == sample["index"][:-1] + 1
+        assert torch.equal(nxt[follows], obs[follows] + 1)
+        assert nxt[~follows].isnan().all()

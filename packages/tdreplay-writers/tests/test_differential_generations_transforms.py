@@ -60,8 +60,6 @@ def test_setitem_advances_writer_generation():
     assert result.updated.tolist() == [True, False, True, True]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: PolicyAgeFilter lets a stale item in through "
-                   "rb.add (single items, batch_dims 0, are never filtered)")
 def test_policy_age_filter_add_drops_stale_item():
     storages, transforms = _mods()[0], _transforms()
     rb = TensorDictReplayBuffer(storage=storages.LazyTensorStorage(4),
@@ -70,8 +68,6 @@ def test_policy_age_filter_add_drops_stale_item():
     assert len(rb) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: NextStateReconstructor invents ('next', obs) from "
-                   "an unrelated row of a random sample (no adjacency check on the index)")
 def test_next_state_random_sample_does_not_invent():
     transforms = _transforms()
     # a random sample of one trajectory 0..7: rows 5 and 2, in that order

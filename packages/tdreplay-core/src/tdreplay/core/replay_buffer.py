@@ -379,11 +379,19 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives.
 
         A TensorDict with a batch size is one item with its batch dims (a ``UserWarning`` says
-        so, as TorchRL's does: ``extend`` stores its rows as items)."""
+        so, as TorchRL's does: ``extend`` stores its rows as items). An item a write-side
+        transform drops (returns ``None`` for, e.g. ``PolicyAgeFilter``) is not written: the
+        result is then an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's."""
         warn_if_batched_item(data)
         data = self._write_side(data)
+        if data is None:
+            return self._nothing_added()
         with self._write_lock(data, single=True):
             return self._write_item(data)
+
+    def _nothing_added(self) -> torch.Tensor:
+        """What ``add`` returns for an item a write-side transform dropped (TorchRL's)."""
+        return torch.zeros((0, self._storage.ndim), dtype=torch.long)
 
     def _write_item(self, data: Any) -> int | torch.Tensor:
         """Write one item (write-side transforms done) and tell the sampler; lock held."""
@@ -663,6 +671,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
         item = self._write_side(self._without_bookkeeping(data))
+        if item is None:  # dropped by a write-side transform
+            return self._nothing_added()
         sets_index = not data.is_locked and _holds(data, "index")
         if item is data and sets_index and self._storage.keeps_written_objects:
             item = data.copy()  # the index set below stays out of the stored item

@@ -272,6 +272,8 @@ class Compose(Transform):
     def inv(self, data: Any) -> Any:
         for t in reversed(self.transforms):
             data = t.inv(data)
+            if data is None:  # an item dropped (e.g. a stale one): nothing left to transform
+                return None
         return data
 
     # ---- state: that of the transforms with state, by position and type ------------------------

@@ -30,11 +30,18 @@ class NextStateReconstructor(Transform):
     - ``traj_key``: both rows carry the same trajectory id;
     - ``done_key``: row ``i`` is not the last step of its trajectory (catches two slices of one
       trajectory placed back to back);
-    - ``step_count_key`` (off by default): the step counts are consecutive.
+    - ``step_count_key`` (off by default): the step counts are consecutive;
+    - ``index_key``: where the sample holds the slots its rows were read from (a buffer's
+      samples do, under ``"index"``), row ``i + 1`` was read from the slot after row ``i``'s
+      (for the ``[B, k]`` slots of a storage of several dims: the next along the first, the
+      same along the others). Skipped when the sample has no such entry. A step across the
+      end of the ring (last slot, then slot 0) is not rebuilt: the transform does not know
+      the capacity.
 
     With a ``SliceSampler`` every step of a slice but its last is rebuilt; with random sampling
     nearly nothing is (``fill_value``): the next observation is not in the sample, and the
-    transform does not invent one. An existing ``("next", key)`` entry is overwritten.
+    transform does not invent one (two rows of one trajectory drawn one after the other are
+    not consecutive steps). An existing ``("next", key)`` entry is overwritten.
 
     Parameters
     ----------
@@ -47,6 +54,8 @@ class NextStateReconstructor(Transform):
         End-of-trajectory flags. Defaults to ``("next", "done")``; ``None`` skips the check.
     step_count_key : nested key or None
         Step counts, checked when given.
+    index_key : nested key or None
+        The slots the rows were read from. Defaults to ``"index"``; ``None`` skips the check.
     fill_value : float or int
         Written where no next step is in the sample. Defaults to NaN, which an integer entry
         cannot hold (``TypeError``): give an int for those.
@@ -72,6 +81,7 @@ class NextStateReconstructor(Transform):
         traj_key: NestedKey | None = ("collector", "traj_ids"),
         done_key: NestedKey | None = ("next", "done"),
         step_count_key: NestedKey | None = None,
+        index_key: NestedKey | None = "index",
         fill_value: float = float("nan"),
         strict: bool = True,
     ) -> None:
@@ -88,6 +98,7 @@ class NextStateReconstructor(Transform):
         self.traj_key = _optional_key(traj_key, "traj_key")
         self.done_key = _optional_key(done_key, "done_key")
         self.step_count_key = _optional_key(step_count_key, "step_count_key")
+        self.index_key = _optional_key(index_key, "index_key")
         if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
             raise TypeError(f"NextStateReconstructor: fill_value must be a number, got "
                             f"{fill_value!r}.")
@@ -127,6 +138,11 @@ class NextStateReconstructor(Transform):
         steps = self._marker(data, self.step_count_key, "step-count key")
         if steps is not None:
             valid[:-1] &= steps[1:] == steps[:-1] + 1
+        slots = data.get(self.index_key, None) if self.index_key is not None else None
+        if isinstance(slots, torch.Tensor) and slots.ndim and slots.shape[0] == n:
+            slots = slots.reshape(n, -1)
+            valid[:-1] &= slots[1:, 0] == slots[:-1, 0] + 1
+            valid[:-1] &= (slots[1:, 1:] == slots[:-1, 1:]).all(dim=-1)
         return valid
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
@@ -154,4 +170,5 @@ class NextStateReconstructor(Transform):
 
     def __repr__(self) -> str:
         return (f"NextStateReconstructor(keys={list(self.keys)}, traj_key={self.traj_key!r}, "
-                f"done_key={self.done_key!r}, step_count_key={self.step_count_key!r})")
+                f"done_key={self.done_key!r}, step_count_key={self.step_count_key!r}, "
+                f"index_key={self.index_key!r})")

@@ -16,8 +16,9 @@ from ._utils import one_key
 
 class PolicyAgeFilter(Transform):
     """Drops rows whose ``policy_version`` lags the current version by more than
-    ``max_policy_lag``, on extend (stale rows never enter the buffer) and on sample (rows that
-    became stale since are dropped, so a batch may come back smaller).
+    ``max_policy_lag``, on extend and add (stale rows never enter the buffer: ``add`` of a stale
+    item writes nothing and returns an empty tensor of slots) and on sample (rows that became
+    stale since are dropped, so a batch may come back smaller).
 
     A row's version is its oldest element's (``[B, T]`` rows: the minimum over ``T``). Data
     without the version entry passes through with a warning (once), or raises a ``KeyError``
@@ -86,6 +87,16 @@ class PolicyAgeFilter(Transform):
         if not isinstance(data, TensorDictBase) or data.batch_dims < 1 \
                 or data.batch_size[0] == 0:
             return data
+        version = self._version_of(data)
+        if version is None:
+            return data
+        oldest = version.reshape(data.batch_size[0], -1).min(dim=-1).values
+        keep = self.version_now() - oldest <= self.max_policy_lag
+        return data if bool(keep.all()) else data[keep]
+
+    def _version_of(self, data: TensorDictBase) -> Any:
+        """The version entry of ``data``; ``None`` (with a warning, once) or ``KeyError``
+        (``strict``) when there is none."""
         version = data.get(self.policy_version_key, None)
         if version is None:
             if self.strict:
@@ -95,16 +106,21 @@ class PolicyAgeFilter(Transform):
             if not self._warned:
                 self._warned = True
                 warnings.warn(f"PolicyAgeFilter: no {self.policy_version_key!r} entry in the "
-                              "data; it passes through unfiltered.", UserWarning, stacklevel=3)
-            return data
-        oldest = version.reshape(data.batch_size[0], -1).min(dim=-1).values
-        keep = self.version_now() - oldest <= self.max_policy_lag
-        return data if bool(keep.all()) else data[keep]
+                              "data; it passes through unfiltered.", UserWarning, stacklevel=4)
+        return version
 
     def forward(self, data: Any) -> Any:
         return self.filter(data)
 
     def inv(self, data: Any) -> Any:
+        """The rows of a batch to write that are fresh enough; for one item (``add``, no batch
+        dim), the item, or ``None`` when it is stale (the buffer then writes nothing)."""
+        if isinstance(data, TensorDictBase) and data.batch_dims == 0:
+            version = self._version_of(data)
+            if version is not None and self.version_now() - int(version.min()) \
+                    > self.max_policy_lag:
+                return None
+            return data
         return self.filter(data)
 
     def __repr__(self) -> str:
