@@ -406,9 +406,20 @@ class SchedulerList:
         self.schedulers.append(scheduler)
 
     def step(self) -> None:
-        """Step every scheduler, in order."""
-        for scheduler in self.schedulers:
-            scheduler.step()
+        """Step every scheduler, in order, all or none: when one refuses its step (e.g. its
+        sampler refuses a negative ``alpha``), those stepped before it are set back (their
+        step counts and parameters) and the error propagates."""
+        stepped: list[tuple[ParameterScheduler, dict[str, Any], Value]] = []
+        try:
+            for scheduler in self.schedulers:
+                before = (scheduler, scheduler.state_dict(), scheduler.current_value)
+                scheduler.step()
+                stepped.append(before)
+        except BaseException:
+            for scheduler, state, value in reversed(stepped):
+                setattr(scheduler.sampler, scheduler.param_name, value)  # (accepted before)
+                scheduler.load_state_dict(state)
+            raise
 
     def state_dict(self) -> dict[str, Any]:
         """The state of every scheduler, by position."""
