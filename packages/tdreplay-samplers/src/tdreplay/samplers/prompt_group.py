@@ -73,7 +73,9 @@ class PromptGroupSampler(Sampler):
         Exactly one of them; the other is ``batch_size`` divided by it (``ValueError`` when
         ``batch_size`` is not a multiple).
     group_key : NestedKey
-        Entry holding each item's group (integers, strings, or tensors of token ids).
+        Entry holding each item's group (integers, strings, or tensors of token ids; strings
+        need a storage of objects, ``LazyStackStorage`` or ``ListStorage``: a tensor storage
+        refuses them).
         Defaults to ``"query"``.
     strategy : {"random", "recency", "reward", "variance"}
         Which items of a group: uniformly at random; the most recently written; the highest

@@ -17,7 +17,13 @@ from operator import attrgetter
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+)
 
 from tdreplay.core.checkpoint import CheckpointError
 from tdreplay.core.utils import as_long_tensor
@@ -30,9 +36,18 @@ from ._host_rows import HostRows
 NestedKey = str | tuple[str, ...]
 
 
+def _is_leaf(cls: type) -> bool:
+    """Whether entries of type ``cls`` are leaves of a layout: tensors, and non-tensor data
+    (``NonTensorData`` / ``NonTensorStack``: strings and other objects in a TensorDict), which
+    tensordict's own ``leaves_only`` keys leave out, so that a tensor storage refuses them by
+    name (:func:`check_source`) instead of dropping them without a word."""
+    return not is_tensor_collection(cls) or issubclass(cls, (NonTensorData, NonTensorStack))
+
+
 def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
-    """The leaf keys of ``td`` (nested ones as tuples), sorted by their string form."""
-    return sorted(td.keys(include_nested=True, leaves_only=True), key=str)
+    """The leaf keys of ``td`` (nested ones as tuples; non-tensor entries included), sorted by
+    their string form."""
+    return sorted(td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf), key=str)
 
 
 def key_path(key: NestedKey) -> tuple[str, ...]:
@@ -404,7 +419,10 @@ class TensorLayout:
 
     def leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
         """Generic (slower) leaf lookup for any tensor collection; names mismatched keys."""
-        keys = td.keys(include_nested=True, leaves_only=True)
+        keys = leaf_keys(td)
+        for key in keys:  # a string entry is refused by name, not left behind
+            if key not in self.key_set:
+                check_source(key, td.get(key))
         if len(keys) != len(self.keys) or not all(k in self.key_set for k in keys):
             got = set(keys)
             missing = sorted(map(str, self.key_set - got))
