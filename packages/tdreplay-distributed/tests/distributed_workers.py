@@ -14,6 +14,19 @@ from tensordict import TensorDict
 ROW_KEYS = ("collector", "seq", "row", "obs", "sleep")
 
 
+def retry_until(call, accept: tuple[type[BaseException], ...], timeout: float):
+    """``call()`` once it stops raising ``accept`` (an actor restarting), retried every 0.2 s
+    for ``timeout`` s; the last error after that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except accept:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def make_batch(collector: int, seq: int, size: int, *, sleep: float = 0.0) -> TensorDict:
     """Batch ``seq`` of ``collector``: rows tagged with both and their row number.
 

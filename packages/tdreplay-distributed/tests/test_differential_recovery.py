@@ -27,13 +27,13 @@ import gc
 import os
 import pickle
 import signal
-import time
 import uuid
 import warnings
 from functools import partial
 
 import pytest
 import torch
+from distributed_workers import retry_until
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, ReplayBuffer, TensorDictReplayBuffer
@@ -77,14 +77,7 @@ def _priorities(rb) -> list[float]:
 
 
 def _until(call, accept=(RemoteBufferError,), timeout=40.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except accept:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return retry_until(call, accept, timeout)
 
 
 def _local(seed: int) -> TensorDictPrioritizedReplayBuffer:

@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 import torch
-from distributed_workers import make_batch
+from distributed_workers import make_batch, retry_until
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
 from tdreplay.distributed import (
@@ -29,15 +29,7 @@ from tdreplay.storages import LazyTensorStorage
 
 
 def _until(call, accept=(RemoteBufferError,), timeout=60.0):
-    """``call()`` once it stops raising ``accept`` (an actor restarting)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except accept:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return retry_until(call, accept, timeout)
 
 
 def _restarting(tmp_path=None) -> RayReplayBuffer:

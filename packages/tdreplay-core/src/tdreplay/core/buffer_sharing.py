@@ -1,5 +1,6 @@
-"""Sharing a buffer between processes: ``shared=`` / :meth:`SharingMixin.share`, and refusing to
-hand a process what it cannot share.
+"""Sharing a buffer between processes: ``shared=`` / :meth:`SharingMixin.share`, refusing to
+hand a process what it cannot share, and :meth:`SharingMixin.as_remote` (the buffer in a Ray
+actor).
 
 What a shared buffer means, part by part:
 
@@ -136,3 +137,41 @@ class SharingMixin:
         self._storage.check_shareable()
         self._sampler.check_shareable()
         self._writer.check_shareable()
+
+    @classmethod
+    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
+        """The Ray actor class of this buffer class (needs Ray, e.g. from ``tdreplay-distributed``).
+
+        ``cls.as_remote(remote_config).remote(**kwargs)`` builds the buffer inside a Ray actor;
+        its methods are then called as ``actor.extend.remote(data)``. Ray is imported here, on
+        first use: tdreplay-core does not depend on it. For a buffer whose components are built
+        inside the actor, with timeouts and clear errors, see
+        :class:`tdreplay.distributed.RayReplayBuffer`.
+
+        Parameters
+        ----------
+        remote_config : dict, optional
+            Options of ``ray.remote`` (``num_cpus``, ``max_concurrency``, ...).
+
+        Raises
+        ------
+        ImportError
+            Ray is not installed.
+
+        Examples
+        --------
+        >>> import ray  # doctest: +SKIP
+        >>> from tdreplay.core import ListStorage, ReplayBuffer  # doctest: +SKIP
+        >>> actor = ReplayBuffer.as_remote({"num_cpus": 0}).remote(  # doctest: +SKIP
+        ...     storage=ListStorage(10))
+        >>> ray.get(actor.extend.remote([1, 2, 3])).tolist()  # doctest: +SKIP
+        [0, 1, 2]
+        """
+        try:
+            import ray
+        except ImportError as err:
+            raise ImportError(
+                f"{cls.__name__}.as_remote needs Ray, which tdreplay-core does not install: "
+                "pip install tdreplay-distributed (it depends on ray), or pip install ray."
+            ) from err
+        return ray.remote(**remote_config)(cls) if remote_config else ray.remote(cls)

@@ -140,17 +140,8 @@ class BufferStateMixin:
         Examples
         --------
         >>> from tdreplay.core import ListStorage, ReplayBuffer
-        >>> class Counter:
-        ...     n = 0
-        ...     def state_dict(self): return {"n": self.n}
-        ...     def check_state_dict(self, state): pass
-        ...     def load_state_dict(self, state): self.n = state["n"]
-        >>> rb = ReplayBuffer(storage=ListStorage(4))
-        >>> len(rb.stateful_parts)
-        0
-        >>> rb.register_stateful("counter", Counter())
-        >>> rb.stateful_parts.names, rb.stateful_parts.state_dict()
-        (('counter',), {'counter': {'n': 0}})
+        >>> ReplayBuffer(storage=ListStorage(4)).stateful_parts.names  # (see register_stateful)
+        ()
         """
         with self._lock:
             if self._stateful is None:
@@ -420,44 +411,6 @@ class BufferStateMixin:
                 raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
                                       f"state: {err}") from err
         return state if isinstance(state, torch.Tensor) else None
-
-    @classmethod
-    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
-        """The Ray actor class of this buffer class (needs Ray, e.g. from ``tdreplay-distributed``).
-
-        ``cls.as_remote(remote_config).remote(**kwargs)`` builds the buffer inside a Ray actor;
-        its methods are then called as ``actor.extend.remote(data)``. Ray is imported here, on
-        first use: tdreplay-core does not depend on it. For a buffer whose components are built
-        inside the actor, with timeouts and clear errors, see
-        :class:`tdreplay.distributed.RayReplayBuffer`.
-
-        Parameters
-        ----------
-        remote_config : dict, optional
-            Options of ``ray.remote`` (``num_cpus``, ``max_concurrency``, ...).
-
-        Raises
-        ------
-        ImportError
-            Ray is not installed.
-
-        Examples
-        --------
-        >>> import ray  # doctest: +SKIP
-        >>> from tdreplay.core import ListStorage, ReplayBuffer  # doctest: +SKIP
-        >>> actor = ReplayBuffer.as_remote({"num_cpus": 0}).remote(  # doctest: +SKIP
-        ...     storage=ListStorage(10))
-        >>> ray.get(actor.extend.remote([1, 2, 3])).tolist()  # doctest: +SKIP
-        [0, 1, 2]
-        """
-        try:
-            import ray
-        except ImportError as err:
-            raise ImportError(
-                f"{cls.__name__}.as_remote needs Ray, which tdreplay-core does not install: "
-                "pip install tdreplay-distributed (it depends on ray), or pip install ray."
-            ) from err
-        return ray.remote(**remote_config)(cls) if remote_config else ray.remote(cls)
 
     save = dumps
     dump = dumps
