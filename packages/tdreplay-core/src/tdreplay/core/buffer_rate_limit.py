@@ -45,17 +45,15 @@ def _behind(gate: AbstractContextManager[Callable[[], None]],
 
 def drawn_items(index: Any, requested: int) -> int:
     """The number of items a batch drawn for ``requested`` holds, from its ``index``: fewer
-    at the end of a finite sampler's epoch (the leading dim of the index, or of its first
-    tensor for a tuple of coordinates).
+    at the end of a finite sampler's epoch, told by a flat ``[n]`` index of ``n`` slots; any
+    other index (coordinates, an ensemble's ``[buffers, n]``) counts as ``requested``.
 
     Examples
     --------
-    >>> drawn_items(torch.tensor([4, 7]), 3), drawn_items(torch.zeros(3, 2), 3)
-    (2, 3)
+    >>> drawn_items(torch.tensor([4, 7]), 3), drawn_items(torch.zeros(2, 3), 6)
+    (2, 6)
     """
-    if isinstance(index, tuple) and index:
-        index = index[0]
-    if isinstance(index, torch.Tensor) and index.ndim:
+    if isinstance(index, torch.Tensor) and index.ndim == 1:
         return min(int(index.shape[0]), requested)
     return requested
 
