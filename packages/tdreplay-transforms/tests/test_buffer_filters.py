@@ -146,10 +146,11 @@ def test_add_of_a_stale_item_writes_nothing(buffer_cls):
 
 
 def test_next_state_of_a_random_sample_is_rebuilt_only_from_the_following_slot():
+    # (index_key: without it, rows of one trajectory drawn back to back pass the checks)
     # one trajectory of 64 steps, observation = step: a random sample draws rows of the same
     # trajectory one after another that are not consecutive steps
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(64), batch_size=32,
-                                transform=NextStateReconstructor(),
+                                transform=NextStateReconstructor(index_key="index"),
                                 generator=torch.Generator().manual_seed(0))
     rb.extend(TensorDict({"observation": torch.arange(64.0).unsqueeze(-1),
                           ("collector", "traj_ids"): torch.zeros(64, dtype=torch.long),
@@ -161,3 +162,25 @@ def test_next_state_of_a_random_sample_is_rebuilt_only_from_the_following_slot()
         follows[:-1] = sample["index"][1:] == sample["index"][:-1] + 1
         assert torch.equal(nxt[follows], obs[follows] + 1)
         assert nxt[~follows].isnan().all()
+
+
+def test_next_state_with_the_slot_stride_of_a_two_dim_storage():
+    # 2 environments, 10 steps each, stored [T, 2]: the next step is 2 slots on
+    obs = torch.arange(20.0).reshape(2, 10, 1)
+    done = torch.zeros(2, 10, 1, dtype=torch.bool)
+    done[:, -1] = True
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(40, ndim=2), batch_size=8,
+        sampler=SliceSampler(num_slices=2, traj_key=("collector", "traj_ids")),
+        transform=NextStateReconstructor(index_key="index", slot_stride=2),
+        generator=torch.Generator().manual_seed(0))
+    rb.extend(TensorDict({"observation": obs, ("next", "done"): done,
+                          ("collector", "traj_ids"): torch.arange(2).unsqueeze(-1).expand(2, 10)},
+                         [2, 10]))
+    sample = rb.sample()
+    obs, nxt = sample["observation"][:, 0], sample["next", "observation"][:, 0]
+    within = torch.ones(8, dtype=torch.bool)
+    within[[3, 7]] = False  # the last step of each slice of 4
+    assert torch.equal(nxt[within], obs[within] + 1) and nxt[~within].isnan().all()
+    with pytest.raises(ValueError, match="slot_stride"):
+        NextStateReconstructor(slot_stride=0)

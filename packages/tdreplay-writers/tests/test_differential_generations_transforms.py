@@ -74,7 +74,7 @@ def test_next_state_random_sample_does_not_invent():
     sample = TensorDict({"observation": torch.tensor([[5.0], [2.0]]), "index": torch.tensor([5, 2]),
                          ("collector", "traj_ids"): torch.zeros(2, dtype=torch.long),
                          ("next", "done"): torch.zeros(2, 1, dtype=torch.bool)}, [2])
-    out = transforms.NextStateReconstructor()(sample)
+    out = transforms.NextStateReconstructor(index_key="index")(sample)
     assert out["next", "observation"][0].isnan().all()     # actual: 2.0 (row 2's obs)
 
 

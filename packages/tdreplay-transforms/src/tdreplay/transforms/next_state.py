@@ -31,17 +31,17 @@ class NextStateReconstructor(Transform):
     - ``done_key``: row ``i`` is not the last step of its trajectory (catches two slices of one
       trajectory placed back to back);
     - ``step_count_key`` (off by default): the step counts are consecutive;
-    - ``index_key``: where the sample holds the slots its rows were read from (a buffer's
-      samples do, under ``"index"``), row ``i + 1`` was read from the slot after row ``i``'s
-      (for the ``[B, k]`` slots of a storage of several dims: the next along the first, the
-      same along the others). Skipped when the sample has no such entry. A step across the
-      end of the ring (last slot, then slot 0) is not rebuilt: the transform does not know
-      the capacity.
+    - ``index_key`` (off by default): row ``i + 1`` was read from the slot ``slot_stride``
+      after row ``i``'s (a buffer's samples hold their slots under ``"index"``; the next step
+      of an environment is 1 slot on in a storage of ``ndim=1``, ``E`` slots on in one of
+      ``ndim=2`` with ``E`` environments). A step across the end of the ring (last slot, then
+      slot 0) is not rebuilt: the transform does not know the capacity.
 
-    With a ``SliceSampler`` every step of a slice but its last is rebuilt; with random sampling
-    nearly nothing is (``fill_value``): the next observation is not in the sample, and the
-    transform does not invent one (two rows of one trajectory drawn one after the other are
-    not consecutive steps). An existing ``("next", key)`` entry is overwritten.
+    With a ``SliceSampler`` every step of a slice but its last is rebuilt. A random sample
+    rarely holds the next step of a row, but two rows of one trajectory drawn one after the
+    other pass the trajectory and done checks: give ``step_count_key`` or ``index_key`` for
+    such samples, else their next observations are not those of the next step. An existing
+    ``("next", key)`` entry is overwritten.
 
     Parameters
     ----------
@@ -55,7 +55,10 @@ class NextStateReconstructor(Transform):
     step_count_key : nested key or None
         Step counts, checked when given.
     index_key : nested key or None
-        The slots the rows were read from. Defaults to ``"index"``; ``None`` skips the check.
+        The slots the rows were read from (``"index"`` in a buffer's samples), checked when
+        given (skipped for a sample without it).
+    slot_stride : int
+        Slots from a step to the next step of its environment. Defaults to 1 (``ndim=1``).
     fill_value : float or int
         Written where no next step is in the sample. Defaults to NaN, which an integer entry
         cannot hold (``TypeError``): give an int for those.
@@ -81,7 +84,8 @@ class NextStateReconstructor(Transform):
         traj_key: NestedKey | None = ("collector", "traj_ids"),
         done_key: NestedKey | None = ("next", "done"),
         step_count_key: NestedKey | None = None,
-        index_key: NestedKey | None = "index",
+        index_key: NestedKey | None = None,
+        slot_stride: int = 1,
         fill_value: float = float("nan"),
         strict: bool = True,
     ) -> None:
@@ -99,6 +103,10 @@ class NextStateReconstructor(Transform):
         self.done_key = _optional_key(done_key, "done_key")
         self.step_count_key = _optional_key(step_count_key, "step_count_key")
         self.index_key = _optional_key(index_key, "index_key")
+        if isinstance(slot_stride, bool) or not isinstance(slot_stride, int) or slot_stride < 1:
+            raise ValueError(f"NextStateReconstructor: slot_stride must be an int >= 1, got "
+                             f"{slot_stride!r}.")
+        self.slot_stride = slot_stride
         if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
             raise TypeError(f"NextStateReconstructor: fill_value must be a number, got "
                             f"{fill_value!r}.")
@@ -139,10 +147,8 @@ class NextStateReconstructor(Transform):
         if steps is not None:
             valid[:-1] &= steps[1:] == steps[:-1] + 1
         slots = data.get(self.index_key, None) if self.index_key is not None else None
-        if isinstance(slots, torch.Tensor) and slots.ndim and slots.shape[0] == n:
-            slots = slots.reshape(n, -1)
-            valid[:-1] &= slots[1:, 0] == slots[:-1, 0] + 1
-            valid[:-1] &= (slots[1:, 1:] == slots[:-1, 1:]).all(dim=-1)
+        if isinstance(slots, torch.Tensor) and slots.ndim == 1 and slots.shape[0] == n:
+            valid[:-1] &= slots[1:] == slots[:-1] + self.slot_stride
         return valid
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
