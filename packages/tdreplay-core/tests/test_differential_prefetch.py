@@ -11,9 +11,9 @@ the next step of the history, as in the model. A restored copy must hand out the
 first and then draw as the saved buffer would have: the same batches, the same
 ``info["index"]``, the same priority weights.
 
-Samplers: random and without replacement (core, never prefetched: epochs end), and, when
-tdreplay-samplers and tdreplay-storages are installed, prioritized (with ``update_priority``
-between samples) and slice samplers (skipped in tdreplay-core's own session).
+Samplers: random and without replacement (core, never prefetched: epochs end), prioritized
+(with ``update_priority`` between samples) and slice samplers (tdreplay-samplers, over
+tdreplay-storages' tensor storages: tdreplay-core's ``test`` extra).
 
 The first tests are focused reproductions of divergences found (xfail until fixed), if any;
 the last ones guard the behaviours that agree.
@@ -37,18 +37,8 @@ from tdreplay.core import (
     TensorDictReplayBuffer,
 )
 from tdreplay.core.testing import RESTORES, FailOnce, restored
-
-try:  # not dependencies of tdreplay-core (see the module docstring)
-    from tdreplay.storages import LazyTensorStorage
-except ImportError:  # pragma: no cover - tdreplay-core's own session
-    LazyTensorStorage = None
-try:
-    from tdreplay.samplers import PrioritizedSampler, SliceSampler
-except ImportError:  # pragma: no cover
-    PrioritizedSampler = SliceSampler = None
-
-needs_others = pytest.mark.skipif(LazyTensorStorage is None or PrioritizedSampler is None,
-                                  reason="needs tdreplay-storages and tdreplay-samplers")
+from tdreplay.samplers import PrioritizedSampler, SliceSampler
+from tdreplay.storages import LazyTensorStorage
 
 CAP = 40
 BATCH = 6
@@ -182,7 +172,6 @@ def test_prefetch_histories_core_samplers(kind, k):
         _history(kind, k, seed)
 
 
-@needs_others
 @pytest.mark.parametrize("k", [0, 1, 3])
 @pytest.mark.parametrize("kind", ["prioritized", "slice"])
 def test_prefetch_histories_other_samplers(kind, k):

@@ -46,18 +46,8 @@ from tdreplay.core import (
     TensorDictReplayBuffer,
 )
 from tdreplay.core.testing import RESTORES, FailOnce, assert_same, buffer_snapshot, restored
-
-try:  # not dependencies of tdreplay-core
-    from tdreplay.storages import LazyTensorStorage
-except ImportError:  # pragma: no cover - tdreplay-core's own session
-    LazyTensorStorage = None
-try:
-    from tdreplay.samplers import PrioritizedSampler
-except ImportError:  # pragma: no cover
-    PrioritizedSampler = None
-
-needs_others = pytest.mark.skipif(LazyTensorStorage is None or PrioritizedSampler is None,
-                                  reason="needs tdreplay-storages and tdreplay-samplers")
+from tdreplay.samplers import PrioritizedSampler
+from tdreplay.storages import LazyTensorStorage
 
 
 # ---- focused reproductions of divergences found ----------------------------------------------
@@ -109,7 +99,6 @@ def test_iterating_a_finite_sampler_keeps_the_rate_limit():
     assert rb.rate_limiter.samples == 0
 
 
-@needs_others
 def test_an_ndim_2_storage_counts_inserts_in_items():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12, ndim=2),
                                 rate_limiter=SampleToInsertRatio(1.0, 1, 8.0, timeout=0))
@@ -367,7 +356,6 @@ def run_history(seed, config, limiter_kind, steps=200):
 SEEDS = range(56)
 
 
-@needs_others
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_history_agrees_with_the_model(seed):
     config = CONFIGS[seed % len(CONFIGS)]
@@ -378,8 +366,6 @@ def test_random_history_agrees_with_the_model(seed):
 # ---- threads ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("storage", ["list", "lazy"])
 def test_a_writer_and_a_sampler_thread_keep_the_rule(storage):
-    if storage == "lazy" and LazyTensorStorage is None:  # pragma: no cover
-        pytest.skip("needs tdreplay-storages")
     s, m, lo, hi = 1.0, 4, 0.0, 8.0
     limiter = SampleToInsertRatio(s, m, (lo, hi), timeout=5)
     cap = 16

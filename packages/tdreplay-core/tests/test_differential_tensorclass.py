@@ -15,8 +15,8 @@ guide): they are left out of the comparison.
 The first tests are focused reproductions of divergences these histories found (marked xfail
 until fixed); the last ones guard the behaviours that agree.
 
-tdreplay-core's own tests run with tdreplay-core alone: the configurations that need tensor
-storages or other samplers (tdreplay-storages, tdreplay-samplers) are skipped there.
+The tensor storages and other samplers come from tdreplay-storages and tdreplay-samplers
+(tdreplay-core's ``test`` extra).
 """
 
 from __future__ import annotations
@@ -38,18 +38,8 @@ from tdreplay.core import (
     TensorDictReplayBuffer,
 )
 from tdreplay.core.testing import restored
-
-try:  # not dependencies of tdreplay-core (see the module docstring)
-    from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
-except ImportError:  # pragma: no cover - tdreplay-core's own session
-    LazyMemmapStorage = LazyStackStorage = LazyTensorStorage = None
-try:
-    from tdreplay.samplers import PrioritizedSampler, SliceSampler
-except ImportError:  # pragma: no cover
-    PrioritizedSampler = SliceSampler = None
-
-needs_storages = pytest.mark.skipif(LazyTensorStorage is None, reason="needs tdreplay-storages")
-needs_samplers = pytest.mark.skipif(PrioritizedSampler is None, reason="needs tdreplay-samplers")
+from tdreplay.samplers import PrioritizedSampler, SliceSampler
+from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
 
 
 @tensorclass
@@ -105,7 +95,6 @@ def _shared_init_storage(size):
     return LazyTensorStorage(size, shared_init=True)
 
 
-@needs_storages
 @pytest.mark.parametrize("how", sorted(_COPIES))
 @pytest.mark.parametrize("storage", ["memmap", "shared_init"])
 def test_copy_of_a_shared_storage_of_tensorclass_data_reads_it(storage, how):
@@ -125,8 +114,6 @@ def test_copy_of_a_shared_storage_of_tensorclass_data_reads_it(storage, how):
     assert rb[:].obs.tolist()[:3] == [0.0, 1.0, 2.0]
 
 
-@needs_storages
-@needs_samplers
 def test_slice_ends_reach_a_tensorclass_sample_with_a_next_field():
     # migrating guide: info entries are set "only where the tensorclass has that field";
     # Transition has the field "next" (a TensorDict), which takes ("next", "done") and
@@ -184,12 +171,7 @@ def _is_steps(data) -> bool:
 
 
 def _param(buffer, storage, sampler):
-    marks = []
-    if storage not in ("list",):
-        marks.append(needs_storages)
-    if sampler == "prioritized":
-        marks.append(needs_samplers)
-    return pytest.param(buffer, storage, sampler, marks=marks, id=f"{buffer}-{storage}-{sampler}")
+    return pytest.param(buffer, storage, sampler, id=f"{buffer}-{storage}-{sampler}")
 
 
 @pytest.mark.parametrize(("buffer", "storage", "sampler"), [
@@ -250,8 +232,6 @@ def test_tensorclass_and_tensordict_buffers_agree(buffer, storage, sampler):
             assert results[0] == results[1], (buffer, storage, sampler, seed, step, op, how)
 
 
-@needs_storages
-@needs_samplers
 def test_tensorclass_trajectories_sample_alike():
     """Slices of tensorclass trajectories hold the items of the TensorDict buffer's slices;
     ``ndim=2`` storages (``dim_extend=0`` and the default) store and sample them alike."""

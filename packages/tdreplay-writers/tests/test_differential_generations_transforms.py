@@ -15,8 +15,8 @@
   sample row is the next step.
 
 The first tests are focused reproductions of divergences found (xfail until fixed).
-tdreplay-writers declares only tdreplay-core: tests needing tdreplay-storages, -samplers or
--transforms are skipped where those are not installed.
+The tensor storages, prioritized samplers and buffer transforms come from tdreplay-storages,
+-samplers and -transforms (tdreplay-writers' ``test`` extra).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from tdreplay import samplers, storages, transforms, writers
 from tdreplay.core import ListStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
 from tdreplay.core.testing import RESTORES, assert_same, buffer_snapshot, restored
 
@@ -35,20 +36,9 @@ SEEDS = range(12)
 CAP = 5
 
 
-def _mods():
-    storages = pytest.importorskip("tdreplay.storages")
-    samplers = pytest.importorskip("tdreplay.samplers")
-    writers = pytest.importorskip("tdreplay.writers")
-    return storages, samplers, writers
-
-
-def _transforms():
-    return pytest.importorskip("tdreplay.transforms")
-
 
 # ---- focused reproductions ---------------------------------------------------------------------
 def test_setitem_advances_writer_generation():
-    storages, _, writers = _mods()
     rb = TensorDictReplayBuffer(storage=storages.LazyTensorStorage(4),
                                 writer=writers.TensorDictRoundRobinWriter(track_generations=True))
     index = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
@@ -61,7 +51,6 @@ def test_setitem_advances_writer_generation():
 
 
 def test_policy_age_filter_add_drops_stale_item():
-    storages, transforms = _mods()[0], _transforms()
     rb = TensorDictReplayBuffer(storage=storages.LazyTensorStorage(4),
                                 transform=transforms.PolicyAgeFilter(5, max_policy_lag=1))
     rb.add(TensorDict({"policy_version": torch.tensor(0)}, []))  # age 5 > 1
@@ -69,7 +58,6 @@ def test_policy_age_filter_add_drops_stale_item():
 
 
 def test_next_state_random_sample_does_not_invent():
-    transforms = _transforms()
     # a random sample of one trajectory 0..7: rows 5 and 2, in that order
     sample = TensorDict({"observation": torch.tensor([[5.0], [2.0]]), "index": torch.tensor([5, 2]),
                          ("collector", "traj_ids"): torch.zeros(2, dtype=torch.long),
@@ -129,7 +117,6 @@ class Model:
 
 
 def _make_gen_buffer(kind, tracks):
-    storages, samplers, writers = _mods()
 
     def make():
         sampler = samplers.PrioritizedSampler(CAP, alpha=1.0, beta=1.0)
@@ -393,7 +380,6 @@ def test_setitem_histories_writer_generations():
 
 # ---- TensorDictMaxValueWriter: sampler generations only ----------------------------------------
 def test_max_value_writer_tracks_no_generations():
-    storages, _, writers = _mods()
     w = writers.TensorDictMaxValueWriter(rank_key="r")
     rb = TensorDictReplayBuffer(storage=storages.LazyTensorStorage(3), writer=w, batch_size=2)
     index = rb.extend(TensorDict({"r": torch.arange(3.0)}, [3]))
@@ -408,7 +394,6 @@ def test_max_value_writer_tracks_no_generations():
 def test_max_value_stale_priority_histories(seed):
     """Top-k model of the writer; a priority update computed from a sample is skipped for the
     slots the writer replaced since."""
-    storages, samplers, writers = _mods()
     rng = random.Random(seed)
 
     def make():
@@ -488,8 +473,6 @@ def test_max_value_stale_priority_histories(seed):
 @pytest.mark.parametrize("kind", ["lazy-td", "lazy"])
 @pytest.mark.parametrize("seed", SEEDS[:6])
 def test_policy_age_filter_histories(seed, kind):
-    storages, _, writers = _mods()
-    transforms = _transforms()
     rng = random.Random(seed)
     now = {"v": 0}
     lag = rng.randint(0, 2)
@@ -585,8 +568,6 @@ def _expected_next(data, stored, slice_ends):
 @pytest.mark.parametrize("slices", [True, False])
 @pytest.mark.parametrize("seed", SEEDS[:8])
 def test_next_state_reconstructor_histories(seed, slices):
-    storages, samplers, _ = _mods()
-    transforms = _transforms()
     rng = random.Random(seed)
     n_rows = 40
     stored = _trajectories(rng, n_rows)
@@ -607,8 +588,6 @@ def test_next_state_reconstructor_histories(seed, slices):
 
 @pytest.mark.parametrize("seed", SEEDS[:8])
 def test_next_state_reconstructor_default_checks_with_slices(seed):
-    storages, samplers, _ = _mods()
-    transforms = _transforms()
     rng = random.Random(seed)
     stored = _trajectories(rng, 40)
     rb = TensorDictReplayBuffer(
@@ -623,7 +602,6 @@ def test_next_state_reconstructor_default_checks_with_slices(seed):
 
 
 def test_next_state_reconstructor_bad_arguments():
-    transforms = _transforms()
     with pytest.raises(TypeError, match="fill_value"):
         transforms.NextStateReconstructor(fill_value="x")
     with pytest.raises(TypeError, match="keys"):

@@ -17,8 +17,7 @@ restores (``state_dict``, ``dumps``, pickling, ``deepcopy``), compared after eve
 The first tests are focused reproductions of divergences these histories found (marked xfail
 until fixed); the last ones guard the behaviours that agree.
 
-tdreplay-writers declares only tdreplay-core: the configurations on tensor storages need
-tdreplay-storages and are skipped where it is not installed (the writers' own session).
+The tensor storages come from tdreplay-storages (tdreplay-writers' ``test`` extra).
 """
 
 from __future__ import annotations
@@ -32,17 +31,8 @@ from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, RoundRobinWriter, TensorDictReplayBuffer
 from tdreplay.core.testing import restored
+from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
 from tdreplay.writers import TensorDictMaxValueWriter, TensorDictRoundRobinWriter
-
-try:  # not a dependency of tdreplay-writers (see the module docstring)
-    from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
-except ImportError:  # pragma: no cover - the writers' own session
-    LazyMemmapStorage = LazyStackStorage = LazyTensorStorage = None
-
-needs_storages = pytest.mark.skipif(LazyTensorStorage is None,
-                                    reason="needs tdreplay-storages (tensor storages)")
-
-
 
 _HOWS = ["state_dict", "dumps", "pickle", "deepcopy"]
 
@@ -54,7 +44,7 @@ def _ranked(ranks, ids) -> TensorDict:
 
 # ---- focused reproductions ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("storage", ["list", pytest.param("lazy", marks=needs_storages)])
+@pytest.mark.parametrize("storage", ["list", "lazy"])
 def test_max_value_writer_extend_of_an_empty_batch_writes_nothing(storage):
     # as RoundRobinWriter (and TorchRL's TensorDictMaxValueWriter) do: nothing offered, nothing
     # written, an empty tensor of rows
@@ -71,7 +61,7 @@ def _trajectory(rank: float, id_: int, steps: int = 3) -> TensorDict:
     return TensorDict({"r": torch.full((steps,), rank), "id": torch.full((steps,), id_)}, [steps])
 
 
-@pytest.mark.parametrize("storage", ["list", pytest.param("ndim2", marks=needs_storages)])
+@pytest.mark.parametrize("storage", ["list", "ndim2"])
 def test_max_value_writer_add_of_an_unkept_trajectory_returns_no_slot(storage):
     # add() stores a TensorDict with a batch size as one item ("right for a trajectory kept
     # whole"); TensorDictMaxValueWriter.add "returns the row written, or an empty tensor when
@@ -123,9 +113,9 @@ def _ids_at(rb, slots) -> list[int]:
 @pytest.mark.parametrize("compilable", [False, True])
 @pytest.mark.parametrize("storage", [
     "list",
-    pytest.param("lazy", marks=needs_storages),
-    pytest.param("memmap", marks=needs_storages),
-    pytest.param("stack", marks=needs_storages),
+    "lazy",
+    "memmap",
+    "stack",
 ])
 def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, compilable):
     """Kept rows, returned rows and write count follow the model; a copy restored at random
@@ -195,7 +185,6 @@ _REDUCTIONS = {
 }
 
 
-@needs_storages
 @pytest.mark.parametrize("reduction", sorted(_REDUCTIONS))
 def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
     """``[B, T]`` batches of trajectories, ranked by ``reduction`` of their ``T`` rewards: a
