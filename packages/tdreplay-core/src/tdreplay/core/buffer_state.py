@@ -126,10 +126,8 @@ class BufferStateMixin:
         >>> rb.state_dict()["_stateful"]
         {'counter': {'n': 5}}
         """
-        with self._lock:
-            if self._stateful is None:
-                self._stateful = StatefulParts()
-            self._stateful.register(name, part)
+        with self._lock:  # (state_dict reads the parts under it)
+            self.stateful_parts.register(name, part)
 
     @property
     def stateful_parts(self) -> StatefulParts:
@@ -143,7 +141,7 @@ class BufferStateMixin:
         >>> ReplayBuffer(storage=ListStorage(4)).stateful_parts.names  # (see register_stateful)
         ()
         """
-        with self._lock:
+        with self._lock:  # (made at the first use: most buffers register none)
             if self._stateful is None:
                 self._stateful = StatefulParts()
             return self._stateful

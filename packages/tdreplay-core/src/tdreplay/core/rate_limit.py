@@ -273,7 +273,6 @@ class RateLimiter:
         except BaseException:
             with self._cond:
                 if not counted:  # (once counted, the items were written: they stay counted)
-                    counted = True
                     self._pending_inserts -= num_inserts
                 self._cond.notify_all()
             raise

@@ -19,6 +19,7 @@ from tdreplay.core import ReplayBuffer
 
 from ._ray import check_timeout, import_ray, wait_all, wait_dead
 from ._server import COMPONENTS, BufferServer, check_component_spec
+from .checkpoints import check_checkpoint
 from .errors import (
     BufferActorDiedError,
     BufferNotFoundError,
@@ -323,7 +324,11 @@ class ActorClient:
 
     def respawn(self, restore_from: str | None = None) -> None:
         """Kill the actor if alive, wait until its name is free, start a new one restored from
-        ``restore_from`` before it answers any call (a client that reconnects meanwhile waits)."""
+        ``restore_from`` before it answers any call (a client that reconnects meanwhile waits).
+        The checkpoint is checked first (:func:`~.checkpoints.check_checkpoint`): a missing or
+        damaged one is refused before the actor is killed."""
+        if restore_from is not None:
+            check_checkpoint(restore_from)
         self.shutdown()
         self.wait_name_released()
         self.spawn(restore_from)

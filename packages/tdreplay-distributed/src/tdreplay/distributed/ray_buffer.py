@@ -18,7 +18,7 @@ from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
-from .checkpoints import check_checkpoint, resolve_location
+from .checkpoints import resolve_location
 from .client import ActorClient, check_name
 from .conditional_updates import RemoteConditionalUpdateMixin
 from .handle import ClientHandleMixin
@@ -268,10 +268,7 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         if not client.can_respawn:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
-        location = None if path is None else resolve_location(path)
-        if location is not None:
-            check_checkpoint(location)
-        client.respawn(location)
+        client.respawn(None if path is None else resolve_location(path))
 
     def shutdown(self) -> None:
         """Kill the actor (no restart); every client's later calls raise

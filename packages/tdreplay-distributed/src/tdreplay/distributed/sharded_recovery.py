@@ -12,7 +12,7 @@ from ._ray import import_ray
 from ._shard_calls import ShardCalls
 from ._sharding import check_manifest, write_manifest
 from ._wire import pack, unpack
-from .checkpoints import is_url, join_location, resolve_location
+from .checkpoints import check_checkpoint, is_url, join_location, resolve_location
 from .client import ActorClient
 
 __all__ = ["ShardedRecoveryMixin", "start_shards"]
@@ -112,13 +112,16 @@ class ShardedRecoveryMixin:
         if shards is None:
             self._live("length", what="finding the dead shards")
             shards = sorted(self._calls.dead) or list(range(self.num_shards))
+        restore = [None if root is None else join_location(root, f"shard-{k}") for k in shards]
+        for location in restore:  # (every one, before any shard's actor is killed)
+            if location is not None:
+                check_checkpoint(location)
         for k in shards:
             self._clients[k].shutdown()
         for k in shards:
             self._clients[k].wait_name_released()
         replace_lost_nodes([self._clients[k] for k in shards])
-        start_shards([self._clients[k] for k in shards],
-               [None if root is None else join_location(root, f"shard-{k}") for k in shards])
+        start_shards([self._clients[k] for k in shards], restore)
         self._calls.dead.difference_update(shards)
         self._calls.forget_masses()
         self._ahead.clear()
