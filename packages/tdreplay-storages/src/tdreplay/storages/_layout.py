@@ -34,6 +34,10 @@ from ._host_rows import HostRows
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
+#: The batch dims the nested TensorDicts of a layout have past their parent's, by path:
+#: ``{("agents",): (3,)}`` for an ``"agents"`` TensorDict of batch size ``[*outer, 3]`` (one
+#: entry per agent); levels without dims of their own are left out.
+NestedDims = dict[tuple[str, ...], tuple[int, ...]]
 
 
 def _is_leaf(cls: type) -> bool:
@@ -48,6 +52,59 @@ def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
     """The leaf keys of ``td`` (nested ones as tuples; non-tensor entries included), sorted by
     their string form."""
     return sorted(td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf), key=str)
+
+
+def nested_batch_dims(td: TensorDictBase) -> NestedDims:
+    """The batch dims each nested TensorDict of ``td`` has past its parent's (see
+    :data:`NestedDims`), which a storage keeps: TorchRL's multi-agent data nests
+    ``[B, n_agents]`` TensorDicts in ``[B]`` ones.
+
+    Examples
+    --------
+    >>> td = TensorDict({"agents": TensorDict({"obs": torch.zeros(4, 3, 5)}, [4, 3])}, [4])
+    >>> nested_batch_dims(td)
+    {('agents',): (3,)}
+    """
+    out: NestedDims = {}
+    stack: list[tuple[tuple[str, ...], TensorDictBase]] = [((), td)]
+    while stack:
+        path, node = stack.pop()
+        outer = node.batch_dims
+        for name, value in node.items():
+            if not isinstance(value, TensorDictBase) or _is_leaf(type(value)):
+                continue
+            level = path + (name,)
+            extra = tuple(value.batch_size[outer:])
+            if extra:
+                out[level] = extra
+            stack.append((level, value))
+    return out
+
+
+def set_nested_batch_dims(td: TensorDictBase, nested_dims: NestedDims) -> TensorDictBase:
+    """``td`` (built level by level with its parent's batch size) with each nested
+    TensorDict given its own batch dims ``nested_dims`` back, in place; ``CheckpointError``
+    where its entries do not have them.
+
+    Examples
+    --------
+    >>> td = TensorDict({("agents", "obs"): torch.zeros(4, 3, 5)}, [4])
+    >>> set_nested_batch_dims(td, {("agents",): (3,)})["agents"].batch_size
+    torch.Size([4, 3])
+    """
+    for path in sorted(nested_dims, key=len, reverse=True):  # inner levels first
+        node = td.get(as_key(path), None)
+        if node is None or _is_leaf(type(node)):
+            raise CheckpointError(f"checkpoint nested level {path} is missing.")
+        batch = list(td.batch_size)  # its parents' dims and its own
+        for depth in range(1, len(path) + 1):
+            batch += nested_dims.get(path[:depth], ())
+        try:
+            node.batch_size = torch.Size(batch)
+        except RuntimeError as err:
+            raise CheckpointError(f"checkpoint nested level {path} cannot have the batch dims "
+                                  f"{nested_dims[path]}: {err}") from err
+    return td
 
 
 def key_path(key: NestedKey) -> tuple[str, ...]:
@@ -136,11 +193,12 @@ def leaves_along_tree(td: TensorDictBase, tree: dict[str, Any],
 
 
 def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
-             device: torch.device | None) -> TensorDict:
-    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``,
-    checked by tensordict's constructor (the read path builds with :func:`tensordict_builder`
-    without the checks)."""
-    return tensordict_builder(tree, device, _checked_tensordict)(leaves, batch_size)
+             device: torch.device | None, nested_dims: NestedDims | None = None) -> TensorDict:
+    """A TensorDict of batch size ``batch_size`` holding ``leaves`` at the keys of ``tree``
+    (its nested levels with their own batch dims ``nested_dims``), checked by tensordict's
+    constructor (the read path builds with :func:`tensordict_builder` without the checks)."""
+    return tensordict_builder(tree, device, _checked_tensordict,
+                              nested_dims)(leaves, batch_size)
 
 
 def _checked_tensordict(source: dict[str, Any], batch_size: torch.Size,
@@ -150,23 +208,33 @@ def _checked_tensordict(source: dict[str, Any], batch_size: torch.Size,
 
 
 def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
-                       construct: Callable[..., TensorDict] = new_tensordict
+                       construct: Callable[..., TensorDict] = new_tensordict,
+                       nested_dims: NestedDims | None = None, path: tuple[str, ...] = ()
                        ) -> Callable[[list[torch.Tensor], torch.Size], TensorDict]:
     """``build(leaves, batch_size)``: a TensorDict of ``leaves`` at the keys of ``tree``, one
-    ``construct(source, batch_size, device)`` per level; the walk of ``tree`` is done once,
-    here. By default built without checking the leaves
-    (:func:`~._fast_tensordict.new_tensordict`): they must have been cut from a layout's own
-    (leading dims ``batch_size``, on ``device``); the read path builds one per sample.
+    ``construct(source, batch_size, device)`` per level, a nested level with its own batch
+    dims of ``nested_dims`` after its parent's; the walk of ``tree`` is done once, here
+    (``path``: where ``tree`` is in the whole one). By default built without checking the
+    leaves (:func:`~._fast_tensordict.new_tensordict`): they must have been cut from a
+    layout's own (leading dims ``batch_size``, on ``device``); the read path builds one per
+    sample.
 
     Examples
     --------
-    >>> build = tensordict_builder({"a": 0, "n": {"b": 1}}, None)
-    >>> td = build([torch.zeros(2, 3), torch.ones(2)], torch.Size([2]))
-    >>> td["n", "b"].tolist(), td.batch_size
-    ([1.0, 1.0], torch.Size([2]))
+    >>> build = tensordict_builder({"a": 0, "n": {"b": 1}}, None, nested_dims={("n",): (3,)})
+    >>> td = build([torch.zeros(2, 3), torch.ones(2, 3)], torch.Size([2]))
+    >>> td["n", "b"].tolist()[0], td.batch_size, td["n"].batch_size
+    ([1.0, 1.0, 1.0], torch.Size([2]), torch.Size([2, 3]))
     """
-    entries = [(name, tensordict_builder(node, device, construct) if isinstance(node, dict)
-                else None, node) for name, node in tree.items()]
+    nested_dims = nested_dims or {}
+    entries: list[tuple[str, Any, Any]] = []
+    for name, node in tree.items():
+        if isinstance(node, dict):
+            inner = (*path, name)
+            entries.append((name, tensordict_builder(node, device, construct, nested_dims,
+                                                     inner), nested_dims.get(inner, ())))
+        else:
+            entries.append((name, None, node))
     # (a partial pickles with its layout)
     return partial(_build_tensordict, entries, device, construct)
 
@@ -175,8 +243,12 @@ def _build_tensordict(entries: list[tuple[str, Any, Any]], device: torch.device 
                       construct: Callable[..., TensorDict], leaves: list[torch.Tensor],
                       batch_size: torch.Size) -> TensorDict:
     source: dict[str, Any] = {}
-    for name, nested, position in entries:
-        source[name] = leaves[position] if nested is None else nested(leaves, batch_size)
+    for name, nested, position_or_dims in entries:
+        if nested is None:
+            source[name] = leaves[position_or_dims]
+        else:  # a nested level, with its own batch dims (if any) after ours
+            source[name] = nested(leaves, batch_size + position_or_dims
+                                  if position_or_dims else batch_size)
     return construct(source, batch_size, device)
 
 
@@ -255,7 +327,8 @@ class TensorLayout:
         sources = [check_source(key, td.get(key)) for key in keys]  # all before allocating any
         leaves = [allocate(shape + x.shape[skip:], x.dtype, key) for key, x in zip(keys, sources)]
         batch = shape + td.batch_size[skip:]
-        return cls(assemble(build_tree(keys), leaves, batch, device), ndim, device)
+        return cls(assemble(build_tree(keys), leaves, batch, device, nested_batch_dims(td)),
+                   ndim, device)
 
     def __init__(self, td: TensorDictBase, ndim: int, device: torch.device) -> None:
         keys = leaf_keys(td)
@@ -270,6 +343,8 @@ class TensorLayout:
         self.key_set = set(keys)
         self.leaves = leaves
         self.tree = build_tree(keys)
+        #: the batch dims of its nested TensorDicts past their parent's (e.g. agents)
+        self.nested_dims = nested_batch_dims(td)
         self._view_leaves(td.batch_size)
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
@@ -288,8 +363,9 @@ class TensorLayout:
     def _view_leaves(self, batch_size: torch.Size) -> None:
         """Make what sees :attr:`leaves`' memory: the TensorDict over them (batch size
         ``batch_size``), their flattened views and the numpy views of :attr:`host_rows`."""
-        self.td = assemble(self.tree, self.leaves, batch_size, self.device)
-        self._build_td = tensordict_builder(self.tree, self.device)
+        self.td = assemble(self.tree, self.leaves, batch_size, self.device, self.nested_dims)
+        self._build_td = tensordict_builder(self.tree, self.device,
+                                            nested_dims=self.nested_dims)
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
         #: the leaves' memory (see :func:`_slots_viewable`)
         self.flat_leaves = [leaf.flatten(0, self.ndim - 1) if self.ndim > 1 else leaf
@@ -309,6 +385,7 @@ class TensorLayout:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch_size = state.pop("batch_size")
+        state.setdefault("nested_dims", {})  # (pickled before nested levels kept their dims)
         self.__dict__.update(state)
         self._view_leaves(batch_size)
 

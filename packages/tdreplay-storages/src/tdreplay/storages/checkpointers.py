@@ -53,7 +53,14 @@ from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
 from ._file_writes import memmap_by_writes
-from ._layout import as_key, dtype_from_str, key_path, leaf_keys
+from ._layout import (
+    as_key,
+    dtype_from_str,
+    key_path,
+    leaf_keys,
+    nested_batch_dims,
+    set_nested_batch_dims,
+)
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -425,6 +432,8 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
             written = source.apply_save_hooks(source.written_rows())
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)
+            meta["nested_dims"] = [[list(level), list(dims)]
+                                   for level, dims in nested_batch_dims(written).items()]
             meta["entries"] = entries
             meta["arrays"] = self._write_arrays(path, arrays)
         write_json(path / "storage.json", meta)
@@ -440,6 +449,8 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         try:
             arrays = self._read_arrays(path, meta["arrays"])
             data = _Compactor.expand(arrays, meta["entries"], torch.Size(meta["batch_size"]))
+            set_nested_batch_dims(data, {tuple(level): tuple(dims)
+                                         for level, dims in meta.get("nested_dims", [])})
         except CheckpointError:
             raise
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:

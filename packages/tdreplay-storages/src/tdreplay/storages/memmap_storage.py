@@ -357,6 +357,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             "treespec": self._format.meta()["treespec"],
             "tensorclass": self._format.meta()["tensorclass"],  # where its class is defined
             "lazy_stack": self._format.meta().get("lazy_stack"),  # items stacking ragged parts
+            # the batch dims of nested TensorDicts past their parent's (e.g. agents)
+            "nested_dims": [[list(path), list(dims)]
+                            for path, dims in self._layout.nested_dims.items()],
             "leaves": [
                 {"key": list(key_path(key)), "file": rel,
                  "dtype": str(dtype), "shape": list(shape)}
@@ -381,8 +384,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             leaves.append(mmt.as_subclass(torch.Tensor))
         shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
         self._format = DataFormat(layout["kind"], _format_extra(layout))
-        self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device),
-                                    self.ndim, self._device)
+        nested = {tuple(path): tuple(dims) for path, dims in layout.get("nested_dims", [])}
+        self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device,
+                                             nested), self.ndim, self._device)
         return self._layout
 
     # ---- reads and writes under the process lock -------------------------------------------
