@@ -138,8 +138,7 @@ def test_delayed_tensordict_buffer_with_generator_and_shared_flag():
                                 generator=gen, shared=True, batch_size=3)
     assert rb.shared and not rb.initialized
     td = TensorDict({"x": torch.arange(6)}, [6])
-    rb.extend(td)
-    assert td["index"].tolist() == list(range(6))
+    assert rb.extend(td).tolist() == list(range(6))
     assert rb.sampler.generator is gen  # the generator reached the sampler built late
     first = rb.sample()["index"].tolist()
     gen.manual_seed(0)

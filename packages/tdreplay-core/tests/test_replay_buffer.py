@@ -452,14 +452,15 @@ def test_repr_names_components():
 
 
 # ---- TensorDictReplayBuffer ----------------------------------------------------------------
-def test_tensordict_buffer_writes_index_into_extended_data_and_samples():
+def test_tensordict_buffer_leaves_extended_data_as_it_was_and_samples_carry_the_index():
+    # TorchRL 0.14.1 writes a shallow copy: the caller's TensorDict gets no "index"
     rb = TensorDictReplayBuffer(storage=ListStorage(6), batch_size=5)
     td = TensorDict({"obs": torch.arange(4.0)}, [4])
     assert rb.extend(td).tolist() == [0, 1, 2, 3]
-    assert td["index"].tolist() == [0, 1, 2, 3]
+    assert sorted(td.keys()) == ["obs"]
     td2 = TensorDict({"obs": torch.arange(4.0, 8.0)}, [4])
-    rb.extend(td2)
-    assert td2["index"].tolist() == [4, 5, 0, 1]  # wrapped
+    assert rb.extend(td2).tolist() == [4, 5, 0, 1]  # wrapped
+    assert sorted(td2.keys()) == ["obs"]
     sample, info = rb.sample(return_info=True)
     assert sample["index"].dtype == torch.long
     assert torch.equal(sample["index"], info["index"])
@@ -469,11 +470,13 @@ def test_tensordict_buffer_writes_index_into_extended_data_and_samples():
 
 def test_tensordict_buffer_does_not_store_index_of_reextended_data():
     rb = TensorDictReplayBuffer(storage=ListStorage(10))
-    td = TensorDict({"obs": torch.arange(3.0)}, [3])
-    rb.extend(td)
-    assert rb.extend(td).tolist() == [3, 4, 5]  # td carries "index" now
+    rb.extend(TensorDict({"obs": torch.arange(3.0)}, [3]))
+    sample = rb[torch.tensor([2, 0])]
+    sample["index"] = torch.tensor([2, 0])  # as a sample of these rows carries it
+    assert rb.extend(sample).tolist() == [3, 4]
     assert "index" not in rb[:].keys()
-    assert td["index"].tolist() == [3, 4, 5]
+    assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 2.0, 0.0]
+    assert sample["index"].tolist() == [2, 0]  # the sample as it was
 
 
 class GenerationSampler(RandomSampler):
@@ -496,20 +499,22 @@ class GenerationSampler(RandomSampler):
         return {"generation": self.generation[slots]}
 
 
-def test_tensordict_buffer_refreshes_bookkeeping_of_a_reextended_lazy_stack():
+def test_tensordict_buffer_reextends_a_lazy_stack_without_its_bookkeeping():
     # items of different shapes: the sample is a lazy stack with -1 in its batch size, whose
-    # per-item entries ("index", the sampler's "generation") are set item by item
+    # per-item entries ("index", the sampler's "generation") are set item by item; written
+    # back, they are left out of the storage and the sample keeps the ones it was drawn with
     rb = TensorDictReplayBuffer(storage=ListStorage(10), sampler=GenerationSampler(),
                                 batch_size=3, generator=torch.Generator().manual_seed(0))
     rb.extend(LazyStackedTensorDict(*[TensorDict({"x": torch.zeros(n)}, [n])
                                       for n in range(1, 5)]))
     sample = rb.sample()
     assert sample.batch_size[1] == -1
-    slots = rb.extend(sample)
-    assert slots.tolist() == [4, 5, 6]
-    for item, slot in zip(sample.tensordicts, slots.tolist()):
-        assert item["index"].unique().tolist() == [slot]
-        assert item["generation"].unique().tolist() == [1]
+    drawn = [item["index"].unique().tolist() for item in sample.tensordicts]
+    assert rb.extend(sample).tolist() == [4, 5, 6]
+    assert [item["index"].unique().tolist() for item in sample.tensordicts] == drawn
+    assert all(item["generation"].unique().tolist() == [1] for item in sample.tensordicts)
+    assert all(set(item.keys()) == {"x"} for item in rb.storage[:])
+    assert rb.sampler.generation[4:7].tolist() == [1, 1, 1]
 
 
 def test_tensordict_buffer_sample_of_differently_shaped_items_leaves_them_unchanged():
@@ -526,12 +531,13 @@ def test_tensordict_buffer_sample_of_differently_shaped_items_leaves_them_unchan
     assert all(set(item.keys()) == {"x"} for item in rb.storage[:])
 
 
-def test_tensordict_buffer_add_sets_index():
+def test_tensordict_buffer_add_leaves_the_item_as_it_was():
     rb = TensorDictReplayBuffer(storage=ListStorage(10))
     rb.extend(TensorDict({"obs": torch.arange(2.0)}, [2]))
     item = TensorDict({"obs": torch.tensor(5.0)}, [])
     assert rb.add(item) == 2
-    assert int(item["index"]) == 2
+    assert sorted(item.keys()) == ["obs"]
+    assert rb[2]["obs"].item() == 5.0
 
 
 def test_tensordict_buffer_refuses_other_data(unchanged):

@@ -47,13 +47,13 @@ def test_sample_without_an_index_field_keeps_the_info_in_the_info_dict():
     assert sample.obs[:, 0].tolist() == info["index"].float().tolist()
 
 
-def test_an_index_field_gets_the_slots_written_and_sampled():
+def test_an_index_field_gets_the_slots_sampled_and_the_written_data_stays_as_it_was():
     rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=3)
     batch = WithIndex(obs=torch.arange(4.0)[:, None], batch_size=[4])
     assert rb.extend(batch).tolist() == [0, 1, 2, 3]
-    assert batch.index.tolist() == [0, 1, 2, 3]
+    assert batch.index is None
     item = WithIndex(obs=torch.tensor([9.0]), batch_size=[])
-    assert rb.add(item) == 4 and int(item.index) == 4
+    assert rb.add(item) == 4 and item.index is None
     sample = rb.sample()
     assert sample.obs[:, 0].tolist() == [9.0 if i == 4 else float(i) for i in sample.index]
 

@@ -110,7 +110,7 @@ def test_extend_reads_priorities_from_the_data(backend):
     assert rb.extend(data).tolist() == [0, 1, 2, 3]
     rb.extend(td(2, 4))  # no td_error: the max priority so far
     assert priorities(rb)[:6].tolist() == [1.0, 2.0, 3.0, 4.0, 4.0, 4.0]
-    assert data["index"].tolist() == [0, 1, 2, 3]
+    assert "index" not in data.keys()  # the caller's batch as it was
     rb.add(TensorDict({"obs": torch.tensor(9.0), "td_error": torch.tensor(0.5)}, []))
     assert priorities(rb)[6] == 0.5
     rb.extend(td(2, 7, td_error=torch.ones(2)), update_priority=False)
@@ -162,15 +162,16 @@ def test_re_extending_a_sample_does_not_store_its_bookkeeping(backend):
                                               storage=LazyTensorStorage(8),
                                               sampler_backend=backend)
     sample["td_error"] = torch.tensor([2.0, 3.0, 5.0])
-    assert other.extend(sample).tolist() == [0, 1, 2]
+    drawn = sample["index"].clone(), sample["write_generation"].clone()
+    slots = other.extend(sample)
+    assert slots.tolist() == [0, 1, 2]
     assert "write_generation" not in other.storage[:].keys()
     assert "index" not in other.storage[:].keys()
-    # the sample now points at its new rows, with their generations: updates apply
-    assert sample["index"].tolist() == [0, 1, 2]
-    assert sample["write_generation"].tolist() == [1, 1, 1]
+    # the sample is left as it was drawn (as TorchRL's): it still points at its rows in rb
+    assert torch.equal(sample["index"], drawn[0])
+    assert torch.equal(sample["write_generation"], drawn[1])
     assert priorities(other)[:3].tolist() == [2.0, 3.0, 5.0]
-    sample["td_error"] = torch.tensor([6.0, 6.0, 6.0])
-    other.update_tensordict_priority(sample)
+    other.update_priority(slots, torch.tensor([6.0, 6.0, 6.0]))
     assert priorities(other)[:3].tolist() == [6.0, 6.0, 6.0]
 
 
@@ -183,9 +184,8 @@ def test_writer_keeping_some_rows_gives_them_their_priorities():
     assert priorities(rb).tolist() == [2.0, 3.0]
     batch = td(3, 5, td_error=torch.tensor([0.5, 0.75, 1.5]))
     slots = rb.extend(batch)  # keeps the 2 best of 3 rows, with their own priorities
-    assert slots.numel() == 2
+    assert slots[0] == -1 and sorted(slots[1:].tolist()) == [0, 1]  # -1: the row not kept
     assert sorted(priorities(rb).tolist()) == [0.75, 1.5]
-    assert batch["index"].tolist()[0] == -1  # the row not kept
 
 
 def test_update_tensordict_priority_errors():
@@ -249,8 +249,9 @@ def test_extra_batch_dims_of_a_flat_storage_are_reduced(backend):
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, eps=0.0, reduction="sum",
                                            storage=LazyTensorStorage(8), sampler_backend=backend)
     data = TensorDict({"obs": torch.zeros(2, 3), "td_error": torch.ones(2, 3)}, [2, 3])
-    rb.extend(data)  # two items of 3 steps each: one slot and one priority per item
+    slots = rb.extend(data)  # two items of 3 steps each: one slot and one priority per item
     assert priorities(rb)[:2].tolist() == [3.0, 3.0]
+    data["index"] = slots[:, None].expand(2, 3)  # each step carries its item's slot
     data["td_error"] = torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
     rb.update_tensordict_priority(data)
     assert priorities(rb)[:2].tolist() == [3.0, 6.0]

@@ -55,11 +55,11 @@ def test_extend_of_a_list_of_one_tensordict_is_one_item_with_its_batch_dims(kind
     assert rb.sample(3).batch_size == (3, 10)
 
 
-def test_tensordict_buffer_add_sets_index_over_the_item():
+def test_tensordict_buffer_samples_carry_the_index_over_the_item():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=2)
     td = traj(0)
-    rb.add(td)
-    assert td["index"].tolist() == [0] * 10
+    assert rb.add(td) == 0
+    assert "index" not in td.keys()  # the caller's item as it was
     sample = rb.sample()
     assert sample.batch_size == (2, 10)
     assert sample["index"].shape == (2, 10) and (sample["index"] == 0).all()

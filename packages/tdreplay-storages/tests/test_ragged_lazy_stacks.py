@@ -105,8 +105,8 @@ def test_add_one_ragged_item(storage_type):
 def test_tensordict_buffer_writes_index_into_ragged_samples():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=4)
     data = ragged(6)
-    rb.extend(data)
-    assert data.tensordicts[0]["index"].tolist() == list(range(6))
+    assert rb.extend(data).tolist() == list(range(6))
+    assert "index" not in data.tensordicts[0].keys()  # the caller's data as it was
     sample = rb.sample()
     for part in sample.tensordicts:
         assert part["index"].shape == (4,)

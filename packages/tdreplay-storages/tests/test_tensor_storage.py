@@ -347,25 +347,23 @@ def test_cuda_device():
 def test_tensordict_buffer_index_with_tensor_storage():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=16)
     data = steps(0, 5)
-    rb.extend(data)
-    assert data["index"].tolist() == [0, 1, 2, 3, 4]
+    assert rb.extend(data).tolist() == [0, 1, 2, 3, 4]
+    assert "index" not in data.keys()  # the caller's data as it was
     again = steps(5, 5)
-    rb.extend(again)
-    assert again["index"].tolist() == [5, 6, 7, 0, 1]
+    assert rb.extend(again).tolist() == [5, 6, 7, 0, 1]
     sample = rb.sample()
     check_steps(sample)
     assert torch.equal(sample["k"] % 8, sample["index"])
     assert "index" not in rb[:].keys()
-    rb.extend(again)  # re-extending data that carries "index" works
-    assert again["index"].tolist() == [2, 3, 4, 5, 6]
+    sample = sample[:5]
+    assert rb.extend(sample).tolist() == [2, 3, 4, 5, 6]  # data carrying "index" is written
+    assert "index" not in rb[:].keys()
 
 
 def test_tensordict_buffer_index_with_ndim2():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(24, ndim=2), batch_size=10, dim_extend=0)
     data = steps(0, 2, inner=(4,))
-    rb.extend(data)
-    assert data["index"].shape == torch.Size([2, 4])
-    assert data["index"].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert rb.extend(data).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     sample = rb.sample()
     assert sample["index"].shape == torch.Size([10])
     assert torch.equal(sample["k"], sample["index"])

@@ -428,7 +428,9 @@ def test_max_value_stale_priority_histories(seed):
                 final[row] = p
             age += n
             clock += 1
-            want = [r for r, _ in sorted(final.items(), key=lambda rp: rp[1])]
+            want = [-1] * n  # the slot of each batch row, -1 where not kept (TorchRL's)
+            for r, p in final.items():
+                want[p] = r
             for r, p in final.items():
                 uid_of[r], ver[r] = uids[p], clock
                 prio[r] = 1.0 if max_p is None else max_p

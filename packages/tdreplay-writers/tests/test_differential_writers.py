@@ -64,9 +64,9 @@ def _trajectory(rank: float, id_: int, steps: int = 3) -> TensorDict:
 @pytest.mark.parametrize("storage", ["list", "ndim2"])
 def test_max_value_writer_add_of_an_unkept_trajectory_returns_no_slot(storage):
     # add() stores a TensorDict with a batch size as one item ("right for a trajectory kept
-    # whole"); TensorDictMaxValueWriter.add "returns the row written, or an empty tensor when
-    # the item was not kept". A kept trajectory works; one ranked too low raises while setting
-    # "index" in the caller's TensorDict (after the writer has counted the offer)
+    # whole"); an item the max-value writer does not keep gives None, as TorchRL's. A kept
+    # trajectory works; one ranked too low used to raise while setting "index" in the
+    # caller's TensorDict (after the writer had counted the offer)
     if storage == "list":
         rb = TensorDictReplayBuffer(storage=ListStorage(2),
                                     writer=TensorDictMaxValueWriter(rank_key="r"))
@@ -78,9 +78,9 @@ def test_max_value_writer_add_of_an_unkept_trajectory_returns_no_slot(storage):
         rb.add(_trajectory(5.0, 0))
         rb.add(_trajectory(6.0, 1))
         low = _trajectory(1.0, 2)
-        out = rb.add(low)  # RuntimeError: The expanded size of the tensor (3) must match ...
-    assert torch.as_tensor(out).numel() == 0
-    assert low["index"].tolist() == [-1, -1, -1]  # not written: -1, as TorchRL marks it
+        out = rb.add(low)
+    assert out is None
+    assert sorted(low.keys()) == ["id", "r"]  # the caller's item as it was
     kept = rb[:] if storage != "list" else torch.stack(rb[:])
     assert sorted(kept["id"][:, 0].tolist()) == [0, 1]
 
@@ -155,10 +155,10 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
                 out = None
                 if op == "add":
                     row = rb.add(_ranked(ranks, ids)[0])
-                    out = [] if isinstance(row, torch.Tensor) and not row.numel() \
-                        else _ids_at(rb, [row])
+                    out = [] if row is None else _ids_at(rb, [row])
                 elif op == "extend":
-                    out = _ids_at(rb, rb.extend(_ranked(ranks, ids)))
+                    written = rb.extend(_ranked(ranks, ids))
+                    out = _ids_at(rb, written[written >= 0])  # -1: a row not kept
                 elif op == "sample" and len(rb):
                     sample = rb.sample()
                     out = (sample["id"].tolist(), sample["index"].tolist())

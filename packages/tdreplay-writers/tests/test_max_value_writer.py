@@ -65,17 +65,18 @@ def test_torchrl_docs_example_keeps_the_best():
         assert rb.sample()["obs"].item() == expected
 
 
-def test_extend_returns_only_the_rows_written_in_batch_order():
+def test_extend_returns_the_slot_of_each_row_and_minus_one_for_the_rows_not_kept():
+    # as TorchRL's: one entry per batch row
     rb = make_rb(3)
     assert rb.extend(batch([5, 1, 3], [0, 1, 2])).tolist() == [0, 1, 2]
     # full, min is 1 (row 1): 0.5 is not kept, 4 replaces 1 (row 1); the min is then 3, so 1 is
     # not kept and 6 replaces 3 (row 2)
     written = rb.extend(batch([0.5, 4, 1, 6], [10, 11, 12, 13]))
-    assert written.tolist() == [1, 2]
+    assert written.tolist() == [-1, 1, -1, 2]
     assert contents(rb) == [(5.0, 0), (4.0, 11), (6.0, 13)]
     assert rb.write_count == 5
     # nothing above the minimum (4): nothing written, write count unchanged
-    assert rb.extend(batch([1, 2, 4], [20, 21, 22])).tolist() == []
+    assert rb.extend(batch([1, 2, 4], [20, 21, 22])).tolist() == [-1, -1, -1]
     assert rb.write_count == 5
 
 
@@ -85,15 +86,15 @@ def test_row_evicted_within_the_same_batch_is_never_written():
     # offered one by one, 3 would replace 1, then 5 replace 2, then 6 replace 3: id 10 never lands
     written = rb.extend(batch([3, 5, 6], [10, 11, 12]))
     assert sorted(contents(rb)) == [(5.0, 11), (6.0, 12)]
-    assert sorted(written.tolist()) == [0, 1]
-    assert [contents(rb)[row][1] for row in written] == [11, 12]  # batch order
+    assert written[0] == -1 and sorted(written[1:].tolist()) == [0, 1]
+    assert [contents(rb)[row][1] for row in written[1:]] == [11, 12]  # batch order
     assert rb.write_count == 4
 
 
 def test_ties_keep_the_rows_already_there():
     rb = make_rb(2)
     rb.extend(batch([1, 1], [0, 1]))
-    assert rb.extend(batch([1], [2])).tolist() == []
+    assert rb.extend(batch([1], [2])).tolist() == [-1]
     assert [i for _, i in contents(rb)] == [0, 1]
 
 
@@ -101,7 +102,8 @@ def test_batch_larger_than_capacity_on_empty_buffer():
     rb = make_rb(3)
     written = rb.extend(batch([1, 7, 2, 9, 3, 8], list(range(6))))
     assert sorted(contents(rb)) == [(7.0, 1), (8.0, 5), (9.0, 3)]
-    assert [contents(rb)[row][1] for row in written] == [1, 3, 5]
+    assert (written >= 0).tolist() == [False, True, False, True, False, True]
+    assert [contents(rb)[row][1] for row in written[written >= 0]] == [1, 3, 5]
 
 
 @settings(max_examples=60, deadline=None)
@@ -119,7 +121,9 @@ def test_matches_sequential_specification(capacity, batches):
         before = contents(rb)
         for r, i in zip(ranks, ids):
             model.offer(float(r), i)
-        written = rb.extend(batch(ranks, ids)).tolist() if ranks else []
+        per_row = rb.extend(batch(ranks, ids)).tolist() if ranks else []
+        assert len(per_row) == len(ranks)
+        written = [row for row in per_row if row >= 0]  # -1: a row not kept
         n_written += len(written)
         after = contents(rb)
         # the same rows are kept as when offering them one at a time (row order may differ)
@@ -170,13 +174,12 @@ def test_trajectory_rows_ranked_by_summed_reward():
     assert sorted(rb.writer.ranks.tolist()) == [3.0, 5.0]
 
 
-def test_add_returns_row_or_empty():
+def test_add_returns_row_or_none():
     rb = make_rb(1)
     item = TensorDict({"rank": torch.tensor(2.0), "id": torch.tensor(0)}, [])
     assert rb.add(item) == 0
     low = TensorDict({"rank": torch.tensor(1.0), "id": torch.tensor(1)}, [])
-    out = rb.add(low)
-    assert isinstance(out, torch.Tensor) and out.numel() == 0
+    assert rb.add(low) is None  # not kept: None, as TorchRL's
     assert rb.writer.get_insert_index(low) is None
     high = TensorDict({"rank": torch.tensor(3.0), "id": torch.tensor(2)}, [])
     assert rb.writer.get_insert_index(high) == 0
@@ -358,22 +361,20 @@ def test_max_value_writer_is_not_shareable():
     assert sorted(contents(rb)) == [(1.0, 0), (2.0, 1)]
 
 
-def test_index_of_a_partly_kept_batch_names_each_row_kept_and_minus_one_for_the_others():
-    # the rows kept get their slots in the batch's "index", the others -1 (as TorchRL); before,
-    # the batch kept whatever "index" it had (stale after a first write) or none
+def test_a_partly_kept_batch_gets_the_slot_of_each_row_kept_and_minus_one_for_the_others():
+    # extend returns them (as TorchRL); the batch itself, stale "index" included, is unchanged
     rb = make_rb(3)
     first = batch([1.0, 5.0, 2.0, 9.0, 0.0], [0, 1, 2, 3, 4])
-    assert rb.extend(first).tolist() == [0, 1, 2]
-    assert first["index"].tolist() == [-1, 0, 1, 2, -1]
+    assert rb.extend(first).tolist() == [-1, 0, 1, 2, -1]
+    assert sorted(first.keys()) == ["id", "rank"]
     second = batch([0.0, 7.0], [5, 6])
     second["index"] = torch.tensor([9, 9])  # a stale index from elsewhere
-    assert rb.extend(second).tolist() == [1]  # 7 replaces the least kept (rank 2, row 1)
-    assert second["index"].tolist() == [-1, 1]
+    assert rb.extend(second).tolist() == [-1, 1]  # 7 replaces the least kept (rank 2, row 1)
+    assert second["index"].tolist() == [9, 9]
     assert rb.writer.written_positions.tolist() == [1]
     whole = batch([10.0, 11.0, 12.0], [7, 8, 9])
-    rb.extend(whole)
+    assert sorted(rb.extend(whole).tolist()) == [0, 1, 2]
     assert rb.writer.written_positions is None  # every row written, in order
-    assert sorted(whole["index"].tolist()) == [0, 1, 2]
 
 
 def test_priorities_of_a_partly_kept_batch_go_to_the_rows_kept():

@@ -35,7 +35,7 @@ from .sampler import Sampler
 from .service_backends import ServiceBackendMixin, ServiceDispatch
 from .storage import Storage
 from .transform import Compose, Transform
-from .utils import INT_TYPES, NotATensorDictError, check_instance
+from .utils import INT_TYPES, NotATensorDictError, check_instance, leading_dim
 from .writer import Writer
 
 
@@ -375,32 +375,47 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             data = self._transform.inv(data)
         return data
 
-    def add(self, data: Any) -> int | torch.Tensor:
+    def add(self, data: Any) -> int | torch.Tensor | None:
         """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives.
 
         A TensorDict with a batch size is one item with its batch dims (a ``UserWarning`` says
         so, as TorchRL's does: ``extend`` stores its rows as items). An item a write-side
         transform drops (returns ``None`` for, e.g. ``PolicyAgeFilter``) is not written: the
-        result is then an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's."""
+        result is then an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's; an item the
+        writer does not keep (``TensorDictMaxValueWriter``, ranked too low) gives ``None``, as
+        TorchRL's."""
         warn_if_batched_item(data)
-        data = self._write_side(data)
-        if data is None:
+        item = self._write_side(data)
+        if item is None:
             return self._nothing_added()
-        with self._write_lock(data, single=True):
-            return self._write_item(data)
+        item = self._own_item(item, data)
+        with self._write_lock(item, single=True):
+            return self._write_item(item)
+
+    def _own_item(self, item: Any, given: Any) -> Any:
+        """``item`` (what the write-side transforms made of the ``given`` one) as ``add``
+        stores it: a shallow copy of a TensorDict the caller still holds, where the storage
+        keeps the objects it is given (a ``ListStorage``), as TorchRL's ``add`` writes one, so
+        that entries set in the caller's TensorDict afterwards stay out of the stored item."""
+        if item is given and self._storage.keeps_written_objects and is_tensor_collection(item):
+            return item.copy()
+        return item
 
     def _nothing_added(self) -> torch.Tensor:
         """What ``add`` returns for an item a write-side transform dropped (TorchRL's)."""
         return torch.zeros((0, self._storage.ndim), dtype=torch.long)
 
-    def _write_item(self, data: Any) -> int | torch.Tensor:
-        """Write one item (write-side transforms done) and tell the sampler; lock held."""
+    def _write_item(self, data: Any) -> int | torch.Tensor | None:
+        """Write one item (write-side transforms done) and tell the sampler; lock held. ``None``
+        when the writer did not keep it (``TensorDictMaxValueWriter``), as TorchRL's."""
         self._check_writing_process()  # a forked child writes only what is shared
         row = self._add_row(data)
         if type(row) is int and self._storage.row_numel == 1:  # one row, one slot: no tensor
             self._sampler.add(row)
             return row
         rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
+        if not rows.numel():
+            return None
         slots = self._storage.rows_to_slots(rows)
         self._sampler.extend(_flat(slots))
         if self._storage.row_numel == 1 and rows.numel() == 1:
@@ -408,7 +423,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
 
     def extend(self, data: Any) -> torch.Tensor:
-        """Write a batch; returns the slots written.
+        """Write a batch; returns the slots written, one entry per row of the batch (``-1``
+        for a row the writer did not keep, e.g. ``TensorDictMaxValueWriter``'s, as TorchRL).
 
         A list is a batch of items, a tuple one pytree batched along dim 0 of its leaves, a
         tensor or TensorDict a batch along its first dimension.
@@ -416,7 +432,17 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         data, dim = self._prepare_batch(data)
         with self._write_lock(data):
             slots = self._write_batch(data)
-            return self._written_as_given(slots, data, dim) if dim else slots
+            if dim:
+                return self._written_as_given(slots, data, dim)
+            return self._per_batch_row(slots, data)
+
+    def _per_batch_row(self, slots: torch.Tensor, data: Any) -> torch.Tensor:
+        """``slots`` (of the rows the writer kept) as one entry per row of the batch ``data``
+        (written along dim 0): ``-1`` for the rows not kept, as TorchRL marks them."""
+        kept = self._writer.written_positions
+        if kept is None:
+            return slots
+        return _per_batch_row(slots, kept, leading_dim(data))
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
@@ -576,8 +602,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
     **kwargs
         As :class:`ReplayBuffer`.
 
-    After ``extend(td)``, ``td["index"]`` holds the slots written, so priorities can be
-    updated straight from the collected batch.
+    ``extend`` and ``add`` leave the TensorDict they are given as it was (as TorchRL's, which
+    writes a shallow copy): the slots written are what they return, and every sample carries
+    its ``index``.
 
     Examples
     --------
@@ -585,8 +612,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
     >>> from tdreplay.core import ListStorage
     >>> rb = TensorDictReplayBuffer(storage=ListStorage(10), batch_size=2)
     >>> td = TensorDict({"obs": torch.arange(4.)}, [4])
-    >>> rb.extend(td).tolist(), td["index"].tolist()
-    ([0, 1, 2, 3], [0, 1, 2, 3])
+    >>> rb.extend(td).tolist(), sorted(td.keys())
+    ([0, 1, 2, 3], ['obs'])
     >>> s = rb.sample()
     >>> bool((s["obs"] == s["index"].float()).all())
     True
@@ -598,9 +625,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
                ) -> torch.Tensor:
-        """Write a batch of TensorDicts; sets ``index`` in it and, for prioritized samplers,
+        """Write a batch of TensorDicts (left as it is, as TorchRL's); for prioritized samplers,
         reads its ``priority_key`` (when present) as the initial priorities, checked before
-        anything is written."""
+        anything is written. Returns what :meth:`ReplayBuffer.extend` returns."""
         if not is_tensor_collection(tensordicts):
             raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
                                       f"{type(tensordicts).__name__}.")
@@ -616,11 +643,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                                            data, dim)
             # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
             kept = self._writer.written_positions if not dim else None
-            self._set_index(tensordicts, slots if kept is None
-                            else _per_batch_row(slots, kept, tensordicts.batch_size[0]))
             aligned = bool(slots.numel()) and _leads(slots.shape, tensordicts.batch_size)
-            if aligned:
-                self._refresh_item_info(tensordicts, slots, present)
             if priority is not None and not _one_slot_per_row(slots, rows_given):
                 if aligned:
                     self._sampler.update_priority(slots, priority, storage=self._storage)
@@ -632,7 +655,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                         f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
                         f"their {self.priority_key!r} cannot be matched to the rows written, "
                         "which get the max priority instead.", stacklevel=2)
-        return slots
+            return slots if dim else self._per_batch_row(slots, tensordicts)
 
     def _without_bookkeeping(self, td: TensorDictBase, present: Any = None) -> TensorDictBase:
         """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item
@@ -655,16 +678,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return priority if checked is None else checked
         return priority
 
-    def _refresh_item_info(self, td: TensorDictBase, slots: torch.Tensor, present: Any) -> None:
-        """Replace the sampler bookkeeping a re-written batch carries by that of its new rows."""
-        keys = [k for k in self._sampler.update_keys if k in present]
-        if not keys or td.is_locked:
-            return
-        info = self._sampler.item_info(slots)
-        for key in keys:
-            _set_per_row(td, key, info[key])
-
-    def add(self, data: TensorDictBase) -> int | torch.Tensor:
+    def add(self, data: TensorDictBase) -> int | torch.Tensor | None:
         if not is_tensor_collection(data):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
                                       f"{type(data).__name__}.")
@@ -673,26 +687,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
         item = self._write_side(self._without_bookkeeping(data))
         if item is None:  # dropped by a write-side transform
             return self._nothing_added()
-        sets_index = not data.is_locked and _holds(data, "index")
-        if item is data and sets_index and self._storage.keeps_written_objects:
-            item = data.copy()  # the index set below stays out of the stored item
+        item = self._own_item(item, data)
         with self._write_lock(item, single=True):
             index = self._write_item(item)
-            if priority is not None:
+            if priority is not None and index is not None:
                 self._sampler.update_priority(index, priority, storage=self._storage)
-        if sets_index:
-            # an item the writer did not keep (TensorDictMaxValueWriter: an empty tensor of
-            # slots) gets -1, as TorchRL marks the rows it did not write
-            slot = torch.as_tensor(index, dtype=torch.long)
-            if not slot.numel():
-                slot = torch.tensor(-1)
-            data.set("index", slot.expand(data.batch_size) if data.batch_size else slot)
         return index
-
-    @staticmethod
-    def _set_index(td: TensorDictBase, slots: torch.Tensor) -> None:
-        if not td.is_locked and _holds(td, "index"):
-            _set_per_row(td, "index", slots)
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
@@ -746,8 +746,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
         index = data.get("index", None)
         if index is None:
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
-                           "and extended TensorDicts carry one; a tensorclass, only if it has "
-                           "an 'index' field: else pass the info's index to update_priority).")
+                           "carry one; a tensorclass, only if it has an 'index' field: else "
+                           "pass the info's index, or the slots extend returned, to "
+                           "update_priority).")
         priority = data.get(self.priority_key, None)
         if priority is None:
             raise KeyError(f"update_tensordict_priority needs the priority entry "

@@ -231,8 +231,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     supports_conditional_update: bool = False
 
     #: Whether ``set`` of one item keeps the object it is given (a ``ListStorage``), not a copy
-    #: of its values: ``TensorDictReplayBuffer.add``, which sets ``index`` in the caller's
-    #: TensorDict after the write, then writes a shallow copy (``index`` is never stored).
+    #: of its values: ``add`` of a TensorDict then writes a shallow copy, as TorchRL's, so that
+    #: entries the caller sets in its TensorDict afterwards (``env.step(td)``) stay out of the
+    #: stored item.
     keeps_written_objects: bool = False
 
     #: The row the writer wrote last (a full ring's newest row: the row after it is the

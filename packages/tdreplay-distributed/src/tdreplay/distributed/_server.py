@@ -221,7 +221,12 @@ class BufferServer:
 
     def _lift_to(self, slots: Any, data: Any, global_max: float | None) -> None:
         """Give the new ``slots`` the sharded buffer's max priority ``global_max`` when it is
-        above this shard's (unless ``data`` brought its own priorities)."""
+        above this shard's (unless ``data`` brought its own priorities). ``-1`` slots (rows a
+        max-value writer did not keep) and ``None`` (an item it did not keep) are skipped."""
+        if slots is None:
+            return
+        slots = torch.as_tensor(slots)
+        slots = slots[slots >= 0]
         own = self._max_priority()
         if global_max is None or own is None or not global_max > own:
             return
@@ -258,33 +263,23 @@ class BufferServer:
 
     def extend(self, payload: Any, kwargs: dict[str, Any], timeout: float | None = None,
                global_max: float | None = None) -> Packed:
-        """``extend``; returns the slots, the bookkeeping entries set in the data and the
-        buffer's :data:`Mass` after the write. ``timeout``: the most the rate limiter may
-        wait; ``global_max``: see :meth:`_lift_to`."""
+        """``extend``; returns the slots and the buffer's :data:`Mass` after the write.
+        ``timeout``: the most the rate limiter may wait; ``global_max``: see
+        :meth:`_lift_to`."""
         data = self._received(payload)
         with self._limited(timeout):
             slots = self.buffer.extend(data, **kwargs)
         self._lift_to(slots, data, global_max)
-        return pack((slots, self._bookkeeping(data), self._mass_if_known()))
+        return pack((slots, self._mass_if_known()))
 
     def add(self, payload: Any, timeout: float | None = None,
             global_max: float | None = None) -> Packed:
-        """``add``; returns the index, the bookkeeping entries and the :data:`Mass`."""
+        """``add``; returns the index and the :data:`Mass`."""
         data = self._received(payload)
         with self._limited(timeout):
             index = self.buffer.add(data)
         self._lift_to(index, data, global_max)
-        return pack((index, self._bookkeeping(data), self._mass_if_known()))
-
-    def _bookkeeping(self, data: Any) -> Any:
-        """The entries a buffer sets in the TensorDict it writes: ``index`` and the sampler's
-        per-item info (e.g. refreshed write generations), to be set in the caller's too."""
-        if not is_tensor_collection(data):
-            return None
-        present = data.keys()
-        keys = [key for key in ("index", *self.buffer.sampler.info_keys)
-                if key in present]
-        return data.select(*keys) if keys else None
+        return pack((index, self._mass_if_known()))
 
     def update_priority(self, index: Any, priority: Any, kwargs: dict[str, Any]) -> Mass | None:
         """``update_priority``; returns the buffer's :data:`Mass` after it."""

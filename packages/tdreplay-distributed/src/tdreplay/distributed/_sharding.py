@@ -216,7 +216,7 @@ def split_priority_rows(data: TensorDictBase, offsets: torch.Tensor
     ``(shard, rows with local slots)`` per shard concerned; every slot is checked first."""
     if "index" not in data.keys():
         raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "
-                       "and extended TensorDicts carry one).")
+                       "carry one).")
     index = data.get("index")
     if index.ndim == 0 or data.batch_dims == 0:
         data, index = data.unsqueeze(0), index.reshape(1)

@@ -27,7 +27,7 @@ from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
 from .transport import TransportMixin, check_transport
 
-__all__ = ["RayReplayBuffer", "check_prefetch", "copy_bookkeeping", "priority_entries"]
+__all__ = ["RayReplayBuffer", "check_prefetch", "priority_entries"]
 
 
 def check_prefetch(prefetch: Any) -> int:
@@ -35,12 +35,6 @@ def check_prefetch(prefetch: Any) -> int:
                                  or prefetch < 0):
         raise ValueError(f"prefetch must be an int >= 0 or None, got {prefetch!r}.")
     return prefetch or 0
-
-
-def copy_bookkeeping(data: Any, bookkeeping: Any) -> None:
-    """Set in ``data`` the entries the remote buffer set in its copy (``index``, ...)."""
-    if bookkeeping is not None and is_tensor_collection(data) and not data.is_locked:
-        data.update(bookkeeping)
 
 
 def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
@@ -334,19 +328,16 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
         """Write a batch; returns the slots written.
 
-        As the remote buffer's ``extend`` (``kwargs`` too, e.g. ``update_priority``). A
-        TensorDict gets the ``index`` (and ``write_generation``) entries the buffer sets.
+        As the remote buffer's ``extend`` (``kwargs`` too, e.g. ``update_priority``); ``data``
+        is left as it is.
         """
-        slots, bookkeeping, _ = unpack(self._client.call("extend", pack(data), kwargs,
-                                                         self._client.limit_timeout))
-        copy_bookkeeping(data, bookkeeping)
+        slots, _ = unpack(self._client.call("extend", pack(data), kwargs,
+                                            self._client.limit_timeout))
         return slots
 
-    def add(self, data: Any) -> int | torch.Tensor:
+    def add(self, data: Any) -> int | torch.Tensor | None:
         """Add one item; returns where it lives (as the remote buffer's ``add``)."""
-        index, bookkeeping, _ = unpack(self._client.call("add", pack(data),
-                                                         self._client.limit_timeout))
-        copy_bookkeeping(data, bookkeeping)
+        index, _ = unpack(self._client.call("add", pack(data), self._client.limit_timeout))
         return index
 
     def __setitem__(self, index: Any, value: Any) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 
@@ -54,7 +54,7 @@ from .errors import RemoteBufferError
 from .handle import ClientHandleMixin
 from .iteration import ShardedIterationMixin
 from .lifecycle import ClosableBuffer
-from .ray_buffer import RayReplayBuffer, check_prefetch, copy_bookkeeping, priority_entries
+from .ray_buffer import RayReplayBuffer, check_prefetch, priority_entries
 from .sharded_recovery import ShardedRecoveryMixin, spread_over_nodes, start_shards
 
 __all__ = ["ShardedReplayBuffer"]
@@ -320,24 +320,20 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
                 self._calls.mark_dead(shard, err)
                 continue
             self._calls.note_mass(shard, answer[-1])
-            copy_bookkeeping(data, answer[1])
             return shard, answer[0]
 
-    def _globalise_index_entry(self, data: Any, shard: int) -> None:
-        if is_tensor_collection(data) and not data.is_locked and "index" in data.keys():
-            data.set("index", to_global(self._offsets, shard, data.get("index")))
-
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
-        """Write a batch to one shard; returns its global slots (and sets ``index`` in a
-        TensorDict)."""
+        """Write a batch to one shard; returns its global slots (``-1`` for a row the shard's
+        writer did not keep); ``data`` is left as it is."""
         shard, slots = self._write("extend", data, kwargs)
-        self._globalise_index_entry(data, shard)
         return to_global(self._offsets, shard, slots)
 
-    def add(self, data: Any) -> int | torch.Tensor:
-        """Add one item to one shard; returns its global slot."""
+    def add(self, data: Any) -> int | torch.Tensor | None:
+        """Add one item to one shard; returns its global slot (``None``: the shard's writer
+        did not keep it)."""
         shard, index = self._write("add", data)
-        self._globalise_index_entry(data, shard)
+        if index is None:
+            return None
         out = to_global(self._offsets, shard, index)
         return int(out) if isinstance(index, int) else out
 
