@@ -43,8 +43,8 @@ def test_priorities_come_from_the_field_and_info_stays_in_the_dict(storage):
 def test_fields_for_the_info_are_filled():
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(8))
     batch = StepWithInfo(obs=torch.arange(4.0), td_error=torch.ones(4), batch_size=[4])
-    rb.extend(batch)
-    assert batch.index.tolist() == [0, 1, 2, 3]
+    assert rb.extend(batch).tolist() == [0, 1, 2, 3]
+    assert batch.index is None  # the caller's batch as it was
     sample = rb.sample(6)
     assert sample.obs.tolist() == sample.index.float().tolist()
     assert sample.priority_weight.shape == (6,)

@@ -385,21 +385,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         writer does not keep (``TensorDictMaxValueWriter``, ranked too low) gives ``None``, as
         TorchRL's."""
         warn_if_batched_item(data)
-        item = self._write_side(data)
-        if item is None:
+        data = self._write_side(data)
+        if data is None:
             return self._nothing_added()
-        item = self._own_item(item, data)
-        with self._write_lock(item, single=True):
-            return self._write_item(item)
-
-    def _own_item(self, item: Any, given: Any) -> Any:
-        """``item`` (what the write-side transforms made of the ``given`` one) as ``add``
-        stores it: a shallow copy of a TensorDict the caller still holds, where the storage
-        keeps the objects it is given (a ``ListStorage``), as TorchRL's ``add`` writes one, so
-        that entries set in the caller's TensorDict afterwards stay out of the stored item."""
-        if item is given and self._storage.keeps_written_objects and is_tensor_collection(item):
-            return item.copy()
-        return item
+        with self._write_lock(data, single=True):
+            return self._write_item(data)
 
     def _nothing_added(self) -> torch.Tensor:
         """What ``add`` returns for an item a write-side transform dropped (TorchRL's)."""
@@ -687,7 +677,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
         item = self._write_side(self._without_bookkeeping(data))
         if item is None:  # dropped by a write-side transform
             return self._nothing_added()
-        item = self._own_item(item, data)
+        if item is data and self._storage.keeps_written_objects:
+            # a shallow copy, as TorchRL's add writes: entries set in the caller's TensorDict
+            # afterwards (env.step(td) sets "next") stay out of the stored item
+            item = data.copy()
         with self._write_lock(item, single=True):
             index = self._write_item(item)
             if priority is not None and index is not None:

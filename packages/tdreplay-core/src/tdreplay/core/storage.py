@@ -231,9 +231,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
     supports_conditional_update: bool = False
 
     #: Whether ``set`` of one item keeps the object it is given (a ``ListStorage``), not a copy
-    #: of its values: ``add`` of a TensorDict then writes a shallow copy, as TorchRL's, so that
-    #: entries the caller sets in its TensorDict afterwards (``env.step(td)``) stay out of the
-    #: stored item.
+    #: of its values: ``TensorDictReplayBuffer.add`` then writes a shallow copy, as TorchRL's,
+    #: so that entries the caller sets in its TensorDict afterwards (``env.step(td)``) stay out
+    #: of the stored item.
     keeps_written_objects: bool = False
 
     #: The row the writer wrote last (a full ring's newest row: the row after it is the

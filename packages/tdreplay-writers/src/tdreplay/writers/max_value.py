@@ -77,9 +77,14 @@ class TensorDictMaxValueWriter(Writer):
     Notes
     -----
     - :meth:`extend` returns only the rows actually written, in the order of the batch rows they
-      hold (a subset of the batch, possibly empty). A batch row that would be written and then
+      hold (a subset of the batch, possibly empty; :attr:`written_positions` says which batch
+      rows they hold). A buffer's ``extend`` turns them into TorchRL's result: one entry per
+      batch row, ``-1`` for a row not kept. A batch row that would be written and then
       evicted by a better row of the same batch is not written at all.
-    - :meth:`add` returns the row written, or an empty tensor when the item was not kept.
+    - :meth:`add` returns the row written, or an empty tensor when the item was not kept (a
+      buffer's ``add`` then returns ``None``, as TorchRL's).
+    - Storages of several dims (``ndim=2``: a row holds ``[T]`` steps) are ranked row by row,
+      with the rank reduced over the row (``reduction``); TorchRL refuses them.
     - ``rb[index] = value`` bypasses the writer: the heap keeps the ranks the rows had when the
       writer wrote them.
     - The writer changes its heap only after the storage accepted the write: data the storage
@@ -100,12 +105,12 @@ class TensorDictMaxValueWriter(Writer):
     ...     storage=ListStorage(2), writer=TensorDictMaxValueWriter(rank_key="key"), batch_size=2
     ... )
     >>> td = TensorDict({"key": torch.tensor([3.0, 1.0, 2.0]), "obs": torch.arange(3)}, [3])
-    >>> rb.extend(td).tolist()
-    [0, 1]
+    >>> rb.extend(td).tolist()  # the row of each batch row; -1: not kept
+    [0, -1, 1]
     >>> sorted(rb[:]["obs"].tolist())
     [0, 2]
     >>> rb.extend(TensorDict({"key": torch.tensor([0.5]), "obs": torch.tensor([9])}, [1])).tolist()
-    []
+    [-1]
     >>> rb.extend(TensorDict({"key": torch.tensor([5.0]), "obs": torch.tensor([7])}, [1])).tolist()
     [1]
     >>> sorted(rb[:]["obs"].tolist())
