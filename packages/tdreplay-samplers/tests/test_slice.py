@@ -62,8 +62,8 @@ def test_argument_conflicts() -> None:
     with pytest.raises(ValueError, match="exclusive"):
         SliceSampler(num_slices=2, ends=torch.zeros(3, dtype=torch.bool),
                      trajectories=torch.zeros(3, dtype=torch.long))
-    with pytest.raises(TypeError, match="integer trajectory ids"):
-        SliceSampler(num_slices=2, trajectories=torch.zeros(3))
+    with pytest.raises(ValueError, match="whole-number trajectory ids"):  # (0.0 and 1.0 are)
+        SliceSampler(num_slices=2, trajectories=torch.tensor([0.0, 0.5, 1.0]))
     with pytest.raises(ValueError, match="span"):
         SliceSampler(num_slices=2, span=(True, -1))
 
@@ -122,12 +122,13 @@ def test_plain_tensor_storage_is_rejected() -> None:
         rb.sample(4)
 
 
-def test_float_trajectory_ids_are_rejected() -> None:
+def test_fractional_trajectory_ids_are_rejected() -> None:
+    # whole-number float ids are ids (test_float_trajectory_ids.py); others are refused
     rb = make_rb(SliceSampler(num_slices=2, traj_key="episode"))
     data = episodes([5, 5])
-    data["episode"] = data["episode"].float()
+    data["episode"] = data["episode"].float() + 0.25
     rb.extend(data)
-    with pytest.raises(TypeError, match="integer ids"):
+    with pytest.raises(ValueError, match="'episode' must hold whole-number trajectory ids"):
         rb.sample(4)
 
 
@@ -455,9 +456,8 @@ def test_ndim2_layout_is_time_major_across_extends() -> None:
     assert rb.dim_extend == 1
     for w in range(2):
         td = env_batch(3, 5, 5 * w, torch.arange(3)[:, None].expand(3, 5))
-        rb.extend(td)
         expected = (5 * w + torch.arange(5)) * 3 + torch.arange(3)[:, None]
-        assert td["index"].tolist() == expected.tolist()
+        assert rb.extend(td).tolist() == expected.tolist()
     assert rb.storage.shape == torch.Size([10, 3])
     assert rb.storage[:]["env"].tolist() == [[0, 1, 2]] * 10
     assert rb[1]["t"].tolist() == list(range(10))  # env 1, time-contiguous across extends

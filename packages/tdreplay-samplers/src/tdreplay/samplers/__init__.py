@@ -17,6 +17,7 @@ from .scheduler import (
 )
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
 from .staleness import StalenessAwareSampler
+from .streaming_slice import StreamingSliceSampler
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
 __version__ = "0.2.0"
@@ -40,5 +41,6 @@ __all__ = [
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",
     "StepScheduler",
+    "StreamingSliceSampler",
     "TensorDictPrioritizedReplayBuffer",
 ]

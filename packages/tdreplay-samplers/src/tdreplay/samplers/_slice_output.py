@@ -44,12 +44,12 @@ def pad_slices(slots: torch.Tensor, ends: np.ndarray, seq_len: int
     return padded, np.arange(ends.size) * seq_len + lengths - 1, torch.from_numpy(real.reshape(-1))
 
 
-def mark_starts(entries: StorageEntries, storage: Any, slots: torch.Tensor, starts: np.ndarray
-                ) -> torch.Tensor | None:
-    """The stored ``is_init`` of ``slots``, also ``True`` at ``starts`` (the place of the first
-    step of every slice), so a
+def mark_starts(entries: StorageEntries, storage: Any, slots: torch.Tensor, starts: np.ndarray,
+                key: Any = INIT_KEY) -> torch.Tensor | None:
+    """The stored ``is_init`` (entry ``key``) of ``slots``, also ``True`` at ``starts`` (the
+    place of the first step of every slice), so a
     recurrent module splitting a flat sample on ``is_init`` starts each slice anew (TorchRL
-    does the same). ``None`` when the storage has no ``is_init``: no reset is made up.
+    does the same). ``None`` when the storage has no such entry: no reset is made up.
 
     Examples
     --------
@@ -62,7 +62,7 @@ def mark_starts(entries: StorageEntries, storage: Any, slots: torch.Tensor, star
     >>> marks.view(-1).tolist()
     [True, False, False, True]
     """
-    stored = entries.gather(storage, INIT_KEY, slots)
+    stored = entries.gather(storage, key, slots)
     if stored is None:
         return None
     marks = torch.zeros(stored.shape[0], dtype=torch.bool, device=stored.device)
@@ -98,10 +98,11 @@ def truncation_info(entries: StorageEntries, storage: Any, slots: torch.Tensor,
 
 
 def slice_info(entries: StorageEntries, storage: Any, slots: torch.Tensor, ends: np.ndarray,
-               *, truncated_key: Any, done_keys: tuple[Any, Any], pad_to: int | None = None
-               ) -> tuple[torch.Tensor, dict[Any, torch.Tensor]]:
+               *, truncated_key: Any, done_keys: tuple[Any, Any], pad_to: int | None = None,
+               init_key: Any = INIT_KEY) -> tuple[torch.Tensor, dict[Any, torch.Tensor]]:
     """The slots of a batch of slices (padded to ``pad_to`` steps each when given) and its
-    info: truncation flags, ``is_init`` marks and, padded, the mask of real steps."""
+    info: truncation flags, ``is_init`` marks under ``init_key`` (none when ``None``) and,
+    padded, the mask of real steps."""
     info: dict[Any, torch.Tensor] = {}
     if pad_to is not None:
         slots, ends, info[MASK_KEY] = pad_slices(slots, ends, pad_to)
@@ -109,7 +110,7 @@ def slice_info(entries: StorageEntries, storage: Any, slots: torch.Tensor, ends:
     else:
         starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
     info.update(truncation_info(entries, storage, slots, ends, truncated_key, done_keys))
-    marks = mark_starts(entries, storage, slots, starts)
+    marks = None if init_key is None else mark_starts(entries, storage, slots, starts, init_key)
     if marks is not None:
-        info[INIT_KEY] = marks
+        info[init_key] = marks
     return slots, info

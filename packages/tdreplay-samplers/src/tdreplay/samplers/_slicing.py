@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._storage_entries import whole_ids
 from ._trajectory_index import LEN, TrajectoryIndex
 
 __all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "check_static", "draw_trajectories",
@@ -167,9 +168,9 @@ def check_static(value: Any, name: str) -> torch.Tensor | None:
         raise TypeError(f"{name} must be a tensor, got {type(value).__name__}.")
     if name == "ends":
         return value.reshape(-1).to(torch.bool).cpu()
-    if value.is_floating_point() or value.dtype is torch.bool:
+    if value.dtype is torch.bool:
         raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
-    return value.reshape(-1).to(torch.int64).cpu()
+    return whole_ids(value.reshape(-1), name).cpu()
 
 
 def static_cut(static: torch.Tensor, ends: bool) -> int:

@@ -126,12 +126,46 @@ def _per_step(values: torch.Tensor, what: str, name: str, storage_ndim: int) -> 
     return flat
 
 
+_INT64_BOUND = 2.0 ** 63  # floats at or beyond it do not fit in an int64
+
+
+def whole_ids(values: torch.Tensor, what: str) -> torch.Tensor:
+    """Trajectory ids ``values`` as int64: integer (or bool) ids as they are, floating ids
+    (TorchRL's examples write ``"episode": torch.zeros(n)``) cast exactly when every value is
+    a whole number within the int64 range. ``what`` names the ids in errors: a
+    ``ValueError`` for ids that are not whole numbers or not finite, a ``TypeError`` for
+    complex ones.
+
+    Examples
+    --------
+    >>> whole_ids(torch.tensor([0.0, 0.0, 3.0]), "the trajectory key 'episode'").tolist()
+    [0, 0, 3]
+    >>> whole_ids(torch.tensor([0.0, 0.5]), "the trajectory key 'episode'")
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the trajectory key 'episode' must hold whole-number trajectory ids: found 0.5 ...
+    """
+    if values.is_complex():
+        raise TypeError(f"{what} must hold integer trajectory ids, got {values.dtype}.")
+    if not values.is_floating_point():
+        return values.to(torch.int64)
+    wide = values.detach().to(torch.float64)
+    bad = ~torch.isfinite(wide) | (wide != torch.trunc(wide)) | (wide.abs() >= _INT64_BOUND)
+    if bool(bad.any()):
+        found = wide[bad].reshape(-1)[0].item()
+        raise ValueError(f"{what} must hold whole-number trajectory ids: found {found!r} "
+                         f"({values.dtype}), which is not one; store integer ids, or floats "
+                         "without a fractional part.")
+    return wide.to(torch.int64)
+
+
 def ids_array(values: torch.Tensor, name: str, storage_ndim: int = 1) -> np.ndarray:
-    """Per-step trajectory ids as a contiguous int64 numpy array."""
-    if values.is_floating_point() or values.is_complex():
-        raise TypeError(f"the trajectory key {name} must hold integer ids, got {values.dtype}.")
+    """Per-step trajectory ids as a contiguous int64 numpy array (floating ids that are
+    whole numbers are cast exactly, see :func:`whole_ids`)."""
     flat = _per_step(values, "trajectory key", name, storage_ndim)
-    return np.ascontiguousarray(flat[:, 0].to(torch.int64).cpu().numpy())
+    ids = whole_ids(flat[:, 0], f"the trajectory key {name}")
+    return np.ascontiguousarray(ids.cpu().numpy())
 
 
 def ends_array(values: torch.Tensor, name: str, storage_ndim: int = 1) -> np.ndarray:

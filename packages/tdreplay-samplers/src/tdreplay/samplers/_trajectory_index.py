@@ -300,13 +300,36 @@ class TrajectoryIndex:
 
     # ---- synchronisation -----------------------------------------------------------------------
     def sync(self, storage: Any, reader: Reader) -> None:
-        """Bring the index up to date with ``storage`` (the buffer's storage)."""
+        """Bring the index up to date with ``storage`` (the buffer's storage).
+
+        All or nothing: when it raises (``reader`` refusing the stored ids, a storage that
+        cannot be read), the index is left as it was, so the next sync retries the same work
+        (the writes it was told of stay pending). Every step it needs is read before the
+        tables are touched; a rebuild fills new tables.
+        """
         revision = storage.revision
         if (storage is self._storage_ref and self.T and not self.pending
                 and not self.needs_rebuild and revision == self._seen_revision
                 and self._alive_slots() == len(storage) > 0):
             return  # nothing written since the last batch (the geometry of a laid out storage
             # never changes)
+        saved = self._snapshot()
+        try:
+            self._sync(storage, reader, revision)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def _snapshot(self) -> dict[str, Any]:
+        """What :meth:`sync` puts back when it fails: the attributes, the tables by reference
+        (a sync replaces them or writes into them only once nothing can fail, see
+        :meth:`_apply_pending`) and a copy of the pending writes (a list it edits)."""
+        saved = self.__dict__.copy()
+        saved["pending"] = [list(run) for run in self.pending]
+        return saved
+
+    def _sync(self, storage: Any, reader: Reader, revision: int) -> None:
         T, C, multi, lanes, length = _geometry(storage)
         if (storage is self._storage_ref and not self.pending and not self.needs_rebuild
                 and self._seen_revision is not None and revision != self._seen_revision):
@@ -391,29 +414,46 @@ class TrajectoryIndex:
         if self.needs_rebuild or new_chunks >= C:
             self.needs_rebuild = True
             return
-        for phys, n0, k in runs:
-            self._write(storage, reader, phys, n0, k, remove_old=True)
+        # read every new step first: the kernel edits the tables in place, so whatever can
+        # fail (the reader refusing the ids) must fail before it runs (see sync)
+        blocks = [(phys + d, n0 + d, m, *self._read(storage, reader, phys + d, m))
+                  for phys, n0, k in runs for d, m in self._blocks(k)]
+        for phys, n0, m, ids, done in blocks:
+            self._feed(ids, done, phys, n0, m, remove_old=True)
+
+    def _blocks(self, k: int) -> list[tuple[int, int]]:
+        """``(offset, count)`` of the blocks of at most ``_BLOCK`` steps ``k`` chunks are
+        read in."""
+        per_block = max(_BLOCK // self.T, 1)
+        return [(d, min(per_block, k - d)) for d in range(0, k, per_block)]
+
+    def _read(self, storage: Any, reader: Reader, phys: int, m: int
+              ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Ids and end flags of the ``m`` chunks from physical chunk ``phys``."""
+        a = phys * self.T
+        return reader(storage, a, a + m * self.T)
 
     def _write(self, storage: Any, reader: Reader, phys: int, n0: int, k: int,
                remove_old: bool) -> None:
-        """Feed chunks ``[phys, phys + k)`` (sequence ``n0...``) to the kernel, in blocks."""
+        """Read chunks ``[phys, phys + k)`` (sequence ``n0...``) and feed them to the kernel,
+        block by block (a rebuild: it fills tables of its own, see :meth:`sync`)."""
+        for d, m in self._blocks(k):
+            ids, done = self._read(storage, reader, phys + d, m)
+            self._feed(ids, done, phys + d, n0 + d, m, remove_old)
+
+    def _feed(self, ids: np.ndarray | None, done: np.ndarray | None, phys: int, n0: int,
+              m: int, remove_old: bool) -> None:
+        """Append the ``m`` chunks read from physical chunk ``phys`` (sequence ``n0...``)."""
         T = self.T
-        per_block = max(_BLOCK // T, 1)
-        done_chunks = 0
-        while done_chunks < k:
-            m = min(per_block, k - done_chunks)
-            a = (phys + done_chunks) * T
-            ids, done = reader(storage, a, a + m * T)
-            off = 0
-            while off < m:  # the kernel stops early when the record table is full
-                self._ensure_records(T)
-                off += _write_chunks(
-                    self.rec, self.dense, self.free, self.counters, self.lanes_arr,
-                    self.slot_rec, _EMPTY_I64 if ids is None else ids[off * T:],
-                    _EMPTY_BOOL if done is None else done[off * T:], ids is not None,
-                    done is not None, phys + done_chunks + off, n0 + done_chunks + off, m - off,
-                    T, max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
-            done_chunks += m
+        off = 0
+        while off < m:  # the kernel stops early when the record table is full
+            self._ensure_records(T)
+            off += _write_chunks(
+                self.rec, self.dense, self.free, self.counters, self.lanes_arr,
+                self.slot_rec, _EMPTY_I64 if ids is None else ids[off * T:],
+                _EMPTY_BOOL if done is None else done[off * T:], ids is not None,
+                done is not None, phys + off, n0 + off, m - off,
+                T, max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
 
     def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
         """Recompute every trajectory from the storage (``O(buffer)``)."""

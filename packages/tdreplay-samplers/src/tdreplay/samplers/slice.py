@@ -19,7 +19,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
 from ._signals import AUTO_TRAJ_KEYS, Signals, read_signals, resolve_signals
-from ._slice_output import slice_info
+from ._slice_output import INIT_KEY, slice_info
 from ._slicing import (
     ArgumentConflictError,
     check_static,
@@ -313,6 +313,18 @@ class SliceSampler(Sampler):
         return read_signals(self._entries, storage, self._signals, start, stop)
 
     def _sync(self, storage: Storage) -> TrajectoryIndex:
+        """The trajectory index brought up to date with ``storage``. All or nothing: when it
+        raises (e.g. trajectory ids that are not whole numbers), the signals resolved and the
+        index are left as they were (see :meth:`TrajectoryIndex.sync`), so a failed sample
+        changes nothing and the next one retries."""
+        signals, traj_key = self._signals, self.traj_key
+        try:
+            return self._sync_index(storage)
+        except BaseException:
+            self._signals, self.traj_key = signals, traj_key
+            raise
+
+    def _sync_index(self, storage: Storage) -> TrajectoryIndex:
         n = len(storage)
         static = self._static_traj if self._static_traj is not None else self._static_ends
         if static is not None:
@@ -356,6 +368,15 @@ class SliceSampler(Sampler):
                 seq_len: int, span: tuple[bool | int, bool | int]
                 ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Slots of one slice per record (random start), and the truncation info."""
+        slots, ends, padded = self._cut_slices(index, records, seq_len, span)
+        return self._output(storage, slots, ends, seq_len if padded else None)
+
+    def _cut_slices(self, index: TrajectoryIndex, records: np.ndarray, seq_len: int,
+                    span: tuple[bool | int, bool | int]
+                    ) -> tuple[torch.Tensor, np.ndarray, bool]:
+        """Slots of one slice per record (random start), laid end to end; the place of each
+        slice's last step in them; whether the batch is padded (``pad_output`` and, as in
+        TorchRL, a trajectory in the buffer shorter than a slice)."""
         rec = index.rec
         k = records.size
         chosen = rec[records]
@@ -373,14 +394,17 @@ class SliceSampler(Sampler):
                                       seq_len)
         # as TorchRL: padded (with a mask) when the buffer holds a trajectory shorter than a slice
         short = self.pad_output and bool((rec[index.live_records(), LEN] < seq_len).any())
-        return self._output(storage, slots, ends, seq_len if short else None)
+        return slots, ends, short
+
+    #: entry marking slice starts in the info (OR-ed with the stored flags); ``None``: none
+    _init_key: NestedKey | None = INIT_KEY
 
     def _output(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray,
                 pad_to: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Slots and info of a batch of slices: truncation, ``is_init`` marks and the padding
         to ``pad_to`` steps (see :func:`~._slice_output.slice_info`)."""
         return slice_info(self._entries, storage, slots, ends, truncated_key=self.truncated_key,
-                          done_keys=self._done_keys, pad_to=pad_to)
+                          done_keys=self._done_keys, pad_to=pad_to, init_key=self._init_key)
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
