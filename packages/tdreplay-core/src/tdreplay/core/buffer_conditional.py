@@ -1,14 +1,28 @@
-"""Conditional updates of stored rows: ``rb.update_if_present`` (as TorchRL's).
+"""Conditional updates of stored rows: ``rb.update_if_present`` and its asynchronous form
+``rb.submit_update_if_present`` (as TorchRL's).
 
 :class:`ConditionalUpdateMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is
 built from. Round-robin writers recycle rows, so an index captured at sampling time may point
 at another record by the time an asynchronous computation writes back; ``update_if_present``
 patches only the rows whose write generation (:mod:`tdreplay.core.generations`) is still the
 one captured with the index, and leaves the others untouched.
+
+``submit_update_if_present`` checks its arguments now and hands the update to the buffer's
+:class:`UpdateQueue`: one worker thread, started at the first submission, runs the updates in
+submission order under the buffer's lock. A batch drawn after a submission (by ``sample``, or
+ahead by a ``prefetch`` job) waits for it; ``synchronize`` waits for all of them and
+``shutdown`` stops the worker. The queue is no part of the buffer's state: a pickled or
+deep-copied buffer gets an empty one, and ``state_dict`` / ``dumps`` save the storage as it is
+(call ``synchronize`` first to include the updates still pending).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +30,19 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
+from .buffer_draw import DrawMixin
+from .prefetch import Drawn
 from .sampler import Sampler
+from .service_backends import ServiceBackendMixin
 from .storage import Storage
 from .utils import check_instance, patch_entries
 from .writer import Writer
 
-__all__ = ["ConditionalUpdateMixin", "ConditionalUpdateResult"]
+__all__ = ["UPDATE_WAIT_TIMEOUT_S", "ConditionalUpdateMixin", "ConditionalUpdateResult",
+           "UpdateQueue"]
+
+#: how long a sample, ``synchronize`` or ``shutdown`` waits for the submitted updates
+UPDATE_WAIT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -135,8 +156,105 @@ def _keep_best_per_slot(slots: torch.Tensor, incoming: torch.Tensor) -> torch.Te
     return row == last[ids]
 
 
-class ConditionalUpdateMixin:
-    """``update_if_present`` (mixed into :class:`~tdreplay.core.ReplayBuffer`)."""
+@dataclass(frozen=True)
+class _UpdateRequest:
+    """The arguments of one conditional update, checked as far as they can be without the
+    stored data (:meth:`ConditionalUpdateMixin._request`)."""
+
+    slots: torch.Tensor  # as given (its shape is the patch's leading shape)
+    flat: torch.Tensor  # the slots, flat, on the CPU
+    captured: torch.Tensor  # one generation per record, on the CPU
+    entries: dict[Any, torch.Tensor]
+    version_key: Any
+    version: Any
+    require_newer: bool
+
+
+class UpdateQueue:
+    """The updates handed to a buffer's ``submit_update_if_present``, run one at a time in
+    submission order by one worker thread (``tdreplay-update``), started at the first one.
+
+    :meth:`wait` waits for those submitted so far; :meth:`close` refuses new ones and stops the
+    worker once they are done. A copy (pickle, ``copy.deepcopy``) is a new, empty queue: the
+    worker and its pending updates stay with the original.
+
+    Examples
+    --------
+    >>> queue = UpdateQueue()
+    >>> queue.submit(lambda: 2 + 2).result()
+    4
+    >>> queue.close()
+    >>> queue.submit(lambda: 1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    RuntimeError: A shut down replay buffer cannot accept updates ...
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future[Any]] = []  # running or queued, and failed ones not yet seen
+        self._closed = False
+
+    def __reduce__(self) -> tuple[type[UpdateQueue], tuple[()]]:
+        return UpdateQueue, ()
+
+    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+        """Queue ``job``; its future. ``RuntimeError`` once :meth:`close` was called."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("A shut down replay buffer cannot accept updates "
+                                   "(submit_update_if_present after shutdown()).")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1,
+                                                    thread_name_prefix="tdreplay-update")
+            # keep the failures for wait(raise_errors=True); forget the updates that went well
+            self._pending = [f for f in self._pending if not f.done() or f.exception()]
+            future = self._executor.submit(job)
+            self._pending.append(future)
+        return future
+
+    def wait(self, timeout: float | None = UPDATE_WAIT_TIMEOUT_S, *,
+             raise_errors: bool = False) -> None:
+        """Wait until every update submitted so far is done. ``RuntimeError`` after
+        ``timeout`` seconds. With ``raise_errors``, the first failure among them (and those
+        that failed since the last such call) is raised, and they are forgotten."""
+        with self._lock:
+            pending = list(self._pending)
+        _, not_done = wait_futures(pending, timeout=timeout)
+        if not_done:
+            raise RuntimeError(
+                f"{len(not_done)} submitted conditional updates did not finish within "
+                f"{timeout} s: is the buffer's lock held by this thread?")
+        if not raise_errors:
+            return
+        with self._lock:
+            self._pending = [f for f in self._pending if f not in pending]
+        errors = [f.exception() for f in pending if not f.cancelled() and f.exception()]
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new updates, wait for the submitted ones (at most ``timeout`` seconds; the
+        others still run) and let the worker thread end."""
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+            pending = list(self._pending)
+        wait_futures(pending, timeout=timeout)
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+
+_QUEUE = "_submitted_updates"  # the buffer's UpdateQueue, made at the first submission
+_QUEUE_CREATION = threading.Lock()
+
+
+class ConditionalUpdateMixin(ServiceBackendMixin, DrawMixin):
+    """``update_if_present``, ``submit_update_if_present`` and ``synchronize`` (mixed into
+    :class:`~tdreplay.core.ReplayBuffer`; before :class:`ServiceBackendMixin` and
+    :class:`DrawMixin` there, whose ``shutdown`` and draws it extends to wait for the
+    submitted updates)."""
 
     _storage: Storage
     _sampler: Sampler
@@ -168,24 +286,124 @@ class ConditionalUpdateMixin:
 
         Examples
         --------
-        (needs ``tdreplay-storages`` and ``tdreplay-writers``; the writers guide runs it):
-
         >>> from tensordict import TensorDict
-        >>> from tdreplay.storages import LazyTensorStorage  # doctest: +SKIP
-        >>> from tdreplay.writers import TensorDictRoundRobinWriter  # doctest: +SKIP
-        >>> writer = TensorDictRoundRobinWriter(track_generations=True)  # doctest: +SKIP
-        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4),  # doctest: +SKIP
-        ...                             writer=writer)
-        >>> index = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))  # doctest: +SKIP
-        >>> handle = rb.writer.generations_of(index)  # doctest: +SKIP
-        >>> _ = rb.extend(TensorDict({"x": -torch.ones(1)}, [1]))  # doctest: +SKIP
-        >>> result = rb.update_if_present(index=index, generation=handle,  # doctest: +SKIP
+        >>> from tdreplay.core import RoundRobinWriter, TensorDictReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4),
+        ...                             writer=RoundRobinWriter(track_generations=True))
+        >>> index = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
+        >>> handle = rb.writer.generations_of(index)
+        >>> _ = rb.extend(TensorDict({"x": -torch.ones(1)}, [1]))
+        >>> result = rb.update_if_present(index=index, generation=handle,
         ...                               patch={"x": torch.full((4,), 7.0)})
-        >>> result.updated.tolist(), result.stale_count  # doctest: +SKIP
+        >>> result.updated.tolist(), result.stale_count
         ([False, True, True, True], 1)
-        >>> rb[:]["x"].tolist()  # row 0 was rewritten: left as it is  # doctest: +SKIP
+        >>> rb[:]["x"].tolist()  # row 0 was rewritten: left as it is
         [-1.0, 7.0, 7.0, 7.0]
         """
+        request = self._request(index, generation, patch, version_key, version, require_newer)
+        return self._apply(request)
+
+    def submit_update_if_present(self, *, index: Any, generation: Any, patch: Any,
+                                 version_key: Any = None, version: Any = None,
+                                 require_newer: bool = False
+                                 ) -> Future[ConditionalUpdateResult]:
+        """:meth:`update_if_present` on a background thread: a future of its result.
+
+        The arguments are those of :meth:`update_if_present`, checked now against the stored
+        data: a bad one raises here (as :meth:`update_if_present` would), and nothing is
+        queued. The updates then run one at a time, in submission order, each under the
+        buffer's lock, on a worker thread the buffer starts at its first submission. A batch
+        drawn after this call returns (by :meth:`sample`, or ahead by a ``prefetch`` job)
+        waits for the update and sees it; batches drawn ahead before it are handed out as they
+        were drawn. An update that fails at run time (e.g. the storage was replaced by one
+        without the patched entry) changes nothing and raises from ``future.result()``.
+
+        ``index``, ``generation``, ``patch`` and ``version`` are kept by reference until the
+        future is done: do not change them in between (clone values held in buffers that are
+        reused, e.g. CUDA-graph outputs). Values on another device than the storage are copied
+        by the worker thread.
+
+        :meth:`synchronize` waits for every submitted update (e.g. before ``state_dict`` or
+        ``dumps``, which save the storage as it is); :meth:`shutdown` waits for them, stops the
+        worker and refuses later submissions (``RuntimeError``). A copy of the buffer (pickle,
+        ``copy.deepcopy``) has no pending updates and starts its own worker when needed.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import RoundRobinWriter, TensorDictReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4),
+        ...                             writer=RoundRobinWriter(track_generations=True))
+        >>> index = rb.extend(TensorDict({"value": torch.zeros(4)}, [4]))
+        >>> generation = rb.writer.generations_of(index)
+        >>> future = rb.submit_update_if_present(index=index, generation=generation,
+        ...                                      patch={"value": torch.ones(4)})
+        >>> future.result().updated_count
+        4
+        >>> rb[:]["value"].tolist()
+        [1.0, 1.0, 1.0, 1.0]
+        >>> rb.submit_update_if_present(index=index, generation=generation,
+        ...                             patch={"missing": torch.ones(4)})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        KeyError: "patch key 'missing' is not an entry of the stored data ...
+        >>> rb.shutdown()
+        """
+        request = self._request(index, generation, patch, version_key, version, require_newer)
+        if not self.is_alive:
+            raise RuntimeError("A shut down replay buffer cannot accept updates "
+                               "(submit_update_if_present after shutdown()).")
+        with self._lock:
+            if len(self._storage):
+                self._checked_values(request, self._probe())
+        return self._update_queue().submit(functools.partial(self._apply, request))
+
+    def synchronize(self) -> None:
+        """Wait for every update submitted with :meth:`submit_update_if_present` so far, and
+        raise the first that failed since the last call (as TorchRL's ``synchronize``).
+        ``RuntimeError`` if they are not done within :data:`UPDATE_WAIT_TIMEOUT_S` seconds
+        (e.g. called while this thread holds the buffer's lock, which they need)."""
+        queue = self.__dict__.get(_QUEUE)
+        if queue is not None:
+            queue.wait(raise_errors=True)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Wait for the submitted updates (at most ``timeout`` seconds), stop the update
+        worker, then shut the buffer down (:meth:`ServiceBackendMixin.shutdown`)."""
+        queue = self.__dict__.get(_QUEUE)
+        if queue is not None:
+            queue.close(timeout)
+        super().shutdown(timeout)
+
+    # ---- draws wait for the updates submitted before them -------------------------------------
+    def _draw(self, batch_size: int) -> Drawn:
+        self._await_submitted()
+        return super()._draw(batch_size)
+
+    def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
+        # (the update worker never waits for a prefetch job: no cycle)
+        self._await_submitted()
+        return super()._sample_ahead(batch_size, prefetch_epoch)
+
+    def _await_submitted(self) -> None:
+        queue = self.__dict__.get(_QUEUE)
+        if queue is not None:
+            queue.wait()
+
+    def _update_queue(self) -> UpdateQueue:
+        queue: UpdateQueue | None = self.__dict__.get(_QUEUE)
+        if queue is None:
+            with _QUEUE_CREATION:  # two first submissions: one queue, one order
+                queue = self.__dict__.setdefault(_QUEUE, UpdateQueue())
+        assert queue is not None
+        return queue
+
+    # ---- checking and applying an update ------------------------------------------------------
+    def _request(self, index: Any, generation: Any, patch: Any, version_key: Any, version: Any,
+                 require_newer: bool) -> _UpdateRequest:
+        """The arguments checked as far as they can be without the stored data."""
         storage, writer = self._storage, self._writer
         if not storage.supports_conditional_update or not writer.tracks_generations:
             raise RuntimeError(
@@ -198,39 +416,62 @@ class ConditionalUpdateMixin:
             index = index[0]
         slots = torch.as_tensor(index, dtype=torch.long)
         captured = torch.as_tensor(generation, dtype=torch.long).reshape(-1).cpu()
-        records = slots.numel()
-        if captured.numel() != records:
+        if captured.numel() != slots.numel():
             raise ValueError(f"index and generation must address the same records, got "
-                             f"{records} indices and {captured.numel()} generations.")
+                             f"{slots.numel()} indices and {captured.numel()} generations.")
         if (version_key is None) != (version is None):
             raise ValueError("version_key and version must be passed together.")
-        entries = _as_patch(patch)
-        flat = slots.reshape(-1).cpu()
+        return _UpdateRequest(slots, slots.reshape(-1).cpu(), captured, _as_patch(patch),
+                              version_key, version, require_newer)
+
+    def _probe(self) -> TensorDictBase:
+        """One stored item (batch ``[1]``) to check a patch against; lock held, storage not
+        empty. ``RuntimeError`` for a storage that does not hold TensorDicts."""
+        storage = self._storage
+        probe: TensorDictBase = storage.get(torch.zeros(1, dtype=torch.long))
+        if not is_tensor_collection(probe):
+            raise RuntimeError(f"conditional updates need a storage of TensorDicts; "
+                               f"{type(storage).__name__} holds {type(probe).__name__}.")
+        return probe
+
+    @staticmethod
+    def _checked_values(request: _UpdateRequest, probe: TensorDictBase
+                        ) -> tuple[dict[Any, torch.Tensor], tuple[Any, torch.Tensor] | None]:
+        """The patch's values as ``[records, *entry]`` and, with a version, ``(key, one
+        incoming version per record)``; raises for anything that does not fit the stored data.
+        """
+        values = _check_patch(request.entries, probe, request.slots.shape)
+        if request.version_key is None:
+            return values, None
+        return values, _version_entry(request.version_key, request.version, request.entries,
+                                      probe, request.flat.numel())
+
+    def _apply(self, request: _UpdateRequest) -> ConditionalUpdateResult:
+        """Check ``request`` against the stored data and patch the live records, under the
+        buffer's lock."""
+        storage, flat, records = self._storage, request.flat, request.flat.numel()
         with self._lock:
             if not len(storage):
                 return ConditionalUpdateResult(
                     torch.zeros(records, dtype=torch.bool),
-                    None if version_key is None else torch.zeros(records, dtype=torch.bool))
-            probe = storage.get(torch.zeros(1, dtype=torch.long))
-            if not is_tensor_collection(probe):
-                raise RuntimeError(f"conditional updates need a storage of TensorDicts; "
-                                   f"{type(storage).__name__} holds {type(probe).__name__}.")
-            values = _check_patch(entries, probe, slots.shape)
-            live = (writer.generations_of(flat).cpu() == captured) & (captured >= 0)
-            live &= storage.valid_slots_mask(flat).cpu()
+                    None if request.version_key is None else torch.zeros(records,
+                                                                         dtype=torch.bool))
+            probe = self._probe()
+            values, versioned = self._checked_values(request, probe)
+            live = (self._writer.generations_of(flat).cpu() == request.captured)
+            live &= (request.captured >= 0) & storage.valid_slots_mask(flat).cpu()
             rejected = None
-            if version_key is not None:
-                key, incoming = _version_entry(version_key, version, entries, probe, records)
+            if versioned is not None:
+                key, incoming = versioned
                 rejected = torch.zeros(records, dtype=torch.bool)
                 if live.any():
                     stored = storage.get(flat[live]).get(key).reshape(-1).cpu()
                     new = incoming[live].cpu()
-                    ok = new > stored if require_newer else new >= stored
+                    ok = new > stored if request.require_newer else new >= stored
                     ok &= _keep_best_per_slot(flat[live], new)
                     rejected[live] = ~ok
                     live[live.clone()] = ok
-                feature = probe.get(key).shape[1:]
-                values[key] = incoming.reshape((records, *feature))
+                values[key] = incoming.reshape((records, *probe.get(key).shape[1:]))
             if live.any():
                 self._write_patch(flat[live], {k: v[live.to(v.device)] for k, v in
                                                values.items()})

@@ -27,6 +27,7 @@ from .collate import PartsCollate, stack_parts
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
 from .storage import StorageEnsemble
+from .streams import StreamEndingMixin
 from .writer import WriterEnsemble
 
 
@@ -100,7 +101,7 @@ def _td_info_writer() -> TensorDictReplayBuffer:
     return _TD_INFO_WRITER[0]
 
 
-class ReplayBufferEnsemble(EnsembleSharingMixin, ReplayBuffer):
+class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer):
     """An ensemble of replay buffers: one ``sample`` draws from several buffers at once.
 
     It composes a :class:`StorageEnsemble`, a :class:`SamplerEnsemble` and a
