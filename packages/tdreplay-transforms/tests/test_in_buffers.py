@@ -284,7 +284,7 @@ def test_slice_samples_get_frames_and_returns_within_each_slice():
         assert torch.equal(slices["step2"][:, 1:, 1], slices["step"][:, 1:, 0])
         assert torch.equal(slices["step2"][:, 1:, 0], slices["step"][:, :-1, 0])
         # n-step windows stop at each slice end: 3, 3, 2, 1 steps
-        assert slices["steps_to_next_obs"][..., 0].tolist() == [[3, 3, 2, 1]] * 3
+        assert slices["steps_to_next_obs"].tolist() == [[3, 3, 2, 1]] * 3
         assert slices["next", "reward"][..., 0].tolist() == [[3.0, 3.0, 2.0, 1.0]] * 3
         # the next state is the one after the window's last step: steps 2, 3, 3, 3 of the slice
         assert torch.equal(slices["next", "step"][:, :, 0], slices["step"][:, [2, 3, 3, 3], 0] + 1)

@@ -56,9 +56,10 @@ def test_matches_reference(n, T, B, gamma, seed):
     out = MultiStep(gamma, n)(td)
     assert out.batch_size == (B, T)
     assert out["next", "reward"].shape == (B, T, 1)
-    assert out["steps_to_next_obs"].shape == (B, T, 1)
+    # as TorchRL's: the batch shape (the done entry's trailing singleton dropped)
+    assert out["steps_to_next_obs"].shape == (B, T)
     assert out["steps_to_next_obs"].dtype == torch.long
-    assert out["gamma"].shape == (B, T, 1)
+    assert out["gamma"].shape == (B, T)
     assert torch.equal(out["next", "original_reward"], original["next", "reward"])
     assert torch.equal(out["obs"], original["obs"]) and torch.equal(out["action"],
                                                                     original["action"])
@@ -69,8 +70,8 @@ def test_matches_reference(n, T, B, gamma, seed):
         assert torch.equal(out["next", "obs"][b], torch.stack(ref["obs"]))
         assert out["next", "terminated"][b, :, 0].tolist() == [bool(x) for x in ref["terminated"]]
         assert out["next", "truncated"][b, :, 0].tolist() == [bool(x) for x in ref["truncated"]]
-        assert out["steps_to_next_obs"][b, :, 0].tolist() == ref["steps"]
-        assert torch.allclose(out["gamma"][b, :, 0], torch.tensor(ref["gamma"]))
+        assert out["steps_to_next_obs"][b].tolist() == ref["steps"]
+        assert torch.allclose(out["gamma"][b], torch.tensor(ref["gamma"]))
 
 
 def test_worked_example_with_termination_inside_the_window():

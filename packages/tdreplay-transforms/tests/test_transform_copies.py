@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 import tdreplay.transforms as transforms
 from tdreplay.core.testing import assert_same
-from tdreplay.transforms import ObservationNorm, RewardScaling, VecNorm
+from tdreplay.transforms import MultiStepTransform, ObservationNorm, RewardScaling, VecNorm
 
 _COPIES = {"pickle": lambda obj: pickle.loads(pickle.dumps(obj)), "deepcopy": copy.deepcopy}
 
@@ -35,7 +35,14 @@ def _observation_norm():
     return norm
 
 
+def _multistep_transform():
+    t = MultiStepTransform(n_steps=2, gamma=0.9)
+    t.inv(_data(4).set(("next", "done"), torch.zeros(16, 1, dtype=torch.bool)))  # holds 2 steps
+    return t
+
+
 _WITH_STATE = {  # a used instance of every transform of tdreplay.transforms with state
+    "MultiStepTransform": _multistep_transform,
     "ObservationNorm": _observation_norm,
     "RewardScaling": lambda: RewardScaling(loc=0.5, scale=2.0, in_keys=[("next", "reward")]),
     "VecNorm": lambda: VecNorm(in_keys=["obs"], decay=0.9),

@@ -114,7 +114,9 @@ def _check_multistep(td: TensorDict, gamma: float, n: int) -> None:
         assert torch.equal(out["next", k], v), k
     steps = out["steps_to_next_obs"]
     assert steps.dtype == torch.int64
-    if done_shape is not None:
+    if done_shape is not None:  # TorchRL's shape: a trailing singleton of done dropped
+        if done_shape == (*orig.batch_size, 1):
+            done_shape = orig.batch_size
         assert steps.shape == done_shape and out["gamma"].shape == done_shape
     assert torch.equal(steps.reshape(orig.batch_size), expected["steps"])
     assert out["gamma"].dtype == orig["next", "reward"].dtype
@@ -160,7 +162,7 @@ def test_multistep_step_entries_are_shaped_like_a_per_agent_done_entry():
     done = torch.tensor([[False, False], [True, False], [False, False], [False, False]])
     td = TensorDict({("next", "reward"): torch.ones(4, 2), ("next", "done"): done}, [4])
     out = MultiStep(gamma=0.5, n_steps=3)(td)
-    # docstring: "steps_to_next_obs ... and gamma ... (both shaped like the done entry)"
+    # docstring: "steps_to_next_obs ... and gamma ... the done entry's shape" (per agent)
     assert out["steps_to_next_obs"].shape == done.shape
     assert out["gamma"].shape == done.shape
 

@@ -11,9 +11,11 @@ from tdreplay.core import CallableTransform, Compose, InvertedTransform, Transfo
 from .actions import DiscreteActionProjection, gSDENoise
 from .cat_frames import CatFrames
 from .checks import FiniteTensorDictCheck, PinMemoryTransform
+from .crop import RandomCropTensorDict
 from .image import CenterCrop, GrayScale, Resize, ToTensorImage
 from .keys import ExcludeTransform, RenameTransform, SelectTransform
 from .multistep import MultiStep
+from .multistep_transform import MultiStepTransform
 from .next_state import NextStateReconstructor
 from .normalization import ObservationNorm
 from .policy_age import PolicyAgeFilter
@@ -48,10 +50,12 @@ __all__ = [
     "GrayScale",
     "InvertedTransform",
     "MultiStep",
+    "MultiStepTransform",
     "NextStateReconstructor",
     "ObservationNorm",
     "PinMemoryTransform",
     "PolicyAgeFilter",
+    "RandomCropTensorDict",
     "RenameTransform",
     "Resize",
     "RewardClipping",

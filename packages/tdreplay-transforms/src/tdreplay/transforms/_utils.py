@@ -27,6 +27,13 @@ def one_key(key: Any, name: str) -> NestedKey:
     return keys[0]
 
 
+def flag_arg(value: Any, name: str) -> bool:
+    """``value`` if it is a bool, else a ``TypeError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}.")
+    return value
+
+
 def keys_arg(keys: Any, name: str) -> list[NestedKey]:
     """Normalise a key or a sequence of keys (``None`` -> empty list)."""
     if keys is not None and not isinstance(keys, (str, tuple, Sequence)):
@@ -93,7 +100,7 @@ def trajectory_ends(last: torch.Tensor) -> torch.Tensor:
     T = last.shape[-1]
     t = torch.arange(T, device=last.device).expand_as(last)
     ends = last.clone()
-    ends[..., -1] = True
+    ends[..., -1:] = True  # (a slice: no step at all is fine)
     return torch.where(ends, t, torch.full_like(t, T - 1)).flip(-1).cummin(-1).values.flip(-1)
 
 

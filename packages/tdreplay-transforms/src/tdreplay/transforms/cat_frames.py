@@ -12,6 +12,7 @@ from tdreplay.core import Compose, Transform
 from tdreplay.core.transform import NestedKey
 
 from ._utils import (
+    flag_arg,
     gather_time,
     keys_arg,
     one_key,
@@ -19,6 +20,7 @@ from ._utils import (
     require_tensordict,
     strip_next,
     time_flags,
+    trajectory_ends,
     trajectory_starts,
 )
 from .keys import ExcludeTransform
@@ -64,8 +66,28 @@ class CatFrames(Transform):
         ``"same"`` (default) or ``"constant"``.
     padding_value : float
         Value used with ``padding="constant"``.
-    done_key : nested key
-        Boolean entry marking the last step of each trajectory. Defaults to ``("next", "done")``.
+    as_inverse : bool
+        If ``True``, the frames are stacked on the write side (``inv``, what a buffer runs on
+        ``extend``: the storage holds the stacks) and samples are left as they are; if
+        ``False`` (default), on sample. As TorchRL's.
+    reset_key : nested key, optional
+        Accepted for TorchRL's signature. TorchRL uses it only in an environment, to reset
+        the frames of some of its batch; it has no effect in a buffer (trajectory starts come
+        from ``done_key``).
+    done_key : nested key, optional
+        Boolean entry marking the last step of each trajectory, under ``"next"`` as in
+        TorchRL: ``"done"`` (the default) reads ``("next", "done")``. A key that already
+        starts with ``"next"`` is read as it is.
+    future : bool
+        If ``True``, step ``t`` gathers the ``N`` *upcoming* frames ``t, ..., t + N - 1``
+        (oldest first) instead of the last ``N``; frames past the end of the trajectory or of
+        the data are padded (``"same"``: with the trajectory's last frame). Each entry is
+        stacked on its own (no ``("next", key)`` offset). Without ``done_key`` in the data,
+        each row is one trajectory. As TorchRL's (0.14).
+    mask_key : nested key, optional
+        If given, a boolean ``[*batch, T, N]`` entry is written there, ``True`` for the slots
+        of each window that are padding (out of the trajectory or of the data), as TorchRL's
+        (the ``action_is_pad`` convention of chunked-action datasets).
 
     Examples
     --------
@@ -73,11 +95,29 @@ class CatFrames(Transform):
     >>> from tensordict import TensorDict
     >>> done = torch.tensor([False, True, False, False])  # trajectories [0, 1] and [2, 3]
     >>> td = TensorDict({"obs": torch.arange(4.).unsqueeze(-1), ("next", "done"): done}, [4])
-    >>> CatFrames(3, -1, in_keys=["obs"])(td)["obs"]
+    >>> CatFrames(3, -1, in_keys=["obs"], out_keys=["stack"])(td)["stack"]
     tensor([[0., 0., 0.],
             [0., 0., 1.],
             [2., 2., 2.],
             [2., 2., 3.]])
+
+    Upcoming frames, with the mask of the padded slots:
+
+    >>> out = CatFrames(3, -1, in_keys=["obs"], out_keys=["chunk"], padding="constant",
+    ...                 padding_value=-1.0, future=True, mask_key="is_pad")(td)
+    >>> out["chunk"]
+    tensor([[ 0.,  1., -1.],
+            [ 1., -1., -1.],
+            [ 2.,  3., -1.],
+            [ 3., -1., -1.]])
+    >>> out["is_pad"][0]
+    tensor([False, False,  True])
+
+    With ``as_inverse=True`` the stacks are made when data is written:
+
+    >>> t = CatFrames(2, -1, in_keys=["obs"], out_keys=["pair"], as_inverse=True)
+    >>> t.inv(td)["pair"][1], "pair" in t(td.exclude("pair")).keys()
+    (tensor([0., 1.]), False)
     """
 
     def __init__(
@@ -88,7 +128,11 @@ class CatFrames(Transform):
         out_keys: Sequence[NestedKey] | NestedKey | None = None,
         padding: str = "same",
         padding_value: float = 0.0,
-        done_key: NestedKey = ("next", "done"),
+        as_inverse: bool = False,
+        reset_key: NestedKey | None = None,
+        done_key: NestedKey | None = None,
+        future: bool = False,
+        mask_key: NestedKey | None = None,
     ) -> None:
         if not isinstance(N, int) or isinstance(N, bool) or N < 1:
             raise ValueError(f"CatFrames: N must be a positive int, got {N!r}.")
@@ -106,22 +150,34 @@ class CatFrames(Transform):
         self.dim = dim
         self.padding = padding
         self.padding_value = padding_value
-        self.done_key = one_key(done_key, "done_key")
+        self.as_inverse = flag_arg(as_inverse, "CatFrames: as_inverse")
+        self.future = flag_arg(future, "CatFrames: future")
+        self.reset_key = None if reset_key is None else one_key(reset_key, "reset_key")
+        self.mask_key = None if mask_key is None else one_key(mask_key, "mask_key")
+        done = one_key("done" if done_key is None else done_key, "done_key")
+        self.done_key = done if strip_next(done) is not None else prefix_next(done)
 
     # ---- frame indices ---------------------------------------------------------------------
-    def _frame_index(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Time index of the ``N`` frames ending at every step ``t``, clamped to the trajectory
-        start, and the mask of frames that are real (not padding).
+    def _frame_index(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Time index of the ``N`` frames of every step's window, clamped to its trajectory,
+        and the mask of frames that are real (not padding).
 
-        ``start`` is ``[*batch, T]``; both outputs are ``[*batch, T, N]``.
+        ``last`` (bool, ``[*batch, T]``) marks trajectory ends; both outputs are
+        ``[*batch, T, N]``. The window of step ``t`` is ``t - N + 1, ..., t`` (``t, ...,
+        t + N - 1`` with ``future``).
         """
-        T = start.shape[-1]
-        t = torch.arange(T, device=start.device).unsqueeze(-1)
-        wanted = t + torch.arange(1 - self.N, 1, device=start.device)
-        wanted = wanted.expand(*start.shape, self.N)
-        first = start.unsqueeze(-1)
-        real = wanted >= first
-        return torch.where(real, wanted, first), real
+        T = last.shape[-1]
+        t = torch.arange(T, device=last.device).unsqueeze(-1)
+        offsets = torch.arange(self.N, device=last.device)
+        if self.future:
+            wanted = (t + offsets).expand(*last.shape, self.N)
+            bound = trajectory_ends(last).unsqueeze(-1)
+            real = wanted <= bound
+        else:
+            wanted = (t + offsets + (1 - self.N)).expand(*last.shape, self.N)
+            bound = trajectory_starts(last).unsqueeze(-1)
+            real = wanted >= bound
+        return torch.where(real, wanted, bound), real
 
     def _merge(self, frames: torch.Tensor, real: torch.Tensor, batch_dims: int) -> torch.Tensor:
         """``[*batch, T, N, *feat]`` frames -> ``[*batch, T, *feat]``, N folded into ``dim``."""
@@ -135,10 +191,30 @@ class CatFrames(Transform):
         frames = frames.movedim(batch_dims, axis - 1)
         return frames.flatten(axis - 1, axis)
 
-    # ---- forward -----------------------------------------------------------------------------
+    # ---- forward / inverse -------------------------------------------------------------------
     def forward(self, data: TensorDictBase) -> TensorDictBase:
+        """Stack the frames of a sample (unless ``as_inverse``: the sample is returned)."""
+        if self.as_inverse:
+            return data
+        return self.unfolding(data)
+
+    def inv(self, data: TensorDictBase) -> TensorDictBase:
+        """Stack the frames of written data when ``as_inverse`` (on a shallow copy: the
+        caller's TensorDict is left as it is); else return it."""
+        if not self.as_inverse:
+            return data
+        return self.unfolding(require_tensordict(self, data).copy())
+
+    def _boundaries(self, data: TensorDictBase) -> torch.Tensor:
+        if self.future and data.batch_dims and data.get(self.done_key, None) is None:
+            return torch.zeros(data.batch_size, dtype=torch.bool, device=data.device)
+        return time_flags(self, data, [self.done_key])
+
+    def unfolding(self, data: TensorDictBase) -> TensorDictBase:
+        """Write the stacks of the in_keys to the out_keys of ``data`` (time is its last batch
+        dimension), whatever ``as_inverse``; returns ``data``."""
         require_tensordict(self, data)
-        last = time_flags(self, data, [self.done_key])
+        last = self._boundaries(data)
         batch_dims = data.batch_dims
         values = [self._get(data, key) for key in self.in_keys]
         for key, value in zip(self.in_keys, values):
@@ -150,24 +226,29 @@ class CatFrames(Transform):
                 raise ValueError(f"CatFrames: dim={self.dim} is not a feature dimension of entry "
                                  f"{key!r} of shape {tuple(value.shape)} (batch dims "
                                  f"{tuple(data.batch_size)}).")
-        own_index, own_real = self._frame_index(trajectory_starts(last))
-        results = []
-        for key, value in zip(self.in_keys, values):
-            root_key = strip_next(key)
-            root = data.get(root_key, None) if root_key is not None else None
-            if isinstance(root, torch.Tensor) and root.shape == value.shape:
-                # ("next", key)[t] follows key[t]: stack key[t-N+2..t] (the last N - 1 of the N
-                # frames ending at t) then ("next", key)[t]
-                past = gather_time(root, own_index[..., 1:], batch_dims)
-                frames = torch.cat([past, value.unsqueeze(batch_dims)], batch_dims)
-                real = torch.cat([own_real[..., 1:], torch.ones_like(own_real[..., :1])], -1)
-            else:
-                frames = gather_time(value, own_index, batch_dims)
-                real = own_real
-            results.append(self._merge(frames, real, batch_dims))
+        own_index, own_real = self._frame_index(last)
+        results = [self._stack(data, key, value, own_index, own_real)
+                   for key, value in zip(self.in_keys, values)]
         for key, result in zip(self.out_keys, results):
             data.set(key, result)
+        if self.mask_key is not None:
+            data.set(self.mask_key, ~own_real)
         return data
+
+    def _stack(self, data: TensorDictBase, key: NestedKey, value: torch.Tensor,
+               index: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        batch_dims = data.batch_dims
+        root_key = strip_next(key)
+        root = data.get(root_key, None) if root_key is not None and not self.future else None
+        if isinstance(root, torch.Tensor) and root.shape == value.shape:
+            # ("next", key)[t] follows key[t]: stack key[t-N+2..t] (the last N - 1 of the N
+            # frames ending at t) then ("next", key)[t]
+            past = gather_time(root, index[..., 1:], batch_dims)
+            frames = torch.cat([past, value.unsqueeze(batch_dims)], batch_dims)
+            real = torch.cat([real[..., 1:], torch.ones_like(real[..., :1])], -1)
+        else:
+            frames = gather_time(value, index, batch_dims)
+        return self._merge(frames, real, batch_dims)
 
     def make_rb_transform_and_sampler(self, batch_size: int | None = None,
                                       **sampler_kwargs: Any) -> tuple[Compose, SliceSampler]:
@@ -181,7 +262,10 @@ class CatFrames(Transform):
         sample has ``B`` rows, each with the ``N`` frames ending at it. Its write side drops
         the out_keys that are not in_keys, so stacks never reach the storage.
         ``batch_size`` is accepted for TorchRL's signature and unused (the buffer's batch
-        size counts stacked rows).
+        size counts stacked rows). The transform stacks on sample whatever ``as_inverse``
+        (as TorchRL's). With ``future=True`` each slice's *first* step is kept, whose upcoming
+        frames are the slice (TorchRL keeps the last step, whose upcoming frames are all
+        padding); ``mask_key`` is written per kept step (``[B, N]``).
 
         Examples
         --------
@@ -206,20 +290,24 @@ class CatFrames(Transform):
         out_keys: list[NestedKey] = [*self.out_keys, *(prefix_next(k) for k in self.out_keys)]
         stacker = CatFrames(self.N, self.dim, in_keys=in_keys, out_keys=out_keys,
                             padding=self.padding, padding_value=self.padding_value,
-                            done_key=self.done_key)
+                            reset_key=self.reset_key, done_key=self.done_key,
+                            future=self.future, mask_key=self.mask_key)
         transient = [key for key in out_keys if key not in set(in_keys)]
-        transform = Compose(_LastOfWindows(stacker))
+        transform = Compose(_OneStepOfWindows(stacker))
         if transient:
             transform.append(ExcludeTransform(*transient, inverse=True))
         return transform, make_frame_stack_sampler(self.N, **sampler_kwargs)
 
     def __repr__(self) -> str:
-        return (f"CatFrames(N={self.N}, dim={self.dim}, padding={self.padding!r}, "
-                f"keys={self.in_keys})")
+        future = ", future=True" if self.future else ""
+        inverse = ", as_inverse=True" if self.as_inverse else ""
+        return (f"CatFrames(N={self.N}, dim={self.dim}, padding={self.padding!r}{future}"
+                f"{inverse}, keys={self.in_keys})")
 
 
-class _LastOfWindows(Transform):
-    """A flat sample of windows of ``N`` steps -> ``[-1, N]``, ``CatFrames``, last step each."""
+class _OneStepOfWindows(Transform):
+    """A flat sample of windows of ``N`` steps -> ``[-1, N]``, ``CatFrames``, then the step
+    whose stack the window holds: the last one (the first one with ``future``)."""
 
     def __init__(self, stacker: CatFrames) -> None:
         super().__init__()
@@ -232,7 +320,7 @@ class _LastOfWindows(Transform):
             raise ValueError(f"CatFrames (buffer transform): the sample must be flat with a "
                              f"multiple of N={n} rows (slices of N steps), got batch_size="
                              f"{tuple(data.batch_size)}.")
-        return self.stacker(data.reshape(-1, n))[:, -1]
+        return self.stacker(data.reshape(-1, n))[:, 0 if self.stacker.future else -1]
 
     def __repr__(self) -> str:
-        return f"LastOfWindows({self.stacker!r})"
+        return f"OneStepOfWindows({self.stacker!r})"

@@ -44,7 +44,10 @@ class MultiStep(Transform):
       ...) taken from step ``t + m - 1``, i.e. the state ``m`` steps ahead and whether the
       episode terminated within the window;
     - ``"steps_to_next_obs"``: ``m`` (int64), and ``"gamma"``: ``gamma ** m``, the discount
-      to apply to the value of the n-step-ahead state (both shaped like the done entry).
+      to apply to the value of the n-step-ahead state. As TorchRL's, both have the batch
+      shape (``[..., T]``) when the done entry does, or has it followed by a singleton
+      (``[..., T, 1]``); otherwise (one flag per agent, ``[..., T, n_agents]``) the done
+      entry's shape.
 
     A loss then bootstraps with ``reward + gamma * (1 - terminated) * V(next_state)``.
     Root entries (observation, action) are left as they are. With ``n_steps=1`` only
@@ -147,6 +150,8 @@ class MultiStep(Transform):
                             batch_size=data.batch_size)
 
         done_shape = next(data.get(k) for k in done_entries if data.get(k, None) is not None).shape
+        if done_shape == (*data.batch_size, 1):  # TorchRL squeezes a trailing singleton
+            done_shape = data.batch_size
         extra = (1,) * (len(done_shape) - batch_dims)
         for key in ahead.keys(True, True):
             data.set(("next", key) if isinstance(key, str) else ("next", *key), ahead.get(key))
