@@ -38,7 +38,8 @@ __all__ = ["TORCHRL_PATHS", "lazy_dir", "lazy_getattr", "served", "torchrl_modul
 
 #: path under ``torchrl.data`` (and ``tdreplay.data``) -> the public names of TorchRL's module
 #: there (its ``__all__``, or the classes and functions it defines), TorchRL at commit
-#: ae9719f17b1517af5c2523a36c4616f003ee55cf (0.14). Paths without any name tdreplay has are
+#: ae9719f17b1517af5c2523a36c4616f003ee55cf (0.14), and ``StreamingSliceSampler`` (0.14.1).
+#: Paths without any name tdreplay has are
 #: listed so that a name tdreplay gains is found where TorchRL has it (see :func:`served`).
 TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
     "datasets": (
@@ -62,10 +63,10 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
         "RoundRobinWriter", "Sampler", "SamplerEnsemble", "SamplerWithoutReplacement", "SampleUnit",
         "Sequence", "SliceSampler", "SliceSamplerWithoutReplacement", "StalenessAwareSampler",
         "Storage", "StorageCheckpointerBase", "StorageEnsemble", "StorageEnsembleCheckpointer",
-        "StoreStorage", "TED2Flat", "TED2Nested", "TensorDictMaxValueWriter",
-        "TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer", "TensorDictRoundRobinWriter",
-        "TensorStorage", "TensorStorageCheckpointer", "traj", "Trajectory", "TrajectoryPredicate",
-        "Transition", "Writer", "WriterEnsemble",
+        "StoreStorage", "StreamingSliceSampler", "TED2Flat", "TED2Nested",
+        "TensorDictMaxValueWriter", "TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer",
+        "TensorDictRoundRobinWriter", "TensorStorage", "TensorStorageCheckpointer", "traj",
+        "Trajectory", "TrajectoryPredicate", "Transition", "Writer", "WriterEnsemble",
     ),
     "replay_buffers.checkpointers": (
         "CompressedListStorageCheckpointer", "FlatStorageCheckpointer", "H5StorageCheckpointer",
@@ -96,8 +97,8 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
         "CudaSumSegmentTreeFp32", "CudaSumSegmentTreeFp64", "MinSegmentTreeFp32",
         "MinSegmentTreeFp64", "PrioritizedSampler", "PrioritizedSliceSampler", "PromptGroupSampler",
         "RandomSampler", "Sampler", "SamplerEnsemble", "SamplerWithoutReplacement", "SliceSampler",
-        "SliceSamplerWithoutReplacement", "StalenessAwareSampler", "SumSegmentTreeFp32",
-        "SumSegmentTreeFp64",
+        "SliceSamplerWithoutReplacement", "StalenessAwareSampler", "StreamingSliceSampler",
+        "SumSegmentTreeFp32", "SumSegmentTreeFp64",
     ),
     "replay_buffers.samplers.base": ("Sampler",),
     "replay_buffers.samplers.ensemble": ("SamplerEnsemble",),
@@ -110,6 +111,7 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
     "replay_buffers.samplers.slice": ("SliceSampler",),
     "replay_buffers.samplers.slice_without_replacement": ("SliceSamplerWithoutReplacement",),
     "replay_buffers.samplers.staleness": ("StalenessAwareSampler",),
+    "replay_buffers.samplers.streaming_slice": ("StreamingSliceSampler",),
     "replay_buffers.scheduler": (
         "LambdaScheduler", "LinearScheduler", "ParameterScheduler", "SchedulerList",
         "StepScheduler",
