@@ -424,6 +424,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             slots = self._write_batch(data)
             if dim:
                 return self._written_as_given(slots, data, dim)
+            if self._writer.written_positions is None:  # every row written (the hot path)
+                return slots
             return self._per_batch_row(slots, data)
 
     def _per_batch_row(self, slots: torch.Tensor, data: Any) -> torch.Tensor:
