@@ -20,6 +20,7 @@ from tdreplay.distributed._server import BufferServer, build_component, seeded_g
 from tdreplay.distributed._wire import pack, unpack
 from tdreplay.samplers import PrioritizedSampler, TensorDictPrioritizedReplayBuffer
 from tdreplay.storages import LazyTensorStorage
+from tdreplay.writers import TensorDictMaxValueWriter
 
 
 def test_components_are_built_from_classes_partials_and_factories():
@@ -61,16 +62,41 @@ def test_describe_reports_the_buffer():
     assert info["meta"] == {"shard": 1, "num_shards": 2}
 
 
-def test_extend_returns_slots_and_the_index_the_buffer_set():
+def test_extend_and_add_return_only_the_slots_and_the_mass():
     server = BufferServer(TensorDictReplayBuffer, {"storage": partial(LazyTensorStorage, 10)}, {})
     td = TensorDict({"obs": torch.arange(4.0)}, [4])
-    slots, bookkeeping, mass = unpack(server.extend(pack(td), {}))
+    reply = unpack(server.extend(pack(td), {}))
+    assert len(reply) == 2  # no bookkeeping entries travel back (TorchRL 0.14.1)
+    slots, mass = reply
     assert mass == (4.0, 1.0, 4, None)  # (sum, min, len, max priority): 4 uniform slots
     assert slots.tolist() == [0, 1, 2, 3]
-    assert bookkeeping["index"].tolist() == [0, 1, 2, 3]
-    assert "obs" not in bookkeeping.keys()  # only bookkeeping travels back
+    assert "index" not in td.keys()  # the caller's data is left as it is
+    reply = unpack(server.add(pack(TensorDict({"obs": torch.tensor(4.0)}, []))))
+    assert len(reply) == 2
+    index, mass = reply
+    assert int(index) == 4 and mass == (5.0, 1.0, 5, None)
     data, info = unpack(server.sample(6, False))
     assert torch.equal(data["obs"], info["index"].float())
+
+
+def test_rows_a_max_value_writer_does_not_keep_are_minus_one_and_get_no_lifted_priority():
+    server = BufferServer(TensorDictPrioritizedReplayBuffer, {
+        "storage": partial(LazyTensorStorage, 3), "alpha": 1.0, "beta": 0.4,
+        "writer": partial(TensorDictMaxValueWriter, rank_key="rank"),
+        "sampler_backend": "torch"}, {})
+    ranked = lambda ranks: TensorDict({"rank": torch.tensor(ranks)}, [len(ranks)])  # noqa: E731
+    slots, mass = unpack(server.extend(pack(ranked([5.0, 1.0, 3.0])), {}, None, 2.0))
+    assert slots.tolist() == [0, 1, 2] and mass == pytest.approx((6.0, 2.0, 3, 2.0))
+    # full: only rank 4 is kept (it replaces rank 1, slot 1); the global max lifts only it
+    td = ranked([0.5, 4.0, 0.2])
+    slots, mass = unpack(server.extend(pack(td), {}, None, 6.0))
+    assert slots.tolist() == [-1, 1, -1]  # one entry per batch row, -1: not kept
+    assert mass == pytest.approx((10.0, 2.0, 3, 6.0))  # slot 2 (the -1 rows' wrap) kept its 2
+    assert "index" not in td.keys()
+    index, mass = unpack(server.add(pack(TensorDict({"rank": torch.tensor(0.1)}, [])), None, 9.0))
+    assert index is None and mass == pytest.approx((10.0, 2.0, 3, 6.0))  # not kept: unchanged
+    index, mass = unpack(server.add(pack(TensorDict({"rank": torch.tensor(7.0)}, [])), None, 9.0))
+    assert int(index) == 2 and mass == pytest.approx((17.0, 2.0, 3, 9.0))  # replaced rank 3
 
 
 def test_a_list_storage_keeps_private_copies_of_received_items():
@@ -126,8 +152,8 @@ def test_sample_part_reports_the_mass_at_the_draw_and_draws_nothing_when_asked_f
         "storage": partial(LazyTensorStorage, 8), "alpha": 1.0, "beta": 0.4,
         "sampler_backend": "torch"}, {})
     assert server.describe()["independent_draws"] is True
-    _, _, mass = unpack(server.extend(pack(TensorDict({"x": torch.arange(3.0), "td_error":
-                                                       torch.tensor([1.0, 2.0, 4.0])}, [3])), {}))
+    _, mass = unpack(server.extend(pack(TensorDict({"x": torch.arange(3.0), "td_error":
+                                                    torch.tensor([1.0, 2.0, 4.0])}, [3])), {}))
     assert mass == pytest.approx((7.0, 1.0, 3, 4.0))
     data, info, mass, beta = unpack(server.sample_part(5))
     assert data.batch_size == torch.Size([5]) and info["index"].shape == (5,)

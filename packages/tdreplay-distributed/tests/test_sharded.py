@@ -8,8 +8,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import CheckpointError, ListStorage
+from tdreplay.core import CheckpointError, ListStorage, TensorDictReplayBuffer
 from tdreplay.distributed import ShardedReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+from tdreplay.writers import TensorDictMaxValueWriter
 
 ALPHA, BETA, EPS = 2.0, 1.0, 1e-8  # conftest.prioritized_shards
 SHARD_SIZE = 8
@@ -59,7 +61,7 @@ def test_writes_go_round_robin_and_return_global_slots(sharded):
     for i in range(4):
         td = _rows([10 * i, 10 * i + 1])
         slots.append(sharded.extend(td).tolist())
-        assert td["index"].tolist() == slots[-1]  # the TensorDict gets the global slots too
+        assert "index" not in td.keys()  # the caller's data is left as it is
     assert slots == [[0, 1], [8, 9], [16, 17], [2, 3]]
     assert sharded.add(_rows([99])[0]) == 10  # shard 1, its third slot
     assert [len(shard) for shard in sharded.shards] == [4, 3, 2]
@@ -235,3 +237,28 @@ def test_respawn_rebuilds_every_shard_from_the_checkpoint_at_a_url(uniform, tmp_
 def test_bad_arguments_are_refused(ray_session, kwargs, error, match):
     with pytest.raises(error, match=match):
         ShardedReplayBuffer(**kwargs)
+
+
+def test_rows_a_shard_writer_does_not_keep_are_minus_one_and_an_item_not_kept_is_none(
+        ray_session):
+    """With a max-value writer, as TorchRL 0.14.1: ``extend`` returns one entry per batch row
+    (the global slot, or ``-1`` for a row not kept, not shifted by the shard's offset) and
+    ``add`` of an item not kept returns ``None``; the caller's data is left as it is."""
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 2),
+                             writer=partial(TensorDictMaxValueWriter, rank_key="rank"),
+                             replay_buffer_cls=TensorDictReplayBuffer, batch_size=4)
+    ranked = lambda ranks: TensorDict({"rank": torch.tensor(ranks)}, [len(ranks)])  # noqa: E731
+    try:
+        assert rb.extend(ranked([5.0, 1.0])).tolist() == [0, 1]  # shard 0
+        assert rb.extend(ranked([3.0, 2.0])).tolist() == [2, 3]  # shard 1
+        item = ranked([0.1])[0]
+        assert rb.add(item) is None  # shard 0 is full and 0.1 is below its lowest rank
+        assert "index" not in item.keys()
+        td = ranked([0.5, 4.0, 0.2])
+        assert rb.extend(td).tolist() == [-1, 3, -1]  # shard 1: 4 replaces rank 2 (slot 1)
+        assert "index" not in td.keys()
+        assert rb.add(ranked([9.0])[0]) == 1  # shard 0: 9 replaces rank 1 (slot 1)
+        assert [shard[:]["rank"].tolist() for shard in rb.shards] == [[5.0, 9.0], [3.0, 4.0]]
+        assert len(rb) == 4
+    finally:
+        rb.shutdown()
