@@ -68,6 +68,20 @@ def test_iteration_broken_off_goes_on_with_the_same_epoch(epochs):
     assert sorted(first + list(itertools.chain(*rest))) == list(range(10))
 
 
+def test_next_gives_an_epoch_then_none_and_a_copy_its_own(epochs):
+    # TorchRL's rb.next(): the iteration for code that cannot loop over the buffer
+    epochs.empty()
+    epochs.extend(_items(10))
+    first = epochs.next().tolist()
+    copy = pickle.loads(pickle.dumps(epochs))  # a client without the iteration
+    rest = [epochs.next().tolist(), epochs.next().tolist()]
+    assert [len(b) for b in [first, *rest]] == [4, 4, 2]
+    assert sorted(first + list(itertools.chain(*rest))) == list(range(10))
+    assert epochs.next() is None
+    assert len(epochs.next()) == 4  # a new epoch
+    assert len(copy.next()) == 4  # its own iteration of the same actor's sampler
+
+
 def test_drop_last_epoch_ends_before_a_short_batch(ray_session):
     rb = RayReplayBuffer(storage=partial(ListStorage, 10), batch_size=4,
                          sampler=partial(SamplerWithoutReplacement, drop_last=True))

@@ -212,12 +212,12 @@ class BufferStateMixin:
         the copy builds its own parts where it is used."""
         if not self.initialized:
             return {name: value for name, value in self.__dict__.items()
-                    if name not in ("_lock", "_prefetcher", "_owner_pid")}
+                    if name not in ("_lock", "_prefetcher", "_owner_pid", "_next_batches")}
         if sending_to_new_process():  # a spawned child: refuse what it could not share
             self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:
             state = self.__dict__.copy()
-            for name in ("_lock", "_prefetcher", "_owner_pid"):
+            for name in ("_lock", "_prefetcher", "_owner_pid", "_next_batches"):
                 state.pop(name, None)
             if self._prefetcher.depth:
                 state["_prefetch_state"] = self._prefetcher.export()

@@ -7,7 +7,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -21,6 +21,7 @@ from .buffer_dim_extend import ExtendDimMixin
 from .buffer_draw import DrawMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
+from .buffer_iteration import IterationMixin, NextBatchMixin
 from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin, drawn_items
@@ -202,7 +203,7 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
                    InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
                    SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
-                   DrawMixin, metaclass=ServiceDispatch):
+                   DrawMixin, IterationMixin, NextBatchMixin, metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -525,22 +526,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         storage or sampler, ``empty``, a restored state).
         """
         self._prefetcher.clear()
-
-    def __iter__(self) -> Iterator[Any]:
-        """Yield batches of ``batch_size``; ends after one epoch with a finite sampler."""
-        if self._batch_size is None:
-            raise RuntimeError("Cannot iterate over the replay buffer. Batch_size was not "
-                               "specified (build the buffer with batch_size=... to iterate).")
-        if not self._sampler_is_finite():
-            while True:
-                yield self.sample()
-        while True:  # (through the rate limiter's gate, as sample)
-            with self._limit_samples(self._batch_size) as drew:
-                data, info = self._draw(self._batch_size)
-                drew(drawn_items(info.get("index"), self._batch_size))
-            yield data
-            if self._sampler.ran_out:
-                return
 
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priorities of ``index`` (prioritized samplers)."""

@@ -40,9 +40,11 @@ class ClosableBuffer:
         self._lease = lease
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy is a client of the same actors, as ``attach`` gives, without the lease."""
+        """A copy is a client of the same actors, as ``attach`` gives, without the lease (nor
+        the iteration ``next()`` goes through: the copy starts its own)."""
         state = self.__dict__.copy()
         state.pop("_lease", None)
+        state.pop("_next_batches", None)
         return state
 
     def close(self) -> None:

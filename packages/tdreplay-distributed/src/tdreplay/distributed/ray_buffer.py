@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
+from tdreplay.core.buffer_iteration import NextBatchMixin
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
@@ -50,7 +51,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
 
 
 class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
-                      TransportMixin, ClientHandleMixin, ClosableBuffer):
+                      NextBatchMixin, TransportMixin, ClientHandleMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
