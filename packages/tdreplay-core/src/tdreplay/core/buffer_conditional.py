@@ -30,8 +30,6 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
-from .buffer_draw import DrawMixin
-from .prefetch import Drawn
 from .sampler import Sampler
 from .service_backends import ServiceBackendMixin
 from .storage import Storage
@@ -250,11 +248,11 @@ _QUEUE = "_submitted_updates"  # the buffer's UpdateQueue, made at the first sub
 _QUEUE_CREATION = threading.Lock()
 
 
-class ConditionalUpdateMixin(ServiceBackendMixin, DrawMixin):
+class ConditionalUpdateMixin(ServiceBackendMixin):
     """``update_if_present``, ``submit_update_if_present`` and ``synchronize`` (mixed into
-    :class:`~tdreplay.core.ReplayBuffer`; before :class:`ServiceBackendMixin` and
-    :class:`DrawMixin` there, whose ``shutdown`` and draws it extends to wait for the
-    submitted updates)."""
+    :class:`~tdreplay.core.ReplayBuffer`; before :class:`ServiceBackendMixin` there, whose
+    ``shutdown`` it extends to wait for the submitted updates). Draws wait for them too
+    (:class:`~tdreplay.core.buffer_draw.DrawMixin` reads the queue, ``_submitted_updates``)."""
 
     _storage: Storage
     _sampler: Sampler
@@ -376,21 +374,6 @@ class ConditionalUpdateMixin(ServiceBackendMixin, DrawMixin):
         if queue is not None:
             queue.close(timeout)
         super().shutdown(timeout)
-
-    # ---- draws wait for the updates submitted before them -------------------------------------
-    def _draw(self, batch_size: int) -> Drawn:
-        self._await_submitted()
-        return super()._draw(batch_size)
-
-    def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
-        # (the update worker never waits for a prefetch job: no cycle)
-        self._await_submitted()
-        return super()._sample_ahead(batch_size, prefetch_epoch)
-
-    def _await_submitted(self) -> None:
-        queue = self.__dict__.get(_QUEUE)
-        if queue is not None:
-            queue.wait()
 
     def _update_queue(self) -> UpdateQueue:
         queue: UpdateQueue | None = self.__dict__.get(_QUEUE)

@@ -37,13 +37,19 @@ class DrawMixin:
     _sampler: Sampler
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
+    #: the queue of updates ``submit_update_if_present`` submitted (an ``UpdateQueue``, made
+    #: at the first submission): a draw waits for those submitted before it, and sees them
+    _submitted_updates: Any = None
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _sample(self, batch_size: int, prefetch_epoch: int | None = None,
                     marked: bool = False) -> Drawn | None: ...
 
     def _draw(self, batch_size: int) -> Drawn:
-        """Sample a batch now (no prefetch queue)."""
+        """Sample a batch now (no prefetch queue), once the updates submitted are done."""
+        updates = self._submitted_updates
+        if updates is not None:
+            updates.wait()
         drawn = self._sample(batch_size)
         assert drawn is not None  # only a dropped prefetch job draws nothing
         return drawn
@@ -64,7 +70,12 @@ class DrawMixin:
         """``_sample`` for the prefetch queue (:meth:`Prefetcher.next`): a batch drawn ahead
         (``prefetch_epoch`` set) that fails lets no job draw until the error reaches the
         ``sample`` whose turn it was (:meth:`~tdreplay.core.prefetch.Prefetcher.halt`), with
-        any sampler: the generator and the sampler stay where the failure left them."""
+        any sampler: the generator and the sampler stay where the failure left them. Waits
+        first for the updates submitted (the update worker never waits for a prefetch job:
+        no cycle)."""
+        updates = self._submitted_updates
+        if updates is not None:
+            updates.wait()
         try:
             return self._sample(batch_size, prefetch_epoch)
         except BaseException:
