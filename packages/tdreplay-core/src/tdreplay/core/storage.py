@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
+from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, write_json
@@ -520,6 +521,10 @@ class ListStorage(Storage):
         Defaults to :class:`ListStorageCheckpointer`.
     compilable : bool
         Accepted as in TorchRL; no effect (see :class:`Storage`).
+    device : torch.device, str or int, optional
+        Where written items go, as TorchRL's: each is moved there with ``.to(device)`` (its
+        tensors, for a list, tuple or dict) before it is stored. ``None`` (the default): items
+        are stored as they are given.
 
     Examples
     --------
@@ -527,20 +532,45 @@ class ListStorage(Storage):
     >>> s.set(torch.tensor([0, 1]), ["a", {"b": 1}])
     >>> len(s), s.get(1), s[0:5]
     (2, {'b': 1}, ['a', {'b': 1}])
+    >>> s = ListStorage(3, device="cpu")
+    >>> s.set(0, {"x": torch.zeros(2, dtype=torch.float64)})
+    >>> s.get(0)["x"].device
+    device(type='cpu')
     """
 
     _default_checkpointer = ListStorageCheckpointer
     keeps_written_objects = True
+    _item_device: torch.device | None = None  # (set by __init__; a storage pickled before has none)
 
     def __init__(self, max_size: int | None = None,
                  checkpointer: StorageCheckpointerBase[Any] | None = None, *,
-                 compilable: bool = False) -> None:
+                 compilable: bool = False,
+                 device: torch.device | str | int | None = None) -> None:
         super().__init__(UNBOUNDED if max_size is None else max_size, checkpointer,
                          compilable=compilable)
+        #: where written items go (``None``: they stay where they are)
+        self._item_device = None if device is None else torch.device(device)
         self._storage: list[Any] = []
+
+    @property
+    def device(self) -> torch.device:
+        """Where written items go (``device=``); the CPU when they are stored as given."""
+        return self._item_device or torch.device("cpu")
+
+    def _to_device(self, data: Any) -> Any:
+        """``data`` on the ``device`` given (its tensors, for a pytree), as TorchRL's
+        ``ListStorage`` moves what it stores."""
+        device = self._item_device
+        if device is None:
+            return data
+        if hasattr(data, "to"):
+            return data.to(device)
+        return tree_map(lambda x: x.to(device) if hasattr(x, "to") else x, data,
+                        is_leaf=is_tensor_collection)
 
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        data = self._to_device(data)
         rows_list: Sequence[int]
         if is_int(rows):
             rows_list = [int(rows)]
@@ -645,7 +675,7 @@ class ListStorage(Storage):
         they do not fit in ``max_size``."""
         if len(items) > self.max_size:
             raise ValueError(f"items holds {len(items)} items; max_size is {self.max_size}.")
-        self._storage = list(items)
+        self._storage = [self._to_device(item) for item in items]
 
     def state_dict(self) -> dict[str, Any]:
         """``{"storage": items, "max_size": capacity}``."""
@@ -689,4 +719,4 @@ class ListStorage(Storage):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
-        self._storage = list(state_dict["storage"])
+        self._storage = [self._to_device(item) for item in state_dict["storage"]]

@@ -31,6 +31,8 @@ class LazyStackStorage(ListStorage):
         Dimension along which sampled items are stacked.
     compilable : bool
         Accepted as in TorchRL; no effect (see :class:`~tdreplay.core.Storage`).
+    device : torch.device, str or int, optional
+        Where written items go (see :class:`~tdreplay.core.ListStorage`).
 
     Examples
     --------
@@ -48,8 +50,9 @@ class LazyStackStorage(ListStorage):
 
     def __init__(self, max_size: int | None = None, *, stack_dim: int = 0,
                  checkpointer: StorageCheckpointerBase | None = None,
-                 compilable: bool = False) -> None:
-        super().__init__(max_size, checkpointer, compilable=compilable)
+                 compilable: bool = False,
+                 device: torch.device | str | int | None = None) -> None:
+        super().__init__(max_size, checkpointer, compilable=compilable, device=device)
         self.stack_dim = stack_dim
 
     def get(self, slots: int | torch.Tensor) -> Any:
