@@ -152,6 +152,11 @@ def _own_actor_id() -> str | None:
     return ray.get_runtime_context().get_actor_id()
 
 
+#: the buffer methods a client may call through :meth:`BufferServer.configure`
+CONFIGURATION_CALLS = frozenset({"append_transform", "insert_transform", "register_save_hook",
+                                 "register_load_hook", "set_rng", "synchronize"})
+
+
 class BufferServer:
     """A replay buffer built and served inside a Ray actor (see :class:`RayReplayBuffer`).
 
@@ -382,6 +387,16 @@ class BufferServer:
 
     def write_count(self) -> int:
         return self.buffer.write_count
+
+    # ---- configuration -----------------------------------------------------------------------
+    def configure(self, method: str, payload: Any) -> None:
+        """``buffer.<method>(*args, **kwargs)`` of a configuration call (``payload`` packs
+        ``(args, kwargs)``); ``ValueError`` for any other method name."""
+        if method not in CONFIGURATION_CALLS:
+            raise ValueError(f"{method!r} is not a configuration call of the buffer (one of "
+                             f"{sorted(CONFIGURATION_CALLS)}).")
+        args, kwargs = unpack(payload, copy=True)
+        getattr(self.buffer, method)(*args, **kwargs)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def dumps(self, path: str) -> None:

@@ -26,6 +26,7 @@ from .handle import ClientHandleMixin
 from .iteration import RemoteIterationMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
+from .remote_configuration import RemoteConfigurationMixin
 from .transport import TransportMixin, check_transport
 
 __all__ = ["RayReplayBuffer", "check_prefetch", "priority_entries"]
@@ -51,7 +52,8 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
 
 
 class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
-                      NextBatchMixin, TransportMixin, ClientHandleMixin, ClosableBuffer):
+                      NextBatchMixin, RemoteConfigurationMixin, TransportMixin, ClientHandleMixin,
+                      ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
@@ -265,9 +267,10 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
                                "that created the buffer has (this one was attached).")
         client.respawn(None if path is None else resolve_location(path))
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Kill the actor (no restart); every client's later calls raise
-        :class:`~tdreplay.distributed.BufferActorDiedError`. :meth:`respawn` can replace it."""
+        :class:`~tdreplay.distributed.BufferActorDiedError`. :meth:`respawn` can replace it.
+        ``timeout``: accepted as TorchRL's, which ignores it too (the kill does not wait)."""
         self._client.shutdown()
 
     # ---- what this client knows ----------------------------------------------------------------
