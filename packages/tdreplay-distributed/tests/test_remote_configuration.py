@@ -77,6 +77,9 @@ def _plus_ten(items: list) -> list:
 
 
 def test_synchronize_start_and_shutdown_with_a_timeout(served):
+    assert served.can_sample() is False  # empty, of its batch size (3)
+    served.extend(_items(2))
+    assert served.can_sample() is True and served.can_sample(5) is True
     served.synchronize()  # nothing submitted: returns
     assert served.start() is served
     served.shutdown(timeout=1.0)

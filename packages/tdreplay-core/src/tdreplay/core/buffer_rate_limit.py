@@ -89,11 +89,20 @@ class RateLimitedMixin(BufferStateMixin):
                             f" or None, got {type(rate_limiter).__name__}.")
         self._rate_limiter = rate_limiter
 
-    def can_sample(self, batch_size: int) -> bool:
-        """Whether the rate limiter allows sampling ``batch_size`` items now (no limiter:
-        whether the buffer holds any)."""
+    def can_sample(self, batch_size: int | None = None) -> bool:
+        """Whether a sample of ``batch_size`` (the buffer's by default) can be drawn now: the
+        sampler can draw it (:meth:`~tdreplay.core.Sampler.can_sample`, as TorchRL's) and the
+        rate limiter, if any, allows it. ``RuntimeError`` without a batch size."""
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise RuntimeError("batch_size not specified. Configure it on the replay buffer "
+                                   "or pass it to can_sample().")
+        with self._lock:
+            if not self._sampler.can_sample(self._storage, batch_size):
+                return False
         if self._rate_limiter is None:
-            return len(self) > 0
+            return True
         return self._rate_limiter.can_sample(batch_size, len(self))
 
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:

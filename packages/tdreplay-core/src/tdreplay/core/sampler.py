@@ -196,13 +196,22 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         """
         return priority
 
-    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The :attr:`update_keys` entries describing ``slots`` as they are now.
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether a batch of ``batch_size`` can be drawn from ``storage`` now (what
+        ``rb.can_sample()`` asks, as TorchRL's samplers answer it): any item to draw by
+        default; a sampler with further conditions overrides it.
 
-        A buffer refreshes them in a batch it has just written (e.g. a sample written back),
-        so that a later priority update from that batch is not taken for a stale one.
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> RandomSampler().can_sample(storage, 2)
+        False
+        >>> storage.set(0, "a")
+        >>> RandomSampler().can_sample(storage, 2)
+        True
         """
-        return {}
+        return self.sampleable_count(storage) > 0
 
     def sampleable_count(self, storage: Storage) -> int:
         """How many items of ``storage`` can be sampled now: what ``len(rb)`` reports.

@@ -375,6 +375,9 @@ class BufferServer:
             data = buffer.sample()
         return pack((data, bool(buffer.sampler.ran_out)))
 
+    def can_sample(self, batch_size: int | None) -> bool:
+        return self.buffer.can_sample(batch_size)
+
     def stats(self) -> dict[str, int | float | bool]:
         """The buffer's ``stats()`` (counters only, no data)."""
         return self.buffer.stats()

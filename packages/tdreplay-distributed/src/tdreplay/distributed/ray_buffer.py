@@ -378,6 +378,10 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
                                                   self._client.limit_timeout))
         return (data, info) if return_info else data
 
+    def can_sample(self, batch_size: int | None = None) -> bool:
+        """The served buffer's ``can_sample`` (of its ``batch_size`` by default)."""
+        return self._client.call("can_sample", batch_size)
+
     def __getitem__(self, index: Any) -> Any:
         return unpack(self._client.call("get_item", pack(index)))
 

@@ -205,13 +205,6 @@ class DeferredPrioritizedSampler(Sampler):
             return self.prioritized.check_priority(priority)
         return priority
 
-    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The write generations of ``slots`` in the learner; ``0`` (unknown: a priority update
-        carrying it is skipped as stale) elsewhere."""
-        if self.in_learner:
-            return self.prioritized.item_info(slots)
-        return {key: torch.zeros(slots.shape, dtype=torch.long) for key in self.update_keys}
-
     def empty(self) -> None:
         """Forget every priority; the rows written from now on are caught up with later."""
         if self.in_learner:

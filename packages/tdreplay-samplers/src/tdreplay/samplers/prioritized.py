@@ -330,10 +330,6 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         flat = slots.reshape(-1).to(state.device, non_blocking=True)
         return state.generation.index_select(0, flat).reshape(slots.shape).long()
 
-    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{"write_generation": ...}`` of ``slots`` as they are now."""
-        return {WRITE_GENERATION_KEY: self.slot_generation(slots)}
-
     def empty(self) -> None:
         """Forget every priority; the write clock keeps counting so old generations never match."""
         if self._state is not None:

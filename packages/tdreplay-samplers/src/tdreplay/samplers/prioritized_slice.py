@@ -240,10 +240,6 @@ class PrioritizedSliceSampler(SliceSampler):
         """Current write generation of ``slots`` (``0``: never written)."""
         return self._priorities.slot_generation(slots)
 
-    def item_info(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{"write_generation": ...}`` of ``slots`` as they are now."""
-        return self._priorities.item_info(slots)
-
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         self._priorities.extend(slots)
