@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, SamplerWithoutReplacement
 from tdreplay.core.rate_limit import MinSize
 
 
@@ -40,4 +40,14 @@ def test_the_rate_limiter_still_has_its_say():
     assert rb.sampler.can_sample(rb.storage, 1) is True
     assert rb.can_sample() is False
     rb.extend([torch.tensor(3)])
+    assert rb.can_sample() is True
+
+
+def test_without_replacement_and_drop_last_a_whole_batch_is_needed():
+    # TorchRL 0.14.1: False with 3 items and a batch of 8 under drop_last, True without it
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=SamplerWithoutReplacement(drop_last=True),
+                      batch_size=8)
+    rb.extend([1, 2, 3])
+    assert rb.can_sample() is False and rb.can_sample(3) is True
+    rb.sampler.drop_last = False
     assert rb.can_sample() is True

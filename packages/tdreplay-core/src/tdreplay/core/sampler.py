@@ -458,6 +458,23 @@ class SamplerWithoutReplacement(Sampler):
         self._pos = 0
         self._ran_out = False
 
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """As TorchRL's: with ``drop_last``, whether the storage holds a whole batch; else
+        whether it holds any item.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(8)
+        >>> storage.set(torch.arange(3), [0, 1, 2])
+        >>> SamplerWithoutReplacement(drop_last=True).can_sample(storage, 4)
+        False
+        >>> SamplerWithoutReplacement().can_sample(storage, 4)
+        True
+        """
+        count = self.sampleable_count(storage)
+        return count >= batch_size if self.drop_last else count > 0
+
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         check_batch_size(batch_size)
         n = check_not_empty(storage)

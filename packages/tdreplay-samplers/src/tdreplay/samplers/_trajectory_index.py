@@ -191,6 +191,8 @@ Reader = Callable[[Any, int, int], "tuple[np.ndarray | None, np.ndarray | None]"
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 _EMPTY_BOOL = np.empty(0, dtype=np.bool_)
 _MAX_PENDING = 4096
+#: the arrays a sync may write in place (see :meth:`TrajectoryIndex.scratch`)
+_TABLES = ("rec", "dense", "free", "counters", "lanes_arr", "slot_rec")
 
 
 class TrajectoryIndex:
@@ -308,11 +310,8 @@ class TrajectoryIndex:
         tables are touched; a rebuild fills new tables.
         """
         revision = storage.revision
-        if (storage is self._storage_ref and self.T and not self.pending
-                and not self.needs_rebuild and revision == self._seen_revision
-                and self._alive_slots() == len(storage) > 0):
-            return  # nothing written since the last batch (the geometry of a laid out storage
-            # never changes)
+        if self.is_current(storage):
+            return
         saved = self._snapshot()
         try:
             self._sync(storage, reader, revision)
@@ -320,6 +319,44 @@ class TrajectoryIndex:
             self.__dict__.clear()
             self.__dict__.update(saved)
             raise
+
+    def is_current(self, storage: Any) -> bool:
+        """Whether :meth:`sync` has nothing to do for ``storage``: it was synced last, and
+        nothing was written since (the geometry of a laid out storage never changes)."""
+        return bool(storage is self._storage_ref and self.T and not self.pending
+                    and not self.needs_rebuild and storage.revision == self._seen_revision
+                    and self._alive_slots() == len(storage) > 0)
+
+    def scratch(self, storage: Any) -> TrajectoryIndex:
+        """An index that :meth:`sync` can bring up to date with ``storage`` without changing
+        this one: this index itself when that sync has nothing to do (:meth:`is_current`),
+        else a copy with tables of its own (``O(records)``: a sync writes the tables in
+        place). What a question about the next batch (``can_sample``) syncs.
+
+        Examples
+        --------
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(8)
+        >>> storage.set(torch.arange(4), torch.zeros(4))
+        >>> def reader(storage, start, stop):  # end flags: none set
+        ...     return None, np.zeros(stop - start, dtype=np.bool_)
+        >>> index = TrajectoryIndex()
+        >>> index.note_write(torch.arange(4))
+        >>> twin = index.scratch(storage)
+        >>> twin.sync(storage, reader)
+        >>> twin.num_trajectories, index.num_trajectories, len(index.pending)
+        (1, 0, 1)
+        >>> index.sync(storage, reader)
+        >>> index.scratch(storage) is index
+        True
+        """
+        if self.is_current(storage):
+            return self
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self._snapshot())
+        for name in _TABLES:
+            setattr(twin, name, getattr(self, name).copy())
+        return twin
 
     def _snapshot(self) -> dict[str, Any]:
         """What :meth:`sync` puts back when it fails: the attributes, the tables by reference

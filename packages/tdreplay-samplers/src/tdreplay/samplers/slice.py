@@ -312,31 +312,87 @@ class SliceSampler(Sampler):
         assert self._signals is not None  # resolved by _sync before the index reads blocks
         return read_signals(self._entries, storage, self._signals, start, stop)
 
-    def _sync(self, storage: Storage) -> TrajectoryIndex:
-        """The trajectory index brought up to date with ``storage``. All or nothing: when it
-        raises (e.g. trajectory ids that are not whole numbers), the signals resolved and the
-        index are left as they were (see :meth:`TrajectoryIndex.sync`), so a failed sample
-        changes nothing and the next one retries."""
+    def _sync(self, storage: Storage, index: TrajectoryIndex | None = None
+              ) -> TrajectoryIndex:
+        """The trajectory index (``index``, the sampler's by default) brought up to date with
+        ``storage``. All or nothing: when it raises (e.g. trajectory ids that are not whole
+        numbers), the signals resolved and the index are left as they were (see
+        :meth:`TrajectoryIndex.sync`), so a failed sample changes nothing and the next one
+        retries."""
+        index = self._index if index is None else index
         signals, traj_key = self._signals, self.traj_key
         try:
-            return self._sync_index(storage)
+            return self._sync_index(storage, index)
         except BaseException:
             self._signals, self.traj_key = signals, traj_key
             raise
 
-    def _sync_index(self, storage: Storage) -> TrajectoryIndex:
+    def _sync_index(self, storage: Storage, index: TrajectoryIndex) -> TrajectoryIndex:
         n = len(storage)
         static = self._static_traj if self._static_traj is not None else self._static_ends
         if static is not None:
             if static.numel() != n:
                 raise ValueError(f"{'trajectories' if self._static_traj is not None else 'ends'}"
                                  f" describes {static.numel()} steps but the storage holds {n}.")
-            if self._index.cut_after is None:  # O(steps): once, the flags never change
-                self._index.cut_after = static_cut(static, ends=self._static_ends is not None)
-        elif self._signals is None or self._index.pending or self._index.needs_rebuild:
+            if index.cut_after is None:  # O(steps): once, the flags never change
+                index.cut_after = static_cut(static, ends=self._static_ends is not None)
+        elif self._signals is None or index.pending or index.needs_rebuild:
             self._signals = self._resolve_signals(storage)
-        self._index.sync(storage, self._read_block)
-        return self._index
+        index.sync(storage, self._read_block)
+        return index
+
+    def _peek(self, storage: Storage) -> TrajectoryIndex | None:
+        """The trajectories of ``storage`` as the next batch will find them, leaving the
+        sampler as it was: its index is synced only when that changes nothing
+        (:meth:`TrajectoryIndex.scratch`; else a copy is), and the signals resolved are put
+        back. ``None`` when they cannot be read (no trajectory key nor end key stored yet,
+        ids that are not whole numbers...): the rollback of :meth:`_sync` has run."""
+        signals, traj_key = self._signals, self.traj_key
+        try:
+            return self._sync(storage, self._index.scratch(storage))
+        except Exception:
+            return None
+        finally:
+            self._signals, self.traj_key = signals, traj_key
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether a batch of ``batch_size`` steps can be drawn from ``storage`` now (what
+        ``rb.can_sample()`` asks), as TorchRL answers it: some stored trajectory can hold a
+        slice. With ``strict_length=True``, one at least as long as a slice; with
+        ``strict_length=False``, any. ``False`` on an empty storage and on one whose
+        trajectories cannot be told yet (no trajectory key nor end key stored). A batch size
+        that is not divisible by ``num_slices`` / ``slice_len`` raises the ``ValueError`` of
+        :meth:`sample` (TorchRL's raises too). ``span`` is not counted (as TorchRL).
+
+        The sampler is left as it was (its :meth:`state_dict` too): when writes are pending,
+        the trajectories are found on a copy of its index (what the next ``sample`` redoes),
+        ``O(steps written since the last batch)``, or ``O(buffer)`` after writes that make
+        the index rebuild (as TorchRL's, which reads the whole buffer every time).
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import TensorDictReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=8,
+        ...                             sampler=SliceSampler(slice_len=4, traj_key="episode"))
+        >>> rb.can_sample()
+        False
+        >>> _ = rb.extend(TensorDict({"episode": torch.tensor([0, 0, 0, 1, 1])}, [5]))
+        >>> rb.can_sample()  # trajectories of 3 and 2 steps, slices of 4 (strict_length)
+        False
+        >>> _ = rb.extend(TensorDict({"episode": torch.tensor([1, 1])}, [2]))
+        >>> rb.can_sample(), rb.can_sample(4)  # trajectory 1 has 4 steps now
+        (True, True)
+        """
+        if len(storage) == 0:
+            return False
+        _, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
+        index = self._peek(storage)
+        if index is None:
+            return False
+        lengths = index.rec[index.live_records(), LEN]
+        return bool((lengths >= (seq_len if self.strict_length else 1)).any())
 
     # ---- sampling --------------------------------------------------------------------------------
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
@@ -592,6 +648,26 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         remaining = self._perm.size - self._pos
         self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
         return self._slices(storage, index, records, seq_len, (False, False))
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether ``rb.can_sample()`` is answered yes, as TorchRL's
+        ``SliceSamplerWithoutReplacement`` answers it (its :class:`SamplerWithoutReplacement`
+        rule; the trajectories are not looked at): with ``drop_last``, at least
+        ``batch_size`` steps are stored; else any step. So, as in TorchRL, ``True`` does not
+        promise that a slice fits (``strict_length=True`` and every trajectory shorter than a
+        slice: :meth:`sample` raises). Changes nothing.
+
+        Examples
+        --------
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(20)
+        >>> storage.set(torch.arange(6), torch.zeros(6))
+        >>> sampler = SliceSamplerWithoutReplacement(slice_len=2, drop_last=True)
+        >>> sampler.can_sample(storage, 6), sampler.can_sample(storage, 8)
+        (True, False)
+        """
+        n = len(storage)
+        return n >= batch_size if self.drop_last else n > 0
 
     def _epoch_is_stale(self) -> bool:
         """Whether the next batch starts a new epoch: written since, or the index renumbered

@@ -186,6 +186,31 @@ class StreamingSliceSampler(SliceSampler):
         self._stream.q_start = position  # the windows are taken once the batch is made
         return out
 
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """As :meth:`SliceSampler.can_sample` (TorchRL's answer: a stored trajectory can hold
+        a slice; queued windows are not counted), and ``False`` for a storage this sampler
+        refuses (not one-dimensional, or smaller than a window), where :meth:`sample` raises
+        (TorchRL refuses it at the write). Changes nothing: the writes are cut into windows at
+        the next :meth:`sample`.
+
+        Examples
+        --------
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> from tensordict import TensorDict
+        >>> storage = LazyTensorStorage(16)
+        >>> storage.set(torch.arange(3), TensorDict({"episode": torch.zeros(3)}, [3]))
+        >>> sampler = StreamingSliceSampler(slice_len=3, traj_key="episode")
+        >>> sampler.can_sample(storage, 3), sampler.can_sample(storage, 6)
+        (True, True)
+        >>> StreamingSliceSampler(slice_len=4, traj_key="episode").can_sample(storage, 4)
+        False
+        """
+        try:
+            self._check_stream_storage(storage)
+        except (RuntimeError, ValueError):
+            return False
+        return super().can_sample(storage, batch_size)
+
     def _check_stream_storage(self, storage: Storage) -> None:
         ndim = getattr(storage, "ndim", 1)
         if ndim != 1:
