@@ -18,8 +18,9 @@ from tensordict import unravel_key
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
-from ._signals import AUTO_TRAJ_KEYS, Signals, read_signals, resolve_signals
+from ._signals import AUTO_TRAJ_KEYS, Signals
 from ._slice_output import INIT_KEY, slice_info
+from ._slice_trajectories import TrajectorySyncMixin
 from ._slicing import (
     ArgumentConflictError,
     check_static,
@@ -28,7 +29,6 @@ from ._slicing import (
     slice_shape,
     slice_slots,
     span_starts,
-    static_cut,
 )
 from ._storage_entries import StorageEntries, touches
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
@@ -68,7 +68,7 @@ def _replace_last(key: Any, name: str) -> Any:
     return (*key[:-1], name) if isinstance(key, tuple) else name
 
 
-class SliceSampler(Sampler):
+class SliceSampler(TrajectorySyncMixin, Sampler):
     """Samples slices of trajectories: ``num_slices`` runs of consecutive steps per batch.
 
     A trajectory is a run of consecutive steps of one environment. Trajectories end where the
@@ -283,77 +283,6 @@ class SliceSampler(Sampler):
         self._index.reset()
         self._entries.invalidate()
         self._signals = None
-
-    # ---- trajectory signals --------------------------------------------------------------------
-    def _resolve_signals(self, storage: Storage) -> Signals:
-        """Which entries define the trajectories: ``(traj key or None, end keys or None)``."""
-        traj_key = self.traj_key if self._explicit_traj else None
-        # explicit end keys are looked at first only when no trajectory key is given: the
-        # trajectory ids come first otherwise (TorchRL's order), the end keys are the fallback
-        signals = resolve_signals(self._entries, storage, type(self).__name__,
-                                  traj_key=traj_key, end_keys=self._end_keys)
-        traj, ends = signals
-        if self._explicit_end and not self._explicit_traj and ends is not None:
-            traj = None  # end keys given and stored: trajectories by end flags only
-        elif self._explicit_traj and traj is not None and not self._explicit_end:
-            ends = None  # trajectory key given and stored
-        elif not self._explicit_traj and not self._explicit_end and traj is not None:
-            ends = None  # detected trajectory ids
-        if traj is not None and not self._explicit_traj:
-            self.traj_key = traj  # the key detected, as TorchRL reports it
-        return traj, ends
-
-    def _read_block(self, storage: Storage, start: int, stop: int
-                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        if self._static_traj is not None:
-            return np.ascontiguousarray(self._static_traj[start:stop].numpy()), None
-        if self._static_ends is not None:
-            return None, np.ascontiguousarray(self._static_ends[start:stop].numpy())
-        assert self._signals is not None  # resolved by _sync before the index reads blocks
-        return read_signals(self._entries, storage, self._signals, start, stop)
-
-    def _sync(self, storage: Storage, index: TrajectoryIndex | None = None
-              ) -> TrajectoryIndex:
-        """The trajectory index (``index``, the sampler's by default) brought up to date with
-        ``storage``. All or nothing: when it raises (e.g. trajectory ids that are not whole
-        numbers), the signals resolved and the index are left as they were (see
-        :meth:`TrajectoryIndex.sync`), so a failed sample changes nothing and the next one
-        retries."""
-        index = self._index if index is None else index
-        signals, traj_key = self._signals, self.traj_key
-        try:
-            return self._sync_index(storage, index)
-        except BaseException:
-            self._signals, self.traj_key = signals, traj_key
-            raise
-
-    def _sync_index(self, storage: Storage, index: TrajectoryIndex) -> TrajectoryIndex:
-        n = len(storage)
-        static = self._static_traj if self._static_traj is not None else self._static_ends
-        if static is not None:
-            if static.numel() != n:
-                raise ValueError(f"{'trajectories' if self._static_traj is not None else 'ends'}"
-                                 f" describes {static.numel()} steps but the storage holds {n}.")
-            if index.cut_after is None:  # O(steps): once, the flags never change
-                index.cut_after = static_cut(static, ends=self._static_ends is not None)
-        elif self._signals is None or index.pending or index.needs_rebuild:
-            self._signals = self._resolve_signals(storage)
-        index.sync(storage, self._read_block)
-        return index
-
-    def _peek(self, storage: Storage) -> TrajectoryIndex | None:
-        """The trajectories of ``storage`` as the next batch will find them, leaving the
-        sampler as it was: its index is synced only when that changes nothing
-        (:meth:`TrajectoryIndex.scratch`; else a copy is), and the signals resolved are put
-        back. ``None`` when they cannot be read (no trajectory key nor end key stored yet,
-        ids that are not whole numbers...): the rollback of :meth:`_sync` has run."""
-        signals, traj_key = self._signals, self.traj_key
-        try:
-            return self._sync(storage, self._index.scratch(storage))
-        except Exception:
-            return None
-        finally:
-            self._signals, self.traj_key = signals, traj_key
 
     def can_sample(self, storage: Storage, batch_size: int) -> bool:
         """Whether a batch of ``batch_size`` steps can be drawn from ``storage`` now (what
