@@ -139,7 +139,7 @@ def random_run(seed: int) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_every_state_a_buffer_saves_is_accepted(seed):
-    from tdreplay.samplers._trajectory_index import check_index_state
+    from tdreplay.samplers._index_state import check_index_state
 
     for state in random_run(seed):
         check_index_state(state)

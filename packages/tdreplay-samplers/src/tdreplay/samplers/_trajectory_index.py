@@ -58,17 +58,27 @@ import numpy as np
 import torch
 from numba import njit
 
+from ._index_layout import (
+    DPOS,
+    EMPTY_I64,
+    HEAD,
+    LANE,
+    LAST_DONE,
+    LAST_ID,
+    LEN,
+    MODE_ISOLATED,
+    MODE_LANES,
+    N_FREE,
+    N_HIGH,
+    N_LIVE,
+    NEXT,
+    START,
+    TAIL,
+    slot_dtype,
+)
+from ._index_state import IndexStateMixin
 from ._kernel_cache import on_disk
 
-# record columns
-LANE, START, LEN, NEXT, DPOS = range(5)
-# lane columns
-HEAD, TAIL, LAST_ID, LAST_DONE = range(4)
-# counters
-N_LIVE, N_HIGH, N_FREE = range(3)
-
-_MODE_LANES = 0
-_MODE_ISOLATED = 1
 _BLOCK = 1 << 22  # steps read from the storage at once during a rebuild
 
 
@@ -188,14 +198,13 @@ def _write_chunks(rec, dense, free, counters, lanes_arr, slot_rec, ids, done, us
 #: in flat slots ``[start, stop)`` as numpy arrays (``None`` for a signal that is not used).
 Reader = Callable[[Any, int, int], "tuple[np.ndarray | None, np.ndarray | None]"]
 
-_EMPTY_I64 = np.empty(0, dtype=np.int64)
 _EMPTY_BOOL = np.empty(0, dtype=np.bool_)
 _MAX_PENDING = 4096
 #: the arrays a sync may write in place (see :meth:`TrajectoryIndex.scratch`)
 _TABLES = ("rec", "dense", "free", "counters", "lanes_arr", "slot_rec")
 
 
-class TrajectoryIndex:
+class TrajectoryIndex(IndexStateMixin):
     """Trajectories of a buffer, kept up to date from the slots written (see module docstring).
 
     ``note_write(slots)`` is cheap (it only records the written range); the work happens in
@@ -212,7 +221,7 @@ class TrajectoryIndex:
     # ---- state -----------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget everything (the buffer was emptied)."""
-        self.mode = _MODE_LANES
+        self.mode = MODE_LANES
         self.T = 0  # steps per chunk, 0 while the geometry is unknown
         self.multi = False  # storage ndim > 1 (chunks are rows along time)
         self.C = 0  # chunks in the storage
@@ -277,7 +286,7 @@ class TrajectoryIndex:
         if k > 1:
             breaks = np.flatnonzero(np.diff(arr) != 1) + 1
         else:
-            breaks = _EMPTY_I64
+            breaks = EMPTY_I64
         self.newest_slot = int(arr[-1])
         if breaks.size > 8 or len(self.pending) > _MAX_PENDING:
             # not a ring write (or far too many writes between two batches): rebuild later
@@ -398,7 +407,7 @@ class TrajectoryIndex:
     def _set_geometry(self, T: int, C: int, multi: bool) -> None:
         self.T, self.C, self.multi = T, C, multi
         if not multi:
-            self.mode = _MODE_LANES
+            self.mode = MODE_LANES
         if self.track_slots:
             self.slot_rec = _slot_records(C * T)
 
@@ -410,7 +419,7 @@ class TrajectoryIndex:
         self.newest_slot = -1
 
     def _alive_slots(self) -> int:
-        if self.mode == _MODE_LANES:
+        if self.mode == MODE_LANES:
             return min(self.n_end, self.C) * self.T
         return self.n_chunks * self.T
 
@@ -425,7 +434,7 @@ class TrajectoryIndex:
                 broken = True
                 break
             k = count // T
-            if self.mode == _MODE_LANES:
+            if self.mode == MODE_LANES:
                 per_write = wsize // T if self.multi else self.ring_lanes
                 if self.lanes == 0:
                     self.lanes = per_write
@@ -444,7 +453,7 @@ class TrajectoryIndex:
             self.needs_rebuild = True
             self._rebase = True
             return
-        if self.mode == _MODE_LANES:
+        if self.mode == MODE_LANES:
             self.n_end = n_cur
         else:
             self.n_chunks = max([self.n_chunks] + [c + k for c, _, k in runs])
@@ -487,19 +496,19 @@ class TrajectoryIndex:
             self._ensure_records(T)
             off += _write_chunks(
                 self.rec, self.dense, self.free, self.counters, self.lanes_arr,
-                self.slot_rec, _EMPTY_I64 if ids is None else ids[off * T:],
+                self.slot_rec, EMPTY_I64 if ids is None else ids[off * T:],
                 _EMPTY_BOOL if done is None else done[off * T:], ids is not None,
                 done is not None, phys + off, n0 + off, m - off,
-                T, max(self.lanes, 1), self.C, self.mode == _MODE_ISOLATED, remove_old)
+                T, max(self.lanes, 1), self.C, self.mode == MODE_ISOLATED, remove_old)
 
     def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
         """Recompute every trajectory from the storage (``O(buffer)``)."""
         T, C = self.T, self.C
         filled = length // T
         self.needs_rebuild = False
-        if self.mode == _MODE_LANES and (self._rebase or min(self.n_end, C) != filled):
+        if self.mode == MODE_LANES and (self._rebase or min(self.n_end, C) != filled):
             if self.multi:
-                self.mode = _MODE_ISOLATED
+                self.mode = MODE_ISOLATED
             else:
                 # flat ring: time follows slot order, cut after the newest written slot
                 newest = self.cut_after if self.cut_after is not None else self.newest_slot
@@ -510,7 +519,7 @@ class TrajectoryIndex:
                 self.lanes = self.ring_lanes
         self._rebase = False
         n_slots = C * T if self.track_slots else 0
-        if self.mode == _MODE_LANES:
+        if self.mode == MODE_LANES:
             self._alloc_arrays(1024, max(self.lanes, 1), n_slots)
             alive = min(self.n_end, C)
             n = self.n_end - alive
@@ -548,190 +557,16 @@ class TrajectoryIndex:
         T, C = self.T, self.C
         c = slots // T
         t = slots - c * T
-        if self.mode == _MODE_ISOLATED:
+        if self.mode == MODE_ISOLATED:
             return t
         last = self.n_end - 1
         n = last - ((last - c) % C)
         return (n // self.lanes) * T + t
 
-    # ---- checkpoint --------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        high = int(self.counters[N_HIGH])
-        meta = [self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks,
-                self.newest_slot, int(self.needs_rebuild), int(self._rebase), int(self.multi)]
-        return {
-            "meta": torch.tensor(meta, dtype=torch.long),
-            "pending": torch.tensor(self.pending, dtype=torch.long).reshape(-1, 3),
-            "records": torch.from_numpy(self.rec[:high].copy()),
-            "dense": torch.from_numpy(self.dense[: int(self.counters[N_LIVE])].copy()),
-            "free": torch.from_numpy(self.free[: int(self.counters[N_FREE])].copy()),
-            "counters": torch.from_numpy(self.counters.copy()),
-            "lanes": torch.from_numpy(self.lanes_arr.copy()),
-            "slot_rec": torch.from_numpy(self.slot_rec.astype(np.int64)),
-        }
-
-    @staticmethod
-    def check_state_dict(state: Any) -> None:
-        """Raise ``ValueError`` unless ``state`` is a valid :meth:`state_dict` (see
-        :func:`check_index_state`)."""
-        check_index_state(state)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.check_state_dict(state)
-        self.install(state)
-
-    def install(self, state: dict[str, Any]) -> None:
-        """Load a state :meth:`check_state_dict` accepted (what a sampler that checked its
-        whole state calls: the check walks every record)."""
-        meta = [int(x) for x in state["meta"]]
-        (self.mode, self.T, self.C, self.lanes, self.n_end, self.n_chunks, self.newest_slot,
-         rebuild, rebase, multi) = meta
-        self.needs_rebuild, self._rebase, self.multi = bool(rebuild), bool(rebase), bool(multi)
-        self.ring_lanes = 1 if self.multi else max(self.lanes, 1)
-        self.pending = [list(map(int, row)) for row in state["pending"].tolist()]
-        live, high, nfree = (int(x) for x in state["counters"])
-        cap = max(high, 1)
-        self.rec = np.zeros((cap, 5), dtype=np.int64)
-        self.rec[:high] = state["records"].numpy()
-        self.dense = np.zeros(cap, dtype=np.int64)
-        self.dense[:live] = state["dense"].numpy()
-        self.free = np.zeros(cap, dtype=np.int64)
-        self.free[:nfree] = state["free"].numpy()
-        self.counters = state["counters"].numpy().copy()
-        self.lanes_arr = state["lanes"].numpy().copy()
-        self.numbering += 1
-        slot_rec = state["slot_rec"].numpy() if self.track_slots else _EMPTY_I64
-        self.slot_rec = slot_rec.astype(_slot_dtype(slot_rec.size))
-        if self.track_slots and self.slot_rec.size == 0 and self.T:
-            self.needs_rebuild = True
-        self._storage_ref = None
-        self._trust_storage = True
-
-
-_STATE_KEYS = ("meta", "pending", "records", "dense", "free", "counters", "lanes", "slot_rec")
-
-
-def check_index_state(state: Any) -> None:
-    """Raise ``ValueError`` unless ``state`` is a :meth:`TrajectoryIndex.state_dict` whose
-    tables the compiled kernel can walk: shapes that match the counters and the geometry,
-    every record id inside the table, each lane a chain of live records in time order
-    (no cycle) from its head to its tail. A damaged state would otherwise make the kernel
-    read and write outside its arrays.
-
-    Examples
-    --------
-    >>> state = TrajectoryIndex().state_dict()
-    >>> check_index_state(state)
-    >>> state["lanes"] = torch.zeros(0, 3, dtype=torch.long)
-    >>> check_index_state(state)
-    Traceback (most recent call last):
-    ...
-    ValueError: trajectory index state 'pending'/'lanes' have the wrong shape.
-    """
-    if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
-        got = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"trajectory index state must have keys {sorted(_STATE_KEYS)}, got "
-                         f"{got}.")
-    for key in _STATE_KEYS:
-        value = state[key]
-        if not isinstance(value, torch.Tensor) or value.dtype != torch.long:
-            raise ValueError(f"trajectory index state {key!r} must be an int64 tensor.")
-    meta, counters = state["meta"], state["counters"]
-    if meta.shape != (10,) or counters.shape != (3,):
-        raise ValueError("trajectory index state 'meta'/'counters' have the wrong shape.")
-    live, high, nfree = (int(x) for x in counters)
-    if min(live, nfree) < 0 or state["records"].shape != (high, 5) \
-            or state["dense"].shape != (live,) or state["free"].shape != (nfree,) \
-            or live + nfree != high:
-        raise ValueError("trajectory index state: record tables do not match its counters.")
-    if state["pending"].ndim != 2 or state["pending"].shape[1] != 3 \
-            or state["lanes"].ndim != 2 or state["lanes"].shape[1] != 4:
-        raise ValueError("trajectory index state 'pending'/'lanes' have the wrong shape.")
-    _check_geometry(meta.tolist(), state)
-    _check_records(state, live, high)
-
-
-def _check_geometry(meta: list[int], state: dict[str, torch.Tensor]) -> None:
-    """The saved geometry (``meta``), its lanes table, pending writes and slot records agree."""
-    mode, T, C, lanes, n_end, n_chunks, newest, *flags = meta
-    if mode not in (_MODE_LANES, _MODE_ISOLATED) or min(T, C, lanes, n_end, n_chunks) < 0 \
-            or (T == 0) != (C == 0) or (T == 0 and mode != _MODE_LANES) or newest < -1 \
-            or any(f not in (0, 1) for f in flags):
-        raise ValueError(f"trajectory index state 'meta' is not a geometry: {meta}.")
-    rows = state["lanes"].shape[0]
-    if rows != lanes and not (lanes == 0 and rows <= 1) \
-            or (mode == _MODE_ISOLATED and (lanes != C or n_chunks > C)):
-        raise ValueError(f"trajectory index state 'lanes' has {rows} lanes, its geometry "
-                         f"{lanes} (mode {mode}, {C} chunks).")
-    pending = state["pending"]  # (before the first sync, T == 0: checked when applied)
-    if pending.numel() and (int(pending[:, 0].min()) < 0 or int(pending[:, 1:].min()) < 1
-                            or T and int((pending[:, 0] + pending[:, 1]).max()) > C * T):
-        raise ValueError("trajectory index state 'pending' names writes outside the storage.")
-    slot_rec = state["slot_rec"]
-    if slot_rec.shape not in ((0,), (C * T,)):
-        raise ValueError(f"trajectory index state 'slot_rec' has shape {tuple(slot_rec.shape)}"
-                         f", not one record per slot ({C * T}).")
-
-
-def _check_records(state: dict[str, torch.Tensor], live: int, high: int) -> None:
-    """Every record id inside the table; the dense and free lists split it; each lane a chain
-    of its live records with strictly later positions, from its head to its tail."""
-    rec, dense, free = state["records"], state["dense"], state["free"]
-    if not bool(torch.equal(torch.cat([dense, free]).sort().values, torch.arange(high))):
-        raise ValueError("trajectory index state: the dense and free lists do not split the "
-                         "record table.")
-    lanes = state["lanes"]
-    heads, tails = lanes[:, HEAD], lanes[:, TAIL]
-    slot_rec = state["slot_rec"]
-    for name, ids in (("lane heads", heads), ("lane tails", tails), ("slot_rec", slot_rec)):
-        if ids.numel() and (int(ids.min()) < -1 or int(ids.max()) >= high):
-            raise ValueError(f"trajectory index state: {name} point outside the record table.")
-    if not bool(torch.equal(heads < 0, tails < 0)):
-        raise ValueError("trajectory index state: a lane has a head without a tail or the "
-                         "reverse.")
-    is_live = torch.zeros(high, dtype=torch.bool)
-    is_live[dense] = True
-    rows = rec[dense]
-    nxt = rows[:, NEXT]
-    if live and (bool((rows[:, DPOS] != torch.arange(live)).any())
-                 or int(rows[:, LANE].min()) < 0 or int(rows[:, LANE].max()) >= lanes.shape[0]
-                 or int(rows[:, START].min()) < 0 or int(rows[:, LEN].min()) < 1
-                 or int(nxt.min()) < -1 or int(nxt.max()) >= high):
-        raise ValueError("trajectory index state: a live record has a lane, position, length "
-                         "or link outside the index.")
-    linked = nxt[nxt >= 0]
-    used = heads[heads >= 0]
-    targets = torch.cat([linked, used])
-    # each live record is reached exactly once (from its predecessor or as its lane's head),
-    # by a record of its lane that ends before it starts: chains, no cycle, one per lane
-    if not bool(is_live[targets].all()) or targets.numel() != live \
-            or torch.unique(targets).numel() != live:
-        raise ValueError("trajectory index state: the lanes do not chain every live record "
-                         "exactly once.")
-    has_next = nxt >= 0
-    before, after = rows[has_next], rec[nxt[has_next]]
-    if bool((before[:, LANE] != after[:, LANE]).any()) \
-            or bool((after[:, START] < before[:, START] + before[:, LEN]).any()):
-        raise ValueError("trajectory index state: a record links to one of another lane or "
-                         "an earlier position.")
-    occupied = torch.nonzero(heads >= 0).reshape(-1)
-    if bool((rec[heads[occupied], LANE] != occupied).any()) \
-            or bool((rec[tails[occupied], LANE] != occupied).any()) \
-            or bool((rec[tails[occupied], NEXT] != -1).any()) \
-            or not bool(is_live[tails[occupied]].all()):
-        raise ValueError("trajectory index state: a lane's head or tail is not a record of "
-                         "that lane ending its chain.")
-
-
-def _slot_dtype(n_slots: int) -> type[np.signedinteger[Any]]:
-    """Dtype of the record of each slot: int32 while the record ids fit (one record per slot at
-    most), half the memory of int64 per step of a prioritized slice sampler."""
-    return np.int32 if n_slots < np.iinfo(np.int32).max else np.int64
-
 
 def _slot_records(n_slots: int) -> np.ndarray:
     """The record of each of ``n_slots`` slots, ``-1`` (none) for now."""
-    return np.full(n_slots, -1, dtype=_slot_dtype(n_slots))
+    return np.full(n_slots, -1, dtype=slot_dtype(n_slots))
 
 
 def _geometry(storage: Any) -> tuple[int, int, bool, int, int]:
