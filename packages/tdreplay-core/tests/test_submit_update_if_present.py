@@ -315,3 +315,29 @@ def test_concurrent_writes_never_receive_a_patch_meant_for_an_older_record():
         if value >= 1000.0:
             handle, updated = results[int(value) - 1000]
             assert bool(updated[row]) and int(handle[row]) == int(generations[row])
+
+
+@pytest.mark.parametrize("restore", ["load_state_dict", "loads"])
+def test_a_restore_waits_for_the_updates_submitted_before_it(restore, tmp_path):
+    # the update is slow to take the lock (its job sleeps first): a restore that did not wait
+    # for it was patched by it afterwards (the restored generations still match the handle)
+    rb = _rb()
+    index = _fill(rb, [0.0] * 4)
+    handle = rb.writer.generations_of(index)
+    saved = rb.state_dict()
+    rb.dumps(tmp_path / "ckpt")
+    apply = rb._apply
+
+    def slow_apply(request):
+        time.sleep(0.3)
+        return apply(request)
+
+    rb._apply = slow_apply
+    future = rb.submit_update_if_present(index=index, generation=handle,
+                                         patch={"value": torch.ones(4)})
+    if restore == "load_state_dict":
+        rb.load_state_dict(saved)
+    else:
+        rb.loads(tmp_path / "ckpt")
+    assert future.done() and future.result().updated_count == 4  # done before the restore
+    assert _values(rb) == [0.0] * 4  # the restored data, not patched after it

@@ -79,6 +79,7 @@ class BufferStateMixin:
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
     _stateful: StatefulParts | None = None  # created by the first register_stateful
+    _submitted_updates: Any = None  # the queue of submit_update_if_present (buffer_draw)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
@@ -223,6 +224,13 @@ class BufferStateMixin:
                 state["_prefetch_state"] = self._prefetcher.export()
         return state
 
+    def _await_submitted_updates(self) -> None:
+        """Wait (without the buffer's lock, which they take) for the updates submitted so far:
+        a restore must not be patched by an update submitted before it."""
+        updates = self._submitted_updates
+        if updates is not None:
+            updates.wait()
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; checks every part before changing anything.
 
@@ -245,8 +253,11 @@ class BufferStateMixin:
 
         Batches a prefetching buffer had drawn ahead are restored too; a buffer of another
         ``prefetch`` depth refuses them with :class:`~tdreplay.core.prefetch.PrefetchStateError`
-        (a ``ValueError`` and, as TorchRL's error, a ``RuntimeError``).
+        (a ``ValueError`` and, as TorchRL's error, a ``RuntimeError``). Updates submitted
+        before (``submit_update_if_present``) are done first: they patch the data they were
+        submitted against, never the restored one.
         """
+        self._await_submitted_updates()
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
         missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
@@ -357,8 +368,10 @@ class BufferStateMixin:
 
         Everything is read and checked before the buffer changes: a missing, corrupted or
         mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
-        leaves the buffer exactly as it was.
+        leaves the buffer exactly as it was. Updates submitted before are done first (see
+        :meth:`load_state_dict`).
         """
+        self._await_submitted_updates()
         with self._prefetcher.held(settle=False), self._lock, \
                 open_checkpoint(Path(path)) as snap:
             meta = read_json(snap / "buffer.json")
