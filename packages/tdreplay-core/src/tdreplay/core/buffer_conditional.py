@@ -258,6 +258,7 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
     _sampler: Sampler
     _writer: Writer
     _lock: AbstractContextManager[Any]
+    _submitted_updates: UpdateQueue | None  # (made by the first submission: _update_queue)
 
     def update_if_present(self, *, index: Any, generation: Any, patch: Any,
                           version_key: Any = None, version: Any = None,
@@ -363,20 +364,20 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         raise the first that failed since the last call (as TorchRL's ``synchronize``).
         ``RuntimeError`` if they are not done within :data:`UPDATE_WAIT_TIMEOUT_S` seconds
         (e.g. called while this thread holds the buffer's lock, which they need)."""
-        queue = self.__dict__.get(_QUEUE)
+        queue = self._submitted_updates
         if queue is not None:
             queue.wait(raise_errors=True)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Wait for the submitted updates (at most ``timeout`` seconds), stop the update
         worker, then shut the buffer down (:meth:`ServiceBackendMixin.shutdown`)."""
-        queue = self.__dict__.get(_QUEUE)
+        queue = self._submitted_updates
         if queue is not None:
             queue.close(timeout)
         super().shutdown(timeout)
 
     def _update_queue(self) -> UpdateQueue:
-        queue: UpdateQueue | None = self.__dict__.get(_QUEUE)
+        queue = self._submitted_updates
         if queue is None:
             with _QUEUE_CREATION:  # two first submissions: one queue, one order
                 queue = self.__dict__.setdefault(_QUEUE, UpdateQueue())

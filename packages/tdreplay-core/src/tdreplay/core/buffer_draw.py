@@ -47,12 +47,18 @@ class DrawMixin:
 
     def _draw(self, batch_size: int) -> Drawn:
         """Sample a batch now (no prefetch queue), once the updates submitted are done."""
-        updates = self._submitted_updates
-        if updates is not None:
-            updates.wait()
+        if self._submitted_updates is not None:  # (checked here: no call on the hot path)
+            self._await_submitted_updates()
         drawn = self._sample(batch_size)
         assert drawn is not None  # only a dropped prefetch job draws nothing
         return drawn
+
+    def _await_submitted_updates(self) -> None:
+        """Wait for the updates submitted so far (without the buffer's lock, which they take):
+        what a draw or a restore does first."""
+        updates = self._submitted_updates
+        if updates is not None:
+            updates.wait()
 
     def _sample_undoably(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
         """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`: marked before the
@@ -73,9 +79,7 @@ class DrawMixin:
         any sampler: the generator and the sampler stay where the failure left them. Waits
         first for the updates submitted (the update worker never waits for a prefetch job:
         no cycle)."""
-        updates = self._submitted_updates
-        if updates is not None:
-            updates.wait()
+        self._await_submitted_updates()
         try:
             return self._sample(batch_size, prefetch_epoch)
         except BaseException:

@@ -56,6 +56,8 @@ class NextBatchMixin:
     actor's client) whose ``__iter__`` differs. The iteration is kept in
     ``_next_batches``, which a subclass leaves out of its pickled state."""
 
+    _next_batches: Iterator[Any] | None = None  # the iteration next() goes through
+
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def __iter__(self) -> Iterator[Any]: ...
 
@@ -78,14 +80,14 @@ class NextBatchMixin:
         >>> len(rb.next())  # a new epoch
         2
         """
-        batches = self.__dict__.get("_next_batches")
+        batches = self._next_batches
         if batches is None:
-            batches = self.__dict__["_next_batches"] = iter(self)
+            batches = self._next_batches = iter(self)
         try:
             return next(batches)
         except StopIteration:
-            self.__dict__["_next_batches"] = None
+            self._next_batches = None
             return None
         except BaseException:  # (a generator that raised is done: the next call starts anew)
-            self.__dict__["_next_batches"] = None
+            self._next_batches = None
             raise

@@ -79,10 +79,11 @@ class BufferStateMixin:
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
     _stateful: StatefulParts | None = None  # created by the first register_stateful
-    _submitted_updates: Any = None  # the queue of submit_update_if_present (buffer_draw)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
+
+        def _await_submitted_updates(self) -> None: ...
 
         def check_shareable(self) -> None: ...
 
@@ -223,13 +224,6 @@ class BufferStateMixin:
             if self._prefetcher.depth:
                 state["_prefetch_state"] = self._prefetcher.export()
         return state
-
-    def _await_submitted_updates(self) -> None:
-        """Wait (without the buffer's lock, which they take) for the updates submitted so far:
-        a restore must not be patched by an update submitted before it."""
-        updates = self._submitted_updates
-        if updates is not None:
-            updates.wait()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; checks every part before changing anything.

@@ -425,17 +425,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             slots = self._write_batch(data)
             if dim:
                 return self._written_as_given(slots, data, dim)
-            if self._writer.written_positions is None:  # every row written (the hot path)
-                return slots
-            return self._per_batch_row(slots, data)
-
-    def _per_batch_row(self, slots: torch.Tensor, data: Any) -> torch.Tensor:
-        """``slots`` (of the rows the writer kept) as one entry per row of the batch ``data``
-        (written along dim 0): ``-1`` for the rows not kept, as TorchRL marks them."""
-        kept = self._writer.written_positions
-        if kept is None:
-            return slots
-        return _per_batch_row(slots, kept, leading_dim(data))
+            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
+            kept = self._writer.written_positions
+            return slots if kept is None else _per_batch_row(slots, kept, leading_dim(data))
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
@@ -632,7 +624,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
                         f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
                         f"their {self.priority_key!r} cannot be matched to the rows written, "
                         "which get the max priority instead.", stacklevel=2)
-            return slots if dim else self._per_batch_row(slots, tensordicts)
+            return slots if kept is None else _per_batch_row(slots, kept,
+                                                              tensordicts.batch_size[0])
 
     def _without_bookkeeping(self, td: TensorDictBase, present: Any = None) -> TensorDictBase:
         """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item
