@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
@@ -260,6 +260,9 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
     _lock: AbstractContextManager[Any]
     _submitted_updates: UpdateQueue | None  # (made by the first submission: _update_queue)
 
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides (buffer_readers)
+        def _tell_readers_edited(self, keys: list[Any] | None) -> None: ...
+
     def update_if_present(self, *, index: Any, generation: Any, patch: Any,
                           version_key: Any = None, version: Any = None,
                           require_newer: bool = False) -> ConditionalUpdateResult:
@@ -472,3 +475,4 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         for key, value in values.items():
             storage.set_key(key, value, where)
         self._sampler.mark_edited(list(values))
+        self._tell_readers_edited(list(values))  # other buffers of the storage (buffer_readers)

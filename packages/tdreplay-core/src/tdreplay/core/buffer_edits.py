@@ -31,6 +31,8 @@ class InPlaceEditsMixin:
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
         def _check_writing_process(self) -> None: ...
+        def _tell_readers_written(self, slots: Any) -> None: ...
+        def _tell_readers_edited(self, keys: Any) -> None: ...
 
     def __setitem__(self, index: Any, value: Any) -> None:
         # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
@@ -43,7 +45,9 @@ class InPlaceEditsMixin:
             generations = self._storage.slot_generations  # (tracked by a writer)
             if generations is not None:  # a rewritten row is another record
                 generations.bump(rows, self._storage.rows_capacity)
-            self._sampler.mark_update(self._storage.rows_to_slots(rows).reshape(-1))
+            slots = self._storage.rows_to_slots(rows).reshape(-1)
+            self._sampler.mark_update(slots)
+            self._tell_readers_written(slots)  # other buffers of the storage (buffer_readers)
 
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back in physical order: ``rb[:end] = data``.
@@ -60,6 +64,7 @@ class InPlaceEditsMixin:
             self._check_writing_process()
             self._storage.set_key(key, value)
             self._sampler.mark_edited([key])
+            self._tell_readers_edited([key])
         return self
 
     def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
@@ -68,6 +73,7 @@ class InPlaceEditsMixin:
             self._check_writing_process()
             self._storage.set_key(key, value, index)
             self._sampler.mark_edited([key])
+            self._tell_readers_edited([key])
         return self
 
     def update_(self: SelfT, input_dict_or_td: Any, clone: bool = False, *,
@@ -85,5 +91,6 @@ class InPlaceEditsMixin:
             else:
                 edited = None
             self._sampler.mark_edited(edited)
+            self._tell_readers_edited(edited)
         return self
 

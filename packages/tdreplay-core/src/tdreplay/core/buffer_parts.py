@@ -117,6 +117,8 @@ class PartsMixin:
 
         def share(self, shared: bool = True) -> Any: ...
 
+        def _read_storage(self, storage: Storage) -> None: ...
+
     @property
     def initialized(self) -> bool:
         """Whether the storage, sampler, writer and transform are built (``False`` only for a
@@ -186,6 +188,7 @@ class PartsMixin:
             composed.append(as_transform(transform))
         built_writer.register_storage(built_storage)
         self._storage, self._sampler, self._writer = built_storage, built_sampler, built_writer
+        self._read_storage(built_storage)  # (buffer_readers)
         self._collate_fn = collate_fn if collate_fn is not None else built_storage.default_collate
         self._transform = composed
         if self._rng is not None:

@@ -31,6 +31,11 @@ from .transform_state import (
 )
 from .writer import RoundRobinWriter, Writer
 
+#: what a pickled buffer leaves behind: its locks, its prefetch worker and the batches it drew
+#: ahead, the process it belongs to, and its place among the readers of its storage (the copy
+#: takes its own, :mod:`~tdreplay.core.buffer_readers`)
+_IN_THIS_PROCESS = ("_lock", "_prefetcher", "_owner_pid", "_next_batches", "_readers")
+
 
 def tell_save_hooks(storage: Storage, writer: Writer) -> None:
     """Give the save hooks that declare TorchRL's ``shift`` / ``is_full`` attributes where the
@@ -84,6 +89,8 @@ class BufferStateMixin:
         def clear_prefetch(self) -> None: ...
 
         def _await_submitted_updates(self) -> None: ...
+
+        def _tell_readers_restored(self) -> None: ...
 
         def check_shareable(self) -> None: ...
 
@@ -214,12 +221,12 @@ class BufferStateMixin:
         the copy builds its own parts where it is used."""
         if not self.initialized:
             return {name: value for name, value in self.__dict__.items()
-                    if name not in ("_lock", "_prefetcher", "_owner_pid", "_next_batches")}
+                    if name not in _IN_THIS_PROCESS}
         if sending_to_new_process():  # a spawned child: refuse what it could not share
             self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:
             state = self.__dict__.copy()
-            for name in ("_lock", "_prefetcher", "_owner_pid", "_next_batches"):
+            for name in _IN_THIS_PROCESS:
                 state.pop(name, None)
             if self._prefetcher.depth:
                 state["_prefetch_state"] = self._prefetcher.export()
@@ -290,6 +297,7 @@ class BufferStateMixin:
                 self._stateful.load_state_dict(state_dict.get("_stateful", {}))
             restore_transforms()
             self._prefetcher.restore(prefetch_state)
+            self._tell_readers_restored()  # other buffers of the storage (buffer_readers)
 
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
         """Raise ``ValueError`` naming the entry unless the saved parts of ``state_dict``
@@ -390,6 +398,7 @@ class BufferStateMixin:
             if rng_state is not None and self._rng is not None:
                 self._rng.set_state(rng_state)
             self._prefetcher.restore(prefetched)
+            self._tell_readers_restored()
 
     def _read_prefetch_state(self, snapshot: Path) -> dict[str, Any] | None:
         """The batches drawn ahead saved in ``snapshot`` (``None`` when none were), checked

@@ -41,6 +41,8 @@ class BufferWiringMixin:
 
         def _check_parts(self, storage: Storage, sampler: Sampler, writer: Writer) -> None: ...
 
+        def _read_storage(self, storage: Storage) -> None: ...
+
     def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
                     ) -> Storage:
         """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
@@ -49,6 +51,7 @@ class BufferWiringMixin:
         with self._lock:
             previous = self._storage
             self._storage = storage
+            self._read_storage(storage)  # (buffer_readers)
             self._writer.register_storage(storage)
             self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
             self.clear_prefetch()

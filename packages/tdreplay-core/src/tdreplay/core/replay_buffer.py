@@ -26,6 +26,7 @@ from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin, drawn_items
 from .buffer_read_path import ReadPathMixin
+from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin
 from .buffer_wiring import BufferWiringMixin
@@ -58,26 +59,32 @@ class _BufferLock:
         self._buffer = weakref.ref(buffer)
         self._held: list[Any] = []
 
+    def share(self, thread_lock: Any) -> None:
+        """Hold ``thread_lock`` from now on: the lock of the buffers reading the same storage
+        (:mod:`~tdreplay.core.storage_readers`). A lock held now is released as taken."""
+        self._thread_lock = thread_lock
+
     def __enter__(self) -> _BufferLock:
-        self._thread_lock.acquire()
+        thread_lock = self._thread_lock
+        thread_lock.acquire()
         buffer = self._buffer()
         process_lock = buffer.storage.process_lock if buffer is not None else None
         if process_lock is not None:
             try:
                 process_lock.acquire()
             except BaseException:
-                self._thread_lock.release()
+                thread_lock.release()
                 raise
-        self._held.append(process_lock)
+        self._held.append((thread_lock, process_lock))
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        process_lock = self._held.pop()
+        thread_lock, process_lock = self._held.pop()
         try:
             if process_lock is not None:
                 process_lock.release()
         finally:
-            self._thread_lock.release()
+            thread_lock.release()
 
 
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
@@ -203,7 +210,8 @@ def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
                    InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
                    SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
-                   DrawMixin, IterationMixin, NextBatchMixin, metaclass=ServiceDispatch):
+                   DrawMixin, IterationMixin, NextBatchMixin, StorageReadersMixin,
+                   metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
     Parameters
@@ -403,12 +411,16 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         row = self._add_row(data)
         if type(row) is int and self._storage.row_numel == 1:  # one row, one slot: no tensor
             self._sampler.add(row)
+            if self._readers.shared:  # other buffers read the storage (buffer_readers)
+                self._tell_readers_written(row)
             return row
         rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
         if not rows.numel():
             return None
         slots = self._storage.rows_to_slots(rows)
         self._sampler.extend(_flat(slots))
+        if self._readers.shared:
+            self._tell_readers_written(slots)
         if self._storage.row_numel == 1 and rows.numel() == 1:
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
@@ -439,6 +451,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._sampler.extend_with_priority(slots, priority, storage=self._storage)
         elif type(self._sampler).extend is not Sampler.extend and slots.numel():
             self._sampler.extend(_flat(slots))  # (the base's extend does nothing: not called)
+        if self._readers.shared and slots.numel():  # other buffers read the storage
+            self._tell_readers_written(slots)
         return slots
 
     # ---- reading ---------------------------------------------------------------------------------
@@ -537,6 +551,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._sampler.empty()
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
+            self._tell_readers_emptied()
 
     def __repr__(self) -> str:
         if not self.initialized:  # (does not build the parts)
@@ -552,6 +567,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         prefetched = state.pop("_prefetch_state", None)
         self.__dict__.update(state, _owner_pid=os.getpid())  # a copy belongs to its process
         self._lock = _BufferLock(self)
+        if "_storage" in self.__dict__:  # built: the copy reads its own copy of the storage
+            self._read_storage(self._storage)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._prefetcher.restore(prefetched)
 

@@ -27,6 +27,7 @@ from .checkpoint import CheckpointError, read_json, write_json
 from .collate import stack_items
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
+from .storage_readers import AttachableStorage
 from .utils import as_long_tensor, check_instance, is_int
 
 StorageT = TypeVar("StorageT", bound="Storage")
@@ -132,7 +133,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         return commit
 
 
-class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, abc.ABC):
+class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, AttachableStorage, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
     Contract:

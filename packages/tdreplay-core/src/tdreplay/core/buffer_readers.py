@@ -1,0 +1,117 @@
+"""One storage read by several buffers: what a write through one tells the others.
+
+:class:`StorageReadersMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
+from. A buffer attaches itself to its storage (:mod:`~tdreplay.core.storage_readers`) and holds
+the lock of the storage's readers, so the buffers of one storage take turns. Every change a
+buffer makes to the storage is then passed on to the other buffers' samplers, under that lock:
+
+- written or assigned slots: ``Sampler.mark_update(slots)`` (a prioritized sampler gives them
+  the max priority, as its ``extend`` does);
+- entries edited in place: ``Sampler.mark_edited(keys)``;
+- ``empty()``: ``Sampler.empty()``;
+- a restore (``load_state_dict``, ``loads``): ``Sampler.empty()``, then ``Sampler.extend`` of
+  every written slot (the whole contents are new to them).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, cast
+
+import torch
+
+from .sampler import Sampler
+from .storage import Storage
+from .storage_readers import StorageReaders
+from .utils import as_long_tensor
+
+_NO_READERS = StorageReaders()  # what a buffer whose parts wait for their first use holds
+
+
+class _SharableLock(AbstractContextManager[Any], Protocol):
+    def share(self, thread_lock: Any) -> None: ...
+
+
+class StorageReadersMixin:
+    """The buffers sharing a storage hear of each other's writes (mixed into
+    :class:`ReplayBuffer`)."""
+
+    _storage: Storage
+    _sampler: Sampler
+    _readers: StorageReaders = _NO_READERS
+    _lock: AbstractContextManager[Any]  # (the buffer's lock: it can share a thread lock)
+
+    def _read_storage(self, storage: Storage) -> None:
+        """Attach to ``storage`` (leaving the storage read before) and hold its readers' lock."""
+        self._readers.discard(self)
+        storage.attach(self)
+        self._readers = storage.readers
+        cast(_SharableLock, self._lock).share(self._readers.lock)
+
+    def mark_update(self, index: Any) -> None:
+        """Tell the sampler that the items at storage slots ``index`` changed, as TorchRL's
+        ``mark_update``: for a change made past the buffer (``storage.set``, say).
+
+        Writes through the buffer, and through every other buffer of the same storage, tell
+        the sampler themselves. ``index`` is an int or an integer tensor of written slots (the
+        ``index`` of a sample); with ``ndim > 1`` also a tuple of per-dim tensors. An index of
+        an unwritten slot raises ``IndexError`` and tells the sampler nothing.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = rb.extend([1, 2, 3])
+        >>> rb.storage.set(1, 20, set_cursor=False)
+        >>> rb.mark_update(1)
+        """
+        with self._lock:
+            slots = self._slots_of(index)
+            self._sampler.mark_update(slots)
+
+    def _slots_of(self, index: Any) -> torch.Tensor:
+        """The flat written slots ``index`` names (``IndexError`` for any other)."""
+        storage = self._storage
+        if isinstance(index, tuple):
+            shape = storage.shape
+            if shape is None or len(index) != len(shape):
+                raise IndexError(f"index: a tuple needs one tensor per storage dim, got "
+                                 f"{len(index)} for a storage of shape {shape}.")
+            parts = [as_long_tensor(part, name="index").reshape(-1) for part in index]
+            slots = torch.zeros_like(parts[0])
+            for part, size in zip(parts, shape, strict=True):
+                if part.numel() and (int(part.min()) < 0 or int(part.max()) >= size):
+                    raise IndexError(f"index {index!r} is out of the storage's shape {shape}.")
+                slots = slots * size + part
+        else:
+            slots = as_long_tensor(index, name="index").reshape(-1)
+        if slots.numel() and not bool(storage.valid_slots_mask(slots).all()):
+            raise IndexError(f"index {index!r} names slots that hold no item "
+                             f"({len(storage)} written).")
+        return slots
+
+    # ---- the other buffers of the storage (the caller holds the shared lock) ---------------------
+    def _tell_readers_written(self, slots: torch.Tensor | int) -> None:
+        if isinstance(slots, int):
+            slots = torch.tensor([slots])
+        for other in self._readers.others(self):
+            other.sampler.mark_update(slots.reshape(-1))
+
+    def _tell_readers_edited(self, keys: list[Any] | None) -> None:
+        for other in self._readers.others(self):
+            other.sampler.mark_edited(keys)
+
+    def _tell_readers_emptied(self) -> None:
+        for other in self._readers.others(self):
+            other.sampler.empty()
+
+    def _tell_readers_restored(self) -> None:
+        others = self._readers.others(self)
+        if not others:
+            return
+        slots = torch.arange(len(self._storage))  # written slots: the first len(storage)
+        written = slots[self._storage.valid_slots_mask(slots)]
+        for other in others:
+            other.sampler.empty()
+            if written.numel():
+                other.sampler.extend(written)
