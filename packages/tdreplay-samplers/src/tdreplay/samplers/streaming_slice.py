@@ -212,7 +212,7 @@ class StreamingSliceSampler(SliceSampler):
         return super().can_sample(storage, batch_size)
 
     def _check_stream_storage(self, storage: Storage) -> None:
-        ndim = getattr(storage, "ndim", 1)
+        ndim = storage.ndim
         if ndim != 1:
             raise RuntimeError(f"{type(self).__name__} requires a one-dimensional storage, got "
                                f"ndim={ndim}.")
