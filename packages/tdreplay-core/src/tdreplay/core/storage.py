@@ -15,6 +15,7 @@ import abc
 import os
 import pickle
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -61,13 +62,52 @@ class StorageCheckpointerBase(Generic[StorageT]):
     directory) and :meth:`prepare_load` (read and validate a directory, returning a function
     that installs what was read). Nothing in the storage may change before that function is
     called, so a bad checkpoint never leaves a half-loaded storage.
+
+    A checkpointer written for TorchRL implements ``loads(storage, path)`` instead of
+    :meth:`prepare_load`; it works as it is, but then a buffer's ``loads`` can no longer check
+    its storage's part before installing the others: that part is read when it is installed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> class Squares(StorageCheckpointerBase):          # TorchRL's two methods
+    ...     def dumps(self, storage, path):
+    ...         (path / "n.txt").write_text(str(len(storage)))
+    ...     def loads(self, storage, path):
+    ...         n = int((path / "n.txt").read_text())
+    ...         storage.set(torch.arange(n), [i * i for i in range(n)])
+    >>> s = ListStorage(8, checkpointer=Squares())
+    >>> s.set(torch.arange(3), [0, 0, 0])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     restored = ListStorage(8, checkpointer=Squares())
+    ...     restored.loads(d)
+    >>> restored.get(torch.arange(3))
+    [0, 1, 4]
     """
 
     def dumps(self, storage: StorageT, path: Path) -> None:
         raise NotImplementedError
 
     def prepare_load(self, storage: StorageT, path: Path) -> Callable[[], None]:
-        raise NotImplementedError
+        """Read and check ``path``; return the function that installs it into ``storage``.
+
+        The base serves a checkpointer that implements TorchRL's :meth:`loads` instead: the
+        function it returns calls that ``loads`` (nothing is read before)."""
+        if type(self).loads is StorageCheckpointerBase.loads:
+            raise NotImplementedError(f"{type(self).__name__} implements neither prepare_load "
+                                      "nor TorchRL's loads(storage, path).")
+        return partial(self.loads, storage, path)
+
+    def loads(self, storage: StorageT, path: str | os.PathLike[str]) -> None:
+        """Restore ``storage`` from directory ``path`` (TorchRL's entry point): read and check
+        it all (:meth:`prepare_load`), then install it; a damaged checkpoint raises
+        :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing."""
+        install = self.prepare_load(storage, Path(path))
+        try:
+            install()
+        finally:
+            storage.bump_revision()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

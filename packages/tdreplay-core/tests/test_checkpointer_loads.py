@@ -1,0 +1,81 @@
+"""``StorageCheckpointerBase.loads(storage, path)``: TorchRL's entry point on tdreplay's
+checkpointers, and checkpointers written for TorchRL (``dumps`` + ``loads``) on tdreplay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tdreplay.core import (
+    CheckpointError,
+    ListStorage,
+    ListStorageCheckpointer,
+    ReplayBuffer,
+    StorageCheckpointerBase,
+)
+
+
+def test_loads_on_the_checkpointer_restores_the_storage(tmp_path: Path) -> None:
+    saved = ListStorage(4)
+    saved.set(torch.arange(3), ["a", "b", "c"])
+    saved.dumps(tmp_path)
+    target = ListStorage(4)
+    before = target.revision
+    ListStorageCheckpointer().loads(target, str(tmp_path))
+    assert target.get(torch.arange(3)) == ["a", "b", "c"]
+    assert target.revision != before
+
+
+def test_loads_of_a_damaged_checkpoint_changes_nothing(tmp_path: Path) -> None:
+    saved = ListStorage(4)
+    saved.set(torch.arange(2), [1, 2])
+    saved.dumps(tmp_path)
+    (tmp_path / "items.pkl").write_bytes(b"not a pickle")
+    target = ListStorage(4)
+    target.set(0, "kept")
+    with pytest.raises(CheckpointError):
+        ListStorageCheckpointer().loads(target, tmp_path)
+    assert target.items() == ["kept"]
+
+
+class _TorchRLStyle(StorageCheckpointerBase):
+    """A checkpointer as written for TorchRL: ``dumps`` and ``loads`` only."""
+
+    def __init__(self) -> None:
+        self.loaded: list[Path] = []
+
+    def dumps(self, storage: Any, path: Path) -> None:
+        (Path(path) / "items.txt").write_text(",".join(str(x) for x in storage.items()))
+
+    def loads(self, storage: Any, path: Any) -> None:
+        self.loaded.append(Path(path))
+        items = [int(x) for x in (Path(path) / "items.txt").read_text().split(",")]
+        storage.replace_items(items)
+
+
+def test_a_torchrl_style_checkpointer_saves_and_restores_a_buffer(tmp_path: Path) -> None:
+    rb = ReplayBuffer(storage=ListStorage(8, checkpointer=_TorchRLStyle()))
+    rb.extend([3, 4, 5])
+    rb.dumps(tmp_path / "ckpt")
+    checkpointer = _TorchRLStyle()
+    restored = ReplayBuffer(storage=ListStorage(8, checkpointer=checkpointer))
+    restored.loads(tmp_path / "ckpt")
+    assert restored[:] == [3, 4, 5]
+    assert len(checkpointer.loaded) == 1
+    assert restored.writer.cursor == 3  # the writer's part of the checkpoint came back too
+
+
+def test_a_checkpointer_without_either_load_method_says_so(tmp_path: Path) -> None:
+    class DumpsOnly(StorageCheckpointerBase):
+        def dumps(self, storage: Any, path: Path) -> None:
+            (Path(path) / "x").write_text("x")
+
+    storage = ListStorage(4, checkpointer=DumpsOnly())
+    storage.set(0, 1)
+    storage.dumps(tmp_path)
+    with pytest.raises(NotImplementedError, match="DumpsOnly implements neither"):
+        storage.loads(tmp_path)
+    assert storage.items() == [1]
