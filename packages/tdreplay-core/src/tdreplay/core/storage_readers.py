@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, cast
+from typing import Any
 
 __all__ = ["AttachableStorage", "StorageReaders"]
 
@@ -79,14 +79,20 @@ class StorageReaders:
 class AttachableStorage:
     """TorchRL's ``Storage.attach`` (a base of :class:`~tdreplay.core.Storage`)."""
 
+    # made at the first use; read and set as a plain attribute (never through ``__dict__``,
+    # which would slow down every other attribute read of the storage on the hot paths)
+    _readers: StorageReaders | None = None
+
     @property
     def readers(self) -> StorageReaders:
         """The buffers that read this storage and the lock they share (see the module)."""
-        readers: StorageReaders | None = self.__dict__.get("_readers")
+        readers = self._readers
         if readers is None:
             with _CREATING:
-                readers = self.__dict__.setdefault("_readers", StorageReaders())
-        return cast(StorageReaders, readers)
+                readers = self._readers
+                if readers is None:
+                    readers = self._readers = StorageReaders()
+        return readers
 
     def attach(self, buffer: Any) -> None:
         """Count ``buffer`` among the buffers reading this storage, as TorchRL's ``attach``.
