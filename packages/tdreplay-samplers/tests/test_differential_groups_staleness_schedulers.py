@@ -33,7 +33,7 @@ from tdreplay.samplers import (
     StepScheduler,
     TensorDictPrioritizedReplayBuffer,
 )
-from tdreplay.storages import LazyStackStorage, LazyTensorStorage
+from tdreplay.storages import LazyMemmapStorage, LazyStackStorage, LazyTensorStorage
 
 SEEDS = range(12)
 CAPACITY = 12
@@ -235,20 +235,24 @@ def test_prompt_group_arguments() -> None:
         PromptGroupSampler(num_groups=1, strategy="best")
 
 
-def test_prompt_group_string_groups_need_a_storage_of_objects() -> None:
-    # a tensor storage holds tensors only: a string entry is refused by name, nothing written
-    # (it was dropped without a word, and the sampler then failed on the missing groups)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4,
+def test_prompt_group_string_groups_in_tensor_and_stack_storages(tmp_path: Any) -> None:
+    # string group keys are non-tensor entries: a LazyTensorStorage keeps them, as TorchRL's
+    # (it refused them before), and so does a LazyStackStorage; a batch is two whole groups
+    for storage in (LazyTensorStorage(10), LazyStackStorage(10)):
+        rb = TensorDictReplayBuffer(storage=storage, batch_size=4,
+                                    sampler=PromptGroupSampler(num_groups=2, group_key="p"))
+        for i in range(4):
+            rb.add(TensorDict({"p": "ab"[i % 2], "x": torch.tensor(i)}, []))
+        batch = rb.sample()
+        assert sorted(batch["x"].tolist()) == [0, 1, 2, 3]
+        assert sorted(batch["p"]) == ["a", "a", "b", "b"]
+    # a memory-mapped storage (mapped by other processes) refuses them by name, nothing written
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(10, scratch_dir=tmp_path),
+                                batch_size=4,
                                 sampler=PromptGroupSampler(num_groups=2, group_key="p"))
     with pytest.raises(TypeError, match="entry 'p' is a NonTensorData"):
         rb.add(TensorDict({"p": "a", "x": torch.tensor(0)}, []))
     assert len(rb) == 0 and not rb.storage.initialized
-    rb = TensorDictReplayBuffer(storage=LazyStackStorage(10), batch_size=4,
-                                sampler=PromptGroupSampler(num_groups=2, group_key="p"))
-    for i in range(4):
-        rb.add(TensorDict({"p": "ab"[i % 2], "x": torch.tensor(i)}, []))
-    batch = rb.sample()
-    assert sorted(batch["x"].tolist()) == [0, 1, 2, 3]
 
 
 # ============================================================================================

@@ -282,8 +282,9 @@ def check_source(key: NestedKey, value: Any) -> torch.Tensor:
     ValueError: entry 'obs' is a meta tensor (a shape without data): a storage holds data; ...
     """
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"entry {key!r} is a {type(value).__name__}: a TensorStorage holds "
-                        "tensors only (use LazyStackStorage or ListStorage otherwise).")
+        raise TypeError(f"entry {key!r} is a {type(value).__name__}: this storage holds a "
+                        "tensor there (use LazyStackStorage or ListStorage for data of any "
+                        "kind).")
     if value.is_meta:
         raise ValueError(f"entry {key!r} is a meta tensor (a shape without data): a storage "
                          "holds data; write tensors on a real device.")
@@ -312,6 +313,10 @@ class TensorLayout:
     >>> layout.keys, layout.rows, layout.row_numel
     ([('a', 'c'), 'b'], 4, 1)
     """
+
+    #: the keys of the non-tensor entries kept beside the tensors (see
+    #: :class:`~._object_layout.ObjectLayout`, whose methods below take them in too)
+    object_key_set: frozenset[NestedKey] = frozenset()
 
     @classmethod
     def allocate(cls, td: TensorDictBase, shape: torch.Size, skip: int,
@@ -449,6 +454,29 @@ class TensorLayout:
         """
         item_batch = self.item_batch
         return self._build_td(leaves, lead + item_batch if item_batch else lead)
+
+    def rows_view(self, rows: int) -> TensorDictBase:
+        """The first ``rows`` rows as a TensorDict: a view of the leaves."""
+        return self.td[:rows]
+
+    def read_index(self, rows: int, index: Any) -> Any:
+        """``index`` of the first ``rows`` rows (TensorDict indexing)."""
+        return self.td[:rows][index]
+
+    def write_index(self, rows: int, index: Any, td: TensorDictBase) -> None:
+        """Write ``td`` at ``index`` of the first ``rows`` rows (TensorDict indexing)."""
+        self.td[:rows][index] = td
+
+    def install_rows(self, rows: int, data: TensorDictBase) -> None:
+        """Make ``data`` (checked by :meth:`check_rows_compatible`) the first ``rows`` rows."""
+        if rows:
+            self.before_write(0, rows)
+            self.copy_rows(0, rows, [data.get(k) for k in self.keys])
+
+    def object_updates(self, data: TensorDictBase, rows: int,
+                       keys_to_update: Any = None) -> Callable[[], None] | None:
+        """What ``update_`` writes into non-tensor entries, checked: ``None`` (none here)."""
+        return None
 
     def matching_leaves(self, td: TensorDictBase) -> list[torch.Tensor] | None:
         """Leaves of ``td`` in storage order when it is a plain TensorDict with exactly the

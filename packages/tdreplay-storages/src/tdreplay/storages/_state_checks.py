@@ -16,6 +16,7 @@ from tdreplay.core.utils import is_int
 
 from ._formats import DataFormat
 from ._layout import TensorLayout
+from ._object_values import check_non_tensor_rows
 from .checkpointers import TensorLayoutStorage
 
 __all__ = ["check_rows_fit", "check_tensor_state"]
@@ -25,11 +26,13 @@ _STATE_KEYS = ("initialized", "len_rows", "storage")
 
 
 def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str, Any],
-                   data: TensorDictBase, rows_for: Callable[[Any, bool], int]) -> None:
+                   data: TensorDictBase, rows_for: Callable[[Any, bool], int],
+                   non_tensor_refusal: str | None = None) -> None:
     """Raise :class:`~tdreplay.core.CheckpointError` unless ``data`` (``meta["len_rows"]`` saved
     rows, ``meta`` a ``layout_meta()`` of the saved storage) fits a storage of ``layout`` and
     data format ``fmt``; ``rows_for(data, batched)`` is the row capacity a lazy storage
-    (``layout`` ``None``) would lay out for it. Changes nothing.
+    (``layout`` ``None``) would lay out for it; ``non_tensor_refusal``: why the storage keeps
+    no non-tensor entries (``None``: it keeps JSON values). Changes nothing.
 
     Examples
     --------
@@ -53,6 +56,7 @@ def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str,
         layout.check_rows_compatible(data, int(n))
         return
     DataFormat.resolve_extra(meta)
+    check_non_tensor_rows(data, non_tensor_refusal)
     try:
         rows = rows_for(data, True)
     except (ValueError, TypeError) as err:

@@ -52,7 +52,7 @@ from tdreplay.core import (
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
-from ._file_writes import memmap_by_writes
+from ._file_writes import memmap_by_writes, write_json_file
 from ._layout import (
     as_key,
     dtype_from_str,
@@ -61,6 +61,7 @@ from ._layout import (
     nested_batch_dims,
     set_nested_batch_dims,
 )
+from ._object_values import add_non_tensor, non_tensor_keys, split_non_tensor
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -234,6 +235,21 @@ def check_file_table(root: Path, table: dict[str, int]) -> None:
                                   f"{size}: truncated or altered.")
 
 
+#: The file of a checkpoint holding the non-tensor entries of the rows, as JSON.
+NON_TENSOR_FILE = "non_tensor.json"
+
+
+def _refuse_non_tensor(data: TensorDictBase, checkpointer: StorageCheckpointerBase) -> None:
+    """``TypeError`` naming the first non-tensor entry of ``data`` (rows to save): the
+    checkpointer saves tensors only."""
+    keys = non_tensor_keys(data)
+    if keys:
+        raise TypeError(f"entry {keys[0]!r} is a {type(data.get(keys[0])).__name__}: "
+                        f"{type(checkpointer).__name__} saves tensor entries only (arrays of "
+                        "fixed dtype); save a storage with non-tensor entries with the default "
+                        "TensorStorageCheckpointer, which keeps them as JSON.")
+
+
 class TensorStorageCheckpointer(StorageCheckpointerBase):
     """Saves a tensor storage's written rows as memory-mapped files (TensorDict's format).
 
@@ -242,6 +258,8 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     :class:`~tdreplay.storages.LazyMemmapStorage`. Only the written rows are saved (in
     ``data/``, readable with ``TensorDict.load_memmap``); loading checks the layout (keys,
     shapes, ``max_size``, ``ndim``) against the target storage before anything changes.
+    Non-tensor entries (strings and other JSON values) are saved as JSON in
+    ``non_tensor.json``, named by ``storage.json``; nothing is pickled.
 
     Examples
     --------
@@ -264,9 +282,12 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written = source.apply_save_hooks(source.written_rows())
+            written, columns = split_non_tensor(source.apply_save_hooks(source.written_rows()))
             memmap_by_writes(written, path / "data")  # OSError on a full disk, not SIGBUS
             meta["files"] = file_table(path / "data")
+            if columns is not None:  # (absent otherwise: checkpoints of tensors unchanged)
+                write_json_file(path / NON_TENSOR_FILE, columns)
+                meta["non_tensor"] = NON_TENSOR_FILE
         write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
@@ -284,6 +305,8 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
             raise CheckpointError(f"cannot read the tensor storage checkpoint in {str(path)!r}: "
                                   f"{type(err).__name__}: {err}") from err
+        if "non_tensor" in meta:
+            add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
         loaded = target.apply_load_hooks(loaded)
         target.check_layout_compatible(meta, loaded)
 
@@ -430,6 +453,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
             written = source.apply_save_hooks(source.written_rows())
+            _refuse_non_tensor(written, self)  # (before anything is written)
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)
             meta["nested_dims"] = [[list(level), list(dims)]

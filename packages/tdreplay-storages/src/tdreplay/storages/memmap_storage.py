@@ -287,6 +287,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     # ---- layout ----------------------------------------------------------------------------------
     _lays_out_unfilled = False  # leaves are files (zero-filled), shared with other processes
+    non_tensor_refusal = ("a LazyMemmapStorage keeps its rows in files that other processes "
+                          "map, and non-tensor values held in one process would diverge from "
+                          "theirs silently")
     _counts_in_tensor_when_compilable = False  # the count lives in the shared files
 
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:

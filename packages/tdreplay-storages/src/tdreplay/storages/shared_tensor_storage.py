@@ -52,6 +52,9 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
 
     #: always True (what ``shared_init=True`` asked for)
     shared_init = True
+    non_tensor_refusal = ("LazyTensorStorage(shared_init=True) shares its rows with other "
+                          "processes through memory-mapped files, and non-tensor values held "
+                          "in one process would diverge from theirs silently")
 
     def __init__(
         self,

@@ -27,7 +27,8 @@ from tdreplay.core.utils import as_long_tensor, is_int
 from ._allocation import allocate_unfilled
 from ._compilable_rows import CompilableRows
 from ._formats import KIND_TD, DataFormat, to_tensordict
-from ._layout import TensorLayout, checked_updates, with_new_entries
+from ._layout import TensorLayout, checked_updates
+from ._object_layout import first_layout, grown_layout, wrapped_layout
 from ._state_checks import check_rows_fit, check_tensor_state
 from .checkpointers import TensorStorageCheckpointer
 
@@ -114,6 +115,9 @@ class TensorStorage(CompilableRows, Storage):
     adds_entries = True  #: data with a new key adds its entry (zero-filled), as TorchRL's
     #: first layout allocated unfilled (see ``TensorLayout.before_write``); False: _allocate's
     _lays_out_unfilled: bool = True
+    #: why the storage keeps no non-tensor entries (``None``: it keeps them, as JSON values in
+    #: columns beside its tensors: :mod:`~tdreplay.storages._object_layout`)
+    non_tensor_refusal: str | None = None
 
     def __init__(
         self,
@@ -140,7 +144,7 @@ class TensorStorage(CompilableRows, Storage):
         self._format = DataFormat()
         if wrapped is not None:
             _, td, self._format = wrapped
-            self._layout = TensorLayout(td, self.ndim, self._device)
+            self._layout = wrapped_layout(td, self.ndim, self._device, self.non_tensor_refusal)
             self._set_rows_written(self._layout.rows)
 
     # ---- where the layout and the row count live (subclasses may keep them elsewhere) -----------
@@ -197,10 +201,10 @@ class TensorStorage(CompilableRows, Storage):
         # compilable: zero-filled, so that writes need no check of the unfilled rows
         unfilled = self._lays_out_unfilled and self._len_tensor is None
         device = self._device
-        self._layout = TensorLayout.allocate(
+        self._layout = first_layout(
             td, shape, lead + len(inner),
             (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) if unfilled
-            else self._allocate, self.ndim, device)
+            else self._allocate, self.ndim, device, self.non_tensor_refusal)
         self._layout.unfilled_from = 0 if unfilled else None  # no row written yet
         self._set_rows_written(0)
 
@@ -229,8 +233,8 @@ class TensorStorage(CompilableRows, Storage):
                 fmt.check_same(kind, extra)
             leaves = layout.matching_leaves(td)  # None: other keys (or not a plain TensorDict)
             if leaves is None and self.adds_entries:
-                grown = with_new_entries(layout, td, self._allocate,
-                                         int(not single) + self.ndim - 1, self._device)
+                grown = grown_layout(layout, td, self._allocate, int(not single) + self.ndim - 1,
+                                     self._device, self.non_tensor_refusal)
                 if grown is not layout:  # a new key: its entry is added, zero-filled (TorchRL)
                     self._layout = grown
                     try:
@@ -245,9 +249,10 @@ class TensorStorage(CompilableRows, Storage):
             self.last_written_row = last
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if isinstance(index, tuple) and self.initialized:
+        layout = self._current_layout()
+        if isinstance(index, tuple) and layout is not None:
             td, _, _ = to_tensordict(value, batched=True, ndim=self.ndim)
-            self.written_rows()[index] = td
+            layout.write_index(self._rows_written(), index, td)
             return
         super().__setitem__(index, value)
 
@@ -286,9 +291,10 @@ class TensorStorage(CompilableRows, Storage):
         return self._format.from_td(layout.gather(slots))
 
     def __getitem__(self, index: Any) -> Any:
-        if not self.initialized:
+        layout = self._current_layout()
+        if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
-        return self._format.from_td(self.written_rows()[index])
+        return self._format.from_td(layout.read_index(self._rows_written(), index))
 
     def __len__(self) -> int:
         layout = self._current_layout()
@@ -305,10 +311,15 @@ class TensorStorage(CompilableRows, Storage):
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("the storage is empty: nothing to update.")
-        rows = self.written_rows()
+        n = self._rows_written()
+        rows = layout.td[:n]
         data = TensorDict(data, batch_size=rows.batch_size) if isinstance(data, dict) else data
-        for key, value in checked_updates(layout, rows, data, keys_to_update).items():
+        updates = checked_updates(layout, rows, data, keys_to_update)
+        objects = layout.object_updates(data, n, keys_to_update)  # (checked before any write)
+        for key, value in updates.items():
             rows.get(key).copy_(value.clone() if clone else value)
+        if objects is not None:
+            objects()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self) -> None:
@@ -337,9 +348,11 @@ class TensorStorage(CompilableRows, Storage):
     def written_rows(self) -> TensorDictBase:
         """The written rows as a TensorDict of batch shape ``[rows written, *inner]``.
 
-        A view: writing into it writes into the storage. Whatever kind of data the storage
-        holds (tensor, tensorclass, pytree), this is its TensorDict form (what checkpointers
-        save). ``RuntimeError`` before a lazy storage's first write.
+        A view: writing into its tensors writes into the storage. Non-tensor entries (strings
+        and other JSON values) are ``NonTensorStack`` copies of the storage's values: write
+        them with :meth:`set` or :meth:`set_key`. Whatever kind of data the storage holds
+        (tensor, tensorclass, pytree), this is its TensorDict form (what checkpointers save).
+        ``RuntimeError`` before a lazy storage's first write.
 
         Examples
         --------
@@ -352,7 +365,7 @@ class TensorStorage(CompilableRows, Storage):
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("the storage was never written: it has no rows.")
-        return layout.td[: self._rows_written()]
+        return layout.rows_view(self._rows_written())
 
     def layout_meta(self) -> dict[str, Any]:
         """The storage's layout as JSON-ready values (what a checkpoint's ``storage.json`` holds).
@@ -401,7 +414,8 @@ class TensorStorage(CompilableRows, Storage):
         ...
         tdreplay.core.checkpoint.CheckpointError: checkpoint entry '_tensor' has row shape (3,), ...
         """
-        check_rows_fit(self._current_layout(), self._format, meta, data, self.rows_capacity_for)
+        check_rows_fit(self._current_layout(), self._format, meta, data, self.rows_capacity_for,
+                       self.non_tensor_refusal)
 
     def install(self, meta: dict[str, Any], data: TensorDictBase) -> None:
         """Make ``data`` the written rows (``meta["len_rows"]`` of them), laying out a lazy
@@ -425,9 +439,7 @@ class TensorStorage(CompilableRows, Storage):
             layout = self._current_layout()
             assert layout is not None
         n = int(meta["len_rows"])
-        if n:
-            layout.before_write(0, n)
-            layout.copy_rows(0, n, [data.get(k) for k in layout.keys])
+        layout.install_rows(n, data)
         self._set_rows_written(n)
 
     def __repr__(self) -> str:
