@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
@@ -244,7 +244,7 @@ class UpdateQueue:
             executor.shutdown(wait=False)
 
 
-_QUEUE = "_submitted_updates"  # the buffer's UpdateQueue, made at the first submission
+T = TypeVar("T")
 _QUEUE_CREATION = threading.Lock()
 
 
@@ -258,7 +258,7 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
     _sampler: Sampler
     _writer: Writer
     _lock: AbstractContextManager[Any]
-    _submitted_updates: UpdateQueue | None  # (made by the first submission: _update_queue)
+    _submitted_updates: UpdateQueue | None  # (made by the first submission: submit_update)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides (buffer_readers)
         def _tell_readers_edited(self, keys: list[Any] | None) -> None: ...
@@ -360,7 +360,7 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         with self._lock:
             if len(self._storage):
                 self._checked_values(request, self._probe())
-        return self._update_queue().submit(functools.partial(self._apply, request))
+        return self.submit_update(functools.partial(self._apply, request))
 
     def synchronize(self) -> None:
         """Wait for every update submitted with :meth:`submit_update_if_present` so far, and
@@ -379,13 +379,28 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
             queue.close(timeout)
         super().shutdown(timeout)
 
-    def _update_queue(self) -> UpdateQueue:
+    def submit_update(self, update: Callable[[], T]) -> Future[T]:
+        """Run ``update()`` on the buffer's update worker, after every update submitted before
+        it; its future (extension API: what :meth:`submit_update_if_present` queues once its
+        arguments are checked, for a buffer that routes conditional updates itself, e.g. an
+        ensemble). Draws, restores and :meth:`synchronize` wait for it as for the others;
+        ``RuntimeError`` after :meth:`shutdown`.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ReplayBuffer
+        >>> rb = ReplayBuffer()
+        >>> rb.submit_update(lambda: 1 + 1).result()
+        2
+        >>> rb.shutdown()
+        """
         queue = self._submitted_updates
         if queue is None:
             with _QUEUE_CREATION:  # two first submissions: one queue, one order
-                queue = self.__dict__.setdefault(_QUEUE, UpdateQueue())
-        assert queue is not None
-        return queue
+                queue = self._submitted_updates
+                if queue is None:  # (an attribute, never through __dict__: see buffer_parts)
+                    queue = self._submitted_updates = UpdateQueue()
+        return queue.submit(update)
 
     # ---- checking and applying an update ------------------------------------------------------
     def _request(self, index: Any, generation: Any, patch: Any, version_key: Any, version: Any,
