@@ -24,6 +24,8 @@ from tdreplay.core.utils import check_instance
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
 from ._members import select_members
 from .collate import PartsCollate, stack_parts
+from .routed_updates import RoutedUpdatesMixin
+from .routing import RoutedWritesMixin, check_routing, refuse_write
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
 from .storage import StorageEnsemble
@@ -101,12 +103,15 @@ def _td_info_writer() -> TensorDictReplayBuffer:
     return _TD_INFO_WRITER[0]
 
 
-class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer):
+class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMixin,
+                           EnsembleSharingMixin, ReplayBuffer):
     """An ensemble of replay buffers: one ``sample`` draws from several buffers at once.
 
     It composes a :class:`StorageEnsemble`, a :class:`SamplerEnsemble` and a
-    :class:`WriterEnsemble`. Writing to the ensemble itself is refused; index it to get one of
-    its buffers and extend that one (``rb[0].extend(data)``).
+    :class:`WriterEnsemble`. Index it to get one of its buffers and extend that one
+    (``rb[0].extend(data)``). Built with ``routing_key`` or ``routing_dim``, its own
+    :meth:`extend` and :meth:`add` route each record to its buffer (see
+    :mod:`tdreplay.ensembles.routing`); otherwise writing to the ensemble itself is refused.
 
     There are two ways to build one: pass the replay buffers, or pass the three component
     ensembles (``storages=``, ``samplers=``, ``writers=``), as for other buffers.
@@ -122,7 +127,9 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
     4. runs the ensemble's ``transform``;
     5. writes ``index`` into a TensorDict sample: a sub-TensorDict with ``"index"`` (the slots
        in each part's buffer) and ``"buffer_ids"`` (the buffer each item came from), of the
-       sample's shape, plus the samplers' info entries (e.g. ``priority_weight``).
+       sample's shape, plus the samplers' info entries (e.g. ``priority_weight``) and, when
+       every buffer's writer tracks generations, ``"index_generation"`` (as TorchRL's): the
+       handles :meth:`update_if_present` takes.
 
     Parameters
     ----------
@@ -154,6 +161,13 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
     num_buffer_sampled : int, optional
         Number of parts per batch, each from one buffer drawn with replacement (so it may
         exceed the number of buffers); defaults to the number of buffers.
+    routing_key : NestedKey, optional
+        The entry holding each record's buffer id: :meth:`extend` and :meth:`add` then write
+        each record into that buffer (TorchRL's routed writes).
+    routing_dim : int, optional
+        The batch dimension of the data whose entries are the buffers (its size must be the
+        number of buffers): :meth:`extend` then writes ``data.select(routing_dim, i)`` into
+        buffer ``i``. Not with ``routing_key``.
     pin_memory, prefetch, generator
         As for :class:`~tdreplay.core.ReplayBuffer`.
     shared : bool
@@ -169,6 +183,9 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
       :class:`SamplerEnsemble`; passing them here as well is refused.
     - :meth:`state_dict` and :meth:`dumps` (one atomic checkpoint) save every buffer's storage,
       sampler (with its generator), writer and transforms' state, and the ensemble's own.
+      ``routing_key`` / ``routing_dim`` are configuration, not state: they are not saved (as
+      TorchRL), so build the restored ensemble with the same ones. A smaller ensemble
+      (``rb[1:]``) is not routed (as TorchRL): the ids would name other buffers.
     - It may go to another process only if every buffer's parts may (see :meth:`share`).
 
     Examples
@@ -191,6 +208,10 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
     Traceback (most recent call last):
     ...
     RuntimeError: ReplayBufferEnsemble.extend: an ensemble cannot be written to; ...
+    >>> routed = ReplayBufferEnsemble(rb0, rb1, routing_dim=0)
+    >>> handles = routed.extend(TensorDict(obs=torch.zeros(2, 3), batch_size=[2, 3]))
+    >>> handles["buffer_ids"].tolist(), handles["index"].tolist(), len(rb0), len(rb1)
+    ([0, 0, 0, 1, 1, 1], [4, 5, 6, 4, 5, 6], 7, 7)
     """
 
     #: the member buffers (empty until ``__init__`` sets them: the base ``__init__`` may call
@@ -210,11 +231,14 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
         p: Sequence[float] | torch.Tensor | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
+        routing_key: Any = None,
+        routing_dim: int | None = None,
         pin_memory: bool = False,
         prefetch: int | None = None,
         generator: torch.Generator | None = None,
         shared: bool = False,
     ) -> None:
+        routing = check_routing(routing_key, routing_dim)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
         buffers: list[ReplayBuffer] | None
@@ -276,6 +300,7 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
                                    collate_fn if collate_fn is not None else stack_parts)
         self._collate_fn = self._parts
         self._lock = _EnsembleLock(self._rbs)
+        self._routing_key, self._routing_dim = routing  # configuration, never saved
         self.register_stateful(MEMBER_BUFFERS, MemberBufferStates(self._rbs))  # their transforms
         if shared:
             self.share()  # the buffers too, now that they are known
@@ -312,17 +337,10 @@ class ReplayBufferEnsemble(StreamEndingMixin, EnsembleSharingMixin, ReplayBuffer
     def set_writer(self, writer: Writer) -> Writer:
         raise self._refuse_replace("set_writer")
 
-    # ---- writing is refused ---------------------------------------------------------------------
+    # ---- writing: routed extend / add (routing.py), anything else is refused -------------------
     @staticmethod
     def _refuse_write(method: str) -> RuntimeError:
-        return RuntimeError(f"ReplayBufferEnsemble.{method}: an ensemble cannot be written to; "
-                            f"write to one of its buffers instead, e.g. rb[0].{method}(...).")
-
-    def add(self, data: Any) -> int | torch.Tensor:
-        raise self._refuse_write("add")
-
-    def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
-        raise self._refuse_write("extend")
+        return refuse_write(method)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         raise self._refuse_write("__setitem__")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
 from tdreplay.core import Storage, Writer
 
@@ -19,6 +20,7 @@ from ._members import (
     prepare_members,
     select_members,
 )
+from .routing import ensemble_handles
 from .storage import StorageEnsemble
 
 
@@ -69,6 +71,54 @@ class WriterEnsemble(MembersShareable, Writer):
 
     def _sharing_members(self) -> tuple[Writer, ...]:
         return self._writers
+
+    @property
+    def tracks_generations(self) -> bool:  # type: ignore[override]
+        """Whether every writer tracks write generations: then an ensemble sample carries
+        ``"index_generation"`` and a routed ``extend`` returns it (as TorchRL's)."""
+        return all(writer.tracks_generations for writer in self._writers)
+
+    @property
+    def info_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("index_generation",) if self.tracks_generations else ()
+
+    def generations_of(self, index: Any) -> torch.Tensor:
+        """The write generation of each handle of ``index``, a TensorDict of ensemble handles
+        (``"buffer_ids"`` and member-local ``"index"``: what a routed ``extend`` returns, or
+        ``sample["index"]``), from its member's writer: int64, shaped like ``"buffer_ids"``
+        (``-1`` from a writer that does not track generations).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ListStorage, RoundRobinWriter
+        >>> w0, w1 = (RoundRobinWriter(track_generations=True) for _ in range(2))
+        >>> for w in (w0, w1):
+        ...     w.register_storage(ListStorage(2))
+        >>> _ = w1.extend([1, 2, 3])
+        >>> handles = TensorDict(buffer_ids=torch.tensor([1, 1]), index=torch.tensor([0, 1]))
+        >>> WriterEnsemble(w0, w1).generations_of(handles).tolist()
+        [1, 0]
+        """
+        ids, slots = ensemble_handles(index, len(self._writers))
+        flat_ids = ids.reshape(-1).cpu()
+        flat_slots = slots.reshape(flat_ids.numel(), *slots.shape[ids.ndim:])
+        out = torch.full((flat_ids.numel(),), -1, dtype=torch.long)
+        for member in flat_ids.unique().tolist():
+            rows = (flat_ids == member).nonzero().reshape(-1)
+            stamps = self._writers[member].generations_of(flat_slots[rows.to(flat_slots.device)])
+            out[rows] = stamps.reshape(rows.numel(), -1)[:, 0].cpu()
+        return out.reshape(ids.shape).to(ids.device)
+
+    def sample_info(self, index: Any) -> dict[str, Any]:
+        """``{"index_generation": generations_of(index)}`` when every writer tracks
+        generations (a list, one per part, for an index of parts of different shapes)."""
+        if not self.tracks_generations:
+            return {}
+        if isinstance(index, TensorDictBase):
+            return {"index_generation": self.generations_of(index)}
+        return {"index_generation": [self.generations_of(part) for part in index]}
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the :class:`StorageEnsemble` (each writer keeps its own buffer's storage)."""
