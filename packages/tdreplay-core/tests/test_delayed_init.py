@@ -1,5 +1,6 @@
 """delayed_init=True (TorchRL's): the parts are built at the first use of the buffer."""
 
+import copy
 import pickle
 import threading
 from functools import partial
@@ -148,3 +149,32 @@ def test_delayed_tensordict_buffer_with_generator_and_shared_flag():
 def test_not_delayed_by_default_without_a_transform_factory():
     assert ReplayBuffer(storage=partial(ListStorage, 3)).initialized
     assert ReplayBuffer(transform_factory=lambda: (lambda x: x), delayed_init=False).initialized
+
+
+def _class_attributes(obj: object, name: str) -> list[type]:
+    return [cls for cls in type(obj).__mro__ if name in vars(cls)]
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+def test_a_built_buffer_reads_its_parts_as_plain_attributes(delayed):
+    # no class of a built buffer has an attribute named like a part (even a non-data
+    # descriptor would send every read of it through CPython's slow generic lookup)
+    rb = TensorDictReplayBuffer(storage=partial(ListStorage, 5), delayed_init=delayed)
+    if delayed:
+        assert type(rb).__name__ == "TensorDictReplayBuffer" and type(rb) is not TensorDictReplayBuffer
+        assert _class_attributes(rb, "_storage") == [type(rb)]
+        assert not rb.initialized
+    rb.add(TensorDict({"x": torch.zeros(())}, []))
+    assert type(rb) is TensorDictReplayBuffer and rb.initialized
+    for name in ("_storage", "_sampler", "_writer", "_transform", "_collate_fn"):
+        assert _class_attributes(rb, name) == []
+
+
+@pytest.mark.parametrize("copier", [copy.deepcopy, lambda rb: pickle.loads(pickle.dumps(rb))])
+def test_a_copy_of_a_waiting_buffer_waits_and_builds_as_its_own_class(copier):
+    rb = ReplayBuffer(storage=partial(ListStorage, 5), delayed_init=True, batch_size=2)
+    copied = copier(rb)
+    assert not copied.initialized and type(copied) is type(rb)
+    copied.extend([1, 2])
+    assert type(copied) is ReplayBuffer and copied[:] == [1, 2]
+    assert not rb.initialized  # the original still waits

@@ -9,6 +9,14 @@ the first use of the buffer (``extend``, ``sample``, ``len``, ``rb.storage``, ..
 parts. Until then ``rb.initialized`` is ``False`` and ``rb.stats()`` reports an empty buffer
 without building anything; a buffer pickled before its first use (sent to a worker) builds
 its own parts where it is used.
+
+How a waiting buffer builds its parts: while they wait, the buffer's class is a *waiting
+variant* of its class (:func:`waiting_class`: the same name, with the part attributes as
+descriptors that build the parts when read), and once they are built it is its own class
+again. CPython 3.11 reads an instance attribute fast only when its class has no attribute of
+that name, even a non-data descriptor, and only while the instance's ``__dict__`` was never
+read as such: so a built buffer carries neither, and this module never touches
+``self.__dict__``.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
@@ -69,21 +77,54 @@ def delays_init(delayed_init: bool | None, transform_factory: Any) -> bool:
 
 
 class _BuiltOnFirstRead:
-    """A part attribute of a buffer (``_storage``, ...) read while its parts wait for the first
-    use: reading it builds them. A non-data descriptor, so a built part, in the instance's
-    ``__dict__``, is found first and this is never called again (a ``__getattr__`` instead
-    would send every attribute read of every buffer through the slow generic lookup)."""
+    """A part attribute of a waiting buffer (``_storage``, ...): reading it builds the parts
+    (a non-data descriptor of the waiting class only, see the module)."""
 
-    def __init__(self, read: Callable[[Any, str], Any]) -> None:
-        self._read, self._name = read, ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
+    def __init__(self, name: str) -> None:
         self._name = name
 
     def __get__(self, buffer: Any, owner: type | None = None) -> Any:
         if buffer is None:
             return self
-        return self._read(buffer, self._name)
+        return buffer._part_after_build(self._name)  # noqa: SLF001 (the buffer's own room)
+
+
+_WAITING: dict[type, type] = {}  # buffer class -> its waiting variant
+
+
+def _new_buffer(cls: Any) -> Any:
+    """A bare instance of ``cls`` (what unpickling fills with ``__setstate__``)."""
+    return cls.__new__(cls)
+
+
+def _reduce_as_built(buffer: Any, protocol: int) -> tuple[Any, ...]:
+    """Pickle a waiting buffer as an instance of its own class (its ``__setstate__`` makes the
+    copy wait again)."""
+    return (_new_buffer, (cast(Any, type(buffer)).waits_as,), buffer.__getstate__())
+
+
+def waiting_class(cls: type) -> type:
+    """The class a buffer of class ``cls`` has while its parts wait for its first use: a
+    subclass with the same name whose part attributes build the parts when read.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ReplayBuffer
+    >>> waiting = waiting_class(ReplayBuffer)
+    >>> waiting.__name__, waiting.waits_as is ReplayBuffer, waiting_class(waiting) is waiting
+    ('ReplayBuffer', True, True)
+    """
+    if "waits_as" in cls.__dict__:
+        return cls
+    with _BUILDING:
+        variant = _WAITING.get(cls)
+        if variant is None:
+            namespace: dict[str, Any] = {name: _BuiltOnFirstRead(name) for name in _PART_ATTRS}
+            namespace.update(__module__=cls.__module__, __qualname__=cls.__qualname__,
+                             __doc__=cls.__doc__, waits_as=cls,
+                             __reduce_ex__=_reduce_as_built)
+            variant = _WAITING[cls] = type(cls)(cls.__name__, (cls,), namespace)
+    return variant
 
 
 class PartsMixin:
@@ -119,11 +160,14 @@ class PartsMixin:
 
         def _read_storage(self, storage: Storage) -> None: ...
 
+    #: the arguments of :meth:`_build_parts` of a buffer whose parts wait (``None``: built)
+    _pending_parts: dict[str, Any] | None = None
+
     @property
     def initialized(self) -> bool:
         """Whether the storage, sampler, writer and transform are built (``False`` only for a
         buffer with ``delayed_init`` not used yet)."""
-        return "_pending_parts" not in self.__dict__
+        return self._pending_parts is None
 
     def pending_stats(self) -> dict[str, int | float | bool]:
         """What ``stats()`` reports for a buffer whose parts wait for its first use, without
@@ -140,7 +184,7 @@ class PartsMixin:
         """
         out: dict[str, int | float | bool] = {"size": 0, "write_count": 0,
                                               "prefetch_queue_size": 0, "initialized": False}
-        storage = self.__dict__.get("_pending_parts", {}).get("storage")
+        storage = (self._pending_parts or {}).get("storage")
         if isinstance(storage, Storage):
             out.update(capacity=int(storage.max_size), utilization=0.0)
         return out
@@ -149,24 +193,36 @@ class PartsMixin:
         """Build the parts from ``parts`` (the arguments of :meth:`_build_parts`), or keep them
         for the first use when ``delayed``."""
         if delayed:
-            self.__dict__["_pending_parts"] = parts
+            self._wait_for_first_use(parts)
         else:
             self._build_parts(**parts)
 
+    def _wait_for_first_use(self, parts: dict[str, Any]) -> None:
+        """Keep ``parts`` for the first use: the buffer takes its waiting class (see the
+        module)."""
+        self._pending_parts = parts
+        self.__class__ = waiting_class(type(self))
+
     def _build_pending(self) -> None:
-        """Build the parts of a buffer that waited for its first use (nothing if it has them).
-        A build that fails leaves the buffer waiting, as it was, and raises."""
+        """Build the parts of a buffer that waited for its first use (nothing if it has them),
+        then give it back its own class. A build that fails leaves the buffer waiting, as it
+        was, and raises."""
         with _BUILDING:
-            parts = self.__dict__.pop("_pending_parts", None)
+            parts = self._pending_parts
             if parts is None:
                 return
+            self._pending_parts = None
             try:
                 self._build_parts(**parts)
             except BaseException:
                 for name in _PART_ATTRS:
-                    self.__dict__.pop(name, None)
-                self.__dict__["_pending_parts"] = parts
+                    try:
+                        delattr(self, name)  # (the instance's: the descriptor stays)
+                    except AttributeError:
+                        pass
+                self._pending_parts = parts
                 raise
+            self.__class__ = cast(Any, type(self)).waits_as
 
     def _build_parts(self, *, storage: Any, sampler: Any, writer: Any, transform: Any,
                      transform_factory: Callable[[], Any] | None, collate_fn: Any,
@@ -198,16 +254,9 @@ class PartsMixin:
 
     def _part_after_build(self, name: str) -> Any:
         """The part ``name`` of a buffer read before its first use: the parts are built first
-        (what :class:`_BuiltOnFirstRead` calls)."""
+        (what :class:`_BuiltOnFirstRead` calls). A part read while they are being built (not
+        set yet) is missing: ``AttributeError``."""
         self._build_pending()
-        parts = self.__dict__
-        if name in parts:
-            return parts[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    if not TYPE_CHECKING:  # (to mypy they are the annotated parts above)
-        _storage = _BuiltOnFirstRead(_part_after_build)
-        _sampler = _BuiltOnFirstRead(_part_after_build)
-        _writer = _BuiltOnFirstRead(_part_after_build)
-        _transform = _BuiltOnFirstRead(_part_after_build)
-        _collate_fn = _BuiltOnFirstRead(_part_after_build)
+        if "waits_as" in type(self).__dict__:  # (still waiting: being built, or failed)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self, name)

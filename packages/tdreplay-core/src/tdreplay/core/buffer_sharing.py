@@ -77,7 +77,7 @@ class SharingMixin:
     _writer: Writer
     _transform: Compose
     _prefetch: int
-    _owner_pid: int  #: the process whose buffer this is (unset in an unpickled copy)
+    _owner_pid: int | None = None  #: the process whose buffer this is (unset in an unpickled copy)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def locked(self) -> Any: ...
@@ -115,15 +115,18 @@ class SharingMixin:
             self._writer.check_shareable()
             share_transform(self._transform)
         self.shared = bool(shared)
-        self.__dict__.setdefault("_owner_pid", os.getpid())
+        if self._owner_pid is None:
+            self._owner_pid = os.getpid()
         return self
 
     def _check_writing_process(self) -> None:
         """:class:`NotShareableError` at the first write of a forked child into a buffer it
         cannot share (reading the child's copy, e.g. to save it, stays allowed)."""
         pid = _this_pid
-        if self.__dict__.setdefault("_owner_pid", pid) != pid:
-            self.check_shareable()
+        owner = self._owner_pid
+        if owner != pid:
+            if owner is not None:
+                self.check_shareable()
             self._owner_pid = pid
 
     def _share_new_transform(self, transform: Transform) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from .sampler import Sampler
 from .storage import Storage
-from .utils import check_batch_size
+from .utils import check_batch_size, restore_attributes
 
 _EXHAUSTED = ("Cannot sample from an empty storage: every item written has been consumed "
               "(sampled max_sample_count times); write new items first.")
@@ -244,7 +244,7 @@ class ConsumingSampler(Sampler):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._open_journal()
 
     def sampleable_count(self, storage: Storage) -> int:

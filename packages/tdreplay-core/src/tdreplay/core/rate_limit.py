@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointError, read_json, write_json
+from .utils import restore_attributes
 
 __all__ = ["MinSize", "RateLimitTimeout", "RateLimiter", "SampleToInsertRatio"]
 
@@ -118,8 +119,9 @@ class RateLimiter:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__.setdefault("_pending_inserts", 0)
+        restore_attributes(self, state)
+        if "_pending_inserts" not in state:  # (pickled before it counted them)
+            self._pending_inserts = 0
         self._cond = threading.Condition()
         self._local = threading.local()
 

@@ -37,7 +37,13 @@ from .sampler import Sampler
 from .service_backends import ServiceBackendMixin, ServiceDispatch
 from .storage import Storage
 from .transform import Compose, Transform
-from .utils import INT_TYPES, NotATensorDictError, check_instance, leading_dim
+from .utils import (
+    INT_TYPES,
+    NotATensorDictError,
+    check_instance,
+    leading_dim,
+    restore_attributes,
+)
 from .writer import Writer
 
 
@@ -565,15 +571,18 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # (__getstate__: BufferStateMixin)
         prefetched = state.pop("_prefetch_state", None)
-        self.__dict__.update(state, _owner_pid=os.getpid())  # a copy belongs to its process
+        restore_attributes(self, state)
+        self._owner_pid = os.getpid()  # a copy belongs to its process
         self._lock = _BufferLock(self)
-        if "_storage" in self.__dict__:  # built: the copy reads its own copy of the storage
+        if self._pending_parts is not None:  # pickled before its first use: waits again
+            self._wait_for_first_use(self._pending_parts)
+        else:  # the copy reads its own copy of the storage
             self._read_storage(self._storage)
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._prefetcher.restore(prefetched)
 
     def __del__(self) -> None:
-        prefetcher = self.__dict__.get("_prefetcher")
+        prefetcher = getattr(self, "_prefetcher", None)  # (a buffer whose __init__ failed)
         if prefetcher is not None:
             prefetcher.shutdown()
 

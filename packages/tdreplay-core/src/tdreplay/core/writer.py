@@ -12,7 +12,14 @@ from ._stateful import StateDictCheckpointMixin
 from .generations import SlotGenerations, check_generation_table
 from .process_sharing import SpawnChecked
 from .storage import Storage
-from .utils import check_instance, check_state_counter, is_int, leading_dim, slice_leading
+from .utils import (
+    check_instance,
+    check_state_counter,
+    is_int,
+    leading_dim,
+    restore_attributes,
+    slice_leading,
+)
 
 
 class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -100,7 +107,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         if self._counters is None:
             self._counters = _LazyCounters(self.storage)
 
