@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from tdreplay.core.utils import restore_attributes
+
 from ._ray import wait_all
 from ._server import Mass
 from ._sharding import Piece, ask_counts, draw_shards, known_total, merge_samples
@@ -78,7 +80,7 @@ class ShardCalls:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._rng_lock = threading.Lock()
 
     def forget_masses(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tdreplay.core import ReplayBuffer
+from tdreplay.core.utils import restore_attributes
 
 from ._ray import check_timeout, import_ray, wait_all, wait_dead
 from ._server import COMPONENTS, BufferServer, check_component_spec
@@ -119,7 +120,7 @@ class ActorClient:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._prefetched = collections.deque()
         self._prefetch_lock = threading.Lock()
 

@@ -19,6 +19,8 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
+from tdreplay.core.utils import restore_attributes
+
 from ._priority_values import TINY, check_real, leaf_limit, leaf_values
 from .segment_trees import (
     MinOverSumTree,
@@ -94,7 +96,7 @@ class PriorityState:
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a state pickled before the min tree read the sum tree's leaves holds a full MinTree
         # of the same values: rebuild the minimum from the sum tree instead
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         if not isinstance(self.min_tree, MinOverSumTree):
             self.min_tree = make_min_over_sum(self.sum_tree)
         if self.host_generation is not None:

@@ -44,7 +44,7 @@ import torch
 
 from tdreplay.core import RoundRobinWriter, Sampler, Storage, Writer
 from tdreplay.core.process_sharing import sending_to_new_process
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_instance, restore_attributes
 
 from .prioritized import PrioritizedSampler
 
@@ -248,7 +248,7 @@ class DeferredPrioritizedSampler(Sampler):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy that kept the trees (a file, a queue) is the learner where it is unpickled."""
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         if self._prioritized is not None:
             self._learner_pid = os.getpid()
 

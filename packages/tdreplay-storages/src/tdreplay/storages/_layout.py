@@ -26,7 +26,7 @@ from tensordict import (
 )
 
 from tdreplay.core.checkpoint import CheckpointError
-from tdreplay.core.utils import as_long_tensor
+from tdreplay.core.utils import as_long_tensor, restore_attributes
 
 from ._casts import check_cast
 from ._fast_tensordict import copy_leaves, new_tensordict
@@ -391,7 +391,7 @@ class TensorLayout:
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch_size = state.pop("batch_size")
         state.setdefault("nested_dims", {})  # (pickled before nested levels kept their dims)
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._view_leaves(batch_size)
 
     def gather(self, slots: torch.Tensor) -> TensorDict:

@@ -132,7 +132,11 @@ class SharedStateMixin(RevisionTracking):
     """Row count, lock, writer counters and revision of a storage kept in the shared state
     file (mixed into :class:`~tdreplay.storages.LazyMemmapStorage`)."""
 
-    _state: _SharedCounters
+    # attributes with class defaults, read as attributes (never through ``__dict__``, which
+    # would slow down every attribute read of the storage: see tdreplay.core.buffer_parts)
+    #: ``None`` only during ``__init__``, before the state file is mapped
+    _state: _SharedCounters = None  # type: ignore[assignment]
+    _own_last_written_row: int | None = None
     _lock_obj: _ProcessLock
     rows_capacity: int | None  # (the storage's)
 
@@ -151,8 +155,8 @@ class SharedStateMixin(RevisionTracking):
         storage: the row before the shared writer cursor once a writer keeping its counters
         here (:meth:`shared_writer_counters`) has written, in any process; else the row this
         object's own writes reached (a writer that keeps no shared counters)."""
-        own: int | None = self.__dict__.get("_own_last_written_row")
-        state = self.__dict__.get("_state")
+        own = self._own_last_written_row
+        state = self._state
         if state is None or not state.view[_STATE_WRITES]:
             return own
         rows = self.rows_capacity
@@ -160,13 +164,13 @@ class SharedStateMixin(RevisionTracking):
 
     @last_written_row.setter
     def last_written_row(self, row: int | None) -> None:
-        self.__dict__["_own_last_written_row"] = row
+        self._own_last_written_row = row
 
     @property
     def revision(self) -> int:
         """:attr:`~tdreplay.core.Storage.revision`, kept in the shared state file: a write by
         any process that maps this storage advances it."""
-        state = self.__dict__.get("_state")
+        state = self._state
         if state is None:  # during __init__, before the state file is mapped
             return super().revision
         value: int = state.view[_STATE_REVISION]
@@ -175,7 +179,7 @@ class SharedStateMixin(RevisionTracking):
     def bump_revision(self) -> None:
         """Advance :attr:`revision` in the shared state file (under the process lock, so that
         writers of several processes never lose a step)."""
-        state = self.__dict__.get("_state")
+        state = self._state
         if state is None:
             super().bump_revision()
             return

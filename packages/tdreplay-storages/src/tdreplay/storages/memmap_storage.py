@@ -183,6 +183,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
     ['obs.memmap']
     """
 
+    #: removes the scratch directory made for this storage when it goes (``None``: none made)
+    _finalizer: weakref.finalize | None = None
+
     #: no entries added: the processes that map this storage would not see a new file
     adds_entries = False
 
@@ -265,7 +268,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         >>> s.cleanup(), s.scratch_dir.exists(), s.cleanup()
         (True, False, False)
         """
-        finalizer = self.__dict__.get("_finalizer")
+        finalizer = self._finalizer
         if finalizer is not None:
             finalizer.detach()
         path = self._scratch_dir

@@ -12,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import restore_attributes
 
 from ._utils import keys_arg, one_key, require_tensordict
 from .multistep import MultiStep
@@ -218,7 +219,7 @@ class MultiStepTransform(Transform):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

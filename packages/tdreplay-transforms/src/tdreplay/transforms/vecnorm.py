@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdreplay.core import Compose, Transform
 from tdreplay.core.process_sharing import sending_to_new_process
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import restore_attributes
 
 from ._state import checked_state
 from ._utils import keys_arg, require_tensordict
@@ -386,7 +387,7 @@ class VecNorm(Transform):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         if self.lock is None:
             self.lock = threading.Lock()
 

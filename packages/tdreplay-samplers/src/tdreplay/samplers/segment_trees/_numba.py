@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tdreplay.core.utils import restore_attributes
+
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._memory import host_array
 from ._numba_kernels import (
@@ -95,7 +97,7 @@ class _NumbaTree(SegmentTree):
         self._tree = _aligned_array(self._layout.size, self.identity)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._tree = _realigned(self._tree)
 
     @property
@@ -288,7 +290,7 @@ class NumbaMinOverSumTree(MinOverSumTree):
         self.rebuild()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._nodes = _realigned(self._nodes)
 
     @property

@@ -19,6 +19,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from tdreplay.core.utils import restore_attributes
+
 from . import _triton
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._layout import FANOUT
@@ -125,7 +127,7 @@ class _TorchTree(SegmentTree):
         self._ninf = torch.full((), -math.inf, dtype=torch.float64, device=self.device)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        restore_attributes(self, state)
         self._on_device_changed()  # the device constants, also those a pickle predates
 
     def _level(self, level: int) -> torch.Tensor:
