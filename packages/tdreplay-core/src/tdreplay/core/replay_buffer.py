@@ -318,6 +318,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                             f"{type(generator).__name__}.")
         self._rng: torch.Generator | None = generator
         self._lock = _BufferLock(self)
+        # read by every draw: an instance attribute (CPython 3.11 reads class defaults slowly)
+        self._submitted_updates = None
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self.set_rate_limiter(rate_limiter)
         self.set_sample_unit(sample_unit)

@@ -329,6 +329,8 @@ class RandomSampler(Sampler):
 
     def __init__(self, *, replacement: bool = True) -> None:
         """``replacement`` was handled by ``__new__`` (only ``True`` reaches here)."""
+        # an instance attribute: CPython 3.11 reads the class default of every draw slowly
+        self._rng = None
 
     @property
     def draws_written_slots(self) -> bool:  # type: ignore[override]
