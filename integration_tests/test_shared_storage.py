@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -119,3 +120,22 @@ def test_in_place_edits_through_one_buffer_reach_the_other_sampler() -> None:
     assert bool(result.updated.all())
     assert heard.edited == [["obs"], ["obs"], ["v"], ["v"]]
     assert reader[:]["v"].tolist() == [5.0] * 4
+
+
+def test_mark_update_takes_the_coordinates_of_a_storage_of_two_dims() -> None:
+    heard: list[list[int]] = []
+
+    class Told(RandomSampler):
+        def mark_update(self, slots: torch.Tensor) -> None:
+            heard.append(slots.tolist())
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(8, ndim=2), sampler=Told())
+    rb.extend(torch.zeros(2, 3))  # 2 envs x 3 steps, stored time-major: shape [4, 2]
+    assert rb.storage.shape == (4, 2)
+    rb.mark_update((torch.tensor([2, 0]), torch.tensor([1, 1])))  # (step, env)
+    assert heard == [[5, 1]]  # flat C-order slots
+    with pytest.raises(IndexError, match="one entry per item"):
+        rb.mark_update((torch.tensor([1, 0]), torch.tensor([1])))
+    with pytest.raises(IndexError, match="out of the storage's shape"):
+        rb.mark_update((torch.tensor([0]), torch.tensor([2])))
+    assert heard == [[5, 1]]

@@ -202,3 +202,4 @@ def test_mark_update_refuses_a_tuple_for_a_list_storage() -> None:
     with pytest.raises(IndexError, match="one tensor per storage dim"):
         rb.mark_update((torch.tensor([0]), torch.tensor([0])))
 
+

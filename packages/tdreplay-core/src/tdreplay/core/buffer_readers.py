@@ -78,6 +78,9 @@ class StorageReadersMixin:
                 raise IndexError(f"index: a tuple needs one tensor per storage dim, got "
                                  f"{len(index)} for a storage of shape {shape}.")
             parts = [as_long_tensor(part, name="index").reshape(-1) for part in index]
+            if len({part.numel() for part in parts}) > 1:
+                raise IndexError(f"index: the tensors of a tuple must have one entry per item, "
+                                 f"got {[part.numel() for part in parts]}.")
             slots = torch.zeros_like(parts[0])
             for part, size in zip(parts, shape, strict=True):
                 if part.numel() and (int(part.min()) < 0 or int(part.max()) >= size):
