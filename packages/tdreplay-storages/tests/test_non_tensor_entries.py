@@ -371,6 +371,49 @@ def test_state_dict_round_trip_into_a_new_and_a_laid_out_storage():
     _assert_restored(laid_out)
 
 
+def _two_dims_storage():
+    storage = LazyTensorStorage(12, ndim=2)
+    text = NonTensorStack(NonTensorStack("a", "b", "c"), NonTensorStack("d", "e", "f"))
+    storage.set(slice(0, 2), TensorDict({"x": torch.arange(6.0).view(2, 3), "text": text}, [2, 3]))
+    return storage, "text", lambda n: TensorDict(
+        {"x": torch.ones(n, 3), "text": NonTensorStack(*[NonTensorStack("p", "q", "r")] * n)},
+        [n, 3])
+
+
+def _nested_level_storage():  # a nested level with its own batch dims ([rows, 3])
+    storage = LazyTensorStorage(4)
+
+    def rows(n):
+        names = NonTensorStack(*[NonTensorStack("p", "q", "r")] * n)
+        return TensorDict({"x": torch.ones(n), "agents": TensorDict({"name": names}, [n, 3])}, [n])
+
+    storage.set(slice(0, 2), rows(2))
+    return storage, ("agents", "name"), rows
+
+
+@pytest.mark.parametrize("make", [_two_dims_storage, _nested_level_storage])
+def test_an_emptied_storage_round_trips_its_dims_past_the_rows(tmp_path, make):
+    # found by differential fuzzing: zero rows of [rows, 3] values were read (and saved) as an
+    # empty NonTensorStack, whose batch size tensordict keeps as (0,) (a stack of none, or a
+    # clone of one): load_state_dict / loads of the state of an emptied storage then refused
+    # it, or laid out a fresh storage with a [rows] column that refused the next write
+    storage, key, rows = make()
+    storage.empty()
+    assert storage.written_rows().get(key).batch_size[1:] == torch.Size([3])
+    state = storage.state_dict()
+    assert state["storage"].get(key).batch_size[1:] == torch.Size([3])
+    storage.dumps(tmp_path)
+    targets = [LazyTensorStorage(storage.max_size, ndim=storage.ndim) for _ in range(2)]
+    targets[0].load_state_dict(state)
+    targets[1].loads(tmp_path)
+    storage.load_state_dict(state)
+    for target in (*targets, storage):
+        assert len(target) == 0
+        target.set(slice(0, 1), rows(1))
+        assert [list(row) for row in target[:].get(key).tolist()] == [["p", "q", "r"]] * (
+            len(target) // target.row_numel)
+
+
 def test_a_state_with_values_json_does_not_hold_is_refused():
     state = _filled().state_dict()
     state["storage"].set("text", NonTensorStack("a", (1,), "c"))

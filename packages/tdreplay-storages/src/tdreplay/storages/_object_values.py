@@ -153,8 +153,10 @@ def _read_copy(value: Any) -> Any:
 def entry_of(values: np.ndarray, copies: bool) -> NonTensorData | NonTensorStack:
     """``values`` (an object array) as tensordict's indexing returns them: a ``NonTensorData``
     for one element (0-dim), a ``NonTensorStack`` (of stacks, one level a dim) for a batch,
-    whatever the values (TorchRL's storages read alike). ``copies``: lists and dicts are
-    copied (so that a reader changing them leaves the stored values as they were).
+    whatever the values (TorchRL's storages read alike); a ``NonTensorData`` of ``None`` for
+    no value of two or more dims (which keeps its batch size, e.g. ``(0, T)``). ``copies``:
+    lists and dicts are copied (so that a reader changing them leaves the stored values as
+    they were).
 
     Examples
     --------
@@ -169,6 +171,12 @@ def entry_of(values: np.ndarray, copies: bool) -> NonTensorData | NonTensorStack
     if values.ndim == 1:  # (the values as they are: tensordict wraps each, on its fast path)
         items = values.tolist()
         return NonTensorStack(*([_read_copy(v) for v in items] if copies else items))
+    if not values.size:
+        # no value: a stack of none has batch size (0,), whatever the dims past the first
+        # (a clone or a stack of a NonTensorStack of batch size (0, T) gives (0,) too), so a
+        # storage's zero rows of [rows, T] values would be saved as (0,): the checkpoint
+        # then lays out another storage, or is refused
+        return NonTensorData(data=None, batch_size=values.shape)
     return NonTensorStack(*[entry_of(sub, copies) for sub in values])
 
 
