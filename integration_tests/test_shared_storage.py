@@ -139,3 +139,25 @@ def test_mark_update_takes_the_coordinates_of_a_storage_of_two_dims() -> None:
     with pytest.raises(IndexError, match="out of the storage's shape"):
         rb.mark_update((torch.tensor([0]), torch.tensor([2])))
     assert heard == [[5, 1]]
+
+
+def test_a_slice_sampler_cuts_the_ring_at_the_newest_write_of_another_buffer() -> None:
+    # found by fuzzing: the slice buffer was told of the other buffer's write as an index
+    # assignment and kept cutting the ring at its own last write, splitting the newest
+    # trajectory ("did not find a single trajectory with sufficient length")
+    storage = LazyTensorStorage(4)
+    writer = TensorDictReplayBuffer(storage=storage, batch_size=4)
+    slices = TensorDictReplayBuffer(storage=storage, batch_size=6,
+                                    sampler=SliceSampler(slice_len=3, traj_key="traj"))
+
+    def steps(n: int, traj: int) -> TensorDict:
+        return TensorDict(obs=torch.arange(n, dtype=torch.float), traj=torch.full((n,), traj),
+                          batch_size=[n])
+
+    slices.extend(steps(1, 1))
+    slices.extend(steps(4, 33))  # slots 1, 2, 3, 0
+    assert slices.sample()["traj"].tolist() == [33] * 6
+    assert writer.extend(steps(3, 34)).tolist() == [0, 1, 2]
+    sample = slices.sample()
+    assert sample["index"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert sample["traj"].tolist() == [34] * 6

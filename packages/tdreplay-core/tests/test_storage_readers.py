@@ -83,7 +83,7 @@ def test_extend_tells_the_other_sampler_which_slots_changed() -> None:
     _, a, b, sa, sb = _pair()
     a.extend([10, 11, 12])
     assert sa.calls == [("extend", [0, 1, 2])]
-    assert sb.calls == [("mark_update", [0, 1, 2])]
+    assert sb.calls == [("extend", [0, 1, 2])]  # as if written through it
 
 
 def test_add_and_index_assignment_tell_the_other_sampler() -> None:
@@ -91,18 +91,29 @@ def test_add_and_index_assignment_tell_the_other_sampler() -> None:
     a.add(7)
     a.add(8)
     a[0] = 70
-    assert sb.calls == [("mark_update", [0]), ("mark_update", [1]), ("mark_update", [0])]
+    assert sb.calls == [("extend", [0]), ("extend", [1]), ("mark_update", [0])]
     assert sa.calls == [("add", 0), ("add", 1), ("mark_update", [0])]
     b.add(9)  # and the other way round (b's writer has a cursor of its own, as TorchRL's)
-    assert sa.calls[-1] == ("mark_update", [0])
+    assert sa.calls[-1] == ("extend", [0])
 
 
-def test_empty_empties_the_other_sampler() -> None:
+def test_empty_empties_the_other_sampler_and_restarts_its_writer() -> None:
     _, a, b, _, sb = _pair()
     a.extend([1, 2])
+    b.extend([3, 4, 5])  # b's cursor: 3
     a.empty()
     assert sb.calls[-1] == ("empty", None)
-    assert len(b) == 0
+    assert len(b) == 0 and b.writer.cursor == 0 and b.write_count == 0
+    # b writes from the first row again: no row from before the empty comes back
+    assert b.extend([6]).tolist() == [0]
+    assert a[:] == [6] and b[:] == [6]
+
+
+def test_empty_keeps_the_others_write_counts_when_asked() -> None:
+    _, a, b, _, _ = _pair()
+    b.extend([3, 4, 5])
+    a.empty(empty_write_count=False)
+    assert b.writer.cursor == 0 and b.write_count == 3
 
 
 def test_a_restore_gives_the_other_sampler_every_written_slot() -> None:

@@ -5,10 +5,14 @@ from. A buffer attaches itself to its storage (:mod:`~tdreplay.core.storage_read
 the lock of the storage's readers, so the buffers of one storage take turns. Every change a
 buffer makes to the storage is then passed on to the other buffers' samplers, under that lock:
 
-- written or assigned slots: ``Sampler.mark_update(slots)`` (a prioritized sampler gives them
-  the max priority, as its ``extend`` does);
+- slots a write (``extend``, ``add``) filled: ``Sampler.extend(slots)``, as if written through
+  them (a prioritized sampler gives them the max priority; a slice sampler takes them as the
+  newest steps of the ring);
+- slots an index assignment (``rb[i] = ...``) rewrote: ``Sampler.mark_update(slots)``;
 - entries edited in place: ``Sampler.mark_edited(keys)``;
-- ``empty()``: ``Sampler.empty()``;
+- ``empty()``: ``Sampler.empty()``, and their writers start again from the first row
+  (``Writer.empty``: a cursor left further would write past the rows of the emptied storage,
+  bringing back rows from before the ``empty``) and drop the batches drawn ahead;
 - a restore (``load_state_dict``, ``loads``): ``Sampler.empty()``, then ``Sampler.extend`` of
   every written slot (the whole contents are new to them).
 """
@@ -94,19 +98,26 @@ class StorageReadersMixin:
         return slots
 
     # ---- the other buffers of the storage (the caller holds the shared lock) ---------------------
-    def _tell_readers_written(self, slots: torch.Tensor | int) -> None:
+    def _tell_readers_written(self, slots: torch.Tensor | int, assigned: bool = False) -> None:
+        """Tell the others' samplers of ``slots`` a write filled (``assigned``: an index
+        assignment rewrote)."""
         if isinstance(slots, int):
             slots = torch.tensor([slots])
         for other in self._readers.others(self):
-            other.sampler.mark_update(slots.reshape(-1))
+            if assigned:
+                other.sampler.mark_update(slots.reshape(-1))
+            else:
+                other.sampler.extend(slots.reshape(-1))
 
     def _tell_readers_edited(self, keys: list[Any] | None) -> None:
         for other in self._readers.others(self):
             other.sampler.mark_edited(keys)
 
-    def _tell_readers_emptied(self) -> None:
+    def _tell_readers_emptied(self, empty_write_count: bool) -> None:
         for other in self._readers.others(self):
+            other.clear_prefetch()
             other.sampler.empty()
+            other.writer.empty(empty_write_count)
 
     def _tell_readers_restored(self) -> None:
         others = self._readers.others(self)

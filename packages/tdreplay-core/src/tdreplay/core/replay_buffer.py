@@ -559,7 +559,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._sampler.empty()
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
-            self._tell_readers_emptied()
+            self._tell_readers_emptied(empty_write_count)
 
     def __repr__(self) -> str:
         if not self.initialized:  # (does not build the parts)

@@ -7,10 +7,10 @@ buffers of one storage then
 - share one lock (:attr:`StorageReaders.lock`), so that no buffer reads a row another is
   writing, and
 - hear of each other's writes: a write through any of them tells the others' samplers which
-  slots changed (``Sampler.mark_update``), as TorchRL's writers tell every attached buffer. A
-  prioritized sampler gives the rewritten slots the max priority, a slice sampler recomputes its
-  trajectories. Without it, the other buffer's prioritized sampler would keep drawing a
-  rewritten slot with the old item's priority.
+  slots changed (:mod:`~tdreplay.core.buffer_readers`), as TorchRL's writers tell every
+  attached buffer. A prioritized sampler gives the rewritten slots the max priority, a slice
+  sampler takes them into its trajectories. Without it, the other buffer's prioritized sampler
+  would keep drawing a rewritten slot with the old item's priority.
 
 Buffers are held by weak reference (a buffer gone is no longer told) and the readers are not
 pickled: a copy of a storage has none until a buffer takes it (a copied buffer attaches to its
