@@ -80,16 +80,16 @@ class _BuiltOnFirstRead:
     """A part attribute of a waiting buffer (``_storage``, ...): reading it builds the parts
     (a non-data descriptor of the waiting class only, see the module)."""
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, name: str, read: Callable[[Any, str], Any]) -> None:
+        self._name, self._read = name, read
 
     def __get__(self, buffer: Any, owner: type | None = None) -> Any:
         if buffer is None:
             return self
-        return buffer._part_after_build(self._name)  # noqa: SLF001 (the buffer's own room)
+        return self._read(buffer, self._name)
 
 
-_WAITING: dict[type, type] = {}  # buffer class -> its waiting variant
+_WAITING: dict[type, type[PartsMixin]] = {}  # buffer class -> its waiting variant
 
 
 def _new_buffer(cls: Any) -> Any:
@@ -103,7 +103,7 @@ def _reduce_as_built(buffer: Any, protocol: int) -> tuple[Any, ...]:
     return (_new_buffer, (cast(Any, type(buffer)).waits_as,), buffer.__getstate__())
 
 
-def waiting_class(cls: type) -> type:
+def waiting_class(cls: type[PartsMixin]) -> type[PartsMixin]:
     """The class a buffer of class ``cls`` has while its parts wait for its first use: a
     subclass with the same name whose part attributes build the parts when read.
 
@@ -119,11 +119,14 @@ def waiting_class(cls: type) -> type:
     with _BUILDING:
         variant = _WAITING.get(cls)
         if variant is None:
-            namespace: dict[str, Any] = {name: _BuiltOnFirstRead(name) for name in _PART_ATTRS}
+            namespace: dict[str, Any] = {name: _BuiltOnFirstRead(name, cls._part_after_build)
+                                         for name in _PART_ATTRS}
             namespace.update(__module__=cls.__module__, __qualname__=cls.__qualname__,
                              __doc__=cls.__doc__, waits_as=cls,
                              __reduce_ex__=_reduce_as_built)
-            variant = _WAITING[cls] = type(cls)(cls.__name__, (cls,), namespace)
+            metaclass: Any = type(cls)  # (the buffer's: ServiceDispatch)
+            variant = metaclass(cls.__name__, (cls,), namespace)
+            _WAITING[cls] = variant
     return variant
 
 
