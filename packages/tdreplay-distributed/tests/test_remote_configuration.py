@@ -12,6 +12,7 @@ from tdreplay.core import ListStorage, ReplayBuffer
 from tdreplay.distributed import RayReplayBuffer
 from tdreplay.distributed._server import BufferServer
 from tdreplay.distributed._wire import pack, unpack
+from tdreplay.samplers import PrioritizedSampler
 
 
 def _double(x: torch.Tensor) -> torch.Tensor:
@@ -85,3 +86,21 @@ def test_synchronize_start_and_shutdown_with_a_timeout(served):
     served.shutdown(timeout=1.0)
     with pytest.raises(Exception, match="dead|closed|shut"):
         served.sample()
+
+
+def test_mark_update_reaches_the_actors_sampler(ray_session):
+    # TorchRL's RayReplayBuffer forwards mark_update: a prioritized sampler in the actor gives
+    # the slots the max priority again
+    rb = RayReplayBuffer(storage=partial(ListStorage, 4),
+                         sampler=partial(PrioritizedSampler, 4, alpha=1.0, beta=0.4),
+                         batch_size=200)
+    try:
+        rb.extend(_items(4))
+        rb.update_priority(torch.arange(4), torch.tensor([1e-8, 1e-8, 1e-8, 1.0]))
+        assert set(rb.sample().tolist()) == {3}
+        rb.mark_update(torch.tensor([0, 1]))
+        assert set(rb.sample().tolist()) == {0, 1, 3}
+        with pytest.raises(IndexError, match="index"):
+            rb.mark_update(torch.tensor([9]))
+    finally:
+        rb.close()

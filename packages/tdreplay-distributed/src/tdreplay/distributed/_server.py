@@ -319,6 +319,10 @@ class BufferServer:
     def set_item(self, index: Any, payload: Any) -> None:
         self.buffer[unpack(index)] = self._received(payload)
 
+    def mark_update(self, index: Any) -> None:
+        """The buffer's ``mark_update``: its sampler hears that the slots ``index`` changed."""
+        self.buffer.mark_update(unpack(index))
+
     def empty(self, empty_write_count: bool) -> Mass | None:
         """``empty``; returns the buffer's :data:`Mass` after it."""
         self.buffer.empty(empty_write_count)

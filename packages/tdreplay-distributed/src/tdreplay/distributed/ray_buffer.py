@@ -347,6 +347,13 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
     def __setitem__(self, index: Any, value: Any) -> None:
         self._client.call("set_item", pack(index), pack(value))
 
+    def mark_update(self, index: Any) -> None:
+        """Tell the served buffer's sampler that the items at slots ``index`` changed (its
+        ``mark_update``, which TorchRL's ``RayReplayBuffer`` forwards too); batches this
+        client drew ahead are dropped."""
+        self._client.drop_prefetched()
+        self._client.call("mark_update", pack(index))
+
     def update_priority(self, index: Any, priority: Any, **kwargs: Any) -> None:
         """Set the priorities of slots ``index`` (``kwargs``: e.g. ``write_generation``)."""
         self._client.call("update_priority", pack(index), pack(priority), pack(kwargs))
