@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["RoutedUpdatesMixin"]
 
 
+#: one member's part of a routed update: ``(member, rows, update_if_present keyword arguments)``
+_Part = tuple[int, torch.Tensor, dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class _UpdatePlan:
     """A checked routed conditional update: its handles' shape and each member's part
@@ -33,7 +37,7 @@ class _UpdatePlan:
     shape: torch.Size
     device: torch.device
     versioned: bool
-    parts: list[tuple[int, torch.Tensor, dict[str, Any]]]
+    parts: list[_Part]
 
 
 class RoutedUpdatesMixin:
@@ -129,7 +133,7 @@ class RoutedUpdatesMixin:
             raise RuntimeError("A shut down replay buffer cannot accept updates "
                                "(submit_update_if_present after shutdown()).")
         with self._lock:
-            self._check_update(plan)
+            self._check_update(plan.parts)
         return self.submit_update(functools.partial(self._run_update, plan))
 
     def _plan_update(self, index: Any, generation: Any, patch: Any, version_key: Any,
@@ -190,11 +194,11 @@ class RoutedUpdatesMixin:
             }))
         return _UpdatePlan(shape, ids.device, version_key is not None, parts)
 
-    def _check_update(self, plan: _UpdatePlan) -> None:
-        """Check every member's part against its stored data, writing nothing (the ensemble's
-        lock held): a handle of generation ``-1`` is never live, so each member checks the
-        whole part, then skips every record."""
-        for member, _, kwargs in plan.parts:
+    def _check_update(self, parts: list[_Part]) -> None:
+        """Check these members' parts against their stored data, writing nothing (the
+        ensemble's lock held): a handle of generation ``-1`` is never live, so each member
+        checks the whole part, then skips every record."""
+        for member, _, kwargs in parts:
             self._rbs[member].update_if_present(
                 **{**kwargs, "generation": torch.full_like(kwargs["generation"], -1)})
 
@@ -203,7 +207,9 @@ class RoutedUpdatesMixin:
         updated = torch.zeros(records, dtype=torch.bool)
         rejected = torch.zeros(records, dtype=torch.bool) if plan.versioned else None
         with self._lock:
-            self._check_update(plan)
+            # the first member's update checks its part before it writes anything: only the
+            # later ones need checking first (none for an update of one member)
+            self._check_update(plan.parts[1:])
             for member, rows, kwargs in plan.parts:
                 result = self._rbs[member].update_if_present(**kwargs)
                 updated[rows] = result.updated.reshape(-1).cpu()
