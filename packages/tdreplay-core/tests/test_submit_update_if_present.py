@@ -260,6 +260,27 @@ def test_shutdown_waits_for_pending_updates_then_refuses_new_ones(unchanged):
     rb.shutdown()  # twice is fine
 
 
+@pytest.mark.parametrize("duplicate", [None, pickle.loads, copy.deepcopy],
+                         ids=["same", "pickle", "deepcopy"])
+def test_a_buffer_shut_down_before_any_submission_refuses_updates(duplicate):
+    rb = _rb()
+    index = _fill(rb, [0.0] * 4)
+    handle = rb.writer.generations_of(index)
+    rb.shutdown()
+    if duplicate is pickle.loads:
+        rb = pickle.loads(pickle.dumps(rb))
+    elif duplicate is not None:
+        rb = duplicate(rb)
+    ran = []
+    with pytest.raises(RuntimeError, match="shut down"):
+        rb.submit_update(lambda: ran.append(1))
+    with pytest.raises(RuntimeError, match="shut down"):
+        rb.submit_update_if_present(index=index, generation=handle,
+                                    patch={"value": torch.ones(4)})
+    rb.synchronize()
+    assert ran == [] and _values(rb) == [0.0] * 4
+
+
 @pytest.mark.parametrize("duplicate", [pickle.loads, copy.deepcopy], ids=["pickle", "deepcopy"])
 def test_copies_have_no_pending_updates_and_update_on_their_own(duplicate):
     rb = _rb()

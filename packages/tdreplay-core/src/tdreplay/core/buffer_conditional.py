@@ -374,9 +374,11 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
     def shutdown(self, timeout: float | None = None) -> None:
         """Wait for the submitted updates (at most ``timeout`` seconds), stop the update
         worker, then shut the buffer down (:meth:`ServiceBackendMixin.shutdown`)."""
-        queue = self._submitted_updates
-        if queue is not None:
-            queue.close(timeout)
+        with _QUEUE_CREATION:  # a closed queue even if nothing was submitted: refuses later ones
+            queue = self._submitted_updates
+            if queue is None:
+                queue = self._submitted_updates = UpdateQueue()
+        queue.close(timeout)
         super().shutdown(timeout)
 
     def submit_update(self, update: Callable[[], T]) -> Future[T]:
@@ -394,6 +396,9 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         2
         >>> rb.shutdown()
         """
+        if not self.is_alive:  # (a copy of a shut down buffer has a fresh queue)
+            raise RuntimeError("A shut down replay buffer cannot accept updates "
+                               "(submit_update after shutdown()).")
         queue = self._submitted_updates
         if queue is None:
             with _QUEUE_CREATION:  # two first submissions: one queue, one order
