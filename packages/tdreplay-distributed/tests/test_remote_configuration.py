@@ -104,3 +104,33 @@ def test_mark_update_reaches_the_actors_sampler(ray_session):
             rb.mark_update(torch.tensor([9]))
     finally:
         rb.close()
+
+
+def test_parts_are_replaced_in_the_actor_and_the_client_reads_the_new_description(served):
+    from tdreplay.core import RandomSampler, RoundRobinWriter, SamplerWithoutReplacement
+    served.extend(_items(4))
+    served.set_storage(ListStorage(6))
+    assert len(served) == 0 and served.max_size == 6  # the old storage's items went with it
+    served.extend(_items(6))
+    assert served.actor_info["is_prioritized"] is False
+    served.set_sampler(PrioritizedSampler(6, alpha=1.0, beta=0.4))
+    assert served.actor_info["is_prioritized"] is True
+    served.update_priority(torch.arange(6), torch.tensor([1e-8] * 5 + [1.0]))
+    assert set(served.sample(100).tolist()) == {5}
+    served.set_writer(RoundRobinWriter())  # a fresh cursor: the next write goes to slot 0
+    assert served.extend([torch.tensor(40)]).tolist() == [0]
+    assert served[0].item() == 40
+    for bad, name in [(RandomSampler(), "storage"), (ListStorage(2), "sampler"),
+                      (RandomSampler(), "writer")]:
+        with pytest.raises(TypeError, match=f"{name} must be a"):
+            getattr(served, f"set_{name}")(bad)
+    assert served.max_size == 6 and len(served) == 6
+    unbatched = RayReplayBuffer(storage=partial(ListStorage, 4))
+    try:
+        unbatched.extend(_items(4))
+        with pytest.raises(ValueError, match="batch"):  # refused in the actor: sampler kept
+            unbatched.set_sampler(SamplerWithoutReplacement(drop_last=True))
+        assert len(unbatched.sample(4)) == 4
+        assert unbatched.actor_info["finite_epochs"] is False
+    finally:
+        unbatched.close()

@@ -154,7 +154,8 @@ def _own_actor_id() -> str | None:
 
 #: the buffer methods a client may call through :meth:`BufferServer.configure`
 CONFIGURATION_CALLS = frozenset({"append_transform", "insert_transform", "register_save_hook",
-                                 "register_load_hook", "set_rng", "synchronize"})
+                                 "register_load_hook", "set_rng", "set_storage", "set_sampler",
+                                 "set_writer", "synchronize"})
 
 
 class BufferServer:

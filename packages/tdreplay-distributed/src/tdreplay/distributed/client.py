@@ -239,6 +239,11 @@ class ActorClient:
         self._info = info
         self._label = self._make_label(info.get("actor_id"))
 
+    def refresh_info(self) -> None:
+        """Read the actor's description (:attr:`info`) again, e.g. after its buffer's
+        storage or sampler was replaced."""
+        self._set_info(self.call("describe"))
+
     # ---- calls ---------------------------------------------------------------------------------
     def submit(self, method: str, *args: Any) -> Any:
         """The object ref of ``method(*args)`` on the actor (wait for it with :meth:`wait`).
@@ -316,7 +321,7 @@ class ActorClient:
             self.connect(handle)
         else:
             self.drop_prefetched()
-        self._set_info(self.call("describe"))
+        self.refresh_info()
 
     def spawn(self, restore_from: str | None = None) -> None:
         """Start a new actor from the creation arguments and wait until its buffer is built

@@ -1,8 +1,9 @@
 """Configuring the buffer a ``RayReplayBuffer`` serves, as TorchRL's client forwards it.
 
 :class:`RemoteConfigurationMixin` (``RayReplayBuffer``): ``append_transform``,
-``insert_transform``, ``register_save_hook``, ``register_load_hook``, ``set_rng`` and
-``synchronize`` run on the buffer in the actor (what they take is pickled there: a transform
+``insert_transform``, ``register_save_hook``, ``register_load_hook``, ``set_rng``,
+``set_storage`` / ``set_sampler`` / ``set_writer`` and ``synchronize`` run on the buffer in the
+actor (what they take is pickled there: a transform
 or hook must be importable by the actor's process, as for TorchRL's), and ``start``. Batches
 this client drew ahead (``prefetch``) before a change are dropped: the next sample sees it.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from tdreplay.core import Transform
+from tdreplay.core import Sampler, Storage, Transform, Writer
 
 from ._wire import pack
 
@@ -77,6 +78,52 @@ class RemoteConfigurationMixin:
             raise TypeError(f"generator must be a torch.Generator, got "
                             f"{type(generator).__name__}.")
         self._configure("set_rng", generator)
+
+    def set_storage(self, storage: Storage) -> None:
+        """The served buffer's ``set_storage``: ``storage`` (pickled to the actor, with what
+        it holds) replaces the storage there, and what the old one held is dropped with it.
+
+        Unlike the local buffer's (and TorchRL's, which ships the old storage back), returns
+        ``None``: the previous storage may hold the whole buffer. ``TypeError`` here for
+        anything but a :class:`~tdreplay.core.Storage`. This client reads the buffer's new
+        description (``max_size``, ...); other clients do at ``reconnect()``. A restart or
+        ``respawn`` builds the buffer from its creation arguments again (so does Ray's
+        automatic restart): save a checkpoint and restore it into a buffer built with the new
+        part if it must outlive the actor.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> import torch
+        >>> from tdreplay.core import ListStorage
+        >>> from tdreplay.distributed import RayReplayBuffer
+        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 10), batch_size=2)
+        >>> _ = rb.extend([torch.tensor(1), torch.tensor(2)])
+        >>> rb.set_storage(ListStorage(3))
+        >>> len(rb), rb.max_size
+        (0, 3)
+        >>> rb.close()
+        """
+        self._configure_part(storage, Storage, "set_storage")
+
+    def set_sampler(self, sampler: Sampler) -> None:
+        """The served buffer's ``set_sampler`` (``sampler`` pickled to the actor; the buffer
+        there refuses one its batch size or parts cannot work with, and keeps its sampler).
+        Returns ``None`` and lasts until a restart, as :meth:`set_storage`."""
+        self._configure_part(sampler, Sampler, "set_sampler")
+
+    def set_writer(self, writer: Writer) -> None:
+        """The served buffer's ``set_writer`` (``writer`` pickled to the actor). Returns
+        ``None`` and lasts until a restart, as :meth:`set_storage`."""
+        self._configure_part(writer, Writer, "set_writer")
+
+    def _configure_part(self, part: Any, kind: type, method: str) -> None:
+        name = method.removeprefix("set_")
+        if not isinstance(part, kind):
+            raise TypeError(f"{name} must be a {kind.__name__} instance, got "
+                            f"{type(part).__name__}.")
+        self._configure(method, part)
+        self._client.refresh_info()  # (max_size, is_prioritized, ... of the new part)
 
     def synchronize(self) -> None:
         """The served buffer's ``synchronize``: wait for the updates submitted there."""
