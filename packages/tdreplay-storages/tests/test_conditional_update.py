@@ -113,6 +113,30 @@ def test_empty_invalidates_and_checkpoint_keeps_handles(tmp_path):
                                 patch={"obs": torch.zeros(6, 2)}).stale_count == 6
 
 
+@pytest.mark.parametrize("storage", [LazyTensorStorage, LazyMemmapStorage])
+def test_an_emptied_storage_still_checks_the_patch(storage):
+    rb, _, index, gen = _rb(storage=storage(6))
+    rb.empty()  # laid out, nothing live: a patch is checked against the layout all the same
+    for patch, error in [({"missing": torch.zeros(6)}, KeyError),
+                         ({"obs": torch.zeros(6, 3)}, ValueError)]:
+        with pytest.raises(error):
+            rb.update_if_present(index=index, generation=gen, patch=patch)
+        with pytest.raises(error):
+            rb.submit_update_if_present(index=index, generation=gen, patch=patch)
+    with pytest.raises(KeyError, match="nope"):
+        rb.update_if_present(index=index, generation=gen, patch={}, version_key="nope",
+                             version=1)
+    result = rb.update_if_present(index=index, generation=gen, patch={"obs": torch.ones(6, 2)},
+                                  version_key="v", version=9)
+    assert not result.updated.any() and len(rb) == 0
+    never_written = TensorDictReplayBuffer(storage=storage(6),
+                                           writer=RoundRobinWriter(track_generations=True))
+    # no layout to check against: nothing is live, nothing raises
+    assert not never_written.update_if_present(index=index, generation=gen,
+                                               patch={"missing": torch.zeros(6)}).updated.any()
+    rb.shutdown()
+
+
 def test_ndim2_storage():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6, ndim=2),
                                 writer=RoundRobinWriter(track_generations=True))

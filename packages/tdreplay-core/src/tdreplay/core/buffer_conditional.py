@@ -358,8 +358,9 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
             raise RuntimeError("A shut down replay buffer cannot accept updates "
                                "(submit_update_if_present after shutdown()).")
         with self._lock:
-            if len(self._storage):
-                self._checked_values(request, self._probe())
+            probe = self._probe()
+            if probe is not None:
+                self._checked_values(request, probe)
         return self.submit_update(functools.partial(self._apply, request))
 
     def synchronize(self) -> None:
@@ -431,11 +432,18 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         return _UpdateRequest(slots, slots.reshape(-1).cpu(), captured, _as_patch(patch),
                               version_key, version, require_newer)
 
-    def _probe(self) -> TensorDictBase:
-        """One stored item (batch ``[1]``) to check a patch against; lock held, storage not
-        empty. ``RuntimeError`` for a storage that does not hold TensorDicts."""
+    def _probe(self) -> TensorDictBase | None:
+        """What a patch is checked against (lock held): one stored item (batch ``[1]``), or
+        an emptied storage's layout (batch ``[0]``); ``None`` for a storage never written
+        (nothing to check against: no record can be live). ``RuntimeError`` for a storage
+        that does not hold TensorDicts."""
         storage = self._storage
-        probe: TensorDictBase = storage.get(torch.zeros(1, dtype=torch.long))
+        if len(storage):
+            probe: TensorDictBase = storage.get(torch.zeros(1, dtype=torch.long))
+        elif storage.initialized:
+            probe = storage.get(torch.zeros(0, dtype=torch.long))
+        else:
+            return None
         if not is_tensor_collection(probe):
             raise RuntimeError(f"conditional updates need a storage of TensorDicts; "
                                f"{type(storage).__name__} holds {type(probe).__name__}.")
@@ -458,13 +466,14 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         buffer's lock."""
         storage, flat, records = self._storage, request.flat, request.flat.numel()
         with self._lock:
-            if not len(storage):
+            probe = self._probe()
+            if probe is not None:
+                values, versioned = self._checked_values(request, probe)
+            if probe is None or not len(storage):  # (an emptied storage: the patch checked)
                 return ConditionalUpdateResult(
                     torch.zeros(records, dtype=torch.bool),
                     None if request.version_key is None else torch.zeros(records,
                                                                          dtype=torch.bool))
-            probe = self._probe()
-            values, versioned = self._checked_values(request, probe)
             live = (self._writer.generations_of(flat).cpu() == request.captured)
             live &= (request.captured >= 0) & storage.valid_slots_mask(flat).cpu()
             rejected = None
