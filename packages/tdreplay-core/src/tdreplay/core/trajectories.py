@@ -103,25 +103,46 @@ def split_trajectories(
     if rollout.batch_dims == 0:
         raise ValueError("rollout must have at least one batch dimension (time), got "
                          "batch_size=[].")
+    ids, ids_key, mask_key, derived = _trajectory_ids(rollout, prefix, trajectory_key,
+                                                      done_key)
+    # runs of equal ids along time; a row boundary always starts a new run
+    new_run = torch.ones(rollout.batch_size, dtype=torch.bool, device=ids.device)
+    new_run[..., 1:] = ids[..., 1:] != ids[..., :-1]
+    new_run = new_run.reshape(-1)
+    starts = new_run.nonzero().squeeze(-1)
+    lengths = torch.diff(starts, append=torch.tensor([new_run.numel()], device=starts.device))
+    flat = rollout.reshape(-1)
+    if derived:
+        flat = flat.clone(recurse=False)
+        flat.set(ids_key, ids.reshape(-1).to(torch.long))
+    if as_nested:
+        layout = as_nested if isinstance(as_nested, torch.layout) else torch.strided
+        return _nested_runs(flat, lengths.tolist(), layout)
+    out, mask = _padded_runs(flat, starts, lengths)
+    out.set(mask_key, mask.to(rollout.device) if rollout.device is not None else mask)
+    return out
+
+
+def _trajectory_ids(rollout: TensorDictBase, prefix: Any, trajectory_key: Any, done_key: Any
+                    ) -> tuple[torch.Tensor, Any, Any, bool]:
+    """``(ids shaped like the batch, the ids' key, the mask's key, derived)``: the rollout's
+    trajectory ids, or (``derived``) ids computed from its done flags (see
+    :func:`split_trajectories`)."""
     shape = rollout.batch_size
     keys = rollout.keys(include_nested=True, leaves_only=True)
-    derived_ids = None
     if trajectory_key is not None:
         trajectory_key = unravel_key(trajectory_key)
         if trajectory_key not in keys:
             raise KeyError(f"trajectory_key {trajectory_key!r} is not in the rollout (keys: "
                            f"{sorted(map(str, keys))}).")
-        ids_key = trajectory_key
         parent = _as_tuple(trajectory_key)[:-1]
-        mask_key = _join(parent if parent else None, "mask")
+        ids_key, mask_key = trajectory_key, _join(parent if parent else None, "mask")
     else:
         if prefix is None and "collector" in rollout.keys():
             prefix = "collector"
-        ids_key = _join(prefix, "traj_ids")
-        mask_key = _join(prefix, "mask")
+        ids_key, mask_key = _join(prefix, "traj_ids"), _join(prefix, "mask")
         if ids_key not in keys:
-            name = "done" if done_key is None else done_key
-            done_path = _as_tuple(name)
+            done_path = _as_tuple("done" if done_key is None else done_key)
             if done_path[0] != "next":
                 done_path = ("next", *done_path)
             done_path = unravel_key(done_path)
@@ -131,43 +152,19 @@ def split_trajectories(
                     f"{done_path!r}; the rollout has neither (keys: {sorted(map(str, keys))}). "
                     "Pass trajectory_key=... or done_key=...")
             done = _per_step(rollout.get(done_path), shape, f"done entry {done_path!r}")
-            derived_ids = _ids_from_done(done)
-    if derived_ids is None:
-        ids = _per_step(rollout.get(ids_key), shape, f"trajectory ids {ids_key!r}")
-        if ids.shape[-1] != 1:
-            raise ValueError(f"trajectory ids {ids_key!r} must hold one id per step, got shape "
-                             f"{tuple(rollout.get(ids_key).shape)}.")
-        ids = ids[..., 0]
-    else:
-        ids = derived_ids
+            return _ids_from_done(done), ids_key, mask_key, True
+    ids = _per_step(rollout.get(ids_key), shape, f"trajectory ids {ids_key!r}")
+    if ids.shape[-1] != 1:
+        raise ValueError(f"trajectory ids {ids_key!r} must hold one id per step, got shape "
+                         f"{tuple(rollout.get(ids_key).shape)}.")
+    return ids[..., 0], ids_key, mask_key, False
 
-    # runs of equal ids along time; a row boundary always starts a new run
-    new_run = torch.ones(shape, dtype=torch.bool, device=ids.device)
-    new_run[..., 1:] = ids[..., 1:] != ids[..., :-1]
-    new_run = new_run.reshape(-1)
-    starts = new_run.nonzero().squeeze(-1)
-    total = new_run.numel()
-    lengths = torch.diff(starts, append=torch.tensor([total], device=starts.device))
-    flat = rollout.reshape(-1)
-    if derived_ids is not None:
-        flat = flat.clone(recurse=False)
-        flat.set(ids_key, derived_ids.reshape(-1).to(torch.long))
 
-    if as_nested:
-        layout = as_nested if isinstance(as_nested, torch.layout) else torch.strided
-        splits = lengths.tolist()
-
-        def nest(x: torch.Tensor) -> torch.Tensor:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
-                return torch.nested.nested_tensor(list(x.split(splits, 0)), layout=layout)
-
-        nested = flat.apply(nest, batch_size=[len(splits)], call_on_nested=False)
-        assert nested is not None  # apply returns a new TensorDict unless inplace=True
-        return nested
-
-    num = starts.numel()
-    max_len = int(lengths.max())
+def _padded_runs(flat: TensorDictBase, starts: torch.Tensor, lengths: torch.Tensor
+                 ) -> tuple[TensorDictBase, torch.Tensor]:
+    """The runs of ``flat`` (beginning at ``starts``) as rows of ``[runs, longest]``,
+    zero-padded, and the mask of their real steps."""
+    num, max_len = starts.numel(), int(lengths.max())
     offsets = torch.arange(max_len, device=starts.device)
     mask = offsets < lengths[:, None]
     gather = torch.where(mask, starts[:, None] + offsets, starts[:, None])
@@ -179,6 +176,18 @@ def split_trajectories(
 
     padded = out.apply(pad)
     assert padded is not None  # apply returns a new TensorDict unless inplace=True
-    out = padded
-    out.set(mask_key, mask.to(rollout.device) if rollout.device is not None else mask)
-    return out
+    return padded, mask
+
+
+def _nested_runs(flat: TensorDictBase, lengths: list[int], layout: torch.layout
+                 ) -> TensorDictBase:
+    """The runs of ``flat`` (``lengths`` steps each) as a TensorDict of nested tensors."""
+
+    def nest(x: torch.Tensor) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
+            return torch.nested.nested_tensor(list(x.split(lengths, 0)), layout=layout)
+
+    nested = flat.apply(nest, batch_size=[len(lengths)], call_on_nested=False)
+    assert nested is not None  # apply returns a new TensorDict unless inplace=True
+    return nested
