@@ -84,6 +84,40 @@ def test_submodules_are_attributes_as_in_torchrl():
     assert tdreplay.data.datasets.MinariExperienceReplay is tdreplay.data.MinariExperienceReplay
 
 
+def test_offline_to_online_and_dataset_registry_are_served_where_torchrl_has_them():
+    import tdreplay.datasets
+    from tdreplay.data import OfflineToOnlineReplayBuffer, load_dataset, register_dataset
+    from tdreplay.data.datasets import load_dataset as from_datasets
+    from tdreplay.data.datasets import register_dataset as register_from_datasets
+    from tdreplay.data.datasets.utils import load_dataset as from_utils
+    from tdreplay.data.datasets.utils import register_dataset as register_from_utils
+    from tdreplay.data.replay_buffers import OfflineToOnlineReplayBuffer as from_buffers
+    from tdreplay.data.replay_buffers import prefill_replay_buffer as prefill_from_buffers
+    from tdreplay.data.replay_buffers.offline_to_online import (
+        OfflineToOnlineReplayBuffer as from_module,
+    )
+    from tdreplay.data.replay_buffers.offline_to_online import prefill_replay_buffer
+
+    assert (OfflineToOnlineReplayBuffer is from_buffers is from_module
+            is tdreplay.datasets.OfflineToOnlineReplayBuffer)
+    assert prefill_replay_buffer is prefill_from_buffers is tdreplay.datasets.prefill_replay_buffer
+    assert load_dataset is from_datasets is from_utils is tdreplay.datasets.load_dataset
+    assert (register_dataset is register_from_datasets is register_from_utils
+            is tdreplay.datasets.register_dataset)
+    assert served("tdreplay.data.replay_buffers.offline_to_online") == [
+        "OfflineToOnlineReplayBuffer", "prefill_replay_buffer"]
+    assert served("tdreplay.data.datasets.utils") == ["load_dataset", "register_dataset"]
+    assert tdreplay.data.replay_buffers.offline_to_online.prefill_replay_buffer is \
+        prefill_replay_buffer
+    # it works through the drop-in path: a plain buffer as the offline data
+    rb = OfflineToOnlineReplayBuffer(
+        tdreplay.data.ReplayBuffer(storage=tdreplay.data.ListStorage(4)),
+        online_storage=tdreplay.data.ListStorage(4), offline_fraction=0.5)
+    rb.offline_buffer.extend([1, 2, 3, 4])
+    assert rb.extend([10, 11]).tolist() == [0, 1]
+    assert [x >= 10 for x in rb.sample(4)] == [False, False, True, True]
+
+
 def test_a_torchrl_name_tdreplay_lacks_says_so():
     with pytest.raises(ImportError, match="StoreStorage"):
         exec("from tdreplay.data.replay_buffers.storages import StoreStorage", {})
@@ -94,10 +128,10 @@ def test_a_torchrl_name_tdreplay_lacks_says_so():
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchStorage'"):
         module.NoSuchStorage  # noqa: B018
     # a TorchRL submodule of which tdreplay has no name
-    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.offline_to_online"):
-        tdreplay.data.replay_buffers.offline_to_online  # noqa: B018
+    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.storages.store"):
+        tdreplay.data.replay_buffers.storages.store  # noqa: B018
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("tdreplay.data.replay_buffers.offline_to_online")
+        importlib.import_module("tdreplay.data.replay_buffers.storages.store")
 
 
 def test_a_name_of_a_missing_component_raises_missing_component_error(monkeypatch):

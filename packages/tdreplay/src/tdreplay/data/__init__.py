@@ -162,6 +162,10 @@ _EXPORTS: dict[str, str] = {
     # tdreplay.datasets
     "BaseDatasetExperienceReplay": "tdreplay.datasets",
     "MinariExperienceReplay": "tdreplay.datasets",
+    "OfflineToOnlineReplayBuffer": "tdreplay.datasets",
+    "load_dataset": "tdreplay.datasets",
+    "prefill_replay_buffer": "tdreplay.datasets",
+    "register_dataset": "tdreplay.datasets",
     # tdreplay.trainers
     "HOOK_DESTINATIONS": "tdreplay.trainers",
     "OptimizerHook": "tdreplay.trainers",

@@ -50,6 +50,7 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
     ),
     "datasets.common": ("BaseDatasetExperienceReplay",),
     "datasets.minari_data": ("MinariExperienceReplay",),
+    "datasets.utils": ("load_dataset", "register_dataset"),
     "replay_buffers": (
         "CompressedListStorage", "CompressedListStorageCheckpointer", "ConditionalUpdateResult",
         "ConsumingSampler", "DEFAULT_DONE_KEYS", "filter_trajectories", "find_start_stop_traj",
