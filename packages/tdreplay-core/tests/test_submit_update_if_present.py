@@ -202,7 +202,8 @@ def test_unsupported_buffers_are_refused_at_submission(rb):
 
 def test_an_empty_buffer_accepts_the_update_and_patches_nothing():
     rb = _rb()
-    future = rb.submit_update_if_present(index=torch.arange(2), generation=torch.zeros(2),
+    future = rb.submit_update_if_present(index=torch.arange(2),
+                                         generation=torch.zeros(2, dtype=torch.long),
                                          patch={"anything": torch.ones(2)})
     assert future.result(timeout=10).updated.tolist() == [False, False]
     assert len(rb) == 0

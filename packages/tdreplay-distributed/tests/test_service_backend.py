@@ -121,7 +121,7 @@ def test_sharded_update_if_present_routes_global_slots(ray_session) -> None:
         assert stale.updated.tolist() == [False, True] and stale.stale_count == 1
         assert rb.shards[1][:]["x"].tolist()[0] == -6.0
         with pytest.raises(ValueError, match="shaped like the index"):
-            rb.update_if_present(index=torch.tensor([0, 3]), generation=torch.zeros(2),
+            rb.update_if_present(index=torch.tensor([0, 3]), generation=torch.zeros(2, dtype=torch.long),
                                  patch={"x": torch.zeros(3)})
     finally:
         rb.close()

@@ -77,6 +77,21 @@ def test_bad_arguments_refused():
         rb.update_if_present(index=index, generation=gen, patch={}, require_newer=1)
 
 
+def test_float_handles_are_refused_not_truncated():
+    # a float index 0.5 would patch slot 0, a float generation 0.5 would match generation 0
+    rb, data, index, gen = _rb()
+    for kwargs, name in [({"index": torch.tensor([0.5]), "generation": gen[:1]}, "index"),
+                         ({"index": index, "generation": gen.double() + 0.5}, "generation")]:
+        with pytest.raises(TypeError, match=name):
+            rb.update_if_present(patch={"obs": torch.ones(kwargs["generation"].numel(), 2)},
+                                 **kwargs)
+        with pytest.raises(TypeError, match=name):
+            rb.submit_update_if_present(
+                patch={"obs": torch.ones(kwargs["generation"].numel(), 2)}, **kwargs)
+    assert torch.equal(rb[:]["obs"], data["obs"])
+    rb.shutdown()
+
+
 def test_versions():
     rb, _, index, gen = _rb()
     result = rb.update_if_present(index=index, generation=gen,

@@ -33,7 +33,7 @@ from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 from .sampler import Sampler
 from .service_backends import ServiceBackendMixin
 from .storage import Storage
-from .utils import check_instance, patch_entries
+from .utils import as_long_tensor, check_instance, patch_entries
 from .writer import Writer
 
 __all__ = ["UPDATE_WAIT_TIMEOUT_S", "ConditionalUpdateMixin", "ConditionalUpdateResult",
@@ -422,8 +422,9 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         check_instance(require_newer, bool, "require_newer")
         if isinstance(index, tuple):
             index = index[0]
-        slots = torch.as_tensor(index, dtype=torch.long)
-        captured = torch.as_tensor(generation, dtype=torch.long).reshape(-1).cpu()
+        # (integers only: a float index or generation would be truncated onto another handle)
+        slots = as_long_tensor(index, name="index")
+        captured = as_long_tensor(generation, name="generation").reshape(-1).cpu()
         if captured.numel() != slots.numel():
             raise ValueError(f"index and generation must address the same records, got "
                              f"{slots.numel()} indices and {captured.numel()} generations.")
