@@ -96,6 +96,38 @@ def test_a_failed_save_removes_its_snapshot_and_keeps_the_previous_one(tmp_path)
     assert contents(restored) == [0.0, 1.0, 2.0]
 
 
+def test_a_failure_after_the_commit_keeps_the_new_checkpoint_and_the_old_one(
+        tmp_path, monkeypatch):
+    # the commit's rename went through, then the fsync of the directory fails (a full disk,
+    # an I/O error): the pointer already names the new snapshot, which must not be removed,
+    # and the previous snapshot stays too (the rename may not last a power loss)
+    import tdreplay.core.checkpoint as checkpoint
+    rb = filled(range(3))
+    rb.dumps(tmp_path)
+    old_snapshot = pointer(tmp_path)["snapshot"]
+    rb.extend([torch.tensor(7.0)])
+    fsync_path = checkpoint._fsync_path
+
+    def fsync_failing_after_the_commit(path):
+        if Path(path) == tmp_path and pointer(tmp_path)["snapshot"] != old_snapshot:
+            raise OSError(28, "No space left on device")
+        fsync_path(path)
+
+    monkeypatch.setattr(checkpoint, "_fsync_path", fsync_failing_after_the_commit)
+    with pytest.raises(OSError, match="No space"):
+        rb.dumps(tmp_path)
+    monkeypatch.setattr(checkpoint, "_fsync_path", fsync_path)
+    new_snapshot = pointer(tmp_path)["snapshot"]
+    assert new_snapshot != old_snapshot
+    assert (tmp_path / new_snapshot).is_dir() and (tmp_path / old_snapshot).is_dir()
+    restored = make()
+    restored.loads(tmp_path)
+    assert contents(restored) == [0.0, 1.0, 2.0, 7.0]
+    rb.dumps(tmp_path)  # the next save works and keeps only its own snapshot
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("snapshot-")] == \
+        [pointer(tmp_path)["snapshot"]]
+
+
 def test_snapshots_of_interrupted_saves_are_recorded_then_removed(tmp_path):
     rb = filled(range(3))
     rb.dumps(tmp_path)

@@ -182,7 +182,15 @@ def _pointer_body_crc(body: dict[str, Any]) -> int:
 
 def _write_pointer(root: Path, snapshot: str | None, manifest_crc32: int | None,
                    snapshots: list[str]) -> None:
-    """Replace the pointer atomically (temporary file, fsync, rename, fsync of ``root``).
+    """Replace the pointer atomically, then fsync ``root`` (the rename made durable)."""
+    _replace_pointer(root, snapshot, manifest_crc32, snapshots)
+    _fsync_path(root)
+
+
+def _replace_pointer(root: Path, snapshot: str | None, manifest_crc32: int | None,
+                     snapshots: list[str]) -> None:
+    """Replace the pointer atomically (temporary file, fsync, rename): once this returns,
+    the pointer on disk is the new one.
 
     The temporary file has one fixed name: writers hold the exclusive lock, so one writes it
     at a time, and what a killed writer left is overwritten by the next one.
@@ -200,7 +208,6 @@ def _write_pointer(root: Path, snapshot: str | None, manifest_crc32: int | None,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_path(root)
 
 
 def _is_snapshot_name(name: object) -> bool:
@@ -334,6 +341,7 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
         snap = root / name
         recorded: dict[str, tuple[int, int, int, int]] = {}
         token = _RECORDED.set(recorded)  # files the components complete themselves
+        committed = False
         try:
             snap.mkdir()
             try:
@@ -349,11 +357,20 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
                 f.write(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
                 f.flush()
                 os.fsync(f.fileno())
+            for directory in sorted(p for p in snap.rglob("*") if p.is_dir()):
+                _fsync_path(directory)  # the entries of the components' own directories
             _fsync_path(snap)
             manifest_crc = _crc32(manifest)
             # the commit: from here on the new snapshot is the checkpoint
-            _write_pointer(root, name, manifest_crc, [*owned, name])
+            _replace_pointer(root, name, manifest_crc, [*owned, name])
+            committed = True
+            _fsync_path(root)
         except BaseException:
+            if committed:
+                # the pointer names the new snapshot and still records the older ones: keep
+                # them all (if the rename does not last, the previous pointer names a snapshot
+                # that still exists); the next save removes what it no longer needs
+                raise
             _remove_snapshot(root, name)
             try:  # forget it again (harmless if this fails: a recorded name may be missing)
                 _write_pointer(root, current, current_crc, owned)
