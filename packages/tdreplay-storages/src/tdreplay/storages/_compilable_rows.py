@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from ._formats import DataFormat, to_tensordict
+from ._formats import KIND_TC, DataFormat, to_tensordict
 from ._layout import TensorLayout
+from ._tensorclasses import classes_of
 
 
 class CompilableRows:
@@ -75,7 +76,9 @@ class CompilableRows:
         """``set`` of a batch at a 1-D tensor of rows for a ``compilable=True`` storage:
         tensor ops only (no int of the rows), the count kept in its tensor. Returns False,
         writing nothing, for what the generic path handles (other rows than a 1-D int
-        tensor, a first write, a new entry, another kind of data)."""
+        tensor, a first write, a new entry, another kind of data, a TensorDict holding
+        tensorclasses); the tensorclasses nested in a tensorclass are checked here as the
+        generic path checks them."""
         layout = self._current_layout()
         len_tensor = self._len_tensor
         if layout is None or len_tensor is None or type(rows) is not torch.Tensor \
@@ -88,6 +91,8 @@ class CompilableRows:
         leaves = layout.matching_leaves(td)
         if leaves is None:
             return False
+        if kind == KIND_TC and layout.has_levels:
+            layout.check_classes(classes_of(data, td, kind))
         src = layout.source_leaves(td, (rows.numel(), *layout.inner), leaves)
         if not rows.numel():
             return True

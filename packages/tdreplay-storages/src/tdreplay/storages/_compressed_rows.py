@@ -11,6 +11,7 @@ import math
 from typing import Any, NamedTuple
 
 import torch
+from tensordict import is_tensorclass
 
 
 class RowLayout(NamedTuple):
@@ -18,17 +19,28 @@ class RowLayout(NamedTuple):
 
     ``kind`` is ``"tensor"``, ``"tensordict"`` or ``"dict"``; ``batch_size`` the TensorDict's
     batch size (``()`` for a tensor or a dict); ``leaves`` one ``(key, dtype, shape)`` per
-    leaf, in the order their bytes are concatenated (``key`` is ``None`` for a tensor row).
+    leaf, in the order their bytes are concatenated (``key`` is ``None`` for a tensor row);
+    ``classes`` the tensorclasses nested in a TensorDict row (``td["obs"]`` an ``Obs``), as
+    ``(path, class)`` pairs, inner levels first, which the row is read back with (``()``:
+    none).
 
     Examples
     --------
     >>> RowLayout("tensor", (), ((None, torch.float32, (2, 3)),)).nbytes
     24
+    >>> from tensordict import tensorclass
+    >>> @tensorclass
+    ... class Obs:
+    ...     pos: torch.Tensor
+    >>> RowLayout("tensordict", (), ((("obs", "pos"), torch.float32, (2,)),),
+    ...           ((("obs",), Obs),)).classes[0][1].__name__
+    'Obs'
     """
 
     kind: str
     batch_size: tuple[int, ...]
     leaves: tuple[tuple[Any, torch.dtype, tuple[int, ...]], ...]
+    classes: tuple[tuple[tuple[str, ...], type], ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -84,7 +96,8 @@ def layout_problem(layout: Any) -> str | None:
     :class:`RowLayout`, an unknown ``kind``, a ``batch_size`` or leaf shape that is not a
     tuple of ints >= 0, a leaf that is not ``(key, dtype, shape)``, a tensor row without its
     one ``None``-keyed leaf, tensordict keys that are not nested keys or that clash (one
-    inside another).
+    inside another), nested tensorclasses that are not ``(path, tensorclass)`` pairs of a
+    TensorDict row's nested levels.
 
     Examples
     --------
@@ -122,4 +135,21 @@ def layout_problem(layout: Any) -> str | None:
     for first, second in zip(keys, keys[1:]):
         if second[:len(first)] == first:
             return f"leaf keys {second!r} and {first!r} clash"
+    return _classes_problem(layout, keys)
+
+
+def _classes_problem(layout: RowLayout, keys: list[tuple[str, ...]]) -> str | None:
+    """What makes ``layout.classes`` unusable (``None``: nothing); ``keys``: its leaf keys."""
+    classes = layout.classes
+    if not isinstance(classes, tuple):
+        return f"classes {classes!r} is not a tuple"
+    if classes and layout.kind != "tensordict":
+        return f"a {layout.kind} row has no nested tensorclasses"
+    levels = {key[:depth] for key in keys for depth in range(1, len(key))}
+    for pair in classes:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and _as_key(pair[0]) == pair[0]
+                and is_tensorclass(pair[1])):
+            return f"nested tensorclass {pair!r} is not (key path, tensorclass)"
+        if pair[0] not in levels:
+            return f"nested tensorclass {pair[1].__name__} is at {pair[0]!r}, not a nested level"
     return None

@@ -47,6 +47,53 @@ def tensorclass_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def hold_tensorclass(cls: type) -> str:
+    """Remember tensorclass ``cls`` as one that storages of this process hold (what
+    :func:`resolve_tensorclass` falls back on for a class it cannot import); returns its
+    :func:`tensorclass_name`."""
+    name = tensorclass_name(cls)
+    _HELD_TENSORCLASSES[name] = cls
+    return name
+
+
+def resolve_tensorclass(name: Any) -> type:
+    """The tensorclass a checkpoint records as ``name`` (``"module:qualname"``, see
+    :func:`tensorclass_name`).
+
+    It is imported from its module; one that cannot be (defined in a function, as in
+    TorchRL's tests) is taken from the classes that storages of this process have held
+    (:func:`hold_tensorclass`). Raises :class:`~tdreplay.core.CheckpointError` when it cannot
+    be found here, or is not a tensorclass.
+
+    Examples
+    --------
+    >>> from tensordict import tensorclass
+    >>> resolve_tensorclass("tensordict:NonTensorData").__name__
+    'NonTensorData'
+    >>> resolve_tensorclass("nowhere:Obs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.core.checkpoint.CheckpointError: checkpoint holds tensorclass 'nowhere:Obs', ...
+    """
+    path = name if isinstance(name, str) else ""
+    module, _, qualname = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError) as err:
+        held = _HELD_TENSORCLASSES.get(path)
+        if held is not None:
+            return held
+        raise CheckpointError(
+            f"checkpoint holds tensorclass {path!r}, which cannot be imported here ("
+            f"{err}); define it at module level, or write one item to the storage first."
+        ) from err
+    if not is_tensorclass(obj):
+        raise CheckpointError(f"checkpoint tensorclass {path!r} is not a tensorclass.")
+    return obj
+
+
 def to_tensordict(data: Any, batched: bool, ndim: int = 1) -> tuple[TensorDictBase, str, Any]:
     """View ``data`` as a TensorDict; returns ``(td, kind, extra)``.
 
@@ -141,7 +188,7 @@ class DataFormat:
         self.treespec = extra if kind == KIND_PYTREE else None
         self.tensorclass = extra if kind == KIND_TC else None
         if self.tensorclass is not None:
-            _HELD_TENSORCLASSES[tensorclass_name(self.tensorclass)] = self.tensorclass
+            hold_tensorclass(self.tensorclass)
         self.lazy_stack = extra if kind == KIND_LAZY_STACK else None
         #: the pytree structure, tensorclass or lazy stack (``None`` for other kinds)
         self.extra = (self.treespec if kind == KIND_PYTREE else self.lazy_stack
@@ -210,10 +257,10 @@ class DataFormat:
     def resolve_extra(meta: dict[str, Any]) -> Any:
         """The treespec or tensorclass a checkpoint's metadata names (``None`` for other kinds).
 
-        A tensorclass is imported from its module; one that cannot be (defined in a
-        function, as in TorchRL's tests) is taken from the classes that storages of this
-        process have held (the storage that was saved, typically). Raises
-        :class:`~tdreplay.core.CheckpointError` when it cannot be rebuilt here.
+        A tensorclass is found by :func:`resolve_tensorclass` (imported from its module, or
+        one of the classes that storages of this process have held: the storage that was
+        saved, typically). Raises :class:`~tdreplay.core.CheckpointError` when it cannot be
+        rebuilt here.
 
         Examples
         --------
@@ -242,21 +289,5 @@ class DataFormat:
                 raise CheckpointError("checkpoint holds pytree data but no pytree structure.")
             return treespec_loads(meta["treespec"])
         if kind == KIND_TC:
-            path = meta.get("tensorclass") or ""
-            module, _, qualname = path.partition(":")
-            try:
-                obj: Any = importlib.import_module(module)
-                for part in qualname.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError, ValueError) as err:
-                held = _HELD_TENSORCLASSES.get(path)
-                if held is not None:
-                    return held
-                raise CheckpointError(
-                    f"checkpoint holds tensorclass {path!r}, which cannot be imported here ("
-                    f"{err}); define it at module level, or write one item to the storage first."
-                ) from err
-            if not is_tensorclass(obj):
-                raise CheckpointError(f"checkpoint tensorclass {path!r} is not a tensorclass.")
-            return obj
+            return resolve_tensorclass(meta.get("tensorclass") or "")
         return None

@@ -5,7 +5,8 @@
 - the tree of a storage's keys (:func:`build_tree`), walked to read a source TensorDict's
   leaves in storage order (:func:`leaves_along_tree`) and to build an output TensorDict from
   leaves (:func:`assemble`);
-- :class:`TensorLayout`: the preallocated TensorDict of a tensor storage and its leaves.
+- :class:`TensorLayout`: the preallocated TensorDict of a tensor storage and its leaves, and the
+  tensorclasses nested in its data (:mod:`~._tensorclasses`), which its reads give back.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ from tdreplay.core.utils import as_long_tensor, restore_attributes
 from ._casts import check_cast
 from ._fast_tensordict import copy_leaves, new_tensordict
 from ._host_rows import HostRows
+from ._tensorclasses import (
+    NestedClasses,
+    check_written_classes,
+    inner_first,
+    nested_tensorclasses,
+    with_classes,
+)
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -55,8 +63,8 @@ def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
 
 
 def nested_batch_dims(td: TensorDictBase) -> NestedDims:
-    """The batch dims each nested TensorDict of ``td`` has past its parent's (see
-    :data:`NestedDims`), which a storage keeps: TorchRL's multi-agent data nests
+    """The batch dims each nested TensorDict (or tensorclass) of ``td`` has past its parent's
+    (see :data:`NestedDims`), which a storage keeps: TorchRL's multi-agent data nests
     ``[B, n_agents]`` TensorDicts in ``[B]`` ones.
 
     Examples
@@ -66,12 +74,12 @@ def nested_batch_dims(td: TensorDictBase) -> NestedDims:
     {('agents',): (3,)}
     """
     out: NestedDims = {}
-    stack: list[tuple[tuple[str, ...], TensorDictBase]] = [((), td)]
+    stack: list[tuple[tuple[str, ...], Any]] = [((), td)]  # (TensorDicts and tensorclasses)
     while stack:
         path, node = stack.pop()
         outer = node.batch_dims
         for name, value in node.items():
-            if not isinstance(value, TensorDictBase) or _is_leaf(type(value)):
+            if _is_leaf(type(value)):
                 continue
             level = path + (name,)
             extra = tuple(value.batch_size[outer:])
@@ -209,15 +217,17 @@ def _checked_tensordict(source: dict[str, Any], batch_size: torch.Size,
 
 def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
                        construct: Callable[..., TensorDict] = new_tensordict,
-                       nested_dims: NestedDims | None = None, path: tuple[str, ...] = ()
+                       nested_dims: NestedDims | None = None, path: tuple[str, ...] = (),
+                       classes: NestedClasses | None = None
                        ) -> Callable[[list[torch.Tensor], torch.Size], TensorDict]:
     """``build(leaves, batch_size)``: a TensorDict of ``leaves`` at the keys of ``tree``, one
     ``construct(source, batch_size, device)`` per level, a nested level with its own batch
-    dims of ``nested_dims`` after its parent's; the walk of ``tree`` is done once, here
-    (``path``: where ``tree`` is in the whole one). By default built without checking the
-    leaves (:func:`~._fast_tensordict.new_tensordict`): they must have been cut from a
-    layout's own (leading dims ``batch_size``, on ``device``); the read path builds one per
-    sample.
+    dims of ``nested_dims`` after its parent's, and made the tensorclass ``classes`` names for
+    its path (if any); the walk of ``tree`` is done once, here (``path``: where ``tree`` is in
+    the whole one), so that a tree without tensorclasses builds as fast as ever. By default
+    built without checking the leaves (:func:`~._fast_tensordict.new_tensordict`): they must
+    have been cut from a layout's own (leading dims ``batch_size``, on ``device``); the read
+    path builds one per sample.
 
     Examples
     --------
@@ -225,18 +235,34 @@ def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
     >>> td = build([torch.zeros(2, 3), torch.ones(2, 3)], torch.Size([2]))
     >>> td["n", "b"].tolist()[0], td.batch_size, td["n"].batch_size
     ([1.0, 1.0, 1.0], torch.Size([2]), torch.Size([2, 3]))
+    >>> from tensordict import tensorclass
+    >>> @tensorclass
+    ... class B:
+    ...     b: torch.Tensor
+    >>> build = tensordict_builder({"a": 0, "n": {"b": 1}}, None, classes={("n",): B})
+    >>> type(build([torch.zeros(2), torch.ones(2)], torch.Size([2]))["n"]).__name__
+    'B'
     """
     nested_dims = nested_dims or {}
+    classes = classes or {}
     entries: list[tuple[str, Any, Any]] = []
     for name, node in tree.items():
         if isinstance(node, dict):
             inner = (*path, name)
-            entries.append((name, tensordict_builder(node, device, construct, nested_dims,
-                                                     inner), nested_dims.get(inner, ())))
+            build = tensordict_builder(node, device, construct, nested_dims, inner, classes)
+            cls = classes.get(inner)
+            if cls is not None:  # a tensorclass level: made from the TensorDict built
+                build = partial(_build_tensorclass, cls, build)
+            entries.append((name, build, nested_dims.get(inner, ())))
         else:
             entries.append((name, None, node))
     # (a partial pickles with its layout)
     return partial(_build_tensordict, entries, device, construct)
+
+
+def _build_tensorclass(cls: Any, build: Callable[[list[torch.Tensor], torch.Size], TensorDict],
+                       leaves: list[torch.Tensor], batch_size: torch.Size) -> Any:
+    return cls.from_tensordict(build(leaves, batch_size))
 
 
 def _build_tensordict(entries: list[tuple[str, Any, Any]], device: torch.device | None,
@@ -305,6 +331,10 @@ class TensorLayout:
         Leading dimensions counted in the storage's capacity (``rows`` and ``inner``).
     device : torch.device
         Where the storage's tensors live.
+    classes : dict, optional
+        The tensorclass of each nested level of the data (:data:`~._tensorclasses.NestedClasses`):
+        reads (:meth:`gather`, :meth:`read_index`) give those levels back as their classes.
+        ``None``: those nested in ``td`` itself.
 
     Examples
     --------
@@ -321,21 +351,26 @@ class TensorLayout:
     @classmethod
     def allocate(cls, td: TensorDictBase, shape: torch.Size, skip: int,
                  allocate: Callable[[torch.Size, torch.dtype, NestedKey], torch.Tensor],
-                 ndim: int, device: torch.device) -> TensorLayout:
+                 ndim: int, device: torch.device,
+                 classes: NestedClasses | None = None) -> TensorLayout:
         """A layout of shape ``shape`` (``[rows, *inner]``) for data like ``td``.
 
         Each leaf of ``td`` gets a tensor ``allocate(shape + leaf.shape[skip:], leaf.dtype,
         key)``; ``TypeError`` for an entry that is not a tensor. The batch dims of ``td`` past
         ``skip`` stay batch dims of every item (:attr:`item_batch`), as TorchRL keeps them.
+        ``classes``: the tensorclasses nested in the data (``None``: those of ``td``).
         """
         keys = leaf_keys(td)
         sources = [check_source(key, td.get(key)) for key in keys]  # all before allocating any
         leaves = [allocate(shape + x.shape[skip:], x.dtype, key) for key, x in zip(keys, sources)]
         batch = shape + td.batch_size[skip:]
+        if classes is None:
+            classes = nested_tensorclasses(td)
         return cls(assemble(build_tree(keys), leaves, batch, device, nested_batch_dims(td)),
-                   ndim, device)
+                   ndim, device, classes)
 
-    def __init__(self, td: TensorDictBase, ndim: int, device: torch.device) -> None:
+    def __init__(self, td: TensorDictBase, ndim: int, device: torch.device,
+                 classes: NestedClasses | None = None) -> None:
         keys = leaf_keys(td)
         leaves = []
         for key in keys:
@@ -350,6 +385,10 @@ class TensorLayout:
         self.tree = build_tree(keys)
         #: the batch dims of its nested TensorDicts past their parent's (e.g. agents)
         self.nested_dims = nested_batch_dims(td)
+        #: the tensorclass of each nested level of the data (``{}``: plain TensorDicts), which
+        #: reads give back (see :mod:`~._tensorclasses`)
+        self.nested_classes: NestedClasses = dict(nested_tensorclasses(td) if classes is None
+                                                  else classes)
         self._view_leaves(td.batch_size)
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
@@ -370,7 +409,12 @@ class TensorLayout:
         ``batch_size``), their flattened views and the numpy views of :attr:`host_rows`."""
         self.td = assemble(self.tree, self.leaves, batch_size, self.device, self.nested_dims)
         self._build_td = tensordict_builder(self.tree, self.device,
-                                            nested_dims=self.nested_dims)
+                                            nested_dims=self.nested_dims,
+                                            classes=self.nested_classes)
+        #: :attr:`nested_classes` in the order :func:`~._tensorclasses.with_classes` makes them
+        self._classes_inner_first = inner_first(self.nested_classes)
+        #: whether the data has nested levels (without, it can hold no nested tensorclass)
+        self.has_levels = any(type(node) is dict for node in self.tree.values())
         #: the leaves with the ``ndim`` leading dimensions flattened into one of slots: views of
         #: the leaves' memory (see :func:`_slots_viewable`)
         self.flat_leaves = [leaf.flatten(0, self.ndim - 1) if self.ndim > 1 else leaf
@@ -383,7 +427,8 @@ class TensorLayout:
         # pickle and deepcopy would give the views of the leaves memory of their own (writes
         # going where reads never look): the leaves alone are copied, the views made again
         state = self.__dict__.copy()
-        for name in ("td", "_build_td", "flat_leaves", "host_rows"):
+        for name in ("td", "_build_td", "flat_leaves", "host_rows", "_classes_inner_first",
+                     "has_levels"):
             del state[name]
         state["batch_size"] = self.td.batch_size
         return state
@@ -391,6 +436,7 @@ class TensorLayout:
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch_size = state.pop("batch_size")
         state.setdefault("nested_dims", {})  # (pickled before nested levels kept their dims)
+        state.setdefault("nested_classes", {})  # (pickled before nested classes were kept)
         restore_attributes(self, state)
         self._view_leaves(batch_size)
 
@@ -460,8 +506,61 @@ class TensorLayout:
         return self.td[:rows]
 
     def read_index(self, rows: int, index: Any) -> Any:
-        """``index`` of the first ``rows`` rows (TensorDict indexing)."""
+        """``index`` of the first ``rows`` rows (TensorDict indexing), its nested levels made
+        their tensorclasses (:attr:`nested_classes`).
+
+        Examples
+        --------
+        >>> from tensordict import tensorclass
+        >>> @tensorclass
+        ... class Obs:
+        ...     pos: torch.Tensor
+        >>> layout = TensorLayout(TensorDict({("obs", "pos"): torch.arange(4)}, [4]), ndim=1,
+        ...                       device=torch.device("cpu"), classes={("obs",): Obs})
+        >>> out = layout.read_index(3, slice(1, None))
+        >>> type(out["obs"]).__name__, out["obs"].pos.tolist()
+        ('Obs', [1, 2])
+        """
+        out = self._read_rows(rows, index)
+        classes = self._classes_inner_first
+        if classes and isinstance(out, TensorDictBase) and not _is_key_index(index):
+            return with_classes(out, classes)
+        return out
+
+    def _read_rows(self, rows: int, index: Any) -> Any:
+        """``index`` of the first ``rows`` rows of :attr:`td` (plain TensorDicts)."""
         return self.td[:rows][index]
+
+    # ---- nested tensorclasses ------------------------------------------------------------------
+    def is_level(self, path: tuple[str, ...]) -> bool:
+        """Whether ``path`` is a nested level (not a leaf) of the layout's data."""
+        node: Any = self.tree
+        for name in path:
+            if type(node) is not dict:
+                return False
+            node = node.get(name)
+        return type(node) is dict
+
+    def check_classes(self, classes: NestedClasses) -> None:
+        """Refuse (``TypeError`` naming the entry, see
+        :func:`~._tensorclasses.check_written_classes`) a write of data whose nested
+        tensorclasses ``classes`` would read back as other classes from this layout.
+
+        Examples
+        --------
+        >>> from tensordict import tensorclass
+        >>> @tensorclass
+        ... class Obs:
+        ...     pos: torch.Tensor
+        >>> layout = TensorLayout(TensorDict({("obs", "pos"): torch.zeros(4)}, [4]), ndim=1,
+        ...                       device=torch.device("cpu"))
+        >>> layout.check_classes({("obs",): Obs})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: entry 'obs' is tensorclass Obs, but this storage holds a TensorDict there: ...
+        """
+        if classes or self.nested_classes:
+            check_written_classes(self.nested_classes, classes, self.is_level)
 
     def write_index(self, rows: int, index: Any, td: TensorDictBase) -> None:
         """Write ``td`` at ``index`` of the first ``rows`` rows (TensorDict indexing)."""
@@ -682,6 +781,12 @@ class TensorLayout:
             written[index] = value
 
 
+def _is_key_index(index: Any) -> bool:
+    """Whether ``index`` selects an entry by its key (a name, or a tuple of names), not rows."""
+    return isinstance(index, str) or (isinstance(index, tuple) and bool(index)
+                                      and all(isinstance(part, str) for part in index))
+
+
 def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Tensor:
     """``value`` as a tensor of ``target``'s dtype and device that broadcasts to its shape;
     ``ValueError`` (another shape) or ``TypeError`` (a lossy cast) naming ``key`` otherwise.
@@ -737,20 +842,51 @@ def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,
 
 
 def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: int,
-                     device: torch.device) -> TensorLayout:
+                     device: torch.device, classes: NestedClasses | None = None) -> TensorLayout:
     """``layout`` with the entries of ``td`` (data about to be written) that it lacks, each
     allocated (zero-filled) for every row, as TorchRL's tensor storages add them; ``layout``
     itself when ``td`` brings no new entry or lacks one of the storage's (then the write
     refuses it naming the keys). ``skip``: the batch dims of ``td`` before an item's own.
+    ``classes``: the tensorclasses nested in the data (``None``: those of ``td``); those of
+    new levels are added to the layout's. An entry added inside a level the layout holds as
+    a tensorclass is refused (``ValueError``: not one of its fields), as TorchRL refuses it.
+
+    Examples
+    --------
+    >>> from tensordict import tensorclass
+    >>> @tensorclass
+    ... class Obs:
+    ...     pos: torch.Tensor
+    >>> layout = TensorLayout(TensorDict({"r": torch.zeros(4)}, [4]), ndim=1,
+    ...                       device=torch.device("cpu"))
+    >>> data = TensorDict(r=torch.ones(2), obs=Obs(pos=torch.ones(2), batch_size=[2]),
+    ...                   batch_size=[2])
+    >>> grown = with_new_entries(layout, data, lambda shape, dtype, key: torch.zeros(shape),
+    ...                          1, torch.device("cpu"))
+    >>> grown.keys, grown.nested_classes == {("obs",): Obs}
+    ([('obs', 'pos'), 'r'], True)
     """
     keys = leaf_keys(td)
     new = [key for key in keys if key not in layout.key_set]
     if not new or not layout.key_set <= set(keys):
         return layout
+    held = layout.nested_classes
+    for key in new:
+        path = key_path(key)
+        for depth in range(1, len(path)):
+            cls = held.get(path[:depth])
+            if cls is not None:
+                raise ValueError(f"entry {key!r} is not a field of tensorclass {cls.__name__}, "
+                                 f"which this storage holds at {as_key(path[:depth])!r} "
+                                 "(nothing was written).")
     sources = [check_source(key, td.get(key)) for key in new]  # all before allocating any
     full = layout.td.copy()
     for key, x in zip(new, sources):
         full.set(key, allocate(layout.shape + x.shape[skip:], x.dtype, key))
-    grown = TensorLayout(full, layout.ndim, device)
+    if classes is None:
+        classes = nested_tensorclasses(td)
+    # the classes of new levels join the layout's (those of its levels stay as they are)
+    added = {path: cls for path, cls in classes.items() if not layout.is_level(path)}
+    grown = TensorLayout(full, layout.ndim, device, {**held, **added})
     grown.unfilled_from = layout.unfilled_from  # the same leaves (and zeros in the new ones)
     return grown

@@ -47,6 +47,7 @@ from ._object_values import (
     non_tensor_keys,
     values_of,
 )
+from ._tensorclasses import NestedClasses, nested_tensorclasses
 
 __all__ = ["ObjectLayout", "first_layout", "grown_layout", "wrapped_layout"]
 
@@ -81,6 +82,8 @@ class ObjectLayout(TensorLayout):
     nested_dims : dict, optional
         The batch dims of nested levels past their parent's (of the whole data), for the
         levels that only non-tensor entries occupy.
+    classes : dict, optional
+        The tensorclasses nested in the data (see :class:`~._layout.TensorLayout`).
 
     Examples
     --------
@@ -97,25 +100,30 @@ class ObjectLayout(TensorLayout):
 
     def __init__(self, td: TensorDictBase, ndim: int, device: torch.device,
                  columns: dict[NestedKey, np.ndarray],
-                 nested_dims: NestedDims | None = None) -> None:
+                 nested_dims: NestedDims | None = None,
+                 classes: NestedClasses | None = None) -> None:
         #: the column of each non-tensor entry (object arrays ``[rows, *inner, *own]``)
         self.objects = dict(columns)
         self.object_keys = sorted(self.objects, key=str)
         self.object_key_set = frozenset(self.objects)
         self.object_nested_dims: NestedDims = dict(nested_dims or {})
-        super().__init__(td, ndim, device)  # (its _view_leaves reads the columns' keys)
+        super().__init__(td, ndim, device, classes)  # (its _view_leaves reads the columns' keys)
 
     def _view_leaves(self, batch_size: torch.Size) -> None:
         super()._view_leaves(batch_size)
         # builds the TensorDicts read: the tensors, then the non-tensor entries (unchecked:
         # tensordict's checked ``set`` moves a stack to the device value by value)
-        self._build_all = tensordict_builder(
-            build_tree([*self.keys, *self.object_keys]), self.device,
-            nested_dims={**self.object_nested_dims, **self.nested_dims})
+        tree = build_tree([*self.keys, *self.object_keys])
+        nested = {**self.object_nested_dims, **self.nested_dims}
+        self._build_all = tensordict_builder(tree, self.device, nested_dims=nested,
+                                             classes=self.nested_classes)
+        # (the rows as plain TensorDicts, what checkpointers save: see rows_view)
+        self._build_plain = (tensordict_builder(tree, self.device, nested_dims=nested)
+                             if self.nested_classes else self._build_all)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        del state["_build_all"]  # (made again with the views)
+        del state["_build_all"], state["_build_plain"]  # (made again with the views)
         return state
 
     # ---- shapes --------------------------------------------------------------------------------
@@ -279,14 +287,17 @@ class ObjectLayout(TensorLayout):
         return self._build_all(leaves + entries, shape + self.item_batch)
 
     def _rebuilt(self, td: TensorDictBase, ids: torch.Tensor,
-                 columns: Callable[[NestedKey], np.ndarray]) -> TensorDictBase:
-        """``td`` (the tensors of the elements ``ids``) rebuilt with the non-tensor entries."""
+                 columns: Callable[[NestedKey], np.ndarray], plain: bool = False
+                 ) -> TensorDictBase:
+        """``td`` (the tensors of the elements ``ids``) rebuilt with the non-tensor entries
+        (with the nested tensorclasses, unless ``plain``)."""
         leaves = [td.get(key) for key in self.keys]
         entries = self._entries(ids.reshape(-1).cpu().numpy(), tuple(ids.shape), columns)
-        return self._build_all(leaves + entries, td.batch_size)
+        build = self._build_plain if plain else self._build_all
+        return build(leaves + entries, td.batch_size)
 
     def read_index(self, rows: int, index: Any) -> Any:
-        out = super().read_index(rows, index)
+        out = self._read_rows(rows, index)  # (the builder below makes the tensorclasses)
         if not isinstance(out, TensorDictBase):
             return out
         return self._rebuilt(out, self._element_ids(rows, index), self._by_element)
@@ -295,7 +306,7 @@ class ObjectLayout(TensorLayout):
         """The first ``rows`` rows: a view of the tensors, and each non-tensor entry as a
         ``NonTensorStack`` of its values (a copy: write them with ``set``/``set_key``)."""
         return self._rebuilt(super().rows_view(rows), self._element_ids(rows, None),
-                             self._by_element)
+                             self._by_element, plain=True)
 
     # ---- checks --------------------------------------------------------------------------------
     def check_rows_compatible(self, data: TensorDictBase, rows: int) -> None:
@@ -326,11 +337,13 @@ def _checked_entries(td: TensorDictBase, keys: list[NestedKey], refusal: str | N
 
 def first_layout(td: TensorDictBase, shape: torch.Size, skip: int,
                  allocate: Callable[[torch.Size, torch.dtype, NestedKey], torch.Tensor],
-                 ndim: int, device: torch.device, refusal: str | None) -> TensorLayout:
+                 ndim: int, device: torch.device, refusal: str | None,
+                 classes: NestedClasses | None = None) -> TensorLayout:
     """:meth:`TensorLayout.allocate <._layout.TensorLayout.allocate>` for data ``td`` that
     may have non-tensor entries (then an :class:`ObjectLayout`, with empty columns); their
     values are checked first, or they are refused (``TypeError``) when ``refusal`` (why the
-    storage keeps none) is given. Nothing is allocated before the checks.
+    storage keeps none) is given. Nothing is allocated before the checks. ``classes``: the
+    tensorclasses nested in the data (``None``: those of ``td``).
 
     Examples
     --------
@@ -345,20 +358,23 @@ def first_layout(td: TensorDictBase, shape: torch.Size, skip: int,
     ...
     TypeError: entry 't' is a NonTensorData: not here (use LazyTensorStorage, ...
     """
+    if classes is None:
+        classes = nested_tensorclasses(td)
     keys = non_tensor_keys(td)
     if not keys:
-        return TensorLayout.allocate(td, shape, skip, allocate, ndim, device)
+        return TensorLayout.allocate(td, shape, skip, allocate, ndim, device, classes)
     _checked_entries(td, keys, refusal)
-    base = TensorLayout.allocate(td.exclude(*keys), shape, skip, allocate, ndim, device)
+    base = TensorLayout.allocate(td.exclude(*keys), shape, skip, allocate, ndim, device, classes)
     columns = {key: _empty_column((*shape, *td.get(key).batch_size[skip:])) for key in keys}
-    return ObjectLayout(base.td, ndim, device, columns, nested_batch_dims(td))
+    return ObjectLayout(base.td, ndim, device, columns, nested_batch_dims(td), classes)
 
 
 def wrapped_layout(td: TensorDictBase, ndim: int, device: torch.device,
-                   refusal: str | None) -> TensorLayout:
+                   refusal: str | None, classes: NestedClasses | None = None) -> TensorLayout:
     """The layout of existing data ``td`` a storage wraps (every row written): an
     :class:`ObjectLayout` holding copies of its non-tensor values when it has some (checked,
-    or refused as :func:`first_layout` refuses them).
+    or refused as :func:`first_layout` refuses them). ``classes``: the tensorclasses nested
+    in the data (``None``: those of ``td``).
 
     Examples
     --------
@@ -367,21 +383,24 @@ def wrapped_layout(td: TensorDictBase, ndim: int, device: torch.device,
     >>> wrapped_layout(td, 1, torch.device("cpu"), None).objects["t"].tolist()
     ['a', 'b']
     """
+    if classes is None:
+        classes = nested_tensorclasses(td)
     keys = non_tensor_keys(td)
     if not keys:
-        return TensorLayout(td, ndim, device)
+        return TensorLayout(td, ndim, device, classes)
     _checked_entries(td, keys, refusal)
-    base = TensorLayout(td.exclude(*keys), ndim, device)
+    base = TensorLayout(td.exclude(*keys), ndim, device, classes)
     columns = {key: values_of(key, td.get(key), tuple(td.get(key).batch_size)) for key in keys}
-    return ObjectLayout(base.td, ndim, device, columns, nested_batch_dims(td))
+    return ObjectLayout(base.td, ndim, device, columns, nested_batch_dims(td), classes)
 
 
 def grown_layout(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: int,
-                 device: torch.device, refusal: str | None) -> TensorLayout:
+                 device: torch.device, refusal: str | None,
+                 classes: NestedClasses | None = None) -> TensorLayout:
     """:func:`~._layout.with_new_entries` for data ``td`` that may have non-tensor entries:
     ``layout`` with the entries of ``td`` it lacks (a new non-tensor entry gets a column of
     ``None`` for the rows written before), or ``layout`` itself (see
-    :func:`~._layout.with_new_entries`).
+    :func:`~._layout.with_new_entries`, which ``classes`` goes to).
 
     Examples
     --------
@@ -398,17 +417,19 @@ def grown_layout(layout: TensorLayout, td: TensorDictBase, allocate: Any, skip: 
     if not new or not known <= set(keys):
         return layout
     new_objects = [key for key in new if is_non_tensor(td.get(key))]
-    if not new_objects and not layout.object_key_set:
-        return with_new_entries(layout, td, allocate, skip, device)  # tensors alone, as before
+    if not new_objects and not layout.object_key_set:  # tensors alone, as before
+        return with_new_entries(layout, td, allocate, skip, device, classes)
     _checked_entries(td, new_objects, refusal)
+    if classes is None:
+        classes = nested_tensorclasses(td)
     tensors = td.exclude(*layout.object_key_set, *new_objects)
-    grown = with_new_entries(layout, tensors, allocate, skip, device)
+    grown = with_new_entries(layout, tensors, allocate, skip, device, classes)
     columns = dict(layout.objects) if isinstance(layout, ObjectLayout) else {}
     for key in new_objects:
         columns[key] = _empty_column((*layout.shape, *td.get(key).batch_size[skip:]))
     nested = {**nested_batch_dims(td)}
     if isinstance(layout, ObjectLayout):
         nested = {**nested, **layout.object_nested_dims}
-    out = ObjectLayout(grown.td, layout.ndim, device, columns, nested)
+    out = ObjectLayout(grown.td, layout.ndim, device, columns, nested, grown.nested_classes)
     out.unfilled_from = grown.unfilled_from
     return out

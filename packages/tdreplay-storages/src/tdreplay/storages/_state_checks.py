@@ -14,9 +14,10 @@ from tensordict import TensorDictBase
 from tdreplay.core.checkpoint import CheckpointError
 from tdreplay.core.utils import is_int
 
-from ._formats import DataFormat
-from ._layout import TensorLayout
+from ._formats import DataFormat, tensorclass_name
+from ._layout import TensorLayout, as_key
 from ._object_values import check_non_tensor_rows
+from ._tensorclasses import classes_from_record, inner_first, record_names, with_classes
 from .checkpointers import TensorLayoutStorage
 
 __all__ = ["check_rows_fit", "check_tensor_state"]
@@ -54,8 +55,10 @@ def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str,
     if layout is not None:
         fmt.check_meta(meta)
         layout.check_rows_compatible(data, int(n))
+        _check_saved_classes(layout, meta)
         return
     DataFormat.resolve_extra(meta)
+    _check_classes_fit(data, meta)
     check_non_tensor_rows(data, non_tensor_refusal)
     try:
         rows = rows_for(data, True)
@@ -64,6 +67,35 @@ def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str,
     if n > rows:
         raise CheckpointError(f"checkpoint holds {n} rows, more than the {rows} rows this "
                               "storage lays out for them.")
+
+
+def _check_saved_classes(layout: TensorLayout, meta: dict[str, Any]) -> None:
+    """:class:`~tdreplay.core.CheckpointError` naming the entry unless the nested
+    tensorclasses a checkpoint records (by name) read back as themselves from ``layout``: as
+    for a write (:meth:`~._layout.TensorLayout.check_classes`), a saved tensorclass where the
+    layout holds a plain TensorDict or another class is refused; saved plain TensorDicts
+    (a checkpoint without the record included) read back as the layout's classes."""
+    held = {path: tensorclass_name(cls) for path, cls in layout.nested_classes.items()}
+    for path, name in record_names(meta.get("nested_tensorclasses")).items():
+        ours = held.get(path)
+        if ours != name and (ours is not None or layout.is_level(path)):
+            raise CheckpointError(f"checkpoint entry {as_key(path)!r} holds tensorclass {name}, "
+                                  f"this storage {ours or 'a TensorDict'} there.")
+
+
+def _check_classes_fit(data: TensorDictBase, meta: dict[str, Any]) -> None:
+    """:class:`~tdreplay.core.CheckpointError` unless every nested tensorclass a checkpoint
+    records can be found here and made from the saved rows ``data`` (its level there, with
+    its fields)."""
+    classes = classes_from_record(meta.get("nested_tensorclasses"))
+    if not classes:
+        return
+    try:
+        # (no rows, a structure of its own: only whether the classes can be made is tried)
+        with_classes(data[:0].clone(recurse=False), inner_first(classes))
+    except Exception as err:  # what a class raises for entries that are not its fields
+        raise CheckpointError(f"checkpoint nested tensorclasses do not fit its rows: "
+                              f"{type(err).__name__}: {err}") from err
 
 
 def check_tensor_state(storage: TensorLayoutStorage,
@@ -114,7 +146,8 @@ def check_tensor_state(storage: TensorLayoutStorage,
     meta = storage.layout_meta()
     meta.update(len_rows=int(len_rows), kind=state_dict.get("kind", meta["kind"]),
                 treespec=state_dict.get("treespec"), tensorclass=state_dict.get("tensorclass"),
-                lazy_stack=state_dict.get("lazy_stack"))
+                lazy_stack=state_dict.get("lazy_stack"),
+                nested_tensorclasses=state_dict.get("nested_tensorclasses"))
     try:
         storage.check_layout_compatible(meta, state_dict["storage"])
     except CheckpointError as err:

@@ -62,6 +62,7 @@ from ._layout import (
     set_nested_batch_dims,
 )
 from ._object_values import add_non_tensor, non_tensor_keys, split_non_tensor
+from ._tensorclasses import classes_from_record, classes_record, inner_first
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -751,7 +752,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
                 {"kind": layout.kind, "batch_size": list(layout.batch_size),
                  "leaves": [{"key": None if key is None else list(key_path(key)),
                              "dtype": str(dtype), "shape": list(shape)}
-                            for key, dtype, shape in layout.leaves]}
+                            for key, dtype, shape in layout.leaves],
+                 # where the tensorclasses nested in the rows are defined (absent: none)
+                 **({"tensorclasses": classes_record(dict(layout.classes))}
+                    if layout.classes else {})}
                 for layout in layouts
             ],
         })
@@ -779,7 +783,8 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
                 RowLayout(info["kind"], tuple(info["batch_size"]), tuple(
                     (None if leaf["key"] is None else as_key(leaf["key"]),
                      _dtype_from_str(leaf["dtype"]), tuple(leaf["shape"]))
-                    for leaf in info["leaves"]))
+                    for leaf in info["leaves"]),
+                    inner_first(classes_from_record(info.get("tensorclasses"))))
                 for info in meta["layouts"]
             ]
             offsets = np.fromfile(path / "offsets.bin", dtype=np.int64)

@@ -23,6 +23,7 @@ from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata
+from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
 from .checkpointers import CompressedListStorageCheckpointer
 
 __all__ = ["Codec", "CompressedListStorage", "CompressedRow", "LeafCodec", "RowLayout",
@@ -274,7 +275,11 @@ class CompressedListStorage(ListStorage):
         # widest dtypes first: every leaf then starts at a multiple of its item size
         entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
         leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
-        return RowLayout(kind, batch_size, leaves), [value for _, value in entries]
+        # tensorclasses nested in a TensorDict row (only rows with nested keys may hold some)
+        classes = (inner_first(nested_tensorclasses(item))
+                   if kind == "tensordict" and any(type(key) is tuple for key, _ in entries)
+                   else ())
+        return RowLayout(kind, batch_size, leaves, classes), [value for _, value in entries]
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = self._layout(item, 0)
@@ -350,6 +355,8 @@ class CompressedListStorage(ListStorage):
         for (key, _, _), tensor in zip(layout.leaves, tensors):
             source[key] = tensor
         out = TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
+        if layout.classes:  # tensorclasses nested in the rows: read back as they were written
+            return with_classes(out, layout.classes)
         return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:

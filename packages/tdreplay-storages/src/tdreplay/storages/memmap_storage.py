@@ -53,6 +53,7 @@ from ._memmap_shared import (
     _ProcessLock,
     _SharedCounters,
 )
+from ._tensorclasses import NestedClasses, classes_from_record, classes_record
 from ._torn_writes import PACKED_ROWS, TornWrites, packed_range
 from .tensor_storage import LazyTensorStorage
 
@@ -315,7 +316,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                                 dtype, tuple(shape)))
         return mmt.as_subclass(torch.Tensor)
 
-    def _create(self, td: Any, batched: bool) -> None:
+    def _create(self, td: Any, batched: bool, classes: NestedClasses | None = None) -> None:
         with self._lock_obj:
             if self._current_layout() is not None:  # another process laid it out meanwhile
                 return
@@ -330,7 +331,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                         f"scratch_dir already holds files the storage would write: {existing[:3]}"
                         " (choose an empty scratch_dir)."
                     )
-                super()._create(td, batched)
+                super()._create(td, batched, classes)
                 self._write_layout()
             except BaseException:
                 self._remove_created()
@@ -366,6 +367,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             # the batch dims of nested TensorDicts past their parent's (e.g. agents)
             "nested_dims": [[list(path), list(dims)]
                             for path, dims in self._layout.nested_dims.items()],
+            # the tensorclasses nested in the data, where they are defined (absent: none)
+            **({"nested_tensorclasses": classes_record(self._layout.nested_classes)}
+               if self._layout.nested_classes else {}),
             "leaves": [
                 {"key": list(key_path(key)), "file": rel,
                  "dtype": str(dtype), "shape": list(shape)}
@@ -391,8 +395,10 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
         self._format = DataFormat(layout["kind"], _format_extra(layout))
         nested = {tuple(path): tuple(dims) for path, dims in layout.get("nested_dims", [])}
+        # a nested tensorclass this process cannot import reads as an error naming it
+        classes = classes_from_record(layout.get("nested_tensorclasses"), unknown_ok=True)
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device,
-                                             nested), self.ndim, self._device)
+                                             nested), self.ndim, self._device, classes)
         return self._layout
 
     # ---- reads and writes under the process lock -------------------------------------------

@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import StorageCheckpointerBase
 
+from ._tensorclasses import NestedClasses
 from .memmap_storage import LazyMemmapStorage
 from .tensor_storage import LazyTensorStorage
 
@@ -77,14 +78,15 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
         self._unhonoured_device = requested if requested and requested.type != "cpu" else None
         super().__init__(max_size, ndim=ndim, checkpointer=checkpointer, device="cpu")
 
-    def _create(self, td: TensorDictBase, batched: bool) -> None:
+    def _create(self, td: TensorDictBase, batched: bool,
+                classes: NestedClasses | None = None) -> None:
         if self._unhonoured_device is not None:
             warnings.warn(
                 f"LazyTensorStorage(shared_init=True) stores data in CPU memory-mapped files; "
                 f"the requested storage device ({self._unhonoured_device}) cannot be honored "
                 "and is reset to 'cpu'.", UserWarning, stacklevel=2)
             self._unhonoured_device = None
-        super()._create(td, batched)
+        super()._create(td, batched, classes)
 
     def __repr__(self) -> str:
         shape = None if self.shape is None else tuple(self.shape)

@@ -26,18 +26,20 @@ from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._allocation import allocate_unfilled
 from ._compilable_rows import CompilableRows
-from ._formats import KIND_TD, DataFormat, to_tensordict
+from ._formats import KIND_TC, KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
 from ._state_checks import check_rows_fit, check_tensor_state
+from ._tensorclasses import NestedClasses, classes_from_record, classes_of, classes_record
 from .checkpointers import TensorStorageCheckpointer
 
 __all__ = ["LazyTensorStorage", "TensorStorage", "TensorStorageCheckpointer"]
 
 
 def _wrapped(storage: Any, max_size: int | None,
-             ndim: int) -> tuple[int, TensorDictBase, DataFormat]:
-    """``(max_size, td, format)`` of existing data a :class:`TensorStorage` wraps."""
+             ndim: int) -> tuple[int, TensorDictBase, DataFormat, NestedClasses]:
+    """``(max_size, td, format, nested tensorclasses)`` of existing data a
+    :class:`TensorStorage` wraps."""
     td, kind, extra = to_tensordict(storage, batched=True, ndim=ndim)
     if td.batch_dims < ndim:
         raise ValueError(f"storage has {td.batch_dims} batch dims, fewer than ndim={ndim}.")
@@ -46,7 +48,7 @@ def _wrapped(storage: Any, max_size: int | None,
         raise ValueError(f"The max-size and the storage shape mismatch: max_size={max_size}, "
                          f"but the storage passed has {slots} slots (batch shape "
                          f"{tuple(td.batch_size[:ndim])}).")
-    return slots, td, DataFormat(kind, extra)
+    return slots, td, DataFormat(kind, extra), classes_of(storage, td, kind)
 
 
 def _rows_for(inner: Sequence[int], max_size: int) -> int:
@@ -102,12 +104,37 @@ class TensorStorage(CompilableRows, Storage):
         back as ints, so that a ``torch.compile``'d ``extend`` + ``sample`` stops recompiling
         once warmed up. Same data and ``state_dict`` either way.
 
+    Notes
+    -----
+    A tensorclass nested in the data (``td["obs"]`` an ``Obs``, at any depth, also in a field
+    of a tensorclass) reads back as that class, as TorchRL's; ``state_dict`` and checkpoints
+    record it by name (see :meth:`layout_meta`). A later write may hold a TensorDict there
+    (read back as the class, as TorchRL reads it); another tensorclass there, or a
+    tensorclass where the storage holds a TensorDict, is refused (``TypeError`` naming the
+    entry): its rows would read back as another class.
+
     Examples
     --------
-    >>> from tensordict import TensorDict
+    >>> from tensordict import TensorDict, tensorclass
     >>> s = TensorStorage(TensorDict({"x": torch.arange(4)}, [4]))
     >>> len(s), s.get(torch.tensor([3, 1]))["x"].tolist()
     (4, [3, 1])
+    >>> @tensorclass
+    ... class Obs:
+    ...     pos: torch.Tensor
+    >>> @tensorclass
+    ... class Other:
+    ...     pos: torch.Tensor
+    >>> s = LazyTensorStorage(10)
+    >>> s.set(slice(0, 2), TensorDict(obs=Obs(pos=torch.zeros(2), batch_size=[2]),
+    ...                               batch_size=[2]))
+    >>> type(s.get(torch.tensor([1]))["obs"]).__name__
+    'Obs'
+    >>> s.set(slice(2, 4), TensorDict(obs=Other(pos=torch.ones(2), batch_size=[2]),
+    ...                               batch_size=[2]))
+    Traceback (most recent call last):
+    ...
+    TypeError: entry 'obs' is tensorclass Other, but this storage holds Obs there: ...
     """
 
     _default_checkpointer = TensorStorageCheckpointer
@@ -143,8 +170,9 @@ class TensorStorage(CompilableRows, Storage):
         self._layout: TensorLayout | None = None
         self._format = DataFormat()
         if wrapped is not None:
-            _, td, self._format = wrapped
-            self._layout = wrapped_layout(td, self.ndim, self._device, self.non_tensor_refusal)
+            _, td, self._format, classes = wrapped
+            self._layout = wrapped_layout(td, self.ndim, self._device, self.non_tensor_refusal,
+                                          classes)
             self._set_rows_written(self._layout.rows)
 
     # ---- where the layout and the row count live (subclasses may keep them elsewhere) -----------
@@ -190,8 +218,10 @@ class TensorStorage(CompilableRows, Storage):
             return rows
         return _slots_of_rows(layout, rows)
 
-    def _create(self, td: TensorDictBase, batched: bool) -> None:
-        """Lay out the storage from the first data written (one item or a batch)."""
+    def _create(self, td: TensorDictBase, batched: bool,
+                classes: NestedClasses | None = None) -> None:
+        """Lay out the storage from the first data written (one item or a batch); ``classes``:
+        the tensorclasses nested in it (``None``: those of ``td``)."""
         lead = int(batched)
         if td.batch_dims < lead + self.ndim - 1:
             raise ValueError(f"data has {td.batch_dims} batch dims; a storage with "
@@ -204,7 +234,7 @@ class TensorStorage(CompilableRows, Storage):
         self._layout = first_layout(
             td, shape, lead + len(inner),
             (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) if unfilled
-            else self._allocate, self.ndim, device, self.non_tensor_refusal)
+            else self._allocate, self.ndim, device, self.non_tensor_refusal, classes)
         self._layout.unfilled_from = 0 if unfilled else None  # no row written yet
         self._set_rows_written(0)
 
@@ -224,7 +254,7 @@ class TensorStorage(CompilableRows, Storage):
         leaves = None
         if layout is None:
             self._format = DataFormat(kind, extra)
-            self._create(td, batched=not single)
+            self._create(td, batched=not single, classes=classes_of(data, td, kind))
             layout = self._current_layout()
             assert layout is not None
         else:
@@ -232,9 +262,14 @@ class TensorStorage(CompilableRows, Storage):
             if kind != fmt.kind or (extra is not None and extra != fmt.extra):
                 fmt.check_same(kind, extra)
             leaves = layout.matching_leaves(td)  # None: other keys (or not a plain TensorDict)
+            # plain TensorDicts at every level (leaves found) hold no tensorclass, nor does a
+            # tensorclass laid out without nested levels: the hot paths check nothing more
+            if leaves is None or (kind == KIND_TC and layout.has_levels):
+                classes = classes_of(data, td, kind)
+                layout.check_classes(classes)  # (refused: another class would read back)
             if leaves is None and self.adds_entries:
                 grown = grown_layout(layout, td, self._allocate, int(not single) + self.ndim - 1,
-                                     self._device, self.non_tensor_refusal)
+                                     self._device, self.non_tensor_refusal, classes)
                 if grown is not layout:  # a new key: its entry is added, zero-filled (TorchRL)
                     self._layout = grown
                     try:
@@ -251,7 +286,8 @@ class TensorStorage(CompilableRows, Storage):
     def __setitem__(self, index: Any, value: Any) -> None:
         layout = self._current_layout()
         if isinstance(index, tuple) and layout is not None:
-            td, _, _ = to_tensordict(value, batched=True, ndim=self.ndim)
+            td, kind, _ = to_tensordict(value, batched=True, ndim=self.ndim)
+            layout.check_classes(classes_of(value, td, kind))
             layout.write_index(self._rows_written(), index, td)
             return
         super().__setitem__(index, value)
@@ -329,7 +365,17 @@ class TensorStorage(CompilableRows, Storage):
     def state_dict(self) -> dict[str, Any]:
         rows = self.written_rows().clone() if self.initialized else None
         return {"initialized": rows is not None, "len_rows": self._rows_written(), "storage": rows,
-                "kind": self._format.kind, "max_size": self.max_size, **self._format.meta()}
+                "kind": self._format.kind, "max_size": self.max_size, **self._format.meta(),
+                **self._classes_meta()}
+
+    def _classes_meta(self) -> dict[str, Any]:
+        """``{"nested_tensorclasses": record}`` of the tensorclasses nested in the data (see
+        :meth:`layout_meta`); ``{}`` when there are none (the metadata of other data is as it
+        was before they were recorded)."""
+        layout = self._current_layout()
+        if layout is None or not layout.nested_classes:
+            return {}
+        return {"nested_tensorclasses": classes_record(layout.nested_classes)}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_tensor_state(self, state_dict)  # another max_size, too many rows, another layout
@@ -373,7 +419,10 @@ class TensorStorage(CompilableRows, Storage):
         Keys: ``class``, ``max_size``, ``ndim``, ``initialized``, ``len_rows`` (written rows),
         ``rows`` (row capacity, ``None`` before the first write), ``kind`` (``"tensordict"``,
         ``"tensor"``, ``"tensorclass"`` or ``"pytree"``), ``treespec`` and ``tensorclass``
-        (strings naming the pytree structure / tensorclass, else ``None``).
+        (strings naming the pytree structure / tensorclass, else ``None``), and for data
+        with tensorclasses nested in it (``td["obs"]`` an ``Obs``), ``nested_tensorclasses``:
+        ``[[key path, "module:qualname"], ...]``, which a storage loading the checkpoint
+        imports to read those levels back as their classes.
 
         Examples
         --------
@@ -382,6 +431,15 @@ class TensorStorage(CompilableRows, Storage):
         >>> meta = s.layout_meta()
         >>> meta["rows"], meta["len_rows"], meta["kind"]
         (2, 1, 'tensor')
+        >>> from tensordict import TensorDict, tensorclass
+        >>> @tensorclass
+        ... class Obs:
+        ...     pos: torch.Tensor
+        >>> s = LazyTensorStorage(10)
+        >>> s.set(slice(0, 2), TensorDict(obs=Obs(pos=torch.zeros(2, 3), batch_size=[2]),
+        ...                               batch_size=[2]))
+        >>> s.layout_meta()["nested_tensorclasses"]  # doctest: +ELLIPSIS
+        [[['obs'], '...:Obs']]
         """
         layout = self._current_layout()
         return {
@@ -393,6 +451,7 @@ class TensorStorage(CompilableRows, Storage):
             "rows": None if layout is None else layout.rows,
             "kind": self._format.kind,
             **self._format.meta(),
+            **self._classes_meta(),
         }
 
     def check_layout_compatible(self, meta: dict[str, Any], data: TensorDictBase) -> None:
@@ -435,7 +494,9 @@ class TensorStorage(CompilableRows, Storage):
         if layout is None:
             kind = meta.get("kind", KIND_TD)
             self._format = DataFormat(kind, DataFormat.resolve_extra(meta))
-            self._create(data, batched=True)
+            # (a checkpoint without a record of nested tensorclasses: plain TensorDicts)
+            self._create(data, batched=True,
+                         classes=classes_from_record(meta.get("nested_tensorclasses")))
             layout = self._current_layout()
             assert layout is not None
         n = int(meta["len_rows"])
