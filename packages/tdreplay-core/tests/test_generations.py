@@ -126,6 +126,22 @@ def test_bad_generation_state_refused_unchanged(bad, match):
     assert rb.writer.cursor == 0
 
 
+@pytest.mark.parametrize("table", [torch.tensor([0, 0, 0]), torch.tensor([0, 0, -1, 0])],
+                         ids=["shorter-than-the-rows", "a-written-row-unstamped"])
+def test_a_buffer_state_whose_table_misses_written_rows_is_refused(table):
+    # a written row without a stamp would never match its handles: updates of it skipped
+    rb = _rb(4)
+    rb.extend(_items(range(4)))
+    before = rb.writer.generations_of(torch.arange(4)).clone()
+    state = rb.state_dict()
+    state["_writer"]["generation"] = table
+    with pytest.raises(ValueError, match="does not stamp every written row"):
+        rb.load_state_dict(state)
+    assert torch.equal(rb.writer.generations_of(torch.arange(4)), before)
+    state["_writer"]["generation"] = torch.tensor([0, 0, 0, 0, 0])[:4]
+    rb.load_state_dict(state)  # a full table loads
+
+
 def test_track_generations_must_be_bool():
     with pytest.raises(TypeError, match="track_generations"):
         RoundRobinWriter(track_generations=1)

@@ -105,6 +105,9 @@ def test_versions():
                                patch={"obs": torch.tensor([[1.0, 1], [2, 2]])},
                                version_key="v", version=torch.tensor([8, 7]))
     assert dup.updated.tolist() == [True, False] and rb[:]["obs"][4].tolist() == [1, 1]
+    with pytest.raises(TypeError, match="version must be a number"):
+        rb.update_if_present(index=index, generation=gen, patch={}, version_key="v",
+                             version="abc")
     for key, match in [("obs", "scalar"), ("v.x", "Dotted"), ("nope", "nope")]:
         with pytest.raises((ValueError, KeyError), match=match):
             rb.update_if_present(index=index, generation=gen, patch={}, version_key=key,

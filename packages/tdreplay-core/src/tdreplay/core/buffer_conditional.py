@@ -124,8 +124,14 @@ def _version_entry(version_key: Any, version: Any, patch: dict[Any, torch.Tensor
     if any(d != 1 for d in leaf.shape[1:]):
         raise ValueError(f"version_key {key!r} must name a per-record scalar entry; the "
                          f"storage holds entry shape {tuple(leaf.shape[1:])}.")
-    incoming = (torch.as_tensor(version, dtype=leaf.dtype) if not isinstance(version, torch.Tensor)
-                else version)
+    if isinstance(version, torch.Tensor):
+        incoming = version
+    else:
+        try:
+            incoming = torch.as_tensor(version, dtype=leaf.dtype)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"version must be a number, a sequence of numbers or a tensor, "
+                            f"got {type(version).__name__} ({version!r}).") from err
     if incoming.dtype != leaf.dtype:
         raise ValueError(f"version has dtype {incoming.dtype}; the stored {key!r} is "
                          f"{leaf.dtype}.")

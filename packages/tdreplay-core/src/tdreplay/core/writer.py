@@ -563,6 +563,14 @@ class RoundRobinWriter(Writer):
             raise ValueError(f"{type(self).__name__} state_dict['cursor'] is {cursor} but the "
                              f"storage state holds {rows} rows of {capacity}: the next write "
                              "would leave a gap.")
+        table = state_dict.get("generation")
+        if isinstance(table, torch.Tensor) and rows and (
+                table.numel() < rows or bool((table[:rows] < 0).any())):
+            # a written row without a stamp would never match a handle: updates of it skipped
+            raise ValueError(f"{type(self).__name__} state_dict['generation'] does not stamp "
+                             f"every written row: the storage state holds {rows} rows, the "
+                             f"table covers {min(table.numel(), rows)} of them with stamps "
+                             ">= 0.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
