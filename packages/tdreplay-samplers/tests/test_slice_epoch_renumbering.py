@@ -6,6 +6,7 @@ state saved then was refused on load). A rebuilt index now starts a new epoch.""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -63,3 +64,18 @@ def test_a_stale_saved_epoch_is_not_checked_against_the_index():
     twin = buffer()
     twin.load_state_dict(state)
     assert epoch(twin)[0] == 0
+
+
+def test_a_state_whose_epoch_names_a_trajectory_twice_is_refused():
+    rb = buffer()
+    rb.sample(4)
+    state = rb.state_dict()
+    epoch_ids = state["_sampler"]["epoch"]
+    twice = torch.cat([epoch_ids[:-1], epoch_ids[2:3]])  # one trajectory twice, one missing
+    restored = buffer()
+    before = restored.sampler.state_dict()
+    with pytest.raises(ValueError, match="names a trajectory twice"):
+        restored.load_state_dict({**state, "_sampler": {**state["_sampler"], "epoch": twice}})
+    assert torch.equal(restored.sampler.state_dict()["epoch"], before["epoch"])
+    restored.load_state_dict(state)  # the saved epoch loads
+    assert epoch(restored) == epoch(rb)

@@ -627,6 +627,9 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         stale = bool(meta[3])  # (a stale epoch is never read: its ids may be void)
         if not stale and perm.numel() and (int(perm.min()) < 0 or int(perm.max()) >= high):
             raise ValueError("state 'epoch' names trajectories that the index does not hold.")
+        if not stale and torch.unique(perm).numel() != perm.numel():
+            raise ValueError("state 'epoch' names a trajectory twice: an epoch draws each "
+                             "trajectory once.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
