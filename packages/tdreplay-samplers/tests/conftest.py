@@ -14,3 +14,14 @@ def torch_threads() -> Iterator[None]:
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def ids_stored_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes through a buffer skip the slice samplers' ``check_write``, as ids written
+    straight into the storage (or by another process) do: for tests of what a sample does
+    with refused ids once they are stored."""
+    from tdreplay.core import Sampler
+    from tdreplay.samplers import SliceSampler
+
+    monkeypatch.setattr(SliceSampler, "check_write", Sampler.check_write)

@@ -46,7 +46,7 @@ def _buffer(sampler, seed=0):
 
 
 @pytest.mark.parametrize("make_sampler", SAMPLERS.values(), ids=SAMPLERS.keys())
-def test_refused_ids_keep_refusing_the_same_way(make_sampler):
+def test_refused_ids_keep_refusing_the_same_way(make_sampler, ids_stored_unchecked):
     # the reproduction of the bug report (/tmp/h_doc/t4.py), with ids that stay refused
     rb = _buffer(make_sampler())
     rb.extend(_steps(0, 16, episode=torch.arange(16.0) // 8))  # float ids, whole numbers
@@ -98,7 +98,7 @@ def test_after_a_failed_build_sampling_goes_on_as_if_nothing_failed(make_sampler
     testing.assert_same(rb.sampler.state_dict(), twin.sampler.state_dict(), "sampler state")
 
 
-def test_auto_detected_trajectory_key_is_kept_when_the_build_fails():
+def test_auto_detected_trajectory_key_is_kept_when_the_build_fails(ids_stored_unchecked):
     sampler = SliceSampler(slice_len=4)  # detects "episode"
     rb = _buffer(sampler)
     rb.extend(_steps(0, 16, episode=torch.full((16,), 0.5)))

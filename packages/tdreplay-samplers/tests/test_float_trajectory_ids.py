@@ -96,13 +96,27 @@ BAD_IDS = {"half": 0.5, "nan": math.nan, "inf": math.inf, "beyond_int64": 2.0 **
 @pytest.mark.parametrize("bad", BAD_IDS.values(), ids=BAD_IDS.keys())
 @pytest.mark.parametrize("make_sampler", SAMPLERS.values(), ids=SAMPLERS.keys())
 def test_ids_that_are_not_whole_numbers_are_refused(make_sampler, bad):
+    message = re.escape(
+        f"trajectory key 'episode' must hold whole-number trajectory ids: found {bad!r}")
     rb = _buffer(make_sampler())
+    good = TensorDict({"obs": torch.arange(10),
+                       "episode": torch.zeros(10, dtype=torch.float64)}, [10])
+    rb.extend(good)
     episode = torch.zeros(10, dtype=torch.float64)
     episode[7] = bad
-    rb.extend(TensorDict({"obs": torch.arange(10), "episode": episode}, [10]))
+    data = TensorDict({"obs": torch.arange(10), "episode": episode}, [10])
+    before = rb.state_dict()
+    # refused before anything is written (stored, they made every later sample raise)
+    for write in (lambda: rb.extend(data), lambda: rb.add(data[7]),
+                  lambda: rb.__setitem__(slice(0, 10), data)):
+        with pytest.raises(ValueError, match=message):
+            write()
+        testing.assert_same(rb.state_dict(), before, "buffer state")
+    assert len(rb.sample(10)) > 0  # the buffer samples as before
+    # written past the buffer (straight into the storage): the next sample refuses them
+    rb.storage.set(torch.arange(10, 20), data)
     before = rb.sampler.state_dict()
-    with pytest.raises(ValueError, match=re.escape(
-            f"trajectory key 'episode' must hold whole-number trajectory ids: found {bad!r}")):
+    with pytest.raises(ValueError, match=message):
         rb.sample(10)
     testing.assert_same(rb.sampler.state_dict(), before, "sampler state")
 

@@ -122,7 +122,7 @@ def test_plain_tensor_storage_is_rejected() -> None:
         rb.sample(4)
 
 
-def test_fractional_trajectory_ids_are_rejected() -> None:
+def test_fractional_trajectory_ids_are_rejected(ids_stored_unchecked: None) -> None:
     # whole-number float ids are ids (test_float_trajectory_ids.py); others are refused
     rb = make_rb(SliceSampler(num_slices=2, traj_key="episode"))
     data = episodes([5, 5])

@@ -293,7 +293,7 @@ def test_scenario_answers() -> None:
     assert scenario("loose", filled("loose", EMPTY)) == [T, T, T, T, T, T, T]
 
 
-def test_failed_index_build_leaves_sampler_as_it_was() -> None:
+def test_failed_index_build_leaves_sampler_as_it_was(ids_stored_unchecked: None) -> None:
     # trajectory ids that are not whole numbers: the index cannot be built (sample raises)
     sampler = SliceSampler(slice_len=2, traj_key="episode")
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler, batch_size=4)

@@ -40,6 +40,7 @@ class InPlaceEditsMixin:
         with self._lock:
             self._check_writing_process()  # a forked child edits only what is shared
             self._sampler.check_edit()
+            self._sampler.check_write(value)
             rows = self._storage.index_to_rows(index, value)
             self._storage[index] = value
             generations = self._storage.slot_generations  # (tracked by a writer)

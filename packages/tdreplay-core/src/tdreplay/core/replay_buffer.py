@@ -416,6 +416,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """Write one item (write-side transforms done) and tell the sampler; lock held. ``None``
         when the writer did not keep it (``TensorDictMaxValueWriter``), as TorchRL's."""
         self._check_writing_process()  # a forked child writes only what is shared
+        if type(self._sampler).check_write is not Sampler.check_write:
+            self._sampler.check_write(data)
         row = self._add_row(data)
         if type(row) is int and self._storage.row_numel == 1:  # one row, one slot: no tensor
             self._sampler.add(row)
@@ -453,6 +455,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
         checked ``priority`` of its ``rows_given`` rows if each went to one slot of its own."""
         self._check_writing_process()
+        if type(self._sampler).check_write is not Sampler.check_write:
+            self._sampler.check_write(data)  # (the base's accepts anything: not called)
         rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
         slots = self._storage.rows_to_slots(rows)
         if priority is not None and _one_slot_per_row(slots, rows_given):

@@ -131,6 +131,29 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         if type(self).extend is not Sampler.extend:
             self.extend(torch.as_tensor([slot], dtype=torch.long))
 
+    def check_write(self, data: Any) -> None:
+        """Called before a write stores ``data`` (``extend``: the batch; ``add``: the item;
+        ``rb[i] = ...``: the value), after the write-side transforms: raise to refuse it,
+        nothing written. A sampler that reads entries of the stored data (e.g. trajectory
+        ids) checks them here, so that bad values never reach the storage. Nothing by
+        default; buffers call it only when a sampler overrides it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
+        >>> class NoNegatives(RandomSampler):
+        ...     def check_write(self, data):
+        ...         if any(x < 0 for x in data):
+        ...             raise ValueError("data: negative items are refused.")
+        >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=NoNegatives())
+        >>> rb.extend([1, -2])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: data: negative items are refused.
+        >>> len(rb)
+        0
+        """
+
     def check_edit(self) -> None:
         """Called before an index assignment (``rb[i] = ...``) writes anything: raise to refuse
         it (a sampler that could not follow it, e.g. one whose state lives in another

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import unravel_key
+from tensordict import is_tensor_collection, unravel_key
 
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
@@ -30,7 +30,7 @@ from ._slicing import (
     slice_slots,
     span_starts,
 )
-from ._storage_entries import StorageEntries, touches
+from ._storage_entries import StorageEntries, key_name, touches, whole_ids
 from ._trajectory_index import LANE, LEN, START, TrajectoryIndex
 from .without_replacement import SamplerWithoutReplacement, check_replacement
 
@@ -265,6 +265,21 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
         self._index.note_write(slots)
+
+    def check_write(self, data: Any) -> None:
+        """Refuse trajectory ids that are not whole numbers (``0.5``, ``nan``) before they
+        are written, with a ``ValueError`` naming the key: stored, they would make every later
+        sample raise. The ids checked are those the sampler reads: ``traj_key``'s when given,
+        else the first of the keys it detects that ``data`` holds."""
+        if self._static_traj is not None or self._static_ends is not None \
+                or not is_tensor_collection(data):
+            return
+        for key in ((self.traj_key,) if self._explicit_traj else AUTO_TRAJ_KEYS):
+            ids = data.get(key, None)
+            if ids is not None:
+                if isinstance(ids, torch.Tensor) and ids.is_floating_point():
+                    whole_ids(ids.reshape(-1), f"the trajectory key {key_name(key)}")
+                return
 
     def mark_update(self, slots: torch.Tensor) -> None:
         self._rewritten()
