@@ -390,6 +390,11 @@ def test_update_priority_reaches_the_member_samplers():
     assert float((sample["index", "index"][1] == 6).float().mean()) > 0.95
     with pytest.raises(ValueError, match="priority must have the index's shape"):
         rb.update_priority(favourite, torch.ones(3))
+    for bad in (None, 0.5, torch.tensor([3])):  # not an ensemble index: named, nothing changed
+        with pytest.raises(TypeError, match="index must be an ensemble index"):
+            rb.update_priority(bad, torch.ones(1))
+    sample = rb.sample(200)
+    assert float((sample["index", "index"][0] == 3).float().mean()) > 0.95
 
 
 def test_iteration_and_prefetch():

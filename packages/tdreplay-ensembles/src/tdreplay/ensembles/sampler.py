@@ -320,6 +320,10 @@ class SamplerEnsemble(MembersShareable, Sampler):
                 raise ValueError(f"priority must have the index's shape {tuple(index.batch_size)}, "
                                  f"got {tuple(priority.shape)}.")
         else:
+            if not isinstance(index, (list, tuple)):
+                raise TypeError(f"index must be an ensemble index (a TensorDict with 'index' "
+                                f"and 'buffer_ids', e.g. sample['index']) or a list of them, "
+                                f"got {type(index).__name__}.")
             index = list(index)
             if not isinstance(priority, (list, tuple)) or len(priority) != len(index):
                 raise ValueError(f"with a list index of {len(index)} parts, priority must be a "
