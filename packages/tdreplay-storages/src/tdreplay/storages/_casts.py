@@ -1,4 +1,6 @@
-"""The rule for writing data of one dtype into a tensor storage entry of another (pure functions).
+"""The dtypes of a tensor storage's entries (pure functions): the rule for writing data of one
+dtype into an entry of another (:func:`check_cast`), and a dtype read back from the name a
+layout file or a checkpoint recorded for it (:func:`dtype_from_str`).
 
 A tensor storage's entries keep the dtypes of the first data written. Data of another dtype is
 cast when written, unless the cast would lose what the data says:
@@ -24,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_cast"]
+__all__ = ["check_cast", "dtype_from_str"]
 
 
 def _limit(dtype: torch.dtype) -> float:
@@ -94,3 +96,19 @@ def check_cast(key: Any, src: torch.Tensor, dtype: torch.dtype) -> None:
     if bad.numel():
         raise ValueError(_refused(key, src, dtype, f"would wrap {bad[0].item()} around (the "
                                   f"entry holds [{info.min}, {info.max}])"))
+
+
+def dtype_from_str(name: str) -> torch.dtype:
+    """The torch dtype ``str(dtype)`` wrote (``"torch.float32"`` or ``"float32"``).
+
+    Raises ``ValueError`` for a name that is not a torch dtype.
+
+    Examples
+    --------
+    >>> dtype_from_str("torch.int64"), dtype_from_str("float32")
+    (torch.int64, torch.float32)
+    """
+    dtype = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}.")
+    return dtype

@@ -72,7 +72,7 @@ def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str,
 def _check_saved_classes(layout: TensorLayout, meta: dict[str, Any]) -> None:
     """:class:`~tdreplay.core.CheckpointError` naming the entry unless the nested
     tensorclasses a checkpoint records (by name) read back as themselves from ``layout``: as
-    for a write (:meth:`~._layout.TensorLayout.check_classes`), a saved tensorclass where the
+    for a write (:meth:`~._level_classes.LevelClasses.check`), a saved tensorclass where the
     layout holds a plain TensorDict or another class is refused; saved plain TensorDicts
     (a checkpoint without the record included) read back as the layout's classes."""
     held = {path: tensorclass_name(cls) for path, cls in layout.nested_classes.items()}

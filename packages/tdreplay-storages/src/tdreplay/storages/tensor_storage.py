@@ -140,7 +140,7 @@ class TensorStorage(CompilableRows, Storage):
     _default_checkpointer = TensorStorageCheckpointer
     supports_conditional_update = True  # entries patched in place (update_if_present)
     adds_entries = True  #: data with a new key adds its entry (zero-filled), as TorchRL's
-    #: first layout allocated unfilled (see ``TensorLayout.before_write``); False: _allocate's
+    #: first layout allocated unfilled (see ``_row_writes.before_write``); False: _allocate's
     _lays_out_unfilled: bool = True
     #: why the storage keeps no non-tensor entries (``None``: it keeps them, as JSON values in
     #: columns beside its tensors: :mod:`~tdreplay.storages._object_layout`)

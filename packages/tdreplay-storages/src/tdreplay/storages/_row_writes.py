@@ -1,0 +1,145 @@
+"""The write path of a :class:`~._layout.TensorLayout` (functions of a layout, which binds
+:func:`write_rows` as its ``write``; no storage imports): data written at an int row, a slice
+or row indices (:func:`write_rows`), a run of rows copied as it comes when it is as expected
+(:func:`write_run`), and the rows of a layout allocated unfilled zeroed before a write would
+leave them behind (:func:`before_write`). The copies are the layout's own
+(:meth:`~._layout.TensorLayout.copy_rows`, :meth:`~._layout.TensorLayout.index_copy_rows`), the
+checks its :attr:`~._layout.TensorLayout.sources`'.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core.utils import as_long_tensor
+
+if TYPE_CHECKING:
+    from ._layout import TensorLayout
+
+__all__ = ["before_write", "write_rows", "write_run"]
+
+
+def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
+               leaves: list[torch.Tensor] | None, single: bool) -> tuple[int | None, int | None]:
+    """Write ``td`` at ``rows`` of ``layout`` (one item at an int row, else a batch at a slice
+    or at row indices; negative rows count from the end) after checking it (its
+    ``source_leaves``, with ``leaves`` of its ``matching_leaves`` if known). Returns ``(top,
+    last)``: the row count the write reaches (``None`` when it writes no row) and the row
+    written last (``None``: none).
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages._layout import TensorLayout
+    >>> layout = TensorLayout(TensorDict({"a": torch.zeros(5)}, [5]), ndim=1,
+    ...                       device=torch.device("cpu"))
+    >>> layout.write(torch.tensor([3, -5]), TensorDict({"a": torch.ones(2)}, [2]), None,
+    ...              single=False)
+    (4, 0)
+    >>> layout.leaves[0].tolist()
+    [1.0, 0.0, 0.0, 1.0, 0.0]
+    """
+    cap = layout.rows
+    if single:
+        row = int(rows)
+        if not -cap <= row < cap:
+            raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
+        row %= cap
+        write_run(layout, row, row + 1, td, leaves, lead=layout.inner)
+        return row + 1, row
+    if isinstance(rows, slice):
+        start, stop, step = rows.indices(cap)
+        if step != 1:
+            rows = torch.arange(start, stop, step)
+        else:
+            write_run(layout, start, stop, td, leaves)
+            return stop, (stop - 1 if stop > start else None)
+    rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
+    src = layout.source_leaves(td, (rows.numel(), *layout.inner), leaves)
+    before_write(layout, top + 1, top + 1)  # rows in any order: all below the top one
+    layout.index_copy_rows(rows.to(layout.device), src)
+    return (top + 1, int(rows[-1])) if rows.numel() else (None, None)
+
+
+def write_run(layout: TensorLayout, start: int, stop: int, td: TensorDictBase,
+              leaves: list[torch.Tensor] | None, lead: tuple[int, ...] | None = None) -> None:
+    """Write the batch ``td`` (``leaves``: of ``layout.matching_leaves``, if known) at rows
+    ``[start, stop)`` of ``layout``, checked as its ``source_leaves`` checks it. ``lead``: the
+    shape before each leaf's own dims (``[stop - start, *inner]`` by default; ``inner`` for one
+    item without a leading dim at ``stop == start + 1``).
+
+    The common write (the storage's keys, dtypes and shapes, on the host) is checked by
+    the numpy copy itself (``layout.copy_rows`` with the shapes it must have); anything
+    else is checked and named by ``layout.source_leaves`` first.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages._layout import TensorLayout
+    >>> layout = TensorLayout(TensorDict({"a": torch.zeros(4, 2)}, [4]), ndim=1,
+    ...                       device=torch.device("cpu"))
+    >>> batch = TensorDict({"a": torch.ones(2, 2)}, [2])
+    >>> write_run(layout, 1, 3, batch, layout.matching_leaves(batch))
+    >>> layout.leaves[0][:, 0].tolist()
+    [0.0, 1.0, 1.0, 0.0]
+    >>> write_run(layout, 0, 2, TensorDict({"a": torch.ones(2, 1)}, [2]), None)
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'a' has shape (2, 1), expected (2, 2) for this storage.
+    """
+    if lead is None:
+        lead = (stop - start, *layout.inner)
+    if leaves is not None:
+        _, shapes = layout.sources.expected_for(lead)
+        if layout.copy_rows(start, stop, leaves, shapes):
+            before_write(layout, start, stop)  # (rows below ``start`` only: in any order)
+            return
+    src = layout.source_leaves(td, lead, leaves)
+    before_write(layout, start, stop)
+    layout.copy_rows(start, stop, src)
+
+
+def before_write(layout: TensorLayout, start: int, stop: int) -> None:
+    """Rows ``[start, stop)`` of ``layout`` are about to be written: in a layout allocated
+    unfilled (its ``unfilled_from`` set), zero the never-written rows below ``start`` the write
+    would leave behind, so that every row below the written count holds data or zeros.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.storages._layout import TensorLayout
+    >>> layout = TensorLayout(TensorDict({"a": torch.full((6,), 9)}, [6]), ndim=1,
+    ...                       device=torch.device("cpu"))
+    >>> layout.unfilled_from = 0  # as if allocated unfilled: nothing written yet
+    >>> before_write(layout, 3, 4)
+    >>> layout.leaves[0].tolist(), layout.unfilled_from
+    ([0, 0, 0, 9, 9, 9], 4)
+    >>> before_write(layout, 5, 6)  # the top row: rows 4 zeroed, none left unfilled
+    >>> layout.leaves[0].tolist(), layout.unfilled_from
+    ([0, 0, 0, 9, 0, 9], None)
+    """
+    low = layout.unfilled_from
+    if low is None or stop <= low:
+        return
+    if start > low:
+        for leaf in layout.leaves:
+            leaf[low:start].zero_()
+    # every row written or zeroed once the top one is: no check on later writes
+    layout.unfilled_from = stop if stop < layout.rows else None
+
+
+def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
+    """``rows`` (1-D) checked against ``cap`` rows, negative ones counted from the end, and the
+    highest row (``-1`` for no rows)."""
+    if not rows.numel():
+        return rows, -1
+    lo, top = (int(v) for v in torch.aminmax(rows))  # one pass for the check and the top row
+    if top >= cap or lo < -cap:
+        raise IndexError(f"rows out of range for a storage of {cap} rows.")
+    if lo < 0:  # negative rows count from the end
+        rows = rows % cap
+        top = int(rows.max())
+    return rows, top

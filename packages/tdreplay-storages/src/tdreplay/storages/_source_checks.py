@@ -1,0 +1,166 @@
+"""The checks of data about to go into a tensor storage's leaves (imports no storage): each entry
+a tensor holding data (:func:`check_source`), and the keys, shapes and dtypes a layout's leaves
+take (:class:`SourceCheck`), named where they differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdreplay.core.checkpoint import CheckpointError
+
+from ._casts import check_cast
+from ._key_tree import leaves_along_tree
+from ._keys import NestedKey, leaf_keys
+
+__all__ = ["SourceCheck", "check_source"]
+
+#: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
+_SHAPE_DTYPE = attrgetter("shape", "dtype")
+
+
+def check_source(key: NestedKey, value: Any) -> torch.Tensor:
+    """``value``, the entry ``key`` of data to store, checked to be a tensor holding data:
+    ``TypeError`` for anything else, ``ValueError`` for a meta-device tensor (shape only).
+
+    Examples
+    --------
+    >>> check_source("obs", torch.zeros(2, device="meta"))
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'obs' is a meta tensor (a shape without data): a storage holds data; ...
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"entry {key!r} is a {type(value).__name__}: this storage holds a "
+                        "tensor there (use LazyStackStorage or ListStorage for data of any "
+                        "kind).")
+    if value.is_meta:
+        raise ValueError(f"entry {key!r} is a meta tensor (a shape without data): a storage "
+                         "holds data; write tensors on a real device.")
+    return value
+
+
+class SourceCheck:
+    """What the data written into a layout's leaves must be: the layout's keys, each leaf's
+    shape after the leading dims of the write and its dtype (another dtype is cast, unless the
+    cast would lose values: :func:`~._casts.check_cast`). Data of the expected shapes and
+    dtypes costs one comparison (the write path's); anything else is checked entry by entry
+    and named.
+
+    Parameters
+    ----------
+    keys : list
+        The layout's leaf keys, in storage order.
+    tree : dict
+        Their :func:`tree <._key_tree.build_tree>`.
+    leaves : sequence of torch.Tensor
+        The layout's leaves, in storage order (only their shapes and dtypes are kept).
+    ndim : int
+        The leaves' leading dims counted in the storage's capacity.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> check = SourceCheck(["a"], {"a": 0}, [torch.zeros(4, 2)], ndim=1)
+    >>> check.source_leaves(TensorDict({"a": torch.ones(3, 2)}, [3]), (3,))[0].shape
+    torch.Size([3, 2])
+    >>> check.source_leaves(TensorDict({"b": torch.ones(3, 2)}, [3]), (3,))
+    Traceback (most recent call last):
+    ...
+    KeyError: "data keys do not match the storage: missing ['a'], unexpected ['b']."
+    """
+
+    def __init__(self, keys: list[NestedKey], tree: dict[str, Any],
+                 leaves: Sequence[torch.Tensor], ndim: int) -> None:
+        self.keys = keys
+        self.key_set = set(keys)
+        self.tree = tree
+        #: each leaf's dims past the ``ndim`` leading ones, and its dtype
+        self.item_specs = [(leaf.shape[ndim:], leaf.dtype) for leaf in leaves]
+        #: each leaf's shape past its first dim (a row's), and its dtype
+        self.row_specs = [(leaf.shape[1:], leaf.dtype) for leaf in leaves]
+        # (lead dims, [(full shape, dtype) of every source leaf], [its full shape]) of the
+        # last write: see expected_for
+        self._expected: tuple[tuple[int, ...] | None, list[tuple[torch.Size, torch.dtype]],
+                              list[torch.Size]] = (None, [], [])
+
+    def expected_for(self, lead: tuple[int, ...]
+                     ) -> tuple[list[tuple[torch.Size, torch.dtype]], list[torch.Size]]:
+        """``([(shape, dtype) of every source leaf], [its shape])`` for a write whose leaves
+        start with the dims ``lead``: ``lead`` + each leaf's own dims (kept for the last
+        ``lead``: writes mostly repeat one batch size)."""
+        cached_lead, expected, shapes = self._expected
+        if cached_lead != lead:
+            expected = [(torch.Size((*lead, *own)), dtype) for own, dtype in self.item_specs]
+            shapes = [shape for shape, _ in expected]
+            self._expected = (lead, expected, shapes)
+        return expected, shapes
+
+    def source_leaves(self, td: TensorDictBase, lead: tuple[int, ...],
+                      leaves: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """Leaves of ``td`` in storage order, after checking keys and shapes.
+
+        ``lead`` is the expected shape before each leaf's own dimensions (``[n, *inner]`` for
+        ``n`` rows); ``leaves``: the leaves of ``td`` along the tree of keys
+        (:func:`~._key_tree.leaves_along_tree`), if known.
+        Raises ``KeyError`` naming missing / unexpected keys, ``ValueError``
+        naming an entry of another shape, and what :func:`~tdreplay.storages._casts.check_cast`
+        raises for an entry of another dtype whose cast would lose values. Data of the
+        expected shapes and dtypes costs one comparison (the hot path).
+        """
+        out = leaves if leaves is not None else leaves_along_tree(td, self.tree, len(self.keys))
+        if out is None:
+            out = self.leaves_by_key(td)
+        expected, _ = self.expected_for(lead)
+        # one comparison on the hot path; the checks only where something differs
+        if list(map(_SHAPE_DTYPE, out)) != expected:
+            for key, src, (shape, dtype) in zip(self.keys, out, expected):
+                check_source(key, src)
+                if src.shape != shape:
+                    raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
+                                     f"{tuple(shape)} for this storage.")
+                if src.dtype is not dtype:
+                    check_cast(key, src, dtype)
+        return out
+
+    def leaves_by_key(self, td: TensorDictBase) -> list[torch.Tensor]:
+        """Generic (slower) leaf lookup for any tensor collection; names mismatched keys."""
+        keys = leaf_keys(td)
+        for key in keys:  # a string entry is refused by name, not left behind
+            if key not in self.key_set:
+                check_source(key, td.get(key))
+        if len(keys) != len(self.keys) or not all(k in self.key_set for k in keys):
+            got = set(keys)
+            missing = sorted(map(str, self.key_set - got))
+            extra = sorted(map(str, got - self.key_set))
+            raise KeyError(f"data keys do not match the storage: missing {missing}, unexpected "
+                           f"{extra}.")
+        return [td.get(key) for key in self.keys]
+
+    def check_rows_compatible(self, data: TensorDictBase, rows: int, capacity: int) -> None:
+        """Raise :class:`~tdreplay.core.CheckpointError` unless ``rows`` rows fit a storage of
+        ``capacity`` rows and ``data`` has the layout's keys, row shapes (after the leading
+        dimension) and dtypes."""
+        if rows > capacity:
+            raise CheckpointError(f"checkpoint holds {rows} rows, more than this storage's "
+                                  f"{capacity}.")
+        keys = set(leaf_keys(data))
+        if keys != self.key_set:
+            raise CheckpointError(
+                f"checkpoint keys {sorted(map(str, keys))} differ from the storage keys "
+                f"{sorted(map(str, self.key_set))}."
+            )
+        for key, (row_shape, dtype) in zip(self.keys, self.row_specs):
+            src = data.get(key)
+            if src.shape[1:] != row_shape:
+                raise CheckpointError(f"checkpoint entry {key!r} has row shape "
+                                      f"{tuple(src.shape[1:])}, the storage "
+                                      f"{tuple(row_shape)}.")
+            if src.dtype != dtype:
+                raise CheckpointError(f"checkpoint entry {key!r} has dtype {src.dtype}, the "
+                                      f"storage {dtype}.")
