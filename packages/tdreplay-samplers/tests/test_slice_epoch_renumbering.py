@@ -79,3 +79,21 @@ def test_a_state_whose_epoch_names_a_trajectory_twice_is_refused():
     assert torch.equal(restored.sampler.state_dict()["epoch"], before["epoch"])
     restored.load_state_dict(state)  # the saved epoch loads
     assert epoch(restored) == epoch(rb)
+
+
+@pytest.mark.parametrize("refused", [
+    lambda rb: rb.__setitem__(0, "junk"),
+    lambda rb: rb.extend(TensorDict({"episode": torch.zeros(2, dtype=torch.long),
+                                     "obs": torch.zeros(2, 3)}, [2])),
+], ids=["assignment-of-junk", "extend-of-a-wrong-shape"])
+def test_a_refused_write_keeps_the_epoch(refused):
+    # a refused write advances the storage's revision (it cannot tell a refusal from a write
+    # that failed half-way): the rebuilt index has the same trajectories, the epoch goes on
+    rb, twin = buffer(), buffer()
+    assert rb.sample(4)["episode"].tolist() == twin.sample(4)["episode"].tolist()
+    revision = rb.storage.revision
+    with pytest.raises((TypeError, ValueError, KeyError)):
+        refused(rb)
+    assert rb.storage.revision != revision
+    assert epoch(rb) == epoch(twin) == [2, 3, 4, 5, 6, 7, 8, 9]
+

@@ -509,7 +509,28 @@ class TrajectoryIndex(IndexStateMixin):
                 T, max(self.lanes, 1), self.C, self.mode == MODE_ISOLATED, remove_old)
 
     def _rebuild(self, storage: Any, reader: Reader, length: int) -> None:
-        """Recompute every trajectory from the storage (``O(buffer)``)."""
+        """Recompute every trajectory from the storage (``O(buffer)``). When they come out
+        as the same records (a rewrite that changed no trajectory, or a refused write that
+        changed nothing), the record ids keep their numbering: what names them (an epoch of
+        :class:`~tdreplay.samplers.SliceSamplerWithoutReplacement`) still holds."""
+        numbering, spans = self.numbering, self._record_spans()
+        self._rebuild_tables(storage, reader, length)
+        if np.array_equal(spans, self._record_spans()):
+            self.numbering = numbering
+
+    def _record_spans(self) -> np.ndarray:
+        """``(first slot, length)`` of every record id in use (``-1`` for free ids): which
+        steps each id names."""
+        live, high = int(self.counters[0]), int(self.counters[1])
+        spans = np.full((high, 2), -1, dtype=np.int64)
+        if live and self.T:
+            ids = self.dense[:live]
+            rec = self.rec[ids]
+            spans[ids, 0] = self.slots_of(rec[:, LANE], rec[:, START])
+            spans[ids, 1] = rec[:, LEN]
+        return spans
+
+    def _rebuild_tables(self, storage: Any, reader: Reader, length: int) -> None:
         T, C = self.T, self.C
         filled = length // T
         self.needs_rebuild = False
