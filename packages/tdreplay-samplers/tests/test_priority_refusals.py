@@ -112,6 +112,28 @@ def test_buffer_refuses_overflowing_priorities_in_the_data_before_writing(backen
     assert len(rb) == 2 and rb.sampler.max_priority == 1.0
 
 
+def test_buffer_refuses_a_priority_entry_that_is_no_tensor_naming_it():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=2,
+                                sampler=PrioritizedSampler(8, alpha=0.7, beta=0.5))
+    rb.extend(TensorDict({"x": torch.zeros(2), "td_error": torch.ones(2)}, [2]))
+    text = TensorDict({"x": torch.ones(2)}, [2])
+    text.set_non_tensor("td_error", "high")
+    nested = TensorDict({"x": torch.ones(2), "td_error": {"a": torch.ones(2)}}, [2])
+    for data in (text, nested):
+        with pytest.raises(TypeError, match="priority entry 'td_error' must be a tensor"):
+            rb.extend(data)
+    assert len(rb) == 2
+
+
+def test_priorities_of_items_with_no_value_are_refused_naming_priority():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8, ndim=2), batch_size=2,
+                                sampler=PrioritizedSampler(8, alpha=0.7, beta=0.5))
+    rb.extend(TensorDict({"x": torch.zeros(2, 2), "td_error": torch.ones(2, 2)}, [2, 2]))
+    with pytest.raises(ValueError, match=r"priority of shape \(2, 0\) holds no value"):
+        rb.extend(TensorDict({"x": torch.zeros(2, 0), "td_error": torch.ones(2, 0)}, [2, 0]))
+    assert len(rb) == 4
+
+
 @pytest.mark.parametrize(("backend", "validate"), ALL)
 @pytest.mark.parametrize(("index_shape", "priority_shape"),
                          [((2, 3), (3, 2)), ((6,), (2, 3)), ((2, 3), (6,)), ((2, 3), (2,)),

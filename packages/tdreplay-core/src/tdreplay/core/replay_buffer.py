@@ -676,6 +676,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return None
         priority = data.get(self.priority_key, None)
         if priority is not None:
+            if not isinstance(priority, torch.Tensor):  # a string, a nested TensorDict
+                raise TypeError(f"the priority entry {self.priority_key!r} must be a tensor of "
+                                f"numbers, got {type(priority).__name__}.")
             checked = self._sampler.check_priority(priority)
             return priority if checked is None else checked
         return priority

@@ -90,7 +90,12 @@ def reduce_priority(priority: torch.Tensor, n: int, reduction: str) -> torch.Ten
     """
     if priority.ndim <= 1:
         return priority
+    if n == 0:  # (an empty batch: nothing to reduce)
+        return priority.reshape(0)
     flat = priority.reshape(n, -1)
+    if flat.shape[1] == 0:
+        raise ValueError(f"priority of shape {tuple(priority.shape)} holds no value for its {n} "
+                         "items: nothing to rank them by.")
     if flat.shape[1] == 1:
         return flat[:, 0]
     if reduction == "max":
