@@ -151,6 +151,20 @@ def test_non_tensor_rows_are_refused_and_nothing_changes():
     assert len(s) == 2
 
 
+@pytest.mark.parametrize("key", ["text", ("nested", "text")])
+def test_non_tensor_entries_of_a_tensordict_are_refused_not_dropped(key):
+    # they were left out of the compressed row without a word (TorchRL keeps them; a dict row
+    # holding one is refused): refused naming the entry, nothing written
+    rb = ReplayBuffer(storage=CompressedListStorage(8), batch_size=2)
+    rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, [2]))
+    data = TensorDict({"obs": torch.ones(2, 3), "nested": {"x": torch.ones(2)}}, [2])
+    data.set_non_tensor(key, "hello")
+    for write in (lambda: rb.extend(data), lambda: rb.add(data[0])):
+        with pytest.raises(TypeError, match="is a NonTensorData: CompressedListStorage compresses"):
+            write()
+    assert len(rb) == 2 and rb[:]["obs"].sum().item() == 0
+
+
 def _dict_row(i: int) -> dict:
     return {"obs": {"pixels": torch.full((2, 3), i, dtype=torch.uint8),
                     "state": torch.arange(3.) + i},

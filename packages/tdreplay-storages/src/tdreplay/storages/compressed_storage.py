@@ -261,6 +261,10 @@ class CompressedListStorage(ListStorage):
             return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
         if isinstance(item, TensorDictBase):
             kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
+            for key, value in item.non_tensor_items(include_nested=True):
+                # (leaves_only keys skip them: they would be dropped without a word)
+                raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
+                                "CompressedListStorage compresses tensors only.")
             entries = [(key, item.get(key))
                        for key in item.keys(include_nested=True, leaves_only=True)]
         elif isinstance(item, Mapping) and lead == 0:
