@@ -2,15 +2,25 @@
 
 ``_SharedCounters``: ``_STATE_SIZE`` int64 counters in ``tdreplay-memmap-state.bin`` (written
 rows, the writer's cursor and write count, a torn overwrite in flight, the write revision);
-``_ProcessLock``: a re-entrant lock across threads (a thread lock) and processes (``flock``);
+``_ProcessLock``: a re-entrant lock across threads (a thread lock) and processes (``flock``),
+which drops the rows a writer that died left torn as it is taken (:meth:`_ProcessLock.watch`);
 ``SharedStateMixin``: what ``LazyMemmapStorage`` reads and writes through them (its row count,
 ``process_lock``, ``shared_writer_counters()``, ``revision``).
+
+Torn rows are never counted nor read: every read and write of the storage, and every draw of a
+buffer holding it, runs under the lock, whose first acquisition in a thread checks the torn
+record (one read of a shared counter) and recovers when it is set; a read that may run
+without the lock (``len()``, ``state_dict()``, a direct ``get_trusted``) takes it when the
+record is set and no thread of its process holds it: that waits for a write in flight in
+another process, or drops the rows of a dead one.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +71,17 @@ class _SharedCounters:
 
 
 _INIT_LOCK = threading.Lock()
+#: forks on the way to this process (one more in each child): a lock opened at another count
+#: was opened by an ancestor (see _ProcessLock.held)
+_FORKS = [0]
+
+
+def _count_fork() -> None:
+    _FORKS[0] += 1
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_count_fork)
 
 
 class _ProcessLock:
@@ -77,6 +98,24 @@ class _ProcessLock:
         self._fd = -1
         self._thread_lock = threading.RLock()
         self._depth = 0
+        self._opened_after = -1  # _FORKS[0] when _fd was opened (see held)
+        self._counters: memoryview | None = None  # the shared state whose torn record is checked
+        self._recover: weakref.WeakMethod | None = None
+
+    def watch(self, counters: memoryview, recover: Callable[[], Any]) -> None:
+        """From now on, each time a thread takes the lock (not re-entering it), call ``recover``
+        (a bound method, held weakly) before anything else if ``counters[_STATE_TORN]`` is set:
+        the record of an overwrite left unfinished, its writer dead (a live writer holds the
+        lock, or has cleared it). A ``recover`` that raises releases the lock and propagates."""
+        self._counters = counters
+        self._recover = weakref.WeakMethod(recover)
+
+    @property
+    def held(self) -> bool:
+        """Whether a thread of this process holds the lock (not a process it was forked from:
+        a child inherits the parent's count of holders, and holds nothing until it opens the
+        lock file itself)."""
+        return self._depth > 0 and self._opened_after == _FORKS[0]
 
     def _ensure_open(self) -> None:
         pid = os.getpid()
@@ -91,18 +130,37 @@ class _ProcessLock:
                 os.close(inherited)
             self._thread_lock = threading.RLock()
             self._depth = 0
+            self._opened_after = _FORKS[0]
             self._pid = pid
 
     def acquire(self) -> None:
         self._ensure_open()
         self._thread_lock.acquire()
-        if self._depth == 0 and fcntl is not None:
+        if self._depth:
+            self._depth += 1
+            return
+        if fcntl is not None:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
             except BaseException:
                 self._thread_lock.release()
                 raise
-        self._depth += 1
+        self._depth = 1
+        counters = self._counters
+        if counters is not None and counters[_STATE_TORN]:  # one read: the hot paths' cost
+            self._recover_torn()
+
+    def _recover_torn(self) -> None:
+        """Run the watched recovery (the lock just taken); release the lock if it raises."""
+        ref = self._recover
+        recover = ref() if ref is not None else None
+        if recover is None:
+            return
+        try:
+            recover()
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
         self._depth -= 1
@@ -188,7 +246,14 @@ class SharedStateMixin(RevisionTracking):
 
     # the row count and the layout live in the scratch directory, shared by every process
     def _rows_written(self) -> int:
-        count: int = self._state.view[_STATE_LEN]
+        view = self._state.view
+        if view[_STATE_TORN] and not self._lock_obj.held:
+            # counted rows being overwritten by another process, or left torn by one that
+            # died: the count once that write is done, or once its rows are dropped
+            with self._lock_obj:
+                settled: int = view[_STATE_LEN]
+                return settled
+        count: int = view[_STATE_LEN]
         return count
 
     def _set_rows_written(self, rows: int) -> None:

@@ -11,12 +11,27 @@ writer or reader takes the lock means its writer died in the middle (the kernel 
 the surviving rows are moved, oldest first (from the writer's cursor round), to the front, the
 row count shrinks by the number of torn rows and the cursor points after the last survivor, so
 the ring goes on in the same order and no whole row is lost.
+
+The recovery survives being killed too. Before a row moves, it writes its plan (the count, the
+cursor, the torn rows) to ``tdreplay-memmap-recovery.bin`` and replaces the record with "moving,
+step 0" (one int64 store). The plan is a list of steps (:func:`recovery_steps`): the kept rows
+after each torn row move down over it, in row order, then the ring is rotated (three
+reversals) so that its oldest row is row 0. A step whose rows do not overlap copies them
+directly; a step that writes rows it also reads first copies its sources to
+``tdreplay-memmap-staging.bin`` and records "step i, staged". After each step the record
+names the next one. Whoever takes the lock after a process died in the middle reads the plan
+and goes on from the recorded step (from the staging file when it was staged): every step is
+applied exactly once, however many recovering processes die, and the count and the cursor
+change after the last step only. What it costs: one int64 per torn row in the plan, at most
+``STAGE_BYTES`` of rows in memory and in the staging file at a time, and the moves the ring
+order needs (the rows after the first torn one, and every kept row when the ring wrapped).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +50,19 @@ STATE_TORN_START = 5
 STATE_TORN_STOP = 6
 
 _NONE, _RANGE, _JOURNAL, _PACKED = 0, 1, 2, 3
+#: a recovery under way (kind bits 0): bit 3 set once the step's sources are staged, the
+#: step's number from bit 4 up
+_MOVING, _STAGED = 4, 8
 #: rows below this fit a packed range (start and stop in the one STATE_TORN counter)
 PACKED_ROWS = 1 << 30
+
+#: files beside the journal: the plan of a recovery under way, and the rows of its staged step
+PLAN_FILE = "tdreplay-memmap-recovery.bin"
+STAGE_FILE = "tdreplay-memmap-staging.bin"
+#: most bytes of rows one recovery step moves (held in memory, and staged when it overlaps)
+STAGE_BYTES = 16 << 20
+_PLAN_MAGIC = 0x3165766F_6D726474  # b"tdrmove1" (little-endian)
+_PLAN_HEADER = 5  # magic, written rows, cursor, rows per step, torn rows
 
 
 def packed_range(start: int, stop: int) -> int:
@@ -44,25 +70,90 @@ def packed_range(start: int, stop: int) -> int:
     ``stop`` below twice that: a range may wrap round the end) as one STATE_TORN value: one
     store records them (the hot path of a full ring)."""
     return (start << 33) | (stop << 2) | _PACKED
+
+
 #: exceptions a storage raises while checking data, before it writes anything
 _REFUSALS = (ValueError, KeyError, TypeError, IndexError)
+
+#: ``(source row, destination row, rows, reversed)``: rows ``[source, source + rows)`` go to
+#: ``[destination, destination + rows)``, in reverse order when ``reversed``
+Move = tuple[int, int, int, bool]
+
+
+def recovery_steps(written: int, cursor: int, torn: Sequence[int],
+                   block: int) -> list[tuple[Move, ...]]:
+    """The steps that drop the ``torn`` rows (sorted, distinct, below ``written``) of a storage
+    of ``written`` rows whose writer's cursor is ``cursor``: afterwards the kept rows are
+    ``[0, written - len(torn))``, oldest first. Each step moves at most ``block`` rows (two
+    when ``block`` is 1); all its sources are read before any of its destinations is written.
+
+    Examples
+    --------
+    >>> rows = list(range(10))  # a full ring whose cursor is at 3: row 3 is the oldest
+    >>> for step in recovery_steps(10, 3, [3, 4], block=4):
+    ...     read = [rows[s:s + n][::-1] if rev else rows[s:s + n] for s, _, n, rev in step]
+    ...     for (_, d, n, _), values in zip(step, read):
+    ...         rows[d:d + n] = values
+    >>> rows[:8]
+    [5, 6, 7, 8, 9, 0, 1, 2]
+    """
+    steps: list[tuple[Move, ...]] = []
+    bounds = [*torn, written]
+    for j in range(len(torn)):  # the kept rows after torn row j move down by j + 1
+        src, stop = bounds[j] + 1, bounds[j + 1]
+        while src < stop:
+            n = min(block, stop - src)
+            steps.append(((src, src - j - 1, n, False),))
+            src += n
+    kept = written - len(torn)
+    start = cursor if cursor < written else 0  # the oldest row, if kept
+    shift = (start - bisect.bisect_left(torn, start)) % kept if kept else 0
+    if shift and kept <= block:  # one step: the oldest rows to the front, the others after
+        steps.append(((shift, 0, kept - shift, False), (0, kept - shift, shift, False)))
+    elif shift:  # rotate left by ``shift``: three reversals
+        for lo, hi in ((0, shift), (shift, kept), (0, kept)):
+            steps.extend(_reversal(lo, hi, max(1, block // 2)))
+    return steps
+
+
+def _reversal(lo: int, hi: int, chunk: int) -> Iterator[tuple[Move, ...]]:
+    """Steps reversing rows ``[lo, hi)``: chunks from both ends swapped, reversed."""
+    half = (hi - lo) // 2
+    done = 0
+    while done < half:
+        n = min(chunk, half - done)
+        front, back = lo + done, hi - done - n
+        yield (front, back, n, True), (back, front, n, True)
+        done += n
+
+
+def _overlaps(moves: tuple[Move, ...]) -> bool:
+    """Whether a step writes rows it also reads (then its sources are staged first)."""
+    return any(src < dst + m and dst < src + n
+               for src, _, n, _ in moves for _, dst, m, _ in moves)
+
+
+def _row_bytes(leaf: torch.Tensor) -> int:
+    return leaf[0].numel() * leaf.element_size() if leaf.shape[0] else 0
 
 
 class TornWrites:
     """The record of an overwrite in flight, kept in ``counters.array`` (the shared int64
     counters; ``counters`` pickles as its file, so a copy in another process maps the same
-    memory) and ``journal`` (a file for scattered rows)."""
+    memory) and ``journal`` (a file for scattered rows); a recovery under way keeps its plan
+    in ``plan_file`` and the rows of a staged step in ``stage_file``, beside the journal."""
 
     def __init__(self, counters: Any, journal: Path) -> None:
         self.counters = counters
         self.journal = Path(journal)
+        self.plan_file = self.journal.with_name(PLAN_FILE)
+        self.stage_file = self.journal.with_name(STAGE_FILE)
 
     @property
     def state(self) -> np.ndarray:
         """The shared counters."""
         array: np.ndarray = self.counters.array
         return array
-
     # ---- writer side (under the process lock) ---------------------------------------------------
     def begin(self, rows: int | slice | torch.Tensor | Sequence[int], written: int,
               capacity: int) -> bool:
@@ -127,7 +218,7 @@ class TornWrites:
     # ---- anyone holding the process lock -----------------------------------------------------
     @property
     def pending(self) -> bool:
-        """Whether a write over counted rows was left unfinished."""
+        """Whether a write over counted rows was left unfinished (or its recovery)."""
         return bool(self.state[STATE_TORN])
 
     def torn_rows(self, capacity: int) -> torch.Tensor:
@@ -146,33 +237,139 @@ class TornWrites:
                 return torch.from_numpy(np.fromfile(self.journal, dtype=np.int64))
             except (OSError, ValueError):
                 return torch.arange(0)
+        if value & _MOVING:
+            return torch.tensor(self._read_plan()[3], dtype=torch.long)
         return torch.arange(0)
 
     def recover(self, layout: TensorLayout | None) -> int:
-        """Drop the rows of an unfinished overwrite (see the module docstring); returns how
-        many counted rows were dropped."""
-        if not self.pending:
+        """Drop the rows of an unfinished overwrite, or finish the recovery a process that died
+        began (see the module docstring); returns how many counted rows were dropped."""
+        value = int(self.state[STATE_TORN])
+        if not value:
             return 0
+        if value & 3:  # a writer's record: plan the moves first
+            plan = self._plan(layout)
+            if plan is None:  # no counted row torn: nothing moves
+                self._finish()
+                return 0
+            value = _MOVING
+        else:
+            plan = self._read_plan()
+        assert layout is not None  # (a plan is made from a layout)
+        written, cursor, block, torn = plan
+        steps = recovery_steps(written, cursor, torn, block)
+        self._run(layout, steps, value >> 4, bool(value & _STAGED))
+        kept = written - len(torn)
+        self.state[STATE_LEN] = kept  # (again, if a process died after this: the same values)
+        self.state[STATE_CURSOR] = kept % layout.rows
+        self._finish()
+        return len(torn)
+
+    def _plan(self, layout: TensorLayout | None) -> tuple[int, int, int, list[int]] | None:
+        """Write the plan of the recovery of the recorded rows (``None``: nothing to move),
+        then record that it is under way."""
         written = int(self.state[STATE_LEN])
-        torn = self.torn_rows(layout.rows if layout is not None else 1)
-        torn = torn[(torn >= 0) & (torn < written)]
-        dropped = 0
-        if layout is not None and written and torn.numel():
-            capacity = layout.rows
-            cursor = int(self.state[STATE_CURSOR]) % capacity
-            start = cursor if cursor < written else 0
-            order = (torch.arange(written) + start) % written  # oldest first
-            keep = torch.ones(written, dtype=torch.bool)
-            keep[torn] = False
-            order = order[keep[order]]
-            kept = int(order.numel())
-            if kept:
-                moved = [leaf.index_select(0, order) for leaf in layout.leaves]
-                for leaf, rows in zip(layout.leaves, moved):
-                    leaf[:kept].copy_(rows)
-            dropped = written - kept
-            self.state[STATE_LEN] = kept
-            self.state[STATE_CURSOR] = kept % capacity
+        if layout is None or not written:
+            return None
+        torn = self.torn_rows(layout.rows)
+        torn = torch.unique(torn[(torn >= 0) & (torn < written)])
+        if not torn.numel():
+            return None
+        capacity = layout.rows
+        cursor = int(self.state[STATE_CURSOR]) % capacity
+        row_bytes = sum(_row_bytes(leaf) for leaf in layout.leaves)
+        block = max(1, STAGE_BYTES // max(row_bytes, 1))
+        header = [_PLAN_MAGIC, written, cursor, block, int(torn.numel())]
+        data = np.concatenate([np.array(header, dtype=np.int64), torn.numpy().astype(np.int64)])
+        tmp = self.plan_file.with_name(f"{self.plan_file.name}.{os.getpid()}.tmp")
+        try:
+            data.tofile(tmp)
+            os.replace(tmp, self.plan_file)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.state[STATE_TORN] = _MOVING  # step 0: from here on, the plan is the record
+        return written, cursor, block, torn.tolist()
+
+    def _read_plan(self) -> tuple[int, int, int, list[int]]:
+        """``(written, cursor, block, torn)`` of the recovery under way."""
+        try:
+            data = np.fromfile(self.plan_file, dtype=np.int64)
+        except (OSError, ValueError) as err:
+            raise RuntimeError(f"the plan of an unfinished recovery of torn rows "
+                               f"({str(self.plan_file)!r}) cannot be read: {err}") from err
+        if len(data) < _PLAN_HEADER or int(data[0]) != _PLAN_MAGIC \
+                or len(data) != _PLAN_HEADER + int(data[4]):
+            raise RuntimeError(f"the plan of an unfinished recovery of torn rows "
+                               f"({str(self.plan_file)!r}) is damaged: the storage's rows "
+                               "cannot be trusted.")
+        written, cursor, block = (int(v) for v in data[1:4])
+        return written, cursor, block, data[_PLAN_HEADER:].tolist()
+
+    def _run(self, layout: TensorLayout, steps: list[tuple[Move, ...]], first: int,
+             staged: bool) -> None:
+        """Apply ``steps[first:]`` to every leaf, recording each step done (``staged``: the
+        sources of step ``first`` are in the staging file already)."""
+        leaves = [leaf for leaf in layout.leaves if _row_bytes(leaf)]
+        state = self.state
+        stage = None
+        try:
+            for index in range(first, len(steps)):
+                moves = steps[index]
+                if staged or _overlaps(moves):
+                    if stage is None:
+                        stage = open(os.open(self.stage_file, os.O_RDWR | os.O_CREAT, 0o644),
+                                     "r+b", buffering=0)
+                    if not staged:
+                        _stage(stage, leaves, moves)
+                        state[STATE_TORN] = (index << 4) | _STAGED | _MOVING
+                    _unstage(stage, leaves, moves)
+                    staged = False
+                else:  # sources and destinations apart: a repeat copies the same rows
+                    for leaf in leaves:
+                        for src, dst, n, rev in moves:
+                            rows = leaf[src:src + n]
+                            leaf[dst:dst + n].copy_(rows.flip(0) if rev else rows)
+                state[STATE_TORN] = ((index + 1) << 4) | _MOVING
+        finally:
+            if stage is not None:
+                stage.close()
+
+    def _finish(self) -> None:
+        """Clear the record, then the files it named."""
         self.end()
-        self.journal.unlink(missing_ok=True)
-        return dropped
+        for path in (self.journal, self.plan_file, self.stage_file):
+            path.unlink(missing_ok=True)
+
+
+def _stage(stage: Any, leaves: list[torch.Tensor], moves: tuple[Move, ...]) -> None:
+    """Write the source rows of ``moves`` to the staging file (moves, then leaves, in order)."""
+    offset = 0
+    for src, _, n, _ in moves:
+        for leaf in leaves:
+            raw = leaf[src:src + n].contiguous().reshape(-1).view(torch.uint8).numpy().data
+            stage.seek(offset)
+            while raw:
+                raw = raw[stage.write(raw):]
+            offset += n * _row_bytes(leaf)
+
+
+def _unstage(stage: Any, leaves: list[torch.Tensor], moves: tuple[Move, ...]) -> None:
+    """Write the staged source rows of ``moves`` to their destinations."""
+    offset = 0
+    for _, dst, n, rev in moves:
+        for leaf in leaves:
+            size = n * _row_bytes(leaf)
+            buf = bytearray(size)
+            view, got = memoryview(buf), 0
+            stage.seek(offset)
+            while got < size:
+                read = stage.readinto(view[got:])
+                if not read:
+                    raise RuntimeError("the staging file of an unfinished recovery of torn "
+                                       "rows is short: the storage's rows cannot be trusted.")
+                got += read
+            rows = torch.frombuffer(buf, dtype=torch.uint8).view(leaf.dtype) \
+                .reshape(n, *leaf.shape[1:])
+            leaf[dst:dst + n].copy_(rows.flip(0) if rev else rows)
+            offset += size

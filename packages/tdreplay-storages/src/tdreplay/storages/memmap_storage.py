@@ -8,6 +8,9 @@ Layout of the scratch directory::
       tdreplay-memmap.lock          # flock(2) target: the cross-process write lock
       tdreplay-memmap-layout.json   # written once the first write laid the storage out
       tdreplay-memmap-torn.bin      # rows an overwrite in flight covers (scattered rows only)
+      tdreplay-memmap-recovery.bin  # while torn rows are dropped: the plan of the moves
+      tdreplay-memmap-staging.bin   #   and the rows of the step under way (_torn_writes.py)
+      tdreplay-memmap-creating.json # during the first write: the files it is creating
       obs.memmap, next/obs.memmap   # one file per leaf, named after its key
 
 Every process that uses the storage (a forked child, a spawned child that received it
@@ -21,7 +24,13 @@ file between processes (released by the kernel if a process dies while holding i
 Crashes: the row count is committed after the data, so the rows of a first write become
 visible only once whole. An overwrite of counted rows is recorded before it starts and the
 record cleared after; rows a killed writer left half-written are dropped by whoever takes the
-lock next (``_torn_writes.py``), so a reopened storage never counts a torn row.
+lock next (``_torn_writes.py``; the lock checks the record as it is taken, before any count or
+row is read: a buffer draws under it), so no process counts or samples a torn row, and a
+recovery killed in turn is finished by the next one. The first write (the layout) lists the
+files it creates in ``tdreplay-memmap-creating.json`` before creating them, and removes the
+list once the layout is committed: a first write that finds the list (under the lock, so its
+writer died) removes those files and lays the storage out again; files the storage did not
+create are never overwritten.
 """
 
 from __future__ import annotations
@@ -54,14 +63,16 @@ from ._memmap_shared import (
     _SharedCounters,
 )
 from ._tensorclasses import NestedClasses, classes_from_record, classes_record
-from ._torn_writes import PACKED_ROWS, TornWrites, packed_range
+from ._torn_writes import PACKED_ROWS, PLAN_FILE, STAGE_FILE, TornWrites, packed_range
 from .tensor_storage import LazyTensorStorage
 
 _CONFIG_FILE = "tdreplay-memmap.json"
 _LOCK_FILE = "tdreplay-memmap.lock"
 _LAYOUT_FILE = "tdreplay-memmap-layout.json"
 _TORN_FILE = "tdreplay-memmap-torn.bin"
-_RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE, _TORN_FILE}
+_CREATING_FILE = "tdreplay-memmap-creating.json"
+_RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE, _TORN_FILE, _CREATING_FILE,
+             PLAN_FILE, STAGE_FILE}
 _FORMAT = 1
 
 def _dtype_from_str(name: str) -> torch.dtype:
@@ -99,6 +110,23 @@ def _reserve(filename: Path, nbytes: int) -> None:
                                  f"(memory-mapped storage): {err.strerror}") from err
     finally:
         os.close(fd)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` names something under ``root`` (no ``..`` out of it)."""
+    return ".." not in path.relative_to(root).parts if path.is_relative_to(root) else False
+
+
+def _remove_paths(paths: Any) -> None:
+    """Remove files, and directories when empty, in the order given (deepest first)."""
+    for path in paths:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass  # not empty (someone else's files): left
 
 
 class ScratchDirInUseError(FileExistsError, RuntimeError):
@@ -223,7 +251,11 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         with self._lock_obj:
             self._open_or_create_state(path)
             self._torn = TornWrites(self._state, path / _TORN_FILE)
+            # from now on, whoever takes the lock first drops rows a dead writer left torn
+            self._lock_obj.watch(self._state.view, self._recover_torn_rows)
             self._recover_torn_rows()
+            if self._state.view[_STATE_INIT]:  # laid out: a creation list left is stale
+                (path / _CREATING_FILE).unlink(missing_ok=True)
 
     def _open_or_create_state(self, path: Path) -> None:
         config = {"format": _FORMAT, "max_size": self.max_size, "ndim": self.ndim}
@@ -298,11 +330,13 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
         filename = self._scratch_dir / _leaf_filename(key, len(self._new_files))
-        # recorded before they exist: a failed first write removes exactly what it created
+        # recorded (and listed in the creation file) before they exist: a failed first write
+        # removes exactly what it created, and so does the next one if this process dies
         self._created.extend(d for d in reversed(filename.parents)
                              if d.is_relative_to(self._scratch_dir) and not d.exists())
-        filename.parent.mkdir(parents=True, exist_ok=True)
         self._created.append(filename)
+        self._list_created()
+        filename.parent.mkdir(parents=True, exist_ok=True)
         try:
             mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename),
                                            existsok=True)
@@ -320,6 +354,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         with self._lock_obj:
             if self._current_layout() is not None:  # another process laid it out meanwhile
                 return
+            self._remove_dead_creation()
             self._new_files: list[tuple[Any, str, torch.dtype, tuple[int, ...]]] = []
             self._created: list[Path] = []  # leaf files and directories, in creation order
             try:
@@ -340,19 +375,46 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             finally:
                 del self._new_files, self._created
             self._state.array[_STATE_INIT] = 1
+            (self._scratch_dir / _CREATING_FILE).unlink(missing_ok=True)
+
+    def _list_created(self) -> None:
+        """Write ``self._created`` to the creation file (atomically: whole, or as before)."""
+        scratch = self._scratch_dir
+        listed = {"pid": os.getpid(),
+                  "created": [p.relative_to(scratch).as_posix() for p in self._created]}
+        tmp = scratch / f"{_CREATING_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(listed))
+        os.replace(tmp, scratch / _CREATING_FILE)
 
     def _remove_created(self) -> None:
         """Remove what a failed first write created (files, then directories deepest first,
-        and a temporary layout file): a retry finds ``scratch_dir`` as it was."""
-        (self._scratch_dir / f"{_LAYOUT_FILE}.{os.getpid()}.tmp").unlink(missing_ok=True)
-        for path in reversed(self._created):
-            try:
-                if path.is_dir() and not path.is_symlink():
-                    path.rmdir()
-                else:
-                    path.unlink(missing_ok=True)
-            except OSError:
-                pass  # not empty (someone else's files): left
+        a temporary layout file and the creation file): a retry finds ``scratch_dir`` as it
+        was."""
+        scratch = self._scratch_dir
+        pid = os.getpid()
+        for name in (f"{_LAYOUT_FILE}.{pid}.tmp", f"{_CREATING_FILE}.{pid}.tmp"):
+            (scratch / name).unlink(missing_ok=True)
+        _remove_paths(reversed(self._created))
+        (scratch / _CREATING_FILE).unlink(missing_ok=True)
+
+    def _remove_dead_creation(self) -> None:
+        """Under the lock, before a first write: remove what the first write of a process that
+        died before committing the layout created (its creation file lists it; a live
+        creator would hold the lock, one that failed removed its files and the list)."""
+        scratch = self._scratch_dir
+        listing = scratch / _CREATING_FILE
+        try:
+            created = json.loads(listing.read_text())["created"]
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError):
+            created = []  # damaged: nothing is removed (foreign-looking files stay refused)
+        paths = [scratch / rel for rel in created if isinstance(rel, str)]
+        _remove_paths(reversed([p for p in paths if _inside(p, scratch)]))
+        for leftover in (*scratch.glob(f"{_LAYOUT_FILE}.*.tmp"),
+                         *scratch.glob(f"{_CREATING_FILE}.*.tmp"), scratch / _LAYOUT_FILE):
+            leftover.unlink(missing_ok=True)
+        listing.unlink(missing_ok=True)
 
     def _write_layout(self) -> None:
         assert self._layout is not None
@@ -409,10 +471,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        # (taking the lock dropped any torn rows: _ProcessLock.watch)
         with self._lock_obj:
             state = self._state.view
-            if state[_STATE_TORN]:
-                self._recover_torn_rows()
             if type(rows) is slice and rows.step is None:  # what round-robin writers pass
                 start, stop, layout = rows.start, rows.stop, self._layout
                 if start is not None and start >= state[_STATE_LEN]:
@@ -449,17 +510,31 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     def get(self, slots: int | torch.Tensor) -> Any:
         with self._lock_obj:
-            if self._torn.pending:
-                self._recover_torn_rows()
             out = super().get(slots)
         if self._out_device.type != "cpu":
             out = out.to(self._out_device)
         return out
 
+    def get_trusted(self, slots: torch.Tensor) -> Any:
+        """:meth:`TensorStorage.get_trusted`; while counted rows are being overwritten by
+        another process, or were left torn by one that died (the slots may have been drawn
+        before), :meth:`get`: under the lock, after them, with the slots checked.
+
+        Examples
+        --------
+        >>> s = LazyMemmapStorage(10)
+        >>> s.set(slice(0, 4), torch.arange(4) * 10)
+        >>> s.get_trusted(torch.tensor([3, 0])).tolist()
+        [30, 0]
+        """
+        layout = self._current_layout()
+        if (self._state.view[_STATE_TORN] and not self._lock_obj.held) or layout is None \
+                or type(slots) is not torch.Tensor or slots.dtype is not torch.long:
+            return self.get(slots)
+        return self._format.from_td(layout.gather(slots))  # (TensorStorage's, inlined)
+
     def __getitem__(self, index: Any) -> Any:
         with self._lock_obj:
-            if self._torn.pending:
-                self._recover_torn_rows()
             out = super().__getitem__(index)
         return out if self._out_device.type == "cpu" else out.to(self._out_device)
 
@@ -473,6 +548,10 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         state.pop("_finalizer", None)
         state["_layout"] = None  # the receiving process maps the files again
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock_obj.watch(self._state.view, self._recover_torn_rows)  # (a new lock object)
 
     def __repr__(self) -> str:
         shape = None if self.shape is None else tuple(self.shape)
