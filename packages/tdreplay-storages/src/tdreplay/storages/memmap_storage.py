@@ -35,6 +35,7 @@ create are never overwritten.
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -541,6 +542,36 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
         with self._lock_obj:
             return super().rows_capacity_for(data, batched)
+
+    # ---- copies ----------------------------------------------------------------------------------
+    def __deepcopy__(self, memo: dict[int, Any]) -> LazyMemmapStorage:
+        """An independent storage with a copy of the data, in a temporary scratch directory
+        of its own (removed with the copy): ``copy.deepcopy`` copies, as TorchRL's does,
+        where pickling (what another process receives) maps the same files.
+
+        Examples
+        --------
+        >>> import copy
+        >>> s = LazyMemmapStorage(10)
+        >>> s.set(torch.arange(3), torch.arange(3.0))
+        >>> c = copy.deepcopy(s)
+        >>> c.set(torch.arange(3, 5), torch.ones(2))
+        >>> len(s), len(c), c.scratch_dir != s.scratch_dir
+        (3, 5, True)
+        """
+        copied = self.empty_copy(copy.deepcopy(self.checkpointer, memo))
+        memo[id(self)] = copied
+        if self.initialized:
+            copied.load_state_dict(self.state_dict())
+        # the writers' cursor and write count live in the storage's shared memory
+        copied.shared_writer_counters()[:] = self.shared_writer_counters()
+        return copied
+
+    def empty_copy(self, checkpointer: StorageCheckpointerBase[Any]) -> LazyMemmapStorage:
+        """A storage built as this one (capacity, ``ndim``, device), empty, in a temporary
+        scratch directory of its own."""
+        return LazyMemmapStorage(self.max_size, device=self._out_device, ndim=self.ndim,
+                                 checkpointer=checkpointer)
 
     # ---- pickling: map the same files in the receiving process -----------------------------------
     def __getstate__(self) -> dict[str, Any]:

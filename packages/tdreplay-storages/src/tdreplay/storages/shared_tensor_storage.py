@@ -13,6 +13,7 @@ writes the same rows.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -87,6 +88,10 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
                 "and is reset to 'cpu'.", UserWarning, stacklevel=2)
             self._unhonoured_device = None
         super()._create(td, batched, classes)
+
+    def empty_copy(self, checkpointer: StorageCheckpointerBase[Any]) -> SharedLazyTensorStorage:
+        """A storage built as this one, empty, with memory-mapped files of its own."""
+        return SharedLazyTensorStorage(self.max_size, ndim=self.ndim, checkpointer=checkpointer)
 
     def __repr__(self) -> str:
         shape = None if self.shape is None else tuple(self.shape)
