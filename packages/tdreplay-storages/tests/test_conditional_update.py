@@ -169,8 +169,17 @@ def test_ndim2_storage():
 def test_untracked_writer_or_plain_tensors_refused():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
     index = rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
-    with pytest.raises(RuntimeError, match="conditional"):
+    with pytest.raises(RuntimeError, match="conditional") as refused:
         rb.update_if_present(index=index, generation=torch.zeros(4), patch={})
+    # the message names what is lacking: the writer here, not the storage
+    assert "writer must track generations" in str(refused.value)
+    assert "storage must hold" not in str(refused.value)
+    listed = TensorDictReplayBuffer(storage=ListStorage(4),
+                                    writer=RoundRobinWriter(track_generations=True))
+    with pytest.raises(RuntimeError, match="storage must hold TensorDicts in columns") as refused:
+        listed.update_if_present(index=index, generation=torch.zeros(4, dtype=torch.long),
+                                 patch={})
+    assert "writer must" not in str(refused.value)
     rb = ReplayBuffer(storage=LazyTensorStorage(4),
                       writer=RoundRobinWriter(track_generations=True))
     index = rb.extend(torch.arange(4))

@@ -420,11 +420,16 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
         """The arguments checked as far as they can be without the stored data."""
         storage, writer = self._storage, self._writer
         if not storage.supports_conditional_update or not writer.tracks_generations:
+            lacking = [] if storage.supports_conditional_update else [
+                f"the storage must hold TensorDicts in columns (e.g. LazyTensorStorage; "
+                f"{type(storage).__name__} does not)"]
+            if not writer.tracks_generations:
+                lacking.append(f"the writer must track generations (e.g. "
+                               f"TensorDictRoundRobinWriter(track_generations=True); this "
+                               f"{type(writer).__name__} does not)")
             raise RuntimeError(
                 f"conditional updates are not supported by {type(storage).__name__} with "
-                f"{type(writer).__name__}: the storage must hold TensorDicts (e.g. "
-                "LazyTensorStorage) and the writer must track generations (e.g. "
-                "TensorDictRoundRobinWriter(track_generations=True)).")
+                f"{type(writer).__name__}: {' and '.join(lacking)}.")
         check_instance(require_newer, bool, "require_newer")
         if isinstance(index, tuple):
             index = index[0]

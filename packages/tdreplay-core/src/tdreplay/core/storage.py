@@ -454,13 +454,13 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         """Set entry ``key`` in place at ``index`` (all written rows when None)."""
-        raise TypeError(f"{type(self).__name__} does not hold TensorDicts: set_/set_at_ need a "
-                        "TensorStorage (e.g. LazyTensorStorage).")
+        raise TypeError(f"{type(self).__name__} keeps its items as objects, not in columns of "
+                        "entries: set_/set_at_ need a TensorStorage (e.g. LazyTensorStorage).")
 
     def update_(self, data: Any, clone: bool = False, keys_to_update: Any = None) -> None:
         """Update the written rows in place from ``data``."""
-        raise TypeError(f"{type(self).__name__} does not hold TensorDicts: update_ needs a "
-                        "TensorStorage (e.g. LazyTensorStorage).")
+        raise TypeError(f"{type(self).__name__} keeps its items as objects, not in columns of "
+                        "entries: update_ needs a TensorStorage (e.g. LazyTensorStorage).")
 
     @property
     def device(self) -> torch.device:
