@@ -125,3 +125,9 @@ def test_tensordict_buffer_refuses_other_data_as_torchrl(data: object) -> None:
             write(data)
         assert isinstance(info.value, TypeError) and isinstance(info.value, NotATensorDictError)
     assert len(rb) == 0 and rb.write_count == 0
+
+
+def test_extend_refuses_an_update_priority_that_is_not_a_bool(unchanged):
+    rb = TensorDictReplayBuffer(storage=ListStorage(4))
+    with unchanged(rb), pytest.raises(TypeError, match="update_priority must be a bool"):
+        rb.extend(TensorDict({"a": torch.zeros(2)}, [2]), update_priority="yes")

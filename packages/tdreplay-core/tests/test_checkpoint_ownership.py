@@ -350,3 +350,11 @@ def test_tensordict_buffer_checkpoint_records_max_size(tmp_path):
     with pytest.raises(CheckpointError, match="max_size=5"):
         other.loads(tmp_path)
     assert len(other) == 0
+
+
+def test_a_save_to_the_path_of_a_file_says_so_and_leaves_it(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    with pytest.raises(FileExistsError, match="is a file: a checkpoint is a directory"):
+        filled(range(2)).dumps(target)
+    assert target.read_text() == "mine"

@@ -330,6 +330,9 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
     True
     """
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"checkpoint path {str(root)!r} is a file: a checkpoint is a "
+                              "directory (give the path of a directory, new or existing).")
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root, shared=False):
         current, current_crc, owned = _owned_snapshots(root)

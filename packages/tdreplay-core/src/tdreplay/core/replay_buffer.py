@@ -632,6 +632,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(tensordicts):
             raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
                                       f"{type(tensordicts).__name__}.")
+        if update_priority is not None and type(update_priority) is not bool:
+            raise TypeError(f"update_priority must be a bool or None, got {update_priority!r}.")
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
