@@ -42,11 +42,12 @@ class InPlaceEditsMixin:
             self._sampler.check_edit()
             self._sampler.check_write(value)
             rows = self._storage.index_to_rows(index, value)
+            slots = self._storage.rows_to_slots(rows).reshape(-1)
+            value = self._writer.prepare_assignment(value, slots)  # (the writer's own entries)
             self._storage[index] = value
             generations = self._storage.slot_generations  # (tracked by a writer)
             if generations is not None:  # a rewritten row is another record
                 generations.bump(rows, self._storage.rows_capacity)
-            slots = self._storage.rows_to_slots(rows).reshape(-1)
             self._sampler.mark_update(slots)
             self._tell_readers_written(slots, assigned=True)  # other buffers of the storage
 

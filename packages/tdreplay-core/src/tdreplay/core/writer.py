@@ -208,6 +208,19 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         self.check_state_dict(state_dict)
         self.write_count = int(state_dict["write_count"])
 
+    def prepare_assignment(self, value: Any, slots: torch.Tensor) -> Any:
+        """What an index assignment (``rb[index] = value``) writes at storage ``slots``
+        (flat, one per slot the value covers): ``value`` itself by default. A writer that
+        stores entries of its own in each row (``TensorDictRoundRobinWriter``'s ``"index"``)
+        returns a copy that carries them for those slots.
+
+        Examples
+        --------
+        >>> RoundRobinWriter().prepare_assignment([7], torch.tensor([2]))
+        [7]
+        """
+        return value
+
     def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
         """Raise ``ValueError`` unless ``state_dict`` (accepted by :meth:`check_state_dict`)
         can go on writing into a storage restored with ``rows`` written rows; changes

@@ -44,6 +44,36 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
         data.set("index", slots if data.device is None else slots.to(data.device))
         return data
 
+    def prepare_assignment(self, value: Any, slots: torch.Tensor) -> Any:
+        """``rb[index] = value`` writes the slots it covers under ``"index"`` too, as
+        ``extend`` does (a value copied from another row, ``rb[0] = rb[1]``, gets its new
+        slot; a value without the entry gets it), on a storage with ``ndim == 1``. A
+        TensorDict whose batch does not have one item per slot is refused (``ValueError``
+        naming ``value``), nothing written.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(3), writer=TensorDictRoundRobinWriter())
+        >>> _ = rb.extend(TensorDict({"x": torch.arange(3)}, [3]))
+        >>> rb[0] = rb[2]
+        >>> rb[:]["x"].tolist(), rb[:]["index"].tolist()
+        ([2, 1, 2], [0, 1, 2])
+        """
+        if not isinstance(value, TensorDictBase) or self.storage.ndim > 1:
+            # (not a TensorDict: the storage refuses it; ndim > 1: the assignment goes along
+            # dim_extend, and the value keeps its entries as given)
+            return value
+        if value.batch_size.numel() != slots.numel():
+            raise ValueError(f"value has batch size {list(value.batch_size)}, but the index "
+                             f"covers {slots.numel()} slots: a TensorDictRoundRobinWriter "
+                             "stamps one 'index' per slot, so give one item per slot.")
+        value = value.copy()
+        stamped = slots.reshape(value.batch_size)
+        value.set("index", stamped if value.device is None else stamped.to(value.device))
+        return value
+
     # TensorDicts (or tensorclasses, converted) only, checked before anything else
     def add(self, data: Any) -> int:
         return super().add(ensure_tensordict(data))
