@@ -16,6 +16,7 @@ from tensordict import is_tensor_collection
 from .sampler import Sampler
 from .storage import Storage
 from .utils import leading_dim
+from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="InPlaceEditsMixin")
 
@@ -25,6 +26,7 @@ class InPlaceEditsMixin:
 
     _storage: Storage
     _sampler: Sampler
+    _writer: Writer
     _lock: AbstractContextManager[Any]
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
