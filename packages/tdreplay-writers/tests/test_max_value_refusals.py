@@ -66,3 +66,24 @@ def test_a_rejected_write_leaves_the_writer_state_unchanged():
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(
         torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda d: d.exclude("x"),                          # a key missing
+    lambda d: d.set("x", torch.zeros(2, 3)),           # another shape
+    lambda d: d.set("x", torch.zeros(2, 2, 2)),        # more dims
+], ids=["missing-key", "shape", "more-dims"])
+def test_a_bad_batch_is_refused_even_when_no_row_ranks_high_enough(bad):
+    # whether bad data is refused no longer depends on its ranks (it was accepted, and the
+    # writer's age advanced, when every row ranked too low to be kept)
+    from tdreplay.storages import LazyTensorStorage
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=2,
+                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb.extend(rows([10.0, 11.0, 12.0, 13.0]))
+    writer_before = rb.writer.state_dict()
+    with pytest.raises((KeyError, ValueError, TypeError)):
+        rb.extend(bad(rows([1.0, 2.0])))  # ranks 1 and 2: below every kept one
+    assert _same(rb.writer.state_dict(), writer_before)
+    assert rb[:]["x"].tolist() == [10.0, 11.0, 12.0, 13.0]
+    assert rb.extend(rows([1.0, 2.0])).tolist() == [-1, -1]  # good low-ranked data: not kept
+    assert rb.writer.state_dict()["age"] == writer_before["age"] + 2

@@ -263,6 +263,12 @@ class TensorDictMaxValueWriter(Writer):
             except BaseException:
                 self._undo(pushed, popped)
                 raise
+        elif n:
+            # none ranks high enough: the storage still checks the batch (keys, shapes, dtypes)
+            # by writing none of its rows, so that whether bad data is refused does not depend
+            # on its ranks (nothing changes either way)
+            empty = (data.unsqueeze(0) if single else data)[:0]
+            self.storage.set(torch.empty(0, dtype=torch.long), empty, set_cursor=False)
         self._age += n
         self.write_count += len(pairs)
         self.written_positions = (None if single or every_row
