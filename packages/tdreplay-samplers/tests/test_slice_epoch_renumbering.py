@@ -66,7 +66,7 @@ def test_a_stale_saved_epoch_is_not_checked_against_the_index():
     assert epoch(twin)[0] == 0
 
 
-def test_a_state_whose_epoch_names_a_trajectory_twice_is_refused():
+def test_a_state_whose_epoch_is_not_a_permutation_is_refused():
     rb = buffer()
     rb.sample(4)
     state = rb.state_dict()
@@ -76,6 +76,9 @@ def test_a_state_whose_epoch_names_a_trajectory_twice_is_refused():
     before = restored.sampler.state_dict()
     with pytest.raises(ValueError, match="names a trajectory twice"):
         restored.load_state_dict({**state, "_sampler": {**state["_sampler"], "epoch": twice}})
+    with pytest.raises(ValueError, match="leaves out 1 of the index's trajectories"):
+        restored.load_state_dict({**state, "_sampler": {**state["_sampler"],
+                                                        "epoch": epoch_ids[:-1].clone()}})
     assert torch.equal(restored.sampler.state_dict()["epoch"], before["epoch"])
     restored.load_state_dict(state)  # the saved epoch loads
     assert epoch(restored) == epoch(rb)

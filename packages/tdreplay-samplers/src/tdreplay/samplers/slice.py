@@ -645,6 +645,14 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         if not stale and torch.unique(perm).numel() != perm.numel():
             raise ValueError("state 'epoch' names a trajectory twice: an epoch draws each "
                              "trajectory once.")
+        if not stale:  # every trajectory a slice fits in is in the epoch, drawn or to come
+            live = state_dict["index"]["dense"]
+            if self.strict_length:
+                live = live[state_dict["index"]["records"][live, LEN] >= int(meta[1])]
+            left_out = live[~torch.isin(live, perm)]
+            if left_out.numel():
+                raise ValueError(f"state 'epoch' leaves out {left_out.numel()} of the index's "
+                                 "trajectories: an epoch draws each trajectory once.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
