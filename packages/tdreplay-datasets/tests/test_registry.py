@@ -20,10 +20,18 @@ TORCHRL_ONLY = {
 }
 
 
+#: the registry as the module builds it (before any test or doctest of the run registers more:
+#: the doctests of registry.py register "toy" and "fractions" in the same process)
+BUILT_IN = dict(registry._REGISTRY)
+
+
 @pytest.fixture(autouse=True)
 def restore_registry():
-    """Each test registers what it needs; the process-global registry is restored after it."""
+    """Each test starts from the built-in registry and registers what it needs; the
+    process-global registry is put back as it was after it."""
     saved = dict(registry._REGISTRY)
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(BUILT_IN)
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)
