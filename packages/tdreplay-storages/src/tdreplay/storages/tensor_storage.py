@@ -304,6 +304,11 @@ class TensorStorage(CompilableRows, Storage):
                 slots = torch.arange(len(self))[slots]
             elif not isinstance(slots, torch.Tensor):
                 slots = as_long_tensor(slots, name="slots")
+        if slots.dtype is not torch.long:
+            if slots.dtype is torch.bool:  # a mask of slots, as TorchRL's get takes one
+                slots = slots.reshape(-1).nonzero().reshape(-1)
+            else:  # (a float tensor is refused naming slots; int32 and the like convert)
+                slots = as_long_tensor(slots, name="slots")
         if slots.numel() and slots.device.type == "cpu":
             _check_slots(slots, self._rows_written() * layout.row_numel)
         return self._format.from_td(layout.gather(slots))
