@@ -22,7 +22,7 @@ from tensordict import is_tensor_collection
 
 from tdreplay.core import CheckpointError, ReplayBuffer, Storage, TensorDictReplayBuffer
 from tdreplay.core.checkpoint import open_checkpoint, read_json, write_checkpoint, write_json
-from tdreplay.core.utils import check_batch_size
+from tdreplay.core.utils import check_batch_size, check_instance
 from tdreplay.storages import LazyTensorStorage
 
 from .registry import load_dataset
@@ -235,9 +235,8 @@ online_size=10, batch_size=8)
             raise ValueError("Provide one of online_storage or online_capacity.")
         if online_capacity is not None:
             capacity = _check_count(online_capacity, "online_capacity", 1)
-        elif not isinstance(online_storage, Storage):
-            raise TypeError(f"online_storage must be a Storage instance, got "
-                            f"{type(online_storage).__name__}.")
+        else:
+            check_instance(online_storage, Storage, "online_storage")  # type: ignore[type-abstract]
         fraction = _check_fraction(offline_fraction)
         if batch_size is not None:
             batch_size = check_batch_size(batch_size)

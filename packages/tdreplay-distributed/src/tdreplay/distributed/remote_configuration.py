@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from tdreplay.core import Sampler, Storage, Transform, Writer
+from tdreplay.core.utils import check_instance
 
 from ._wire import pack
 
@@ -118,11 +119,7 @@ class RemoteConfigurationMixin:
         self._configure_part(writer, Writer, "set_writer")
 
     def _configure_part(self, part: Any, kind: type, method: str) -> None:
-        name = method.removeprefix("set_")
-        if not isinstance(part, kind):
-            raise TypeError(f"{name} must be a {kind.__name__} instance, got "
-                            f"{type(part).__name__}.")
-        self._configure(method, part)
+        self._configure(method, check_instance(part, kind, method.removeprefix("set_")))
         self._client.refresh_info()  # (max_size, is_prioritized, ... of the new part)
 
     def synchronize(self) -> None:

@@ -38,11 +38,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
         inner = data.batch_size[int(batched): int(batched) + self.storage.ndim - 1]
         numel = inner.numel()
         slots = (rows.reshape(-1, 1) * numel + torch.arange(numel)).reshape(rows.shape + inner)
-        if not batched:
-            slots = slots[0]
-        data = data.copy()
-        data.set("index", slots if data.device is None else slots.to(data.device))
-        return data
+        return _stamped(data, slots if batched else slots[0])
 
     def prepare_assignment(self, value: Any, slots: torch.Tensor) -> Any:
         """``rb[index] = value`` writes the slots it covers under ``"index"`` too, as
@@ -69,10 +65,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
             raise ValueError(f"value has batch size {list(value.batch_size)}, but the index "
                              f"covers {slots.numel()} slots: a TensorDictRoundRobinWriter "
                              "stamps one 'index' per slot, so give one item per slot.")
-        value = value.copy()
-        stamped = slots.reshape(value.batch_size)
-        value.set("index", stamped if value.device is None else stamped.to(value.device))
-        return value
+        return _stamped(value, slots.reshape(value.batch_size))
 
     # TensorDicts (or tensorclasses, converted) only, checked before anything else
     def add(self, data: Any) -> int:
@@ -80,3 +73,10 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
 
     def extend(self, data: Any) -> torch.Tensor:
         return super().extend(ensure_tensordict(data))
+
+
+def _stamped(data: TensorDictBase, slots: torch.Tensor) -> TensorDictBase:
+    """Shallow copy of ``data`` with ``slots`` (shaped like its batch) under ``"index"``."""
+    data = data.copy()
+    data.set("index", slots if data.device is None else slots.to(data.device))
+    return data
