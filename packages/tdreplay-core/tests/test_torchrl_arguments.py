@@ -8,6 +8,7 @@ from tensordict import TensorDict
 
 from tdreplay.core import (
     ListStorage,
+    ListStorageCheckpointer,
     RandomSampler,
     ReplayBuffer,
     RoundRobinWriter,
@@ -63,3 +64,56 @@ def test_transform_and_transform_factory_are_exclusive():
 def test_a_factory_of_the_wrong_kind_is_refused_naming_the_argument():
     with pytest.raises(TypeError, match="storage"):
         ReplayBuffer(storage=partial(RandomSampler))
+
+
+class _CountingCheckpointer(ListStorageCheckpointer):
+    """A list checkpointer that counts its saves (to see which one a buffer's dumps used)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    def dumps(self, storage, path):
+        self.saves += 1
+        super().dumps(storage, path)
+
+
+@pytest.mark.parametrize("delayed_init", [False, True])
+def test_checkpointer_becomes_the_storages_and_writes_its_dumps(tmp_path, delayed_init):
+    checkpointer = _CountingCheckpointer()
+    rb = ReplayBuffer(storage=ListStorage(5), checkpointer=checkpointer,
+                      delayed_init=delayed_init)
+    assert rb.initialized is not delayed_init
+    assert rb.storage.checkpointer is checkpointer  # (a delayed buffer builds its parts here)
+    rb.extend(["a", "b", "c"])
+    rb.dumps(tmp_path)
+    assert checkpointer.saves == 1
+    restored = ReplayBuffer(storage=ListStorage(5))
+    restored.loads(tmp_path)
+    assert restored[:] == ["a", "b", "c"]
+
+
+def test_no_checkpointer_keeps_the_one_set_on_the_storage():
+    storage = ListStorage(5)
+    own = _CountingCheckpointer()
+    storage.checkpointer = own
+    assert ReplayBuffer(storage=storage).storage.checkpointer is own
+
+
+@pytest.mark.parametrize("delayed_init", [False, True])
+def test_checkpointer_of_the_wrong_kind_is_refused_at_construction(delayed_init):
+    storage = ListStorage(5)
+    before = storage.checkpointer
+    with pytest.raises(TypeError, match="checkpointer must be a StorageCheckpointerBase"):
+        ReplayBuffer(storage=storage, checkpointer="flat", delayed_init=delayed_init)
+    assert storage.checkpointer is before
+
+
+@pytest.mark.parametrize("update_priority", [True, False])
+def test_update_priority_is_refused_by_a_buffer_that_reads_no_priorities(update_priority):
+    rb = ReplayBuffer(storage=ListStorage(5))
+    rb.extend([1])
+    with pytest.raises(NotImplementedError, match="update_priority"):
+        rb.extend([2, 3], update_priority=update_priority)
+    assert rb[:] == [1] and rb.write_count == 1
+    assert rb.extend([2], update_priority=None).tolist() == [1]

@@ -30,7 +30,7 @@ import torch
 
 from .buffer_consume import consuming_sampler
 from .sampler import RandomSampler, Sampler
-from .storage import ListStorage, Storage
+from .storage import ListStorage, Storage, StorageCheckpointerBase
 from .transform import Compose, as_transform
 from .utils import check_instance
 from .writer import RoundRobinWriter, Writer
@@ -229,7 +229,8 @@ class PartsMixin:
 
     def _build_parts(self, *, storage: Any, sampler: Any, writer: Any, transform: Any,
                      transform_factory: Callable[[], Any] | None, collate_fn: Any,
-                     consume_after_n_samples: int | None, compilable: bool) -> None:
+                     consume_after_n_samples: int | None, compilable: bool,
+                     checkpointer: StorageCheckpointerBase[Any] | None = None) -> None:
         """Build and check the parts, then install them (none installed if a check fails)."""
         built_storage = component(storage, Storage,  # TorchRL's default: ListStorage(1000)
                                   partial(ListStorage, 1000, compilable=compilable))
@@ -245,6 +246,8 @@ class PartsMixin:
             composed = transform
         elif transform is not None:
             composed.append(as_transform(transform))
+        if checkpointer is not None:  # (TorchRL's ``ReplayBuffer(checkpointer=...)``)
+            built_storage.checkpointer = checkpointer
         built_writer.register_storage(built_storage)
         self._storage, self._sampler, self._writer = built_storage, built_sampler, built_writer
         self._read_storage(built_storage)  # (buffer_readers)

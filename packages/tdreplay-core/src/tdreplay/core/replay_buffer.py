@@ -35,7 +35,7 @@ from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
 from .sampler import Sampler
 from .service_backends import ServiceBackendMixin, ServiceDispatch
-from .storage import Storage
+from .storage import Storage, StorageCheckpointerBase
 from .transform import Compose, Transform
 from .utils import (
     INT_TYPES,
@@ -241,6 +241,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         Default batch size of :meth:`sample` and iteration (``drop_last`` samplers need it).
     generator : torch.Generator, optional
         Random generator used by the sampler, for reproducible sampling.
+    checkpointer : StorageCheckpointerBase, optional
+        As TorchRL: becomes the storage's :attr:`~Storage.checkpointer` (how :meth:`dumps`
+        writes and :meth:`loads` reads the storage) when the parts are built. ``None`` keeps
+        the storage's own (TorchRL's resets a checkpointer set on the storage to the default).
     consume_after_n_samples : int, optional
         Items are consumed once sampled this many times (:mod:`tdreplay.core.buffer_consume`).
     transform_factory : callable, optional
@@ -296,6 +300,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         transform: Transform | Callable[[Any], Any] | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        checkpointer: StorageCheckpointerBase[Any] | None = None,
         transform_factory: Callable[[], Any] | None = None,
         compilable: bool = False,
         delayed_init: bool | None = None,
@@ -317,6 +322,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             raise TypeError(f"generator must be a torch.Generator, got "
                             f"{type(generator).__name__}.")
         self._rng: torch.Generator | None = generator
+        if checkpointer is not None:
+            check_instance(checkpointer, StorageCheckpointerBase, "checkpointer")
         self._lock = _BufferLock(self)
         # read by every draw: an instance attribute (CPython 3.11 reads class defaults slowly)
         self._submitted_updates = None
@@ -327,7 +334,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._init_parts(delayed, storage=storage, sampler=sampler, writer=writer,
                          transform=transform, transform_factory=transform_factory,
                          collate_fn=collate_fn, consume_after_n_samples=consume_after_n_samples,
-                         compilable=compilable)
+                         compilable=compilable, checkpointer=checkpointer)
         self.share(shared)  # (only marks a buffer whose parts wait: they are shared when built)
 
     # ---- components ------------------------------------------------------------------------------
@@ -435,13 +442,21 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
 
-    def extend(self, data: Any) -> torch.Tensor:
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Write a batch; returns the slots written, one entry per row of the batch (``-1``
         for a row the writer did not keep, e.g. ``TensorDictMaxValueWriter``'s, as TorchRL).
 
         A list is a batch of items, a tuple one pytree batched along dim 0 of its leaves, a
-        tensor or TensorDict a batch along its first dimension.
+        tensor or TensorDict a batch along its first dimension. ``update_priority`` is
+        :class:`TensorDictReplayBuffer`'s (whether the batch's priority entry sets the
+        priorities): this class reads no priorities from its data, so any value but ``None``
+        raises ``NotImplementedError``, as TorchRL's.
         """
+        if update_priority is not None:
+            raise NotImplementedError(
+                f"update_priority={update_priority!r}: {type(self).__name__}.extend takes no "
+                "priorities from its data (TensorDictReplayBuffer.extend does); set them with "
+                "update_priority(index, priority).")
         data, dim = self._prepare_batch(data)
         with self._write_lock(data):
             slots = self._write_batch(data)
