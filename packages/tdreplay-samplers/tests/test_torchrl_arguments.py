@@ -170,3 +170,14 @@ def test_end_keys_conflicts_are_value_and_runtime_errors(kwargs) -> None:
 def test_end_keys_must_be_a_sequence_of_keys(end_keys) -> None:
     with pytest.raises(ValueError, match="end_keys must be a non-empty sequence"):
         SliceSampler(slice_len=2, end_keys=end_keys)
+
+
+# ---- positional arguments ------------------------------------------------------------------------
+def test_prioritized_sampler_takes_torchrls_positional_arguments_device_included() -> None:
+    sampler = PrioritizedSampler(8, 0.5, 0.4, 1e-6, torch.float64, "mean", True, "cpu")
+    assert (sampler.max_capacity, sampler.alpha, sampler.beta, sampler.eps) == (8, 0.5, 0.4, 1e-6)
+    assert sampler.reduction == "mean"
+    sampler.extend(torch.arange(3))
+    assert sampler.device == torch.device("cpu")
+    with pytest.raises(TypeError, match="device"):
+        PrioritizedSampler(8, 0.5, 0.4, 1e-6, torch.float64, "mean", True, 1.5)
