@@ -20,6 +20,7 @@ from .next_state import NextStateReconstructor
 from .normalization import ObservationNorm
 from .policy_age import PolicyAgeFilter
 from .reward import BinarizeReward, RewardClipping, RewardScaling
+from .reward_to_go import Reward2GoTransform
 from .tensors import (
     CatTensors,
     DeviceCastTransform,
@@ -58,6 +59,7 @@ __all__ = [
     "RandomCropTensorDict",
     "RenameTransform",
     "Resize",
+    "Reward2GoTransform",
     "RewardClipping",
     "RewardScaling",
     "SelectTransform",

@@ -144,6 +144,7 @@ _EXPORTS: dict[str, str] = {
     "RandomCropTensorDict": "tdreplay.transforms",
     "RenameTransform": "tdreplay.transforms",
     "Resize": "tdreplay.transforms",
+    "Reward2GoTransform": "tdreplay.transforms",
     "RewardClipping": "tdreplay.transforms",
     "RewardScaling": "tdreplay.transforms",
     "SelectTransform": "tdreplay.transforms",
