@@ -9,6 +9,7 @@ The slice samplers of ``CatFrames.make_rb_transform_and_sampler`` live in
 from tdreplay.core import CallableTransform, Compose, InvertedTransform, Transform
 
 from .actions import DiscreteActionProjection, gSDENoise
+from .burn_in import BurnInTransform
 from .cat_frames import CatFrames
 from .checks import FiniteTensorDictCheck, PinMemoryTransform
 from .crop import RandomCropTensorDict
@@ -36,6 +37,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BinarizeReward",
+    "BurnInTransform",
     "CallableTransform",
     "CatFrames",
     "CatTensors",

@@ -124,6 +124,7 @@ _EXPORTS: dict[str, str] = {
     "TensorDictRoundRobinWriter": "tdreplay.writers",
     # tdreplay.transforms
     "BinarizeReward": "tdreplay.transforms",
+    "BurnInTransform": "tdreplay.transforms",
     "CatFrames": "tdreplay.transforms",
     "CatTensors": "tdreplay.transforms",
     "CenterCrop": "tdreplay.transforms",
