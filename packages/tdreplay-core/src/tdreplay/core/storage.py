@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in t
 
 from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, write_json
+from .checkpoint_hooks import HookList
 from .collate import stack_items
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
@@ -86,8 +87,95 @@ class StorageCheckpointerBase(Generic[StorageT]):
     [0, 1, 4]
     """
 
+    def __init__(self) -> None:
+        self._save_hook_list = HookList()
+        self._load_hook_list = HookList()
+
     def dumps(self, storage: StorageT, path: Path) -> None:
         raise NotImplementedError
+
+    # ---- hooks (TorchRL's register_save_hook / register_load_hook) ----------------------------
+    def _hooks(self, attr: str) -> HookList:
+        # made on first use: a subclass whose __init__ does not call this one's has them too
+        hooks = vars(self).get(attr)
+        if hooks is None:
+            hooks = HookList()
+            setattr(self, attr, hooks)
+        return hooks
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Register ``hook(data) -> data``, run on the storage's contents before they are
+        written; what it returns is what the checkpoint holds.
+
+        Hooks run in registration order, before the checkpointer writes any file, on what the
+        checkpointer saves: the written rows for tensor storages (a TensorDict of batch shape
+        ``[rows, *inner]``, a view: return new tensors rather than changing them in place),
+        the list of items for list storages. A hook that declares a ``path`` parameter (as
+        TorchRL's do) is also given the directory being written. A hook that raises stops
+        the save: nothing of the new checkpoint is committed, and the storage is unchanged.
+        ``Storage.register_save_hook`` and ``ReplayBuffer.register_save_hook`` register here,
+        on the storage's checkpointer: giving the storage another checkpointer leaves the
+        hooks with this one (as TorchRL).
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> ckpt = ListStorageCheckpointer()
+        >>> ckpt.register_save_hook(lambda items: [x * 10 for x in items])
+        >>> s = ListStorage(4, checkpointer=ckpt)
+        >>> s.set(torch.arange(2), [1, 2])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s.dumps(d)
+        ...     t = ListStorage(4)
+        ...     t.loads(d)
+        >>> t[:], s[:]
+        ([10, 20], [1, 2])
+        """
+        self._hooks("_save_hook_list").append(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Register ``hook(data) -> data``, run on what a checkpoint holds after it is read;
+        what it returns is what the storage gets.
+
+        Hooks run in registration order while the checkpoint is read and checked, before
+        anything of the storage changes: a hook that raises leaves the storage as it was. A
+        hook that declares an ``out`` parameter (TorchRL's) gets ``out=None``: it never writes
+        into the live storage, whose rows change only once everything is read and checked.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> s = ListStorage(4)
+        >>> s.set(torch.arange(2), [1, 2])
+        >>> t = ListStorage(4)
+        >>> t.checkpointer.register_load_hook(lambda items: [x + 1 for x in items])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s.dumps(d)
+        ...     t.loads(d)
+        >>> t[:]
+        [2, 3]
+        """
+        self._hooks("_load_hook_list").append(hook)
+
+    @property
+    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The save hooks, in registration order."""
+        return self._hooks("_save_hook_list").as_tuple()
+
+    @property
+    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The load hooks, in registration order."""
+        return self._hooks("_load_hook_list").as_tuple()
+
+    def apply_save_hooks(self, data: Any, *, path: Path | None = None) -> Any:
+        """``data`` passed through every save hook (``path``: the directory being written,
+        given to hooks that declare it): what a checkpointer writes."""
+        return self._hooks("_save_hook_list").run(data, path=path)
+
+    def apply_load_hooks(self, data: Any) -> Any:
+        """``data`` passed through every load hook (``out=None`` to hooks that declare it):
+        what a checkpointer installs."""
+        return self._hooks("_load_hook_list").run(data, out=None)
 
     def prepare_load(self, storage: StorageT, path: Path) -> Callable[[], None]:
         """Read and check ``path``; return the function that installs it into ``storage``.
@@ -134,7 +222,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
     def dumps(self, storage: ListStorage, path: Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        items = storage.apply_save_hooks(storage.items())
+        items = self.apply_save_hooks(storage.items(), path=path)
         with open(path / "items.pkl", "wb") as f:
             pickle.dump(items, f, protocol=pickle.HIGHEST_PROTOCOL)
         write_json(path / "storage.json", {"class": type(storage).__name__,
@@ -165,7 +253,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
             raise CheckpointError(
                 f"checkpoint file {str(items_path)!r} does not hold the list of {length} items "
                 f"{meta_path.name} announces.")
-        items = storage.apply_load_hooks(items)
+        items = self.apply_load_hooks(items)
 
         def commit() -> None:
             storage.replace_items(items)
@@ -209,8 +297,6 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None
                               else self._default_checkpointer())
-        self._save_hooks: list[Callable[[Any], Any]] = []
-        self._load_hooks: list[Callable[[Any], Any]] = []
 
     # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -480,26 +566,40 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
                             f"{type(value).__name__}.")
         self._checkpointer = value
 
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register ``hook(data) -> data`` applied to the contents before they are saved."""
-        self._save_hooks.append(hook)
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a save hook on :attr:`checkpointer` (as TorchRL, the hook lives there):
+        ``hook(data) -> data`` runs on the contents before they are written (see
+        :meth:`StorageCheckpointerBase.register_save_hook`). ``ReplayBuffer.register_save_hook``
+        registers here; its ``dumps`` also sets a hook's ``shift`` / ``is_full`` attributes when
+        it has them (TorchRL's protocol, used by ``TED2Flat``).
 
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register ``hook(data) -> data`` applied to the contents after they are read."""
-        self._load_hooks.append(hook)
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.register_save_hook(lambda items: items[::-1])
+        >>> s.checkpointer.save_hooks == s.save_hooks, len(s.save_hooks)
+        (True, 1)
+        """
+        self.checkpointer.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a load hook on :attr:`checkpointer`: ``hook(data) -> data`` runs on what a
+        checkpoint holds before it is installed (see
+        :meth:`StorageCheckpointerBase.register_load_hook`)."""
+        self.checkpointer.register_load_hook(hook)
 
     @property
-    def save_hooks(self) -> tuple[Callable[[Any], Any], ...]:
-        """The hooks :meth:`apply_save_hooks` runs, in registration order."""
-        return tuple(self._save_hooks)
+    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The save hooks of :attr:`checkpointer`, in registration order."""
+        return self.checkpointer.save_hooks
 
     @property
-    def load_hooks(self) -> tuple[Callable[[Any], Any], ...]:
-        """The hooks :meth:`apply_load_hooks` runs, in registration order."""
-        return tuple(self._load_hooks)
+    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The load hooks of :attr:`checkpointer`, in registration order."""
+        return self.checkpointer.load_hooks
 
     def apply_save_hooks(self, data: Any) -> Any:
-        """``data`` passed through every save hook: what a checkpointer writes.
+        """``data`` passed through every save hook of :attr:`checkpointer`.
 
         Examples
         --------
@@ -508,15 +608,27 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         >>> s.apply_save_hooks([1, 2])
         [2, 4]
         """
-        for hook in self._save_hooks:
-            data = hook(data)
-        return data
+        return self.checkpointer.apply_save_hooks(data)
 
     def apply_load_hooks(self, data: Any) -> Any:
-        """``data`` passed through every load hook: what a checkpointer installs."""
-        for hook in self._load_hooks:
-            data = hook(data)
-        return data
+        """``data`` passed through every load hook of :attr:`checkpointer`."""
+        return self.checkpointer.apply_load_hooks(data)
+
+    def flatten(self) -> Storage:
+        """This storage seen with one dimension (TorchRL's ``storage.flatten()``): the storage
+        itself when ``ndim == 1``; storages with more dimensions that can be flattened
+        (tensor storages) override it, the others raise ``RuntimeError``.
+
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.flatten() is s
+        True
+        """
+        if self.ndim == 1:
+            return self
+        raise RuntimeError(f"storage.flatten is not supported for storages of type "
+                           f"{type(self).__name__} when ndim > 1 (ndim={self.ndim}).")
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Write the contents into directory ``path`` with :attr:`checkpointer`."""

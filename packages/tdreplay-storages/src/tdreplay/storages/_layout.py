@@ -178,21 +178,55 @@ class TensorLayout:
         #: the leaves of data to write, checked (bound here: no call more on the write paths)
         self.source_leaves = self.sources.source_leaves
 
+    @property
+    def consolidated(self) -> bool:
+        """Whether the leaves are views of one buffer (:meth:`consolidate`)."""
+        return self.td.is_consolidated()
+
+    def consolidate(self) -> None:
+        """Move every leaf into one buffer (tensordict's ``consolidate()``, which copies them):
+        :attr:`td` becomes the consolidated TensorDict and the leaves views of its buffer.
+
+        Examples
+        --------
+        >>> layout = TensorLayout(TensorDict({"a": torch.zeros(4), "b": torch.ones(4, 2)}, [4]),
+        ...                       ndim=1, device=torch.device("cpu"))
+        >>> layout.consolidate()
+        >>> layout.consolidated, len({leaf.untyped_storage().data_ptr() for leaf in layout.leaves})
+        (True, 1)
+        """
+        self._adopt(self.td.consolidate())
+
+    def _adopt(self, td: TensorDictBase) -> None:
+        """Make ``td`` (of this layout's keys) :attr:`td`, its leaves :attr:`leaves`."""
+        self.leaves = [td.get(key) for key in self.keys]
+        self._view_leaves(td.batch_size)
+        self.td = td  # (the consolidated TensorDict itself: it records its buffer)
+
     def __getstate__(self) -> dict[str, Any]:
-        # the leaves alone are copied, the views made again
+        # the leaves alone are copied, the views made again; a consolidated layout's
+        # TensorDict instead (pickled as one buffer: the leaves would each carry all of it)
         state = self.__dict__.copy()
         for name in _VIEWS:
             del state[name]
         state["batch_size"] = self.td.batch_size
+        if self.consolidated:
+            state["leaves"] = None
+            state["consolidated_td"] = self.td
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch_size = state.pop("batch_size")
+        consolidated = state.pop("consolidated_td", None)
         state.setdefault("nested_dims", {})  # (pickled before nested levels kept their dims)
         state.setdefault("nested_classes", {})  # (pickled before nested classes were kept)
         state.pop("_expected", None)  # (pickled when the write checks were kept here)
         restore_attributes(self, state)
-        self._view_leaves(batch_size)
+        if consolidated is not None:  # (a deep copy of it is not consolidated: made again)
+            self._adopt(consolidated if consolidated.is_consolidated()
+                        else consolidated.consolidate())
+        else:
+            self._view_leaves(batch_size)
 
     # ---- reads ---------------------------------------------------------------------------------
     def gather(self, slots: torch.Tensor) -> TensorDict:

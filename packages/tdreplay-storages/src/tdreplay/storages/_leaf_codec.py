@@ -21,7 +21,7 @@ import torch
 from ._compressed_rows import RowLayout, itemsize
 from ._layout import dtype_from_str
 
-__all__ = ["LeafCodec", "takes_metadata"]
+__all__ = ["LeafCodec", "takes_metadata", "tensor_bytes"]
 
 _BYTES, _TENSOR = 0, 1
 _HEADER = struct.Struct("<BQ")  # kind, payload bytes
@@ -46,7 +46,15 @@ def takes_metadata(fn: Callable[..., Any]) -> bool:
     return len(required) >= 2
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """The raw bytes of ``tensor``'s elements in C order, on the host (any dtype, bfloat16
+    included; ``b""`` for no elements).
+
+    Examples
+    --------
+    >>> tensor_bytes(torch.tensor([1, 2], dtype=torch.int16))
+    b'\\x01\\x00\\x02\\x00'
+    """
     flat = tensor.detach().contiguous().cpu().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
@@ -61,7 +69,7 @@ def _frame(value: Any) -> bytes:
                         f"{type(value).__name__}.")
     name = str(value.dtype).removeprefix("torch.").encode()
     dims = struct.pack(f"<{value.ndim}q", *value.shape)
-    payload = _tensor_bytes(value)
+    payload = tensor_bytes(value)
     return (_HEADER.pack(_TENSOR, len(payload)) + _TENSOR_HEADER.pack(len(name), value.ndim)
             + name + dims + payload)
 
@@ -141,7 +149,7 @@ class LeafCodec:
                        else type(out).__name__)
                 raise ValueError(f"decompression_fn returned {got} for entry {key!r}, which "
                                  f"was written as {dtype} {tuple(shape)}.")
-            raw = _tensor_bytes(out)
+            raw = tensor_bytes(out)
             assert len(raw) == math.prod(shape) * itemsize(dtype)
             parts.append(raw)
         if offset != len(view):

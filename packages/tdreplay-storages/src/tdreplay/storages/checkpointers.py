@@ -139,10 +139,6 @@ class TensorLayoutStorage(Protocol):
 
     def install(self, meta: dict[str, Any], data: TensorDictBase) -> None: ...
 
-    def apply_save_hooks(self, data: Any) -> Any: ...
-
-    def apply_load_hooks(self, data: Any) -> Any: ...
-
     def empty(self) -> None: ...
 
 
@@ -171,12 +167,6 @@ class CompressedRowStorage(Protocol):
     @property
     def codec(self) -> _NamedCodec: ...
 
-    @property
-    def save_hooks(self) -> tuple[Callable[[Any], Any], ...]: ...
-
-    @property
-    def load_hooks(self) -> tuple[Callable[[Any], Any], ...]: ...
-
     def items(self) -> list[Any]: ...
 
     def replace_items(self, items: Sequence[Any]) -> None: ...
@@ -197,6 +187,20 @@ def _compressed_storage(storage: Storage,
         raise TypeError(f"{type(checkpointer).__name__} saves CompressedListStorage, not "
                         f"{type(storage).__name__}.")
     return storage
+
+
+def _hooked_rows(checkpointer: StorageCheckpointerBase, source: TensorLayoutStorage,
+                 path: Path) -> TensorDictBase:
+    """The written rows of ``source`` passed through ``checkpointer``'s save hooks (given
+    ``path``), before anything is written; ``TypeError`` when the hooks return no TensorDict."""
+    rows = source.written_rows()
+    if not checkpointer.save_hooks:
+        return rows
+    out = checkpointer.apply_save_hooks(rows, path=path)
+    if not isinstance(out, TensorDictBase):
+        raise TypeError(f"the save hooks of {type(checkpointer).__name__} returned a "
+                        f"{type(out).__name__}; it saves a TensorDict (nothing was written).")
+    return out
 
 
 def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBase) -> None:
@@ -283,7 +287,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written, columns = split_non_tensor(source.apply_save_hooks(source.written_rows()))
+            written, columns = split_non_tensor(_hooked_rows(self, source, path))
             memmap_by_writes(written, path / "data")  # OSError on a full disk, not SIGBUS
             meta["files"] = file_table(path / "data")
             if columns is not None:  # (absent otherwise: checkpoints of tensors unchanged)
@@ -308,7 +312,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                                   f"{type(err).__name__}: {err}") from err
         if "non_tensor" in meta:
             add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
-        loaded = target.apply_load_hooks(loaded)
+        loaded = self.apply_load_hooks(loaded)
         target.check_layout_compatible(meta, loaded)
 
         def commit() -> None:
@@ -429,6 +433,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
 
     def __init__(self, done_keys: Iterable[Any] | None = None,
                  reward_keys: Iterable[Any] | None = None) -> None:
+        super().__init__()
         self._compactor = _Compactor(done_keys, reward_keys)
 
     @property
@@ -453,7 +458,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written = source.apply_save_hooks(source.written_rows())
+            written = _hooked_rows(self, source, path)
             _refuse_non_tensor(written, self)  # (before anything is written)
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)
@@ -481,7 +486,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
             raise CheckpointError(f"cannot read the {type(self).__name__} checkpoint in "
                                   f"{str(path)!r}: {type(err).__name__}: {err}") from err
-        data = target.apply_load_hooks(data)
+        data = self.apply_load_hooks(data)
         target.check_layout_compatible(meta, data)
         return lambda: target.install(meta, data)
 
@@ -708,8 +713,9 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
     (keys, dtypes, shapes). Nothing is unpickled on load. A checkpoint is only loaded by a
     storage with the same codec.
 
-    Save and load hooks are not supported (rows are saved compressed); registering one makes
-    :meth:`dumps` raise.
+    Save and load hooks are not supported (rows are saved compressed, never decompressed):
+    :meth:`register_save_hook` and :meth:`register_load_hook` raise ``NotImplementedError``
+    (TorchRL's accepts them and never runs them).
 
     Examples
     --------
@@ -725,9 +731,35 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
     [[8, 9, 10, 11], [0, 1, 2, 3]]
     """
 
+    def _refuse_hook(self, hook: Any) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} saves rows compressed as they are, never decompressed: it "
+            f"runs no hook, and hook={hook!r} is refused (nothing was registered). Give the "
+            "storage a checkpointer that runs hooks, or transform the rows before writing them.")
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Refused (``NotImplementedError``, nothing registered): rows are saved compressed.
+
+        Examples
+        --------
+        >>> from tdreplay.storages import CompressedListStorage
+        >>> s = CompressedListStorage(4)
+        >>> s.register_save_hook(lambda rows: rows)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        NotImplementedError: CompressedListStorageCheckpointer saves rows compressed as ...
+        >>> s.save_hooks
+        ()
+        """
+        self._refuse_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Refused (``NotImplementedError``, nothing registered): rows are loaded compressed."""
+        self._refuse_hook(hook)
+
     def dumps(self, storage: Storage, path: Path) -> None:
         source = _compressed_storage(storage, self)
-        if source.save_hooks or source.load_hooks:
+        if self.save_hooks or self.load_hooks:  # (a subclass that registered some)
             raise RuntimeError("CompressedListStorageCheckpointer saves rows compressed as they "
                                "are: save/load hooks are not supported.")
         path = Path(path)
@@ -762,7 +794,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
         target = _compressed_storage(storage, self)
-        if target.load_hooks:
+        if self.load_hooks:
             raise CheckpointError("CompressedListStorageCheckpointer does not run load hooks.")
         path = Path(path)
         meta = read_json(path / "storage.json")

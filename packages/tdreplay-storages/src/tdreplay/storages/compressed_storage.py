@@ -10,11 +10,15 @@ it is installed, else ``zlib`` from the standard library.
 
 from __future__ import annotations
 
+import builtins
 import math
+import pickle
+import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
@@ -22,7 +26,7 @@ from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
-from ._leaf_codec import LeafCodec, takes_metadata
+from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
 from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
 from .checkpointers import CompressedListStorageCheckpointer
 
@@ -77,9 +81,7 @@ class Codec:
     def compress_row(self, leaves: Sequence[torch.Tensor]) -> bytes:
         """The blob of a row whose leaves (in layout order) are ``leaves``: their raw bytes
         back to back, compressed."""
-        return self.compress(b"".join(
-            t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-            for t in leaves))
+        return self.compress(b"".join(tensor_bytes(t) for t in leaves))
 
     def decompress_row(self, blob: bytes, layout: RowLayout) -> bytes:
         """The raw bytes of the row ``blob`` holds (``layout`` unused: one run of bytes)."""
@@ -420,6 +422,53 @@ class CompressedListStorage(ListStorage):
     def raw_nbytes(self) -> int:
         """Bytes the written rows take uncompressed."""
         return sum(row.layout.nbytes for row in self._storage)
+
+    def bytes(self) -> int:
+        """The number of bytes the storage holds compressed (TorchRL's ``bytes()``): the sum of
+        the compressed blobs of the written rows, as :attr:`nbytes`. An empty storage returns 0
+        with a warning, as TorchRL's.
+
+        Examples
+        --------
+        >>> s = CompressedListStorage(10)
+        >>> s.set(torch.arange(2), torch.zeros(2, 1000))
+        >>> s.bytes() == s.nbytes == sum(len(row.blob) for row in s.items())
+        True
+        >>> s.bytes() < s.raw_nbytes
+        True
+        """
+        if not self._storage:
+            warnings.warn("Compressed storage is empty, returning 0 bytes.", UserWarning,
+                          stacklevel=2)
+            return 0
+        return self.nbytes
+
+    def to_bytestream(self, data_to_bytestream: torch.Tensor | np.ndarray | Any
+                      ) -> builtins.bytes:
+        """``data_to_bytestream`` as bytes (TorchRL's ``to_bytestream``): a tensor's raw element
+        bytes in C order (what the default codec compresses), a numpy array's
+        (``ndarray.tobytes()``), anything else pickled (``pickle.dumps``).
+
+        TorchRL's raises ``TypeError`` for anything but a tensor (it tests ``isinstance(x,
+        np.array)``, a function); this one converts numpy arrays and other objects as it
+        intends. Any dtype converts, ``bfloat16`` and tensors that require grad included.
+
+        Examples
+        --------
+        >>> s = CompressedListStorage(4)
+        >>> s.to_bytestream(torch.tensor([1, 2], dtype=torch.int16))
+        b'\\x01\\x00\\x02\\x00'
+        >>> s.to_bytestream(np.array([1, 2], dtype=np.int16))
+        b'\\x01\\x00\\x02\\x00'
+        >>> import pickle
+        >>> pickle.loads(s.to_bytestream({"a": 1}))
+        {'a': 1}
+        """
+        if isinstance(data_to_bytestream, torch.Tensor):
+            return tensor_bytes(data_to_bytestream)
+        if isinstance(data_to_bytestream, np.ndarray):
+            return data_to_bytestream.tobytes()
+        return pickle.dumps(data_to_bytestream)
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

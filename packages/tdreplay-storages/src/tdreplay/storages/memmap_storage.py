@@ -218,6 +218,8 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     #: no entries added: the processes that map this storage would not see a new file
     adds_entries = False
+    #: never consolidated: its leaves are files that other processes map
+    _consolidates = False
 
     def __init__(
         self,
@@ -233,7 +235,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         shared_init: bool = False,
     ) -> None:
         super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer,
-                         compilable=compilable)
+                         compilable=compilable, cleanup_memmap=False)  # (TorchRL's value)
         self._out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.existsok = bool(existsok)
         if auto_cleanup is not None and not isinstance(auto_cleanup, bool):

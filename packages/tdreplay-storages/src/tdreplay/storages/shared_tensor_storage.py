@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import StorageCheckpointerBase
+from tdreplay.core.utils import check_instance
 
 from ._tensorclasses import NestedClasses
 from .memmap_storage import LazyMemmapStorage
@@ -30,9 +31,10 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
     :class:`LazyTensorStorage` and of :class:`LazyMemmapStorage`).
 
     Parameters are those of :class:`LazyTensorStorage`. The data lives on the CPU (memory-mapped
-    files in a temporary directory, removed when the creating process drops the storage): a
-    ``device`` other than the CPU cannot be honoured, which the first write says in a warning.
-    ``compilable=True`` is refused (as TorchRL).
+    files in a temporary directory, ``scratch_dir``, removed when the creating process drops the
+    storage, unless ``cleanup_memmap=False``): a ``device`` other than the CPU cannot be
+    honoured, which the first write says in a warning. ``compilable=True`` is refused (as
+    TorchRL); ``consolidated=True`` has no effect (warned about).
 
     Examples
     --------
@@ -66,8 +68,12 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
         ndim: int = 1,
         checkpointer: StorageCheckpointerBase | None = None,
         compilable: bool = False,
+        consolidated: bool = False,
         shared_init: bool = True,
+        cleanup_memmap: bool = True,
     ) -> None:
+        check_instance(consolidated, bool, "consolidated")
+        check_instance(cleanup_memmap, bool, "cleanup_memmap")
         if compilable:
             raise RuntimeError("Cannot share a compilable storage between processes.")
         if not shared_init:
@@ -77,7 +83,15 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
         #: the device asked for, when the memory-mapped CPU files cannot honour it (warned
         #: about once, by the first write)
         self._unhonoured_device = requested if requested and requested.type != "cpu" else None
-        super().__init__(max_size, ndim=ndim, checkpointer=checkpointer, device="cpu")
+        if consolidated:
+            warnings.warn("LazyTensorStorage(shared_init=True) keeps one memory-mapped file per "
+                          "entry, shared with other processes: consolidated=True has no effect "
+                          "(as in TorchRL).", UserWarning, stacklevel=3)
+        # cleanup_memmap: the temporary directory goes with the storage, or stays
+        super().__init__(max_size, ndim=ndim, checkpointer=checkpointer, device="cpu",
+                         auto_cleanup=cleanup_memmap)
+        self.consolidated = consolidated  # (TorchRL keeps the flag; _consolidates is False)
+        self.cleanup_memmap = cleanup_memmap
 
     def _create(self, td: TensorDictBase, batched: bool,
                 classes: NestedClasses | None = None) -> None:
@@ -91,7 +105,10 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
 
     def empty_copy(self, checkpointer: StorageCheckpointerBase[Any]) -> SharedLazyTensorStorage:
         """A storage built as this one, empty, with memory-mapped files of its own."""
-        return SharedLazyTensorStorage(self.max_size, ndim=self.ndim, checkpointer=checkpointer)
+        copied = SharedLazyTensorStorage(self.max_size, ndim=self.ndim, checkpointer=checkpointer,
+                                         cleanup_memmap=self.cleanup_memmap)
+        copied.consolidated = self.consolidated
+        return copied
 
     def __repr__(self) -> str:
         shape = None if self.shape is None else tuple(self.shape)

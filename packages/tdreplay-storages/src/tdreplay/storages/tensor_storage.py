@@ -22,10 +22,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
-from tdreplay.core.utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, check_instance, is_int
 
 from ._allocation import allocate_unfilled
 from ._compilable_rows import CompilableRows
+from ._consolidation import check_consolidable
 from ._formats import KIND_TC, KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
@@ -145,6 +146,11 @@ class TensorStorage(CompilableRows, Storage):
     #: why the storage keeps no non-tensor entries (``None``: it keeps them, as JSON values in
     #: columns beside its tensors: :mod:`~tdreplay.storages._object_layout`)
     non_tensor_refusal: str | None = None
+    #: whether the storage's TensorDict is consolidated when it is laid out (see
+    #: :class:`LazyTensorStorage`'s ``consolidated``)
+    consolidated: bool = False
+    #: whether ``consolidated`` takes effect (not where the leaves are files other processes map)
+    _consolidates: bool = True
 
     def __init__(
         self,
@@ -236,7 +242,14 @@ class TensorStorage(CompilableRows, Storage):
             (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) if unfilled
             else self._allocate, self.ndim, device, self.non_tensor_refusal, classes)
         self._layout.unfilled_from = 0 if unfilled else None  # no row written yet
+        if self.consolidated and self._consolidates:
+            self._layout.consolidate()  # (kind checked before: see _check_consolidable)
         self._set_rows_written(0)
+
+    def _check_consolidable(self, kind: str) -> None:
+        """``ValueError`` when this storage consolidates and cannot hold data of ``kind``."""
+        if self.consolidated and self._consolidates:
+            check_consolidable(kind)
 
     def _allocate(self, shape: torch.Size, dtype: torch.dtype, key: Any = None) -> torch.Tensor:
         """Allocate the leaf of entry ``key``, zero-filled (memory-mapped storages override
@@ -253,6 +266,7 @@ class TensorStorage(CompilableRows, Storage):
         layout = self._current_layout()
         leaves = None
         if layout is None:
+            self._check_consolidable(kind)  # (before anything changes)
             self._format = DataFormat(kind, extra)
             self._create(td, batched=not single, classes=classes_of(data, td, kind))
             layout = self._current_layout()
@@ -340,6 +354,44 @@ class TensorStorage(CompilableRows, Storage):
     def __len__(self) -> int:
         layout = self._current_layout()
         return 0 if layout is None else self._rows_written() * layout.row_numel
+
+    def flatten(self) -> Storage:
+        """This storage with its ``ndim`` leading dimensions flattened into one (TorchRL's
+        ``storage.flatten()``).
+
+        ``ndim == 1``: the storage itself. Else a :class:`TensorStorage` of ``ndim=1`` over the
+        written rows (all rows once the storage is full), flattened: its ``max_size`` is the
+        number of written slots, all written. As TorchRL's, it is a view: its tensors share
+        the storage's memory (a write into one shows in the other), except non-tensor
+        entries, which it holds copies of. A storage that was never written raises
+        ``RuntimeError``.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> s = LazyTensorStorage(12, ndim=2)
+        >>> s.set(slice(0, 2), TensorDict({"obs": torch.arange(8.).reshape(2, 4)}, [2, 4]))
+        >>> flat = s.flatten()
+        >>> type(flat).__name__, flat.ndim, flat.max_size, len(flat)
+        ('TensorStorage', 1, 8, 8)
+        >>> flat.get(torch.tensor([5]))["obs"].tolist()
+        [5.0]
+        >>> flat[5] = TensorDict({"obs": torch.tensor(50.)}, [])  # the same memory
+        >>> s[1]["obs"].tolist()
+        [4.0, 50.0, 6.0, 7.0]
+        """
+        if self.ndim == 1:
+            return self
+        layout = self._current_layout()
+        if layout is None:
+            raise RuntimeError("Cannot flatten a non-initialized storage (nothing was written "
+                               "to it yet).")
+        rows = self._rows_written()
+        if rows == 0:
+            raise RuntimeError("Cannot flatten a storage without written rows (it was emptied): "
+                               "a TensorStorage holds at least one slot.")
+        flat = layout.read_index(rows, slice(None)).flatten(0, self.ndim - 1)
+        return TensorStorage(self._format.from_td(flat), device=layout.device)
 
     # ---- in-place edits --------------------------------------------------------------------------
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
@@ -478,7 +530,10 @@ class TensorStorage(CompilableRows, Storage):
         ...
         tdreplay.core.checkpoint.CheckpointError: checkpoint entry '_tensor' has row shape (3,), ...
         """
-        check_rows_fit(self._current_layout(), self._format, meta, data, self.rows_capacity_for,
+        layout = self._current_layout()
+        if layout is None:  # (laid out by the load: a consolidated one holds tensor collections)
+            self._check_consolidable(meta.get("kind", KIND_TD))
+        check_rows_fit(layout, self._format, meta, data, self.rows_capacity_for,
                        self.non_tensor_refusal)
 
     def install(self, meta: dict[str, Any], data: TensorDictBase) -> None:
@@ -531,9 +586,27 @@ class LazyTensorStorage(TensorStorage):
         (:meth:`written_slots_tensor`) and writes batches at tensor rows without reading them
         back as ints, so that a ``torch.compile``'d ``extend`` + ``sample`` stops recompiling
         once warmed up. Same data and ``state_dict`` either way.
+    consolidated : bool
+        As TorchRL: ``True`` consolidates the storage's TensorDict when the first write lays it
+        out (tensordict's ``consolidate()``): every entry then lives in one buffer, which
+        pickles as one block and moves between devices in one copy. Writes, reads,
+        ``state_dict`` and checkpoints are the same either way. Only TensorDict and
+        tensorclass data can be consolidated: a first write of other data (a tensor, a pytree)
+        raises ``ValueError`` and leaves the storage unwritten. An entry added later (data
+        with a new key) is allocated beside the buffer. With ``shared_init=True`` it has no
+        effect (as TorchRL): the shared storage keeps one memory-mapped file per entry.
+        Defaults to ``False``.
     shared_init : bool
         ``True``: shared between processes, laid out by whichever writes first; builds a
         :class:`~tdreplay.storages.shared_tensor_storage.SharedLazyTensorStorage`.
+    cleanup_memmap : bool
+        With ``shared_init=True``: whether the temporary directory of the storage's
+        memory-mapped files is removed when the storage is dropped (garbage-collected, or the
+        process exits) in the process that created it. ``False`` keeps the files (at
+        ``storage.scratch_dir``). TorchRL documents that ``True`` removes them after the first
+        write and moves the storage to RAM, which would stop the processes sharing its rows;
+        its storage keeps them in either case. No effect without ``shared_init``. Defaults to
+        ``True``.
 
     Examples
     --------
@@ -542,6 +615,13 @@ class LazyTensorStorage(TensorStorage):
     >>> s.set(slice(0, 2), TensorDict({"obs": torch.zeros(2, 10, 3)}, [2, 10]))
     >>> s.shape, len(s)
     (torch.Size([10, 10]), 20)
+    >>> s = LazyTensorStorage(10, consolidated=True)
+    >>> s.set(slice(0, 2), TensorDict({"a": torch.ones(2), "b": torch.zeros(2, 3)}, [2]))
+    >>> s.get(torch.tensor([1]))["a"].tolist()
+    [1.0]
+    >>> rows = s.written_rows()
+    >>> rows["a"].untyped_storage().data_ptr() == rows["b"].untyped_storage().data_ptr()
+    True
     """
 
     #: the class ``LazyTensorStorage(shared_init=True)`` builds (set by ``shared_tensor_storage``)
@@ -561,10 +641,17 @@ class LazyTensorStorage(TensorStorage):
         ndim: int = 1,
         checkpointer: StorageCheckpointerBase | None = None,
         compilable: bool = False,
+        consolidated: bool = False,
         shared_init: bool = False,
+        cleanup_memmap: bool = True,
     ) -> None:
         if shared_init:
             raise ValueError("shared_init=True is for LazyTensorStorage itself (import "
                              "tdreplay.storages.shared_tensor_storage).")
+        check_instance(consolidated, bool, "consolidated")
+        check_instance(cleanup_memmap, bool, "cleanup_memmap")
         super().__init__(None, max_size, device=device, ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable)
+        self.consolidated = consolidated
+        #: TorchRL's ``cleanup_memmap`` (see the class docstring; used with ``shared_init``)
+        self.cleanup_memmap = cleanup_memmap
