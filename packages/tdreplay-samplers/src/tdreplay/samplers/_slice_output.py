@@ -11,16 +11,40 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import unravel_key
 
 from ._storage_entries import StorageEntries
 
-__all__ = ["INIT_KEY", "MASK_KEY", "mark_starts", "pad_slices", "slice_info", "truncation_info"]
+__all__ = ["INIT_KEY", "MASK_KEY", "check_init_key", "mark_starts", "pad_slices", "slice_info",
+           "truncation_info"]
 
 #: Stored entry marking the first step of a trajectory (TorchRL's ``InitTracker``); samples
 #: get it set at every slice start too.
 INIT_KEY = "is_init"
 #: Info entry of padded samples: ``True`` at real steps, ``False`` at padding.
 MASK_KEY = ("collector", "mask")
+
+
+def check_init_key(init_key: Any) -> Any:
+    """A slice sampler's ``init_key`` argument: a key (unravelled) or ``None``; a
+    ``TypeError`` naming the argument otherwise.
+
+    Examples
+    --------
+    >>> check_init_key(("a", ("b",))), check_init_key(None)
+    (('a', 'b'), None)
+    >>> check_init_key(3)
+    Traceback (most recent call last):
+    ...
+    TypeError: init_key must be a key (a str or a tuple of str) or None, got 3.
+    """
+    if init_key is None:
+        return None
+    try:
+        return unravel_key(init_key)
+    except Exception as err:
+        raise TypeError(f"init_key must be a key (a str or a tuple of str) or None, got "
+                        f"{init_key!r}.") from err
 
 
 def pad_slices(slots: torch.Tensor, ends: np.ndarray, seq_len: int

@@ -12,6 +12,7 @@ import torch
 from tdreplay.core import Storage
 from tdreplay.core.utils import NestedKey
 
+from ._slice_output import INIT_KEY
 from ._slicing import (
     REJECTION_ROUNDS,
     no_trajectory_error,
@@ -60,8 +61,9 @@ class PrioritizedSliceSampler(SliceSampler):
     max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer
         As :class:`PrioritizedSampler`.
     num_slices, slice_len, end_key, end_keys, traj_key, trajectory_key, ends, trajectories,
-    cache_values, truncated_key, strict_length, compile, use_gpu
-        As :class:`SliceSampler`.
+    cache_values, truncated_key, init_key, strict_length, compile, use_gpu
+        As :class:`SliceSampler` (``fragmented`` and ``step_key`` are not accepted: a
+        ``TypeError``, as in TorchRL).
     span : bool, int or (bool | int, bool | int)
         Only the right side is used: slices may hang over the end of their trajectory
         (``True``: any step can start a slice; ``i``: by at most ``i`` steps) and are cut
@@ -117,6 +119,7 @@ class PrioritizedSliceSampler(SliceSampler):
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = INIT_KEY,
         strict_length: bool = True,
         compile: bool | dict = False,
         span: bool | int | tuple[bool | int, bool | int] = False,
@@ -138,8 +141,8 @@ class PrioritizedSliceSampler(SliceSampler):
             num_slices=num_slices, slice_len=slice_len, end_key=end_key,
             traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
             trajectories=trajectories, cache_values=cache_values, truncated_key=truncated_key,
-            strict_length=strict_length, compile=compile, span=span, use_gpu=use_gpu,
-            end_keys=end_keys)
+            init_key=init_key, strict_length=strict_length, compile=compile, span=span,
+            use_gpu=use_gpu, end_keys=end_keys)
         if self.span[0]:  # as TorchRL: a warning, and the left span is turned off
             warnings.warn(f"{type(self).__name__} has no left span (a start is a stored step, "
                           f"nothing hangs over on its left): span={span!r} is taken as "

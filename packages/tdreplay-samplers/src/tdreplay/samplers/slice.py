@@ -18,8 +18,10 @@ from tensordict import is_tensor_collection, unravel_key
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
+from ._fragmented_index import FragmentedIndex
+from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
 from ._signals import AUTO_TRAJ_KEYS, Signals
-from ._slice_output import INIT_KEY, slice_info
+from ._slice_output import INIT_KEY, check_init_key, slice_info
 from ._slice_trajectories import TrajectorySyncMixin
 from ._slicing import (
     ArgumentConflictError,
@@ -68,7 +70,7 @@ def _replace_last(key: Any, name: str) -> Any:
     return (*key[:-1], name) if isinstance(key, tuple) else name
 
 
-class SliceSampler(TrajectorySyncMixin, Sampler):
+class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
     """Samples slices of trajectories: ``num_slices`` runs of consecutive steps per batch.
 
     A trajectory is a run of consecutive steps of one environment. Trajectories end where the
@@ -82,9 +84,20 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
     ``sample.reshape(num_slices, -1)`` gives one slice per row. The last step of every slice
     is marked truncated in the info (``truncated_key``, written into the sample by
     :class:`~tdreplay.core.TensorDictReplayBuffer`), along with ``done`` (the stored done flag
-    or the truncation) and ``terminated`` next to it. When the data has an ``is_init`` entry,
-    the sample's ``is_init`` is also ``True`` at the first step of every slice (as TorchRL: a
-    recurrent module splitting the flat sample on it starts each slice anew).
+    or the truncation) and ``terminated`` next to it. When the data has an ``init_key`` entry
+    (``"is_init"``, written by TorchRL's ``InitTracker``), that entry of the sample is also
+    ``True`` at the first step of every slice (as TorchRL: a recurrent module splitting the
+    flat sample on it starts each slice anew).
+
+    Interleaved trajectories (``fragmented=True``): when several collectors write into one
+    buffer, consecutive steps of a trajectory need not occupy consecutive slots. Slices then
+    follow the trajectory ids (``traj_key``) and step numbers (``step_key``) instead of the
+    slots: a slice holds steps ``t, t + 1, ...`` of one trajectory wherever they are stored,
+    in step order (so is the ``index`` of the sample). A step number missing from the buffer
+    (overwritten or never written) splits a trajectory into runs sampled separately, each
+    drawn uniformly as trajectories are. End flags play no part; ids and step numbers must be
+    integers (one per step, steps non-negative), and a ``(trajectory, step)`` pair stored twice
+    makes ``sample`` raise a ``RuntimeError`` naming it. One-dimensional storages only.
 
     Multi-dimensional storages (``LazyTensorStorage(N, ndim=2)`` filled with ``[envs, T]``
     batches, ``ndim=3`` with ``[workers, envs, T]``) are time-major, as TorchRL's: the buffer
@@ -114,7 +127,17 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         ``("collector", "traj_ids")`` is used if the data has it, else ``"episode"``, else the
         end key (:attr:`traj_key` then names the key found); a trajectory key the data lacks
         falls back to the end key, end keys the data lacks fall back to the trajectory ids.
-        Giving both a trajectory key and end keys splits on either signal.
+        Giving both a trajectory key and end keys splits on either signal. With
+        ``fragmented=True`` only the trajectory key counts: given, or detected as above
+        (without the end-key fallback).
+    step_key : NestedKey or None
+        Entry holding each step's number within its trajectory (non-negative integers), read
+        with ``fragmented=True`` only. Defaults to ``"step_count"`` (TorchRL's ``StepCounter``).
+    fragmented : bool
+        Cut slices along ``traj_key`` and ``step_key`` rather than along the storage slots
+        (see above). Only with replacement: ``ends``, ``trajectories``, end keys without a
+        trajectory key and ``step_key=None`` raise a ``ValueError``, ``span`` and ``compile``
+        a ``NotImplementedError`` (as TorchRL). Defaults to ``False``.
     ends : torch.Tensor, optional
         Boolean end flags of every written step (flat slot order), for static datasets whose
         flags are known up front. Exclusive with the keys and with ``trajectories``. On a full
@@ -128,6 +151,11 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
     truncated_key : NestedKey or None
         Info entry marking the last step of each slice (``None``: no truncation info).
         Defaults to ``("next", "truncated")``; ``done`` and ``terminated`` go next to it.
+    init_key : NestedKey or None
+        Entry marked ``True`` at the first step of every slice in the sample, OR-ed with the
+        stored flags (nothing is made up when the data has no such entry). ``None``: the
+        stored flags are left untouched (models that reset their state wherever ``is_init``
+        is set). Defaults to ``"is_init"``.
     strict_length : bool
         ``True``: only trajectories at least as long as a slice are sampled (an error says so
         when there is none). ``False``: shorter trajectories give shorter slices, so the batch
@@ -148,7 +176,8 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         repeating its last step, as TorchRL, so the batch has ``num_slices * slice_len``
         steps; ``info[("collector", "mask")]`` (bool, one per step) is ``False`` at the padding
         and truncation marks each slice's last real step. As in TorchRL, nothing is padded
-        (and there is no mask) while no trajectory in the buffer is shorter than a slice.
+        (and there is no mask) while no trajectory in the buffer is shorter than a slice,
+        except with ``fragmented=True``, where every batch is padded (TorchRL's rule there).
     replacement : bool
         ``False`` makes a :class:`SliceSamplerWithoutReplacement` instead (the other arguments,
         e.g. ``drop_last`` and ``shuffle``, go to it), as in TorchRL. Defaults to ``True``.
@@ -190,10 +219,13 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         end_key: NestedKey | None = None,
         traj_key: NestedKey | None = None,
         trajectory_key: NestedKey | None = None,
+        step_key: NestedKey | None = "step_count",
+        fragmented: bool = False,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = INIT_KEY,
         strict_length: bool = True,
         compile: bool | dict = False,
         span: bool | int | tuple[bool | int, bool | int] = False,
@@ -204,6 +236,7 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
     ) -> None:
         check_replacement(replacement, type(self).__name__,
                           variant=isinstance(self, SamplerWithoutReplacement))
+        self._init_key = check_init_key(init_key)
         if pad_output and strict_length:
             raise ValueError("pad_output=True is incompatible with strict_length=True: only "
                              "short slices are padded, and strict_length=True makes none.")
@@ -250,7 +283,11 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         self.pad_output = bool(pad_output)
         self.compile = compile
         self.span = _normalize_span(span)
+        self._fragmented, self._step_key = check_fragmented_arguments(
+            fragmented, step_key, traj_key=traj_key, end_key=end_key, end_keys=end_keys,
+            ends=ends, trajectories=trajectories, span=self.span, compile=compile)
         self.use_gpu = use_gpu
+        self._fragments = FragmentedIndex()
         self._index = TrajectoryIndex(track_slots=self._tracks_slots)
         self._entries = StorageEntries()
         self._signals: Signals | None = None
@@ -262,15 +299,29 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         state["_entries"] = StorageEntries()  # views of the storage are not pickled
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # samplers pickled before init_key / fragmented existed: their defaults
+        for name, default in (("_init_key", INIT_KEY), ("_fragmented", False),
+                              ("_step_key", "step_count")):
+            state.setdefault(name, default)
+        state.setdefault("_fragments", FragmentedIndex())
+        self.__dict__.update(state)
+
     # ---- writes ------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
-        self._index.note_write(slots)
+        if not self._fragmented:  # (the runs follow the storage's revision)
+            self._index.note_write(slots)
 
     def check_write(self, data: Any) -> None:
         """Refuse trajectory ids that are not whole numbers (``0.5``, ``nan``) before they
         are written, with a ``ValueError`` naming the key: stored, they would make every later
         sample raise. The ids checked are those the sampler reads: ``traj_key``'s when given,
-        else the first of the keys it detects that ``data`` holds."""
+        else the first of the keys it detects that ``data`` holds. With ``fragmented=True``,
+        ids and step numbers that are not integers (``TypeError``) and negative step numbers
+        (``ValueError``) are refused."""
+        if self._fragmented:
+            self._check_fragmented_write(data)
+            return
         if self._static_traj is not None or self._static_ends is not None \
                 or not is_tensor_collection(data):
             return
@@ -286,16 +337,21 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
 
     def mark_edited(self, keys: list[NestedKey] | None = None) -> None:
         """Entries edited in place: recompute the trajectories if their signals may have changed."""
-        if self._static_traj is None and self._static_ends is None \
+        if self._fragmented:
+            if self._fragment_keys_edited(keys):
+                self._rewritten()
+        elif self._static_traj is None and self._static_ends is None \
                 and touches(keys, [self.traj_key, *AUTO_TRAJ_KEYS, *self._end_keys]):
             self._rewritten()
 
     def _rewritten(self) -> None:
         """Written steps changed in place: the trajectories are recomputed at the next batch."""
         self._index.note_update()
+        self._fragments.reset()
 
     def empty(self) -> None:
         self._index.reset()
+        self._fragments.reset()
         self._entries.invalidate()
         self._signals = None
 
@@ -331,6 +387,8 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         """
         if len(storage) == 0:
             return False
+        if self._fragmented:
+            return self._can_sample_fragmented(storage, batch_size)
         _, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         index = self._peek(storage)
         if index is None:
@@ -354,6 +412,8 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
                                  f"length ({seq_len}).")
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if self._fragmented:
+            return self._sample_fragmented(storage, batch_size)
         num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
         index = self._sync(storage)
@@ -396,8 +456,17 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         short = self.pad_output and bool((rec[index.live_records(), LEN] < seq_len).any())
         return slots, ends, short
 
-    #: entry marking slice starts in the info (OR-ed with the stored flags); ``None``: none
-    _init_key: NestedKey | None = INIT_KEY
+    @property
+    def init_key(self) -> NestedKey | None:
+        """The entry marked ``True`` at slice starts (OR-ed with the stored flags); ``None``:
+        the stored flags are left as they are.
+
+        Examples
+        --------
+        >>> SliceSampler(slice_len=2).init_key, SliceSampler(slice_len=2, init_key=None).init_key
+        ('is_init', None)
+        """
+        return self._init_key
 
     def _output(self, storage: Storage, slots: torch.Tensor, ends: np.ndarray,
                 pad_to: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -423,12 +492,16 @@ class SliceSampler(TrajectorySyncMixin, Sampler):
         self._index.install(state)
         self._entries.invalidate()
         self._signals = None
+        self._fragments.reset()  # (the runs are read from the storage again)
 
     def _repr_args(self) -> str:
         size = f"num_slices={self.num_slices}" if self.num_slices is not None \
             else f"slice_len={self.slice_len}"
-        return (f"{size}, end_key={self.end_key!r}, traj_key={self.traj_key!r}, "
-                f"truncated_key={self.truncated_key!r}, strict_length={self.strict_length}")
+        fragmented = f", fragmented=True, step_key={self._step_key!r}" if self._fragmented \
+            else ""
+        return (f"{size}, end_key={self.end_key!r}, traj_key={self.traj_key!r}{fragmented}, "
+                f"truncated_key={self.truncated_key!r}, init_key={self._init_key!r}, "
+                f"strict_length={self.strict_length}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._repr_args()}, span={self.span})"
@@ -453,8 +526,9 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         Visit trajectories in random order (``False``: in storage order of their first step).
     **kwargs
         As :class:`SliceSampler` (``num_slices`` / ``slice_len``, keys and ``end_keys``, ``ends`` /
-        ``trajectories``, ``truncated_key``, ``strict_length``, ``cache_values``, ``compile``,
-        ``use_gpu``); ``span`` is not supported (each trajectory is visited once).
+        ``trajectories``, ``truncated_key``, ``init_key``, ``strict_length``, ``cache_values``,
+        ``compile``, ``use_gpu``); ``span`` is not supported (each trajectory is visited once),
+        nor are ``fragmented`` and ``step_key`` (a ``TypeError``, as in TorchRL).
         ``replacement`` is TorchRL's: only ``False`` is accepted.
 
     It is a :class:`SamplerWithoutReplacement` too (``isinstance`` holds, as in TorchRL).
@@ -489,6 +563,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = INIT_KEY,
         strict_length: bool = True,
         shuffle: bool = True,
         compile: bool | dict = False,
@@ -499,9 +574,9 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         SliceSampler.__init__(self, num_slices=num_slices, slice_len=slice_len, end_key=end_key,
                               traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
                               trajectories=trajectories, cache_values=cache_values,
-                              truncated_key=truncated_key, strict_length=strict_length,
-                              compile=compile, span=False, use_gpu=use_gpu,
-                              replacement=replacement, end_keys=end_keys)
+                              truncated_key=truncated_key, init_key=init_key,
+                              strict_length=strict_length, compile=compile, span=False,
+                              use_gpu=use_gpu, replacement=replacement, end_keys=end_keys)
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
         self._reset_epoch()

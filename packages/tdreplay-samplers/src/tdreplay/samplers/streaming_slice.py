@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import unravel_key
 
 from tdreplay.core import Storage
 from tdreplay.core.utils import NestedKey
@@ -27,16 +26,6 @@ def _check_slice_len(slice_len: Any) -> int:
     if slice_len < 1:
         raise ValueError(f"slice_len must be a positive int, got {slice_len!r}.")
     return int(slice_len)
-
-
-def _check_init_key(init_key: Any) -> NestedKey | None:
-    if init_key is None:
-        return None
-    try:
-        return unravel_key(init_key)
-    except Exception as err:
-        raise TypeError(f"init_key must be a key (a str or a tuple of str) or None, got "
-                        f"{init_key!r}.") from err
 
 
 class StreamingSliceSampler(SliceSampler):
@@ -131,15 +120,10 @@ class StreamingSliceSampler(SliceSampler):
         length = _check_slice_len(slice_len)
         super().__init__(slice_len=length, end_key=end_key,
                          end_keys=end_keys, traj_key=traj_key, cache_values=cache_values,
-                         truncated_key=truncated_key, strict_length=strict_length,
-                         pad_output=pad_output, compile=compile, span=span, use_gpu=use_gpu)
-        self._init_key = _check_init_key(init_key)
+                         truncated_key=truncated_key, init_key=init_key,
+                         strict_length=strict_length, pad_output=pad_output, compile=compile,
+                         span=span, use_gpu=use_gpu)
         self._stream = StreamWindows(length)
-
-    @property
-    def init_key(self) -> NestedKey | None:
-        """The info entry marking slice starts (``None``: none)."""
-        return self._init_key
 
     # ---- writes --------------------------------------------------------------------------------
     def extend(self, slots: torch.Tensor) -> None:
@@ -265,5 +249,4 @@ class StreamingSliceSampler(SliceSampler):
         self._stream.load_state_dict(state_dict)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self._repr_args()}, init_key={self._init_key!r}, "
-                f"span={self.span})")
+        return f"{type(self).__name__}({self._repr_args()}, span={self.span})"
