@@ -22,6 +22,18 @@ AUTO_TRAJ_KEYS: tuple[Any, ...] = (("collector", "traj_ids"), "episode")
 Signals = tuple[Any, "tuple[Any, ...] | None"]
 
 
+def traj_key_candidates(traj_key: Any | None) -> tuple[Any, ...]:
+    """The keys a slice sampler reads trajectory ids from, in order of preference: the
+    ``traj_key`` given, else (``None``) the keys it detects (``AUTO_TRAJ_KEYS``).
+
+    Examples
+    --------
+    >>> traj_key_candidates("episode"), traj_key_candidates(None) == AUTO_TRAJ_KEYS
+    (('episode',), True)
+    """
+    return (traj_key,) if traj_key is not None else AUTO_TRAJ_KEYS
+
+
 def resolve_signals(entries: StorageEntries, storage: Any, owner: str, *,
                     traj_key: Any | None, end_keys: tuple[Any, ...]) -> Signals:
     """The entries of ``storage`` that delimit trajectories.
@@ -33,10 +45,8 @@ def resolve_signals(entries: StorageEntries, storage: Any, owner: str, *,
         found = tuple(k for k in keys if entries.has(storage, k))
         return found or None
 
-    traj = traj_key if traj_key is not None and entries.has(storage, traj_key) else None
+    traj = next((k for k in traj_key_candidates(traj_key) if entries.has(storage, k)), None)
     ends = present(end_keys)
-    if traj is None and traj_key is None:
-        traj = next((k for k in AUTO_TRAJ_KEYS if entries.has(storage, k)), None)
     if traj is not None or ends is not None:
         return traj, ends
     wanted = [key_name(traj_key)] if traj_key is not None \

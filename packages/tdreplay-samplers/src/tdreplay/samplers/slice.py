@@ -20,7 +20,7 @@ from tdreplay.core.utils import NestedKey, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
 from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
-from ._signals import AUTO_TRAJ_KEYS, Signals
+from ._signals import AUTO_TRAJ_KEYS, Signals, traj_key_candidates
 from ._slice_output import INIT_KEY, check_init_key, slice_info
 from ._slice_trajectories import TrajectorySyncMixin
 from ._slicing import (
@@ -325,7 +325,7 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         if self._static_traj is not None or self._static_ends is not None \
                 or not is_tensor_collection(data):
             return
-        for key in ((self.traj_key,) if self._explicit_traj else AUTO_TRAJ_KEYS):
+        for key in traj_key_candidates(self.traj_key if self._explicit_traj else None):
             ids = data.get(key, None)
             if ids is not None:
                 if isinstance(ids, torch.Tensor) and ids.is_floating_point():
