@@ -45,6 +45,14 @@ class TestCatTensors:
         assert out["c"].shape == (2, 8, 4)
         assert out["c"][:, 3:].eq(1).all() and out["c"][:, :3].eq(0).all()
 
+    def test_unsqueeze_if_oor_gives_entries_the_dimension_they_lack(self):
+        td = TensorDict({"key1": torch.zeros(1), "key2": torch.ones(1)}, [])  # TorchRL's example
+        out = CatTensors(in_keys=["key1", "key2"], dim=-2, unsqueeze_if_oor=True)(td)
+        assert out["observation_vector"].tolist() == [[0.0], [1.0]]
+        td = TensorDict({"key1": torch.zeros(1), "key2": torch.ones(1)}, [])
+        with pytest.raises(ValueError, match="cannot concatenate"):
+            CatTensors(in_keys=["key1", "key2"], dim=-2)(td)
+
     def test_errors(self):
         with pytest.raises(KeyError, match="missing"):
             CatTensors(["pos", "missing"], "obs")(td3())

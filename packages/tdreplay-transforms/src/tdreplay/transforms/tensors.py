@@ -37,6 +37,10 @@ class CatTensors(Transform):
     unsqueeze_if_needed : bool
         Give entries with fewer dimensions trailing singleton dimensions (a ``[B]`` reward joins
         a ``[B, 3]`` observation as ``[B, 1]``). Defaults to ``True``.
+    unsqueeze_if_oor : bool
+        As TorchRL: an entry that has no dimension ``dim`` (out of range) gets a leading one
+        first (``dim=-2`` concatenates two ``[1]`` entries into ``[2, 1]``). Defaults to
+        ``False``.
     sort : bool
         Concatenate in sorted key order (``True``, as in TorchRL) or in the order given.
 
@@ -61,6 +65,7 @@ class CatTensors(Transform):
         *,
         del_keys: bool = True,
         unsqueeze_if_needed: bool = True,
+        unsqueeze_if_oor: bool = False,
         sort: bool = True,
     ) -> None:
         keys = keys_arg(in_keys, "in_keys")
@@ -77,6 +82,7 @@ class CatTensors(Transform):
         self.dim = dim
         self.del_keys = bool(del_keys)
         self.unsqueeze_if_needed = bool(unsqueeze_if_needed)
+        self.unsqueeze_if_oor = bool(unsqueeze_if_oor)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
@@ -84,6 +90,8 @@ class CatTensors(Transform):
         if self.unsqueeze_if_needed:
             ndim = max(v.ndim for v in values)
             values = [v.reshape(v.shape + (1,) * (ndim - v.ndim)) for v in values]
+        if self.unsqueeze_if_oor:  # (dim < 0: dimension -dim - 1 from the end must exist)
+            values = [v if -self.dim <= v.ndim else v.unsqueeze(0) for v in values]
         try:
             out = torch.cat(values, self.dim)
         except (RuntimeError, IndexError) as err:
