@@ -9,8 +9,8 @@ from typing import Any
 
 from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 
-__all__ = ["KILL_WAIT", "RayLease", "check_timeout", "ensure_ray", "import_ray", "wait_all",
-           "wait_dead"]
+__all__ = ["KILL_WAIT", "RayLease", "call_error", "check_timeout", "ensure_ray", "import_ray",
+           "wait_all", "wait_dead"]
 
 #: Seconds a killed actor may still answer before :func:`wait_dead` gives up (Ray kills it
 #: within milliseconds on a live cluster).
@@ -110,6 +110,32 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def call_error(err: BaseException, what: str, label: str) -> BaseException:
+    """What a call of ``what`` on the buffer actor ``label`` that failed with ``err`` (as Ray
+    reports it) raises: :class:`RemoteBufferError` for an actor temporarily unavailable,
+    :class:`BufferActorDiedError` for a dead one, the buffer's own exception for an error it
+    raised in the actor; anything else is ``err`` itself. The error from Ray is the
+    ``__cause__`` of the one returned (its message holds the actor-side traceback)."""
+    exceptions = import_ray().exceptions
+    if isinstance(err, exceptions.ActorUnavailableError):
+        translated: BaseException = RemoteBufferError(
+            f"{what} failed: buffer actor {label} is unavailable (restarting or unreachable: "
+            f"{_first_line(err)}); the call may be retried.", actor=label)
+    elif isinstance(err, exceptions.RayActorError):
+        translated = BufferActorDiedError(
+            f"{what} failed: buffer actor {label} is dead ({_first_line(err)}). What it held "
+            "is lost: respawn it from its last checkpoint (respawn(path), or a new buffer "
+            "and loads(path)); other clients then call reconnect().", actor=label)
+    elif isinstance(err, exceptions.RayTaskError) \
+            and isinstance(cause := getattr(err, "cause", None), BaseException):
+        translated = cause
+    else:
+        return err
+    translated.__cause__ = err
+    translated.__suppress_context__ = True
+    return translated
+
+
 def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | None) -> list[Any]:
     """Results of ``calls`` (pairs ``(object_ref, actor_label)``), all within ``timeout`` s.
 
@@ -142,20 +168,9 @@ def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | No
                 f"{what} on buffer actor {label} got no answer within {timeout} s (call_timeout):"
                 " the actor is busy, hung or unreachable; a write may still be applied later.",
                 actor=label) from None
-        except exceptions.ActorUnavailableError as err:
-            raise RemoteBufferError(
-                f"{what} failed: buffer actor {label} is unavailable (restarting or unreachable: "
-                f"{_first_line(err)}); the call may be retried.", actor=label) from err
-        except exceptions.RayActorError as err:
-            raise BufferActorDiedError(
-                f"{what} failed: buffer actor {label} is dead ({_first_line(err)}). What it held "
-                "is lost: respawn it from its last checkpoint (respawn(path), or a new buffer "
-                "and loads(path)); other clients then call reconnect().", actor=label) from err
-        except exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from err  # err's message holds the actor-side traceback
-            raise
+        except (exceptions.ActorUnavailableError, exceptions.RayActorError,
+                exceptions.RayTaskError) as err:
+            raise call_error(err, what, label)  # noqa: B904 - call_error sets its __cause__
     return results
 
 

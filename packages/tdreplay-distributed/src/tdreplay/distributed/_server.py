@@ -28,6 +28,7 @@ from tdreplay.core import (
 
 from ._channel_host import ChannelHost
 from ._ray import import_ray
+from ._server_edits import EditsServerMixin
 from ._wire import Packed, pack, unpack
 from .checkpoints import load_checkpoint, save_checkpoint
 from .errors import BufferStateLostError
@@ -158,11 +159,13 @@ CONFIGURATION_CALLS = frozenset({"append_transform", "insert_transform", "regist
                                  "set_writer", "synchronize"})
 
 
-class BufferServer:
+class BufferServer(EditsServerMixin):
     """A replay buffer built and served inside a Ray actor (see :class:`RayReplayBuffer`).
 
-    A construction error is kept and raised by the first :meth:`describe`, so the client gets
-    the buffer's own exception (``TypeError``, ``ValueError``) rather than a dead actor.
+    In-place edits, whole-buffer reads, queries and submitted conditional updates are
+    :class:`~._server_edits.EditsServerMixin`'s. A construction error is kept and raised by
+    the first :meth:`describe`, so the client gets the buffer's own exception
+    (``TypeError``, ``ValueError``) rather than a dead actor.
 
     ``meta["restore_from"]``: a checkpoint loaded here, before the actor answers any call (a
     respawned actor is never seen empty). When Ray restarts the actor (``max_restarts``), it

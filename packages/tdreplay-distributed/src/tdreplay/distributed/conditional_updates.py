@@ -1,24 +1,30 @@
 """``update_if_present`` of the served buffers (``ReplayBuffer.update_if_present`` run
 where the buffer lives): :class:`RemoteConditionalUpdateMixin` for ``RayReplayBuffer`` (one
-actor call checks and patches), :class:`ShardedConditionalUpdateMixin` for
+actor call checks and patches; ``submit_update_if_present`` queues the update on the actor's
+buffer and returns a :class:`RemoteUpdateFuture`), :class:`ShardedConditionalUpdateMixin` for
 ``ShardedReplayBuffer`` (global slots, each shard patching its own records, the results merged
 back in the order of the records)."""
 
 from __future__ import annotations
 
-from typing import Any
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, TypeVar
 
 import torch
 
 from tdreplay.core import ConditionalUpdateResult
 from tdreplay.core.utils import patch_entries
 
+from ._ray import call_error
 from ._shard_calls import ShardCalls
 from ._sharding import split_slots
 from ._wire import pack, unpack
 from .client import ActorClient
+from .errors import RemoteCallTimeoutError
 
-__all__ = ["RemoteConditionalUpdateMixin", "ShardedConditionalUpdateMixin"]
+__all__ = ["RemoteConditionalUpdateMixin", "RemoteUpdateFuture", "ShardedConditionalUpdateMixin"]
+
+T = TypeVar("T")
 
 
 def _patch_rows(patch: Any, index_shape: torch.Size) -> dict[Any, torch.Tensor]:
@@ -32,6 +38,68 @@ def _patch_rows(patch: Any, index_shape: torch.Size) -> dict[Any, torch.Tensor]:
                              f"{tuple(index_shape)} followed by the entry's shape.")
         out[key] = value.reshape((index_shape.numel(), *value.shape[lead:]))
     return out
+
+
+class RemoteUpdateFuture(Future[T]):
+    """A ``concurrent.futures.Future`` of an update running in a buffer actor.
+
+    Settled by the actor's answer: its result (a copy owned by the caller), or the error the
+    update raised, as its own type (:class:`~tdreplay.distributed.BufferActorDiedError` if the
+    actor died). :meth:`result` and :meth:`exception` wait at most the buffer's
+    ``call_timeout`` by default (``timeout`` overrides it), then raise
+    :class:`~tdreplay.distributed.RemoteCallTimeoutError` (a ``TimeoutError``): the update may
+    still run. It cannot be cancelled: the update is queued in the actor already.
+    """
+
+    def __init__(self, call_timeout: float | None, what: str, label: str) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()  # (queued remotely: cancel() returns False)
+        self._call_timeout = call_timeout
+        self._what = what
+        self._label = label
+
+    def settle_with(self, ray_future: Future[Any]) -> None:
+        """Settle when ``ray_future`` (``ObjectRef.future()`` of the actor's answer, a
+        :class:`~._wire.Packed` result) does, its Ray errors translated as a call's."""
+        def settle(done: Future[Any]) -> None:
+            try:
+                err = done.exception()
+                if err is None:
+                    self.set_result(unpack(done.result(), copy=True))
+                else:
+                    self.set_exception(call_error(err, self._what, self._label))
+            except InvalidStateError:  # (settled already)
+                pass
+            except BaseException as unpack_error:  # noqa: BLE001 - reaches the caller
+                self.set_exception(unpack_error)
+        ray_future.add_done_callback(settle)
+
+    def _limit(self, timeout: float | None) -> float | None:
+        return self._call_timeout if timeout is None else timeout
+
+    def _timed_out(self, limit: float | None) -> RemoteCallTimeoutError:
+        return RemoteCallTimeoutError(
+            f"{self._what} on buffer actor {self._label} got no answer within {limit} s: the "
+            "actor is busy, hung or unreachable; the update may still be applied later.",
+            actor=self._label)
+
+    def result(self, timeout: float | None = None) -> T:
+        """The update's result, waiting at most ``timeout`` s (default ``call_timeout``)."""
+        limit = self._limit(timeout)
+        try:
+            return super().result(limit)
+        except TimeoutError:
+            if self.done():  # the update's own error
+                raise
+            raise self._timed_out(limit) from None
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The update's error (``None`` if it succeeded), waiting as :meth:`result`."""
+        limit = self._limit(timeout)
+        try:
+            return super().exception(limit)
+        except TimeoutError:
+            raise self._timed_out(limit) from None
 
 
 class RemoteConditionalUpdateMixin:
@@ -75,6 +143,54 @@ class RemoteConditionalUpdateMixin:
         kwargs = {"index": index, "generation": generation, "patch": patch,
                   "version_key": version_key, "version": version, "require_newer": require_newer}
         return unpack(self._client.call("update_if_present", pack(kwargs)))
+
+    def submit_update_if_present(self, *, index: Any, generation: Any, patch: Any,
+                                 version_key: Any = None, version: Any = None,
+                                 require_newer: bool = False
+                                 ) -> RemoteUpdateFuture[ConditionalUpdateResult]:
+        """:meth:`update_if_present` queued on the actor's buffer, as that buffer's
+        :meth:`~tdreplay.core.ReplayBuffer.submit_update_if_present`: a future of its
+        ``ConditionalUpdateResult`` (a :class:`RemoteUpdateFuture`).
+
+        The actor checks the arguments against the stored data before this returns: a bad one
+        raises here, as its own type, and nothing is queued. The update then runs on the
+        actor buffer's update worker, in submission order; batches any client draws after
+        this returns wait for it and see it, and :meth:`synchronize` waits for it. The
+        arguments are copied to the actor: they may be changed once this returns.
+        ``future.result()`` waits at most ``call_timeout`` by default.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import SamplerWithoutReplacement, TensorDictReplayBuffer
+        >>> from tdreplay.distributed import RayReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> from tdreplay.writers import TensorDictRoundRobinWriter
+        >>> rb = RayReplayBuffer(storage=partial(LazyTensorStorage, 4),
+        ...                      writer=partial(TensorDictRoundRobinWriter, track_generations=True),
+        ...                      sampler=SamplerWithoutReplacement,
+        ...                      replay_buffer_cls=TensorDictReplayBuffer, batch_size=4)
+        >>> _ = rb.extend(TensorDict({"value": torch.zeros(4)}, [4]))
+        >>> s = rb.sample()  # the 4 rows, each once
+        >>> future = rb.submit_update_if_present(index=s["index"],
+        ...                                      generation=s["index_generation"],
+        ...                                      patch={"value": torch.ones(4)})
+        >>> future.result().updated_count
+        4
+        >>> rb[:]["value"].tolist()
+        [1.0, 1.0, 1.0, 1.0]
+        >>> rb.close()
+        """
+        kwargs = {"index": index, "generation": generation, "patch": patch,
+                  "version_key": version_key, "version": version, "require_newer": require_newer}
+        client = self._client
+        token = client.call("submit_update_if_present", pack(kwargs))
+        future: RemoteUpdateFuture[ConditionalUpdateResult] = RemoteUpdateFuture(
+            client.call_timeout, "submit_update_if_present", client.label)
+        future.settle_with(client.submit("update_result", token, client.limit_timeout).future())
+        return future
 
 
 class ShardedConditionalUpdateMixin:

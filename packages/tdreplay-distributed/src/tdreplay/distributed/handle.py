@@ -8,6 +8,7 @@ keeps their lifecycle.
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +38,18 @@ class RayBufferClient:
         if name.startswith("_") or name in LIFECYCLE:
             raise AttributeError(f"{type(self).__name__} has no {name!r} (the buffer that "
                                  "created the actors keeps their lifecycle).")
-        return getattr(self._buffer, name)
+        value = getattr(self._buffer, name)
+        if not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # a method that returns the buffer (set_, share, append_transform, ...) returns
+            # this handle: the buffer has the lifecycle the handle must not give
+            result = value(*args, **kwargs)
+            return self if result is self._buffer else result
+
+        return call
 
     def __len__(self) -> int:
         return len(self._buffer)

@@ -27,6 +27,8 @@ from .iteration import RemoteIterationMixin
 from .lifecycle import ClosableBuffer
 from .remote_checkpoints import ActorCheckpointsMixin
 from .remote_configuration import RemoteConfigurationMixin
+from .remote_edits import RemoteEditsMixin
+from .remote_sharing import RemoteSharingMixin
 from .transport import TransportMixin, check_transport
 
 __all__ = ["RayReplayBuffer", "check_prefetch", "priority_entries"]
@@ -51,16 +53,20 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     return data.select(*keys)
 
 
-class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteIterationMixin,
-                      NextBatchMixin, RemoteConfigurationMixin, TransportMixin, ClientHandleMixin,
-                      ClosableBuffer):
+class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, RemoteEditsMixin,
+                      RemoteIterationMixin, NextBatchMixin, RemoteConfigurationMixin,
+                      RemoteSharingMixin, TransportMixin, ClientHandleMixin, ClosableBuffer):
     """A replay buffer served by a Ray actor: collectors and learners anywhere share it.
 
     The buffer (``replay_buffer_cls(storage=..., sampler=..., writer=..., batch_size=...,
     **kwargs)``) is built inside the actor; this object forwards ``extend``, ``add``,
     ``sample``, ``update_priority``, ``update_tensordict_priority``, ``len``, ``write_count``,
-    ``dumps`` / ``loads`` and ``state_dict`` / ``load_state_dict`` to it. The actor runs one
-    call at a time, so each ``extend`` is applied whole or not at all.
+    ``dumps`` / ``loads`` and ``state_dict`` / ``load_state_dict`` to it, and
+    ``read_all_in_order``, ``write_all``, ``set_``, ``set_at_``, ``update_``, ``query``
+    (:mod:`.remote_edits`), ``update_if_present`` / ``submit_update_if_present``
+    (:mod:`.conditional_updates`), configuration calls (:mod:`.remote_configuration`). The
+    actor runs one call at a time, so each ``extend`` is applied whole or not at all.
+    ``share()`` returns the buffer, already shared (:mod:`.remote_sharing`).
 
     Parameters
     ----------
