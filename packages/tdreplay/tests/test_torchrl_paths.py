@@ -119,19 +119,19 @@ def test_offline_to_online_and_dataset_registry_are_served_where_torchrl_has_the
 
 
 def test_a_torchrl_name_tdreplay_lacks_says_so():
-    with pytest.raises(ImportError, match="StoreStorage"):
-        exec("from tdreplay.data.replay_buffers.storages import StoreStorage", {})
-    module = importlib.import_module("tdreplay.data.replay_buffers.storages")
-    with pytest.raises(AttributeError, match=r"tdreplay has no StoreStorage \(TorchRL's "
-                                             r"torchrl.data.replay_buffers.storages.StoreStorage"):
-        module.StoreStorage  # noqa: B018
-    with pytest.raises(AttributeError, match="has no attribute 'NoSuchStorage'"):
-        module.NoSuchStorage  # noqa: B018
+    with pytest.raises(ImportError, match="SumSegmentTreeFp32"):
+        exec("from tdreplay.data.replay_buffers.samplers import SumSegmentTreeFp32", {})
+    module = importlib.import_module("tdreplay.data.replay_buffers.samplers")
+    with pytest.raises(AttributeError, match=r"tdreplay has no SumSegmentTreeFp32 \(TorchRL's "
+                                             r"torchrl.data.replay_buffers.samplers"):
+        module.SumSegmentTreeFp32  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchSampler'"):
+        module.NoSuchSampler  # noqa: B018
     # a TorchRL submodule of which tdreplay has no name
-    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.storages.store"):
-        tdreplay.data.replay_buffers.storages.store  # noqa: B018
+    with pytest.raises(AttributeError, match="torchrl.data.replay_buffers.storages.utils"):
+        tdreplay.data.replay_buffers.storages.utils  # noqa: B018
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("tdreplay.data.replay_buffers.storages.store")
+        importlib.import_module("tdreplay.data.replay_buffers.storages.utils")
 
 
 def test_a_name_of_a_missing_component_raises_missing_component_error(monkeypatch):

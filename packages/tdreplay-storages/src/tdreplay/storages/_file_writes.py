@@ -40,6 +40,8 @@ def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) 
     """Write ``tensor``'s bytes into ``filename``, fsync it, and hand the checkpoint being
     written the CRC-32 of those bytes, computed while writing (no read-back at commit).
     ``syncer`` runs the early ``fdatasync`` calls (see the module docstring)."""
+    if tensor.is_nested:  # (strided: memmap_like laid its parts out back to back, as here)
+        tensor = torch.cat([part.reshape(-1) for part in tensor.detach().unbind(0)])
     data = tensor.detach().to("cpu").contiguous().reshape(-1)
     if not data.numel():
         return  # memmap_like makes no file for an empty leaf (nor does memmap)

@@ -1,0 +1,854 @@
+"""``StoreStorage``: a storage whose rows live on a Redis-compatible key-value server.
+
+The rows are kept by tensordict's :class:`~tensordict.store.TensorDictStore` (Redis, Dragonfly,
+KeyDB or any server speaking the Redis protocol), created at the first write from the structure
+of the data written. The storage keeps in the process only the number of written rows and the
+structure of a row (:class:`StoreSchema`), which every later write is checked against before
+anything is sent to the server.
+
+``redis`` is needed only here: it is the ``store`` extra of this package
+(``pip install "tdreplay-storages[store]"``) and is imported when a store is opened, so that
+``import tdreplay.storages`` works without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+    is_tensorclass,
+)
+
+from tdreplay.core import Storage, StorageCheckpointerBase
+from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+from tdreplay.core.utils import as_long_tensor, check_instance, is_int
+
+from ._casts import check_cast, dtype_from_str
+from ._file_writes import memmap_by_writes, write_json_file
+from ._formats import (
+    KIND_TC,
+    KIND_TD,
+    KIND_TENSOR,
+    TENSOR_KEY,
+    hold_tensorclass,
+    resolve_tensorclass,
+)
+from ._object_values import add_non_tensor, is_non_tensor, split_non_tensor
+from ._tensorclasses import (
+    classes_from_record,
+    classes_record,
+    inner_first,
+    nested_tensorclasses,
+    with_classes,
+)
+from .checkpointers import NON_TENSOR_FILE, check_file_table, file_table
+
+__all__ = ["StoreSchema", "StoreStorage", "StoreStorageCheckpointer"]
+
+#: how to install what :class:`StoreStorage` needs
+INSTALL_HINT = 'pip install "tdreplay-storages[store]"'
+
+#: keywords of ``TensorDictStore`` that the storage sets itself
+_RESERVED = ("batch_size",)
+
+Path_ = tuple[str, ...]
+#: an entry of a row: ``(row shape, dtype)`` of a tensor, ``None`` for non-tensor data
+Entry = tuple[tuple[int, ...], torch.dtype] | None
+
+
+def _require_store() -> None:
+    """``ModuleNotFoundError`` naming the extra to install unless ``redis`` and
+    ``tensordict.store`` can be imported."""
+    if importlib.util.find_spec("redis") is None:
+        raise ModuleNotFoundError(
+            "StoreStorage needs the redis client, which is not installed: "
+            f"{INSTALL_HINT}", name="redis")
+    if importlib.util.find_spec("tensordict.store") is None:  # pragma: no cover - old tensordict
+        raise ModuleNotFoundError(
+            "StoreStorage needs a tensordict with the tensordict.store module (0.15 or later): "
+            f"pip install -U tensordict, then {INSTALL_HINT}", name="tensordict.store")
+
+
+def _key(path: Path_) -> Any:
+    return path[0] if len(path) == 1 else path
+
+
+def _entries_of(td: TensorDictBase, lead: int) -> dict[Path_, Entry]:
+    """The entries of the rows of ``td`` (``lead`` leading dims are the rows)."""
+    out: dict[Path_, Entry] = {}
+    for key in td.keys(include_nested=True, leaves_only=False):
+        value = td.get(key)
+        path = key if isinstance(key, tuple) else (key,)
+        if is_non_tensor(value):
+            out[path] = None
+        elif isinstance(value, torch.Tensor):
+            out[path] = (tuple(value.shape[lead:]), value.dtype)
+        elif not is_tensor_collection(value):  # pragma: no cover - tensordict holds no other
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}: StoreStorage stores "
+                            "tensors and non-tensor data.")
+    return out
+
+
+@dataclass(frozen=True)
+class StoreSchema:
+    """The structure of a row of a :class:`StoreStorage`, fixed by its first write.
+
+    Attributes
+    ----------
+    kind : str
+        ``"tensor"``, ``"tensordict"`` or ``"tensorclass"``: what reads give back.
+    tensorclass : type or None
+        The tensorclass of the data (``kind == "tensorclass"``).
+    row_batch : tuple of int
+        The batch dims of a row after the storage's dimension (``()`` for most data).
+    entries : dict
+        ``{key path: (row shape, dtype)}`` of the tensor entries, ``{key path: None}`` of the
+        non-tensor entries (strings and other Python values).
+    classes : tuple
+        The tensorclasses nested in the data (``td["obs"]`` an ``Obs``), inner levels first.
+
+    Examples
+    --------
+    >>> td = TensorDict({"obs": torch.zeros(4, 3), "name": ["a", "b", "c", "d"]}, [4])
+    >>> schema = StoreSchema.of(td, KIND_TD, None, lead=1)
+    >>> schema.entries
+    {('obs',): ((3,), torch.float32), ('name',): None}
+    """
+
+    kind: str
+    tensorclass: type | None
+    row_batch: tuple[int, ...]
+    entries: dict[Path_, Entry]
+    classes: tuple[tuple[Path_, type], ...] = ()
+
+    @classmethod
+    def of(cls, td: TensorDictBase, kind: str, tensorclass: type | None, lead: int,
+           classes: tuple[tuple[Path_, type], ...] = ()) -> StoreSchema:
+        """The schema of the rows of ``td`` (``lead`` leading dims are the rows)."""
+        entries = _entries_of(td, lead)
+        row_batch = tuple(td.batch_size[lead:])
+        if row_batch and any(entry is None for entry in entries.values()):
+            name = next(p for p, e in entries.items() if e is None)
+            raise TypeError(f"entry {_key(name)!r} is non-tensor data in rows of batch shape "
+                            f"{row_batch}: StoreStorage keeps non-tensor entries only in rows "
+                            "without batch dims of their own.")
+        return cls(kind, tensorclass, row_batch, entries, classes)
+
+    def record(self) -> dict[str, Any]:
+        """The schema as JSON-ready values (in ``state_dict`` and checkpoints)."""
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "tensorclass": (None if self.tensorclass is None
+                            else hold_tensorclass(self.tensorclass)),
+            "row_batch": list(self.row_batch),
+            "entries": [[list(path), None, None] if entry is None
+                        else [list(path), list(entry[0]), str(entry[1])]
+                        for path, entry in self.entries.items()],
+        }
+        if self.classes:
+            out["nested_tensorclasses"] = classes_record(dict(self.classes))
+        return out
+
+    @classmethod
+    def from_record(cls, record: Any, where: str) -> StoreSchema:
+        """The schema :meth:`record` gave; ``ValueError`` naming ``where`` when it is not one
+        (a tensorclass that cannot be imported raises ``CheckpointError``)."""
+        try:
+            kind = record["kind"]
+            if kind not in (KIND_TENSOR, KIND_TD, KIND_TC):
+                raise ValueError(f"kind {kind!r}")
+            name = record.get("tensorclass")
+            tensorclass = None if name is None else resolve_tensorclass(name)
+            entries: dict[Path_, Entry] = {}
+            for path, shape, dtype in record["entries"]:
+                key = tuple(str(p) for p in path)
+                entries[key] = None if dtype is None else (
+                    tuple(int(s) for s in shape), dtype_from_str(dtype))
+            classes = inner_first(classes_from_record(record.get("nested_tensorclasses")))
+            return cls(kind, tensorclass, tuple(int(s) for s in record["row_batch"]), entries,
+                       classes)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"{where} does not describe the rows of a StoreStorage "
+                             f"({type(err).__name__}: {err}).") from err
+
+    def check(self, other: StoreSchema, what: str) -> None:
+        """``TypeError`` / ``KeyError`` / ``ValueError`` naming the entry unless rows of schema
+        ``other`` (``what``: the data, a checkpoint) can be written where this one's are.
+
+        New entries are accepted (added to the store, zero-filled in the other rows, as
+        TorchRL's store adds them); missing ones are not (the rows would keep old values)."""
+        if other.kind != self.kind:
+            raise TypeError(f"this StoreStorage holds {self.kind} data; {what} is {other.kind} "
+                            "data.")
+        if other.tensorclass is not self.tensorclass:
+            raise TypeError(f"this StoreStorage holds tensorclass "
+                            f"{getattr(self.tensorclass, '__name__', None)}; {what} is a "
+                            f"{getattr(other.tensorclass, '__name__', None)}.")
+        if other.row_batch != self.row_batch:
+            raise ValueError(f"{what} has rows of batch shape {other.row_batch}, expected "
+                             f"{self.row_batch} for this StoreStorage.")
+        missing = [_key(p) for p in self.entries if p not in other.entries]
+        if missing:
+            raise KeyError(f"{what} lacks the entries {missing} of this StoreStorage (a write "
+                           "would leave their old values in the rows).")
+        for path, entry in other.entries.items():
+            held = self.entries.get(path, entry)
+            if (held is None) != (entry is None):
+                kinds = ("non-tensor", "tensor")
+                raise TypeError(f"entry {_key(path)!r} of {what} is "
+                                f"{kinds[entry is not None]} data; this StoreStorage holds "
+                                f"{kinds[held is not None]} data there.")
+            if held is not None and entry is not None and held[0] != entry[0]:
+                raise ValueError(f"entry {_key(path)!r} of {what} has row shape {entry[0]}, "
+                                 f"expected {held[0]} for this StoreStorage.")
+
+    def merged(self, other: StoreSchema) -> StoreSchema:
+        """This schema with the new entries of ``other`` (checked by :meth:`check`)."""
+        if all(p in self.entries for p in other.entries):
+            return self
+        return StoreSchema(self.kind, self.tensorclass, self.row_batch,
+                           {**other.entries, **self.entries}, self.classes)
+
+
+def _as_tensordict(data: Any, lead: int) -> tuple[TensorDictBase, str, type | None, Any]:
+    """``(td, kind, tensorclass, source)`` of data to write (``lead``: 1 for a batch of rows,
+    0 for one row); ``TypeError`` naming ``data`` for what the storage cannot hold."""
+    if isinstance(data, list):
+        if not lead:
+            raise TypeError("data for one row must be a tensor, a TensorDict or a tensorclass, "
+                            "got a list.")
+        if not data:
+            raise ValueError("data is an empty list: nothing to write.")
+        if all(isinstance(x, torch.Tensor) and not is_tensor_collection(x) for x in data):
+            data = torch.stack(data)
+        elif all(is_tensor_collection(x) for x in data):
+            data = torch.stack(data)  # tensorclasses stay tensorclasses
+        else:
+            raise TypeError("data is a list of "
+                            f"{sorted({type(x).__name__ for x in data})}: StoreStorage stores "
+                            "tensors, TensorDicts and tensorclasses (a list of one of them).")
+    if is_tensorclass(data):
+        # to_dict shares the tensors (to_tensordict would copy them)
+        td = TensorDict(data.to_dict(retain_none=False), batch_size=data.batch_size)
+        return td, KIND_TC, type(data), data
+    if isinstance(data, LazyStackedTensorDict):
+        try:
+            return data.contiguous(), KIND_TD, None, data
+        except RuntimeError as err:
+            raise TypeError(f"data is a lazy stack of differently shaped TensorDicts ({err}): a "
+                            "StoreStorage row has one shape; use LazyStackStorage.") from err
+    if isinstance(data, TensorDictBase):
+        return data, KIND_TD, None, data
+    if isinstance(data, torch.Tensor):
+        if data.ndim < lead:
+            raise ValueError(f"data has shape {tuple(data.shape)}; a batch of rows needs a "
+                             "leading dimension.")
+        return TensorDict({TENSOR_KEY: data}, batch_size=data.shape[:lead]), KIND_TENSOR, None, \
+            data
+    raise TypeError(f"StoreStorage stores tensors, TensorDicts and tensorclasses; data is a "
+                    f"{type(data).__name__}.")
+
+
+def _casted(td: TensorDictBase, schema: StoreSchema) -> TensorDictBase:
+    """``td`` with its tensor entries cast to the dtypes of ``schema`` (lossy casts refused:
+    see :mod:`~tdreplay.storages._casts`); ``td`` itself when nothing changes."""
+    out = None
+    for path, entry in schema.entries.items():
+        if entry is None:
+            continue
+        key = _key(path)
+        value = td.get(key, None)
+        if isinstance(value, torch.Tensor) and value.dtype != entry[1]:
+            check_cast(key, value, entry[1])
+            if out is None:
+                out = td.copy()
+            out.set(key, value.to(entry[1]))
+    return td if out is None else out
+
+
+class StoreStorageCheckpointer(StorageCheckpointerBase):
+    """Checkpointer of :class:`StoreStorage`: the written rows themselves, read from the server.
+
+    The rows are saved as :class:`~tdreplay.storages.TensorStorageCheckpointer` saves its rows:
+    memory-mapped files in ``data/`` (``TensorDict.load_memmap`` reads them), non-tensor
+    entries as JSON in ``non_tensor.json``, and ``storage.json`` with the structure of a row.
+    Loading checks everything before the storage changes, then writes the rows into the
+    loading storage's own store (created on its server if it has none yet), so that a
+    checkpoint restores the data whatever became of the server it was saved from.
+
+    Save hooks get the written rows as a TensorDict (a tensor storage's under the key
+    ``"_tensor"``) and must return one; load hooks get what was read.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from fakeredis import FakeServer
+    >>> from fakeredis.aioredis import FakeRedis
+    >>> server = FakeServer()
+    >>> s = StoreStorage(10, client=FakeRedis(server=server))
+    >>> s.set(slice(0, 3), torch.arange(3.0))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = StoreStorage(10, client=FakeRedis(server=FakeServer()))  # another server
+    ...     t.loads(d)
+    >>> len(t), t[:].tolist()
+    (3, [0.0, 1.0, 2.0])
+    """
+
+    def dumps(self, storage: Storage, path: Path) -> None:
+        source = _store_storage(storage, self)
+        path = Path(path)
+        meta = source.layout_meta()
+        meta["checkpointer"] = type(self).__name__
+        if len(source):
+            rows = source.written_rows()
+            if self.save_hooks:
+                rows = self.apply_save_hooks(rows, path=path)
+                if not isinstance(rows, TensorDictBase):
+                    raise TypeError(f"the save hooks of {type(self).__name__} returned a "
+                                    f"{type(rows).__name__}; it saves a TensorDict (nothing "
+                                    "was written).")
+            tensors, columns = split_non_tensor(rows)
+            memmap_by_writes(tensors, path / "data")
+            meta["files"] = file_table(path / "data")
+            if columns is not None:
+                write_json_file(path / NON_TENSOR_FILE, columns)
+                meta["non_tensor"] = NON_TENSOR_FILE
+        write_json(path / "storage.json", meta)
+
+    def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
+        target = _store_storage(storage, self)
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        for name, expected in (("class", type(target).__name__),
+                               ("checkpointer", type(self).__name__)):
+            if meta.get(name) != expected:
+                raise CheckpointError(f"checkpoint storage.json names {name} "
+                                      f"{meta.get(name)!r}, expected {expected!r} "
+                                      f"({str(path / 'storage.json')!r}).")
+        if meta.get("max_size") != target.max_size:
+            raise CheckpointError(f"checkpoint storage has max_size={meta.get('max_size')} but "
+                                  f"this storage has max_size={target.max_size}.")
+        n = meta.get("len")
+        if not is_int(n) or not 0 <= n <= target.max_size:
+            raise CheckpointError(f"checkpoint storage.json has len={n!r}, expected an int in "
+                                  f"[0, {target.max_size}].")
+        if not n:
+            return target.empty
+        try:
+            schema = StoreSchema.from_record(meta.get("schema"), "checkpoint storage.json")
+        except ValueError as err:
+            raise CheckpointError(str(err)) from err
+        check_file_table(path / "data", meta.get("files", {}))
+        try:
+            loaded = TensorDict.load_memmap(path / "data")
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read the store storage checkpoint in {str(path)!r}: "
+                                  f"{type(err).__name__}: {err}") from err
+        if "non_tensor" in meta:
+            add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
+        loaded = self.apply_load_hooks(loaded)
+        if not isinstance(loaded, TensorDictBase) or loaded.batch_size[:1] != (n,):
+            raise CheckpointError(f"checkpoint rows are not a TensorDict of {n} rows.")
+        try:
+            target.check_install(schema, loaded)
+        except (TypeError, KeyError, ValueError) as err:
+            raise CheckpointError(f"checkpoint rows do not fit this storage: {err}") from err
+
+        def commit() -> None:
+            target.install(schema, loaded)
+
+        return commit
+
+
+def _schema_of_store(store: Any) -> StoreSchema:
+    """The schema of the rows of ``store``, read from its first row (for a state without
+    one, as TorchRL's are): a tensor storage's rows hold the one key ``"_tensor"``."""
+    row = store[slice(0, 1)]
+    keys = list(row.keys(include_nested=True, leaves_only=False))
+    kind = KIND_TENSOR if keys == [TENSOR_KEY] else KIND_TD
+    return StoreSchema.of(row, kind, None, 1)
+
+
+def _store_storage(storage: Storage, checkpointer: StorageCheckpointerBase) -> StoreStorage:
+    if not isinstance(storage, StoreStorage):
+        raise TypeError(f"{type(checkpointer).__name__} saves StoreStorage, not "
+                        f"{type(storage).__name__}.")
+    return storage
+
+
+class StoreStorage(Storage):
+    """A storage whose rows live on a Redis-compatible key-value server (TorchRL's
+    ``StoreStorage``).
+
+    The rows are kept in a :class:`~tensordict.store.TensorDictStore` of batch size
+    ``[max_size]``, created at the first write from the structure of the data: tensors,
+    TensorDicts (nested ones included), tensorclasses and non-tensor entries (strings and
+    other Python values, which the store keeps as JSON, or pickled). The buffer's data then
+    lives in the server's memory instead of this process's, and other processes can read it
+    (``TensorDictStore.from_store(td_id=storage.td_id)``). Each read and write is one
+    round-trip to the server.
+
+    Needs the ``redis`` client: ``pip install "tdreplay-storages[store]"``.
+
+    Parameters
+    ----------
+    max_size : int
+        Capacity in rows.
+    backend : str
+        A label for the kind of server (``"redis"``, ``"dragonfly"``, ``"keydb"``, ...), kept
+        by the store; every server speaks the same protocol. Defaults to ``"redis"``.
+    host : str
+        Host name of the server. Defaults to ``"localhost"``.
+    port : int
+        Port of the server. Defaults to ``6379``.
+    db : int
+        Database number on the server. Defaults to ``0``.
+    compilable : bool
+        Accepted as in TorchRL; no effect (the count of written rows is a plain int).
+    checkpointer : StorageCheckpointerBase, optional
+        Defaults to :class:`StoreStorageCheckpointer`, which saves the rows themselves.
+    **store_kwargs
+        Passed to :class:`~tensordict.store.TensorDictStore`, as TorchRL: ``client`` (a ready
+        ``redis.asyncio.Redis`` client, e.g. ``fakeredis.aioredis.FakeRedis()`` in tests;
+        ``host``, ``port`` and ``db`` are then ignored), ``prefix`` (the namespace of the keys
+        on the server), ``unix_socket_path``, ``device`` (where reads put tensors), ``td_id``,
+        ``cache_metadata``, and options of the Redis client (``password``, ...).
+        ``batch_size`` is the storage's (``[max_size]``) and is refused.
+
+    Notes
+    -----
+    - The data stays on the server when the storage is emptied or dropped: :meth:`empty`
+      forgets the rows (as TorchRL's), and ``storage.store.clear_redis()`` deletes them.
+    - Every write is checked against the structure of the first one before anything is sent:
+      another kind of data, a missing entry, another row shape or a lossy dtype cast raise
+      (naming the entry) and leave the storage and the server as they were. Data with a new
+      entry adds it (zero-filled in the other rows).
+    - ``state_dict()`` names the store on the server (TorchRL's keys: ``_td_id``, the
+      connection, ``_len``) and the structure of a row; ``load_state_dict`` reconnects to that
+      store. Checkpoints (``dumps`` / ``loads``, :class:`StoreStorageCheckpointer`) hold the
+      rows themselves.
+    - A ``client`` given is used by the storage's store from the store's own event-loop thread
+      (``TensorDictStore``'s design) and is closed when the store is.
+
+    Examples
+    --------
+    Without a server at hand, ``fakeredis`` stands in for one; with a server, drop ``client``
+    (``StoreStorage(1000, host="localhost", port=6379)``).
+
+    >>> from fakeredis.aioredis import FakeRedis
+    >>> from tdreplay.core import TensorDictReplayBuffer
+    >>> storage = StoreStorage(1000, client=FakeRedis())
+    >>> rb = TensorDictReplayBuffer(storage=storage, batch_size=4)
+    >>> data = TensorDict({"obs": torch.randn(10, 4), "action": torch.randn(10, 2)}, [10])
+    >>> _ = rb.extend(data)
+    >>> len(rb), rb.sample()["obs"].shape
+    (10, torch.Size([4, 4]))
+    >>> storage.get(torch.tensor([3]))["obs"].equal(data["obs"][3:4])
+    True
+    """
+
+    _default_checkpointer = StoreStorageCheckpointer
+    keeps_written_objects = False  # (the server keeps the bytes of what it is given)
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        backend: str = "redis",
+        host: str = "localhost",
+        port: int = 6379,
+        db: int = 0,
+        compilable: bool = False,
+        checkpointer: StorageCheckpointerBase | None = None,
+        **store_kwargs: Any,
+    ) -> None:
+        _require_store()
+        check_instance(backend, str, "backend")
+        check_instance(host, str, "host")
+        if not is_int(port) or isinstance(port, bool) or not 0 < int(port) < 65536:
+            raise ValueError(f"port must be an int in [1, 65535], got {port!r}.")
+        if not is_int(db) or isinstance(db, bool) or int(db) < 0:
+            raise ValueError(f"db must be a non-negative int, got {db!r}.")
+        for name in _RESERVED:
+            if name in store_kwargs:
+                raise ValueError(f"{name} is set by the storage ([max_size]); do not pass it in "
+                                 "store_kwargs.")
+        super().__init__(max_size, checkpointer, compilable=compilable)
+        self._backend = backend
+        self._host = host
+        self._port = int(port)
+        self._db = int(db)
+        self._store_kwargs = dict(store_kwargs)
+        self._store: Any = None
+        self._td_id: str | None = None
+        self._schema: StoreSchema | None = None
+        self._len = 0
+
+    # ---- the store ---------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        """Whether the store exists (it is created at the first write)."""
+        return self._store is not None
+
+    @property
+    def store(self) -> Any:
+        """The :class:`~tensordict.store.TensorDictStore` holding the rows (``None`` before the
+        first write)."""
+        return self._store
+
+    @property
+    def td_id(self) -> str | None:
+        """The id of the store on the server (``None`` before the first write):
+        ``TensorDictStore.from_store(td_id=...)`` connects another process to it."""
+        return self._td_id
+
+    @property
+    def schema(self) -> StoreSchema | None:
+        """The structure of a row (:class:`StoreSchema`), ``None`` before the first write."""
+        return self._schema
+
+    @property
+    def shape(self) -> torch.Size | None:
+        return None if self._store is None else torch.Size([self.max_size])
+
+    @property
+    def device(self) -> torch.device:
+        device = self._store_kwargs.get("device")
+        return torch.device("cpu") if device is None else torch.device(device)
+
+    def _open(self, td_id: str | None = None, kwargs: dict[str, Any] | None = None,
+              connection: tuple[str, str, int, int] | None = None) -> tuple[Any, str]:
+        """``(store, td_id)``: a new ``TensorDictStore`` of ``[max_size]`` rows on this
+        storage's server (or ``connection``: ``(backend, host, port, db)``), named ``td_id``
+        (``None``: the ``td_id`` of ``store_kwargs``, else a new UUID)."""
+        _require_store()
+        from tensordict.store import TensorDictStore
+
+        backend, host, port, db = connection or (self._backend, self._host, self._port, self._db)
+        kwargs = dict(self._store_kwargs if kwargs is None else kwargs)
+        td_id = td_id or kwargs.get("td_id") or str(uuid.uuid4())
+        kwargs["td_id"] = td_id
+        kwargs.update(backend=backend, host=host, port=port, db=db, batch_size=[self.max_size])
+        store = TensorDictStore(**kwargs)
+        return store, td_id
+
+    def _keep(self, store: Any, td_id: str | None) -> Any:
+        """Make ``store`` (named ``td_id``) the storage's store; returns the one it replaces."""
+        old, self._store, self._td_id = self._store, store, td_id
+        return old
+
+    # ---- writing -----------------------------------------------------------------------------
+    def _write_index(self, rows: Any, n: int | None) -> tuple[Any, int, int]:
+        """``(index for the store, highest row, last row)`` of ``rows``; ``IndexError`` naming
+        ``rows`` for rows outside ``[0, max_size)`` and ``ValueError`` when their number is not
+        ``n`` (the rows of data)."""
+        if is_int(rows):
+            row = int(rows)
+            if not 0 <= row < self.max_size:
+                raise IndexError(f"rows {row} is out of range for a StoreStorage of max_size "
+                                 f"{self.max_size}.")
+            return row, row, row
+        if isinstance(rows, slice):
+            start, stop, step = rows.indices(self.max_size)
+            tensor = torch.arange(start, stop, step)
+            if rows.stop is not None and rows.stop > self.max_size:
+                raise IndexError(f"rows {rows} reaches past max_size={self.max_size}.")
+        else:
+            tensor = as_long_tensor(rows, name="rows").reshape(-1)
+        if n is not None and tensor.numel() != n:
+            raise ValueError(f"rows selects {tensor.numel()} rows but data holds {n}.")
+        if not tensor.numel():
+            return tensor, -1, -1
+        lo, hi = int(tensor.min()), int(tensor.max())
+        if lo < 0 or hi >= self.max_size:
+            raise IndexError(f"rows must lie in [0, {self.max_size}), got values in "
+                             f"[{lo}, {hi}].")
+        first, last = int(tensor[0]), int(tensor[-1])
+        if last - first == tensor.numel() - 1 and bool((tensor.diff() == 1).all()):
+            return slice(first, last + 1), hi, last  # one range on the server
+        return tensor, hi, last
+
+    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
+        single = is_int(rows)
+        lead = 0 if single else 1
+        td, kind, tensorclass, source = _as_tensordict(data, lead)
+        if lead and not td.batch_dims:
+            raise ValueError("data for several rows must have a leading (batch) dimension, got "
+                             "a batch size of ().")
+        n = None if single else td.batch_size[0]
+        index, top, last = self._write_index(rows, n)
+        classes = inner_first(nested_tensorclasses(source if kind == KIND_TC else td))
+        written = StoreSchema.of(td, kind, tensorclass, lead, classes)
+        schema = self._schema
+        if schema is None:
+            schema = written
+        else:
+            schema.check(written, "data")
+            schema = schema.merged(written)
+            td = _casted(td, schema)
+        if top < 0:  # no row selected
+            return
+        store, td_id = ((self._store, self._td_id) if self._store is not None
+                        else self._open())
+        store[index] = td
+        self._keep(store, td_id)
+        self._schema = schema
+        if top + 1 > self._len:
+            self._len = top + 1
+        if set_cursor:
+            self.last_written_row = last
+
+    # ---- reading -----------------------------------------------------------------------------
+    def _read_index(self, slots: Any) -> Any:
+        """The store index of the written ``slots``; ``IndexError`` for slots not written."""
+        n = self._len
+        if is_int(slots):
+            slot = int(slots)
+            if not 0 <= slot < n:
+                raise IndexError(f"slot {slot} is not written ({n} rows are).")
+            return slot
+        if isinstance(slots, slice):
+            start, stop, step = slots.indices(n)
+            if step == 1:
+                return slice(start, max(start, stop))
+            return torch.arange(start, stop, step)
+        if not isinstance(slots, torch.Tensor):
+            slots = as_long_tensor(slots, name="slots")
+        if slots.dtype is torch.bool:
+            slots = slots.reshape(-1).nonzero().reshape(-1)
+        elif slots.dtype is not torch.long:
+            slots = as_long_tensor(slots, name="slots")
+        if slots.numel():
+            lo, hi = torch.aminmax(slots)
+            if int(lo) < 0 or int(hi) >= n:
+                raise IndexError(f"slots must lie in [0, {n}) (the written slots), got values "
+                                 f"in [{int(lo)}, {int(hi)}].")
+        if slots.ndim == 1 and slots.numel() > 1:
+            first, last = int(slots[0]), int(slots[-1])
+            if last - first == slots.numel() - 1 and bool((slots.diff() == 1).all()):
+                return slice(first, last + 1)
+        return slots.cpu()
+
+    def _from_store(self, td: TensorDictBase) -> Any:
+        """What the store read gives back as the data written (a tensor, a tensorclass)."""
+        schema = self._schema
+        assert schema is not None
+        if schema.row_batch:
+            td.batch_size = torch.Size([*td.batch_size, *schema.row_batch])
+        if schema.kind == KIND_TENSOR:
+            return td.get(TENSOR_KEY)
+        if schema.classes:
+            td = with_classes(td, schema.classes)
+        tensorclass: Any = schema.tensorclass
+        if tensorclass is not None:
+            return tensorclass.from_tensordict(td)
+        return td
+
+    def _read(self, index: Any) -> TensorDictBase:
+        store = self._store
+        if store is None:
+            raise RuntimeError("cannot read from a StoreStorage that was never written.")
+        return store[index]
+
+    def get(self, slots: int | torch.Tensor) -> Any:
+        if self._store is None:
+            raise RuntimeError("cannot read from a StoreStorage that was never written.")
+        return self._from_store(self._read(self._read_index(slots)))
+
+    def __getitem__(self, index: Any) -> Any:
+        rest: tuple[Any, ...] = ()
+        if isinstance(index, tuple):
+            index, rest = (index[0], index[1:]) if index else (slice(None), ())
+        n = self._len
+        if is_int(index) and -n <= int(index) < 0:
+            index = int(index) + n  # the last written row, as for a list
+        elif isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+            if index.ndim != 1 or index.shape[0] != n:
+                raise IndexError(f"a boolean index must have one entry per written row ({n}), "
+                                 f"got shape {tuple(index.shape)}.")
+        elif not is_int(index) and not isinstance(index, slice):
+            index = as_long_tensor(index, name="index")
+            index = torch.where(index < 0, index + n, index)
+        out = self.get(index)
+        if rest:
+            lead: tuple[Any, ...] = () if is_int(index) else (slice(None),)
+            out = out[lead + rest]
+        return out
+
+    def __len__(self) -> int:
+        return self._len
+
+    def written_rows(self) -> TensorDictBase:
+        """The written rows read from the server, as a TensorDict of batch size
+        ``[len, *row batch]`` (a tensor storage's under the key ``"_tensor"``, a tensorclass's
+        as a TensorDict): what checkpoints save. ``RuntimeError`` before the first write.
+
+        Examples
+        --------
+        >>> from fakeredis.aioredis import FakeRedis
+        >>> s = StoreStorage(10, client=FakeRedis())
+        >>> s.set(slice(0, 3), torch.arange(3))
+        >>> rows = s.written_rows()
+        >>> rows.batch_size, rows["_tensor"].tolist()
+        (torch.Size([3]), [0, 1, 2])
+        """
+        if self._store is None or self._schema is None:
+            raise RuntimeError("the StoreStorage was never written: it has no rows.")
+        td = self._read(slice(0, self._len))
+        if self._schema.row_batch:
+            td.batch_size = torch.Size([*td.batch_size, *self._schema.row_batch])
+        return td
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def empty(self) -> None:
+        """Forget every written row (as TorchRL's: the store and its data stay on the server,
+        to be overwritten by the next writes)."""
+        self._len = 0
+        self.last_written_row = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """TorchRL's keys (``initialized``, ``_len``, ``_backend``, ``_host``, ``_port``,
+        ``_db``, ``_store_kwargs``, ``_td_id``: the store on the server, not its data), and
+        ``max_size`` and ``schema`` (the structure of a row).
+
+        A ``client`` given in ``store_kwargs`` is left out (it is an open connection):
+        ``load_state_dict`` into a storage built with a client reconnects through that one.
+        """
+        kwargs = {k: v for k, v in self._store_kwargs.items() if k != "client"}
+        return {
+            "initialized": self.initialized,
+            "_len": self._len,
+            "_backend": self._backend,
+            "_host": self._host,
+            "_port": self._port,
+            "_db": self._db,
+            "_store_kwargs": kwargs,
+            "_td_id": self.td_id,
+            "max_size": self.max_size,
+            "schema": None if self._schema is None else self._schema.record(),
+        }
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """``ValueError`` naming the field unless :meth:`load_state_dict` can load
+        ``state_dict``; reads nothing from the server and changes nothing."""
+        self._checked_state(state_dict)
+
+    def _checked_state(self, state_dict: Any) -> StoreSchema | None:
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"StoreStorage state_dict must be a dict, got "
+                             f"{type(state_dict).__name__}.")
+        for name in ("initialized", "_len"):
+            if name not in state_dict:
+                raise ValueError(f"StoreStorage state_dict lacks {name!r}.")
+        if "max_size" in state_dict and state_dict["max_size"] != self.max_size:
+            raise ValueError(f"state_dict['max_size'] is {state_dict['max_size']!r} but this "
+                             f"StoreStorage has max_size={self.max_size}: a buffer of another "
+                             "capacity cannot be restored into it.")
+        length = state_dict["_len"]
+        if not is_int(length) or isinstance(length, bool) or not 0 <= length <= self.max_size:
+            raise ValueError(f"state_dict['_len'] is {length!r}, expected an int in "
+                             f"[0, {self.max_size}].")
+        if not state_dict["initialized"]:
+            return None
+        if not isinstance(state_dict.get("_td_id"), str):
+            raise ValueError("state_dict['_td_id'] must name the store (a str) of an "
+                             "initialized StoreStorage.")
+        kwargs = state_dict.get("_store_kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise ValueError("state_dict['_store_kwargs'] must be a dict.")
+        if state_dict.get("schema") is None:
+            return None  # (TorchRL's: the structure is read from the next write)
+        try:
+            return StoreSchema.from_record(state_dict["schema"], "state_dict['schema']")
+        except CheckpointError as err:
+            raise ValueError(f"state_dict['schema']: {err}") from err
+
+    def saved_rows(self, state_dict: dict[str, Any]) -> int:
+        return int(state_dict["_len"]) if state_dict["initialized"] else 0
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Reconnect to the store ``state_dict`` names (as TorchRL's), on the server it names
+        (through this storage's ``client`` when it was built with one).
+
+        ``ValueError`` when the state is not one of a StoreStorage of this ``max_size``, or
+        when the server holds no such store; the storage is unchanged then."""
+        schema = self._checked_state(state_dict)
+        if not state_dict["initialized"]:
+            self._len = 0
+            self.last_written_row = None
+            return
+        td_id = state_dict["_td_id"]
+        kwargs = {**state_dict.get("_store_kwargs", {}),
+                  **{k: v for k, v in self._store_kwargs.items() if k == "client"}}
+        store = self._store
+        if store is None or self.td_id != td_id or \
+                kwargs.get("prefix") != self._store_kwargs.get("prefix"):
+            connection = (state_dict.get("_backend", self._backend),
+                          state_dict.get("_host", self._host),
+                          state_dict.get("_port", self._port),
+                          state_dict.get("_db", self._db))
+            store, _ = self._open(td_id, kwargs, connection)
+            if not list(store.keys()):
+                store.clear_redis()  # (only what opening it wrote: it held no entry)
+                store.close()
+                raise ValueError(f"state_dict['_td_id'] names the store {td_id!r}, which the "
+                                 "server does not hold (deleted, or another server).")
+        if schema is None and (old_schema := self._schema) is not None and store is self._store:
+            schema = old_schema
+        if schema is None:  # (a state of TorchRL's, without the structure of a row)
+            schema = _schema_of_store(store)
+        old = self._keep(store, td_id)
+        self._schema = schema
+        self._len = int(state_dict["_len"])
+        if old is not None and old is not store:
+            old.close()
+
+    # ---- what checkpoints use ----------------------------------------------------------------
+    def layout_meta(self) -> dict[str, Any]:
+        """The storage's structure as JSON-ready values (a checkpoint's ``storage.json``)."""
+        return {"class": type(self).__name__, "max_size": self.max_size, "len": self._len,
+                "initialized": self.initialized,
+                "schema": None if self._schema is None else self._schema.record()}
+
+    def check_install(self, schema: StoreSchema, rows: TensorDictBase) -> None:
+        """``TypeError`` / ``KeyError`` / ``ValueError`` unless :meth:`install` can write
+        ``rows`` (of ``schema``) here; changes nothing."""
+        found = StoreSchema.of(rows, schema.kind, schema.tensorclass, 1, schema.classes)
+        schema.check(found, "the rows")
+        if self._schema is not None:
+            self._schema.check(schema, "the rows")
+        for path, entry in found.entries.items():
+            held = schema.entries.get(path)
+            if entry is not None and held is not None and entry[1] != held[1]:
+                check_cast(_key(path), rows.get(_key(path)), held[1])
+
+    def install(self, schema: StoreSchema, rows: TensorDictBase) -> None:
+        """Write ``rows`` (of ``schema``, checked by :meth:`check_install`) as the written rows
+        ``[0, len(rows))``, creating the store first if there is none."""
+        target = schema if self._schema is None else self._schema.merged(schema)
+        rows = _casted(rows, target)
+        n = rows.batch_size[0]
+        store, td_id = ((self._store, self._td_id) if self._store is not None
+                        else self._open())
+        store[slice(0, n)] = rows
+        self._keep(store, td_id)
+        self._schema, self._len = target, n
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
+                f"backend={self._backend!r}, host={self._host!r}, port={self._port}, "
+                f"td_id={self.td_id!r})")
