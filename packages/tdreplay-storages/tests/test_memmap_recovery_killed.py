@@ -5,11 +5,9 @@ rows are those of a recovery never interrupted (whole rows, oldest first)."""
 from __future__ import annotations
 
 import errno
-import multiprocessing as mp
 import os
 import random
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -141,21 +139,12 @@ def test_recovery_steps_keep_the_rows_oldest_first(written, cursor, torn):
 
 
 # ---- real processes, killed ----------------------------------------------------------------------
-def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def writer_dies(path: Path) -> None:
+def writer_dies(killed, path: Path) -> None:
     """Fill the ring round once and more (13 rows: cursor 3), then die overwriting rows 3, 4,
     5 after their first leaf."""
     rb = ReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=path, existsok=True))
     rb.extend(rows(range(13)))
-
-    def copy_rows(self, start, stop, src, shapes=None):
-        self.leaves[0][start:stop].copy_(src[0])
-        die()
-
-    TensorLayout.copy_rows = copy_rows  # type: ignore[method-assign]
+    killed.die_after_first_leaf()
     rb.extend(rows([100, 101, 102]))
 
 
@@ -163,7 +152,7 @@ def writer_dies(path: Path) -> None:
 KEPT = [6, 7, 8, 9, 10, 11, 12]
 
 
-def recoverer_dies(path: Path, after: int, stage_rows: int) -> None:
+def recoverer_dies(killed, path: Path, after: int, stage_rows: int) -> None:
     """Open the storage (which recovers), dying after the ``after``-th event of the recovery
     (a copy into a leaf, a step's sources staged), ``stage_rows`` rows moved a step."""
     real_copy = torch.Tensor.copy_
@@ -176,7 +165,7 @@ def recoverer_dies(path: Path, after: int, stage_rows: int) -> None:
         nonlocal events
         events += 1
         if recovering and events >= after:
-            die()
+            killed.die()
 
     def copy_(self, *args, **kwargs):
         out = real_copy(self, *args, **kwargs)
@@ -201,28 +190,22 @@ def recoverer_dies(path: Path, after: int, stage_rows: int) -> None:
     LazyMemmapStorage(CAP, scratch_dir=path, existsok=True)  # recovers in __init__
 
 
-def run(target, *args) -> int | None:
-    p = mp.get_context("fork").Process(target=target, args=args)
-    p.start()
-    p.join(120)
-    return p.exitcode
-
-
 @pytest.fixture
-def torn_template(tmp_path) -> Path:
+def torn_template(tmp_path, killed) -> Path:
     template = tmp_path / "template"
-    assert run(writer_dies, template) == -signal.SIGKILL
+    killed.run_killed(writer_dies, killed, template)
     return template
 
 
 @pytest.mark.parametrize("stage_rows", [1, 7])
-def test_recoverer_killed_anywhere_leaves_whole_rows(tmp_path, torn_template, stage_rows):
+def test_recoverer_killed_anywhere_leaves_whole_rows(tmp_path, killed, torn_template,
+                                                       stage_rows):
     """Kill the recovering process at its 1st, 2nd, ... event until one finishes: a process
     opening the storage then reads exactly the rows a whole recovery leaves."""
     for after in range(1, 200):
         path = tmp_path / f"kill{after}"
         shutil.copytree(torn_template, path)
-        code = run(recoverer_dies, path, after, stage_rows)
+        code = killed.run(recoverer_dies, killed, path, after, stage_rows)
         storage = LazyMemmapStorage(CAP, scratch_dir=path, existsok=True)
         assert read_ids(storage) == KEPT, f"recoverer killed after event {after}"
         if code == 0:  # this one finished: every earlier point was a kill
@@ -232,14 +215,14 @@ def test_recoverer_killed_anywhere_leaves_whole_rows(tmp_path, torn_template, st
         pytest.fail("the recovery never finished")
 
 
-def test_recoverers_killed_one_after_another_finish_it(tmp_path, torn_template):
+def test_recoverers_killed_one_after_another_finish_it(tmp_path, killed, torn_template):
     path = tmp_path / "s"
     shutil.copytree(torn_template, path)
-    killed = 0
-    while run(recoverer_dies, path, 10, 1) != 0:  # each dies at its 10th event: a step done
-        killed += 1
-        assert killed < 100, "the recovery never finished"
-    assert killed > 2
+    deaths = 0
+    while killed.run(recoverer_dies, killed, path, 10, 1) != 0:  # each dies at its 10th event: a step done
+        deaths += 1
+        assert deaths < 100, "the recovery never finished"
+    assert deaths > 2
     storage = LazyMemmapStorage(CAP, scratch_dir=path, existsok=True)
     assert read_ids(storage) == KEPT
     rb = ReplayBuffer(storage=storage, batch_size=4)

@@ -4,10 +4,7 @@ direct get_trusted, state_dict, dumps), the torn rows are dropped before."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import pickle
-import signal
 
 import pytest
 import torch
@@ -15,7 +12,6 @@ from tensordict import TensorDict
 
 from tdreplay.core import ReplayBuffer
 from tdreplay.storages import LazyMemmapStorage
-from tdreplay.storages._layout import TensorLayout
 
 CAP = 10
 #: a full ring (ids 0..12, cursor at 3) whose writer dies overwriting rows 3..5 (ids 3, 4, 5
@@ -37,32 +33,17 @@ def whole(td: TensorDict) -> bool:
                  & (td["next", "z"] == (-ids).float())).all())
 
 
-def die_overwriting(rb: ReplayBuffer, how: str) -> None:
+def die_overwriting(killed, rb: ReplayBuffer, how: str) -> None:
     """In a forked child: overwrite counted rows, and die after the first leaf is copied."""
-    def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def copy_rows(self, start, stop, src, shapes=None):
-        self.leaves[0][start:stop].copy_(src[0])
-        die()
-
-    def index_copy_rows(self, index, src):
-        self.leaves[0].index_copy_(0, index, src[0].to(self.leaves[0].dtype))
-        die()
-
-    TensorLayout.copy_rows = copy_rows  # type: ignore[method-assign]
-    TensorLayout.index_copy_rows = index_copy_rows  # type: ignore[method-assign]
+    killed.die_after_first_leaf()
     if how == "extend":  # the ring's next rows: 3, 4, 5 (a packed range)
         rb.extend(rows([100, 101, 102]))
     else:  # scattered rows of an in-place edit (a journal)
         rb.storage.set(torch.tensor([3, 5, 4]), rows([100, 101, 102]), set_cursor=False)
 
 
-def crash_a_writer(rb: ReplayBuffer, how: str = "extend") -> None:
-    p = mp.get_context("fork").Process(target=die_overwriting, args=(rb, how))
-    p.start()
-    p.join(60)
-    assert p.exitcode == -signal.SIGKILL
+def crash_a_writer(killed, rb: ReplayBuffer, how: str = "extend") -> None:
+    killed.run_killed(die_overwriting, killed, rb, how)
 
 
 def full_ring(tmp_path) -> ReplayBuffer:
@@ -73,9 +54,9 @@ def full_ring(tmp_path) -> ReplayBuffer:
 
 
 @pytest.mark.parametrize("how", ["extend", "scattered"])
-def test_sample_first_never_draws_a_torn_row(tmp_path, how):
+def test_sample_first_never_draws_a_torn_row(tmp_path, killed, how):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb, how)
+    crash_a_writer(killed, rb, how)
     for _ in range(5):  # the sampler reads the count after the torn rows are dropped
         batch, info = rb.sample(return_info=True)
         assert whole(batch)
@@ -85,32 +66,32 @@ def test_sample_first_never_draws_a_torn_row(tmp_path, how):
 
 
 @pytest.mark.parametrize("of", ["buffer", "storage"])
-def test_len_first_does_not_count_torn_rows(tmp_path, of):
+def test_len_first_does_not_count_torn_rows(tmp_path, killed, of):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     assert len(rb if of == "buffer" else rb.storage) == len(KEPT)
     assert len(rb) == len(rb.storage) == len(KEPT)
     assert whole(rb.storage[:]) and rb.storage[:]["id"].tolist() == KEPT
 
 
-def test_get_trusted_first_reads_no_torn_row(tmp_path):
+def test_get_trusted_first_reads_no_torn_row(tmp_path, killed):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     got = rb.storage.get_trusted(torch.tensor([3, 4, 5]))  # the rows the writer tore
     assert whole(got) and got["id"].tolist() == KEPT[3:6]
 
 
-def test_state_dict_first_holds_no_torn_row(tmp_path):
+def test_state_dict_first_holds_no_torn_row(tmp_path, killed):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     state = rb.storage.state_dict()
     assert state["len_rows"] == len(KEPT)
     assert whole(state["storage"]) and state["storage"]["id"].tolist() == KEPT
 
 
-def test_dumps_first_saves_no_torn_row(tmp_path):
+def test_dumps_first_saves_no_torn_row(tmp_path, killed):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     rb.dumps(tmp_path / "ckpt")
     restored = ReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=tmp_path / "other"))
     restored.loads(tmp_path / "ckpt")
@@ -118,19 +99,19 @@ def test_dumps_first_saves_no_torn_row(tmp_path):
     assert whole(restored.storage[:]) and restored.storage[:]["id"].tolist() == KEPT
 
 
-def test_a_pickled_handle_drops_torn_rows_too(tmp_path):
+def test_a_pickled_handle_drops_torn_rows_too(tmp_path, killed):
     rb = full_ring(tmp_path)
     clone = pickle.loads(pickle.dumps(rb))  # what a spawned worker receives
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     assert len(clone) == len(KEPT)
     batch = clone.sample()
     assert whole(batch) and set(batch["id"].tolist()) <= set(KEPT)
     assert len(rb) == len(KEPT) and rb.storage[:]["id"].tolist() == KEPT
 
 
-def test_the_ring_goes_on_after_the_torn_rows_are_dropped(tmp_path):
+def test_the_ring_goes_on_after_the_torn_rows_are_dropped(tmp_path, killed):
     rb = full_ring(tmp_path)
-    crash_a_writer(rb)
+    crash_a_writer(killed, rb)
     rb.extend(rows([200, 201, 202, 203]))  # 3 fill the dropped places, the oldest goes
     assert len(rb) == CAP
     assert rb.storage[:]["id"].tolist() == [203, *KEPT[1:], 200, 201, 202]

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import signal
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -39,7 +35,7 @@ def buffer(path) -> ReplayBuffer:
                         batch_size=2)
 
 
-def die_in_the_middle(path, written: int, n: int, how: str | int) -> None:
+def die_in_the_middle(killed, path, written: int, n: int, how: str | int) -> None:
     """Write ``written`` rows, then die (SIGKILL) after the first leaf of the next write."""
     rb = buffer(path)
     start = 0
@@ -47,33 +43,15 @@ def die_in_the_middle(path, written: int, n: int, how: str | int) -> None:
         step = min(4, written - start)
         rb.extend(rows(start, step))
         start += step
-
-    def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def copy_rows(self, start, stop, src, shapes=None):
-        self.leaves[0][start:stop].copy_(src[0])
-        die()
-
-    def index_copy_rows(self, index, src):
-        self.leaves[0].index_copy_(0, index, src[0].to(self.leaves[0].dtype))
-        die()
-
-    # a forked child: the patches die with it
-    TensorLayout.copy_rows = copy_rows  # type: ignore[method-assign]
-    TensorLayout.index_copy_rows = index_copy_rows  # type: ignore[method-assign]
+    killed.die_after_first_leaf()  # (a forked child: the patches die with it)
     if how == "extend":
         rb.extend(rows(1000, n))
     else:
         rb.storage.set(how, rows(1000, 1)[0])
 
 
-def run_and_kill(path, written: int, n: int, how: str | int = "extend") -> None:
-    ctx = mp.get_context("fork")
-    p = ctx.Process(target=die_in_the_middle, args=(path, written, n, how))
-    p.start()
-    p.join(60)
-    assert p.exitcode == -signal.SIGKILL
+def run_and_kill(killed, path, written: int, n: int, how: str | int = "extend") -> None:
+    killed.run_killed(die_in_the_middle, killed, path, written, n, how)
 
 
 @pytest.mark.parametrize("written, n, expected", [
@@ -84,10 +62,10 @@ def run_and_kill(path, written: int, n: int, how: str | int = "extend") -> None:
     # a full ring, the write wraps: rows 8, 9, 0 torn; survivors 1..7 = ids 11, 2..7
     (18, 3, [11, 12, 13, 14, 15, 16, 17]),
 ])
-def test_killed_extend_leaves_no_torn_row(tmp_path, written, n, expected):
+def test_killed_extend_leaves_no_torn_row(tmp_path, killed, written, n, expected):
     if written == 8:  # 8 rows + 4: rows 8, 9 new, then 0, 1 overwritten
         expected = [2, 3, 4, 5, 6, 7]
-    run_and_kill(tmp_path, written, n)
+    run_and_kill(killed, tmp_path, written, n)
     rb = buffer(tmp_path)
     assert ids_of(rb.storage) == expected
     # the ring goes on: the next rows fill the dropped places, oldest evicted first
@@ -97,20 +75,20 @@ def test_killed_extend_leaves_no_torn_row(tmp_path, written, n, expected):
     assert sorted(got) == sorted(expected[1:] + list(range(2000, 2000 + CAP - len(expected) + 1)))
 
 
-def test_killed_in_place_edit_drops_only_that_row(tmp_path):
-    run_and_kill(tmp_path, 7, 1, how=4)
+def test_killed_in_place_edit_drops_only_that_row(tmp_path, killed):
+    run_and_kill(killed, tmp_path, 7, 1, how=4)
     rb = buffer(tmp_path)
     assert ids_of(rb.storage) == [0, 1, 2, 3, 5, 6]
 
 
-def test_a_live_reader_drops_the_torn_rows_before_reading(tmp_path):
+def test_a_live_reader_drops_the_torn_rows_before_reading(tmp_path, killed):
     reader = buffer(tmp_path)
     reader.extend(rows(0, 4))
-    run_and_kill(tmp_path, 0, 1, how=4)  # a first write of row 4: never counted
+    run_and_kill(killed, tmp_path, 0, 1, how=4)  # a first write of row 4: never counted
     assert ids_of(reader.storage) == [0, 1, 2, 3]
-    run_and_kill(tmp_path, 0, 1, how=1)  # an overwrite of row 1: dropped by the next reader
+    run_and_kill(killed, tmp_path, 0, 1, how=1)  # an overwrite of row 1: dropped by the next reader
     assert ids_of(reader.storage) == [0, 2, 3]
-    run_and_kill(tmp_path, 0, 2)  # a first write of 2 rows (at the cursor, 3): never counted
+    run_and_kill(killed, tmp_path, 0, 2)  # a first write of 2 rows (at the cursor, 3): never counted
     assert ids_of(reader.storage) == [0, 2, 3]
     reader.extend(rows(50, 1))
     assert ids_of(reader.storage) == [0, 2, 3, 50]

@@ -1,22 +1,65 @@
 """In-place edits of the written rows of a tensor storage's entries (imports no storage): the
-values ``set_key`` (:func:`write_entry`) and ``update_`` (:func:`checked_updates`) write, each
-checked to fit its entry (:func:`fitting_value`) before anything is written.
+values ``set_key`` (:func:`entry_edit`), ``update_`` (:func:`checked_updates`) and
+``storage[tuple] = ...`` (:func:`index_edit`) write, each checked to fit its entry
+(:func:`fitting_value`) before anything is written.
+
+A storage runs each edit in its :class:`EditGuard` (``with storage._edit_guard() as guard``):
+once the edit is checked whole, ``guard.record(td, keys, index, rows)`` names the entries and
+rows it is about to write, then the edit writes. A single-process storage's guard does nothing;
+a storage shared by processes (``LazyMemmapStorage``) holds its lock in it and journals the old
+values first, so that an editor that dies half-way leaves no row half edited
+(:mod:`~._torn_writes`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
 
 from ._casts import check_cast
-from ._keys import NestedKey, key_path, leaf_keys
+from ._keys import NestedKey, is_key_index, key_path, leaf_keys
 
 if TYPE_CHECKING:
     from ._layout import TensorLayout
 
-__all__ = ["checked_updates", "fitting_value", "write_entry"]
+__all__ = ["NO_GUARD", "Edit", "EditGuard", "checked_updates", "entry_edit", "fitting_value",
+           "index_edit", "write_entry"]
+
+
+class Edit(NamedTuple):
+    """A checked in-place edit: it writes entries ``keys`` (leaf keys) at ``index`` of the
+    written rows (``None``: all of them) when ``write()`` is called."""
+
+    keys: tuple[NestedKey, ...]
+    index: Any
+    write: Callable[[], Any]
+
+
+class EditGuard:
+    """What a storage runs an in-place edit of its rows in (see the module docstring); this
+    one, a single-process storage's (:data:`NO_GUARD`), does nothing."""
+
+    def __enter__(self) -> EditGuard:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    def record(self, td: TensorDictBase, keys: Sequence[NestedKey], index: Any,
+               rows: int) -> None:
+        """The edit is about to write entries ``keys`` of ``td`` (the storage's TensorDict) at
+        ``index`` of its first ``rows`` rows."""
+
+    def overwrite(self, layout: TensorLayout, rows: int, written: int) -> None:
+        """Rows ``[0, rows)`` of ``layout`` (``written`` of them counted) are about to be
+        replaced whole (a load)."""
+
+
+#: the guard of a storage no other process writes or reads
+NO_GUARD = EditGuard()
 
 
 def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Tensor:
@@ -46,11 +89,46 @@ def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Ten
     return value
 
 
+def entry_edit(td: TensorDictBase, keys: list[NestedKey], key: NestedKey, value: Any,
+               rows: int, index: Any = None) -> Edit:
+    """The checked edit setting entry ``key`` of the first ``rows`` rows of ``td`` (a layout's
+    TensorDict, of the leaf keys ``keys``) to ``value`` in place (at ``index`` of those rows
+    when given); ``KeyError`` / ``ValueError`` here, before anything is written.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(4)}, [4])
+    >>> edit = entry_edit(td, ["a"], "a", 1.0, rows=3, index=slice(1, None))
+    >>> edit.keys, td["a"].tolist()
+    (('a',), [0.0, 0.0, 0.0, 0.0])
+    >>> _ = edit.write()
+    >>> td["a"].tolist()
+    [0.0, 1.0, 1.0, 0.0]
+    """
+    leaf = td.get(key, None)
+    if leaf is None:
+        raise KeyError(f"key {key!r} is not in the storage (keys: "
+                       f"{[str(k) for k in keys]}).")
+    written = leaf[:rows]
+    try:  # every check before anything is written: an index out of the written rows
+        # raises here, not half-way through an indexed write
+        target = written if index is None else written[index]
+    except (RuntimeError, IndexError) as err:
+        where = "the written rows" if index is None else f"index {index!r}"
+        raise ValueError(f"{where} of key {key!r} is not within the {rows} written rows: "
+                         f"{err}") from err
+    value = fitting_value(key, value, target)
+    path = key_path(key)
+    under = tuple(k for k in keys if key_path(k)[:len(path)] == path)
+    if index is None:
+        return Edit(under, None, lambda: written.copy_(value))
+    return Edit(under, index, lambda: written.__setitem__(index, value))
+
+
 def write_entry(td: TensorDictBase, keys: list[NestedKey], key: NestedKey, value: Any,
-              rows: int, index: Any = None) -> None:
-    """Set entry ``key`` of the first ``rows`` rows of ``td`` (a layout's TensorDict, of the
-    leaf keys ``keys``) to ``value`` in place (at ``index`` of those rows when given);
-    ``KeyError`` / ``ValueError`` before anything is written.
+                rows: int, index: Any = None) -> None:
+    """:func:`entry_edit`, written at once.
 
     Examples
     --------
@@ -64,23 +142,39 @@ def write_entry(td: TensorDictBase, keys: list[NestedKey], key: NestedKey, value
     ...
     ValueError: index 5 of key 'a' is not within the 3 written rows: ...
     """
-    leaf = td.get(key, None)
-    if leaf is None:
-        raise KeyError(f"key {key!r} is not in the storage (keys: "
-                       f"{[str(k) for k in keys]}).")
-    written = leaf[:rows]
-    where = "the written rows" if index is None else f"index {index!r}"
-    try:  # every check before anything is written: an index out of the written rows
-        # raises here, not half-way through an indexed write
-        target = written if index is None else written[index]
-    except (RuntimeError, IndexError) as err:
-        raise ValueError(f"{where} of key {key!r} is not within the {rows} written rows: "
-                         f"{err}") from err
-    value = fitting_value(key, value, target)
-    if index is None:
-        written.copy_(value)
-    else:
-        written[index] = value
+    entry_edit(td, keys, key, value, rows, index).write()
+
+
+def index_edit(td: TensorDictBase, key_set: Any, rows: int, index: Any,
+               data: TensorDictBase) -> Edit:
+    """The checked edit writing ``data`` at ``index`` (a tuple: TensorDict indexing) of the
+    first ``rows`` rows of ``td`` (a layout's TensorDict, of the leaf keys ``key_set``):
+    every entry of ``data`` the storage has, checked by :func:`fitting_value` before anything
+    is written (entries it lacks are left out, as a TensorDict view of its rows leaves them).
+    ``TypeError`` for a key index (``storage["a",] = ...``: :meth:`set_key` writes an entry).
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(4), "b": torch.zeros(4, 2)}, [4])
+    >>> new = TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2])
+    >>> index_edit(td, {"a", "b"}, 4, (slice(1, 3),), new)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: value of shape (2, 3) for key 'b' does not fit its entry of shape (2, 2)...
+    >>> td["a"].tolist()  # nothing written
+    [0.0, 0.0, 0.0, 0.0]
+    """
+    if is_key_index(index):
+        raise TypeError(f"storage[{index!r}] = value: a key index selects an entry, not rows "
+                        "(set_key(key, value) writes an entry).")
+    present = [key for key in leaf_keys(data) if key in key_set]
+    view = td[:rows].select(*present)
+    target = view[index]  # (what indexing raises, before anything is written)
+    for key in present:
+        fitting_value(key, data.get(key), target.get(key))
+    source = data.select(*present)
+    return Edit(tuple(present), index, lambda: view.__setitem__(index, source))
 
 
 def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,

@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdreplay.core.utils import restore_attributes
 
 from ._casts import dtype_from_str
-from ._entry_edits import checked_updates, write_entry
+from ._entry_edits import Edit, checked_updates, entry_edit, index_edit
 from ._fast_tensordict import copy_leaves
 from ._host_rows import HostRows
 from ._key_tree import build_tree, has_levels, leaves_along_tree
@@ -44,7 +44,7 @@ from ._tensorclasses import NestedClasses, nested_tensorclasses
 __all__ = [
     "NestedDims", "NestedKey", "TensorLayout", "with_new_entries",
     # re-exported: the modules that import them from here need no edit
-    "as_key", "assemble", "build_tree", "checked_updates", "dtype_from_str", "key_path",
+    "Edit", "as_key", "assemble", "build_tree", "checked_updates", "dtype_from_str", "key_path",
     "leaf_keys", "nested_batch_dims", "set_nested_batch_dims", "tensordict_builder",
 ]
 
@@ -331,8 +331,14 @@ class TensorLayout:
             leaf.index_copy_(0, rows, s.to(leaf.device, leaf.dtype))
 
     def write_index(self, rows: int, index: Any, td: TensorDictBase) -> None:
-        """Write ``td`` at ``index`` of the first ``rows`` rows (TensorDict indexing)."""
-        self.td[:rows][index] = td
+        """Write ``td`` at ``index`` of the first ``rows`` rows (TensorDict indexing), every
+        entry checked before any is written (:meth:`index_edit`)."""
+        self.index_edit(rows, index, td).write()
+
+    def index_edit(self, rows: int, index: Any, td: TensorDictBase) -> Edit:
+        """The checked write of ``td`` at ``index`` of the first ``rows`` rows (see
+        :func:`~._entry_edits.index_edit`), to be run."""
+        return index_edit(self.td, self.key_set, rows, index, td)
 
     def install_rows(self, rows: int, data: TensorDictBase) -> None:
         """Make ``data`` (checked by :meth:`check_rows_compatible`) the first ``rows`` rows."""
@@ -344,7 +350,11 @@ class TensorLayout:
     def set_entry(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> None:
         """Set entry ``key`` of the first ``rows`` rows to ``value`` in place (at ``index`` of
         those rows when given); ``KeyError`` / ``ValueError`` before anything is written."""
-        write_entry(self.td, self.keys, key, value, rows, index)
+        self.entry_edit(key, value, rows, index).write()
+
+    def entry_edit(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> Edit:
+        """:meth:`set_entry` checked, to be run (see :func:`~._entry_edits.entry_edit`)."""
+        return entry_edit(self.td, self.keys, key, value, rows, index)
 
     def object_updates(self, data: TensorDictBase, rows: int,
                        keys_to_update: Any = None) -> Callable[[], None] | None:

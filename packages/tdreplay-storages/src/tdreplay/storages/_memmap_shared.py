@@ -3,9 +3,11 @@
 ``_SharedCounters``: ``_STATE_SIZE`` int64 counters in ``tdreplay-memmap-state.bin`` (written
 rows, the writer's cursor and write count, a torn overwrite in flight, the write revision);
 ``_ProcessLock``: a re-entrant lock across threads (a thread lock) and processes (``flock``),
-which drops the rows a writer that died left torn as it is taken (:meth:`_ProcessLock.watch`);
+which drops the rows a writer that died left torn (or writes back the old values of the rows
+an editor that died left half edited) as it is taken (:meth:`_ProcessLock.watch`), and clears
+the record of the in-place edits of a hold as it is released (``before_unlock``);
 ``SharedStateMixin``: what ``LazyMemmapStorage`` reads and writes through them (its row count,
-``process_lock``, ``shared_writer_counters()``, ``revision``).
+``process_lock``, ``shared_writer_counters()``, ``revision``, the guard of its in-place edits).
 
 Torn rows are never counted nor read: every read and write of the storage, and every draw of a
 buffer holding it, runs under the lock, whose first acquisition in a thread checks the torn
@@ -27,7 +29,8 @@ import numpy as np
 
 from tdreplay.core import RevisionTracking
 
-from ._torn_writes import STATE_TORN
+from ._shared_edits import SharedEdit
+from ._torn_writes import STATE_TORN, TornWrites
 
 try:  # POSIX
     import fcntl
@@ -101,6 +104,9 @@ class _ProcessLock:
         self._opened_after = -1  # _FORKS[0] when _fd was opened (see held)
         self._counters: memoryview | None = None  # the shared state whose torn record is checked
         self._recover: weakref.WeakMethod | None = None
+        #: called once as the holding thread releases the lock for good (set by an in-place
+        #: edit: it clears the edits' record, see ``_torn_writes``), then forgotten
+        self.before_unlock: Callable[[], Any] | None = None
 
     def watch(self, counters: memoryview, recover: Callable[[], Any]) -> None:
         """From now on, each time a thread takes the lock (not re-entering it), call ``recover``
@@ -131,6 +137,7 @@ class _ProcessLock:
             self._thread_lock = threading.RLock()
             self._depth = 0
             self._opened_after = _FORKS[0]
+            self.before_unlock = None  # (a fork's copy of the parent's edits)
             self._pid = pid
 
     def acquire(self) -> None:
@@ -163,10 +170,16 @@ class _ProcessLock:
             raise
 
     def release(self) -> None:
-        self._depth -= 1
-        if self._depth == 0 and fcntl is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._thread_lock.release()
+        settle = self.before_unlock
+        try:
+            if settle is not None and self._depth == 1:  # (before another process may lock)
+                self.before_unlock = None
+                settle()
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and fcntl is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._thread_lock.release()
 
     def __enter__(self) -> _ProcessLock:
         self.acquire()
@@ -196,6 +209,7 @@ class SharedStateMixin(RevisionTracking):
     _state: _SharedCounters = None  # type: ignore[assignment]
     _own_last_written_row: int | None = None
     _lock_obj: _ProcessLock
+    _torn: TornWrites  # (the storage's record of rows being overwritten or edited)
     rows_capacity: int | None  # (the storage's)
 
     @property
@@ -243,6 +257,11 @@ class SharedStateMixin(RevisionTracking):
             return
         with self._lock_obj:
             state.view[_STATE_REVISION] += 1
+
+    def _edit_guard(self) -> SharedEdit:
+        """An in-place edit of the written rows runs under the process lock, its rows recorded
+        before they are written (:mod:`~tdreplay.storages._shared_edits`)."""
+        return SharedEdit(self._lock_obj, self._torn)
 
     # the row count and the layout live in the scratch directory, shared by every process
     def _rows_written(self) -> int:

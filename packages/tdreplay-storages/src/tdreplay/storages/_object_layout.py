@@ -30,6 +30,7 @@ from tdreplay.core.checkpoint import CheckpointError
 from tdreplay.core.utils import as_long_tensor
 
 from ._layout import (
+    Edit,
     NestedDims,
     NestedKey,
     TensorLayout,
@@ -193,13 +194,19 @@ class ObjectLayout(TensorLayout):
                 self.objects[key][index] = new
         return top, last
 
-    def write_index(self, rows: int, index: Any, td: TensorDictBase) -> None:
+    def index_edit(self, rows: int, index: Any, td: TensorDictBase) -> Edit:
         ids = self._element_ids(rows, index)
         values = self._values_for(td, tuple(ids.shape))
-        super().write_index(rows, index, td.exclude(*self.object_keys))
+        tensors = super().index_edit(rows, index, td.exclude(*self.object_keys))
         flat_ids = ids.reshape(-1).cpu().numpy()
-        for key, new in values.items():
-            self._by_element(key)[flat_ids] = new.reshape((len(flat_ids), *new.shape[ids.ndim:]))
+
+        def write() -> None:
+            tensors.write()
+            for key, new in values.items():
+                self._by_element(key)[flat_ids] = new.reshape((len(flat_ids),
+                                                               *new.shape[ids.ndim:]))
+
+        return Edit(tensors.keys, index, write)
 
     def install_rows(self, rows: int, data: TensorDictBase) -> None:
         values = {key: values_of(key, data.get(key), (rows, *self.objects[key].shape[1:]))
@@ -226,20 +233,19 @@ class ObjectLayout(TensorLayout):
 
         return commit
 
-    def set_entry(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> None:
-        """:meth:`~._layout.TensorLayout.set_entry`; for a non-tensor entry ``value`` is a
+    def entry_edit(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> Edit:
+        """:meth:`~._layout.TensorLayout.entry_edit`; for a non-tensor entry ``value`` is a
         ``NonTensorStack`` of the selection's shape, or one value for every element selected
         (a ``NonTensorData`` or a JSON value)."""
         if key not in self.object_key_set:
-            super().set_entry(key, value, rows, index)
-            return
-        where = "the written rows" if index is None else f"index {index!r}"
+            return super().entry_edit(key, value, rows, index)
         try:
             ids = self._element_ids(rows, index)
         except (RuntimeError, IndexError) as err:
+            where = "the written rows" if index is None else f"index {index!r}"
             raise ValueError(f"{where} of key {key!r} is not within the {rows} written rows: "
                              f"{err}") from err
-        self._set_values(key, value, ids)()
+        return Edit((), index, self._set_values(key, value, ids))
 
     def object_updates(self, data: TensorDictBase, rows: int,
                        keys_to_update: Any = None) -> Callable[[], None] | None:

@@ -1,9 +1,9 @@
-"""Rows of a shared memmap storage that a writer was overwriting when it died.
+"""Rows of a shared memmap storage that a writer or an in-place edit was changing when it died.
 
 A :class:`~tdreplay.storages.LazyMemmapStorage` counts rows ``[0, len)`` as written, and the
 count of a first write is committed after its data (rows past the count are invisible until
-then). Overwriting rows that are already counted (a full ring, an in-place edit) cannot be made
-invisible that way, so the writer records them first in the shared state (``begin``): a range
+then). Overwriting rows that are already counted (a full ring, ``storage[i] = x``) cannot be
+made invisible that way, so the writer records them first in the shared state (``begin``): a range
 of rows in two counters, or for scattered rows a list in a journal file beside the state file.
 The record is cleared when the copy is complete (``end``). A record still there when another
 writer or reader takes the lock means its writer died in the middle (the kernel released its
@@ -25,6 +25,26 @@ applied exactly once, however many recovering processes die, and the count and t
 change after the last step only. What it costs: one int64 per torn row in the plan, at most
 ``STAGE_BYTES`` of rows in memory and in the staging file at a time, and the moves the ring
 order needs (the rows after the first torn one, and every kept row when the ring wrapped).
+
+In-place edits of entries keep their rows instead. ``set_key``, ``update_`` and
+``storage[tuple] = ...`` (and the buffer edits made of them: ``set_``, ``set_at_``, ``update_``,
+``rb[tuple] = ...``, ``update_if_present``) change entries of rows that were committed whole,
+and dropping those rows would lose committed data (an assignment of whole items, ``storage[i] =
+x`` or ``rb[i] = x``, is a ``set``: an overwrite, as above). Once an edit is checked whole
+(every value fits its entry: :mod:`~._entry_edits`) and before it writes anything, the old
+values of the rows it touches, of the entries it writes, go to an undo journal
+(``tdreplay-memmap-undo.bin``, :mod:`~._edit_journal`), and the record says "edits, n
+segments" (:meth:`TornWrites.record_edit`: one int64 store, once the segments are whole). The
+record stays until the process releases the lock (:meth:`TornWrites.settle_edits`, which the
+lock runs as it is released, or a write of the same hold that needs the record), so the edits
+of one hold (the entries of one ``update_if_present`` patch) are undone together. Whoever takes
+the lock after an editor died writes the old values back, newest first (a restore killed in
+turn is done again whole: it writes only old values), and clears the record: the rows are as
+before the edits, none is dropped, the count and the cursor do not change. An edit that raises
+once it has begun writes its own old values back before the error propagates
+(:meth:`TornWrites.take_back_edit`). A load (``load_state_dict``, a checkpoint's ``install``)
+replaces the rows it covers: it is recorded as an overwrite (:meth:`TornWrites.begin`), and
+the rows a loader that died was replacing are dropped.
 """
 
 from __future__ import annotations
@@ -40,6 +60,8 @@ import torch
 
 from tdreplay.core.utils import as_long_tensor, is_int
 
+from ._edit_journal import UNDO_FILE, EditJournal, Rows
+from ._keys import NestedKey
 from ._layout import TensorLayout
 
 # slots of the shared state array (beside memmap_storage's _STATE_INIT .. _STATE_WRITES)
@@ -53,6 +75,9 @@ _NONE, _RANGE, _JOURNAL, _PACKED = 0, 1, 2, 3
 #: a recovery under way (kind bits 0): bit 3 set once the step's sources are staged, the
 #: step's number from bit 4 up
 _MOVING, _STAGED = 4, 8
+#: in-place edits under way (kind bits 0, bit 2 clear): bit 3 set, the count of the undo
+#: journal's segments from bit 4 up
+_UNDO = 8
 #: rows below this fit a packed range (start and stop in the one STATE_TORN counter)
 PACKED_ROWS = 1 << 30
 
@@ -148,6 +173,8 @@ class TornWrites:
         self.journal = Path(journal)
         self.plan_file = self.journal.with_name(PLAN_FILE)
         self.stage_file = self.journal.with_name(STAGE_FILE)
+        #: the old values of the rows the in-place edits of this lock hold overwrite
+        self.edits = EditJournal(self.journal.with_name(UNDO_FILE))
 
     @property
     def state(self) -> np.ndarray:
@@ -158,7 +185,10 @@ class TornWrites:
     def begin(self, rows: int | slice | torch.Tensor | Sequence[int], written: int,
               capacity: int) -> bool:
         """Record the counted rows (``< written``) among ``rows`` before they are overwritten;
-        ``False`` when none are (nothing recorded: a first write needs no record)."""
+        ``False`` when none are (nothing recorded: a first write needs no record). The edits
+        of this lock hold are settled first (the record is theirs until then)."""
+        if self.state[STATE_TORN]:
+            self.settle_edits()
         if isinstance(rows, slice):
             start, stop, step = rows.indices(capacity)
             if step == 1:
@@ -215,6 +245,30 @@ class TornWrites:
         else:
             self.recover(layout)
 
+    # ---- in-place edits (under the process lock) -------------------------------------------
+    def record_edit(self, td: Any, keys: Sequence[NestedKey], rows: Rows) -> None:
+        """Journal rows ``rows`` of entries ``keys`` of ``td`` (the storage's TensorDict) before
+        an edit overwrites them, then record the journal (after the edits before it in this
+        lock hold); raises before recording when the journal cannot be written."""
+        segments = self.edits.append(td, keys, rows)
+        if segments:
+            self.state[STATE_TORN] = (segments << 4) | _UNDO
+
+    def take_back_edit(self, td: Any) -> None:
+        """The last edit recorded raised: its old values back, and out of the record."""
+        segments = self.edits.take_back(td)
+        if segments:
+            self.state[STATE_TORN] = (segments << 4) | _UNDO
+        else:
+            self.settle_edits()
+
+    def settle_edits(self) -> None:
+        """The edits recorded are complete: clear their record, then forget their journal."""
+        value = int(self.state[STATE_TORN])
+        if value and not value & 7:  # (an edits' record: not a writer's, nor a recovery's)
+            self.end()
+        self.edits.forget()
+
     # ---- anyone holding the process lock -----------------------------------------------------
     @property
     def pending(self) -> bool:
@@ -242,10 +296,17 @@ class TornWrites:
         return torch.arange(0)
 
     def recover(self, layout: TensorLayout | None) -> int:
-        """Drop the rows of an unfinished overwrite, or finish the recovery a process that died
-        began (see the module docstring); returns how many counted rows were dropped."""
+        """Drop the rows of an unfinished overwrite, write back the old values of unfinished
+        edits, or finish the recovery a process that died began (see the module docstring);
+        returns how many counted rows were dropped."""
         value = int(self.state[STATE_TORN])
         if not value:
+            return 0
+        if not value & 7:  # an editor's record: the old values back, no row dropped
+            if layout is not None:
+                self.edits.restore(layout.td, value >> 4)
+            self.edits.forget()  # (what this process held of it)
+            self._finish()
             return 0
         if value & 3:  # a writer's record: plan the moves first
             plan = self._plan(layout)
@@ -338,7 +399,7 @@ class TornWrites:
     def _finish(self) -> None:
         """Clear the record, then the files it named."""
         self.end()
-        for path in (self.journal, self.plan_file, self.stage_file):
+        for path in (self.journal, self.plan_file, self.stage_file, self.edits.path):
             path.unlink(missing_ok=True)
 
 

@@ -10,6 +10,7 @@ Layout of the scratch directory::
       tdreplay-memmap-torn.bin      # rows an overwrite in flight covers (scattered rows only)
       tdreplay-memmap-recovery.bin  # while torn rows are dropped: the plan of the moves
       tdreplay-memmap-staging.bin   #   and the rows of the step under way (_torn_writes.py)
+      tdreplay-memmap-undo.bin      # while entries are edited in place: their old values
       tdreplay-memmap-creating.json # during the first write: the files it is creating
       obs.memmap, next/obs.memmap   # one file per leaf, named after its key
 
@@ -26,7 +27,10 @@ visible only once whole. An overwrite of counted rows is recorded before it star
 record cleared after; rows a killed writer left half-written are dropped by whoever takes the
 lock next (``_torn_writes.py``; the lock checks the record as it is taken, before any count or
 row is read: a buffer draws under it), so no process counts or samples a torn row, and a
-recovery killed in turn is finished by the next one. The first write (the layout) lists the
+recovery killed in turn is finished by the next one. An in-place edit of entries (``set_key``,
+``update_``, ``storage[tuple] = ...``) journals the old values of its rows first instead:
+whoever takes the lock after an editor died writes them back, so no row is left half edited
+and none is dropped. The first write (the layout) lists the
 files it creates in ``tdreplay-memmap-creating.json`` before creating them, and removes the
 list once the layout is committed: a first write that finds the list (under the lock, so its
 writer died) removes those files and lays the storage out again; files the storage did not
@@ -52,6 +56,7 @@ from tensordict import MemoryMappedTensor
 from tdreplay.core import StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError
 
+from ._edit_journal import UNDO_FILE
 from ._formats import KIND_TC, DataFormat
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path, leaf_keys
 from ._memmap_shared import (
@@ -73,7 +78,7 @@ _LAYOUT_FILE = "tdreplay-memmap-layout.json"
 _TORN_FILE = "tdreplay-memmap-torn.bin"
 _CREATING_FILE = "tdreplay-memmap-creating.json"
 _RESERVED = {_CONFIG_FILE, _STATE_FILE, _LOCK_FILE, _LAYOUT_FILE, _TORN_FILE, _CREATING_FILE,
-             PLAN_FILE, STAGE_FILE}
+             PLAN_FILE, STAGE_FILE, UNDO_FILE}
 _FORMAT = 1
 
 def _dtype_from_str(name: str) -> torch.dtype:
@@ -485,6 +490,8 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                     return
                 if layout is not None and start is not None and stop is not None \
                         and 0 <= start < stop <= layout.rows < PACKED_ROWS:
+                    if state[_STATE_TORN]:  # (this hold's edits: complete, settled first)
+                        self._torn.settle_edits()
                     state[_STATE_TORN] = packed_range(start, stop)  # overwritten rows
                     try:
                         super().set(rows, data, set_cursor=set_cursor)

@@ -27,6 +27,7 @@ from tdreplay.core.utils import as_long_tensor, check_instance, is_int
 from ._allocation import allocate_unfilled
 from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
+from ._entry_edits import NO_GUARD, EditGuard
 from ._formats import KIND_TC, KIND_TD, DataFormat, to_tensordict
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
@@ -302,7 +303,11 @@ class TensorStorage(CompilableRows, Storage):
         if isinstance(index, tuple) and layout is not None:
             td, kind, _ = to_tensordict(value, batched=True, ndim=self.ndim)
             layout.check_classes(classes_of(value, td, kind))
-            layout.write_index(self._rows_written(), index, td)
+            with self._edit_guard() as guard:
+                rows = self._rows_written()
+                edit = layout.index_edit(rows, index, td)  # (every entry checked)
+                guard.record(layout.td, edit.keys, index, rows)
+                edit.write()
             return
         super().__setitem__(index, value)
 
@@ -394,25 +399,38 @@ class TensorStorage(CompilableRows, Storage):
         return TensorStorage(self._format.from_td(flat), device=layout.device)
 
     # ---- in-place edits --------------------------------------------------------------------------
+    def _edit_guard(self) -> EditGuard:
+        """What an in-place edit of the written rows runs in (see
+        :mod:`~tdreplay.storages._entry_edits`): nothing here; a storage shared by processes
+        takes its lock and records the rows first."""
+        return NO_GUARD
+
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("the storage is empty: nothing to set.")
-        layout.set_entry(key, value, self._rows_written(), index)
+        with self._edit_guard() as guard:
+            rows = self._rows_written()
+            edit = layout.entry_edit(key, value, rows, index)  # (checked)
+            guard.record(layout.td, edit.keys, index, rows)
+            edit.write()
 
     def update_(self, data: Any, clone: bool = False, keys_to_update: Any = None) -> None:
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("the storage is empty: nothing to update.")
-        n = self._rows_written()
-        rows = layout.td[:n]
-        data = TensorDict(data, batch_size=rows.batch_size) if isinstance(data, dict) else data
-        updates = checked_updates(layout, rows, data, keys_to_update)
-        objects = layout.object_updates(data, n, keys_to_update)  # (checked before any write)
-        for key, value in updates.items():
-            rows.get(key).copy_(value.clone() if clone else value)
-        if objects is not None:
-            objects()
+        with self._edit_guard() as guard:
+            n = self._rows_written()
+            rows = layout.td[:n]
+            data = TensorDict(data, batch_size=rows.batch_size) if isinstance(data, dict) \
+                else data
+            updates = checked_updates(layout, rows, data, keys_to_update)
+            objects = layout.object_updates(data, n, keys_to_update)  # (checked before writes)
+            guard.record(layout.td, list(updates), None, n)
+            for key, value in updates.items():
+                rows.get(key).copy_(value.clone() if clone else value)
+            if objects is not None:
+                objects()
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self) -> None:
@@ -560,8 +578,10 @@ class TensorStorage(CompilableRows, Storage):
             layout = self._current_layout()
             assert layout is not None
         n = int(meta["len_rows"])
-        layout.install_rows(n, data)
-        self._set_rows_written(n)
+        with self._edit_guard() as guard:  # (counted rows replaced: recorded first)
+            guard.overwrite(layout, n, self._rows_written())
+            layout.install_rows(n, data)
+            self._set_rows_written(n)
 
     def __repr__(self) -> str:
         shape = self.shape
