@@ -336,9 +336,30 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     def __len__(self) -> int:
         """Number of written slots."""
 
-    @abc.abstractmethod
     def __getitem__(self, index: Any) -> Any:
-        """Index the written rows."""
+        """Index the written rows: what :meth:`get` returns for the slots ``index`` names (an
+        int, a tensor of slots, or a slice of the written ones). The storages of tdreplay
+        override it; a storage written for TorchRL (``set``, ``get``, ``__len__``, ...) reads
+        through it as TorchRL's base class does.
+
+        Examples
+        --------
+        >>> class Squares(Storage):   # the least a storage implements
+        ...     def __init__(self): super().__init__(4); self.n = 0
+        ...     def set(self, rows, data, *, set_cursor=True): self.n = 4
+        ...     def get(self, slots): return torch.as_tensor(slots) ** 2
+        ...     def __len__(self): return self.n
+        ...     def empty(self): self.n = 0
+        ...     def state_dict(self): return {}
+        ...     def load_state_dict(self, state_dict): pass
+        >>> s = Squares()
+        >>> s.set(0, None)
+        >>> s[1:3], s[3]
+        (tensor([1, 4]), tensor(9))
+        """
+        if isinstance(index, slice):
+            index = torch.arange(len(self))[index]
+        return self.get(index)
 
     @abc.abstractmethod
     def empty(self) -> None:

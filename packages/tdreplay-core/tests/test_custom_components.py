@@ -1,0 +1,108 @@
+"""Components written against the extension API the way TorchRL's are: a storage with ``set``,
+``get``, ``__len__``, ``empty`` and its state, a writer with ``add`` / ``extend``, a sampler
+with ``sample``, each used by a ReplayBuffer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
+
+
+class DictStorage(Storage):
+    """Items in a dict keyed by row (no __getitem__ of its own: the base reads through get)."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__(max_size)
+        self.data: dict[int, torch.Tensor] = {}
+
+    def set(self, cursor, data, *, set_cursor=True):
+        if isinstance(cursor, int):
+            self.data[cursor] = data
+            return
+        if isinstance(cursor, slice):  # (contiguous rows: how tdreplay's writers write them)
+            cursor = torch.arange(self.max_size)[cursor]
+        for row, item in zip(torch.as_tensor(cursor).tolist(), data):
+            self.data[row] = item
+
+    def get(self, index):
+        if isinstance(index, int):
+            return self.data[index]
+        return [self.data[i] for i in torch.as_tensor(index).reshape(-1).tolist()]
+
+    def __len__(self):
+        return len(self.data)
+
+    def empty(self):
+        self.data.clear()
+
+    def state_dict(self):
+        return {"data": dict(self.data)}
+
+    def load_state_dict(self, state_dict):
+        self.data = dict(state_dict["data"])
+
+
+class CountingWriter(Writer):
+    """Writes round robin with a cursor of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_row = 0
+
+    def add(self, data):
+        row = self.next_row % self.storage.max_size
+        self.storage.set(row, data)
+        self.next_row += 1
+        return row
+
+    def extend(self, data):
+        rows = (torch.arange(len(data)) + self.next_row) % self.storage.max_size
+        self.storage.set(rows, data)
+        self.next_row += len(data)
+        return rows
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        super().empty(empty_write_count)
+        self.next_row = 0
+
+
+class FirstItems(Sampler):
+    """Samples the first written rows, in order."""
+
+    def sample(self, storage, batch_size):
+        return torch.arange(min(batch_size, len(storage))), {}
+
+
+def _buffer(**parts) -> ReplayBuffer:
+    return ReplayBuffer(batch_size=3, collate_fn=torch.stack, **parts)
+
+
+def test_a_storage_without_getitem_reads_through_get():
+    rb = _buffer(storage=DictStorage(10))
+    rb.extend([torch.tensor(float(i)) for i in range(5)])
+    assert rb.storage[1:4] == [torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)]
+    assert rb.storage[4] == torch.tensor(4.0)
+    assert rb.sample().shape == (3,)
+    restored = _buffer(storage=DictStorage(10))
+    restored.load_state_dict(rb.state_dict())
+    assert restored.storage.data == rb.storage.data
+
+
+def test_custom_writer_and_sampler_with_the_custom_storage():
+    rb = _buffer(storage=DictStorage(4), writer=CountingWriter(), sampler=FirstItems())
+    rb.extend([torch.tensor(float(i)) for i in range(6)])  # rows 0..3, then 0, 1 again
+    assert sorted(rb.storage.data) == [0, 1, 2, 3]
+    assert rb.sample().tolist() == [4.0, 5.0, 2.0]
+    rb.empty()
+    assert len(rb) == 0 and rb.writer.next_row == 0
+    assert rb.add(torch.tensor(7.0)) == 0
+
+
+def test_a_storage_must_still_say_how_it_empties():
+    class NoEmpty(DictStorage):
+        empty = Storage.empty  # the abstract one
+
+    with pytest.raises(TypeError, match="empty"):
+        NoEmpty(3)
