@@ -16,37 +16,36 @@ from __future__ import annotations
 import importlib.util
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import (
-    LazyStackedTensorDict,
     TensorDict,
     TensorDictBase,
-    is_tensor_collection,
-    is_tensorclass,
 )
 
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.utils import as_long_tensor, check_instance, is_int
 
-from ._casts import check_cast, dtype_from_str
+from ._casts import check_cast
 from ._file_writes import memmap_by_writes, write_json_file
 from ._formats import (
     KIND_TC,
-    KIND_TD,
     KIND_TENSOR,
     TENSOR_KEY,
-    hold_tensorclass,
-    resolve_tensorclass,
 )
-from ._object_values import add_non_tensor, is_non_tensor, split_non_tensor
+from ._object_values import add_non_tensor, split_non_tensor
+from ._store_index import read_index, write_index
+from ._store_schema import (
+    StoreSchema,
+    as_store_rows,
+    cast_to_schema,
+    entry_key,
+    schema_of_store,
+)
 from ._tensorclasses import (
-    classes_from_record,
-    classes_record,
     inner_first,
     nested_tensorclasses,
     with_classes,
@@ -61,11 +60,6 @@ INSTALL_HINT = 'pip install "tdreplay-storages[store]"'
 #: keywords of ``TensorDictStore`` that the storage sets itself
 _RESERVED = ("batch_size",)
 
-Path_ = tuple[str, ...]
-#: an entry of a row: ``(row shape, dtype)`` of a tensor, ``None`` for non-tensor data
-Entry = tuple[tuple[int, ...], torch.dtype] | None
-
-
 def _require_store() -> None:
     """``ModuleNotFoundError`` naming the extra to install unless ``redis`` and
     ``tensordict.store`` can be imported."""
@@ -77,205 +71,6 @@ def _require_store() -> None:
         raise ModuleNotFoundError(
             "StoreStorage needs a tensordict with the tensordict.store module (0.15 or later): "
             f"pip install -U tensordict, then {INSTALL_HINT}", name="tensordict.store")
-
-
-def _key(path: Path_) -> Any:
-    return path[0] if len(path) == 1 else path
-
-
-def _entries_of(td: TensorDictBase, lead: int) -> dict[Path_, Entry]:
-    """The entries of the rows of ``td`` (``lead`` leading dims are the rows)."""
-    out: dict[Path_, Entry] = {}
-    for key in td.keys(include_nested=True, leaves_only=False):
-        value = td.get(key)
-        path = key if isinstance(key, tuple) else (key,)
-        if is_non_tensor(value):
-            out[path] = None
-        elif isinstance(value, torch.Tensor):
-            out[path] = (tuple(value.shape[lead:]), value.dtype)
-        elif not is_tensor_collection(value):  # pragma: no cover - tensordict holds no other
-            raise TypeError(f"entry {key!r} is a {type(value).__name__}: StoreStorage stores "
-                            "tensors and non-tensor data.")
-    return out
-
-
-@dataclass(frozen=True)
-class StoreSchema:
-    """The structure of a row of a :class:`StoreStorage`, fixed by its first write.
-
-    Attributes
-    ----------
-    kind : str
-        ``"tensor"``, ``"tensordict"`` or ``"tensorclass"``: what reads give back.
-    tensorclass : type or None
-        The tensorclass of the data (``kind == "tensorclass"``).
-    row_batch : tuple of int
-        The batch dims of a row after the storage's dimension (``()`` for most data).
-    entries : dict
-        ``{key path: (row shape, dtype)}`` of the tensor entries, ``{key path: None}`` of the
-        non-tensor entries (strings and other Python values).
-    classes : tuple
-        The tensorclasses nested in the data (``td["obs"]`` an ``Obs``), inner levels first.
-
-    Examples
-    --------
-    >>> td = TensorDict({"obs": torch.zeros(4, 3), "name": ["a", "b", "c", "d"]}, [4])
-    >>> schema = StoreSchema.of(td, KIND_TD, None, lead=1)
-    >>> schema.entries
-    {('obs',): ((3,), torch.float32), ('name',): None}
-    """
-
-    kind: str
-    tensorclass: type | None
-    row_batch: tuple[int, ...]
-    entries: dict[Path_, Entry]
-    classes: tuple[tuple[Path_, type], ...] = ()
-
-    @classmethod
-    def of(cls, td: TensorDictBase, kind: str, tensorclass: type | None, lead: int,
-           classes: tuple[tuple[Path_, type], ...] = ()) -> StoreSchema:
-        """The schema of the rows of ``td`` (``lead`` leading dims are the rows)."""
-        entries = _entries_of(td, lead)
-        row_batch = tuple(td.batch_size[lead:])
-        if row_batch and any(entry is None for entry in entries.values()):
-            name = next(p for p, e in entries.items() if e is None)
-            raise TypeError(f"entry {_key(name)!r} is non-tensor data in rows of batch shape "
-                            f"{row_batch}: StoreStorage keeps non-tensor entries only in rows "
-                            "without batch dims of their own.")
-        return cls(kind, tensorclass, row_batch, entries, classes)
-
-    def record(self) -> dict[str, Any]:
-        """The schema as JSON-ready values (in ``state_dict`` and checkpoints)."""
-        out: dict[str, Any] = {
-            "kind": self.kind,
-            "tensorclass": (None if self.tensorclass is None
-                            else hold_tensorclass(self.tensorclass)),
-            "row_batch": list(self.row_batch),
-            "entries": [[list(path), None, None] if entry is None
-                        else [list(path), list(entry[0]), str(entry[1])]
-                        for path, entry in self.entries.items()],
-        }
-        if self.classes:
-            out["nested_tensorclasses"] = classes_record(dict(self.classes))
-        return out
-
-    @classmethod
-    def from_record(cls, record: Any, where: str) -> StoreSchema:
-        """The schema :meth:`record` gave; ``ValueError`` naming ``where`` when it is not one
-        (a tensorclass that cannot be imported raises ``CheckpointError``)."""
-        try:
-            kind = record["kind"]
-            if kind not in (KIND_TENSOR, KIND_TD, KIND_TC):
-                raise ValueError(f"kind {kind!r}")
-            name = record.get("tensorclass")
-            tensorclass = None if name is None else resolve_tensorclass(name)
-            entries: dict[Path_, Entry] = {}
-            for path, shape, dtype in record["entries"]:
-                key = tuple(str(p) for p in path)
-                entries[key] = None if dtype is None else (
-                    tuple(int(s) for s in shape), dtype_from_str(dtype))
-            classes = inner_first(classes_from_record(record.get("nested_tensorclasses")))
-            return cls(kind, tensorclass, tuple(int(s) for s in record["row_batch"]), entries,
-                       classes)
-        except CheckpointError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise ValueError(f"{where} does not describe the rows of a StoreStorage "
-                             f"({type(err).__name__}: {err}).") from err
-
-    def check(self, other: StoreSchema, what: str) -> None:
-        """``TypeError`` / ``KeyError`` / ``ValueError`` naming the entry unless rows of schema
-        ``other`` (``what``: the data, a checkpoint) can be written where this one's are.
-
-        New entries are accepted (added to the store, zero-filled in the other rows, as
-        TorchRL's store adds them); missing ones are not (the rows would keep old values)."""
-        if other.kind != self.kind:
-            raise TypeError(f"this StoreStorage holds {self.kind} data; {what} is {other.kind} "
-                            "data.")
-        if other.tensorclass is not self.tensorclass:
-            raise TypeError(f"this StoreStorage holds tensorclass "
-                            f"{getattr(self.tensorclass, '__name__', None)}; {what} is a "
-                            f"{getattr(other.tensorclass, '__name__', None)}.")
-        if other.row_batch != self.row_batch:
-            raise ValueError(f"{what} has rows of batch shape {other.row_batch}, expected "
-                             f"{self.row_batch} for this StoreStorage.")
-        missing = [_key(p) for p in self.entries if p not in other.entries]
-        if missing:
-            raise KeyError(f"{what} lacks the entries {missing} of this StoreStorage (a write "
-                           "would leave their old values in the rows).")
-        for path, entry in other.entries.items():
-            held = self.entries.get(path, entry)
-            if (held is None) != (entry is None):
-                kinds = ("non-tensor", "tensor")
-                raise TypeError(f"entry {_key(path)!r} of {what} is "
-                                f"{kinds[entry is not None]} data; this StoreStorage holds "
-                                f"{kinds[held is not None]} data there.")
-            if held is not None and entry is not None and held[0] != entry[0]:
-                raise ValueError(f"entry {_key(path)!r} of {what} has row shape {entry[0]}, "
-                                 f"expected {held[0]} for this StoreStorage.")
-
-    def merged(self, other: StoreSchema) -> StoreSchema:
-        """This schema with the new entries of ``other`` (checked by :meth:`check`)."""
-        if all(p in self.entries for p in other.entries):
-            return self
-        return StoreSchema(self.kind, self.tensorclass, self.row_batch,
-                           {**other.entries, **self.entries}, self.classes)
-
-
-def _as_tensordict(data: Any, lead: int) -> tuple[TensorDictBase, str, type | None, Any]:
-    """``(td, kind, tensorclass, source)`` of data to write (``lead``: 1 for a batch of rows,
-    0 for one row); ``TypeError`` naming ``data`` for what the storage cannot hold."""
-    if isinstance(data, list):
-        if not lead:
-            raise TypeError("data for one row must be a tensor, a TensorDict or a tensorclass, "
-                            "got a list.")
-        if not data:
-            raise ValueError("data is an empty list: nothing to write.")
-        if all(isinstance(x, torch.Tensor) and not is_tensor_collection(x) for x in data):
-            data = torch.stack(data)
-        elif all(is_tensor_collection(x) for x in data):
-            data = torch.stack(data)  # tensorclasses stay tensorclasses
-        else:
-            raise TypeError("data is a list of "
-                            f"{sorted({type(x).__name__ for x in data})}: StoreStorage stores "
-                            "tensors, TensorDicts and tensorclasses (a list of one of them).")
-    if is_tensorclass(data):
-        # to_dict shares the tensors (to_tensordict would copy them)
-        td = TensorDict(data.to_dict(retain_none=False), batch_size=data.batch_size)
-        return td, KIND_TC, type(data), data
-    if isinstance(data, LazyStackedTensorDict):
-        try:
-            return data.contiguous(), KIND_TD, None, data
-        except RuntimeError as err:
-            raise TypeError(f"data is a lazy stack of differently shaped TensorDicts ({err}): a "
-                            "StoreStorage row has one shape; use LazyStackStorage.") from err
-    if isinstance(data, TensorDictBase):
-        return data, KIND_TD, None, data
-    if isinstance(data, torch.Tensor):
-        if data.ndim < lead:
-            raise ValueError(f"data has shape {tuple(data.shape)}; a batch of rows needs a "
-                             "leading dimension.")
-        return TensorDict({TENSOR_KEY: data}, batch_size=data.shape[:lead]), KIND_TENSOR, None, \
-            data
-    raise TypeError(f"StoreStorage stores tensors, TensorDicts and tensorclasses; data is a "
-                    f"{type(data).__name__}.")
-
-
-def _casted(td: TensorDictBase, schema: StoreSchema) -> TensorDictBase:
-    """``td`` with its tensor entries cast to the dtypes of ``schema`` (lossy casts refused:
-    see :mod:`~tdreplay.storages._casts`); ``td`` itself when nothing changes."""
-    out = None
-    for path, entry in schema.entries.items():
-        if entry is None:
-            continue
-        key = _key(path)
-        value = td.get(key, None)
-        if isinstance(value, torch.Tensor) and value.dtype != entry[1]:
-            check_cast(key, value, entry[1])
-            if out is None:
-                out = td.copy()
-            out.set(key, value.to(entry[1]))
-    return td if out is None else out
 
 
 class StoreStorageCheckpointer(StorageCheckpointerBase):
@@ -371,15 +166,6 @@ class StoreStorageCheckpointer(StorageCheckpointerBase):
             target.install(schema, loaded)
 
         return commit
-
-
-def _schema_of_store(store: Any) -> StoreSchema:
-    """The schema of the rows of ``store``, read from its first row (for a state without
-    one, as TorchRL's are): a tensor storage's rows hold the one key ``"_tensor"``."""
-    row = store[slice(0, 1)]
-    keys = list(row.keys(include_nested=True, leaves_only=False))
-    kind = KIND_TENSOR if keys == [TENSOR_KEY] else KIND_TD
-    return StoreSchema.of(row, kind, None, 1)
 
 
 def _store_storage(storage: Storage, checkpointer: StorageCheckpointerBase) -> StoreStorage:
@@ -551,46 +337,16 @@ class StoreStorage(Storage):
         return old
 
     # ---- writing -----------------------------------------------------------------------------
-    def _write_index(self, rows: Any, n: int | None) -> tuple[Any, int, int]:
-        """``(index for the store, highest row, last row)`` of ``rows``; ``IndexError`` naming
-        ``rows`` for rows outside ``[0, max_size)`` and ``ValueError`` when their number is not
-        ``n`` (the rows of data)."""
-        if is_int(rows):
-            row = int(rows)
-            if not 0 <= row < self.max_size:
-                raise IndexError(f"rows {row} is out of range for a StoreStorage of max_size "
-                                 f"{self.max_size}.")
-            return row, row, row
-        if isinstance(rows, slice):
-            start, stop, step = rows.indices(self.max_size)
-            tensor = torch.arange(start, stop, step)
-            if rows.stop is not None and rows.stop > self.max_size:
-                raise IndexError(f"rows {rows} reaches past max_size={self.max_size}.")
-        else:
-            tensor = as_long_tensor(rows, name="rows").reshape(-1)
-        if n is not None and tensor.numel() != n:
-            raise ValueError(f"rows selects {tensor.numel()} rows but data holds {n}.")
-        if not tensor.numel():
-            return tensor, -1, -1
-        lo, hi = int(tensor.min()), int(tensor.max())
-        if lo < 0 or hi >= self.max_size:
-            raise IndexError(f"rows must lie in [0, {self.max_size}), got values in "
-                             f"[{lo}, {hi}].")
-        first, last = int(tensor[0]), int(tensor[-1])
-        if last - first == tensor.numel() - 1 and bool((tensor.diff() == 1).all()):
-            return slice(first, last + 1), hi, last  # one range on the server
-        return tensor, hi, last
-
     def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
         single = is_int(rows)
         lead = 0 if single else 1
-        td, kind, tensorclass, source = _as_tensordict(data, lead)
+        td, kind, tensorclass, source = as_store_rows(data, lead)
         if lead and not td.batch_dims:
             raise ValueError("data for several rows must have a leading (batch) dimension, got "
                              "a batch size of ().")
         n = None if single else td.batch_size[0]
-        index, top, last = self._write_index(rows, n)
+        index, top, last = write_index(rows, n, self.max_size)
         classes = inner_first(nested_tensorclasses(source if kind == KIND_TC else td))
         written = StoreSchema.of(td, kind, tensorclass, lead, classes)
         schema = self._schema
@@ -599,7 +355,7 @@ class StoreStorage(Storage):
         else:
             schema.check(written, "data")
             schema = schema.merged(written)
-            td = _casted(td, schema)
+            td = cast_to_schema(td, schema)
         if top < 0:  # no row selected
             return
         store, td_id = ((self._store, self._td_id) if self._store is not None
@@ -613,36 +369,6 @@ class StoreStorage(Storage):
             self.last_written_row = last
 
     # ---- reading -----------------------------------------------------------------------------
-    def _read_index(self, slots: Any) -> Any:
-        """The store index of the written ``slots``; ``IndexError`` for slots not written."""
-        n = self._len
-        if is_int(slots):
-            slot = int(slots)
-            if not 0 <= slot < n:
-                raise IndexError(f"slot {slot} is not written ({n} rows are).")
-            return slot
-        if isinstance(slots, slice):
-            start, stop, step = slots.indices(n)
-            if step == 1:
-                return slice(start, max(start, stop))
-            return torch.arange(start, stop, step)
-        if not isinstance(slots, torch.Tensor):
-            slots = as_long_tensor(slots, name="slots")
-        if slots.dtype is torch.bool:
-            slots = slots.reshape(-1).nonzero().reshape(-1)
-        elif slots.dtype is not torch.long:
-            slots = as_long_tensor(slots, name="slots")
-        if slots.numel():
-            lo, hi = torch.aminmax(slots)
-            if int(lo) < 0 or int(hi) >= n:
-                raise IndexError(f"slots must lie in [0, {n}) (the written slots), got values "
-                                 f"in [{int(lo)}, {int(hi)}].")
-        if slots.ndim == 1 and slots.numel() > 1:
-            first, last = int(slots[0]), int(slots[-1])
-            if last - first == slots.numel() - 1 and bool((slots.diff() == 1).all()):
-                return slice(first, last + 1)
-        return slots.cpu()
-
     def _from_store(self, td: TensorDictBase) -> Any:
         """What the store read gives back as the data written (a tensor, a tensorclass)."""
         schema = self._schema
@@ -667,7 +393,7 @@ class StoreStorage(Storage):
     def get(self, slots: int | torch.Tensor) -> Any:
         if self._store is None:
             raise RuntimeError("cannot read from a StoreStorage that was never written.")
-        return self._from_store(self._read(self._read_index(slots)))
+        return self._from_store(self._read(read_index(slots, self._len)))
 
     def __getitem__(self, index: Any) -> Any:
         rest: tuple[Any, ...] = ()
@@ -810,7 +536,7 @@ class StoreStorage(Storage):
         if schema is None and (old_schema := self._schema) is not None and store is self._store:
             schema = old_schema
         if schema is None:  # (a state of TorchRL's, without the structure of a row)
-            schema = _schema_of_store(store)
+            schema = schema_of_store(store)
         old = self._keep(store, td_id)
         self._schema = schema
         self._len = int(state_dict["_len"])
@@ -834,13 +560,13 @@ class StoreStorage(Storage):
         for path, entry in found.entries.items():
             held = schema.entries.get(path)
             if entry is not None and held is not None and entry[1] != held[1]:
-                check_cast(_key(path), rows.get(_key(path)), held[1])
+                check_cast(entry_key(path), rows.get(entry_key(path)), held[1])
 
     def install(self, schema: StoreSchema, rows: TensorDictBase) -> None:
         """Write ``rows`` (of ``schema``, checked by :meth:`check_install`) as the written rows
         ``[0, len(rows))``, creating the store first if there is none."""
         target = schema if self._schema is None else self._schema.merged(schema)
-        rows = _casted(rows, target)
+        rows = cast_to_schema(rows, target)
         n = rows.batch_size[0]
         store, td_id = ((self._store, self._td_id) if self._store is not None
                         else self._open())

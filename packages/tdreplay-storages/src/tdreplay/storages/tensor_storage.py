@@ -25,14 +25,15 @@ from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.utils import as_long_tensor, check_instance, is_int
 
 from ._allocation import allocate_unfilled
+from ._checkpoint_rows import CheckpointRowsMixin
 from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
 from ._entry_edits import NO_GUARD, EditGuard
-from ._formats import KIND_TC, KIND_TD, DataFormat, to_tensordict
+from ._formats import KIND_TC, DataFormat, to_tensordict
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
-from ._state_checks import check_rows_fit, check_tensor_state
-from ._tensorclasses import NestedClasses, classes_from_record, classes_of, classes_record
+from ._state_checks import check_tensor_state
+from ._tensorclasses import NestedClasses, classes_of
 from .checkpointers import TensorStorageCheckpointer
 
 __all__ = ["LazyTensorStorage", "TensorStorage", "TensorStorageCheckpointer"]
@@ -84,7 +85,7 @@ def _slots_of_rows(layout: TensorLayout, rows: torch.Tensor) -> torch.Tensor:
             + torch.arange(numel, device=rows.device)).reshape(rows.shape + layout.inner)
 
 
-class TensorStorage(CompilableRows, Storage):
+class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
     """A storage over preallocated tensors (a TensorDict, a tensor, a tensorclass or a pytree).
 
     Parameters
@@ -443,15 +444,6 @@ class TensorStorage(CompilableRows, Storage):
                 "kind": self._format.kind, "max_size": self.max_size, **self._format.meta(),
                 **self._classes_meta()}
 
-    def _classes_meta(self) -> dict[str, Any]:
-        """``{"nested_tensorclasses": record}`` of the tensorclasses nested in the data (see
-        :meth:`layout_meta`); ``{}`` when there are none (the metadata of other data is as it
-        was before they were recorded)."""
-        layout = self._current_layout()
-        if layout is None or not layout.nested_classes:
-            return {}
-        return {"nested_tensorclasses": classes_record(layout.nested_classes)}
-
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_tensor_state(self, state_dict)  # another max_size, too many rows, another layout
 
@@ -464,124 +456,6 @@ class TensorStorage(CompilableRows, Storage):
             self._set_rows_written(0)
         else:
             self.install(meta, state_dict["storage"])
-
-    # ---- what checkpointers use ------------------------------------------------------------------
-    def written_rows(self) -> TensorDictBase:
-        """The written rows as a TensorDict of batch shape ``[rows written, *inner]``.
-
-        A view: writing into its tensors writes into the storage. Non-tensor entries (strings
-        and other JSON values) are ``NonTensorStack`` copies of the storage's values: write
-        them with :meth:`set` or :meth:`set_key`. Whatever kind of data the storage holds
-        (tensor, tensorclass, pytree), this is its TensorDict form (what checkpointers save).
-        ``RuntimeError`` before a lazy storage's first write.
-
-        Examples
-        --------
-        >>> s = LazyTensorStorage(10)
-        >>> s.set(slice(0, 3), torch.arange(3))
-        >>> rows = s.written_rows()
-        >>> rows.batch_size, rows["_tensor"].tolist()
-        (torch.Size([3]), [0, 1, 2])
-        """
-        layout = self._current_layout()
-        if layout is None:
-            raise RuntimeError("the storage was never written: it has no rows.")
-        return layout.rows_view(self._rows_written())
-
-    def layout_meta(self) -> dict[str, Any]:
-        """The storage's layout as JSON-ready values (what a checkpoint's ``storage.json`` holds).
-
-        Keys: ``class``, ``max_size``, ``ndim``, ``initialized``, ``len_rows`` (written rows),
-        ``rows`` (row capacity, ``None`` before the first write), ``kind`` (``"tensordict"``,
-        ``"tensor"``, ``"tensorclass"`` or ``"pytree"``), ``treespec`` and ``tensorclass``
-        (strings naming the pytree structure / tensorclass, else ``None``), and for data
-        with tensorclasses nested in it (``td["obs"]`` an ``Obs``), ``nested_tensorclasses``:
-        ``[[key path, "module:qualname"], ...]``, which a storage loading the checkpoint
-        imports to read those levels back as their classes.
-
-        Examples
-        --------
-        >>> s = LazyTensorStorage(10, ndim=2)
-        >>> s.set(slice(0, 1), torch.zeros(1, 5))
-        >>> meta = s.layout_meta()
-        >>> meta["rows"], meta["len_rows"], meta["kind"]
-        (2, 1, 'tensor')
-        >>> from tensordict import TensorDict, tensorclass
-        >>> @tensorclass
-        ... class Obs:
-        ...     pos: torch.Tensor
-        >>> s = LazyTensorStorage(10)
-        >>> s.set(slice(0, 2), TensorDict(obs=Obs(pos=torch.zeros(2, 3), batch_size=[2]),
-        ...                               batch_size=[2]))
-        >>> s.layout_meta()["nested_tensorclasses"]  # doctest: +ELLIPSIS
-        [[['obs'], '...:Obs']]
-        """
-        layout = self._current_layout()
-        return {
-            "class": type(self).__name__,
-            "max_size": self.max_size,
-            "ndim": self.ndim,
-            "initialized": layout is not None,
-            "len_rows": self._rows_written(),
-            "rows": None if layout is None else layout.rows,
-            "kind": self._format.kind,
-            **self._format.meta(),
-            **self._classes_meta(),
-        }
-
-    def check_layout_compatible(self, meta: dict[str, Any], data: TensorDictBase) -> None:
-        """Raise :class:`~tdreplay.core.CheckpointError` unless :meth:`install` can put ``data``
-        (rows described by ``meta``, a :meth:`layout_meta` of the saved storage) here.
-
-        Checks the row count against ``meta``, and against this storage's layout (once it has
-        one; else the one it would lay out) the kind of data, row capacity, keys, row shapes
-        and dtypes. Changes nothing: a lazy storage stays unlaid.
-
-        Examples
-        --------
-        >>> s = LazyTensorStorage(10)
-        >>> s.set(slice(0, 2), torch.zeros(2, 3))
-        >>> t = LazyTensorStorage(10)
-        >>> t.set(slice(0, 2), torch.zeros(2, 4))
-        >>> t.check_layout_compatible(s.layout_meta(), s.written_rows())  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        tdreplay.core.checkpoint.CheckpointError: checkpoint entry '_tensor' has row shape (3,), ...
-        """
-        layout = self._current_layout()
-        if layout is None:  # (laid out by the load: a consolidated one holds tensor collections)
-            self._check_consolidable(meta.get("kind", KIND_TD))
-        check_rows_fit(layout, self._format, meta, data, self.rows_capacity_for,
-                       self.non_tensor_refusal)
-
-    def install(self, meta: dict[str, Any], data: TensorDictBase) -> None:
-        """Make ``data`` the written rows (``meta["len_rows"]`` of them), laying out a lazy
-        storage first; call :meth:`check_layout_compatible` before.
-
-        Examples
-        --------
-        >>> s = LazyTensorStorage(10)
-        >>> s.set(slice(0, 2), torch.tensor([[1, 2], [3, 4]]))
-        >>> t = LazyTensorStorage(10)
-        >>> t.check_layout_compatible(s.layout_meta(), s.written_rows())
-        >>> t.install(s.layout_meta(), s.written_rows())
-        >>> len(t), t[1].tolist()
-        (2, [3, 4])
-        """
-        layout = self._current_layout()
-        if layout is None:
-            kind = meta.get("kind", KIND_TD)
-            self._format = DataFormat(kind, DataFormat.resolve_extra(meta))
-            # (a checkpoint without a record of nested tensorclasses: plain TensorDicts)
-            self._create(data, batched=True,
-                         classes=classes_from_record(meta.get("nested_tensorclasses")))
-            layout = self._current_layout()
-            assert layout is not None
-        n = int(meta["len_rows"])
-        with self._edit_guard() as guard:  # (counted rows replaced: recorded first)
-            guard.overwrite(layout, n, self._rows_written())
-            layout.install_rows(n, data)
-            self._set_rows_written(n)
 
     def __repr__(self) -> str:
         shape = self.shape
