@@ -75,3 +75,32 @@ def test_to_bytestream_changes_nothing():
     before = storage.items()
     storage.to_bytestream(torch.zeros(5))
     assert storage.items() == before and len(storage) == 1
+
+
+# ---- compression_fn / decompression_fn (TorchRL's attributes) ---------------------------------
+@pytest.mark.parametrize("tensor", [torch.arange(12.).reshape(3, 4), torch.ones(5, dtype=torch.bool),
+                                    torch.arange(6).to(torch.bfloat16), torch.zeros(0, 3),
+                                    torch.tensor(7, dtype=torch.int64)])
+def test_default_functions_round_trip_a_tensor(tensor):
+    storage = CompressedListStorage(4)
+    compressed = storage.compression_fn(tensor)
+    assert compressed.dtype == torch.uint8 and compressed.ndim == 1
+    back = storage.decompression_fn(compressed, {"shape": tensor.shape, "dtype": tensor.dtype})
+    assert back.dtype == tensor.dtype and back.shape == tensor.shape and back.equal(tensor)
+
+
+def test_default_compression_fn_compresses():
+    storage = CompressedListStorage(4)
+    frames = torch.zeros(84, 84, dtype=torch.uint8)
+    assert storage.compression_fn(frames).numel() < frames.numel() // 20
+
+
+def test_given_functions_are_the_ones_returned():
+    def compress(t):
+        return t.to(torch.float16)
+
+    def decompress(c, metadata):
+        return c.to(metadata["dtype"])
+
+    storage = CompressedListStorage(4, compression_fn=compress, decompression_fn=decompress)
+    assert storage.compression_fn is compress and storage.decompression_fn is decompress

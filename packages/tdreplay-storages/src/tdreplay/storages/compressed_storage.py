@@ -16,6 +16,7 @@ import pickle
 import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,24 @@ class Codec:
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
+
+
+def _compressed_tensor(codec: Codec, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s element bytes compressed by ``codec``, as a uint8 tensor."""
+    return torch.frombuffer(bytearray(codec.compress(tensor_bytes(tensor))), dtype=torch.uint8)
+
+
+def _decompressed_tensor(codec: Codec, compressed: Any, metadata: Mapping[str, Any]
+                         ) -> torch.Tensor:
+    """The tensor of ``metadata``'s ``shape`` and ``dtype`` whose element bytes ``codec``
+    compressed into ``compressed`` (a uint8 tensor or bytes)."""
+    blob = compressed if isinstance(compressed, (bytes, bytearray)) \
+        else compressed.cpu().numpy().tobytes()
+    raw = bytearray(codec.decompress(bytes(blob)))
+    dtype = metadata["dtype"]
+    if not raw:
+        return torch.empty(metadata["shape"], dtype=dtype)
+    return torch.frombuffer(raw, dtype=dtype).reshape(metadata["shape"])
 
 
 def default_codec(compression_level: int = 3) -> Codec:
@@ -245,6 +264,37 @@ class CompressedListStorage(ListStorage):
             self.codec = _user_codec(compression_fn, decompression_fn)
         self._device = torch.device(device)
         self._layouts: dict[RowLayout, RowLayout] = {}
+        self._given_fns = (compression_fn, decompression_fn)
+
+    @property
+    def compression_fn(self) -> Callable[[torch.Tensor], Any]:
+        """The function compressing a tensor (TorchRL's attribute): the one given, else the
+        default codec's, ``tensor -> uint8 tensor`` of the compressed bytes of its elements.
+
+        Examples
+        --------
+        >>> s = CompressedListStorage(10)
+        >>> x = torch.arange(6.).reshape(2, 3)
+        >>> c = s.compression_fn(x)
+        >>> c.dtype, s.decompression_fn(c, {"shape": x.shape, "dtype": x.dtype}).equal(x)
+        (torch.uint8, True)
+        """
+        given = self._given_fns[0]
+        if given is not None:
+            return given
+        assert isinstance(self.codec, Codec)  # (no functions given: the default codec)
+        return partial(_compressed_tensor, self.codec)
+
+    @property
+    def decompression_fn(self) -> Callable[..., Any]:
+        """The inverse of :attr:`compression_fn` (TorchRL's attribute): the one given, else
+        the default codec's, ``(compressed, metadata) -> tensor`` of ``metadata["shape"]`` and
+        ``metadata["dtype"]``."""
+        given = self._given_fns[1]
+        if given is not None:
+            return given
+        assert isinstance(self.codec, Codec)  # (no functions given: the default codec)
+        return partial(_decompressed_tensor, self.codec)
 
     @property
     def device(self) -> torch.device:
