@@ -189,10 +189,11 @@ def _compressed_storage(storage: Storage,
     return storage
 
 
-def _hooked_rows(checkpointer: StorageCheckpointerBase, source: TensorLayoutStorage,
-                 path: Path) -> TensorDictBase:
-    """The written rows of ``source`` passed through ``checkpointer``'s save hooks (given
-    ``path``), before anything is written; ``TypeError`` when the hooks return no TensorDict."""
+def hooked_rows(checkpointer: StorageCheckpointerBase, source: Any,
+                path: Path) -> TensorDictBase:
+    """The written rows of ``source`` (a storage with ``written_rows()``) passed through
+    ``checkpointer``'s save hooks (given ``path``), before anything is written; ``TypeError``
+    when the hooks return no TensorDict."""
     rows = source.written_rows()
     if not checkpointer.save_hooks:
         return rows
@@ -201,6 +202,32 @@ def _hooked_rows(checkpointer: StorageCheckpointerBase, source: TensorLayoutStor
         raise TypeError(f"the save hooks of {type(checkpointer).__name__} returned a "
                         f"{type(out).__name__}; it saves a TensorDict (nothing was written).")
     return out
+
+
+def write_rows(rows: TensorDictBase, path: Path, meta: dict[str, Any]) -> None:
+    """Write ``rows`` into ``path / "data"`` (memory-mapped files, non-tensor entries as JSON
+    beside them) and record the files in ``meta`` (the checkpoint's ``storage.json``)."""
+    tensors, columns = split_non_tensor(rows)
+    memmap_by_writes(tensors, path / "data")  # OSError on a full disk, not SIGBUS
+    meta["files"] = file_table(path / "data")
+    if columns is not None:  # (absent otherwise: checkpoints of tensors unchanged)
+        write_json_file(path / NON_TENSOR_FILE, columns)
+        meta["non_tensor"] = NON_TENSOR_FILE
+
+
+def read_rows(path: Path, meta: dict[str, Any], what: str) -> TensorDictBase:
+    """The rows :func:`write_rows` wrote into ``path`` (``meta``: its ``storage.json``), file
+    sizes checked first (``load_memmap`` would zero-extend a truncated file);
+    :class:`~tdreplay.core.CheckpointError` naming ``what`` checkpoint otherwise."""
+    check_file_table(path / "data", meta.get("files", {}))
+    try:
+        loaded = TensorDict.load_memmap(path / "data")
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"cannot read the {what} checkpoint in {str(path)!r}: "
+                              f"{type(err).__name__}: {err}") from err
+    if "non_tensor" in meta:
+        add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
+    return loaded
 
 
 def _check_written_by(meta: dict[str, Any], checkpointer: StorageCheckpointerBase) -> None:
@@ -287,12 +314,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written, columns = split_non_tensor(_hooked_rows(self, source, path))
-            memmap_by_writes(written, path / "data")  # OSError on a full disk, not SIGBUS
-            meta["files"] = file_table(path / "data")
-            if columns is not None:  # (absent otherwise: checkpoints of tensors unchanged)
-                write_json_file(path / NON_TENSOR_FILE, columns)
-                meta["non_tensor"] = NON_TENSOR_FILE
+            write_rows(hooked_rows(self, source, path), path, meta)
         write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
@@ -303,16 +325,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         _check_meta(target, meta)
         if not meta["initialized"]:
             return target.empty
-        # sizes first: load_memmap would zero-extend a truncated file
-        check_file_table(path / "data", meta.get("files", {}))
-        try:
-            loaded = TensorDict.load_memmap(path / "data")
-        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
-            raise CheckpointError(f"cannot read the tensor storage checkpoint in {str(path)!r}: "
-                                  f"{type(err).__name__}: {err}") from err
-        if "non_tensor" in meta:
-            add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
-        loaded = self.apply_load_hooks(loaded)
+        loaded = self.apply_load_hooks(read_rows(path, meta, "tensor storage"))
         target.check_layout_compatible(meta, loaded)
 
         def commit() -> None:
@@ -458,7 +471,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written = _hooked_rows(self, source, path)
+            written = hooked_rows(self, source, path)
             _refuse_non_tensor(written, self)  # (before anything is written)
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 from tensordict import (
-    TensorDict,
     TensorDictBase,
 )
 
@@ -30,13 +29,11 @@ from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.utils import as_long_tensor, check_instance, is_int
 
 from ._casts import check_cast
-from ._file_writes import memmap_by_writes, write_json_file
 from ._formats import (
     KIND_TC,
     KIND_TENSOR,
     TENSOR_KEY,
 )
-from ._object_values import add_non_tensor, split_non_tensor
 from ._store_index import read_index, write_index
 from ._store_schema import (
     StoreSchema,
@@ -50,7 +47,7 @@ from ._tensorclasses import (
     nested_tensorclasses,
     with_classes,
 )
-from .checkpointers import NON_TENSOR_FILE, check_file_table, file_table
+from .checkpointers import hooked_rows, read_rows, write_rows
 
 __all__ = ["StoreSchema", "StoreStorage", "StoreStorageCheckpointer"]
 
@@ -108,19 +105,7 @@ class StoreStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if len(source):
-            rows = source.written_rows()
-            if self.save_hooks:
-                rows = self.apply_save_hooks(rows, path=path)
-                if not isinstance(rows, TensorDictBase):
-                    raise TypeError(f"the save hooks of {type(self).__name__} returned a "
-                                    f"{type(rows).__name__}; it saves a TensorDict (nothing "
-                                    "was written).")
-            tensors, columns = split_non_tensor(rows)
-            memmap_by_writes(tensors, path / "data")
-            meta["files"] = file_table(path / "data")
-            if columns is not None:
-                write_json_file(path / NON_TENSOR_FILE, columns)
-                meta["non_tensor"] = NON_TENSOR_FILE
+            write_rows(hooked_rows(self, source, path), path, meta)
         write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
@@ -146,15 +131,7 @@ class StoreStorageCheckpointer(StorageCheckpointerBase):
             schema = StoreSchema.from_record(meta.get("schema"), "checkpoint storage.json")
         except ValueError as err:
             raise CheckpointError(str(err)) from err
-        check_file_table(path / "data", meta.get("files", {}))
-        try:
-            loaded = TensorDict.load_memmap(path / "data")
-        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
-            raise CheckpointError(f"cannot read the store storage checkpoint in {str(path)!r}: "
-                                  f"{type(err).__name__}: {err}") from err
-        if "non_tensor" in meta:
-            add_non_tensor(loaded, read_json(path / NON_TENSOR_FILE))
-        loaded = self.apply_load_hooks(loaded)
+        loaded = self.apply_load_hooks(read_rows(path, meta, "store storage"))
         if not isinstance(loaded, TensorDictBase) or loaded.batch_size[:1] != (n,):
             raise CheckpointError(f"checkpoint rows are not a TensorDict of {n} rows.")
         try:
@@ -235,6 +212,7 @@ class StoreStorage(Storage):
     (``StoreStorage(1000, host="localhost", port=6379)``).
 
     >>> from fakeredis.aioredis import FakeRedis
+    >>> from tensordict import TensorDict
     >>> from tdreplay.core import TensorDictReplayBuffer
     >>> storage = StoreStorage(1000, client=FakeRedis())
     >>> rb = TensorDictReplayBuffer(storage=storage, batch_size=4)
