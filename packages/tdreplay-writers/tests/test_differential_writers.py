@@ -2,10 +2,11 @@
 restores (``state_dict``, ``dumps``, pickling, ``deepcopy``), compared after every step.
 
 - ``TensorDictMaxValueWriter`` on every storage (list, lazy tensor, memmap, lazy stack), with
-  ``compilable`` or not, against a model of its documented contract: the rows kept are the top
-  ``capacity`` of everything offered, ranked by rank and then by age (older first: on ties the
-  rows already kept win); ``extend`` / ``add`` return the rows of the offered items that are
-  kept, in batch order; ``write_count`` counts those. A copy restored at random points must hold
+  ``compilable`` or not, against a model of TorchRL's rule: rows offered one by one fill the
+  free rows in order, then replace the lowest ``(rank, row)`` kept when their rank is strictly
+  higher (on ties the row in the lowest row goes first); ``extend`` / ``add`` return the rows
+  of the offered items that are kept, in batch order; ``write_count`` counts those (a row
+  replaced by a later row of its own batch is not written). A copy restored at random points must hold
   the same rows in the same places and draw the same seeded samples as one never restored.
 - Trajectory rows ranked by a ``reduction`` of their rewards, stored as items of a flat storage,
   of a list storage, and as rows of ``ndim=2`` storages (``dim_extend=0``, and ``dim_extend=1``
@@ -106,6 +107,25 @@ def _contents(rb) -> list[tuple[float, int]]:
     return list(zip(data["r"].tolist(), data["id"].tolist()))
 
 
+def _torchrl_offer(rows: list, offered: list, capacity: int) -> dict[int, int]:
+    """TorchRL's ``TensorDictMaxValueWriter`` rule: ``offered`` (rank, payload) items, in
+    order, fill free rows first, then replace the row of lowest ``(rank, row)`` when strictly
+    higher ranked. ``rows`` ((rank, payload) per row) is updated; returns ``{row: position}``
+    of the offered items still kept at the end."""
+    final: dict[int, int] = {}
+    for pos, (rank, payload) in enumerate(offered):
+        if len(rows) < capacity:
+            row = len(rows)
+            rows.append((rank, payload))
+        else:
+            row = min(range(len(rows)), key=lambda r: (rows[r][0], r))
+            if not rank > rows[row][0]:
+                continue
+            rows[row] = (rank, payload)
+        final[row] = pos
+    return final
+
+
 def _ids_at(rb, slots) -> list[int]:
     return [int(rb.storage[int(s)]["id"]) for s in torch.as_tensor(slots).reshape(-1)]
 
@@ -131,8 +151,8 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
         rng = random.Random(seed)
         ref, twin = make(), make()
         keep: list = []
-        kept: list[tuple[float, int, int]] = []  # model: (rank, age, id) of the rows kept
-        age = next_id = write_count = 0
+        kept: list[tuple[float, int]] = []  # model: (rank, id) of each row, in row order
+        next_id = write_count = 0
         for step in range(30):
             op = rng.choices(["add", "extend", "sample", "restore", "empty"], [2, 5, 3, 2, 0.5])[0]
             n = 1 if op == "add" else rng.randint(1, 2 * _N + 1)
@@ -141,13 +161,11 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
             next_id += n
             expected_out = None
             if op in ("add", "extend"):
-                offered = [(r, age + i, j) for i, (r, j) in enumerate(zip(ranks, ids))]
-                age += n
-                kept = sorted(kept + offered, key=lambda e: (-e[0], e[1]))[:_N]
-                expected_out = [e[2] for e in offered if e in kept]
+                final = _torchrl_offer(kept, list(zip(ranks, ids)), _N)
+                expected_out = [ids[p] for p in sorted(final.values())]
                 write_count += len(expected_out)
             elif op == "empty":
-                kept, age, write_count = [], 0, 0
+                kept, write_count = [], 0
             how = rng.choice(_HOWS)
             results = []
             for which in ("ref", "twin"):
@@ -168,7 +186,7 @@ def test_max_value_writer_keeps_the_top_k_through_random_histories(storage, comp
                     rb.empty()
                 got = _contents(rb)
                 where = (storage, compilable, seed, step, op, which)
-                assert sorted(got) == sorted((r, i) for r, _, i in kept), where
+                assert got == kept, where  # the same rows in the same places
                 assert (len(rb), rb.write_count) == (len(kept), write_count), where
                 if expected_out is not None:
                     assert out == expected_out, where
@@ -210,8 +228,8 @@ def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
     rng = random.Random(sorted(_REDUCTIONS).index(reduction))
     rbs = {name: make() for name, (make, _) in layouts.items()}
     keep: list = []
-    kept: list[tuple[float, int, tuple[int, ...]]] = []
-    age = next_id = 0
+    kept: list[tuple[float, tuple[int, ...]]] = []  # (rank, step ids) per row
+    next_id = 0
     for step in range(20):
         op = rng.choices(["extend", "restore", "sample"], [4, 1.5, 1])[0]
         batch = rng.randint(1, 2 * rows)
@@ -221,10 +239,9 @@ def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
         next_id += batch * steps
         data = TensorDict({"id": ids, ("next", "reward"): rewards.unsqueeze(-1)}, [batch, steps])
         if op == "extend":
-            offered = [(_REDUCTIONS[reduction](rewards[b].tolist()), age + b,
-                        tuple(ids[b].tolist())) for b in range(batch)]
-            age += batch
-            kept = sorted(kept + offered, key=lambda e: (-e[0], e[1]))[:rows]
+            offered = [(_REDUCTIONS[reduction](rewards[b].tolist()), tuple(ids[b].tolist()))
+                       for b in range(batch)]
+            _torchrl_offer(kept, offered, rows)
         how = rng.choice(_HOWS)
         for name in list(rbs):
             rb = rbs[name]
@@ -235,7 +252,7 @@ def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
             elif len(rb):
                 sample = rb.sample()
                 # (ndim=2 storages sample steps, the others whole trajectories)
-                assert set(sample["id"].reshape(-1).tolist()) <= {i for e in kept for i in e[2]}
+                assert set(sample["id"].reshape(-1).tolist()) <= {i for e in kept for i in e[1]}
             storage = rb.storage
             if not len(rb):
                 got = torch.empty(0, steps)
@@ -243,7 +260,7 @@ def test_max_value_writer_ranks_trajectories_alike_in_every_layout(reduction):
                 got = torch.stack(storage[:])["id"]
             else:
                 got = storage[: len(rb) // storage.row_numel]["id"]
-            assert sorted(map(tuple, got.tolist())) == sorted(e[2] for e in kept), \
+            assert sorted(map(tuple, got.tolist())) == sorted(e[1] for e in kept), \
                 (reduction, step, op, name)
 
 

@@ -32,8 +32,8 @@ def contents(rb) -> list[tuple[float, int]]:
 
 
 class SequentialModel:
-    """The specification: rows offered one at a time; a full buffer replaces its lowest-ranked
-    row (the newest of equal-ranked ones) only with a strictly higher rank."""
+    """The specification (TorchRL's): rows offered one at a time; a full buffer replaces its
+    lowest-ranked row (the lowest row of equal-ranked ones) only with a strictly higher rank."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -46,7 +46,7 @@ class SequentialModel:
         if len(self.rows) < self.capacity:
             self.rows.append((rank, age, id_))
             return len(self.rows) - 1
-        worst = min(range(len(self.rows)), key=lambda r: (self.rows[r][0], -self.rows[r][1]))
+        worst = min(range(len(self.rows)), key=lambda r: (self.rows[r][0], r))
         if rank > self.rows[worst][0]:
             self.rows[worst] = (rank, age, id_)
             return worst
@@ -126,8 +126,8 @@ def test_matches_sequential_specification(capacity, batches):
         written = [row for row in per_row if row >= 0]  # -1: a row not kept
         n_written += len(written)
         after = contents(rb)
-        # the same rows are kept as when offering them one at a time (row order may differ)
-        assert sorted(after) == sorted(model.contents())
+        # the same rows are kept, in the same rows, as when offering them one at a time
+        assert after == model.contents()
         # the rows returned are exactly those whose content changed, listed in batch order
         changed = [row for row in range(len(after))
                    if row >= len(before) or after[row] != before[row]]
@@ -365,11 +365,11 @@ def test_a_partly_kept_batch_gets_the_slot_of_each_row_kept_and_minus_one_for_th
     # extend returns them (as TorchRL); the batch itself, stale "index" included, is unchanged
     rb = make_rb(3)
     first = batch([1.0, 5.0, 2.0, 9.0, 0.0], [0, 1, 2, 3, 4])
-    assert rb.extend(first).tolist() == [-1, 0, 1, 2, -1]
+    assert rb.extend(first).tolist() == [-1, 1, 2, 0, -1]  # (9 replaces 1, in row 0)
     assert sorted(first.keys()) == ["id", "rank"]
     second = batch([0.0, 7.0], [5, 6])
     second["index"] = torch.tensor([9, 9])  # a stale index from elsewhere
-    assert rb.extend(second).tolist() == [-1, 1]  # 7 replaces the least kept (rank 2, row 1)
+    assert rb.extend(second).tolist() == [-1, 2]  # 7 replaces the least kept (rank 2, row 2)
     assert second["index"].tolist() == [9, 9]
     assert rb.writer.written_positions.tolist() == [1]
     whole = batch([10.0, 11.0, 12.0], [7, 8, 9])

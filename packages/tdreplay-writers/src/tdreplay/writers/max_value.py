@@ -14,10 +14,14 @@ from tdreplay.core.utils import NestedKey, check_state_counter, normalize_keys
 
 _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 
-# A heap entry is ``(rank, -age, row)``. ``heapq`` pops the smallest entry: the lowest rank and,
-# among equal ranks, the newest row. A candidate replaces the minimum only when its rank is
-# strictly higher, so on ties the rows already kept win: the kept set is always the top
-# ``capacity`` of everything offered, ranked by (rank, then age, older first).
+# A heap entry is ``(rank, row, age)``, as TorchRL's ``(rank, row)``: ``heapq`` pops the smallest
+# entry, the lowest rank and, among equal ranks, the lowest row. Rows offered one after the other
+# (a batch in its order) fill the free rows first (0, 1, ...); once the storage is full, a row is
+# written only if its rank is strictly higher than the lowest kept, and it replaces the smallest
+# entry. So on a tie between a new row and the lowest kept ones the kept rows stay, but a row of
+# equal rank that filled a free row may outlive an older one that sits in a lower row (TorchRL's
+# rule: both libraries keep the same rows in the same places). The age (rows offered before it)
+# orders nothing; it is kept in the checkpoint format, which is unchanged.
 _Entry = tuple[float, int, int]
 
 
@@ -56,9 +60,12 @@ class TensorDictMaxValueWriter(Writer):
     """A writer that keeps the ``capacity`` rows with the highest rank.
 
     Every row offered to :meth:`extend` / :meth:`add` carries a rank, read from ``rank_key``.
-    While the storage has free rows, every row is written. Once it is full, a row is written only
-    if its rank is strictly higher than the lowest rank kept, and it replaces that row; rows
-    ranked at or below the current minimum are not written. The ranks kept live in a min-heap
+    While the storage has free rows, every row is written, into the next free row. Once it is
+    full, a row is written only if its rank is strictly higher than the lowest rank kept, and it
+    replaces that row (of several rows with the lowest rank, the one in the lowest row, as
+    TorchRL's heap of ``(rank, row)``); rows ranked at or below the current minimum are not
+    written. A batch is offered row by row in its order, so the rows kept, and where, are
+    TorchRL's, ties included. The ranks kept live in a min-heap
     over the storage rows, which is part of :meth:`state_dict` and of the buffer's
     ``dumps``/``loads`` checkpoints, so a restored buffer goes on keeping exactly the rows the
     original one would have kept.
@@ -80,7 +87,9 @@ class TensorDictMaxValueWriter(Writer):
       hold (a subset of the batch, possibly empty; :attr:`written_positions` says which batch
       rows they hold). A buffer's ``extend`` turns them into TorchRL's result: one entry per
       batch row, ``-1`` for a row not kept. A batch row that would be written and then
-      evicted by a better row of the same batch is not written at all.
+      evicted by a better row of the same batch is not written at all (it does not count in
+      :attr:`write_count`; TorchRL writes it and counts it); the other rows land where
+      TorchRL's would.
     - :meth:`add` returns the row written, or an empty tensor when the item was not kept (a
       buffer's ``add`` then returns ``None``, as TorchRL's).
     - Storages of several dims (``ndim=2``: a row holds ``[T]`` steps) are ranked row by row,
@@ -202,34 +211,31 @@ class TensorDictMaxValueWriter(Writer):
         positions: list[int] | range = range(n)
         free = capacity - len(heap)
         if n > free:
-            # Rows that cannot end up among the kept ones are dropped before the heap loop: when
-            # full, anything at or below the minimum; and at most `capacity` rows of the batch can
-            # survive (the best ones, earlier rows winning ties, as the heap would decide).
-            keep = torch.ones(n, dtype=torch.bool)
-            if free == 0:
-                keep = rank > heap[0][0]
-            if int(keep.sum()) > capacity:
-                order = torch.sort(torch.where(keep, rank, -math.inf), descending=True, stable=True)
-                keep = torch.zeros(n, dtype=torch.bool)
-                keep[order.indices[:capacity]] = True
+            # Rows that would not be written at all are dropped before the heap loop: once the
+            # storage is full, the lowest rank kept only rises, so a row at or below the lowest
+            # rank kept when the storage fills up is never written. (Rows that would be written
+            # and then replaced stay in the loop: they decide which rows later ones replace.)
+            floor = heap[0][0] if heap else math.inf
+            if free:
+                floor = min(floor, min(ranks[:free]))
+            keep = rank > floor
+            keep[:free] = True
             positions = keep.nonzero().squeeze(1).tolist()
         written: dict[int, int] = {}  # row -> batch position now holding it
         pushed: list[_Entry] = []
         popped: list[_Entry] = []
         for pos in positions:
-            entry = (ranks[pos], -(base_age + pos), 0)
+            value = ranks[pos]
             if len(heap) < capacity:
-                row = len(heap)
-                entry = (entry[0], entry[1], row)
+                entry = (value, len(heap), base_age + pos)
                 heapq.heappush(heap, entry)
-            elif entry[0] > heap[0][0]:
-                row = heap[0][2]
-                entry = (entry[0], entry[1], row)
+            elif value > heap[0][0]:
+                entry = (value, heap[0][1], base_age + pos)
                 popped.append(heapq.heapreplace(heap, entry))
             else:
                 continue
             pushed.append(entry)
-            written[row] = pos
+            written[entry[1]] = pos  # (a row of this batch written there before: replaced)
         return written, pushed, popped
 
     def _undo(self, pushed: list[_Entry], popped: list[_Entry]) -> None:
@@ -298,14 +304,14 @@ class TensorDictMaxValueWriter(Writer):
         capacity = self.storage.rows_capacity_for(data, batched=False)
         if len(self._heap) < capacity:
             return len(self._heap)
-        return self._heap[0][2] if rank > self._heap[0][0] else None
+        return self._heap[0][1] if rank > self._heap[0][0] else None
 
     # ---- state ------------------------------------------------------------------------------
     @property
     def ranks(self) -> torch.Tensor:
         """Rank of each kept row, indexed by row (length = rows written so far)."""
         out = torch.empty(len(self._heap), dtype=torch.float64)
-        for rank, _, row in self._heap:
+        for rank, row, _ in self._heap:
             out[row] = rank
         return out
 
@@ -317,13 +323,14 @@ class TensorDictMaxValueWriter(Writer):
     def state_dict(self) -> dict[str, Any]:
         # in row order: the state does not depend on the heap's internal order (a rejected
         # write restores the same entries, not necessarily in the same list positions)
-        heap = sorted(self._heap, key=lambda entry: entry[2])
+        # (the format of earlier versions, whose heap ordered ties by age: the same entries)
+        heap = sorted(self._heap, key=lambda entry: entry[1])
         return {
             "write_count": self.write_count,
             "age": self._age,
             "heap_ranks": torch.tensor([e[0] for e in heap], dtype=torch.float64),
-            "heap_ages": torch.tensor([-e[1] for e in heap], dtype=torch.long),
-            "heap_rows": torch.tensor([e[2] for e in heap], dtype=torch.long),
+            "heap_ages": torch.tensor([e[2] for e in heap], dtype=torch.long),
+            "heap_rows": torch.tensor([e[1] for e in heap], dtype=torch.long),
         }
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -349,9 +356,11 @@ class TensorDictMaxValueWriter(Writer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         heap = list(zip(state_dict["heap_ranks"].tolist(),
-                        (-state_dict["heap_ages"]).tolist(),
-                        state_dict["heap_rows"].tolist()))
-        heapq.heapify(heap)  # no-op on a saved heap; repairs a hand-made one
+                        state_dict["heap_rows"].tolist(),
+                        state_dict["heap_ages"].tolist()))
+        # (saved in row order, by this version or an earlier one whose heap broke ties by age:
+        # the entries are the same, ordered here by rank, then row)
+        heapq.heapify(heap)
         self._heap = heap
         self._age = int(state_dict["age"])
         self.write_count = int(state_dict["write_count"])
