@@ -106,6 +106,12 @@ class _Model:
         for s in slots:
             self.q[s], self.by_update[s], self.gen[s] = default, False, self.clock
 
+    def rewritten(self, slots: list[int]) -> None:
+        """Index assignment: the slots keep their priority and get a new write generation."""
+        self.clock += 1
+        for s in slots:
+            self.gen[s] = self.clock
+
     def write(self, k: int) -> list[int]:
         slots = []
         for _ in range(k):
@@ -210,7 +216,7 @@ def _run_history(cfg: dict, seed: int) -> int:
             names.append(how)
         elif op < 0.40 and cfg["assign"]:
             slot = pyrng.randrange(m.len)
-            m.written([slot])  # rewritten: the max priority again, a new generation
+            m.rewritten([slot])  # rb[i] = x: the priority kept (as TorchRL), a new generation
             for rb in rbs:
                 rb[slot] = _row(cfg, torch.tensor(-1.0))
         elif op < 0.44 and cfg["change_alpha"]:

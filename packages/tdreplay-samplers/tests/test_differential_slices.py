@@ -373,7 +373,7 @@ def _run_history(cfg: dict, seed: int) -> int:
             td, rows = stream.batch(1, cfg["ndim"])
             for e in range(envs):
                 model.slots[row * envs + e] = rows[e][0]
-            model.new_priorities([row * envs + e for e in range(envs)])
+            # rb[i] = x keeps the steps' priorities (as TorchRL)
             for rb in rbs:
                 if cfg["ndim"] == 1:
                     rb[row] = td[0].clone()
@@ -409,7 +409,8 @@ def _run_history(cfg: dict, seed: int) -> int:
             trajs = model.trajectories(use_ids, use_done)
             need = _min_steps(cfg, seq_len)
             eligible = [t for t in trajs if len(t) >= need] if cfg["strict"] else trajs
-            if not eligible or (cfg["strict"] and seq_len > len(model.slots)):
+            # (a right span lets prioritized slices longer than the buffer be cut, as TorchRL)
+            if not eligible or (cfg["strict"] and need > len(model.slots)):
                 for rb in rbs:
                     with pytest.raises((RuntimeError, ValueError)):
                         rb.sample(batch_size)

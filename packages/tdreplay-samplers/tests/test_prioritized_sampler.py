@@ -414,6 +414,7 @@ def test_storage_filled_before_the_sampler_saw_it(backend):
 def test_extend_beyond_max_capacity_grows_the_trees(backend):
     # a storage larger than max_capacity (TorchRL rounds its C++ trees up to a power of two)
     sampler = PrioritizedSampler(4, 1.0, 1.0, eps=0.0, backend=backend)
+    sampler.place_for(ListStorage(21))  # settled on its (empty) storage: no row to seed
     sampler.extend(torch.tensor([2, 4]))
     assert sampler.max_capacity == 8  # at least doubled
     assert leaves(sampler).tolist() == [0, 0, 1, 0, 1, 0, 0, 0]

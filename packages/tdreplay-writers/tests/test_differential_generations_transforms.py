@@ -92,6 +92,15 @@ class Model:
             self.prio[r] = self.new_priority()
         self.write_count += len(uids)
 
+    def assign(self, rows, uids):
+        """``rb[r] = x``: the rows' data and generations change, their priorities stay (as
+        TorchRL's); updates of the priorities sampled before are stale."""
+        self.clock += 1
+        for r, u in zip(rows, uids):
+            self.uid[r] = u
+            self.gen[r] += 1
+            self.ver[r] = self.clock
+
     def extend(self, uids):
         rows = [(self.cursor + i) % self.cap for i in range(len(uids))]
         self.write(rows, uids)
@@ -218,8 +227,7 @@ def _run_gen_history(seed, kind, tracks, setitem=False):
             r = rng.randrange(m.length)
             uid = next_uid
             next_uid += 1
-            m.write([r], [uid])
-            m.write_count -= 1  # a write of the buffer, not of the writer
+            m.assign([r], [uid])  # (not counted: a write of the buffer, not of the writer)
             if kind == "list":
                 item = torch.tensor(uid)
             else:
@@ -402,7 +410,7 @@ def test_max_value_stale_priority_histories(seed):
             writer=writers.TensorDictMaxValueWriter(rank_key="r"),
             sampler=samplers.PrioritizedSampler(CAP, alpha=1.0, beta=1.0))
     rb, twin, keep = make(), None, []
-    heap, age, uid_of, ver, prio = [], 0, {}, {}, {}
+    heap, uid_of, ver, prio = [], {}, {}, {}
     clock, max_p, next_uid, held = 0, None, 0, []
     for step in range(30):
         bufs = [rb] if twin is None else [rb, twin]
@@ -413,20 +421,18 @@ def test_max_value_stale_priority_histories(seed):
             uids = list(range(next_uid, next_uid + n))
             next_uid += n
             final = {}
-            for p, rank in enumerate(ranks):  # the documented top-k, ties: kept rows win
-                entry = (rank, -(age + p))
+            for p, rank in enumerate(ranks):  # TorchRL's heap of (rank, row)
                 if len(heap) < CAP:
                     row = len(heap)
-                    heap.append((entry, row))
+                    heap.append((rank, row))
                 else:
                     low = min(heap)
-                    if not rank > low[0][0]:
+                    if not rank > low[0]:
                         continue
                     heap.remove(low)
                     row = low[1]
-                    heap.append((entry, row))
+                    heap.append((rank, row))
                 final[row] = p
-            age += n
             clock += 1
             want = [-1] * n  # the slot of each batch row, -1 where not kept (TorchRL's)
             for r, p in final.items():

@@ -2,7 +2,9 @@
 
 :class:`InPlaceEditsMixin` is one of the rooms :class:`~tdreplay.core.ReplayBuffer` is built
 from: every edit holds the buffer's lock and tells the sampler which slots or entries changed
-(so priorities and trajectory boundaries follow the data). As a write, an edit in a forked child
+(so priorities and trajectory boundaries follow the data): ``rb[i] = ...`` calls
+:meth:`~tdreplay.core.Sampler.mark_rewritten` of the slots rewritten, in this buffer's sampler
+and in those of the other buffers of the storage. As a write, an edit in a forked child
 of a buffer it cannot share raises ``NotShareableError`` (its edit would be lost to the others).
 """
 
@@ -15,6 +17,7 @@ from tensordict import is_tensor_collection
 
 from .sampler import Sampler
 from .storage import Storage
+from .storage_readers import StorageReaders
 from .utils import leading_dim
 from .writer import Writer
 
@@ -28,12 +31,12 @@ class InPlaceEditsMixin:
     _sampler: Sampler
     _writer: Writer
     _lock: AbstractContextManager[Any]
+    _readers: StorageReaders
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
         def _check_writing_process(self) -> None: ...
-        def _tell_readers_written(self, slots: Any, assigned: bool = False) -> None: ...
         def _tell_readers_edited(self, keys: Any) -> None: ...
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -50,8 +53,11 @@ class InPlaceEditsMixin:
             generations = self._storage.slot_generations  # (tracked by a writer)
             if generations is not None:  # a rewritten row is another record
                 generations.bump(rows, self._storage.rows_capacity)
-            self._sampler.mark_update(slots)
-            self._tell_readers_written(slots, assigned=True)  # other buffers of the storage
+            # rewritten, not written afresh: a prioritized sampler keeps the slots' priorities
+            # (as TorchRL's rb[i] = ...), a slice sampler finds the trajectories again
+            self._sampler.mark_rewritten(slots)
+            for other in self._readers.others(self):  # the other buffers of the storage
+                other.sampler.mark_rewritten(slots)
 
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back in physical order: ``rb[:end] = data``.

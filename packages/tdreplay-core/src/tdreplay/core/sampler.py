@@ -25,8 +25,9 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
       slots (any shape; the batch takes that shape), ``info`` a dict of extra per-item tensors
       (e.g. ``priority_weight``) the buffer attaches to the sample when asked.
     - ``extend(slots)`` / ``add(slot)``: told which slots were just written;
-      ``mark_update(slots)`` which were overwritten by index assignment; ``mark_edited(keys)``
-      which entries were edited in place.
+      ``mark_rewritten(slots)`` which were overwritten by index assignment (``rb[i] = ...``);
+      ``mark_update(slots)`` which changed past the buffer (``rb.mark_update(index)``);
+      ``mark_edited(keys)`` which entries were edited in place.
     - ``update_priority(index, priority)``: prioritized samplers only.
     - ``ran_out``: True once an epoch is over (samplers without replacement); the buffer's
       iterator stops there.
@@ -160,8 +161,42 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         process). Nothing by default."""
 
     def mark_update(self, slots: torch.Tensor) -> None:
-        """Called after ``slots`` were overwritten by index assignment (``rb[i] = ...``)."""
+        """Called by ``rb.mark_update(index)``: the items at ``slots`` changed past the buffer
+        (TorchRL's ``mark_update``; a prioritized sampler gives them the default priority).
+        :meth:`extend` of them by default."""
         self.extend(slots)
+
+    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        """Called after an index assignment (``rb[i] = ...``, ``write_all``) rewrote the items
+        at ``slots`` (1-D int64): they hold new items, but were not written afresh.
+
+        :meth:`mark_update` by default, so a sampler that overrides only that one keeps
+        hearing of rewritten slots (e.g. a slice sampler, whose trajectories must be found
+        again). A prioritized sampler overrides it to keep the slots' priorities, as
+        TorchRL's ``rb[i] = ...`` leaves them (only the write generation moves on, so that
+        priorities computed for the replaced items are skipped).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
+        >>> class Recording(RandomSampler):
+        ...     def mark_update(self, slots):
+        ...         print("mark_update", slots.tolist())
+        >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=Recording())
+        >>> _ = rb.extend(["a", "b", "c"])
+        >>> rb[1] = "B"  # the default mark_rewritten calls mark_update
+        mark_update [1]
+        >>> class Keeping(Recording):
+        ...     def mark_rewritten(self, slots):
+        ...         print("mark_rewritten", slots.tolist())
+        >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=Keeping())
+        >>> _ = rb.extend(["a", "b", "c"])
+        >>> rb[1] = "B"
+        mark_rewritten [1]
+        >>> rb.mark_update(1)  # an explicit mark_update is still one
+        mark_update [1]
+        """
+        self.mark_update(slots)
 
     def mark_edited(self, keys: list[Any] | None = None) -> None:
         """Called after entries of written items were edited in place (``set_``, ``set_at_``,
@@ -267,6 +302,18 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         []
         """
         return torch.zeros(0, dtype=torch.long)
+
+    @property
+    def default_priority(self) -> float:
+        """Priority an item gets when it is written (TorchRL's ``default_priority``): ``1.0``
+        here; a prioritized sampler returns its current max priority.
+
+        Examples
+        --------
+        >>> RandomSampler().default_priority
+        1.0
+        """
+        return 1.0
 
     @property
     def ran_out(self) -> bool:
@@ -540,6 +587,26 @@ class SamplerWithoutReplacement(Sampler):
     @property
     def ran_out(self) -> bool:
         return self._ran_out
+
+    @property
+    def len_storage(self) -> int:
+        """Number of items the current epoch covers (TorchRL's ``len_storage``): the storage's
+        length at the last :meth:`sample`; ``0`` before the first one and after ``empty``.
+        Read-only.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage, sampler = ListStorage(8), SamplerWithoutReplacement()
+        >>> storage.set(torch.arange(3), list("abc"))
+        >>> sampler.len_storage
+        0
+        >>> _ = sampler.sample(storage, 2)
+        >>> sampler.len_storage
+        3
+        """
+        order = self._order
+        return 0 if order is None else order.numel()
 
     @property
     def requires_batch_size(self) -> bool:

@@ -353,6 +353,11 @@ class SamplerEnsemble(MembersShareable, Sampler):
     def mark_update(self, slots: torch.Tensor) -> None:
         self.extend(slots)
 
+    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        """Refused as :meth:`extend` is: ``rb[i] = ...`` goes through one buffer of the
+        ensemble (``rb[k][i] = ...``), which tells its own sampler."""
+        self.extend(slots)
+
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Use ``generator`` for the draw of buffers and in every member sampler."""
         self._rng = generator

@@ -2,6 +2,7 @@
 
 from tdreplay.core import RandomSampler, Sampler
 
+from ._slicing import SliceBatchError
 from .consuming import ConsumingSampler
 from .deferred_prioritized import DeferredPrioritizedSampler
 from .prioritized import PrioritizedSampler
@@ -37,6 +38,7 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "SchedulerList",
+    "SliceBatchError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",

@@ -15,7 +15,8 @@ import torch
 from ._storage_entries import whole_ids
 from ._trajectory_index import LEN, TrajectoryIndex
 
-__all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "check_static", "draw_trajectories",
+__all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "SliceBatchError", "check_static",
+           "draw_trajectories",
            "no_trajectory_error", "overhang", "ragged_arange", "slice_shape", "slice_slots",
            "span_starts", "static_cut"]
 
@@ -31,6 +32,24 @@ class ArgumentConflictError(ValueError, RuntimeError):
     """
 
 
+class SliceBatchError(ValueError, RuntimeError):
+    """A batch of slices that cannot be drawn as asked: a batch size that ``num_slices`` /
+    ``slice_len`` does not divide, or ``strict_length`` slices longer than the buffer.
+
+    A ``ValueError`` (what tdreplay raised before), and the ``RuntimeError`` TorchRL raises in
+    these cases, so ``except RuntimeError:`` written for TorchRL catches it.
+
+    Examples
+    --------
+    >>> [issubclass(SliceBatchError, e) for e in (ValueError, RuntimeError)]
+    [True, True]
+    >>> slice_shape(4, None, 3)
+    Traceback (most recent call last):
+    ...
+    tdreplay.samplers._slicing.SliceBatchError: batch_size=4 is not divisible by slice_len=3.
+    """
+
+
 #: Rounds of rejection sampling before falling back to an exact draw among eligible items.
 REJECTION_ROUNDS = 8
 
@@ -43,6 +62,9 @@ def slice_shape(batch_size: Any, num_slices: int | None, slice_len: int | None
     --------
     >>> slice_shape(12, 3, None), slice_shape(12, None, 3)
     ((3, 4), (4, 3))
+
+    A batch size that is not divisible raises :class:`SliceBatchError` (a ``ValueError`` and
+    a ``RuntimeError``, as TorchRL's).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size <= 0:
@@ -50,12 +72,12 @@ def slice_shape(batch_size: Any, num_slices: int | None, slice_len: int | None
     batch_size = int(batch_size)
     if num_slices is not None:
         if batch_size % num_slices:
-            raise ValueError(f"batch_size={batch_size} is not divisible by num_slices="
+            raise SliceBatchError(f"batch_size={batch_size} is not divisible by num_slices="
                              f"{num_slices}.")
         return num_slices, batch_size // num_slices
     assert slice_len is not None
     if batch_size % slice_len:
-        raise ValueError(f"batch_size={batch_size} is not divisible by slice_len="
+        raise SliceBatchError(f"batch_size={batch_size} is not divisible by slice_len="
                          f"{slice_len}.")
     return batch_size // slice_len, slice_len
 

@@ -182,9 +182,15 @@ class DeferredPrioritizedSampler(Sampler):
                 "or assign in the learner.")
 
     def mark_update(self, slots: torch.Tensor) -> None:
-        """Rows overwritten by index assignment get the max priority (in the learner)."""
+        """``rb.mark_update(index)``: the rows get the max priority (in the learner)."""
         if self.in_learner:
             self.prioritized.mark_update(slots)
+
+    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        """Rows overwritten by index assignment keep their priority and get a new write
+        generation (in the learner; see :meth:`PrioritizedSampler.mark_rewritten`)."""
+        if self.in_learner:
+            self.prioritized.mark_rewritten(slots)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Catch up, then draw as the prioritized sampler (learner only)."""

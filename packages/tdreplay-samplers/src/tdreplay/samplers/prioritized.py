@@ -182,6 +182,46 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         return self._capacity
 
     @property
+    def max_size(self) -> int:
+        """TorchRL's name of :attr:`max_capacity` (read-only).
+
+        Examples
+        --------
+        >>> PrioritizedSampler(5, alpha=0.7, beta=0.5).max_size
+        5
+        """
+        return self._capacity
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the returned weights, as given (read-only; TorchRL's trees are kept in it,
+        tdreplay's always in float64).
+
+        Examples
+        --------
+        >>> PrioritizedSampler(5, alpha=0.7, beta=0.5).dtype
+        torch.float32
+        """
+        return self._dtype
+
+    @property
+    def default_priority(self) -> float:
+        """Priority a written item gets (TorchRL's ``default_priority``): the max priority,
+        ``1.0`` before any :meth:`update_priority` (see :attr:`max_priority`).
+
+        Examples
+        --------
+        >>> s = PrioritizedSampler(5, alpha=0.7, beta=0.5)
+        >>> s.default_priority
+        1.0
+        >>> s.extend(torch.arange(2))
+        >>> s.update_priority(torch.arange(2), torch.tensor([3.0, 0.5]))
+        >>> s.default_priority
+        3.0
+        """
+        return self.max_priority
+
+    @property
     def alpha(self) -> float:
         """Priority exponent (settable, e.g. by a scheduler). Setting it rewrites the stored
         ``(q + eps) ** old`` of the written slots as ``(q + eps) ** new`` (as TorchRL's; see
@@ -249,14 +289,27 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
                 state, self._capacity, *placement(self._req_backend,
                                                   self._req_device or storage.device),
                 within_buffer=self._within_buffer)
-            if self._clock == 0 and len(storage):
+            if len(storage):
                 # a storage filled before the sampler saw it (e.g. a dataset): its slots start
                 # with the default priority, as if they had been written through the buffer
-                self.extend(torch.arange(len(storage)))
+                # (as TorchRL's, whether a write or a sample comes first)
+                self._seed_unseen(len(storage))
         elif state is None:
             state = self._state = new_state(self._capacity, *placement(
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
         return state
+
+    def _seed_unseen(self, count: int) -> None:
+        """Give the slots ``0 .. count - 1`` never written through this sampler (write
+        generation ``0``) the default priority; once, when the sampler first sees its storage
+        (a read of the device for device trees)."""
+        slots = torch.arange(count)
+        if self._clock:  # written before: only the slots it was not told about
+            state = self._ensure_state()
+            known = min(count, state.capacity)
+            seen = state.generation[:known].cpu() != 0
+            slots = slots[torch.cat([~seen, torch.ones(count - known, dtype=torch.bool)])]
+        self.extend(slots)
 
     def _fit(self, bounds: tuple[int, int] | None) -> PriorityState:
         """The state, grown to hold written slots of ``bounds`` (see
@@ -278,6 +331,40 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
             state, slots, generation = placed
             kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
                                       generation)
+
+    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        """Slots rewritten by index assignment (``rb[i] = ...``) keep their priority, as in
+        TorchRL; they get a new write generation, so that ``update_priority(...,
+        write_generation=...)`` of the items they held is skipped. A slot this sampler holds no
+        priority for (never written through it) gets the max priority, as :meth:`extend`
+        gives it (a read of the device for device trees). :meth:`mark_update` (TorchRL's
+        ``rb.mark_update``) gives the max priority to every slot.
+
+        Examples
+        --------
+        >>> s = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0)
+        >>> s.extend(torch.arange(2))
+        >>> s.update_priority(torch.arange(2), torch.tensor([1.0, 4.0]))
+        >>> before = s.slot_generation(torch.arange(3)).tolist()
+        >>> s.mark_rewritten(torch.tensor([0, 2]))  # slot 2 was never written here
+        >>> s.state_dict()["priorities"].tolist()
+        [1.0, 4.0, 4.0, 0.0]
+        >>> after = s.slot_generation(torch.arange(3)).tolist()
+        >>> after[0] > before[0], after[1] == before[1], after[2] > 0
+        (True, True, True)
+        >>> s.mark_update(torch.tensor([0]))  # the default (max) priority
+        >>> s.state_dict()["priorities"].tolist()
+        [4.0, 4.0, 4.0, 0.0]
+        """
+        placed = self._placed(slots)
+        if placed is None:
+            return
+        state, flat, generation = placed
+        fresh = state.generation.index_select(0, flat) == 0
+        if bool(fresh.any()):  # (a device read)
+            kernels_for(state).extend(state, flat[fresh],
+                                      new_item_leaf(state, self._alpha, self._eps), generation)
+        state.generation.index_fill_(0, flat, generation)
 
     def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
                              storage: Storage | None = None) -> None:

@@ -67,8 +67,12 @@ class PrioritizedSliceSampler(SliceSampler):
     span : bool, int or (bool | int, bool | int)
         Only the right side is used: slices may hang over the end of their trajectory
         (``True``: any step can start a slice; ``i``: by at most ``i`` steps) and are cut
-        there. A start is a stored step, so there is nothing to hang over on the left: a left
-        span (e.g. ``span=3`` or ``True``) is turned off with a ``UserWarning``, as in TorchRL.
+        there (with ``strict_length=True`` too: a buffer shorter than a slice is sampled when
+        the span allows cutting the slices, as in TorchRL). A start is a stored step, so there
+        is nothing to hang over on the left: a left span (e.g. ``span=3`` or ``True``) is
+        turned off with a ``UserWarning``, as in TorchRL. An int right span must be smaller
+        than the slice length (``ValueError`` at sampling, as :class:`SliceSampler`): there
+        TorchRL draws starts only from the first steps of the longest trajectories, or none.
     device, backend, skip_stale_updates, validate
         As :class:`PrioritizedSampler`. The trajectory bookkeeping stays on the CPU, so with
         device trees every batch copies its candidate start steps to the host.
@@ -161,6 +165,28 @@ class PrioritizedSliceSampler(SliceSampler):
         return self._priorities.max_capacity
 
     @property
+    def max_size(self) -> int:
+        """TorchRL's name of :attr:`max_capacity`."""
+        return self._priorities.max_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the returned weights; see :attr:`PrioritizedSampler.dtype`."""
+        return self._priorities.dtype
+
+    @property
+    def default_priority(self) -> float:
+        """Priority new steps get; see :attr:`PrioritizedSampler.default_priority`.
+
+        Examples
+        --------
+        >>> s = PrioritizedSliceSampler(6, alpha=0.7, beta=0.5, slice_len=2)
+        >>> s.default_priority, s.max_size, s.dtype
+        (1.0, 6, torch.float32)
+        """
+        return self._priorities.default_priority
+
+    @property
     def alpha(self) -> float:
         """Priority exponent (settable); see :class:`PrioritizedSampler`."""
         return self._priorities.alpha
@@ -249,7 +275,16 @@ class PrioritizedSliceSampler(SliceSampler):
         self._index.note_write(slots)
 
     def mark_update(self, slots: torch.Tensor) -> None:
-        self._priorities.extend(slots)  # rewritten steps get the max priority again
+        """``rb.mark_update(index)``: the steps get the max priority (TorchRL's
+        ``mark_update``); the trajectories are found again at the next batch."""
+        self._priorities.extend(slots)
+        self._rewritten()
+
+    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        """Steps rewritten by ``rb[i] = ...`` keep their priority (as TorchRL's) and get a new
+        write generation (see :meth:`PrioritizedSampler.mark_rewritten`); the trajectories are
+        found again at the next batch."""
+        self._priorities.mark_rewritten(slots)
         self._rewritten()
 
     def empty(self) -> None:
@@ -257,6 +292,12 @@ class PrioritizedSliceSampler(SliceSampler):
         super().empty()
 
     # ---- sampling ----------------------------------------------------------------------------
+    def _strict_steps(self, seq_len: int) -> int:
+        """Steps a trajectory needs to hold a ``strict_length`` slice: those before the slice
+        may hang over its end (the right ``span``), so a buffer shorter than a slice is
+        sampled when the span allows cutting it (as TorchRL's)."""
+        return int(self._min_steps(np.array([seq_len]), seq_len)[0])
+
     def _min_steps(self, lengths: np.ndarray, seq_len: int) -> np.ndarray:
         """Steps that must follow (and include) a start in a trajectory of ``lengths`` steps.
 

@@ -25,6 +25,7 @@ from ._slice_output import INIT_KEY, check_init_key, slice_info
 from ._slice_trajectories import TrajectorySyncMixin
 from ._slicing import (
     ArgumentConflictError,
+    SliceBatchError,
     check_static,
     draw_trajectories,
     no_trajectory_error,
@@ -361,8 +362,9 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         slice. With ``strict_length=True``, one at least as long as a slice; with
         ``strict_length=False``, any. ``False`` on an empty storage and on one whose
         trajectories cannot be told yet (no trajectory key nor end key stored). A batch size
-        that is not divisible by ``num_slices`` / ``slice_len`` raises the ``ValueError`` of
-        :meth:`sample` (TorchRL's raises too). ``span`` is not counted (as TorchRL).
+        that is not divisible by ``num_slices`` / ``slice_len`` raises the
+        :class:`SliceBatchError` of :meth:`sample` (a ``ValueError``, and the
+        ``RuntimeError`` TorchRL's raises). ``span`` is not counted (as TorchRL).
 
         The sampler is left as it was (its :meth:`state_dict` too): when writes are pending,
         the trajectories are found on a copy of its index (what the next ``sample`` redoes),
@@ -398,18 +400,28 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
 
     # ---- sampling --------------------------------------------------------------------------------
     def _check_sampleable(self, storage: Storage, seq_len: int) -> None:
+        """Refuse a batch no stored trajectory could hold: :class:`SliceBatchError` (a
+        ``ValueError`` and TorchRL's ``RuntimeError``) for ``strict_length`` slices longer
+        than the buffer (:meth:`_strict_steps` steps); ``ValueError`` for a span as long as
+        a slice."""
         n = check_not_empty(storage)
-        if self.strict_length and seq_len > storage.max_size:
-            raise ValueError(f"slices of {seq_len} steps are longer than the whole buffer "
-                             f"(max_size={storage.max_size}): use shorter slices or "
-                             "strict_length=False.")
-        if self.strict_length and seq_len > n:
-            raise ValueError(f"slices of {seq_len} steps are longer than the {n} steps in the "
-                             "buffer (strict_length=True).")
+        need = self._strict_steps(seq_len) if self.strict_length else 0
+        if need > storage.max_size:
+            raise SliceBatchError(f"slices of {seq_len} steps are longer than the whole buffer "
+                                  f"(max_size={storage.max_size}): use shorter slices or "
+                                  "strict_length=False.")
+        if need > n:
+            raise SliceBatchError(f"slices of {seq_len} steps are longer than the {n} steps in "
+                                  "the buffer (strict_length=True).")
         for side, value in zip(("left", "right"), self.span):
             if value is not True and value and value >= seq_len:
                 raise ValueError(f"span on the {side} ({value}) must be smaller than the slice "
                                  f"length ({seq_len}).")
+
+    def _strict_steps(self, seq_len: int) -> int:
+        """Steps a trajectory needs to hold a ``strict_length`` slice of ``seq_len`` steps:
+        all of them (as TorchRL's ``SliceSampler``, whatever the ``span``)."""
+        return seq_len
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         if self._fragmented:
@@ -604,6 +616,27 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     @property
     def ran_out(self) -> bool:
         return self._ran_out
+
+    @property
+    def len_storage(self) -> int:
+        """Number of trajectories found in the buffer at the last :meth:`sample` (TorchRL's
+        ``len_storage``, the items its epochs are drawn from); ``0`` before the first one and
+        after ``empty``. Read-only.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(20)
+        >>> storage.set(torch.arange(9), TensorDict({"episode": torch.arange(9) // 3}, [9]))
+        >>> sampler = SliceSamplerWithoutReplacement(slice_len=3, traj_key="episode")
+        >>> sampler.len_storage
+        0
+        >>> _ = sampler.sample(storage, 3)
+        >>> sampler.len_storage
+        3
+        """
+        return self._index.num_trajectories
 
     def draw_mark(self) -> Any:  # (not the epoch of a SamplerWithoutReplacement)
         """The epoch's trajectories (an array a draw replaces, never changes), position, slice
