@@ -117,6 +117,7 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedSliceSampler": "tdreplay.samplers",
     "PromptGroupSampler": "tdreplay.samplers",
     "SchedulerList": "tdreplay.samplers",
+    "SliceBatchError": "tdreplay.samplers",
     "SliceSampler": "tdreplay.samplers",
     "SliceSamplerWithoutReplacement": "tdreplay.samplers",
     "StalenessAwareSampler": "tdreplay.samplers",
