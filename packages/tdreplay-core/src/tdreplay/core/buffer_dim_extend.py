@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in t
 from .buffer_items import as_batch
 from .storage import ListStorage, Storage
 from .transform import Compose
+from .transform_state import transform_mark, undo_transforms
 from .utils import INT_TYPES
 
 
@@ -179,7 +180,15 @@ class ExtendDimMixin:
             data = _swap_read(data, self.dim_extend)
         if not isinstance(index, int):
             data = self._collate_fn(data)
-        if len(self._transform):
+        if self._transform.transforms:
+            if self._transform.has_state:  # put back if a later transform refuses (VecNorm)
+                with self._lock:
+                    mark = transform_mark(self._transform)
+                    try:
+                        return self._transform(data)
+                    except BaseException:
+                        undo_transforms(self._transform, mark)
+                        raise
             data = self._transform(data)
         return data
 

@@ -13,8 +13,12 @@ batch, and the buffer is left as it was:
   (:meth:`~tdreplay.core.Sampler.undo_draws`) when a step raises. The buffer holds its lock
   from the draw to the finished batch, so no other draw or write comes in between and the
   undo is exact: the epoch's items are drawn again, nothing is consumed;
-- other samplers have nothing to give back and pay nothing for it (the lock is released after
-  the read, as always);
+- read-side transforms with state (:attr:`~tdreplay.core.Transform.has_state`, e.g.
+  ``VecNorm``'s running statistics) are copied before the draw
+  (:func:`~tdreplay.core.transform_state.transform_mark`) and put back when a step raises
+  (a later transform refusing the batch, ``attach_info``), the lock held the same way;
+- other samplers and transforms have nothing to give back and pay nothing for it (the lock is
+  released after the read, as always);
 - random numbers drawn from the generator are not given back: with a seeded generator, the
   batches after a failed one differ from those a buffer that never failed would draw;
 - a batch drawn ahead (``prefetch``) that fails is undone the same way, in the worker, and no
@@ -29,12 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 from .prefetch import Drawn, Prefetcher
 from .sampler import Sampler
+from .transform import Compose
+from .transform_state import transform_mark, undo_transforms
 
 
 class DrawMixin:
     """Drawing a batch as one step (mixed into :class:`~tdreplay.core.ReplayBuffer`)."""
 
     _sampler: Sampler
+    _transform: Compose
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
     #: the queue of updates ``submit_update_if_present`` submitted (an ``UpdateQueue``, made
@@ -61,15 +68,19 @@ class DrawMixin:
             updates.wait()
 
     def _sample_undoably(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
-        """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`: marked before the
-        draw, the lock held until the batch is complete, the draw undone if any step raises."""
+        """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`, or through
+        transforms with state: marked before the draw, the lock held until the batch is
+        complete, the draw and the transforms' state put back if any step raises."""
         sampler = self._sampler
         with self._lock:
-            mark = sampler.draw_mark()
+            mark = sampler.draw_mark() if sampler.stateful_draws else None
+            transforms = transform_mark(self._transform)
             try:
                 return self._sample(batch_size, prefetch_epoch, marked=True)
             except BaseException:
-                sampler.undo_draws(mark)
+                if sampler.stateful_draws:
+                    sampler.undo_draws(mark)
+                undo_transforms(self._transform, transforms)
                 raise
 
     def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:

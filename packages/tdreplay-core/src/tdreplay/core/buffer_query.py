@@ -21,6 +21,7 @@ from .query import Trajectory, TrajectoryPredicate, boundary_signal, check_predi
 from .storage import Storage
 from .trajectory_bounds import find_start_stop_traj
 from .transform import Compose, Transform
+from .transform_state import transform_mark, undo_transforms
 from .writer import RoundRobinWriter, Writer
 
 Bounds = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # start, stop, length
@@ -119,7 +120,13 @@ class QueryMixin:
         with self._lock:
             if len(self._storage) == 0:
                 return []
-            return self._select(*self._trajectory_source(trajectory_key), predicate)
+            # transforms with state (VecNorm) are put back if the predicate or one of them raises
+            mark = transform_mark(self._transform)
+            try:
+                return self._select(*self._trajectory_source(trajectory_key), predicate)
+            except BaseException:
+                undo_transforms(self._transform, mark)
+                raise
 
     def _stored_steps(self) -> TensorDictBase:
         contents = self._storage[:]

@@ -34,6 +34,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+
 from .process_sharing import NotShareableError as NotShareableError  # where it was before
 from .process_sharing import sending_to_new_process as sending_to_new_process
 from .sampler import Sampler
@@ -55,6 +57,24 @@ def _renew_pid() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX; where it is missing no process forks
     os.register_at_fork(after_in_child=_renew_pid)
+
+
+def check_shared_flag(value: Any, name: str = "shared") -> bool:
+    """``value`` as a bool (a Python or numpy bool); ``TypeError`` naming ``name`` otherwise
+    (``shared="yes"``, ``1``, ``None`` are refused, nothing changed).
+
+    Examples
+    --------
+    >>> check_shared_flag(True)
+    True
+    >>> check_shared_flag(1)
+    Traceback (most recent call last):
+    ...
+    TypeError: shared must be a bool, got int (1).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r}).")
+    return bool(value)
 
 
 def share_transform(transform: Transform) -> None:
@@ -107,6 +127,7 @@ class SharingMixin:
         ...
         tdreplay.core.process_sharing.NotShareableError: Cannot share a storage of type ...
         """
+        check_shared_flag(shared, "shared")
         if shared and self._prefetch:
             raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
                              "shared=False.")

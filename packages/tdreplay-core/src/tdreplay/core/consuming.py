@@ -111,7 +111,7 @@ class ConsumingSampler(Sampler):
     stateful_draws = True  # a batch that fails gives its items back (draw_mark, undo_draws)
 
     def __init__(self, max_sample_count: int = 1) -> None:
-        self.max_sample_count: int | None = check_max_sample_count(max_sample_count)
+        self._max_sample_count = check_max_sample_count(max_sample_count)
         self._counts = torch.zeros(0, dtype=torch.long)  # per slot: times sampled
         self._live = torch.zeros(0, dtype=torch.bool)  # per slot: still sampleable
         self._known = 0  # slots [0, _known) are written, as far as this sampler knows
@@ -124,11 +124,32 @@ class ConsumingSampler(Sampler):
         self._marks: weakref.WeakSet[ConsumingMark] = weakref.WeakSet()  # the open marks
         self._journal: list[torch.Tensor] = []  # slots of each draw since the oldest open mark
 
+    @property  # (a plain attribute, None, on Sampler)
+    def max_sample_count(self) -> int:
+        """How many times an item is returned before it is consumed; set to a positive
+        integer (``TypeError`` / ``ValueError`` naming it otherwise, nothing changed).
+
+        Examples
+        --------
+        >>> sampler = ConsumingSampler()
+        >>> sampler.max_sample_count = 3
+        >>> sampler.max_sample_count = 0
+        Traceback (most recent call last):
+        ...
+        ValueError: max_sample_count must be a positive integer, got 0.
+        >>> sampler.max_sample_count
+        3
+        """
+        return self._max_sample_count
+
+    @max_sample_count.setter
+    def max_sample_count(self, value: int) -> None:
+        self._max_sample_count = check_max_sample_count(value)
+
     @property
     def _limit(self) -> int:
-        """``max_sample_count`` as an int (never ``None`` for this sampler)."""
-        assert self.max_sample_count is not None
-        return self.max_sample_count
+        """``max_sample_count`` as an int."""
+        return self._max_sample_count
 
     # ---- bookkeeping -----------------------------------------------------------------------------
     def _grow(self, size: int) -> None:
@@ -344,6 +365,13 @@ class ConsumingSampler(Sampler):
                 raise ValueError(f"{owner}['free_slots'] must name consumed slots below {known} "
                                  f"once each (sampled max_sample_count={count} times, not "
                                  f"sampleable), got {free_cpu.tolist()[:8]}.")
+        consumed = int((~live.cpu()).sum())
+        if free.numel() != consumed:  # each consumed slot listed (else it is lost for good)
+            missing = torch.nonzero(~live.cpu()).reshape(-1)
+            missing = missing[~torch.isin(missing, free.cpu())]
+            raise ValueError(f"{owner}['free_slots'] must name every consumed slot (not "
+                             f"sampleable) once: {consumed} are consumed, it names "
+                             f"{free.numel()} (missing {missing.tolist()[:8]}).")
         if not isinstance(state_dict["ran_out"], (bool, np.bool_)):
             raise ValueError(f"{owner}['ran_out'] must be a bool, got "
                              f"{type(state_dict['ran_out']).__name__}.")
@@ -352,7 +380,7 @@ class ConsumingSampler(Sampler):
         """Restore :meth:`state_dict` (copies: the sampler never shares the caller's
         tensors)."""
         self.check_state_dict(state_dict)
-        self.max_sample_count = int(state_dict["max_sample_count"])
+        self._max_sample_count = int(state_dict["max_sample_count"])
         self._counts = state_dict["sample_count"].detach().cpu().clone()
         self._live = state_dict["sampleable"].detach().cpu().clone()
         self._known = self._counts.numel()

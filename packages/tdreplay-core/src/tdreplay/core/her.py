@@ -187,10 +187,10 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         super().__init__(sampler=sampler, **kwargs)
         self.reward_fn = reward_fn
         self._her_ratio, self._strategy = ratio, chosen
-        self.goal_key: NestedKey = keys["goal_key"]
-        self.achieved_goal_key: NestedKey = keys["achieved_goal_key"]
-        self.reward_key: NestedKey = keys["reward_key"]
-        self.end_key: NestedKey = keys["end_key"]
+        self._goal_key: NestedKey = keys["goal_key"]
+        self._achieved_goal_key: NestedKey = keys["achieved_goal_key"]
+        self._reward_key: NestedKey = keys["reward_key"]
+        self._end_key: NestedKey = keys["end_key"]
         self._positions = TrajectoryPositions()
 
     # ---- settings --------------------------------------------------------------------------------
@@ -211,6 +211,55 @@ class HERReplayBuffer(TensorDictReplayBuffer):
     @strategy.setter
     def strategy(self, value: HindsightStrategy | str) -> None:
         self._strategy = _check_strategy(value)
+
+    @property
+    def goal_key(self) -> NestedKey:
+        """The entry relabelled with a new goal (settable to a str or a tuple of str;
+        ``TypeError`` naming it otherwise, nothing changed)."""
+        return self._goal_key
+
+    @goal_key.setter
+    def goal_key(self, value: NestedKey) -> None:
+        self._goal_key = _key(value, "goal_key")
+
+    @property
+    def achieved_goal_key(self) -> NestedKey:
+        """The entry the new goals are read from (settable, checked as ``goal_key``)."""
+        return self._achieved_goal_key
+
+    @achieved_goal_key.setter
+    def achieved_goal_key(self, value: NestedKey) -> None:
+        self._achieved_goal_key = _key(value, "achieved_goal_key")
+
+    @property
+    def reward_key(self) -> NestedKey:
+        """The entry ``reward_fn`` rewrites (settable, checked as ``goal_key``)."""
+        return self._reward_key
+
+    @reward_key.setter
+    def reward_key(self, value: NestedKey) -> None:
+        self._reward_key = _key(value, "reward_key")
+
+    @property
+    def end_key(self) -> NestedKey:
+        """The flag that ends a trajectory (settable, checked as ``goal_key``).
+
+        Examples
+        --------
+        >>> rb = HERReplayBuffer(lambda td: td["next", "reward"])
+        >>> rb.end_key = None
+        Traceback (most recent call last):
+        ...
+        TypeError: end_key must be a str or a tuple of str, got None.
+        >>> rb.end_key = ("next", "terminated")
+        >>> rb.end_key
+        ('next', 'terminated')
+        """
+        return self._end_key
+
+    @end_key.setter
+    def end_key(self, value: NestedKey) -> None:
+        self._end_key = _key(value, "end_key")
 
     @property
     def end_keys(self) -> list[NestedKey]:
@@ -348,9 +397,9 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         """Restore :meth:`her_state_dict` (checked first)."""
         checked = self.check_her_state_dict(state)
         with self._lock:
-            self.goal_key, self.achieved_goal_key = checked["goal_key"], \
+            self._goal_key, self._achieved_goal_key = checked["goal_key"], \
                 checked["achieved_goal_key"]
-            self.reward_key, self.end_key = checked["reward_key"], checked["end_key"]
+            self._reward_key, self._end_key = checked["reward_key"], checked["end_key"]
             self._her_ratio = checked["her_ratio"]
             self._strategy = HindsightStrategy(checked["strategy"])
             self._positions.clear()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorClass, TensorDictBase, is_tensor_collection, unravel_key
 
+from .trajectories import check_trajectory_ids
 from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
 
 __all__ = ["Trajectory", "TrajectoryPredicate", "filter_trajectories", "iter_trajectories",
@@ -384,7 +385,7 @@ def boundary_signal(data: TensorDictBase, trajectory_key: Any = None
     for key in keys:
         ids = data.get(key, None)
         if ids is not None:
-            return "trajectory", ids.reshape(shape)
+            return "trajectory", check_trajectory_ids(ids, key).reshape(shape)
     if trajectory_key is not None:
         raise KeyError(f"trajectory_key {trajectory_key!r} is not in the data (keys: "
                        f"{sorted(map(str, data.keys(True, True)))}).")

@@ -28,7 +28,7 @@ from .buffer_rate_limit import RateLimitedMixin, drawn_items
 from .buffer_read_path import ReadPathMixin
 from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
-from .buffer_sharing import SharingMixin
+from .buffer_sharing import SharingMixin, check_shared_flag
 from .buffer_wiring import BufferWiringMixin
 from .prefetch import Prefetcher
 from .rate_limit import RateLimiter
@@ -311,6 +311,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         consume_after_n_samples: int | None = None,
     ) -> None:
         self.compilable, delayed = _check_flags(compilable, delayed_init, transform_factory)
+        check_shared_flag(shared, "shared")  # (before any part is built)
         check_transform_args(transform, transform_factory)
         self._set_dim_extend(dim_extend)
         if collate_fn is not None and not callable(collate_fn):
@@ -503,7 +504,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
     def _sample(self, batch_size: int, prefetch_epoch: int | None = None,
                 marked: bool = False) -> tuple[Any, dict[str, Any]] | None:
-        if self._sampler.stateful_draws and not marked:  # undone if a step fails (buffer_draw)
+        # a draw that changes state (a sampler's stateful draws, read-side transforms with state)
+        # is undone if a step fails (buffer_draw)
+        if not marked and (self._sampler.stateful_draws
+                           or (self._transform.transforms and self._transform.has_state)):
             return self._sample_undoably(batch_size, prefetch_epoch)
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:

@@ -261,6 +261,13 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         return commit
 
 
+def _describe(value: Any) -> str:
+    """What a refused ``checkpointer`` is: a class (not an instance), else its type."""
+    if isinstance(value, type):
+        return f"the class {value.__name__} (pass an instance: {value.__name__}())"
+    return type(value).__name__
+
+
 class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, AttachableStorage, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
@@ -294,6 +301,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
         #: TorchRL's ``compilable`` flag (see the class docstring)
         self.compilable = check_instance(compilable, bool, "compilable")
+        if checkpointer is not None and not isinstance(checkpointer, StorageCheckpointerBase):
+            raise TypeError(f"checkpointer must be a StorageCheckpointerBase instance (or None), "
+                            f"got {_describe(checkpointer)}.")
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None
                               else self._default_checkpointer())
@@ -584,7 +594,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     def checkpointer(self, value: StorageCheckpointerBase[Any]) -> None:
         if not isinstance(value, StorageCheckpointerBase):
             raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got "
-                            f"{type(value).__name__}.")
+                            f"{_describe(value)}.")
         self._checkpointer = value
 
     def register_save_hook(self, hook: Callable[..., Any]) -> None:

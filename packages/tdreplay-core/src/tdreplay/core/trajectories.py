@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
-__all__ = ["split_trajectories"]
+__all__ = ["check_trajectory_ids", "split_trajectories"]
 
 
 def _as_tuple(key: Any) -> tuple[str, ...]:
@@ -26,6 +26,33 @@ def _per_step(values: torch.Tensor, shape: torch.Size, what: str) -> torch.Tenso
         raise ValueError(f"{what} has shape {tuple(values.shape)}, which does not start with the "
                          f"rollout's batch size {tuple(shape)}.")
     return values.reshape(*shape, -1)
+
+
+def check_trajectory_ids(ids: torch.Tensor, key: Any) -> torch.Tensor:
+    """``ids``, refused unless they are trajectory ids as the slice samplers take them:
+    integers, bools, or floats holding whole finite numbers (``ValueError`` naming ``key``
+    for NaN, inf or fractional ids; ``TypeError`` for complex ones).
+
+    Examples
+    --------
+    >>> check_trajectory_ids(torch.tensor([0.0, 0.0, 1.0]), "episode").tolist()
+    [0.0, 0.0, 1.0]
+    >>> check_trajectory_ids(torch.tensor([0.0, float("nan")]), "episode")
+    Traceback (most recent call last):
+    ...
+    ValueError: the trajectory key 'episode' must hold whole-number trajectory ids: found nan.
+    """
+    if ids.is_complex():
+        raise TypeError(f"the trajectory key {key!r} must hold integer trajectory ids, got "
+                        f"{ids.dtype}.")
+    if ids.is_floating_point():
+        wide = ids.detach().to(torch.float64)
+        bad = ~torch.isfinite(wide) | (wide != torch.trunc(wide))
+        if bool(bad.any()):
+            found = wide[bad].reshape(-1)[0].item()
+            raise ValueError(f"the trajectory key {key!r} must hold whole-number trajectory "
+                             f"ids: found {found!r}.")
+    return ids
 
 
 def _ids_from_done(done: torch.Tensor) -> torch.Tensor:
@@ -153,7 +180,8 @@ def _trajectory_ids(rollout: TensorDictBase, prefix: Any, trajectory_key: Any, d
                     "Pass trajectory_key=... or done_key=...")
             done = _per_step(rollout.get(done_path), shape, f"done entry {done_path!r}")
             return _ids_from_done(done), ids_key, mask_key, True
-    ids = _per_step(rollout.get(ids_key), shape, f"trajectory ids {ids_key!r}")
+    ids = _per_step(check_trajectory_ids(rollout.get(ids_key), ids_key), shape,
+                    f"trajectory ids {ids_key!r}")
     if ids.shape[-1] != 1:
         raise ValueError(f"trajectory ids {ids_key!r} must hold one id per step, got shape "
                          f"{tuple(rollout.get(ids_key).shape)}.")

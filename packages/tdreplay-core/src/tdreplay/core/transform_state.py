@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from .checkpoint import CheckpointError
 from .transform import Compose
 
 __all__ = ["TRANSFORM_FILE", "check_transform_state", "dump_transform_state",
-           "prepare_transform_load", "transform_state"]
+           "prepare_transform_load", "transform_mark", "transform_state", "undo_transforms"]
 
 #: the file of a checkpoint directory holding the transforms' state
 TRANSFORM_FILE = "transform.pt"
@@ -46,6 +47,39 @@ TRANSFORM_FILE = "transform.pt"
 def transform_state(transform: Compose) -> dict[str, Any] | None:
     """The state of the transforms with state, or ``None`` when none has state."""
     return transform.state_dict() if transform.has_state else None
+
+
+def transform_mark(transform: Compose) -> dict[str, Any] | None:
+    """A copy of the state of the transforms with state, taken before they run on a read
+    (``sample``, ``rb[...]``, ``query``), for :func:`undo_transforms` to put back if the read
+    fails; ``None`` (nothing copied, nothing to put back) when none has state.
+
+    Examples
+    --------
+    >>> from tdreplay.core import Compose, Transform
+    >>> class Count(Transform):
+    ...     has_state = True
+    ...     def __init__(self): super().__init__(); self.n = 0
+    ...     def forward(self, x): self.n += 1; return x
+    ...     def state_dict(self): return {"n": self.n}
+    ...     def check_state_dict(self, state): int(state["n"])
+    ...     def load_state_dict(self, state): self.n = state["n"]
+    >>> t = Compose(Count())
+    >>> mark = transform_mark(t)
+    >>> _ = t(1), t(2)
+    >>> undo_transforms(t, mark)
+    >>> t.transforms[0].n, transform_mark(Compose(lambda x: x)) is None
+    (0, True)
+    """
+    if not transform.transforms or not transform.has_state:
+        return None
+    return copy.deepcopy(transform.state_dict())  # (a transform may hand out its own tensors)
+
+
+def undo_transforms(transform: Compose, mark: dict[str, Any] | None) -> None:
+    """Put back the state :func:`transform_mark` copied (nothing when it copied none)."""
+    if mark is not None:
+        transform.load_state_dict(mark)
 
 
 def check_transform_state(transform: Compose, state: Any) -> Callable[[], None]:
