@@ -76,6 +76,12 @@ class Transform:
     #: :meth:`check_state_dict`) before anything changes, then restore it.
     has_state: bool = False
 
+    #: False for a transform that already does its work on the write side (its :meth:`inv`
+    #: runs on ``extend``, e.g. an n-step transform holding steps between writes): swapping its
+    #: sides would run that work, and change its state, on every sample, so
+    #: :class:`InvertedTransform` (``append_transform(t, invert=True)``) refuses it.
+    invertible: bool = True
+
     def state_dict(self) -> dict[str, Any]:
         """The transform's state (``{}`` for a transform without state)."""
         return {}
@@ -210,7 +216,13 @@ class InvertedTransform(Transform):
 
     def __init__(self, transform: Transform | Callable[[Any], Any]) -> None:
         super().__init__()
-        self.transform = as_transform(transform)
+        transform = as_transform(transform)
+        if not transform.invertible:
+            raise ValueError(
+                f"invert=True: {type(transform).__name__} already works on the write side (its "
+                f"inv runs on every extend) and cannot be inverted; append it without invert "
+                f"(got {transform!r}).")
+        self.transform = transform
 
     def share_memory_(self) -> Transform:
         self.transform.share_memory_()
@@ -281,6 +293,11 @@ class Compose(Transform):
     def has_state(self) -> bool:  # type: ignore[override]
         """Whether any of the transforms has state."""
         return any(t.has_state for t in self.transforms)
+
+    @property
+    def invertible(self) -> bool:  # type: ignore[override]
+        """True unless one of the chained transforms is not invertible."""
+        return all(t.invertible for t in self.transforms)
 
     def _stateful(self) -> dict[str, Transform]:
         return {f"{i}:{type(t).__name__}": t for i, t in enumerate(self.transforms)

@@ -29,6 +29,33 @@ _STRATEGIES = ("random", "recency", "reward", "variance")
 _RECENCY_KEYS = {"position_recency", "recency_clock"}
 
 
+def _check_key(value: Any, name: str) -> Any:
+    """``value`` if it is a nested key (a str, or a non-empty tuple of str), else
+    ``TypeError`` naming ``name``."""
+    if isinstance(value, str) or (isinstance(value, tuple) and value
+                                  and all(isinstance(k, str) for k in value)):
+        return value
+    raise TypeError(f"{name} must be a str or a non-empty tuple of str (a nested key), got "
+                    f"{type(value).__name__} ({value!r}).")
+
+
+def _check_group_values(values: Any, group_key: Any) -> None:
+    """``ValueError`` naming ``group_key`` for floating group values that are not whole
+    numbers (NaN never equals itself, so NaN items would each form a group of their own);
+    ``TypeError`` for complex ones."""
+    if not isinstance(values, torch.Tensor):
+        return
+    if values.is_complex():
+        raise TypeError(f"group_key {group_key!r} must hold integer, string or token-id group "
+                        f"values, got dtype {values.dtype}.")
+    if values.is_floating_point():
+        bad = values[~torch.isfinite(values) | (values != values.round())]
+        if bad.numel():
+            raise ValueError(f"group_key {group_key!r} must hold whole-number group ids (or "
+                             f"strings, or token-id tensors): found "
+                             f"{bad.reshape(-1)[:5].tolist()}.")
+
+
 def _hashable(values: Any) -> list[Any]:
     """One hashable group value per item (lists, e.g. token ids, become tuples)."""
     tolist = isinstance(values, torch.Tensor) or is_tensor_collection(values)
@@ -132,8 +159,10 @@ class PromptGroupSampler(Sampler):
         self.num_groups = int(num_groups) if num_groups is not None else None
         self.samples_per_group = int(samples_per_group) if samples_per_group is not None \
             else None
-        self.group_key = group_key
+        self.group_key = _check_key(group_key, "group_key")
         self.strategy = strategy
+        if strategy in ("reward", "variance") or reward_key is not None:
+            reward_key = _check_key(reward_key, "reward_key")
         self.reward_key = reward_key
         self.cache_groups = bool(cache_groups)
         self._groups: dict[Any, torch.Tensor] | None = None   # derived: group -> slots
@@ -177,7 +206,13 @@ class PromptGroupSampler(Sampler):
                             "LazyMemmapStorage, LazyStackStorage, a ListStorage of "
                             f"TensorDicts); this {type(storage).__name__} gives "
                             f"{type(data).__name__}. Plain ListStorage is not supported.")
-        groups = _hashable(data.get(self.group_key))
+        values = data.get(self.group_key, None)
+        if values is None:
+            raise KeyError(f"{type(self).__name__}: the stored items have no group_key "
+                           f"{self.group_key!r} entry; write data holding each item's group "
+                           f"under it, or pass the group_key it is stored under.")
+        _check_group_values(values, self.group_key)
+        groups = _hashable(values)
         if len(groups) != length:
             raise RuntimeError(f"Expected group_key={self.group_key!r} to contain one value per "
                                f"storage item, got {len(groups)} values for {length} items.")
@@ -229,6 +264,13 @@ class PromptGroupSampler(Sampler):
         stop = int(known.min()) if known.numel() else missing.numel()
         recency[missing] = torch.arange(stop - missing.numel(), stop)
         self._clock = max(self._clock, stop)
+
+    def check_write(self, data: Any) -> None:
+        """Refuse floating group ids that are not whole numbers (``0.5``, ``nan``) before they
+        are written (``ValueError`` naming ``group_key``): stored, NaN ids would each form a
+        group of their own."""
+        if is_tensor_collection(data):
+            _check_group_values(data.get(self.group_key, None), self.group_key)
 
     def extend(self, slots: torch.Tensor) -> None:
         self._record_writes(slots)
@@ -312,12 +354,16 @@ class PromptGroupSampler(Sampler):
             raise ValueError(f"{type(self).__name__} state_dict keys must be "
                              f"{sorted(_RECENCY_KEYS)} (or none), got {sorted(state_dict)}.")
         recency = state_dict["position_recency"]
-        if recency is not None and (not isinstance(recency, torch.Tensor)
-                                    or recency.dtype != torch.long or recency.ndim != 1):
-            raise ValueError("state_dict['position_recency'] must be a 1-d int64 tensor.")
+        if not isinstance(recency, torch.Tensor) or recency.dtype != torch.long \
+                or recency.ndim != 1:
+            raise ValueError(f"state_dict['position_recency'] must be a 1-d int64 tensor, got "
+                             f"{recency!r}.")
         clock = state_dict["recency_clock"]
         if not is_int(clock) or int(clock) < 0:
             raise ValueError(f"state_dict['recency_clock'] must be an int >= 0, got {clock!r}.")
+        if recency.numel() and int(recency.max()) > int(clock):
+            raise ValueError(f"state_dict['position_recency'] holds write stamps up to "
+                             f"{int(recency.max())}, past recency_clock={int(clock)}.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (checked first); the group index is rebuilt."""

@@ -27,8 +27,10 @@ sample drawn meanwhile in another thread sees the old or the new value, never a 
 from __future__ import annotations
 
 import abc
+import inspect
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -75,6 +77,35 @@ def _bound(value: Any, name: str, default: float) -> float:
     return out
 
 
+def _finite(value: Value, name: str) -> Value:
+    """``value``, or ``ValueError`` naming ``name`` when it is NaN or infinite."""
+    number = float(value) if isinstance(value, float) else float(value.item())
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number}.")
+    return value
+
+
+#: parameters that a sampler refuses below 0 (the exponents of the prioritized samplers)
+_NON_NEGATIVE = ("alpha", "beta")
+
+
+def _check_settable(sampler: Any, param_name: str) -> None:
+    """``ValueError`` naming ``param_name`` unless the sampler's attribute can be set: a
+    read-only property (e.g. ``eps``, ``max_capacity``) or a method cannot be scheduled."""
+    try:
+        attribute = inspect.getattr_static(sampler, param_name)
+    except AttributeError:
+        return  # (provided by __getattr__: left to the sampler)
+    if isinstance(attribute, property):
+        if attribute.fset is None:
+            raise ValueError(f"param_name={param_name!r}: {type(sampler).__name__}."
+                             f"{param_name} is read-only and cannot be scheduled (schedule a "
+                             f"settable parameter, e.g. 'alpha' or 'beta').")
+    elif callable(attribute) or isinstance(attribute, (staticmethod, classmethod)):
+        raise ValueError(f"param_name={param_name!r}: {type(sampler).__name__}.{param_name} "
+                         f"is a method, not a parameter that can be scheduled.")
+
+
 def _positive_int(value: Any, name: str) -> int:
     if not is_int(value):
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__} ({value!r}).")
@@ -101,7 +132,12 @@ class ParameterScheduler(abc.ABC):
     TypeError
         ``obj`` is neither a buffer nor a sampler, or a bound is not a number.
     ValueError
-        The sampler has no attribute ``param_name``, or ``min_value > max_value``.
+        The sampler has no attribute ``param_name``, or it is read-only or a method (only a
+        settable parameter can be scheduled), or ``min_value > max_value``.
+
+    A scheduler built on a buffer that already has one registered for ``param_name`` replaces
+    it in the buffer's checkpoints, with a ``UserWarning`` (the earlier scheduler's progress is
+    no longer saved).
 
     Subclasses implement :meth:`compute` (the value after ``step_count`` steps, before
     clipping) and may extend :meth:`state_dict` with their settings.
@@ -124,6 +160,7 @@ class ParameterScheduler(abc.ABC):
         if not hasattr(sampler, param_name):
             raise ValueError(f"Provided class {type(sampler).__name__} does not have an "
                              f"attribute {param_name} (param_name).")
+        _check_settable(sampler, param_name)
         self.sampler = sampler
         self.param_name = param_name
         self.min_value = _bound(min_value, "min_value", -math.inf)
@@ -134,7 +171,16 @@ class ParameterScheduler(abc.ABC):
         self.initial_value = _as_value(getattr(sampler, param_name), param_name)
         self.step_count = 0
         if self._buffer is not None:
-            self._buffer.register_stateful(f"scheduler.{param_name}", self)
+            name = f"scheduler.{param_name}"
+            if name in self._buffer.stateful_parts.names:
+                warnings.warn(
+                    f"a scheduler for param_name={param_name!r} is already registered with "
+                    f"this buffer (under {name!r}); this {type(self).__name__} replaces it in "
+                    f"the buffer's checkpoints, so the earlier one's progress is no longer "
+                    f"saved (to replace it knowingly, unregister it first: "
+                    f"rb.register_stateful({name!r}, None)).",
+                    UserWarning, stacklevel=3)
+            self._buffer.register_stateful(name, self)
 
     # ---- stepping ------------------------------------------------------------------------------
     @property
@@ -268,7 +314,10 @@ class LinearScheduler(ParameterScheduler):
 
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, final_value: float,
                  num_steps: int) -> None:
-        self.final_value = _as_value(final_value, "final_value")
+        self.final_value = _finite(_as_value(final_value, "final_value"), "final_value")
+        if param_name in _NON_NEGATIVE and float(self.final_value) < 0:
+            raise ValueError(f"final_value must be >= 0 for {param_name!r} (the sampler refuses "
+                             f"a negative {param_name}), got {float(self.final_value)}.")
         self.num_steps = _positive_int(num_steps, "num_steps")
         super().__init__(obj, param_name)
         if isinstance(self.initial_value, torch.Tensor):
@@ -289,7 +338,7 @@ class LinearScheduler(ParameterScheduler):
         super().check_state_dict(state_dict)
         try:
             _positive_int(state_dict["num_steps"], "num_steps")
-            _as_value(state_dict["final_value"], "final_value")
+            _finite(_as_value(state_dict["final_value"], "final_value"), "final_value")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
 
@@ -341,9 +390,13 @@ class StepScheduler(ParameterScheduler):
                  min_value: float | None = None, max_value: float | None = None) -> None:
         if mode not in _MODES:
             raise ValueError(f"Invalid mode: {mode!r}. Choose 'multiplicative' or 'additive'.")
-        gamma_value = _as_value(gamma, "gamma")
+        gamma_value = _finite(_as_value(gamma, "gamma"), "gamma")
         self.gamma = float(gamma_value) if isinstance(gamma_value, float) \
             else float(gamma_value.item())
+        if mode == "multiplicative" and self.gamma < 0:
+            raise ValueError(f"gamma must be >= 0 with mode='multiplicative' (a negative factor "
+                             f"flips the parameter's sign every step), got {self.gamma}; use "
+                             f"mode='additive' to decrease the parameter step by step.")
         self.n_steps = _positive_int(n_steps, "n_steps")
         self.mode = mode
         super().__init__(obj, param_name, min_value, max_value)
@@ -362,7 +415,7 @@ class StepScheduler(ParameterScheduler):
         super().check_state_dict(state_dict)
         try:
             _positive_int(state_dict["n_steps"], "n_steps")
-            _as_value(state_dict["gamma"], "gamma")
+            _finite(_as_value(state_dict["gamma"], "gamma"), "gamma")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
         if state_dict["mode"] not in _MODES:

@@ -40,6 +40,16 @@ def _version(value: Any, name: str, minimum: int) -> int:
     return int(value)
 
 
+def _check_version_key(value: Any) -> Any:
+    """``value`` if it is a nested key (a str, or a non-empty tuple of str), else
+    ``TypeError`` naming ``version_key``."""
+    if isinstance(value, str) or (isinstance(value, tuple) and value
+                                  and all(isinstance(k, str) for k in value)):
+        return value[0] if isinstance(value, tuple) and len(value) == 1 else value
+    raise TypeError(f"version_key must be a str or a non-empty tuple of str (a nested key), got "
+                    f"{type(value).__name__} ({value!r}).")
+
+
 class StalenessAwareSampler(Sampler):
     """Samples items in proportion to a weight that decays with their staleness
     ``consumer_version - policy_version``, leaving out items staler than ``max_staleness``.
@@ -64,13 +74,16 @@ class StalenessAwareSampler(Sampler):
 
     Raises
     ------
+    TypeError
+        ``version_key`` is not a nested key; (write) the versions are bool or complex.
     KeyError
         (``sample``) the stored items have no ``version_key`` entry.
     RuntimeError
         (``sample``) every item is staler than ``max_staleness``.
     ValueError
-        (``sample``) the weights are negative or not finite, or every item within
-        ``max_staleness`` has weight 0 (there is nothing to draw).
+        (write, through :meth:`check_write`) a policy version is fractional, NaN or infinite:
+        nothing is written; (``sample``) the weights are negative or not finite, or every item
+        within ``max_staleness`` has weight 0 (there is nothing to draw).
 
     The state (:meth:`state_dict`) is ``consumer_version`` and ``max_staleness``.
 
@@ -101,8 +114,17 @@ class StalenessAwareSampler(Sampler):
                             f"{type(staleness_weight_fn).__name__}.")
         self._max_staleness = _version(max_staleness, "max_staleness", -1)
         self._consumer_version = 0
-        self.version_key = version_key
+        self._version_key = _check_version_key(version_key)
         self.staleness_weight_fn = staleness_weight_fn or default_staleness_weight
+
+    @property
+    def version_key(self) -> Any:
+        """Entry of the stored items holding the policy version (settable; a nested key)."""
+        return self._version_key
+
+    @version_key.setter
+    def version_key(self, value: Any) -> None:
+        self._version_key = _check_version_key(value)
 
     @property
     def consumer_version(self) -> int:
@@ -125,6 +147,26 @@ class StalenessAwareSampler(Sampler):
     @max_staleness.setter
     def max_staleness(self, value: int) -> None:
         self._max_staleness = _version(value, "max_staleness", -1)
+
+    # ---- writes ------------------------------------------------------------------------------
+    def check_write(self, data: Any) -> None:
+        """Refuse policy versions that are not whole numbers before they are written: a
+        ``TypeError`` for bool or complex versions, a ``ValueError`` for fractional, NaN or
+        infinite ones, both naming ``version_key`` (stored, they would make every later sample
+        fail). Data without the entry is left to :meth:`sample`, which names the key."""
+        if not is_tensor_collection(data):
+            return
+        versions = data.get(self._version_key, None)
+        if not isinstance(versions, torch.Tensor):
+            return
+        if versions.dtype == torch.bool or versions.is_complex():
+            raise TypeError(f"version_key {self._version_key!r} must hold integer policy "
+                            f"versions, got dtype {versions.dtype}.")
+        if versions.is_floating_point():
+            bad = versions[~torch.isfinite(versions) | (versions != versions.round())]
+            if bad.numel():
+                raise ValueError(f"version_key {self._version_key!r} must hold whole-number "
+                                 f"policy versions: found {bad.reshape(-1)[:5].tolist()}.")
 
     # ---- sampling ----------------------------------------------------------------------------
     def versions(self, storage: Storage) -> torch.Tensor:

@@ -89,6 +89,8 @@ class MultiStepTransform(Transform):
     """
 
     has_state = True
+    #: already a write-side transform: ``append_transform(t, invert=True)`` is refused
+    invertible = False
 
     def __init__(
         self,

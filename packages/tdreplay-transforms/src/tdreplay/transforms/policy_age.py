@@ -14,6 +14,21 @@ from tdreplay.core.transform import NestedKey
 from ._utils import one_key
 
 
+def _check_current_version(value: Any) -> int | Callable[[], int]:
+    if not callable(value) and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"PolicyAgeFilter: current_version must be an int or a callable "
+                        f"returning one, got {value!r}.")
+    return value
+
+
+def _check_max_policy_lag(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"PolicyAgeFilter: max_policy_lag must be an int, got {value!r}.")
+    if value < 0:
+        raise ValueError(f"PolicyAgeFilter: max_policy_lag must be non-negative, got {value}.")
+    return value
+
+
 class PolicyAgeFilter(Transform):
     """Drops rows whose ``policy_version`` lags the current version by more than
     ``max_policy_lag``, on extend and add (stale rows never enter the buffer: ``add`` of a stale
@@ -61,26 +76,42 @@ class PolicyAgeFilter(Transform):
         strict: bool = False,
     ) -> None:
         super().__init__()
-        if not callable(current_version):
-            if isinstance(current_version, bool) or not isinstance(current_version, int):
-                raise TypeError(f"PolicyAgeFilter: current_version must be an int or a callable "
-                                f"returning one, got {current_version!r}.")
-        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int):
-            raise TypeError(f"PolicyAgeFilter: max_policy_lag must be an int, got "
-                            f"{max_policy_lag!r}.")
-        if max_policy_lag < 0:
-            raise ValueError(f"PolicyAgeFilter: max_policy_lag must be non-negative, got "
-                             f"{max_policy_lag}.")
-        self.current_version = current_version
-        self.max_policy_lag = max_policy_lag
+        self._current_version = _check_current_version(current_version)
+        self._max_policy_lag = _check_max_policy_lag(max_policy_lag)
         self.policy_version_key = one_key(policy_version_key, "policy_version_key")
         self.strict = bool(strict)
         self._warned = False
 
+    @property
+    def current_version(self) -> int | Callable[[], int]:
+        """The live policy version, or the function returning it (settable; checked as the
+        constructor checks it: a refused value leaves the filter as it was)."""
+        return self._current_version
+
+    @current_version.setter
+    def current_version(self, value: int | Callable[[], int]) -> None:
+        self._current_version = _check_current_version(value)
+
+    @property
+    def max_policy_lag(self) -> int:
+        """Largest allowed ``current_version - version`` (settable; a non-negative int)."""
+        return self._max_policy_lag
+
+    @max_policy_lag.setter
+    def max_policy_lag(self, value: int) -> None:
+        self._max_policy_lag = _check_max_policy_lag(value)
+
     def version_now(self) -> int:
         """The current policy version (calls ``current_version`` when it is a callable)."""
         version = self.current_version
-        return int(version()) if callable(version) else version
+        if not callable(version):
+            return version
+        now = version()
+        try:
+            return int(now)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"PolicyAgeFilter: current_version must return an int, got "
+                            f"{now!r}.") from err
 
     def filter(self, data: Any) -> Any:
         """``data`` without its stale rows (unchanged when nothing is stale)."""
