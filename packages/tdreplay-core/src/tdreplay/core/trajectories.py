@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
+from .utils import check_whole_numbers
+
 __all__ = ["check_trajectory_ids", "split_trajectories"]
 
 
@@ -42,16 +44,7 @@ def check_trajectory_ids(ids: torch.Tensor, key: Any) -> torch.Tensor:
     ...
     ValueError: the trajectory key 'episode' must hold whole-number trajectory ids: found nan.
     """
-    if ids.is_complex():
-        raise TypeError(f"the trajectory key {key!r} must hold integer trajectory ids, got "
-                        f"{ids.dtype}.")
-    if ids.is_floating_point():
-        wide = ids.detach().to(torch.float64)
-        bad = ~torch.isfinite(wide) | (wide != torch.trunc(wide))
-        if bool(bad.any()):
-            found = wide[bad].reshape(-1)[0].item()
-            raise ValueError(f"the trajectory key {key!r} must hold whole-number trajectory "
-                             f"ids: found {found!r}.")
+    check_whole_numbers(ids, f"the trajectory key {key!r}", "trajectory ids")
     return ids
 
 

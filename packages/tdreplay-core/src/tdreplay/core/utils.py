@@ -42,6 +42,7 @@ __all__ = [
     "check_instance",
     "check_not_empty",
     "check_state_counter",
+    "check_whole_numbers",
     "ensure_tensordict",
     "is_int",
     "leading_dim",
@@ -162,6 +163,30 @@ def check_instance(value: object, kind: type[T], name: str) -> T:
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__} instance, got {type(value).__name__}.")
     return value
+
+
+def check_whole_numbers(values: torch.Tensor, what: str, kind: str) -> None:
+    """Refuse ``values`` unless they are integers, bools, or floats holding whole finite
+    numbers (ids written as floats): ``TypeError`` for complex ones, ``ValueError`` naming
+    ``what`` and the first value that is not one otherwise. ``kind`` says what the values are
+    (``"trajectory ids"``, ``"policy versions"``). Changes nothing.
+
+    Examples
+    --------
+    >>> check_whole_numbers(torch.tensor([0.0, 3.0]), "the key 'episode'", "ids")
+    >>> check_whole_numbers(torch.tensor([0.0, 0.5]), "the key 'episode'", "ids")
+    Traceback (most recent call last):
+    ...
+    ValueError: the key 'episode' must hold whole-number ids: found 0.5.
+    """
+    if values.is_complex():
+        raise TypeError(f"{what} must hold integer {kind}, got {values.dtype}.")
+    if values.is_floating_point():
+        wide = values.detach().to(torch.float64)
+        bad = ~torch.isfinite(wide) | (wide != torch.trunc(wide))
+        if bool(bad.any()):
+            raise ValueError(f"{what} must hold whole-number {kind}: found "
+                             f"{wide[bad].reshape(-1)[0].item()!r}.")
 
 
 class NotATensorDictError(TypeError, ValueError):

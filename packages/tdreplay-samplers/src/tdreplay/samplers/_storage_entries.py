@@ -9,6 +9,7 @@ import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection, unravel_key
 
 from tdreplay.core import ListStorage
+from tdreplay.core.utils import check_whole_numbers
 
 
 class MissingKeyError(KeyError):
@@ -141,22 +142,18 @@ def whole_ids(values: torch.Tensor, what: str) -> torch.Tensor:
     >>> whole_ids(torch.tensor([0.0, 0.0, 3.0]), "the trajectory key 'episode'").tolist()
     [0, 0, 3]
     >>> whole_ids(torch.tensor([0.0, 0.5]), "the trajectory key 'episode'")
-    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: the trajectory key 'episode' must hold whole-number trajectory ids: found 0.5 ...
+    ValueError: the trajectory key 'episode' must hold whole-number trajectory ids: found 0.5.
     """
-    if values.is_complex():
-        raise TypeError(f"{what} must hold integer trajectory ids, got {values.dtype}.")
+    check_whole_numbers(values, what, "trajectory ids")
     if not values.is_floating_point():
         return values.to(torch.int64)
     wide = values.detach().to(torch.float64)
-    bad = ~torch.isfinite(wide) | (wide != torch.trunc(wide)) | (wide.abs() >= _INT64_BOUND)
-    if bool(bad.any()):
-        found = wide[bad].reshape(-1)[0].item()
-        raise ValueError(f"{what} must hold whole-number trajectory ids: found {found!r} "
-                         f"({values.dtype}), which is not one; store integer ids, or floats "
-                         "without a fractional part.")
+    big = wide.abs() >= _INT64_BOUND
+    if bool(big.any()):
+        raise ValueError(f"{what} must hold whole-number trajectory ids: found "
+                         f"{wide[big].reshape(-1)[0].item()!r}, beyond the int64 range.")
     return wide.to(torch.int64)
 
 

@@ -21,7 +21,13 @@ import torch
 from tensordict import is_tensor_collection
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty, is_int
+from tdreplay.core.utils import (
+    as_long_tensor,
+    check_batch_size,
+    check_not_empty,
+    check_whole_numbers,
+    is_int,
+)
 
 __all__ = ["PromptGroupSampler"]
 
@@ -43,17 +49,9 @@ def _check_group_values(values: Any, group_key: Any) -> None:
     """``ValueError`` naming ``group_key`` for floating group values that are not whole
     numbers (NaN never equals itself, so NaN items would each form a group of their own);
     ``TypeError`` for complex ones."""
-    if not isinstance(values, torch.Tensor):
-        return
-    if values.is_complex():
-        raise TypeError(f"group_key {group_key!r} must hold integer, string or token-id group "
-                        f"values, got dtype {values.dtype}.")
-    if values.is_floating_point():
-        bad = values[~torch.isfinite(values) | (values != values.round())]
-        if bad.numel():
-            raise ValueError(f"group_key {group_key!r} must hold whole-number group ids (or "
-                             f"strings, or token-id tensors): found "
-                             f"{bad.reshape(-1)[:5].tolist()}.")
+    if isinstance(values, torch.Tensor):
+        check_whole_numbers(values, f"group_key {group_key!r}",
+                            "group ids (or strings, or token-id tensors)")
 
 
 def _hashable(values: Any) -> list[Any]:

@@ -11,7 +11,7 @@ import torch
 from tensordict import is_tensor_collection
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.utils import check_batch_size, check_not_empty, is_int
+from tdreplay.core.utils import check_batch_size, check_not_empty, check_whole_numbers, is_int
 
 __all__ = ["STALENESS_KEY", "StalenessAwareSampler", "default_staleness_weight"]
 
@@ -159,14 +159,10 @@ class StalenessAwareSampler(Sampler):
         versions = data.get(self._version_key, None)
         if not isinstance(versions, torch.Tensor):
             return
-        if versions.dtype == torch.bool or versions.is_complex():
+        if versions.dtype == torch.bool:
             raise TypeError(f"version_key {self._version_key!r} must hold integer policy "
                             f"versions, got dtype {versions.dtype}.")
-        if versions.is_floating_point():
-            bad = versions[~torch.isfinite(versions) | (versions != versions.round())]
-            if bad.numel():
-                raise ValueError(f"version_key {self._version_key!r} must hold whole-number "
-                                 f"policy versions: found {bad.reshape(-1)[:5].tolist()}.")
+        check_whole_numbers(versions, f"version_key {self._version_key!r}", "policy versions")
 
     # ---- sampling ----------------------------------------------------------------------------
     def versions(self, storage: Storage) -> torch.Tensor:
