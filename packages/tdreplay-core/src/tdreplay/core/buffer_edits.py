@@ -17,7 +17,6 @@ from tensordict import is_tensor_collection
 
 from .sampler import Sampler
 from .storage import Storage
-from .storage_readers import StorageReaders
 from .utils import leading_dim
 from .writer import Writer
 
@@ -31,13 +30,13 @@ class InPlaceEditsMixin:
     _sampler: Sampler
     _writer: Writer
     _lock: AbstractContextManager[Any]
-    _readers: StorageReaders
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
         def _check_writing_process(self) -> None: ...
         def _tell_readers_edited(self, keys: Any) -> None: ...
+        def _tell_readers_rewritten(self, slots: Any) -> None: ...
 
     def __setitem__(self, index: Any, value: Any) -> None:
         # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
@@ -56,8 +55,7 @@ class InPlaceEditsMixin:
             # rewritten, not written afresh: a prioritized sampler keeps the slots' priorities
             # (as TorchRL's rb[i] = ...), a slice sampler finds the trajectories again
             self._sampler.mark_rewritten(slots)
-            for other in self._readers.others(self):  # the other buffers of the storage
-                other.sampler.mark_rewritten(slots)
+            self._tell_readers_rewritten(slots)  # the other buffers of the storage
 
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back in physical order: ``rb[:end] = data``.

@@ -98,16 +98,18 @@ class StorageReadersMixin:
         return slots
 
     # ---- the other buffers of the storage (the caller holds the shared lock) ---------------------
-    def _tell_readers_written(self, slots: torch.Tensor | int, assigned: bool = False) -> None:
-        """Tell the others' samplers of ``slots`` a write filled (``assigned``: an index
-        assignment rewrote)."""
+    def _tell_readers_written(self, slots: torch.Tensor | int) -> None:
+        """Tell the others' samplers of ``slots`` a write filled."""
         if isinstance(slots, int):
             slots = torch.tensor([slots])
         for other in self._readers.others(self):
-            if assigned:
-                other.sampler.mark_update(slots.reshape(-1))
-            else:
-                other.sampler.extend(slots.reshape(-1))
+            other.sampler.extend(slots.reshape(-1))
+
+    def _tell_readers_rewritten(self, slots: torch.Tensor) -> None:
+        """Tell the others' samplers of ``slots`` an index assignment rewrote (they keep the
+        slots' priorities: :meth:`~tdreplay.core.Sampler.mark_rewritten`)."""
+        for other in self._readers.others(self):
+            other.sampler.mark_rewritten(slots)
 
     def _tell_readers_edited(self, keys: list[Any] | None) -> None:
         for other in self._readers.others(self):
