@@ -27,11 +27,12 @@ from ._formats import (
     hold_tensorclass,
     resolve_tensorclass,
 )
+from ._keys import as_key, key_path
 from ._object_values import is_non_tensor
 from ._tensorclasses import classes_from_record, classes_record, inner_first
 
-__all__ = ["Entry", "Path_", "StoreSchema", "as_store_rows", "cast_to_schema", "entry_key",
-           "entries_of", "schema_of_store"]
+__all__ = ["Entry", "Path_", "StoreSchema", "as_store_rows", "cast_to_schema", "entries_of",
+           "schema_of_store"]
 
 
 Path_ = tuple[str, ...]
@@ -39,16 +40,12 @@ Path_ = tuple[str, ...]
 Entry = tuple[tuple[int, ...], torch.dtype] | None
 
 
-def entry_key(path: Path_) -> Any:
-    return path[0] if len(path) == 1 else path
-
-
 def entries_of(td: TensorDictBase, lead: int) -> dict[Path_, Entry]:
     """The entries of the rows of ``td`` (``lead`` leading dims are the rows)."""
     out: dict[Path_, Entry] = {}
     for key in td.keys(include_nested=True, leaves_only=False):
         value = td.get(key)
-        path = key if isinstance(key, tuple) else (key,)
+        path = key_path(key)
         if is_non_tensor(value):
             out[path] = None
         elif isinstance(value, torch.Tensor):
@@ -99,7 +96,7 @@ class StoreSchema:
         row_batch = tuple(td.batch_size[lead:])
         if row_batch and any(entry is None for entry in entries.values()):
             name = next(p for p, e in entries.items() if e is None)
-            raise TypeError(f"entry {entry_key(name)!r} is non-tensor data in rows of batch shape "
+            raise TypeError(f"entry {as_key(name)!r} is non-tensor data in rows of batch shape "
                             f"{row_batch}: StoreStorage keeps non-tensor entries only in rows "
                             "without batch dims of their own.")
         return cls(kind, tensorclass, row_batch, entries, classes)
@@ -159,7 +156,7 @@ class StoreSchema:
         if other.row_batch != self.row_batch:
             raise ValueError(f"{what} has rows of batch shape {other.row_batch}, expected "
                              f"{self.row_batch} for this StoreStorage.")
-        missing = [entry_key(p) for p in self.entries if p not in other.entries]
+        missing = [as_key(p) for p in self.entries if p not in other.entries]
         if missing:
             raise KeyError(f"{what} lacks the entries {missing} of this StoreStorage (a write "
                            "would leave their old values in the rows).")
@@ -167,11 +164,11 @@ class StoreSchema:
             held = self.entries.get(path, entry)
             if (held is None) != (entry is None):
                 kinds = ("non-tensor", "tensor")
-                raise TypeError(f"entry {entry_key(path)!r} of {what} is "
+                raise TypeError(f"entry {as_key(path)!r} of {what} is "
                                 f"{kinds[entry is not None]} data; this StoreStorage holds "
                                 f"{kinds[held is not None]} data there.")
             if held is not None and entry is not None and held[0] != entry[0]:
-                raise ValueError(f"entry {entry_key(path)!r} of {what} has row shape {entry[0]}, "
+                raise ValueError(f"entry {as_key(path)!r} of {what} has row shape {entry[0]}, "
                                  f"expected {held[0]} for this StoreStorage.")
 
     def merged(self, other: StoreSchema) -> StoreSchema:
@@ -228,7 +225,7 @@ def cast_to_schema(td: TensorDictBase, schema: StoreSchema) -> TensorDictBase:
     for path, entry in schema.entries.items():
         if entry is None:
             continue
-        key = entry_key(path)
+        key = as_key(path)
         value = td.get(key, None)
         if isinstance(value, torch.Tensor) and value.dtype != entry[1]:
             check_cast(key, value, entry[1])

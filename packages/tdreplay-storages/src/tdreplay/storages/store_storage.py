@@ -34,12 +34,12 @@ from ._formats import (
     KIND_TENSOR,
     TENSOR_KEY,
 )
+from ._keys import as_key
 from ._store_index import read_index, write_index
 from ._store_schema import (
     StoreSchema,
     as_store_rows,
     cast_to_schema,
-    entry_key,
     schema_of_store,
 )
 from ._tensorclasses import (
@@ -538,7 +538,7 @@ class StoreStorage(Storage):
         for path, entry in found.entries.items():
             held = schema.entries.get(path)
             if entry is not None and held is not None and entry[1] != held[1]:
-                check_cast(entry_key(path), rows.get(entry_key(path)), held[1])
+                check_cast(as_key(path), rows.get(as_key(path)), held[1])
 
     def install(self, schema: StoreSchema, rows: TensorDictBase) -> None:
         """Write ``rows`` (of ``schema``, checked by :meth:`check_install`) as the written rows
