@@ -69,3 +69,28 @@ def test_a_valid_index_still_updates_its_members():
     (p0, _), (p1, _) = state(members)
     assert torch.allclose(p0[:4], torch.tensor([50.0, 50.0, 1.0, 1.0], dtype=p0.dtype))
     assert torch.allclose(p1[:4], torch.tensor([1.0, 1.0, 7.0, 7.0], dtype=p1.dtype))
+
+
+@pytest.mark.parametrize("ids, error", [
+    (torch.tensor([[-1, -1], [1, 1]]), IndexError),
+    (torch.tensor([[0.5, 0.5], [1.0, 1.0]]), TypeError),
+    (torch.tensor([[0, 1], [1, 1]]), ValueError),
+])
+def test_the_sampler_ensemble_called_directly_refuses_them_too(ids, error):
+    rb, members = ensemble()
+    index = TensorDict({"buffer_ids": ids, "index": torch.tensor([[0, 1], [2, 3]])}, [2, 2])
+    before = state(members)
+    with pytest.raises(error, match="buffer_ids"):
+        rb.sampler.update_priority(index, torch.full((2, 2), 50.0))
+    assert_same(before, state(members))
+
+
+def test_an_empty_part_updates_nothing_and_the_others_are_updated():
+    rb, members = ensemble()
+    parts = [TensorDict({"buffer_ids": torch.tensor([1]), "index": torch.tensor([3])}, [1]),
+             TensorDict({"buffer_ids": torch.zeros(0, dtype=torch.long),
+                         "index": torch.zeros(0, dtype=torch.long)}, [0])]
+    rb.update_priority(parts, [torch.tensor([9.0]), torch.zeros(0)])
+    (p0, _), (p1, _) = state(members)
+    assert torch.allclose(p0[:4], torch.ones(4, dtype=p0.dtype))
+    assert torch.allclose(p1[:4], torch.tensor([1.0, 1.0, 1.0, 9.0], dtype=p1.dtype))

@@ -22,6 +22,8 @@ from tdreplay.core import NotShareableError
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.process_sharing import SpawnChecked
 
+from .routing import is_integer_tensor
+
 ENSEMBLE_FILE = "ensemble.json"
 
 
@@ -78,6 +80,46 @@ def select_one(position: int, n: int, kind: str) -> int:
     if not -n <= position < n:
         raise IndexError(f"index {position} is out of range for {n} {kind}.")
     return position % n
+
+
+def part_member(ids: Any, position: int, members: int) -> int | None:
+    """The member that part ``position`` of an ensemble index belongs to, from its
+    ``buffer_ids`` (``None`` for an empty part, which names none): ``TypeError`` unless they
+    are an integer tensor, ``IndexError`` for an id outside ``[0, members - 1]`` (never counted
+    from the end: a negative id wrapping to the last member would route the part to the wrong
+    buffer), ``ValueError`` for a part naming several members (``sample()["index"]`` draws each
+    part from one). Each message names ``buffer_ids``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> part_member(torch.tensor([1, 1]), 0, 2)
+    1
+    >>> part_member(torch.tensor([-1]), 0, 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    IndexError: buffer_ids holds member ids [-1], outside [0, 1] (...), part 0.
+    """
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"buffer_ids of part {position} must be a tensor of integer member ids, "
+                        f"got {type(ids).__name__}.")
+    if not is_integer_tensor(ids):
+        raise TypeError(f"buffer_ids must hold integer member ids, got dtype {ids.dtype} "
+                        f"(part {position}).")
+    flat = ids.reshape(-1)
+    if not flat.numel():
+        return None
+    bad = flat[(flat < 0) | (flat >= members)]
+    if bad.numel():
+        raise IndexError(f"buffer_ids holds member ids {bad.unique()[:5].tolist()}, outside "
+                         f"[0, {members - 1}] (the ensemble has {members} buffers; ids are not "
+                         f"counted from the end), part {position}.")
+    first = int(flat[0])
+    if bool((flat != first).any()):
+        raise ValueError(f"buffer_ids of part {position} names several members "
+                         f"{flat.unique().tolist()}; each part of an ensemble index comes from "
+                         "one member (as sample()['index'] does).")
+    return first
 
 
 def index_parts(index: Any, expects: str) -> list[tuple[torch.Tensor, Any]]:

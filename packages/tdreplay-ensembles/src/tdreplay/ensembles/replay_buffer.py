@@ -22,10 +22,10 @@ from tdreplay.core import (
 from tdreplay.core.utils import check_instance
 
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
-from ._members import index_parts, select_members
+from ._members import select_members
 from .collate import PartsCollate, stack_parts
 from .routed_updates import RoutedUpdatesMixin
-from .routing import RoutedWritesMixin, check_routing, is_integer_tensor, refuse_write
+from .routing import RoutedWritesMixin, check_routing, refuse_write
 from .sampler import SamplerEnsemble
 from .sharing import EnsembleSharingMixin
 from .storage import StorageEnsemble
@@ -446,7 +446,7 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
     # ---- priorities -----------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priorities of ``index``, an ensemble index (``sample["index"]``, or a list of
-        its parts), through each member's sampler.
+        its parts), through each member's sampler (:meth:`SamplerEnsemble.update_priority`).
 
         Every part's ``"buffer_ids"`` must hold integer ids of one member of the ensemble
         (``TypeError`` for a non-integer dtype, ``IndexError`` for an id outside
@@ -454,39 +454,7 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         naming several members, each naming ``buffer_ids``), checked before any member's
         priorities change: a refused index changes nothing.
         """
-        self._check_buffer_ids(index)
         super().update_priority(index, priority)
-
-    def _check_buffer_ids(self, index: Any) -> None:
-        """Refuse an ensemble index whose ``"buffer_ids"`` would route a part to the wrong
-        member (a negative id, wrapping from the end; a float one, truncated; a part naming
-        several members, routed by its first). Other malformed indexes are left to the
-        sampler's checks."""
-        if not (is_tensor_collection(index) or isinstance(index, (list, tuple))):
-            return
-        try:
-            parts = index_parts(index, "")
-        except TypeError:
-            return
-        members = len(self._rbs)
-        for position, (ids, _) in enumerate(parts):
-            if not isinstance(ids, torch.Tensor):
-                raise TypeError(f"buffer_ids of part {position} must be a tensor of integer "
-                                f"member ids, got {type(ids).__name__}.")
-            if not is_integer_tensor(ids):
-                raise TypeError(f"buffer_ids must hold integer member ids, got dtype "
-                                f"{ids.dtype} (part {position}).")
-            if not ids.numel():
-                continue
-            bad = ids[(ids < 0) | (ids >= members)]
-            if bad.numel():
-                raise IndexError(f"buffer_ids holds member ids {bad.unique()[:5].tolist()}, "
-                                 f"outside [0, {members - 1}] (the ensemble has {members} "
-                                 f"buffers; ids are not counted from the end), part {position}.")
-            if bool((ids != ids.reshape(-1)[0]).any()):
-                raise ValueError(f"buffer_ids of part {position} names several members "
-                                 f"{ids.unique().tolist()}; each part of an ensemble index "
-                                 "comes from one member (as sample()['index'] does).")
 
     # ---- state ----------------------------------------------------------------------------------
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:

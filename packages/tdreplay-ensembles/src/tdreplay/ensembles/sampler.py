@@ -28,9 +28,9 @@ from ._members import (
     index_parts,
     load_members_state_dict,
     members_state_dict,
+    part_member,
     prepare_members,
     select_members,
-    select_one,
 )
 from .collate import stack_parts
 from .storage import StorageEnsemble
@@ -310,7 +310,10 @@ class SamplerEnsemble(MembersShareable, Sampler):
         """Route priorities to the samplers of the buffers they belong to.
 
         ``index`` is an ensemble index (as :meth:`sample` returns, or ``sample["index"]``);
-        ``priority`` has its shape (or broadcasts to it).
+        ``priority`` has its shape (or broadcasts to it). Every part's ``"buffer_ids"`` must
+        hold integer ids of one member (``TypeError`` for a non-integer dtype, ``IndexError``
+        for an id outside ``[0, n - 1]``, which is never counted from the end, ``ValueError``
+        for a part naming several members): every part is checked before any sampler changes.
         """
         if is_tensor_collection(index):
             priority = torch.as_tensor(priority)
@@ -334,7 +337,9 @@ class SamplerEnsemble(MembersShareable, Sampler):
             check_instance(storage, StorageEnsemble, "storage").storages
         updates = []  # every part checked before any sampler changes
         for position, (ids, slots) in enumerate(parts):
-            buffer_id = select_one(int(ids.reshape(-1)[0]), len(self._samplers), "samplers")
+            buffer_id = part_member(ids, position, len(self._samplers))
+            if buffer_id is None:
+                continue  # an empty part: nothing to update
             sampler = self._samplers[buffer_id]
             member = None if storages is None else storages[buffer_id]
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
