@@ -120,3 +120,31 @@ def test_a_batch_drawn_ahead_that_fails_loses_nothing():
         rb.sample()
     batches += [_obs(rb.sample())[0] for _ in range(3)]
     assert batches == twin_batches == [[0.0], [1.0], [2.0], [3.0]]
+
+
+def _vecnorm_state(rb):
+    return copy.deepcopy(rb.transform.state_dict())
+
+
+@pytest.mark.parametrize("failing_member", [1, "join"])
+def test_a_failed_part_puts_back_the_statistics_of_the_members_before_it(failing_member):
+    # member 0's VecNorm runs on its part first; member 1's transform (or the join of the
+    # parts) then raises: the statistics hold no trace of the refused batch
+    from tdreplay.transforms import VecNorm
+
+    def refuse(parts):
+        raise Boom("join")
+
+    members = [_member(SamplerWithoutReplacement(shuffle=False), 0,
+                       transform=VecNorm(in_keys=["obs"], decay=0.9)),
+               _member(SamplerWithoutReplacement(shuffle=False), 1,
+                       transform=FailOnce(at=0) if failing_member == 1 else None)]
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True,
+                              collate_fn=refuse if failing_member == "join" else None)
+    before = _vecnorm_state(members[0])
+    with pytest.raises(Boom):
+        rb.sample(4)
+    testing.assert_same(_vecnorm_state(members[0]), before)
+    if failing_member == 1:  # the next batch goes through, and is counted once
+        rb.sample(4)
+        assert _vecnorm_state(members[0]) != before
