@@ -113,6 +113,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
 
     @property
     def storage(self) -> Storage:
+        """The storage this writer writes to (``RuntimeError`` before ``register_storage``)."""
         if self._storage is None:
             raise RuntimeError(f"{type(self).__name__} has no storage: register_storage() first.")
         return self._storage
@@ -195,6 +196,8 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             gens.invalidate()
 
     def state_dict(self) -> dict[str, Any]:
+        """The writer's state: ``{"write_count": int}`` here; writers with a cursor or other
+        counters add them (what the buffer's ``state_dict`` / ``dumps`` save)."""
         return {"write_count": self.write_count}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -205,6 +208,8 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             check_state_counter(state_dict["write_count"], "write_count", type(self).__name__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`, checked whole first (:meth:`check_state_dict`): a
+        refused one changes nothing."""
         self.check_state_dict(state_dict)
         self.write_count = int(state_dict["write_count"])
 

@@ -141,6 +141,20 @@ class ParameterScheduler(abc.ABC):
 
     Subclasses implement :meth:`compute` (the value after ``step_count`` steps, before
     clipping) and may extend :meth:`state_dict` with their settings.
+
+    Examples
+    --------
+    >>> from tdreplay.samplers import PrioritizedSampler
+    >>> class Halving(ParameterScheduler):
+    ...     def compute(self, step_count):
+    ...         return self.initial_value * 0.5 ** step_count
+    >>> sampler = PrioritizedSampler(10, alpha=0.8, beta=0.4)
+    >>> scheduler = Halving(sampler, "beta", min_value=0.15)
+    >>> for _ in range(2):
+    ...     scheduler.step()
+    ...     print(round(sampler.beta, 2))
+    0.2
+    0.15
     """
 
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str,

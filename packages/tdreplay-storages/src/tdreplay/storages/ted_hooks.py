@@ -168,10 +168,20 @@ class Flat2TED(_TEDKeys):
 
     Examples
     --------
-    See :class:`TED2Flat`; a buffer registers both::
+    A buffer registers both (``rb.register_save_hook(TED2Flat())``,
+    ``rb.register_load_hook(Flat2TED())``); the rows come back as they were:
 
-        rb.register_save_hook(TED2Flat())
-        rb.register_load_hook(Flat2TED())
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> rows = TensorDict({"obs": torch.tensor([0.0, 1.0, 5.0]),
+    ...                    "next": {"obs": torch.tensor([1.0, 2.0, 6.0]),
+    ...                             "done": torch.tensor([[False], [True], [True]])}}, [3])
+    >>> flat = TED2Flat()(rows)
+    >>> flat["obs"].tolist()  # each trajectory's observations once, with its last next obs
+    [0.0, 1.0, 2.0, 5.0, 6.0]
+    >>> back = Flat2TED()(flat)
+    >>> back["next", "obs"].tolist(), (back == rows).all()
+    ([1.0, 2.0, 6.0], True)
     """
 
     def __call__(self, flat: TensorDictBase, path: Any = None) -> TensorDictBase:
