@@ -189,12 +189,11 @@ def _compressed_storage(storage: Storage,
     return storage
 
 
-def hooked_rows(checkpointer: StorageCheckpointerBase, source: Any,
+def hooked_rows(checkpointer: StorageCheckpointerBase, rows: TensorDictBase,
                 path: Path) -> TensorDictBase:
-    """The written rows of ``source`` (a storage with ``written_rows()``) passed through
-    ``checkpointer``'s save hooks (given ``path``), before anything is written; ``TypeError``
-    when the hooks return no TensorDict."""
-    rows = source.written_rows()
+    """A storage's written ``rows`` passed through ``checkpointer``'s save hooks (given
+    ``path``), before anything is written; ``TypeError`` when the hooks return no
+    TensorDict."""
     if not checkpointer.save_hooks:
         return rows
     out = checkpointer.apply_save_hooks(rows, path=path)
@@ -314,7 +313,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            write_rows(hooked_rows(self, source, path), path, meta)
+            write_rows(hooked_rows(self, source.written_rows(), path), path, meta)
         write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
@@ -471,7 +470,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if source.initialized:
-            written = hooked_rows(self, source, path)
+            written = hooked_rows(self, source.written_rows(), path)
             _refuse_non_tensor(written, self)  # (before anything is written)
             arrays, entries = self._compactor.compact(written)
             meta["batch_size"] = list(written.batch_size)

@@ -105,7 +105,7 @@ class StoreStorageCheckpointer(StorageCheckpointerBase):
         meta = source.layout_meta()
         meta["checkpointer"] = type(self).__name__
         if len(source):
-            write_rows(hooked_rows(self, source, path), path, meta)
+            write_rows(hooked_rows(self, source.written_rows(), path), path, meta)
         write_json(path / "storage.json", meta)
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
