@@ -24,7 +24,7 @@ def test_a_mask_selects_the_slots_it_marks(make):
     with pytest.raises(IndexError):  # a mask marking a slot never written
         storage.get(torch.tensor([False, False, False, False, True, False]))
     assert storage.get(torch.tensor([1, 3], dtype=torch.int32))["x"].tolist() == [10.0, 30.0]
-    with pytest.raises(TypeError, match="slots must hold integers"):
+    with pytest.raises(TypeError, match="index must hold integers"):
         storage.get(torch.tensor([0.5]))
 
 

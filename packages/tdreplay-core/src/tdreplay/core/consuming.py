@@ -184,18 +184,19 @@ class ConsumingSampler(Sampler):
             self._free = self._free[self._free < n]
             self._known = n
 
-    def extend(self, slots: torch.Tensor) -> None:
-        """``slots`` were written: they are sampleable again, their counts back at zero."""
-        slots = torch.as_tensor(slots, dtype=torch.long).reshape(-1).cpu()
-        if not slots.numel():
+    def extend(self, index: torch.Tensor) -> None:
+        """The slots ``index`` were written: they are sampleable again, their counts back at
+        zero."""
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+        if not index.numel():
             return
-        top = int(slots.max()) + 1
+        top = int(index.max()) + 1
         self._grow(top)
-        self._counts[slots] = 0
-        self._live[slots] = True
+        self._counts[index] = 0
+        self._live[index] = True
         self._known = max(self._known, top)
         if self._free.numel():
-            self._free = self._free[~torch.isin(self._free, slots)]
+            self._free = self._free[~torch.isin(self._free, index)]
         self._ran_out = False
 
     # ---- sampling --------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     - ``sample(storage, batch_size) -> (index, info)``: ``index`` is an int64 tensor of flat
       slots (any shape; the batch takes that shape), ``info`` a dict of extra per-item tensors
       (e.g. ``priority_weight``) the buffer attaches to the sample when asked.
-    - ``extend(slots)`` / ``add(slot)``: told which slots were just written;
-      ``mark_rewritten(slots)`` which were overwritten by index assignment (``rb[i] = ...``);
-      ``mark_update(slots)`` which changed past the buffer (``rb.mark_update(index)``);
+    - ``extend(index)`` / ``add(index)``: told which slots were just written;
+      ``mark_rewritten(index)`` which were overwritten by index assignment (``rb[i] = ...``);
+      ``mark_update(index)`` which changed past the buffer (``rb.mark_update(index)``);
       ``mark_edited(keys)`` which entries were edited in place.
     - ``update_priority(index, priority)``: prioritized samplers only.
     - ``ran_out``: True once an epoch is over (samplers without replacement); the buffer's
@@ -36,6 +36,22 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     - ``max_sample_count`` / ``sampleable_count(storage)`` / ``reusable_slots(storage, n)``:
       consuming samplers (items used up after being sampled so many times).
     - ``state_dict`` / ``load_state_dict`` / ``dumps`` / ``loads``: the whole sampling state.
+
+    Examples
+    --------
+    A sampler implements ``sample`` at the least (TorchRL's ``Sampler`` subclasses run as
+    they are):
+
+    >>> import torch
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> class Newest(Sampler):   # the most recently written items
+    ...     def sample(self, storage, batch_size):
+    ...         n = len(storage)
+    ...         return torch.arange(max(n - batch_size, 0), n), {}
+    >>> rb = ReplayBuffer(storage=ListStorage(10), sampler=Newest())
+    >>> _ = rb.extend(["a", "b", "c", "d"])
+    >>> rb.sample(2)
+    ['c', 'd']
     """
 
     _rng: torch.Generator | None = None
@@ -123,14 +139,15 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         False
         """
 
-    def extend(self, slots: torch.Tensor) -> None:
-        """Called after ``slots`` were written."""
+    def extend(self, index: torch.Tensor) -> None:
+        """Called after the slots ``index`` were written."""
 
-    def add(self, slot: int) -> None:
-        """Called after one slot was written: :meth:`extend` of that slot, unless this sampler
-        keeps the base's :meth:`extend`, which needs nothing (no tensor is made then)."""
+    def add(self, index: int) -> None:
+        """Called after one slot, ``index``, was written: :meth:`extend` of that slot, unless
+        this sampler keeps the base's :meth:`extend`, which needs nothing (no tensor is made
+        then)."""
         if type(self).extend is not Sampler.extend:
-            self.extend(torch.as_tensor([slot], dtype=torch.long))
+            self.extend(torch.as_tensor([index], dtype=torch.long))
 
     def check_write(self, data: Any) -> None:
         """Called before a write stores ``data`` (``extend``: the batch; ``add``: the item;
@@ -160,15 +177,19 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         it (a sampler that could not follow it, e.g. one whose state lives in another
         process). Nothing by default."""
 
-    def mark_update(self, slots: torch.Tensor) -> None:
-        """Called by ``rb.mark_update(index)``: the items at ``slots`` changed past the buffer
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
+        """Called by ``rb.mark_update(index)``: the items at ``index`` changed past the buffer
         (TorchRL's ``mark_update``; a prioritized sampler gives them the default priority).
-        :meth:`extend` of them by default."""
-        self.extend(slots)
+        :meth:`extend` of them by default.
 
-    def mark_rewritten(self, slots: torch.Tensor) -> None:
+        ``storage`` is TorchRL's keyword (its buffer passes its storage). It is not read:
+        tdreplay's ``index`` holds flat slots, which the buffer checks against its storage
+        before telling the sampler, so it changes nothing a sampler does."""
+        self.extend(index)
+
+    def mark_rewritten(self, index: torch.Tensor) -> None:
         """Called after an index assignment (``rb[i] = ...``, ``write_all``) rewrote the items
-        at ``slots`` (1-D int64): they hold new items, but were not written afresh.
+        at ``index`` (1-D int64): they hold new items, but were not written afresh.
 
         :meth:`mark_update` by default, so a sampler that overrides only that one keeps
         hearing of rewritten slots (e.g. a slice sampler, whose trajectories must be found
@@ -180,15 +201,15 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         --------
         >>> from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
         >>> class Recording(RandomSampler):
-        ...     def mark_update(self, slots):
-        ...         print("mark_update", slots.tolist())
+        ...     def mark_update(self, index):
+        ...         print("mark_update", index.tolist())
         >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=Recording())
         >>> _ = rb.extend(["a", "b", "c"])
         >>> rb[1] = "B"  # the default mark_rewritten calls mark_update
         mark_update [1]
         >>> class Keeping(Recording):
-        ...     def mark_rewritten(self, slots):
-        ...         print("mark_rewritten", slots.tolist())
+        ...     def mark_rewritten(self, index):
+        ...         print("mark_rewritten", index.tolist())
         >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=Keeping())
         >>> _ = rb.extend(["a", "b", "c"])
         >>> rb[1] = "B"
@@ -196,7 +217,7 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         >>> rb.mark_update(1)  # an explicit mark_update is still one
         mark_update [1]
         """
-        self.mark_update(slots)
+        self.mark_update(index)
 
     def mark_edited(self, keys: list[Any] | None = None) -> None:
         """Called after entries of written items were edited in place (``set_``, ``set_at_``,
@@ -214,9 +235,9 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             stacklevel=2,
         )
 
-    def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
+    def extend_with_priority(self, index: torch.Tensor, priority: Any, *,
                              storage: Storage | None = None) -> None:
-        """Called after ``slots`` (1-D) were written with priorities for them, one per slot, as
+        """Called after ``index`` (1-D) was written with priorities for it, one per slot, as
         :meth:`check_priority` returned them: :meth:`extend`, then :meth:`update_priority`.
         A prioritized sampler that can do both at once overrides it.
 
@@ -225,16 +246,16 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         >>> import torch
         >>> from tdreplay.core import RandomSampler
         >>> class Recording(RandomSampler):
-        ...     def extend(self, slots):
-        ...         print("extend", slots.tolist())
+        ...     def extend(self, index):
+        ...         print("extend", index.tolist())
         ...     def update_priority(self, index, priority, *, storage=None):
         ...         print("update", index.tolist(), priority.tolist())
         >>> Recording().extend_with_priority(torch.arange(2), torch.tensor([0.5, 2.0]))
         extend [0, 1]
         update [0, 1] [0.5, 2.0]
         """
-        self.extend(slots)
-        self.update_priority(slots, priority, storage=storage)
+        self.extend(index)
+        self.update_priority(index, priority, storage=storage)
 
     def check_priority(self, priority: Any) -> Any:
         """Raise as ``update_priority`` would on these values, changing nothing; return them
@@ -359,9 +380,13 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         """Forget everything about written slots (called by ``ReplayBuffer.empty``)."""
 
     def state_dict(self) -> dict[str, Any]:
+        """The sampler's whole state (priorities, epoch, ...): empty here; a sampler that
+        keeps state returns it (what the buffer's ``state_dict`` / ``dumps`` save)."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`, checked whole first (:meth:`check_state_dict`): a
+        refused one changes nothing."""
         self.check_state_dict(state_dict)
 
     def __repr__(self) -> str:

@@ -92,6 +92,9 @@ class StorageCheckpointerBase(Generic[StorageT]):
         self._load_hook_list = HookList()
 
     def dumps(self, storage: StorageT, path: Path) -> None:
+        """Write ``storage``'s content into the directory ``path`` (which exists), for
+        :meth:`loads` to read back; a checkpointer implements it (TorchRL's abstract
+        method)."""
         raise NotImplementedError
 
     # ---- hooks (TorchRL's register_save_hook / register_load_hook) ----------------------------
@@ -273,11 +276,11 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     Contract:
 
-    - ``set(rows, data)`` writes ``data`` (batched along its first dimension when ``rows`` is a
-      tensor/sequence, one item when ``rows`` is an int) at ``rows``. It validates ``data``
-      first and raises before changing anything.
-    - ``get(slots)`` returns the items at flat ``slots`` (an int or an integer tensor of any
-      shape); the result's batch shape is ``slots.shape``.
+    - ``set(cursor, data)`` writes ``data`` (batched along its first dimension when ``cursor``
+      is a slice/tensor/sequence of rows, one item when ``cursor`` is an int) at the rows
+      ``cursor`` names. It validates ``data`` first and raises before changing anything.
+    - ``get(index)`` returns the items at the flat slots ``index`` (an int or an integer tensor
+      of any shape); the result's batch shape is ``index.shape``.
     - ``len(storage)`` is the number of written slots; ``storage[i]`` indexes the written rows
       (``storage[10:]`` is empty while fewer than 11 rows are written).
     - ``state_dict()`` / ``load_state_dict()``, ``dumps(path)`` / ``loads(path)`` (through
@@ -289,6 +292,17 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     recompiling at each new count: ``TensorStorage`` / ``LazyTensorStorage`` then keep their
     written-row count in a 0-dim tensor (:meth:`written_slots_tensor`); other storages keep a
     plain int (a ``LazyMemmapStorage`` shares it between processes through its own files).
+
+    Examples
+    --------
+    The contract on :class:`ListStorage` (a storage written from scratch is shown under
+    :meth:`__getitem__`):
+
+    >>> s = ListStorage(3)
+    >>> s.set(torch.arange(2), ["a", "b"])
+    >>> s.set(2, "c", set_cursor=False)
+    >>> len(s), s.get(torch.tensor([2, 0])), s[1:]
+    (3, ['c', 'a'], ['b', 'c'])
     """
 
     ndim: int = 1
@@ -310,9 +324,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        """Write ``data`` at ``rows`` (leading-dimension positions).
+        """Write ``data`` at ``cursor``: the rows (leading-dimension positions) to write.
 
         ``set_cursor`` (TorchRL's keyword): whether this write is the writer's, made at its
         cursor. The writer holds the cursor; a storage records only the row such a write
@@ -321,13 +335,13 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         """
 
     @abc.abstractmethod
-    def get(self, slots: int | torch.Tensor) -> Any:
-        """Read the items at flat ``slots``."""
+    def get(self, index: int | torch.Tensor) -> Any:
+        """Read the items at the flat slots ``index``."""
 
-    def get_trusted(self, slots: torch.Tensor) -> Any:
-        """Read the items at ``slots`` that a sampler just drew from this storage's written
-        slots (in range by construction): what a buffer calls instead of :meth:`get` for a
-        sampler that declares :attr:`~tdreplay.core.Sampler.draws_written_slots`.
+    def get_trusted(self, index: torch.Tensor) -> Any:
+        """Read the items at the slots ``index`` that a sampler just drew from this storage's
+        written slots (in range by construction): what a buffer calls instead of :meth:`get`
+        for a sampler that declares :attr:`~tdreplay.core.Sampler.draws_written_slots`.
 
         A storage may skip checking the slots again (``TensorStorage`` does); the default is
         :meth:`get`, checks included. Slots that do not come from such a sampler must go
@@ -340,7 +354,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         >>> s.get_trusted(torch.tensor([1, 0]))
         ['b', 'a']
         """
-        return self.get(slots)
+        return self.get(index)
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -356,8 +370,8 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         --------
         >>> class Squares(Storage):   # the least a storage implements
         ...     def __init__(self): super().__init__(4); self.n = 0
-        ...     def set(self, rows, data, *, set_cursor=True): self.n = 4
-        ...     def get(self, slots): return torch.as_tensor(slots) ** 2
+        ...     def set(self, cursor, data, *, set_cursor=True): self.n = 4
+        ...     def get(self, index): return torch.as_tensor(index) ** 2
         ...     def __len__(self): return self.n
         ...     def empty(self): self.n = 0
         ...     def state_dict(self): return {}
@@ -752,18 +766,18 @@ class ListStorage(Storage):
         return tree_map(lambda x: x.to(device) if hasattr(x, "to") else x, data,
                         is_leaf=is_tensor_collection)
 
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
         data = self._to_device(data)
         rows_list: Sequence[int]
-        if is_int(rows):
-            rows_list = [int(rows)]
+        if is_int(cursor):
+            rows_list = [int(cursor)]
             items = [data]
         else:
-            if isinstance(rows, slice):
-                rows_list = range(*rows.indices(self.max_size))  # within [0, max_size)
+            if isinstance(cursor, slice):
+                rows_list = range(*cursor.indices(self.max_size))  # within [0, max_size)
             else:
-                rows_list = as_long_tensor(rows, name="rows").reshape(-1).tolist()
+                rows_list = as_long_tensor(cursor, name="cursor").reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 items = list(data.unbind(0))
                 if isinstance(data, LazyStackedTensorDict):
@@ -808,13 +822,13 @@ class ListStorage(Storage):
             f"{len(self._storage)} rows are written."
         )
 
-    def get(self, slots: int | torch.Tensor) -> Any:
-        if is_int(slots):
-            slot = int(slots)
+    def get(self, index: int | torch.Tensor) -> Any:
+        if is_int(index):
+            slot = int(index)
             if not 0 <= slot < len(self._storage):
                 raise IndexError(f"slot {slot} is not written (len={len(self._storage)}).")
             return self._storage[slot]
-        flat = as_long_tensor(slots, name="slots").reshape(-1).tolist()
+        flat = as_long_tensor(index, name="index").reshape(-1).tolist()
         n = len(self._storage)
         if any(not 0 <= s < n for s in flat):
             raise IndexError(f"slots out of range for a ListStorage holding {n} items.")

@@ -351,17 +351,17 @@ class SamplerEnsemble(MembersShareable, Sampler):
         for sampler, slots, part_priority, member in updates:
             sampler.update_priority(slots, part_priority, storage=member)
 
-    def extend(self, slots: torch.Tensor) -> None:
+    def extend(self, index: torch.Tensor) -> None:
         raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "
                            "ensemble (rb[i].extend(...)), which updates its own sampler.")
 
-    def mark_update(self, slots: torch.Tensor) -> None:
-        self.extend(slots)
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
+        self.extend(index)
 
-    def mark_rewritten(self, slots: torch.Tensor) -> None:
+    def mark_rewritten(self, index: torch.Tensor) -> None:
         """Refused as :meth:`extend` is: ``rb[i] = ...`` goes through one buffer of the
         ensemble (``rb[k][i] = ...``), which tells its own sampler."""
-        self.extend(slots)
+        self.extend(index)
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Use ``generator`` for the draw of buffers and in every member sampler."""

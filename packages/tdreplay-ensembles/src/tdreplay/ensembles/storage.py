@@ -149,7 +149,7 @@ class StorageEnsemble(MembersShareable, Storage):
         return self._transforms
 
     # ---- writing is refused ---------------------------------------------------------------------
-    def set(self, rows: Any, data: Any, *, set_cursor: bool = True) -> None:
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         raise RuntimeError("a StorageEnsemble cannot be written to: write to one of its storages "
                            "(or extend one buffer of the ReplayBufferEnsemble, rb[i].extend(...)).")
 

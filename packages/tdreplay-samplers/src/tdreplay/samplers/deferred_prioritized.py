@@ -66,6 +66,26 @@ class DeferredPrioritizedSampler(Sampler):
         :meth:`follow` once the buffer is built (the prioritized buffers do it).
 
     The storage must have ``ndim == 1`` (rows are slots) and be written in round-robin order.
+
+    Examples
+    --------
+    What a prioritized buffer built with ``sync=False`` samples through (more in the module
+    docstring):
+
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage
+    >>> from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+    >>> rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=ListStorage(8),
+    ...                                        sync=False)
+    >>> type(rb.sampler).__name__
+    'DeferredPrioritizedSampler'
+    >>> _ = rb.extend(TensorDict({"x": torch.arange(4.0)}, [4]))
+    >>> rb.sampler.caught_up  # the trees catch up when the learner samples
+    0
+    >>> _ = rb.sample(2)
+    >>> rb.sampler.caught_up
+    4
     """
 
     shareable = True
@@ -167,7 +187,7 @@ class DeferredPrioritizedSampler(Sampler):
         self._caught_up = count
 
     # ---- the sampler contract ------------------------------------------------------------------
-    def extend(self, slots: torch.Tensor) -> None:
+    def extend(self, index: torch.Tensor) -> None:
         """Nothing: the learner learns of every write when it catches up."""
 
     def check_edit(self) -> None:
@@ -181,16 +201,16 @@ class DeferredPrioritizedSampler(Sampler):
                 "item would keep the replaced one's priority. Write with extend in the worker, "
                 "or assign in the learner.")
 
-    def mark_update(self, slots: torch.Tensor) -> None:
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
         """``rb.mark_update(index)``: the rows get the max priority (in the learner)."""
         if self.in_learner:
-            self.prioritized.mark_update(slots)
+            self.prioritized.mark_update(index)
 
-    def mark_rewritten(self, slots: torch.Tensor) -> None:
+    def mark_rewritten(self, index: torch.Tensor) -> None:
         """Rows overwritten by index assignment keep their priority and get a new write
         generation (in the learner; see :meth:`PrioritizedSampler.mark_rewritten`)."""
         if self.in_learner:
-            self.prioritized.mark_rewritten(slots)
+            self.prioritized.mark_rewritten(index)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Catch up, then draw as the prioritized sampler (learner only)."""

@@ -324,15 +324,16 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         self._ensure_state(storage)
 
     # ---- writes ------------------------------------------------------------------------------
-    def extend(self, slots: torch.Tensor) -> None:
-        """Give the written ``slots`` the current max priority and a new write generation."""
-        placed = self._placed(slots)
+    def extend(self, index: torch.Tensor) -> None:
+        """Give the written slots ``index`` the current max priority and a new write
+        generation."""
+        placed = self._placed(index)
         if placed is not None:
-            state, slots, generation = placed
-            kernels_for(state).extend(state, slots, new_item_leaf(state, self._alpha, self._eps),
+            state, index, generation = placed
+            kernels_for(state).extend(state, index, new_item_leaf(state, self._alpha, self._eps),
                                       generation)
 
-    def mark_rewritten(self, slots: torch.Tensor) -> None:
+    def mark_rewritten(self, index: torch.Tensor) -> None:
         """Slots rewritten by index assignment (``rb[i] = ...``) keep their priority, as in
         TorchRL; they get a new write generation, so that ``update_priority(...,
         write_generation=...)`` of the items they held is skipped. A slot this sampler holds no
@@ -356,7 +357,7 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         >>> s.state_dict()["priorities"].tolist()
         [4.0, 4.0, 4.0, 0.0]
         """
-        placed = self._placed(slots)
+        placed = self._placed(index)
         if placed is None:
             return
         state, flat, generation = placed
@@ -366,10 +367,10 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
                                       new_item_leaf(state, self._alpha, self._eps), generation)
         state.generation.index_fill_(0, flat, generation)
 
-    def extend_with_priority(self, slots: torch.Tensor, priority: Any, *,
+    def extend_with_priority(self, index: torch.Tensor, priority: Any, *,
                              storage: Storage | None = None) -> None:
-        """:meth:`extend`, then :meth:`update_priority` of the ``slots`` just written with their
-        ``priority`` (what :meth:`check_priority` returned for them, one per slot): on numba
+        """:meth:`extend`, then :meth:`update_priority` of the slots ``index`` just written with
+        their ``priority`` (what :meth:`check_priority` returned for them, one per slot): on numba
         trees in one kernel pass, which writes each leaf once (the same trees as the two
         calls); otherwise, or in a subclass that overrides either method, the two calls.
 
@@ -383,20 +384,20 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         """
         if (type(self).extend is not PrioritizedSampler.extend
                 or type(self).update_priority is not PriorityUpdateMixin.update_priority):
-            super().extend_with_priority(slots, priority, storage=storage)
+            super().extend_with_priority(index, priority, storage=storage)
             return
-        placed = self._placed(slots)
+        placed = self._placed(index)
         if placed is None:
             return
-        state, slots, generation = placed
+        state, index, generation = placed
         kernels = kernels_for(state)
         if (isinstance(kernels, NumbaKernels) and isinstance(priority, HostPriority)
-                and priority.fits(slots.numel(), self._alpha, self._eps, self.reduction)):
-            kernels.extend_prioritized(state, slots, priority, generation)
+                and priority.fits(index.numel(), self._alpha, self._eps, self.reduction)):
+            kernels.extend_prioritized(state, index, priority, generation)
             return
         # device trees, or priorities to convert again: the extend's write, then the update
-        kernels.extend(state, slots, new_item_leaf(state, self._alpha, self._eps), generation)
-        self.update_priority(slots, priority, storage=storage)
+        kernels.extend(state, index, new_item_leaf(state, self._alpha, self._eps), generation)
+        self.update_priority(index, priority, storage=storage)
 
     def _placed(self, slots: Any) -> tuple[PriorityState, torch.Tensor, int] | None:
         """For a write of ``slots``: the state (grown to hold them), the slots (flat, checked,

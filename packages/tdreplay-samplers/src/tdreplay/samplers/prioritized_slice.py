@@ -270,21 +270,21 @@ class PrioritizedSliceSampler(SliceSampler):
         return self._priorities.slot_generation(slots)
 
     # ---- writes ------------------------------------------------------------------------------
-    def extend(self, slots: torch.Tensor) -> None:
-        self._priorities.extend(slots)
-        self._index.note_write(slots)
+    def extend(self, index: torch.Tensor) -> None:
+        self._priorities.extend(index)
+        self._index.note_write(index)
 
-    def mark_update(self, slots: torch.Tensor) -> None:
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
         """``rb.mark_update(index)``: the steps get the max priority (TorchRL's
         ``mark_update``); the trajectories are found again at the next batch."""
-        self._priorities.extend(slots)
+        self._priorities.extend(index)
         self._rewritten()
 
-    def mark_rewritten(self, slots: torch.Tensor) -> None:
+    def mark_rewritten(self, index: torch.Tensor) -> None:
         """Steps rewritten by ``rb[i] = ...`` keep their priority (as TorchRL's) and get a new
         write generation (see :meth:`PrioritizedSampler.mark_rewritten`); the trajectories are
         found again at the next batch."""
-        self._priorities.mark_rewritten(slots)
+        self._priorities.mark_rewritten(index)
         self._rewritten()
 
     def empty(self) -> None:

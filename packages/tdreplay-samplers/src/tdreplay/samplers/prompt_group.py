@@ -270,11 +270,11 @@ class PromptGroupSampler(Sampler):
         if is_tensor_collection(data):
             _check_group_values(data.get(self.group_key, None), self.group_key)
 
-    def extend(self, slots: torch.Tensor) -> None:
-        self._record_writes(slots)
+    def extend(self, index: torch.Tensor) -> None:
+        self._record_writes(index)
 
-    def mark_update(self, slots: torch.Tensor) -> None:
-        self._record_writes(slots)
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
+        self._record_writes(index)
 
     def mark_edited(self, keys: list[Any] | None = None) -> None:
         self._invalidate()

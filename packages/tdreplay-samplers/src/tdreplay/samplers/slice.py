@@ -309,9 +309,9 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         self.__dict__.update(state)
 
     # ---- writes ------------------------------------------------------------------------------
-    def extend(self, slots: torch.Tensor) -> None:
+    def extend(self, index: torch.Tensor) -> None:
         if not self._fragmented:  # (the runs follow the storage's revision)
-            self._index.note_write(slots)
+            self._index.note_write(index)
 
     def check_write(self, data: Any) -> None:
         """Refuse trajectory ids that are not whole numbers (``0.5``, ``nan``) before they
@@ -333,7 +333,7 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
                     whole_ids(ids.reshape(-1), f"the trajectory key {key_name(key)}")
                 return
 
-    def mark_update(self, slots: torch.Tensor) -> None:
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
         self._rewritten()
 
     def mark_edited(self, keys: list[NestedKey] | None = None) -> None:
@@ -601,8 +601,8 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         self._stale = True  # written since the epoch began: the next batch starts a new one
         self._numbering = -1  # the index's record numbering the epoch's ids belong to
 
-    def extend(self, slots: torch.Tensor) -> None:
-        super().extend(slots)
+    def extend(self, index: torch.Tensor) -> None:
+        super().extend(index)
         self._stale = True
 
     def _rewritten(self) -> None:

@@ -126,15 +126,15 @@ class StreamingSliceSampler(SliceSampler):
         self._stream = StreamWindows(length)
 
     # ---- writes --------------------------------------------------------------------------------
-    def extend(self, slots: torch.Tensor) -> None:
-        super().extend(slots)
-        self._stream.note_write(slots)
+    def extend(self, index: torch.Tensor) -> None:
+        super().extend(index)
+        self._stream.note_write(index)
 
-    def mark_update(self, slots: torch.Tensor) -> None:
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
         """Slots overwritten by index assignment: new steps of the stream (as in TorchRL, where
         every write is such an update); their old windows are dropped."""
-        super().mark_update(slots)
-        self._stream.note_write(slots)
+        super().mark_update(index)
+        self._stream.note_write(index)
 
     def empty(self) -> None:
         super().empty()

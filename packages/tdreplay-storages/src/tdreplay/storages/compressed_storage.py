@@ -427,9 +427,9 @@ class CompressedListStorage(ListStorage):
         return [self._decompress(row, slots, i) for i, row in enumerate(rows)]
 
     # ---- storage contract ------------------------------------------------------------------------
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        if is_int(rows):
+        if is_int(cursor):
             compressed: Any = self._compress(data)
         else:
             if isinstance(data, torch.Tensor) or is_tensor_collection(data):
@@ -440,16 +440,16 @@ class CompressedListStorage(ListStorage):
                 raise TypeError("CompressedListStorage.set with several rows expects a list, a "
                                 f"tensor or a TensorDict batched along dim 0, got "
                                 f"{type(data).__name__}.")
-        super().set(rows, compressed, set_cursor=set_cursor)
+        super().set(cursor, compressed, set_cursor=set_cursor)
 
-    def get(self, slots: int | torch.Tensor) -> Any:
-        """Decompress the rows at ``slots``: one batch of shape ``slots.shape`` when they share
+    def get(self, index: int | torch.Tensor) -> Any:
+        """Decompress the rows at ``index``: one batch of shape ``index.shape`` when they share
         a structure, else a list of rows (stacked lazily by :meth:`default_collate`)."""
-        rows = super().get(slots)
+        rows = super().get(index)
         if isinstance(rows, CompressedRow):
-            return self._decompress(rows, slots)
-        shape = tuple(slots.shape) if isinstance(slots, torch.Tensor) else (len(rows),)
-        return self._decompress_rows(rows, shape, slots)
+            return self._decompress(rows, index)
+        shape = tuple(index.shape) if isinstance(index, torch.Tensor) else (len(rows),)
+        return self._decompress_rows(rows, shape, index)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):

@@ -55,9 +55,9 @@ class LazyStackStorage(ListStorage):
         super().__init__(max_size, checkpointer, compilable=compilable, device=device)
         self.stack_dim = stack_dim
 
-    def get(self, slots: int | torch.Tensor) -> Any:
-        items = super().get(slots)
-        return items if is_int(slots) else self._stacked(items)
+    def get(self, index: int | torch.Tensor) -> Any:
+        items = super().get(index)
+        return items if is_int(index) else self._stacked(items)
 
     def __getitem__(self, index: Any) -> Any:
         items = super().__getitem__(index)

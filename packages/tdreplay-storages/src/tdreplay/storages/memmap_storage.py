@@ -477,16 +477,16 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         torn = self._torn
         return torn.recover(self._current_layout()) if torn.pending else 0
 
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
         # (taking the lock dropped any torn rows: _ProcessLock.watch)
         with self._lock_obj:
             state = self._state.view
-            if type(rows) is slice and rows.step is None:  # what round-robin writers pass
-                start, stop, layout = rows.start, rows.stop, self._layout
+            if type(cursor) is slice and cursor.step is None:  # what round-robin writers pass
+                start, stop, layout = cursor.start, cursor.stop, self._layout
                 if start is not None and start >= state[_STATE_LEN]:
                     # rows past the count (a first write): the count moves after the data
-                    super().set(rows, data, set_cursor=set_cursor)
+                    super().set(cursor, data, set_cursor=set_cursor)
                     return
                 if layout is not None and start is not None and stop is not None \
                         and 0 <= start < stop <= layout.rows < PACKED_ROWS:
@@ -494,13 +494,13 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                         self._torn.settle_edits()
                     state[_STATE_TORN] = packed_range(start, stop)  # overwritten rows
                     try:
-                        super().set(rows, data, set_cursor=set_cursor)
+                        super().set(cursor, data, set_cursor=set_cursor)
                     except BaseException as err:
                         self._torn.failed(err, layout)
                         raise
                     state[_STATE_TORN] = 0
                     return
-            self._set_over_counted(rows, data, set_cursor)
+            self._set_over_counted(cursor, data, set_cursor)
 
     def _set_over_counted(self, rows: int | slice | torch.Tensor | Sequence[int],
                           data: Any, set_cursor: bool) -> None:
@@ -518,14 +518,14 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             raise
         torn.end()
 
-    def get(self, slots: int | torch.Tensor) -> Any:
+    def get(self, index: int | torch.Tensor) -> Any:
         with self._lock_obj:
-            out = super().get(slots)
+            out = super().get(index)
         if self._out_device.type != "cpu":
             out = out.to(self._out_device)
         return out
 
-    def get_trusted(self, slots: torch.Tensor) -> Any:
+    def get_trusted(self, index: torch.Tensor) -> Any:
         """:meth:`TensorStorage.get_trusted`; while counted rows are being overwritten by
         another process, or were left torn by one that died (the slots may have been drawn
         before), :meth:`get`: under the lock, after them, with the slots checked.
@@ -539,9 +539,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         """
         layout = self._current_layout()
         if (self._state.view[_STATE_TORN] and not self._lock_obj.held) or layout is None \
-                or type(slots) is not torch.Tensor or slots.dtype is not torch.long:
-            return self.get(slots)
-        return self._format.from_td(layout.gather(slots))  # (TensorStorage's, inlined)
+                or type(index) is not torch.Tensor or index.dtype is not torch.long:
+            return self.get(index)
+        return self._format.from_td(layout.gather(index))  # (TensorStorage's, inlined)
 
     def __getitem__(self, index: Any) -> Any:
         with self._lock_obj:

@@ -315,16 +315,16 @@ class StoreStorage(Storage):
         return old
 
     # ---- writing -----------------------------------------------------------------------------
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        single = is_int(rows)
+        single = is_int(cursor)
         lead = 0 if single else 1
         td, kind, tensorclass, source = as_store_rows(data, lead)
         if lead and not td.batch_dims:
             raise ValueError("data for several rows must have a leading (batch) dimension, got "
                              "a batch size of ().")
         n = None if single else td.batch_size[0]
-        index, top, last = write_index(rows, n, self.max_size)
+        index, top, last = write_index(cursor, n, self.max_size)
         classes = inner_first(nested_tensorclasses(source if kind == KIND_TC else td))
         written = StoreSchema.of(td, kind, tensorclass, lead, classes)
         schema = self._schema
@@ -368,10 +368,10 @@ class StoreStorage(Storage):
             raise RuntimeError("cannot read from a StoreStorage that was never written.")
         return store[index]
 
-    def get(self, slots: int | torch.Tensor) -> Any:
+    def get(self, index: int | torch.Tensor) -> Any:
         if self._store is None:
             raise RuntimeError("cannot read from a StoreStorage that was never written.")
-        return self._from_store(self._read(read_index(slots, self._len)))
+        return self._from_store(self._read(read_index(index, self._len)))
 
     def __getitem__(self, index: Any) -> Any:
         rest: tuple[Any, ...] = ()

@@ -259,11 +259,11 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         return torch.zeros(shape, dtype=dtype, device=self._device)
 
     # ---- writing ---------------------------------------------------------------------------------
-    def set(self, rows: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        if self._len_tensor is not None and self._set_compiled(rows, data, set_cursor):
+        if self._len_tensor is not None and self._set_compiled(cursor, data, set_cursor):
             return
-        single = type(rows) is int or (type(rows) is not slice and is_int(rows))
+        single = type(cursor) is int or (type(cursor) is not slice and is_int(cursor))
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
         leaves = None
@@ -289,11 +289,11 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                 if grown is not layout:  # a new key: its entry is added, zero-filled (TorchRL)
                     self._layout = grown
                     try:
-                        return self.set(rows, data, set_cursor=set_cursor)
+                        return self.set(cursor, data, set_cursor=set_cursor)
                     except BaseException:
                         self._layout = layout  # a refused write adds nothing
                         raise
-        top, last = layout.write(rows, td, leaves, single)
+        top, last = layout.write(cursor, td, leaves, single)
         if top is not None and top > self._rows_written():  # (a full buffer: no update)
             self._set_rows_written(top)
         if last is not None and set_cursor:
@@ -313,27 +313,27 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         super().__setitem__(index, value)
 
     # ---- reading ---------------------------------------------------------------------------------
-    def get(self, slots: int | torch.Tensor) -> Any:
+    def get(self, index: int | torch.Tensor) -> Any:
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
-        if type(slots) is not torch.Tensor or slots.ndim == 0:
-            if is_int(slots):
-                slots = torch.tensor(int(slots))
-            elif isinstance(slots, slice):  # of the written slots, as TorchRL's get
-                slots = torch.arange(len(self))[slots]
-            elif not isinstance(slots, torch.Tensor):
-                slots = as_long_tensor(slots, name="slots")
-        if slots.dtype is not torch.long:
-            if slots.dtype is torch.bool:  # a mask of slots, as TorchRL's get takes one
-                slots = slots.reshape(-1).nonzero().reshape(-1)
-            else:  # (a float tensor is refused naming slots; int32 and the like convert)
-                slots = as_long_tensor(slots, name="slots")
-        if slots.numel() and slots.device.type == "cpu":
-            _check_slots(slots, self._rows_written() * layout.row_numel)
-        return self._format.from_td(layout.gather(slots))
+        if type(index) is not torch.Tensor or index.ndim == 0:
+            if is_int(index):
+                index = torch.tensor(int(index))
+            elif isinstance(index, slice):  # of the written slots, as TorchRL's get
+                index = torch.arange(len(self))[index]
+            elif not isinstance(index, torch.Tensor):
+                index = as_long_tensor(index, name="index")
+        if index.dtype is not torch.long:
+            if index.dtype is torch.bool:  # a mask of slots, as TorchRL's get takes one
+                index = index.reshape(-1).nonzero().reshape(-1)
+            else:  # (a float tensor is refused naming index; int32 and the like convert)
+                index = as_long_tensor(index, name="index")
+        if index.numel() and index.device.type == "cpu":
+            _check_slots(index, self._rows_written() * layout.row_numel)
+        return self._format.from_td(layout.gather(index))
 
-    def get_trusted(self, slots: torch.Tensor) -> Any:
+    def get_trusted(self, index: torch.Tensor) -> Any:
         """:meth:`get` of slots a sampler drew from this storage's written slots, without
         checking them again (a buffer calls it for samplers that declare
         :attr:`~tdreplay.core.Sampler.draws_written_slots`); anything else than an int64
@@ -347,9 +347,9 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         [30, 0]
         """
         layout = self._current_layout()
-        if layout is None or type(slots) is not torch.Tensor or slots.dtype is not torch.long:
-            return self.get(slots)
-        return self._format.from_td(layout.gather(slots))
+        if layout is None or type(index) is not torch.Tensor or index.dtype is not torch.long:
+            return self.get(index)
+        return self._format.from_td(layout.gather(index))
 
     def __getitem__(self, index: Any) -> Any:
         layout = self._current_layout()
