@@ -43,6 +43,27 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     computed with tensor ops, so that a ``torch.compile``'d ``extend`` does not recompile at
     each new cursor; otherwise writers keep their counters in the writer (or, for a storage
     shared between processes, in the storage's shared memory).
+
+    Examples
+    --------
+    A writer implements ``add`` and ``extend``, writing through ``self.storage``:
+
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> class FirstRows(Writer):   # every write starts again at row 0
+    ...     def add(self, data):
+    ...         self.storage.set(0, data)
+    ...         self.write_count += 1
+    ...         return 0
+    ...     def extend(self, data):
+    ...         rows = torch.arange(len(data))
+    ...         self.storage.set(rows, data)
+    ...         self.write_count += len(data)
+    ...         return rows
+    >>> rb = ReplayBuffer(storage=ListStorage(4), writer=FirstRows())
+    >>> _ = rb.extend(["a", "b"])
+    >>> _ = rb.add("c")
+    >>> rb[:], rb.write_count
+    (['c', 'b'], 3)
     """
 
     def __init__(self, *, compilable: bool = False) -> None:
