@@ -157,8 +157,8 @@ def test_image_pipeline_and_key_transforms_in_the_sample_path():
     # sorted keys: ("next", "obs") ("next.obs") comes before "obs"
     assert torch.equal(s["both"][:, 0, 0] - s["both"][:, 1, 0], torch.ones(6))
     assert s["index"].shape == (6,)  # buffer info is attached after the transforms
-    assert set(s.keys()) >= {"pixels", "both", "next", "index"}
-    assert "obs" not in s.keys()
+    # as TorchRL's: only the selected keys (and root "reward"/"done", absent here) are kept
+    assert set(s.keys()) == {"pixels", "both", "index"}
 
 
 def test_cat_frames_and_multistep_in_the_sample_path():

@@ -6,12 +6,17 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core.testing import assert_same, buffer_snapshot
+from tdreplay.storages import LazyTensorStorage
 from tdreplay.transforms import (
     CatTensors,
     DeviceCastTransform,
     DTypeCastTransform,
+    SqueezeTransform,
     UnsqueezeTransform,
 )
+from tdreplay.transforms.tensors import DimOutOfRangeError, PositiveDimError
 
 
 def td3() -> TensorDict:
@@ -81,6 +86,12 @@ class TestUnsqueeze:
     def test_positive_dim_needs_opt_in(self):
         with pytest.raises(ValueError, match="allow_positive_dim"):
             UnsqueezeTransform(1, in_keys=["pos"])
+        # TorchRL raises RuntimeError: the error is both
+        for cls in (UnsqueezeTransform, SqueezeTransform):
+            with pytest.raises(RuntimeError, match="allow_positive_dim") as info:
+                cls(0, in_keys=["pos"])
+            assert type(info.value) is PositiveDimError
+            assert isinstance(info.value, ValueError)
         out = UnsqueezeTransform(1, allow_positive_dim=True, in_keys=["pos"])(td3())
         assert out["pos"].shape == (3, 1, 2)
 
@@ -91,8 +102,36 @@ class TestUnsqueeze:
             UnsqueezeTransform(-1, in_keys=["a", "b"], out_keys=["c"])
         with pytest.raises(ValueError, match="out of range"):
             UnsqueezeTransform(-4, in_keys=["reward"])(td3())
-        with pytest.raises(ValueError, match="no singleton"):
-            UnsqueezeTransform(-1, in_keys_inv=["pos"]).inv(td3())
+        with pytest.raises(IndexError, match="out of range"):  # torch's (TorchRL's) class
+            UnsqueezeTransform(-4, in_keys=["reward"])(td3())
+        with pytest.raises(DimOutOfRangeError, match="no dimension at dim=-3"):
+            UnsqueezeTransform(-3, in_keys_inv=["pos"]).inv(td3())
+        with pytest.raises(ValueError, match="no singleton"):  # SqueezeTransform's forward
+            SqueezeTransform(-1, in_keys=["pos"])(td3())
+
+    def test_inverse_keeps_a_non_singleton_dim_as_torchrl(self):
+        # TorchRL's inverse is tensor.squeeze(dim): a no-op on a dim of size > 1
+        out = UnsqueezeTransform(-1, in_keys_inv=["pos", "reward", "step"]).inv(
+            td3().set("step", torch.arange(3).unsqueeze(-1)))
+        assert out["pos"].shape == (3, 2) and out["reward"].shape == (3,)
+        assert out["step"].shape == (3,) and out["step"].tolist() == [0, 1, 2]
+        assert torch.equal(out["pos"], torch.arange(6.0).reshape(3, 2))
+
+    def test_inverse_in_a_buffer(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8),
+                                    transform=UnsqueezeTransform(-1, in_keys_inv=["act"]))
+        rb.extend(TensorDict({"act": torch.arange(4), "obs": torch.zeros(4, 3)}, [4]))
+        stored = rb.storage[:]
+        assert stored["act"].shape == (4,) and stored["act"].tolist() == [0, 1, 2, 3]
+        assert stored["obs"].shape == (4, 3)
+        rb2 = TensorDictReplayBuffer(storage=LazyTensorStorage(8),
+                                     transform=UnsqueezeTransform(-2, in_keys_inv=["act"]))
+        rb2.extend(TensorDict({"act": torch.arange(4.0).reshape(4, 1, 1)}, [4]))
+        assert rb2.storage[:]["act"].shape == (4, 1)
+        before = buffer_snapshot(rb2)
+        with pytest.raises(DimOutOfRangeError):  # act [4] has no dim -2: nothing written
+            rb2.extend(TensorDict({"act": torch.arange(4.0)}, [4]))
+        assert_same(buffer_snapshot(rb2), before, "buffer state")
 
 
 class TestDTypeCast:

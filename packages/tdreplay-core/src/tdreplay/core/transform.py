@@ -6,8 +6,9 @@ every write (write side). ``tdreplay.transforms`` builds its transforms on this 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
@@ -370,7 +371,29 @@ class Compose(Transform):
     def __len__(self) -> int:
         return len(self.transforms)
 
-    def __getitem__(self, index: int) -> Transform:
+    @overload
+    def __getitem__(self, index: int) -> Transform: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Compose: ...
+
+    def __getitem__(self, index: int | slice) -> Transform | Compose:
+        """The transform at ``index`` (itself), or for a slice a new :class:`Compose` of deep
+        copies of those transforms, as TorchRL's (which clones them): usable on its own or in a
+        buffer, and state kept by the copies (statistics, buffered steps) is independent of
+        this Compose's.
+
+        Examples
+        --------
+        >>> c = Compose(lambda x: x + 1, lambda x: x * 2, lambda x: x - 3)
+        >>> tail = c[1:]
+        >>> type(tail).__name__, len(tail), tail(torch.tensor(5)).item()
+        ('Compose', 2, 7)
+        >>> c[0] is c.transforms[0]
+        True
+        """
+        if isinstance(index, slice):
+            return Compose(*copy.deepcopy(self.transforms[index]))
         return self.transforms[index]
 
     def __iter__(self) -> Iterator[Transform]:

@@ -25,9 +25,11 @@ from .reward_to_go import Reward2GoTransform
 from .tensors import (
     CatTensors,
     DeviceCastTransform,
+    DimOutOfRangeError,
     DoubleToFloat,
     DTypeCastTransform,
     FlattenObservation,
+    PositiveDimError,
     SqueezeTransform,
     UnsqueezeTransform,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "Compose",
     "DTypeCastTransform",
     "DeviceCastTransform",
+    "DimOutOfRangeError",
     "DiscreteActionProjection",
     "DoubleToFloat",
     "ExcludeTransform",
@@ -58,6 +61,7 @@ __all__ = [
     "ObservationNorm",
     "PinMemoryTransform",
     "PolicyAgeFilter",
+    "PositiveDimError",
     "RandomCropTensorDict",
     "RenameTransform",
     "Resize",

@@ -11,10 +11,11 @@ from tensordict import TensorDictBase
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 
-from ._utils import keys_arg, prefix_next, require_tensordict
+from ._utils import keys_arg, require_tensordict
 
-_REWARD_KEYS = ("reward",)
-_DONE_KEYS = ("done", "terminated", "truncated")
+# What TorchRL's SelectTransform keeps besides the selected keys when it has no parent env.
+_REWARD_KEY = "reward"
+_DONE_KEY = "done"
 
 
 class RenameTransform(Transform):
@@ -25,12 +26,17 @@ class RenameTransform(Transform):
     in_keys, out_keys : sequence of nested keys
         Entries to rename and their new names (same length).
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries renamed on extend (``in_keys_inv[i]`` becomes ``out_keys_inv[i]``).
+        Entries renamed on extend, in the opposite direction, as in TorchRL:
+        ``out_keys_inv[i]`` (the name in the data given to ``extend``) is stored as
+        ``in_keys_inv[i]``. Passing the same pair to ``in_keys``/``out_keys`` and
+        ``in_keys_inv``/``out_keys_inv`` therefore round-trips: written as ``in_keys``, read
+        back as ``out_keys``.
     create_copy : bool
         Keep the original entries as well (the new names point to the same tensors).
 
     All entries are read before any is written, so names can be swapped. A missing entry raises
-    ``KeyError`` naming it, and leaves the data as it was.
+    ``KeyError`` naming it, and leaves the data as it was (on extend: nothing is written). An
+    entry already present under a target name is replaced.
 
     Examples
     --------
@@ -40,6 +46,17 @@ class RenameTransform(Transform):
     >>> out = RenameTransform([("some", "key"), "b"], ["renamed", ("x", "y")])(td)
     >>> sorted(map(str, out.keys(True, True)))
     ["('x', 'y')", 'renamed']
+
+    On extend, ``out_keys_inv`` is renamed back to ``in_keys_inv``:
+
+    >>> from tdreplay.core import TensorDictReplayBuffer
+    >>> from tdreplay.storages import LazyTensorStorage
+    >>> t = RenameTransform(["obs"], ["observation"], in_keys_inv=["action"],
+    ...                     out_keys_inv=["action_env"])
+    >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), transform=t)
+    >>> _ = rb.extend(TensorDict({"obs": torch.zeros(2), "action_env": torch.ones(2)}, [2]))
+    >>> sorted(rb.storage[:].keys())
+    ['action', 'obs']
     """
 
     def __init__(
@@ -53,8 +70,8 @@ class RenameTransform(Transform):
         if out_keys is None:
             raise ValueError("RenameTransform needs out_keys: the new names of in_keys.")
         if in_keys_inv is not None and out_keys_inv is None:
-            raise ValueError("RenameTransform: in_keys_inv given without out_keys_inv (their new "
-                             "names).")
+            raise ValueError("RenameTransform: in_keys_inv given without out_keys_inv (the names "
+                             "these entries have in the data given to extend).")
         super().__init__(keys_arg(in_keys, "in_keys"), keys_arg(out_keys, "out_keys"),
                          keys_arg(in_keys_inv, "in_keys_inv"),
                          keys_arg(out_keys_inv, "out_keys_inv"))
@@ -80,7 +97,8 @@ class RenameTransform(Transform):
         if not self.in_keys_inv:
             return data
         require_tensordict(self, data)
-        return self._rename(data.copy(), self.in_keys_inv, self.out_keys_inv)
+        # TorchRL's direction: the extend-side name (out_keys_inv) is stored as in_keys_inv.
+        return self._rename(data.copy(), self.out_keys_inv, self.in_keys_inv)
 
 
 class _KeyFilter(Transform):
@@ -141,34 +159,48 @@ class ExcludeTransform(_KeyFilter):
 
 
 class SelectTransform(_KeyFilter):
-    """Keeps only the given entries on sample (rewards and done flags too, by default).
+    """Keeps only the given entries on sample (and the root ``"reward"`` / ``"done"``, by
+    default), as TorchRL's ``SelectTransform`` does in a replay buffer.
 
     Parameters
     ----------
     *selected_keys : nested keys
-        Entries to keep. A missing one raises ``KeyError`` naming it (``strict=False`` ignores it).
+        Entries to keep. A missing one is ignored, as in TorchRL (``strict=True`` raises
+        instead).
     keep_rewards : bool
-        Also keep ``"reward"`` and ``("next", "reward")`` when present.
+        Also keep the root ``"reward"`` entry when present. Defaults to ``True``.
     keep_dones : bool
-        Also keep ``"done"``, ``"terminated"``, ``"truncated"`` and their ``"next"`` entries when
-        present.
+        Also keep the root ``"done"`` entry when present. Defaults to ``True``.
     strict : bool
-        Raise when a selected entry is missing. Defaults to ``True``.
+        Raise ``KeyError`` naming a selected entry that is missing (a tdreplay addition, to
+        catch a misspelt key). Defaults to ``False``, TorchRL's behaviour: nothing is lost,
+        as the entry is not in the data to begin with.
     inverse : bool
-        Select on extend instead (only these entries are written).
+        Select on extend instead (only these entries are written; a tdreplay addition).
+
+    Every other entry is dropped, including ``("next", "reward")``, ``("next", "done")`` and
+    the ``"terminated"`` / ``"truncated"`` flags (TorchRL outside an environment keeps only
+    ``"reward"`` and ``"done"``): name them to keep them.
 
     Examples
     --------
     >>> import torch
     >>> from tensordict import TensorDict
-    >>> td = TensorDict({"obs": torch.zeros(2), "other": torch.zeros(2),
+    >>> td = TensorDict({"obs": torch.zeros(2), "other": torch.zeros(2), "done": torch.ones(2),
     ...                  ("next", "reward"): torch.ones(2)}, [2])
-    >>> sorted(map(str, SelectTransform("obs")(td).keys(True, True)))
-    ["('next', 'reward')", 'obs']
+    >>> sorted(map(str, SelectTransform("obs")(td.clone()).keys(True, True)))
+    ['done', 'obs']
+    >>> sorted(map(str, SelectTransform("obs", ("next", "reward"), "absent")(td.clone())
+    ...            .keys(True, True)))
+    ["('next', 'reward')", 'done', 'obs']
+    >>> SelectTransform("obs", "absent", strict=True)(td)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    KeyError: ...SelectTransform: key ...absent... is missing from the data...
     """
 
     def __init__(self, *selected_keys: NestedKey | list[NestedKey], keep_rewards: bool = True,
-                 keep_dones: bool = True, strict: bool = True, inverse: bool = False) -> None:
+                 keep_dones: bool = True, strict: bool = False, inverse: bool = False) -> None:
         super().__init__(selected_keys, inverse)
         self.keep_rewards = bool(keep_rewards)
         self.keep_dones = bool(keep_dones)
@@ -180,8 +212,7 @@ class SelectTransform(_KeyFilter):
                 self._get(data, key)
         extra: list[NestedKey] = []
         if self.keep_rewards:
-            extra += [k for r in _REWARD_KEYS for k in (r, prefix_next(r))]
+            extra.append(_REWARD_KEY)
         if self.keep_dones:
-            extra += [k for d in _DONE_KEYS for k in (d, prefix_next(d))]
-        keys = list(self.keys) + [k for k in extra if k in data.keys(True)]
-        return data.select(*keys, strict=False)
+            extra.append(_DONE_KEY)
+        return data.select(*self.keys, *extra, strict=False)

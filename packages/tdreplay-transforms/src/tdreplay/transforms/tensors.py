@@ -16,6 +16,43 @@ from tdreplay.core.transform import NestedKey
 from ._utils import keys_arg, one_key, require_tensordict
 
 
+class PositiveDimError(ValueError, RuntimeError):
+    """A non-negative ``dim`` given to :class:`UnsqueezeTransform` / :class:`SqueezeTransform`
+    without ``allow_positive_dim=True``.
+
+    A ``ValueError`` (what tdreplay raised before), and the ``RuntimeError`` TorchRL raises in
+    this case, so ``except RuntimeError:`` written for TorchRL catches it.
+
+    Examples
+    --------
+    >>> [issubclass(PositiveDimError, e) for e in (ValueError, RuntimeError)]
+    [True, True]
+    >>> UnsqueezeTransform(0, in_keys=["obs"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.transforms.tensors.PositiveDimError: UnsqueezeTransform: dim=0 is not negative; ...
+    """
+
+
+class DimOutOfRangeError(ValueError, IndexError):
+    """An entry that has no dimension ``dim`` for :class:`UnsqueezeTransform` /
+    :class:`SqueezeTransform` to insert at or remove.
+
+    A ``ValueError`` (what tdreplay raised before), and the ``IndexError`` torch (so TorchRL)
+    raises in this case, so ``except IndexError:`` written for TorchRL catches it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> t = UnsqueezeTransform(-3, in_keys=["obs"])
+    >>> t(TensorDict({"obs": torch.zeros(4)}, [4]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tdreplay.transforms.tensors.DimOutOfRangeError: UnsqueezeTransform: dim=-3 is out of range ...
+    """
+
+
 def _key_sort(key: NestedKey) -> str:
     return key if isinstance(key, str) else ".".join(key)
 
@@ -184,13 +221,18 @@ class UnsqueezeTransform(Transform):
     dim : int
         Where the new dimension goes. Negative (counted from the last dimension) unless
         ``allow_positive_dim=True``: a positive dim counts from the first batch dimension, so it
-        means different things for samples of different batch sizes.
+        means different things for samples of different batch sizes. A non-negative ``dim``
+        without ``allow_positive_dim`` raises :class:`PositiveDimError` (both a ``ValueError``
+        and TorchRL's ``RuntimeError``).
     allow_positive_dim : bool
         Accept a non-negative ``dim``.
     in_keys, out_keys : sequence of nested keys
         Entries unsqueezed on sample.
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries squeezed at ``dim`` on extend.
+        Entries squeezed at ``dim`` on extend. As TorchRL's (``tensor.squeeze(dim)``), an entry
+        whose dimension ``dim`` is not of size one is written unchanged; an entry with no
+        dimension ``dim`` at all raises :class:`DimOutOfRangeError` (a ``ValueError`` and
+        TorchRL's ``IndexError``) naming it, and nothing is written.
 
     Examples
     --------
@@ -199,6 +241,13 @@ class UnsqueezeTransform(Transform):
     >>> td = TensorDict({"obs": torch.zeros(4, 3)}, [4])
     >>> UnsqueezeTransform(-2, in_keys=["obs"])(td)["obs"].shape
     torch.Size([4, 1, 3])
+
+    On extend, a singleton ``dim`` is removed and any other size is kept:
+
+    >>> inv = UnsqueezeTransform(-1, in_keys_inv=["act", "obs"])
+    >>> out = inv.inv(TensorDict({"act": torch.zeros(4, 1), "obs": torch.zeros(4, 3)}, [4]))
+    >>> out["act"].shape, out["obs"].shape
+    (torch.Size([4]), torch.Size([4, 3]))
     """
 
     def __init__(
@@ -215,8 +264,9 @@ class UnsqueezeTransform(Transform):
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise TypeError(f"{name}: dim must be an int, got {dim!r}.")
         if dim >= 0 and not allow_positive_dim:
-            raise ValueError(f"{name}: dim={dim} is not negative; pass "
-                             "allow_positive_dim=True to count from the first batch dimension.")
+            raise PositiveDimError(f"{name}: dim={dim} is not negative; pass "
+                                   "allow_positive_dim=True to count from the first batch "
+                                   "dimension.")
         super().__init__(keys_arg(in_keys, "in_keys"),
                          None if out_keys is None else keys_arg(out_keys, "out_keys"),
                          keys_arg(in_keys_inv, "in_keys_inv"),
@@ -228,17 +278,25 @@ class UnsqueezeTransform(Transform):
         values = [self._get(data, key) for key in in_keys]
         for in_key, value in zip(in_keys, values):
             if not -value.ndim - 1 <= self.dim <= value.ndim:
-                raise ValueError(f"{type(self).__name__}: dim={self.dim} is out of range for "
-                                 f"entry {in_key!r} of shape {tuple(value.shape)}.")
+                raise DimOutOfRangeError(f"{type(self).__name__}: dim={self.dim} is out of "
+                                         f"range for entry {in_key!r} of shape "
+                                         f"{tuple(value.shape)}.")
         for out_key, value in zip(out_keys, values):
             data.set(out_key, value.unsqueeze(self.dim))
         return data
 
     def _squeeze(self, data: TensorDictBase, in_keys: list[NestedKey],
-                 out_keys: list[NestedKey]) -> TensorDictBase:
+                 out_keys: list[NestedKey], *, need_singleton: bool) -> TensorDictBase:
+        """Squeeze ``dim`` of each entry. With ``need_singleton`` a non-singleton ``dim`` raises
+        ``ValueError``; without, it leaves the entry as it is (TorchRL's ``squeeze(dim)``). A
+        ``dim`` the entry does not have raises either way; nothing is set before the checks."""
         values = [self._get(data, key) for key in in_keys]
         for in_key, value in zip(in_keys, values):
-            if not -value.ndim <= self.dim < value.ndim or value.shape[self.dim] != 1:
+            if not -value.ndim <= self.dim < value.ndim:
+                raise DimOutOfRangeError(f"{type(self).__name__}: entry {in_key!r} of shape "
+                                         f"{tuple(value.shape)} has no dimension at "
+                                         f"dim={self.dim} to squeeze.")
+            if need_singleton and value.shape[self.dim] != 1:
                 raise ValueError(f"{type(self).__name__}: entry {in_key!r} of shape "
                                  f"{tuple(value.shape)} has no singleton dimension at "
                                  f"dim={self.dim} to squeeze.")
@@ -254,7 +312,7 @@ class UnsqueezeTransform(Transform):
         if not self.in_keys_inv:
             return data
         data = require_tensordict(self, data).copy()
-        return self._squeeze(data, self.in_keys_inv, self.out_keys_inv)
+        return self._squeeze(data, self.in_keys_inv, self.out_keys_inv, need_singleton=False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim}, keys={self.in_keys})"
@@ -305,7 +363,7 @@ class SqueezeTransform(UnsqueezeTransform):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
-        return self._squeeze(data, self.in_keys, self.out_keys)
+        return self._squeeze(data, self.in_keys, self.out_keys, need_singleton=True)
 
     def inv(self, data: TensorDictBase) -> TensorDictBase:
         if not self.in_keys_inv:
