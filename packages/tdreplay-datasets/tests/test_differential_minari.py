@@ -10,12 +10,13 @@ iterate_episodes()`` and laid out by hand in TorchRL's TED layout
 
 1. every row equals its source step (``observation``, ``action``, ``episode``,
    ``("next", "observation" | "reward" | "terminated" | "truncated" | "done")``, ``info`` /
-   ``("next", "info")`` and the lifted ``state``), rows = total steps, episodes in order;
+   ``("next", "info")``, an info ``state`` entry included, kept under ``info`` as TorchRL
+   keeps it), rows = total steps, episodes in order;
 2. ``split_trajs=True``: one zero-padded row per episode, ``mask`` exactly the real steps;
 3. a ``SliceSampler`` never returns a slice crossing two episodes, and slice contents equal
    the source steps (slice ends are marked ``truncated``/``done``, as TorchRL does);
-4. a second construction reuses the converted files (same data); ``download="force"``
-   converts a changed source again;
+4. a second construction reuses the converted files (same data); a changed local source is
+   converted again with ``load_from_local_minari=True`` (and ``download="force"``);
 5. batched ``sample``: each returned row equals the row at the returned ``index``.
 
 No divergence from the model was found (see the report of the session that wrote this
@@ -126,12 +127,9 @@ def assert_step(row, ep, t: int, slice_end: bool = False) -> None:
     assert row["next", "done"].item() == (terminated or truncated or slice_end)
     assert row["episode"].item() == ep.id
     if ep.infos:
-        for key in ("x", "flag"):
-            _assert_tree(row["info", key], ep.infos[key][t], f"info.{key}")
-            _assert_tree(row["next", "info", key], ep.infos[key][t + 1], f"next.info.{key}")
-        _assert_tree(row["state", "qpos"], ep.infos["state"]["qpos"][t], "state")
-        _assert_tree(row["next", "state", "qpos"], ep.infos["state"]["qpos"][t + 1],
-                     "next.state")
+        _assert_tree(row["info"], _at(ep.infos, t), "info")
+        _assert_tree(row["next", "info"], _at(ep.infos, t + 1), "next.info")
+        assert "state" not in row.keys() and "state" not in row["next"].keys()
 
 
 def assert_flat(rows, episodes) -> None:
@@ -236,7 +234,15 @@ def test_reuse_gives_identical_data_and_force_takes_the_new_source(minari_dir, r
     shutil.rmtree(minari_dir / dataset_id)
     make_random(dataset_id, 12, kind=2, lengths=[1, 4])
     new = source(dataset_id)
-    assert_flat(load(dataset_id, root)[:], old)  # no force: the converted copy is reused
+    # not reading the local source: the converted copy is reused
+    assert_flat(load(dataset_id, root, download=False, load_from_local_minari=False)[:], old)
+    # reading it: its change is seen, the flat data and its split are converted again
+    assert_flat(load(dataset_id, root)[:], new)
+    resplit = load(dataset_id, root, split_trajs=True)[:]
+    assert resplit.batch_size == (2, 4)
+    for k, ep in enumerate(new):
+        for t in range(len(ep.rewards)):
+            assert_step(resplit[k, t], ep, t)
     forced = load(dataset_id, root, download="force", split_trajs=True)
     assert forced[:].batch_size == (2, 4)
     for k, ep in enumerate(new):

@@ -164,9 +164,10 @@ def test_dict_observations_and_infos_become_nested(dict_dataset, root):
     rows = data[:]
     assert set(rows.keys(include_nested=True, leaves_only=True)) == {
         ("observation", "position"), ("observation", "goal"), "action", "episode",
-        ("info", "distance"), ("info", "success"), ("state", "qpos"),
+        ("info", "distance"), ("info", "success"), ("info", "state", "qpos"),
         ("next", "observation", "position"), ("next", "observation", "goal"),
-        ("next", "info", "distance"), ("next", "info", "success"), ("next", "state", "qpos"),
+        ("next", "info", "distance"), ("next", "info", "success"),
+        ("next", "info", "state", "qpos"),
         ("next", "reward"), ("next", "terminated"), ("next", "truncated"), ("next", "done")}
     assert data.metadata["dropped_text"] == ["infos.phase", "observations.label"]
     start = 0
@@ -187,15 +188,17 @@ def test_dict_observations_and_infos_become_nested(dict_dataset, root):
                                       ep.infos["distance"][1:])
         np.testing.assert_array_equal(part["next", "info", "success"].numpy(),
                                       ep.infos["success"][1:])
-        np.testing.assert_array_equal(part["state", "qpos"].numpy(), ep.infos["state"]["qpos"][:-1])
-        np.testing.assert_array_equal(part["next", "state", "qpos"].numpy(),
+        # an info named "state" stays in the info, as in TorchRL
+        np.testing.assert_array_equal(part["info", "state", "qpos"].numpy(),
+                                      ep.infos["state"]["qpos"][:-1])
+        np.testing.assert_array_equal(part["next", "info", "state", "qpos"].numpy(),
                                       ep.infos["state"]["qpos"][1:])
         np.testing.assert_array_equal(part["next", "terminated"].numpy()[:, 0], ep.terminations)
         np.testing.assert_array_equal(part["next", "truncated"].numpy()[:, 0], ep.truncations)
     assert start == len(data)
     sample = data.sample()
     assert sample["observation", "position"].shape == (4, 2)
-    assert sample["next", "state", "qpos"].shape == (4, 3)
+    assert sample["next", "info", "state", "qpos"].shape == (4, 3)
 
 
 def test_metadata_keeps_the_spaces(dict_dataset, root):
@@ -267,8 +270,8 @@ def test_force_converts_again_from_the_new_source(cartpole, root, count_conversi
     load(cartpole, root, split_trajs=True)
     minari.delete_dataset(cartpole)
     cartpole_maker(seeds=(10, 11, 12))
-    stale = load(cartpole, root)
-    assert (stale[:] == old).all()  # no force: the converted copy is reused
+    stale = load(cartpole, root, download=False, load_from_local_minari=False)
+    assert (stale[:] == old).all()  # the local source is not read: the copy is reused
     assert count_conversions == [cartpole]
     fresh = load(cartpole, root, download="force")
     assert count_conversions == [cartpole, cartpole]
@@ -288,7 +291,7 @@ def test_force_with_split_rebuilds_both(cartpole, root, count_conversions):
 
 
 def test_delete_removes_the_converted_files(cartpole, root, count_conversions):
-    data = load(cartpole, root, split_trajs=True)
+    data = load(cartpole, root)
     sample = data.sample()
     data.delete()
     assert not data.data_path.exists() and not data.data_path_root.exists()
@@ -498,8 +501,9 @@ def test_bad_download_argument(download, root):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"batch_size": 0}, ValueError, "batch_size must be an int >= 1"),
-    ({"batch_size": None}, ValueError, "batch_size must be an int >= 1"),
+    ({"batch_size": 0}, ValueError, "batch_size must be None or an int >= 1"),
+    ({"batch_size": 2.0}, ValueError, "batch_size must be None or an int >= 1"),
+    ({"batch_size": True}, ValueError, "batch_size must be None or an int >= 1"),
     ({"sampler": "random"}, TypeError, "sampler must be a Sampler"),
     ({"writer": object()}, TypeError, "writer must be a Writer"),
 ])

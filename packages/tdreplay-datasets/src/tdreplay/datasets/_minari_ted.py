@@ -8,9 +8,6 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-# entries of Minari's ``infos`` that TED keeps beside ``info`` rather than inside it
-_LIFTED_INFOS = ("state",)
-
 
 def _to_tree(value: Any, key: str, dropped: set[str]) -> Any:
     """Minari data (arrays, dicts, tuples, lists) as tensors / nested dicts of tensors.
@@ -65,9 +62,11 @@ def episode_to_ted(episode: Any, dropped: set[str]) -> TensorDict:
     "reward" | "terminated" | "truncated" | "done")`` of shape ``[1]``, with ``done =
     terminated | truncated``. Dict (and tuple) observations, actions and infos become nested
     TensorDicts; ``infos`` are recorded at reset and after each step, so ``info`` is the info
-    before the step and ``("next", "info")`` the one after it (an info ``state`` entry goes to
-    ``state`` / ``("next", "state")``, as in TorchRL). Keys of text data are added to
-    ``dropped`` and left out.
+    before the step and ``("next", "info")`` the one after it. Every info entry stays there,
+    one named ``state`` included (``("info", "state")``), as in TorchRL 0.14, which moves only
+    a ``state`` group stored beside ``infos`` in the episode's HDF5 group; Minari 0.5 writes
+    none, and its reader would not return one. Keys of text data are added to ``dropped``
+    and left out.
     """
     steps = len(episode.rewards)
     observations = _to_tree(episode.observations, "observations", dropped)
@@ -100,10 +99,7 @@ def episode_to_ted(episode: Any, dropped: set[str]) -> TensorDict:
         info_td = _as_td(_pad_front(infos, steps), steps + 1, "infos")
         if not isinstance(info_td, TensorDict):
             raise TypeError(f"episode infos must be a dict of entries, got {type(infos).__name__}.")
-        parts = {name: info_td.pop(name) for name in _LIFTED_INFOS if name in info_td.keys()}
         if not info_td.is_empty():
-            parts["info"] = info_td
-        for name, part in parts.items():
-            td.set(name, part[:-1])
-            td.set(("next", name), part[1:])
+            td.set("info", info_td[:-1])
+            td.set(("next", "info"), info_td[1:])
     return td

@@ -4,24 +4,33 @@ On-disk layout under ``root``::
 
     <root>/<dataset_id>/                   the converted dataset (data_path_root)
         tdreplay-dataset.json              what was converted (written last: marks it complete)
+        env_metadata.json                  the Minari dataset's spec, as TorchRL writes it
         data/                              one memory-mapped file per entry (TensorDict.memmap)
     <root>/<dataset_id>_split/             the same, split into padded episodes (split_trajs)
 
 Each directory is built in a scratch directory beside it and renamed into place at the end, so
-it is either complete or absent; the next construction reuses it without converting again.
+it is either complete or absent; the next construction reuses it without converting again,
+unless it was converted from a local Minari dataset that has changed since (its files'
+fingerprint is recorded in the marker) or it is a split made from another conversion.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import shutil
 import threading
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
 from tdreplay.core.utils import check_instance
@@ -34,8 +43,16 @@ from .base import BaseDatasetExperienceReplay
 
 __all__ = ["MinariExperienceReplay"]
 
-_FORMAT = 1
+# 2: infos kept whole under "info" (no lifted "state"), TorchRL's spec keys, env_metadata.json,
+#    the local source's fingerprint and the conversion's id; format-1 conversions are converted
+#    again (with download=True or load_from_local_minari)
+_FORMAT = 2
 _MARKER = "tdreplay-dataset.json"
+_ENV_METADATA = "env_metadata.json"  # TorchRL's metadata_path
+# marker entries that are bookkeeping, not metadata
+_INTERNAL = ("format", "files", "source", "conversion")
+# local source files up to this size are hashed into the fingerprint as well
+_HASH_LIMIT = 32 * 2**20
 _DATA = "data"
 _SPLIT_SUFFIX = "_split"
 _MINARI_META = "metadata.json"  # beside Minari's data files (main_data.hdf5, ...)
@@ -127,6 +144,28 @@ def _open_local(dataset_id: str) -> Any:
     return _open_minari(dataset_id, where)
 
 
+def _source_fingerprint(dataset_id: str) -> dict[str, list[Any]]:
+    """The fingerprint of the local Minari dataset ``dataset_id``'s files.
+
+    Every file under ``<local cache>/<dataset_id>/data`` (path relative to it) maps to
+    ``[size, mtime_ns, sha256]``; the hash is left out (``None``) for files over 32 MiB. A
+    ``FileNotFoundError`` naming the directory when the dataset is not in the cache.
+    """
+    where = local_minari_dir() / dataset_id / _DATA
+    if not where.is_dir():
+        _open_local(dataset_id)  # raises the FileNotFoundError naming where it looked
+    fingerprint: dict[str, list[Any]] = {}
+    for path in sorted(where.rglob("*")):
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        digest = None
+        if stat.st_size <= _HASH_LIMIT:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        fingerprint[path.relative_to(where).as_posix()] = [stat.st_size, stat.st_mtime_ns, digest]
+    return fingerprint
+
+
 def _data_files(where: Path) -> str:
     """The data files of the Minari dataset directory ``where`` (e.g. ``main_data.hdf5``)."""
     try:
@@ -179,12 +218,60 @@ def _serialize_space(space: Any) -> str | None:
         return None
 
 
-def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = None) -> None:
+def _space_to_dict(space: Any) -> dict[str, Any] | None:
+    """A gymnasium space as TorchRL 0.14 writes it into ``env_metadata.json``: ``Dict``,
+    ``Box`` and ``Discrete`` as dicts; ``Text`` (as in TorchRL) and every other space (on
+    which TorchRL raises) as ``None``."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict",
+                "subspaces": {key: _space_to_dict(sub) for key, sub in space.spaces.items()}}
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "low": space.low.tolist(), "high": space.high.tolist(),
+                "dtype": str(space.dtype), "shape": list(space.shape)}
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "dtype": str(space.dtype), "n": int(space.n),
+                "shape": list(space.shape)}
+    return None
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists; what JSON cannot hold, e.g.
+    a callable entry point, becomes its ``str``)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _spec_entries(dataset: Any) -> dict[str, Any]:
+    """The entries of the dataset's ``MinariDatasetSpec`` (``dataclasses.asdict``, as TorchRL's
+    metadata) but its spaces, as they read back from JSON: ``env_spec`` is the gymnasium
+    ``EnvSpec`` as a dict (or ``None``)."""
+    spec = dataset.spec
+    env_spec = spec.env_spec
+    if dataclasses.is_dataclass(env_spec) and not isinstance(env_spec, type):
+        env_spec = dataclasses.asdict(env_spec)
+    return _as_json({
+        "dataset_id": spec.dataset_id,
+        "namespace": spec.namespace,
+        "dataset_name": spec.dataset_name,
+        "version": spec.version,
+        "env_spec": env_spec,
+        "data_path": str(spec.data_path),
+        "combined_datasets": list(spec.combined_datasets),
+        "total_episodes": int(spec.total_episodes),
+        "total_steps": int(spec.total_steps),
+        "minari_version": str(spec.minari_version),
+    })
+
+
+def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = None,
+             extra: dict[str, Any] | None = None) -> None:
     """Write ``dataset`` (a ``minari.MinariDataset``) to ``dest`` in the TED layout.
 
     Episodes go one after the other in the dataset's order into memmap files sized for the
     whole dataset; a progress bar counts the steps. Text entries are left out with a warning.
-    ``source`` is the Minari dataset's directory, named when its files cannot be read.
+    ``source`` is the Minari dataset's directory, named when its files cannot be read;
+    ``extra`` goes into the marker. ``env_metadata.json`` gets the dataset's spec.
     """
     from tqdm.auto import tqdm
 
@@ -221,15 +308,22 @@ def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = No
     if dropped:
         warnings.warn(f"MinariExperienceReplay: text data has no tensor form and was dropped from "
                       f"{dataset_id!r}: {sorted(dropped)}.", UserWarning, stacklevel=4)
+    spec = _spec_entries(dataset)
+    (dest / _ENV_METADATA).write_text(json.dumps({
+        **spec,
+        "observation_space": _as_json(_space_to_dict(dataset.observation_space)),
+        "action_space": _as_json(_space_to_dict(dataset.action_space)),
+    }))
     _write_marker(dest, {
+        **spec,
         "dataset_id": dataset_id,
         "split_trajs": False,
         "total_steps": total,
         "total_episodes": int(dataset.total_episodes),
-        "minari_version": str(dataset.spec.minari_version),
         "observation_space": _serialize_space(dataset.observation_space),
         "action_space": _serialize_space(dataset.action_space),
         "dropped_text": sorted(dropped),
+        **(extra or {}),
         # leaf file -> size in bytes, checked on every load (a leaf missing from meta.json)
         "files": leaf_files(dest / _DATA),
     })
@@ -243,21 +337,23 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     """A `Minari <https://minari.farama.org>`_ dataset as a read-only replay buffer (TED layout).
 
     The dataset is converted once to memory-mapped files under ``<root>/<dataset_id>`` (with
-    a progress bar) and reused by every later construction. Each step ``t`` of each episode
-    is a row with ``observation``, ``action``, ``episode`` (the episode's id),
-    ``("next", "observation")`` and ``("next", "reward" | "terminated" | "truncated" |
-    "done")`` (shape ``[1]``, ``done = terminated | truncated``), exactly as in the Minari
-    episodes. Dict (and tuple) observations and actions, and infos, become nested TensorDicts:
-    ``info`` holds the info before the step, ``("next", "info")`` the one after it; an info
-    ``state`` entry goes to ``state`` / ``("next", "state")``. Text has no tensor form: it is
-    dropped with a warning.
+    a progress bar) and reused by later constructions; data converted from the local Minari
+    cache is converted again once that source has changed (see ``load_from_local_minari``).
+    Each step ``t`` of each episode is a row with ``observation``, ``action``, ``episode``
+    (the episode's id), ``("next", "observation")`` and ``("next", "reward" | "terminated" |
+    "truncated" | "done")`` (shape ``[1]``, ``done = terminated | truncated``), exactly as in
+    the Minari episodes. Dict (and tuple) observations and actions, and infos, become nested
+    TensorDicts: ``info`` holds the info before the step, ``("next", "info")`` the one after
+    it, every info entry included (one named ``state`` stays at ``("info", "state")``, as in
+    TorchRL). Text has no tensor form: it is dropped with a warning.
 
     Parameters
     ----------
     dataset_id : str
         The Minari dataset, e.g. ``"D4RL/door/human-v2"`` (see :attr:`available_datasets`).
-    batch_size : int
-        Default batch size of :meth:`sample` (``sample(batch_size)`` overrides it).
+    batch_size : int, optional
+        Default batch size of :meth:`sample` (``sample(batch_size)`` overrides it); with
+        ``None`` every call passes one, as with any tdreplay buffer.
 
     Keyword Arguments
     -----------------
@@ -268,7 +364,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         use only what is under ``root`` (``FileNotFoundError`` when it is missing, unless
         ``load_from_local_minari`` names a local source, which never touches the network).
         ``"force"``: fetch and convert again, replacing what is under ``root`` (the old data
-        stays until the new one is complete).
+        stays until the new one is complete). Any other value raises a ``ValueError`` (a
+        truthy string such as ``"yes"`` is not taken for ``True``).
     sampler : Sampler, optional
         Defaults to :class:`~tdreplay.core.RandomSampler`.
     writer : Writer, optional
@@ -282,17 +379,25 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     transform : Transform, optional
         Applied to every sample.
     split_trajs : bool
-        Store the data as ``[num_episodes, max_len]``: one row per episode (the source's
-        episodes; as every Minari episode ends with ``terminated`` or ``truncated``, these are
-        the trajectories the ``done`` signal delimits), zero-padded after its end, with a
-        boolean ``mask`` entry telling real steps from padding (see
-        :func:`~tdreplay.core.split_trajectories`). Samples are whole episodes,
-        ``[batch_size, max_len]``. Kept in ``<root>/<dataset_id>_split``.
+        Store the data as ``[num_episodes, max_len]``: one row per Minari episode (split on
+        the ``episode`` ids), zero-padded after its end, with a boolean ``mask`` entry telling
+        real steps from padding and a ``traj_ids`` entry (int64: the row's number on its real
+        steps, 0 on the padding) as in TorchRL (see :func:`~tdreplay.core.split_trajectories`).
+        TorchRL splits on ``done`` instead; the two agree unless an episode ends with neither
+        ``terminated`` nor ``truncated`` (Minari accepts such episodes, e.g. a recording
+        stopped early), which TorchRL merges into the next episode and tdreplay keeps on its
+        own row. Samples are whole episodes, ``[batch_size, max_len]``. Kept in
+        ``<root>/<dataset_id>_split``.
     load_from_local_minari : bool
         Read the dataset from the local Minari cache (``$MINARI_DATASETS_PATH``, else
         ``~/.minari/datasets``), e.g. one made with ``minari.create_dataset_from_buffers``,
         instead of downloading it. Raises ``FileNotFoundError`` naming the directory looked
-        in when it is not there.
+        in when it is not there. The conversion records a fingerprint of the source's files
+        (names, sizes, modification times in ns, and a SHA-256 of each file up to 32 MiB);
+        a later construction with ``load_from_local_minari=True`` reuses it only while that
+        fingerprint is unchanged, and converts again (replacing it, and the split made from
+        it) otherwise, so data re-recorded under the same id is never served stale. TorchRL
+        converts again on every such construction.
 
     Otherwise a dataset missing under ``root`` is fetched with ``minari.download_dataset``
     into a scratch directory beside its target (then converted and renamed into place; the
@@ -305,15 +410,23 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     available_datasets : list of str
         The ids on Minari's remote server (needs the network; ``ConnectionError`` offline).
     metadata : dict
-        What was converted: ``dataset_id``, ``total_steps``, ``total_episodes``,
-        ``minari_version``, ``observation_space``/``action_space`` (gymnasium spaces),
-        ``dropped_text`` (keys left out) and, with ``split_trajs``, ``max_len``.
+        What was converted: the entries of the Minari dataset's spec, as in TorchRL
+        (``dataset_id``, ``namespace`` and ``version`` (``None`` when the id has none),
+        ``dataset_name``, ``env_spec`` (the gymnasium ``EnvSpec`` as a dict, ``None`` when the
+        dataset recorded none), ``data_path`` (the Minari directory the data was read from, a
+        ``str``; for a download, a scratch directory that no longer exists),
+        ``combined_datasets`` (list), ``total_steps``, ``total_episodes``, ``minari_version``,
+        ``observation_space``/``action_space`` as gymnasium spaces, not TorchRL specs), and
+        tdreplay's ``dropped_text`` (keys left out), ``split_trajs`` and, with
+        ``split_trajs``, ``max_len``.
+    metadata_path : Path
+        ``<root>/<dataset_id>/env_metadata.json``: the spec as TorchRL writes it.
 
     Examples
     --------
     A small dataset made locally with Minari, converted and sampled:
 
-    >>> import os, tempfile, warnings
+    >>> import os, shutil, tempfile, warnings
     >>> import gymnasium as gym, minari, numpy as np
     >>> from minari.data_collector import EpisodeBuffer
     >>> tmp = tempfile.mkdtemp()
@@ -349,11 +462,39 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     (torch.Size([4, 4]), torch.Size([4, 1]), torch.int64)
     >>> len(data) == data.metadata["total_steps"], data.metadata["total_episodes"]
     (True, 3)
-    >>> episodes = MinariExperienceReplay("cartpole/doc-v0", batch_size=2, split_trajs=True,
+    >>> data.metadata["namespace"], data.metadata["dataset_name"], data.metadata["version"]
+    ('cartpole', 'doc', 0)
+    >>> data.metadata["env_spec"]["id"], data.metadata["env_spec"]["max_episode_steps"]
+    ('CartPole-v1', 10)
+    >>> data.metadata_path.name, data.metadata_path.is_file()
+    ('env_metadata.json', True)
+    >>> recorded = episodes
+    >>> episodes = MinariExperienceReplay("cartpole/doc-v0", split_trajs=True,
     ...                                   root=os.path.join(tmp, "converted"), download=False,
     ...                                   load_from_local_minari=True)
-    >>> episodes.sample()["mask"].shape == (2, episodes.metadata["max_len"])
+    >>> episodes.sample(2)["mask"].shape == (2, episodes.metadata["max_len"])
     True
+    >>> episodes[:]["traj_ids"][:, 0].tolist()
+    [0, 1, 2]
+
+    ``delete()`` removes what the buffer reads (here the split only, as in TorchRL):
+
+    >>> episodes.delete()
+    >>> sorted(os.listdir(os.path.join(tmp, "converted", "cartpole")))
+    ['doc-v0']
+
+    Re-recording the local dataset under the same id is seen by the next construction:
+
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     shutil.rmtree(os.path.join(tmp, "minari", "cartpole", "doc-v0"))
+    ...     _ = minari.create_dataset_from_buffers("cartpole/doc-v0", recorded[:1], env=env,
+    ...                                            algorithm_name="fixed")
+    >>> fresh = MinariExperienceReplay("cartpole/doc-v0", batch_size=4,
+    ...                                root=os.path.join(tmp, "converted"),
+    ...                                load_from_local_minari=True)
+    >>> fresh.metadata["total_episodes"], len(fresh) == len(recorded[0].rewards)
+    (1, True)
     >>> if previous is None:
     ...     del os.environ["MINARI_DATASETS_PATH"]
     ... else:
@@ -363,7 +504,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     def __init__(
         self,
         dataset_id: str,
-        batch_size: int,
+        batch_size: int | None = None,
         *,
         root: str | os.PathLike | None = None,
         download: bool | str = True,
@@ -377,11 +518,14 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         load_from_local_minari: bool = False,
     ) -> None:
         self.dataset_id = _check_dataset_id(dataset_id)
-        if not (download is True or download is False or download == "force"):
+        if isinstance(download, (bool, np.bool_)):
+            download = bool(download)
+        elif not (isinstance(download, str) and download == "force"):
             raise ValueError(f"download must be True, False or 'force', got {download!r}.")
         # the buffer's own arguments, checked before any (long) conversion
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be None or an int >= 1, got {batch_size!r}.")
         for value, kind, name in ((sampler, Sampler, "sampler"), (writer, Writer, "writer")):
             if value is not None:
                 check_instance(value, kind, name)
@@ -394,17 +538,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             self._build_flat(replace=True)
             if self.split_trajs:
                 self._build_split(replace=True)
-        elif not self._is_converted(self.data_path):
-            if not self._is_converted(self.data_path_root):
-                if download is False and not self.load_from_local_minari:
-                    raise FileNotFoundError(
-                        f"the Minari dataset {self.dataset_id!r} is not converted under root: "
-                        f"looked for {str(self.data_path_root)!r}. Pass download=True to fetch "
-                        "and convert it, or load_from_local_minari=True to convert it from the "
-                        "local Minari cache.")
-                self._build_flat(replace=False)
-            if self.split_trajs:
-                self._build_split(replace=False)
+        else:
+            self._prepare(download is True)
         data = self._load_checked(self.data_path)
         self.metadata = self._read_metadata(self.data_path)
         super().__init__(
@@ -436,6 +571,15 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         else :attr:`data_path_root`."""
         return self._split_path if self.split_trajs else self.data_path_root
 
+    @property
+    def metadata_path(self) -> Path:
+        """``<root>/<dataset_id>/env_metadata.json``, as in TorchRL (also with
+        ``split_trajs``): the Minari dataset's spec (``dataclasses.asdict`` of
+        ``MinariDatasetSpec``) as JSON, its spaces written as TorchRL writes them (``Dict``,
+        ``Box`` and ``Discrete`` as dicts, other spaces as ``null``). Written with the
+        conversion; :attr:`metadata` holds the same entries with gymnasium spaces."""
+        return self.data_path_root / _ENV_METADATA
+
     @_classproperty
     def available_datasets(cls) -> list[str]:
         """The dataset ids on Minari's remote server, sorted (``ConnectionError`` offline)."""
@@ -453,36 +597,82 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         return sorted(remote)
 
     def delete(self) -> None:
-        """Delete the converted dataset (and its split form) from disk.
+        """Delete the data this buffer reads (:attr:`data_path`) from disk, as TorchRL does.
 
-        Empty namespace directories left under ``root`` are removed too. The buffer keeps the
-        data it has mapped until it is dropped; the next construction converts again.
+        With ``split_trajs=True`` that is only ``<root>/<dataset_id>_split``: the flat
+        conversion stays, and the next construction with ``split_trajs`` splits it again
+        without converting. Without ``split_trajs`` it is the flat conversion; a split made
+        from it stays readable on its own and is made again once the flat data is converted
+        anew. Empty namespace directories left under ``root`` are removed too. The buffer
+        keeps the data it has mapped until it is dropped.
         """
-        super().delete()  # data_path and data_path_root
-        if self._split_path.exists():
-            shutil.rmtree(self._split_path)
+        if self.data_path.exists():
+            shutil.rmtree(self.data_path)
         parents = self.data_path_root.relative_to(self.root).parents
         remove_empty_dirs([self.root / parent for parent in parents if parent != Path(".")])
 
     # ---- building ----------------------------------------------------------------------------
-    def _is_converted(self, path: Path) -> bool:
-        """Whether ``path`` holds a complete conversion; raises if it holds something else."""
+    def _conversion(self, path: Path) -> dict[str, Any] | None:
+        """The marker of the complete conversion in ``path`` (of this or an older format:
+        callers check ``"format"``), ``None`` when ``path`` is missing or empty; raises if it
+        holds something else."""
         marker = path / _MARKER
         if marker.is_file():
             meta = read_json(marker, "the dataset marker file")
-            if meta.get("format") == _FORMAT and meta.get("dataset_id") == self.dataset_id:
-                return True
+            if isinstance(meta.get("format"), int) and meta["format"] <= _FORMAT \
+                    and meta.get("dataset_id") == self.dataset_id:
+                return meta
         if not path.exists() or (path.is_dir() and not any(path.iterdir())):
-            return False
+            return None
         raise FileExistsError(
             f"{str(path)!r} exists but holds no dataset converted by this version of "
             f"tdreplay-datasets for {self.dataset_id!r}; remove it or pass download='force'.")
 
+    def _prepare(self, download: bool) -> None:
+        """Make sure :attr:`data_path` holds a current conversion (``download`` is not
+        ``"force"``): reuse what is under ``root`` unless it is missing, of an older format,
+        converted from a local Minari dataset that has changed since (or, with
+        ``load_from_local_minari``, from anything else), or a split of another conversion."""
+        fingerprint = _source_fingerprint(self.dataset_id) if self.load_from_local_minari \
+            else None
+        flat = self._conversion(self.data_path_root)
+        flat_ok = flat is not None and flat.get("format") == _FORMAT and (
+            fingerprint is None or flat.get("source") == fingerprint)
+        split = self._conversion(self._split_path) if self.split_trajs else None
+        if self.split_trajs and split is not None and split.get("format") == _FORMAT:
+            if flat_ok:
+                if flat is not None and split.get("conversion") == flat.get("conversion"):
+                    return
+            elif flat is None and fingerprint is None:
+                return  # the flat conversion was deleted; its split stands on its own
+        elif not self.split_trajs and flat_ok:
+            return
+        if not flat_ok:
+            if download is False and fingerprint is None:
+                if flat is None:
+                    raise FileNotFoundError(
+                        f"the Minari dataset {self.dataset_id!r} is not converted under root: "
+                        f"looked for {str(self.data_path_root)!r}. Pass download=True to fetch "
+                        "and convert it, or load_from_local_minari=True to convert it from the "
+                        "local Minari cache.")
+                raise FileNotFoundError(
+                    f"the Minari dataset {self.dataset_id!r} under root "
+                    f"({str(self.data_path_root)!r}) was converted by an older version of "
+                    "tdreplay-datasets. Pass download=True or download='force' to convert it "
+                    "again, or load_from_local_minari=True to convert it from the local Minari "
+                    "cache.")
+            self._build_flat(replace=flat is not None)
+        if self.split_trajs:
+            self._build_split(replace=split is not None)
+
     def _build_flat(self, replace: bool) -> None:
         target = self.data_path_root
+        extra: dict[str, Any] = {"conversion": uuid.uuid4().hex, "source": None}
         with staging_dir(target) as scratch:
             if self.load_from_local_minari:
                 source = local_minari_dir() / self.dataset_id / _DATA
+                # taken before reading: a change made meanwhile shows at the next construction
+                extra["source"] = _source_fingerprint(self.dataset_id)
                 dataset = _open_local(self.dataset_id)
             else:
 
@@ -493,8 +683,14 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                 dataset = _open_minari(self.dataset_id, source)
             built = scratch / "converted"
             built.mkdir()
-            _convert(dataset, self.dataset_id, built, source)
+            _convert(dataset, self.dataset_id, built, source, extra)
             del dataset
+            if replace and extra["source"] is not None and self.download != "force":
+                # another process may have converted the same source meanwhile: keep theirs
+                current = self._conversion(target)
+                if current is not None and current.get("format") == _FORMAT \
+                        and current.get("source") == extra["source"]:
+                    replace = False
             published = publish(built, target, replace=replace)
         if replace and published:
             # derived from the data just replaced
@@ -506,10 +702,17 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         flat = self._load_checked(self.data_path_root)
         meta = self._read_metadata(self.data_path_root, raw=True)
         with staging_dir(target) as scratch:
+            # one row per Minari episode (not per done-delimited run as in TorchRL, which
+            # merges an episode ending with neither flag into the next one)
             split = split_trajectories(flat, trajectory_key="episode")
+            rows, max_len = split.batch_size
+            # TorchRL's traj_ids: the row's number (int64) on its real steps, 0 on the padding
+            split.set("traj_ids", torch.where(
+                split["mask"], torch.arange(rows, dtype=torch.int64)[:, None],
+                torch.zeros((), dtype=torch.int64)))
             built = scratch / "converted"
             split.memmap(built / _DATA, num_threads=0)
-            _write_marker(built, {**meta, "split_trajs": True, "max_len": split.batch_size[1],
+            _write_marker(built, {**meta, "split_trajs": True, "max_len": max_len,
                                   "files": leaf_files(built / _DATA)})
             publish(built, target, replace=replace)
 
@@ -528,7 +731,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         meta.pop("format", None)
         if raw:
             return meta
-        meta.pop("files", None)
+        for name in _INTERNAL:
+            meta.pop(name, None)
         from minari.serialization import deserialize_space
 
         for name in ("observation_space", "action_space"):
