@@ -16,7 +16,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ListStorage, ReplayBuffer, Sampler, TensorDictReplayBuffer
+from tdreplay.core import (
+    BatchLargerThanBufferError,
+    ListStorage,
+    ReplayBuffer,
+    Sampler,
+    TensorDictReplayBuffer,
+)
 from tdreplay.samplers import (
     PrioritizedSliceSampler,
     SliceSampler,
@@ -258,7 +264,12 @@ def test_state_dict_unchanged(name: str) -> None:
         assert_same_state(before, sampler.state_dict())
         # (SliceSamplerWithoutReplacement answers True for the short trajectories, as TorchRL)
         if answer and (max(lengths) >= 4 or not sampler.strict_length):
-            rb.sample()
+            try:
+                rb.sample()
+            except BatchLargerThanBufferError:
+                # drop_last=True and fewer trajectories a slice fits in than the batch has
+                # slices: refused, never a short batch (TorchRL raises its ValueError too)
+                assert name == "swr_drop"
             before = sampler.state_dict()  # the index is synced: asked on it directly
             rb.can_sample(4)
             assert_same_state(before, sampler.state_dict())

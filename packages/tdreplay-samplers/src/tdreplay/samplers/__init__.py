@@ -2,7 +2,7 @@
 
 from tdreplay.core import RandomSampler, Sampler
 
-from ._slicing import SliceBatchError
+from ._slicing import SliceBatchError, SliceSizeError
 from .consuming import ConsumingSampler
 from .deferred_prioritized import DeferredPrioritizedSampler
 from .prioritized import PrioritizedSampler
@@ -17,7 +17,7 @@ from .scheduler import (
     StepScheduler,
 )
 from .slice import SliceSampler, SliceSamplerWithoutReplacement
-from .staleness import StalenessAwareSampler
+from .staleness import StalenessAwareSampler, StalenessWeightError
 from .streaming_slice import StreamingSliceSampler
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
@@ -41,7 +41,9 @@ __all__ = [
     "SliceBatchError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "SliceSizeError",
     "StalenessAwareSampler",
+    "StalenessWeightError",
     "StepScheduler",
     "StreamingSliceSampler",
     "TensorDictPrioritizedReplayBuffer",

@@ -39,14 +39,21 @@ class PriorityStateDictMixin:
     _clock: int
     _alpha: float
     _beta: float
+    _alpha_tensor: torch.Tensor | None  # alpha / beta as given, when given as tensors
+    _beta_tensor: torch.Tensor | None
     _eps: float
 
     def state_dict(self) -> dict[str, Any]:
-        """Priorities, generations, max priority, ``alpha``/``beta``/``eps`` (host tensors)."""
+        """Priorities, generations, max priority, ``alpha``/``beta``/``eps`` (host tensors;
+        ``alpha`` / ``beta`` are copies of the tensors given, when they were tensors)."""
         host = (export_state(self._state) if self._state is not None
                 else empty_host_state(self._capacity))
-        return to_state_dict(host, alpha=self._alpha, beta=self._beta, eps=self._eps,
-                             within_buffer=self._within_buffer, clock=self._clock)
+        state = to_state_dict(host, alpha=self._alpha, beta=self._beta, eps=self._eps,
+                              within_buffer=self._within_buffer, clock=self._clock)
+        for key, tensor in (("alpha", self._alpha_tensor), ("beta", self._beta_tensor)):
+            if tensor is not None:
+                state[key] = tensor.clone()
+        return state
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Raise ``ValueError`` unless ``state_dict`` can be loaded into this sampler."""
@@ -66,4 +73,7 @@ class PriorityStateDictMixin:
         self._clock = state_dict["write_clock"]
         self._alpha = float(state_dict["alpha"])
         self._beta = float(state_dict["beta"])
+        self._alpha_tensor, self._beta_tensor = (
+            value.detach().clone() if isinstance(value, torch.Tensor) else None
+            for value in (state_dict["alpha"], state_dict["beta"]))
         self._eps = float(state_dict["eps"])

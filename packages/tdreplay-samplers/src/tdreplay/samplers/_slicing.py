@@ -15,7 +15,8 @@ import torch
 from ._storage_entries import whole_ids
 from ._trajectory_index import LEN, TrajectoryIndex
 
-__all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "SliceBatchError", "check_static",
+__all__ = ["REJECTION_ROUNDS", "ArgumentConflictError", "SliceBatchError", "SliceSizeError",
+           "check_static",
            "draw_trajectories",
            "no_trajectory_error", "overhang", "ragged_arange", "slice_shape", "slice_slots",
            "span_starts", "static_cut"]
@@ -47,6 +48,21 @@ class SliceBatchError(ValueError, RuntimeError):
     Traceback (most recent call last):
     ...
     tdreplay.samplers._slicing.SliceBatchError: batch_size=4 is not divisible by slice_len=3.
+    """
+
+
+class SliceSizeError(TypeError, ValueError):
+    """``num_slices`` and ``slice_len`` given both, or neither: a slice sampler needs exactly one
+    of them.
+
+    A ``TypeError`` as TorchRL raises in this case, and a ``ValueError`` as tdreplay raised
+    before, so ``except TypeError:`` written for TorchRL catches it and so does older tdreplay
+    code's ``except ValueError:``.
+
+    Examples
+    --------
+    >>> [issubclass(SliceSizeError, e) for e in (TypeError, ValueError)]
+    [True, True]
     """
 
 

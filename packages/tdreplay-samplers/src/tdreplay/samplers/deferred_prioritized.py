@@ -140,21 +140,21 @@ class DeferredPrioritizedSampler(Sampler):
         return self._caught_up
 
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> Any:  # a float, or a tensor when one was given
         """The prioritized sampler's ``alpha`` (settable, e.g. by a scheduler)."""
         return self.prioritized.alpha
 
     @alpha.setter
-    def alpha(self, value: float) -> None:
+    def alpha(self, value: float | torch.Tensor) -> None:
         self.prioritized.alpha = value
 
     @property
-    def beta(self) -> float:
+    def beta(self) -> Any:  # a float, or a tensor when one was given
         """The prioritized sampler's ``beta`` (settable, e.g. by a scheduler)."""
         return self.prioritized.beta
 
     @beta.setter
-    def beta(self, value: float) -> None:
+    def beta(self, value: float | torch.Tensor) -> None:
         self.prioritized.beta = value
 
     # ---- catching up ---------------------------------------------------------------------------

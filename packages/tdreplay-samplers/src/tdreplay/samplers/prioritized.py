@@ -71,6 +71,17 @@ PRIORITY_WEIGHT_KEY = "priority_weight"
 WRITE_GENERATION_KEY = "write_generation"
 
 
+def _kept(value: Any) -> torch.Tensor | None:
+    """A copy of ``value`` (an exponent :func:`check_real` accepted) to read back when it is a
+    tensor, as TorchRL keeps it; ``None`` for a number."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else None
+
+
+def _given(value: float, tensor: torch.Tensor | None) -> float | torch.Tensor:
+    """An exponent as it was given: ``value``, or a copy of ``tensor``."""
+    return value if tensor is None else tensor.clone()
+
+
 class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     """Samples slot ``i`` with probability ``p_i ** alpha / sum_j p_j ** alpha``.
 
@@ -79,12 +90,15 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     max_capacity : int
         Number of slots of the storage (its ``max_size``). When slots beyond it are written
         (a larger storage), the trees grow to hold them, keeping every priority.
-    alpha : float
+    alpha : float or torch.Tensor
         Priority exponent, ``>= 0``; ``0`` samples uniformly.
-    beta : float
+    beta : float or torch.Tensor
         Importance-sampling exponent, ``>= 0``: ``info["priority_weight"]`` is
         ``(p_i / p_min) ** -beta`` with ``p = (priority + eps) ** alpha`` the stored priorities,
         i.e. PER's ``(N * P(i)) ** -beta`` normalised by its maximum over the buffer.
+        ``alpha`` and ``beta`` may be one-element real tensors, as in TorchRL: :attr:`alpha` /
+        :attr:`beta` then read back as tensors (so ``sampler.beta.item()`` works; schedulers
+        and checkpoints keep them tensors), see :attr:`beta`.
     eps : float
         Added to every priority before the exponent, so no item has probability 0.
     dtype : torch.dtype
@@ -139,6 +153,9 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     shareable = False  # the trees live in one process: a buffer refuses to share it (issue 17)
     info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
     update_keys = (WRITE_GENERATION_KEY,)
+    # alpha / beta as given, when given as tensors (class defaults: samplers pickled before)
+    _alpha_tensor: torch.Tensor | None = None
+    _beta_tensor: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -221,29 +238,51 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         """
         return self.max_priority
 
+    # (the getters are typed ``Any``: a float, or a tensor when one was given, see beta)
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> Any:
         """Priority exponent (settable, e.g. by a scheduler). Setting it rewrites the stored
         ``(q + eps) ** old`` of the written slots as ``(q + eps) ** new`` (as TorchRL's; see
-        :func:`~._priority_state.realphaed`), so sampling follows it at once."""
-        return self._alpha
+        :func:`~._priority_state.realphaed`), so sampling follows it at once. A float, or a
+        one-element tensor when a tensor was given (see :attr:`beta`)."""
+        return _given(self._alpha, self._alpha_tensor)
 
     @alpha.setter
-    def alpha(self, value: float) -> None:
+    def alpha(self, value: float | torch.Tensor) -> None:
         alpha = check_real(value, "alpha")
         if self._state is not None:
             self._state = realphaed(self._state, self._alpha, alpha, self._eps,
                                     within_buffer=self._within_buffer)
-        self._alpha = alpha
+        self._alpha, self._alpha_tensor = alpha, _kept(value)
 
     @property
-    def beta(self) -> float:
-        """Importance-sampling exponent (settable, e.g. to anneal it towards 1)."""
-        return self._beta
+    def beta(self) -> Any:
+        """Importance-sampling exponent (settable, e.g. to anneal it towards 1).
+
+        A float, or, when a one-element real tensor was given (to the constructor, by
+        assignment, by a scheduler or by :meth:`load_state_dict`), a tensor of that value, dtype
+        and device, as TorchRL keeps it. The value is read when it is set: change it by
+        assigning (``sampler.beta = ...``); each read returns a copy, so changing the returned
+        tensor in place changes nothing. The same holds for :attr:`alpha`.
+
+        Examples
+        --------
+        >>> s = PrioritizedSampler(10, alpha=torch.tensor(0.7), beta=torch.tensor(0.4))
+        >>> s.alpha, s.beta
+        (tensor(0.7000), tensor(0.4000))
+        >>> round(s.beta.item(), 6)
+        0.4
+        >>> s.beta = 0.5  # a float reads back as a float
+        >>> s.beta
+        0.5
+        >>> s.state_dict()["alpha"]  # checkpoints keep the tensor
+        tensor(0.7000)
+        """
+        return _given(self._beta, self._beta_tensor)
 
     @beta.setter
-    def beta(self, value: float) -> None:
-        self._beta = check_real(value, "beta")
+    def beta(self, value: float | torch.Tensor) -> None:
+        self._beta, self._beta_tensor = check_real(value, "beta"), _kept(value)
 
     @property
     def eps(self) -> float:
@@ -469,6 +508,6 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         return own and self._state is not None and self._state.device.type == "cpu"
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(max_capacity={self._capacity}, alpha={self._alpha}, "
-                f"beta={self._beta}, eps={self._eps}, reduction={self.reduction!r}, "
+        return (f"{type(self).__name__}(max_capacity={self._capacity}, alpha={self.alpha!r}, "
+                f"beta={self.beta!r}, eps={self._eps}, reduction={self.reduction!r}, "
                 f"backend={self.backend}, device={self.device})")

@@ -187,21 +187,21 @@ class PrioritizedSliceSampler(SliceSampler):
         return self._priorities.default_priority
 
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> Any:  # a float, or a tensor when one was given
         """Priority exponent (settable); see :class:`PrioritizedSampler`."""
         return self._priorities.alpha
 
     @alpha.setter
-    def alpha(self, value: float) -> None:
+    def alpha(self, value: float | torch.Tensor) -> None:
         self._priorities.alpha = value
 
     @property
-    def beta(self) -> float:
+    def beta(self) -> Any:  # a float, or a tensor when one was given
         """Importance-sampling exponent (settable); see :class:`PrioritizedSampler`."""
         return self._priorities.beta
 
     @beta.setter
-    def beta(self, value: float) -> None:
+    def beta(self, value: float | torch.Tensor) -> None:
         self._priorities.beta = value
 
     @property

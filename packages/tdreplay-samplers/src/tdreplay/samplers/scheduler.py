@@ -33,7 +33,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -112,6 +112,11 @@ def _positive_int(value: Any, name: str) -> int:
     if int(value) < 1:
         raise ValueError(f"{name} must be a positive int, got {int(value)}.")
     return int(value)
+
+
+#: TorchRL's names of the base scheduler's ``state_dict`` entries, and tdreplay's
+_TORCHRL_BASE_KEYS = {"_step_cnt": "step_count", "initial_val": "initial_value",
+                      "_min_val": "min_value", "_max_val": "max_value"}
 
 
 class ParameterScheduler(abc.ABC):
@@ -196,6 +201,24 @@ class ParameterScheduler(abc.ABC):
                     UserWarning, stacklevel=3)
             self._buffer.register_stateful(name, self)
 
+    @property
+    def initial_val(self) -> Value:
+        """TorchRL's name of :attr:`initial_value` (the parameter's value when the scheduler
+        was built), readable and settable.
+
+        Examples
+        --------
+        >>> from tdreplay.samplers import PrioritizedSampler
+        >>> scheduler = StepScheduler(PrioritizedSampler(10, alpha=0.7, beta=0.4), "beta")
+        >>> scheduler.initial_val, scheduler.initial_value
+        (0.4, 0.4)
+        """
+        return self.initial_value
+
+    @initial_val.setter
+    def initial_val(self, value: Value) -> None:
+        self.initial_value = _as_value(value, "initial_val")
+
     # ---- stepping ------------------------------------------------------------------------------
     @property
     def current_value(self) -> Value:
@@ -233,8 +256,38 @@ class ParameterScheduler(abc.ABC):
                 "initial_value": initial.clone() if isinstance(initial, torch.Tensor) else initial,
                 "min_value": self.min_value, "max_value": self.max_value}
 
+    #: TorchRL's ``state_dict`` keys (its scheduler's ``__dict__``) and the keys of
+    #: :meth:`state_dict` they hold; subclasses add theirs.
+    _TORCHRL_KEYS: ClassVar[dict[str, str]] = _TORCHRL_BASE_KEYS
+    #: TorchRL ``state_dict`` keys derived from the others (or functions): not loaded.
+    _TORCHRL_DERIVED: ClassVar[frozenset[str]] = frozenset()
+
+    def _own_keys(self, state_dict: Any) -> Any:
+        """``state_dict`` itself, or, when it is a TorchRL scheduler's state (it holds
+        ``"_step_cnt"``, where :meth:`state_dict` has ``"step_count"``), the same state under
+        the keys of :meth:`state_dict`. TorchRL's ``param_name`` must name this scheduler's
+        parameter (``ValueError`` otherwise); its derived entries (``_delta``, ``operator``,
+        ``lambda_fn``) are dropped: this scheduler keeps its own. Other keys are left as they
+        are, for :meth:`check_state_dict` to refuse."""
+        if not isinstance(state_dict, dict) or "_step_cnt" not in state_dict \
+                or "step_count" in state_dict:
+            return state_dict
+        name = state_dict.get("param_name", self.param_name)
+        if name != self.param_name:
+            raise ValueError(f"{type(self).__name__} state_dict is TorchRL's scheduler state of "
+                             f"param_name={name!r}; this scheduler adjusts "
+                             f"{self.param_name!r}.")
+        skipped = self._TORCHRL_DERIVED | {"param_name"}
+        return {self._TORCHRL_KEYS.get(key, key): value for key, value in state_dict.items()
+                if key not in skipped}
+
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Raise ``ValueError`` naming the field unless ``state_dict`` fits this scheduler."""
+        """Raise ``ValueError`` naming the field unless ``state_dict`` fits this scheduler.
+
+        A state saved by TorchRL's scheduler (its keys: ``_step_cnt``, ``initial_val``,
+        ``_min_val``, ... and ``param_name``) is accepted too and read under this scheduler's
+        keys; see :meth:`load_state_dict`."""
+        state_dict = self._own_keys(state_dict)
         if not isinstance(state_dict, dict):
             raise ValueError(f"{type(self).__name__} state_dict must be a dict, got "
                              f"{type(state_dict).__name__}.")
@@ -253,7 +306,27 @@ class ParameterScheduler(abc.ABC):
                 raise ValueError(f"{type(self).__name__} state_dict[{key!r}]: {err}") from err
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (checked first: a bad one changes nothing)."""
+        """Restore :meth:`state_dict` (checked first: a bad one changes nothing).
+
+        The ``state_dict`` of TorchRL's scheduler of the same kind and parameter loads too
+        (``_step_cnt`` -> ``step_count``, ``initial_val`` -> ``initial_value``, ``_min_val`` /
+        ``_max_val`` -> ``min_value`` / ``max_value``, ``final_val`` -> ``final_value``;
+        ``param_name`` must match; derived entries such as ``_delta``, ``operator`` and
+        ``lambda_fn`` are not read). :meth:`state_dict` keeps its own keys.
+
+        Examples
+        --------
+        >>> from tdreplay.samplers import PrioritizedSampler
+        >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.4)
+        >>> scheduler = LinearScheduler(sampler, "beta", final_value=1.0, num_steps=4)
+        >>> torchrl_state = {"param_name": "beta", "_min_val": float("-inf"),
+        ...                  "_max_val": float("inf"), "initial_val": 0.4, "_step_cnt": 2,
+        ...                  "final_val": 1.0, "num_steps": 4, "_delta": 0.15}
+        >>> scheduler.load_state_dict(torchrl_state)
+        >>> scheduler.step_count, sorted(scheduler.state_dict())
+        (2, ['final_value', 'initial_value', 'max_value', 'min_value', 'num_steps', 'step_count'])
+        """
+        state_dict = self._own_keys(state_dict)
         self.check_state_dict(state_dict)
         self.step_count = int(state_dict["step_count"])
         self.initial_value = _as_value(state_dict["initial_value"], "initial_value")
@@ -279,6 +352,8 @@ class LambdaScheduler(ParameterScheduler):
     >>> sampler.beta
     0.65
     """
+
+    _TORCHRL_DERIVED = frozenset({"lambda_fn"})
 
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str,
                  lambda_fn: Callable[[int], float], min_value: float | None = None,
@@ -326,6 +401,9 @@ class LinearScheduler(ParameterScheduler):
     5
     """
 
+    _TORCHRL_KEYS = {**_TORCHRL_BASE_KEYS, "final_val": "final_value"}
+    _TORCHRL_DERIVED = frozenset({"_delta"})
+
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, final_value: float,
                  num_steps: int) -> None:
         self.final_value = _finite(_as_value(final_value, "final_value"), "final_value")
@@ -343,12 +421,34 @@ class LinearScheduler(ParameterScheduler):
         delta = (self.final_value - self.initial_value) / self.num_steps
         return self.initial_value + delta * step_count
 
+    @property
+    def final_val(self) -> Value:
+        """TorchRL's name of :attr:`final_value`, readable and settable.
+
+        Examples
+        --------
+        >>> from tdreplay.samplers import PrioritizedSampler
+        >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.4)
+        >>> scheduler = LinearScheduler(sampler, "beta", final_value=1.0, num_steps=4)
+        >>> scheduler.initial_val, scheduler.final_val   # TorchRL's names
+        (0.4, 1.0)
+        >>> scheduler.final_val = 0.8
+        >>> scheduler.final_value
+        0.8
+        """
+        return self.final_value
+
+    @final_val.setter
+    def final_val(self, value: Value) -> None:
+        self.final_value = _finite(_as_value(value, "final_val"), "final_val")
+
     def state_dict(self) -> dict[str, Any]:
         final = self.final_value
         return {**super().state_dict(), "num_steps": self.num_steps,
                 "final_value": final.clone() if isinstance(final, torch.Tensor) else final}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._own_keys(state_dict)
         super().check_state_dict(state_dict)
         try:
             _positive_int(state_dict["num_steps"], "num_steps")
@@ -357,6 +457,7 @@ class LinearScheduler(ParameterScheduler):
             raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._own_keys(state_dict)
         self.check_state_dict(state_dict)
         super().load_state_dict(state_dict)
         self.num_steps = int(state_dict["num_steps"])
@@ -399,6 +500,8 @@ class StepScheduler(ParameterScheduler):
     [0.6, 0.7, 0.7, 0.75, 0.75]
     """
 
+    _TORCHRL_DERIVED = frozenset({"operator"})
+
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, gamma: float = 0.9,
                  n_steps: int = 1, mode: str = "multiplicative",
                  min_value: float | None = None, max_value: float | None = None) -> None:
@@ -426,6 +529,7 @@ class StepScheduler(ParameterScheduler):
                 "mode": self.mode}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._own_keys(state_dict)
         super().check_state_dict(state_dict)
         try:
             _positive_int(state_dict["n_steps"], "n_steps")
@@ -437,6 +541,7 @@ class StepScheduler(ParameterScheduler):
                              f"{_MODES}, got {state_dict['mode']!r}.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = self._own_keys(state_dict)
         self.check_state_dict(state_dict)
         super().load_state_dict(state_dict)
         self.gamma = float(state_dict["gamma"])

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection, unravel_key
 
-from tdreplay.core import Sampler, Storage
+from tdreplay.core import BatchLargerThanBufferError, Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
@@ -26,6 +26,7 @@ from ._slice_trajectories import TrajectorySyncMixin
 from ._slicing import (
     ArgumentConflictError,
     SliceBatchError,
+    SliceSizeError,
     check_static,
     draw_trajectories,
     no_trajectory_error,
@@ -116,7 +117,9 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
     num_slices : int, optional
         Slices per batch; the batch size must be divisible by it. Exclusive with ``slice_len``.
     slice_len : int, optional
-        Steps per slice; the batch size must be divisible by it. Exclusive with ``num_slices``.
+        Steps per slice; the batch size must be divisible by it. Exclusive with ``num_slices``:
+        exactly one of the two is given, else a ``SliceSizeError`` (a ``TypeError``, as
+        TorchRL raises, and a ``ValueError``; see the examples).
     end_key : NestedKey, optional
         Entry marking the last step of a trajectory. Defaults to ``("next", "done")``.
     end_keys : sequence of NestedKey, optional
@@ -203,6 +206,16 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
     True
     >>> s["next", "truncated"].view(2, 4)[:, -1].all().item()     # slice ends are truncated
     True
+
+    Exactly one of ``num_slices`` and ``slice_len``:
+
+    >>> try:
+    ...     SliceSampler(num_slices=2, slice_len=4)
+    ... except TypeError as err:                  # TorchRL's class (a ValueError too)
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    ...     print(err)
+    SliceSizeError True
+    exactly one of num_slices and slice_len must be given, got num_slices=2 and slice_len=4.
     """
 
     def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> SliceSampler:
@@ -244,8 +257,8 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         self.num_slices = _positive_int_or_none(num_slices, "num_slices")
         self.slice_len = _positive_int_or_none(slice_len, "slice_len")
         if (self.num_slices is None) == (self.slice_len is None):
-            raise ValueError("exactly one of num_slices and slice_len must be given, got "
-                             f"num_slices={num_slices!r} and slice_len={slice_len!r}.")
+            raise SliceSizeError("exactly one of num_slices and slice_len must be given, got "
+                                 f"num_slices={num_slices!r} and slice_len={slice_len!r}.")
         if traj_key is not None and trajectory_key is not None \
                 and unravel_key(traj_key) != unravel_key(trajectory_key):
             raise ValueError(f"traj_key={traj_key!r} and trajectory_key={trajectory_key!r} are "
@@ -533,7 +546,10 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     Parameters
     ----------
     drop_last : bool
-        Drop the last batch of an epoch when it would hold fewer than ``num_slices`` slices.
+        Drop the last batch of an epoch when it would hold fewer than ``num_slices`` slices: a
+        batch is always complete. When even a new epoch holds fewer than ``num_slices``
+        trajectories, :meth:`sample` raises a ``BatchLargerThanBufferError`` (TorchRL's
+        ``ValueError``) and changes nothing.
     shuffle : bool
         Visit trajectories in random order (``False``: in storage order of their first step).
     **kwargs
@@ -665,12 +681,15 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         (self._perm, self._pos, self._epoch_len, self._ran_out, self._stale,
          self._numbering) = mark
 
-    def _new_epoch(self, index: TrajectoryIndex, seq_len: int) -> None:
+    def _new_epoch(self, index: TrajectoryIndex, seq_len: int, num_slices: int) -> None:
         live = index.live_records().copy()
         if self.strict_length:
             live = live[index.rec[live, LEN] >= seq_len]
             if live.size == 0:
                 raise no_trajectory_error(index, seq_len)
+        if self.drop_last and live.size < num_slices:
+            # (before the shuffle: a refused batch draws no random number)
+            raise self._too_few_trajectories(live.size, num_slices, seq_len)
         if self.shuffle:
             live = live[torch.randperm(live.size, generator=self._rng).numpy()]
         else:
@@ -680,7 +699,54 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         self._perm, self._pos, self._epoch_len, self._stale = live, 0, seq_len, False
         self._numbering = index.numbering
 
+    def _too_few_trajectories(self, count: int, num_slices: int, seq_len: int
+                              ) -> BatchLargerThanBufferError:
+        """The error of a ``drop_last`` batch of ``num_slices`` slices that an epoch of
+        ``count`` trajectories cannot fill."""
+        which = f"trajectories of at least {seq_len} steps (strict_length=True)" \
+            if self.strict_length else "trajectories"
+        return BatchLargerThanBufferError(
+            f"The batch size ({num_slices} slices of {seq_len} steps) is greater than the number "
+            f"of {which} in the buffer ({count}): with drop_last=True a batch takes "
+            f"num_slices={num_slices} distinct trajectories, so no complete batch can be drawn. "
+            "Use fewer slices per batch (num_slices, or a smaller batch with slice_len), "
+            "drop_last=False (short batches) or a SliceSampler (with replacement).")
+
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw the next ``num_slices`` trajectories of the epoch and one slice in each.
+
+        With ``drop_last=True``, a batch is always complete: when even a new epoch holds
+        fewer trajectories than ``num_slices`` (of at least a slice's length with
+        ``strict_length``), a :class:`~tdreplay.core.BatchLargerThanBufferError` (a
+        ``ValueError``, as TorchRL raises, and a ``RuntimeError``) is raised and the epoch,
+        position and ``ran_out`` are left as they were.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(20)
+        >>> storage.set(torch.arange(10), TensorDict({"episode": torch.arange(10) // 5}, [10]))
+        >>> sampler = SliceSamplerWithoutReplacement(num_slices=3, traj_key="episode",
+        ...                                          drop_last=True)
+        >>> try:
+        ...     sampler.sample(storage, 6)  # 3 slices, but only 2 trajectories
+        ... except ValueError as err:
+        ...     print(type(err).__name__, "drop_last=True" in str(err))
+        BatchLargerThanBufferError True
+        >>> sampler.num_slices = 2
+        >>> sampler.sample(storage, 6)[0].numel()
+        6
+        """
+        mark = self.draw_mark()
+        try:
+            return self._draw_batch(storage, batch_size)
+        except BaseException:
+            self.undo_draws(mark)  # a refused batch leaves the epoch as it was
+            raise
+
+    def _draw_batch(self, storage: Storage, batch_size: int
+                    ) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, seq_len = slice_shape(batch_size, self.num_slices, self.slice_len)
         self._check_sampleable(storage, seq_len)
         index = self._sync(storage)
@@ -694,7 +760,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
             self._epoch_len = seq_len
         remaining = self._perm.size - self._pos
         if stale or remaining == 0 or (self.drop_last and remaining < num_slices):
-            self._new_epoch(index, seq_len)
+            self._new_epoch(index, seq_len, num_slices)
         records = self._perm[self._pos: self._pos + num_slices]
         self._pos += records.size
         remaining = self._perm.size - self._pos

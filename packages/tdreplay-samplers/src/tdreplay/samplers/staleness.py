@@ -13,10 +13,27 @@ from tensordict import is_tensor_collection
 from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import check_batch_size, check_not_empty, check_whole_numbers, is_int
 
-__all__ = ["STALENESS_KEY", "StalenessAwareSampler", "default_staleness_weight"]
+__all__ = ["STALENESS_KEY", "StalenessAwareSampler", "StalenessWeightError",
+           "default_staleness_weight"]
 
 #: Info entry holding the staleness of every sampled item.
 STALENESS_KEY = "staleness"
+
+
+class StalenessWeightError(ValueError, RuntimeError):
+    """``staleness_weight_fn`` gave weights that cannot be sampled from: negative or not finite
+    (e.g. ``1 / (1 + staleness)`` at staleness ``-1``, an item newer than
+    ``consumer_version``), not one per item, or ``0`` for every item that may be drawn.
+
+    A ``ValueError`` (what tdreplay raised before), and the ``RuntimeError`` TorchRL's sampler
+    raises there (from ``torch.multinomial``), so ``except RuntimeError:`` written for TorchRL
+    catches it.
+
+    Examples
+    --------
+    >>> [issubclass(StalenessWeightError, e) for e in (ValueError, RuntimeError)]
+    [True, True]
+    """
 
 
 def default_staleness_weight(staleness: torch.Tensor) -> torch.Tensor:
@@ -82,8 +99,11 @@ class StalenessAwareSampler(Sampler):
         (``sample``) every item is staler than ``max_staleness``.
     ValueError
         (write, through :meth:`check_write`) a policy version is fractional, NaN or infinite:
-        nothing is written; (``sample``) the weights are negative or not finite, or every item
-        within ``max_staleness`` has weight 0 (there is nothing to draw).
+        nothing is written.
+    StalenessWeightError
+        (``sample``; a ``ValueError`` and TorchRL's ``RuntimeError``) the weights are negative
+        or not finite, or every item within ``max_staleness`` has weight 0 (there is nothing
+        to draw).
 
     The state (:meth:`state_dict`) is ``consumer_version`` and ``max_staleness``.
 
@@ -102,6 +122,19 @@ class StalenessAwareSampler(Sampler):
     >>> batch = rb.sample()
     >>> bool((batch["policy_version"] >= 2).all()), bool((batch["staleness"] <= 2).all())
     (True, True)
+
+    A weight function that is not finite for items newer than ``consumer_version`` (staleness
+    ``-1`` here) makes ``sample`` raise, as in TorchRL:
+
+    >>> sampler = StalenessAwareSampler(staleness_weight_fn=lambda st: 1.0 / (1.0 + st))
+    >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler,
+    ...                             batch_size=2)
+    >>> _ = rb.extend(TensorDict({"policy_version": torch.tensor([0, 1])}, [2]))
+    >>> try:
+    ...     rb.sample()
+    ... except RuntimeError as err:  # TorchRL's class; a ValueError too
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    StalenessWeightError True
     """
 
     info_keys = (STALENESS_KEY,)
@@ -193,7 +226,8 @@ class StalenessAwareSampler(Sampler):
         weights = torch.as_tensor(self.staleness_weight_fn(staleness)).float()
         if weights.shape != staleness.shape or not bool(torch.isfinite(weights).all()) \
                 or bool((weights < 0).any()):
-            raise ValueError("staleness_weight_fn must return one finite weight >= 0 per item "
+            raise StalenessWeightError("staleness_weight_fn must return one finite weight >= 0 "
+                                       "per item "
                              "(check it for staleness <= -1, i.e. items newer than "
                              "consumer_version).")
         return weights
@@ -207,7 +241,7 @@ class StalenessAwareSampler(Sampler):
         weights = self._weights(staleness[valid])
         drawable = weights > 0
         if not bool(drawable.any()):
-            raise ValueError(
+            raise StalenessWeightError(
                 f"staleness_weight_fn gave weight 0 to every one of the {valid.numel()} items "
                 f"that may be drawn (max_staleness={self._max_staleness}, consumer_version="
                 f"{self._consumer_version}): there is nothing to draw.")
