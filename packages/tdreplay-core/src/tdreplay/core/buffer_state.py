@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._installing import InstallRecord
 from ._prefetch_files import load_prefetched, save_prefetched
 from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
 from .prefetch import Prefetcher
@@ -84,6 +85,8 @@ class BufferStateMixin:
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
     _stateful: StatefulParts | None = None  # created by the first register_stateful
+    #: whether the last restore failed while installing (made by the first restore)
+    _install_record: InstallRecord | None = None
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
@@ -191,6 +194,7 @@ class BufferStateMixin:
         hands out the same batches next, then draws on as the saved one would.
         """
         with self._prefetcher.held(settle=True), self._lock:
+            self._check_saveable()
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
@@ -288,15 +292,19 @@ class BufferStateMixin:
                     raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
                                      f"generator: {err}") from err
             self.clear_prefetch()
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._sampler.load_state_dict(state_dict["_sampler"])
-            self._writer.load_state_dict(state_dict["_writer"])
-            if self._rng is not None and "_rng" in state_dict:
-                self._rng.set_state(state_dict["_rng"])
-            if self._stateful:  # (checked above: a part that may be missing is left as it is)
-                self._stateful.load_state_dict(state_dict.get("_stateful", {}))
-            restore_transforms()
-            self._prefetcher.restore(prefetch_state)
+            rng, stateful = self._rng, self._stateful
+            self._install([
+                lambda: self._storage.load_state_dict(state_dict["_storage"]),
+                lambda: self._sampler.load_state_dict(state_dict["_sampler"]),
+                lambda: self._writer.load_state_dict(state_dict["_writer"]),
+                # (checked above: a stateful part that may be missing is left as it is)
+                *([lambda: rng.set_state(state_dict["_rng"])]
+                  if rng is not None and "_rng" in state_dict else []),
+                *([lambda: stateful.load_state_dict(state_dict.get("_stateful", {}))]
+                  if stateful else []),
+                restore_transforms,
+                lambda: self._prefetcher.restore(prefetch_state),
+            ])
             self._tell_readers_restored()  # other buffers of the storage (buffer_readers)
 
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
@@ -350,6 +358,7 @@ class BufferStateMixin:
         ([1, 2, 3], 3)
         """
         with self._prefetcher.held(settle=True), self._lock:
+            self._check_saveable()
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
@@ -371,6 +380,10 @@ class BufferStateMixin:
         Everything is read and checked before the buffer changes: a missing, corrupted or
         mismatched checkpoint raises :class:`~tdreplay.core.checkpoint.CheckpointError` and
         leaves the buffer exactly as it was. Updates submitted before are done first (see
+        :meth:`load_state_dict`). A Ctrl-C while the checked state is installed is held back
+        until the install is complete; a part that raises while installing leaves a buffer
+        that refuses to be saved (``dumps`` / ``state_dict`` raise ``RuntimeError``) until a
+        restore succeeds or :meth:`~tdreplay.core.ReplayBuffer.empty` (the same holds for
         :meth:`load_state_dict`).
         """
         self._await_submitted_updates()
@@ -393,12 +406,25 @@ class BufferStateMixin:
             rng_state = self._read_rng_state(snap / "rng.pt")
             prefetched = self._read_prefetch_state(snap)
             self.clear_prefetch()
-            for commit in commits:
-                commit()
-            if rng_state is not None and self._rng is not None:
-                self._rng.set_state(rng_state)
-            self._prefetcher.restore(prefetched)
+            rng = self._rng
+            if rng_state is not None and rng is not None:
+                commits.append(lambda: rng.set_state(rng_state))
+            commits.append(lambda: self._prefetcher.restore(prefetched))
+            self._install(commits)
             self._tell_readers_restored()
+
+    def _install(self, steps: list[Callable[[], Any]]) -> None:
+        """Install a checked restore: the steps in order, a Ctrl-C held back until they are
+        done, and a step that raises recorded so the half-restored buffer is not saved
+        (:mod:`~tdreplay.core._installing`)."""
+        if self._install_record is None:
+            self._install_record = InstallRecord()
+        self._install_record.install(steps)
+
+    def _check_saveable(self) -> None:
+        """``RuntimeError`` when the last restore failed while installing."""
+        if self._install_record is not None:
+            self._install_record.check_saveable()
 
     def _read_prefetch_state(self, snapshot: Path) -> dict[str, Any] | None:
         """The batches drawn ahead saved in ``snapshot`` (``None`` when none were), checked

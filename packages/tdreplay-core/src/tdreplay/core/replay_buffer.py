@@ -582,6 +582,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._sampler.empty()
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
+            if self._install_record is not None:  # (nothing of a half-restored state is left)
+                self._install_record.clear()
             self._tell_readers_emptied(empty_write_count)
 
     def __repr__(self) -> str:
