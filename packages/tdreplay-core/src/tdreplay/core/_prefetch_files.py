@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, save_torch_file
 
 __all__ = ["load_prefetched", "save_prefetched"]
 
@@ -94,7 +94,7 @@ def save_prefetched(snapshot: Path, state: dict[str, Any]) -> None:
         with open(snapshot / PICKLE_FILE, "wb") as f:
             pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
         return
-    torch.save(encoded, snapshot / TENSOR_FILE)
+    save_torch_file(encoded, snapshot / TENSOR_FILE)
 
 
 def load_prefetched(snapshot: Path) -> dict[str, Any] | None:

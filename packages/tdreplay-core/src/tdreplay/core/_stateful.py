@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError, read_json, write_json
+from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
 
 
 class StateDictCheckpointMixin:
@@ -41,7 +41,7 @@ class StateDictCheckpointMixin:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         write_json(path / "component.json", {"class": type(self).__name__})
-        torch.save(self.state_dict(), path / "state.pt")
+        save_torch_file(self.state_dict(), path / "state.pt")
 
     def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
         """Read and check the state in ``path``; return a function that installs it."""

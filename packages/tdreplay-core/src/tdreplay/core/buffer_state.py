@@ -17,7 +17,14 @@ import torch
 
 from ._installing import InstallRecord
 from ._prefetch_files import load_prefetched, save_prefetched
-from .checkpoint import CheckpointError, open_checkpoint, read_json, write_checkpoint, write_json
+from .checkpoint import (
+    CheckpointError,
+    open_checkpoint,
+    read_json,
+    save_torch_file,
+    write_checkpoint,
+    write_json,
+)
 from .prefetch import Prefetcher
 from .process_sharing import sending_to_new_process
 from .sampler import Sampler
@@ -371,7 +378,7 @@ class BufferStateMixin:
                 dump_transform_state(self._transform, snap)
                 write_json(snap / "buffer.json", meta)
                 if self._rng is not None:
-                    torch.save(self._rng.get_state(), snap / "rng.pt")
+                    save_torch_file(self._rng.get_state(), snap / "rng.pt")
                 save_prefetched(snap, self._prefetcher.export())
 
     def loads(self, path: str | os.PathLike[str]) -> None:

@@ -507,6 +507,66 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield verify_checkpoint(root)
 
 
+class _CheckedWrites:
+    """The file ``torch.save`` writes through: keeps the ``OSError`` of a failed write (torch
+    reports a ``RuntimeError`` of its own, e.g. "unexpected pos", naming neither the file nor
+    the cause), the number of bytes written and their CRC-32."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.error: OSError | None = None
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        try:
+            written = self.file.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+        self.size += len(memoryview(data).cast("B"))
+        self.crc = zlib.crc32(data, self.crc)
+        return int(written)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def save_torch_file(obj: Any, path: str | os.PathLike[str]) -> None:
+    """``torch.save(obj, path)`` for a file of a checkpoint.
+
+    A failed write (a full disk, a file-size limit, an I/O error) raises the ``OSError`` it
+    is, with its errno and ``path`` (torch's own error is a ``RuntimeError`` naming neither).
+    The file is fsynced and, inside :func:`write_checkpoint`, recorded with the CRC-32 of the
+    bytes written (:func:`record_written_file`), which spares reading it back.
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with write_checkpoint(d) as snap:
+    ...         save_torch_file({"x": torch.arange(3)}, snap / "state.pt")
+    ...     torch.load(verify_checkpoint(d) / "state.pt")
+    {'x': tensor([0, 1, 2])}
+    """
+    import torch
+
+    path = Path(path)
+    with open(path, "wb") as file:
+        writes = _CheckedWrites(file)
+        try:
+            torch.save(obj, writes)  # type: ignore[arg-type]  # (a file-like object)
+        except RuntimeError as err:
+            if writes.error is None:
+                raise
+            raise OSError(writes.error.errno, writes.error.strerror, str(path)) from err
+        file.flush()
+        os.fsync(file.fileno())
+        whole = os.fstat(file.fileno()).st_size == writes.size  # (written in order, once)
+    if whole:
+        record_written_file(path, writes.crc)
+
+
 def write_json(path: Path, obj: dict[str, Any]) -> None:
     """Write ``obj`` as JSON (helper for components' metadata files)."""
     path.write_text(json.dumps(obj, indent=1, sort_keys=True))

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, save_torch_file
 
 __all__ = ["StatefulPart", "StatefulParts"]
 
@@ -132,7 +132,7 @@ class StatefulParts:
             return []
         path.mkdir(parents=True, exist_ok=True)
         for name, state in self.state_dict().items():
-            torch.save(state, path / f"{name}.pt")
+            save_torch_file(state, path / f"{name}.pt")
         return list(self.names)
 
     def prepare_load(self, path: Path, saved: list[str]) -> Callable[[], None]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, save_torch_file
 from .transform import Compose
 
 __all__ = ["TRANSFORM_FILE", "check_transform_state", "dump_transform_state",
@@ -102,7 +102,7 @@ def dump_transform_state(transform: Compose, snap: Path) -> None:
     """Write the transforms' state into checkpoint directory ``snap`` (when they have any)."""
     state = transform_state(transform)
     if state is not None:
-        torch.save(state, snap / TRANSFORM_FILE)
+        save_torch_file(state, snap / TRANSFORM_FILE)
 
 
 def prepare_transform_load(transform: Compose, snap: Path) -> Callable[[], None]:

@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError, Sampler, Storage
+from tdreplay.core.checkpoint import save_torch_file
 from tdreplay.core.utils import check_batch_size, check_instance
 
 from ._generators import (
@@ -418,7 +419,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
         """
         path = Path(path)
         dump_members(self._samplers, path, "SamplerEnsemble")
-        torch.save(generator_states(self._samplers), path / GENERATORS_FILE)
+        save_torch_file(generator_states(self._samplers), path / GENERATORS_FILE)
 
     def prepare_load(self, path: Any) -> Any:
         """Read and check every sampler's checkpoint; return a function installing them."""

@@ -16,6 +16,7 @@ import torch
 from tdreplay.core.checkpoint import (
     CheckpointError,
     read_json,
+    save_torch_file,
     verify_checkpoint,
     write_checkpoint,
     write_json,
@@ -155,7 +156,7 @@ class TrainerState:
                 else:
                     state["modules"][name] = module.state_dict()
                     how[name] = "state_dict"
-            torch.save(state, snap / "trainer.pt")
+            save_torch_file(state, snap / "trainer.pt")
             write_json(snap / "trainer.json", {"trainer": trainer_name, "modules": how})
 
     def loads(self, path: str | os.PathLike[str]) -> None:
@@ -188,7 +189,7 @@ class TrainerState:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            torch.save(state, tmp)
+            save_torch_file(state, tmp)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
