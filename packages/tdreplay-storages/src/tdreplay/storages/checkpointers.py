@@ -52,7 +52,7 @@ from tdreplay.core import (
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
-from ._file_writes import memmap_by_writes, write_json_file
+from ._file_writes import memmap_by_writes, reserve_room, write_json_file
 from ._layout import (
     as_key,
     dtype_from_str,
@@ -630,6 +630,11 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
         return arrays
 
 
+#: bytes an HDF5 file takes beyond its data: for the file (superblock, root group) and per
+#: dataset (object header, chunk index), bounds for reserve_room
+_H5_FILE_OVERHEAD, _H5_DATASET_OVERHEAD = 1 << 16, 1 << 13
+
+
 class H5StorageCheckpointer(_CompactingCheckpointer):
     """Saves a tensor storage in one HDF5 file, TED-compacted.
 
@@ -683,7 +688,12 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
         import h5py
 
         index = {}
-        with h5py.File(path / self.checkpoint_file, "w") as f:
+        target = path / self.checkpoint_file
+        # the room for the uncompressed data (an upper bound), checked before HDF5 writes: it
+        # crashes the process on some failed writes where this raises OSError (reserve_room)
+        reserve_room(target, sum(t.numel() * t.element_size() for t in arrays.values())
+                     + _H5_FILE_OVERHEAD + _H5_DATASET_OVERHEAD * len(arrays))
+        with h5py.File(target, "w") as f:
             for i, (key, tensor) in enumerate(arrays.items()):
                 stored = _stored_path(key)
                 array = _to_numpy(tensor)
