@@ -31,6 +31,15 @@ class InterruptingSampler(RandomSampler):
         super().load_state_dict(state_dict)
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Python's own SIGINT handler (KeyboardInterrupt) during each test: a job started in the
+    background (nohup, ``cmd &``) runs with SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _saved(tmp_path, how):
     """A 3-item buffer's checkpoint (a directory or a state_dict) and a 5-item buffer to
     restore it into."""
@@ -86,6 +95,15 @@ def test_emptying_a_half_restored_buffer_makes_it_saveable(tmp_path):
     fresh = ReplayBuffer(storage=ListStorage(8), sampler=InterruptingSampler())
     fresh.loads(tmp_path / "fresh")
     assert fresh[:] == [7]
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    restore, rb = _saved(tmp_path, "loads")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    rb.sampler.next_load = "sigint"
+    restore()  # nothing raised: the process ignores SIGINT
+    assert rb.write_count == 3
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_the_sigint_handler_in_place_is_restored(tmp_path):

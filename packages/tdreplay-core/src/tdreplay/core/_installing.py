@@ -35,6 +35,7 @@ def interrupts_held() -> Iterator[None]:
     Examples
     --------
     >>> import os, signal
+    >>> previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # (Python's own)
     >>> done = []
     >>> try:
     ...     with interrupts_held():
@@ -42,8 +43,12 @@ def interrupts_held() -> Iterator[None]:
     ...         done.append("the rest of the block")
     ... except KeyboardInterrupt:
     ...     done.append("interrupted after it")
+    >>> _ = signal.signal(signal.SIGINT, previous)
     >>> done
     ['the rest of the block', 'interrupted after it']
+
+    A SIGINT the process ignores (``SIG_IGN``, as in a job started in the background) stays
+    ignored.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
