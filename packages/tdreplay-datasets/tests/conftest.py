@@ -174,3 +174,19 @@ def cartpole(minari_dir) -> str:
 def dict_dataset(minari_dir) -> str:
     make_dict()
     return DICT_ID
+
+
+@pytest.fixture
+def count_conversions(monkeypatch) -> list[str]:
+    """The dataset id of every conversion from Minari data that runs."""
+    from tdreplay.datasets import minari_data
+
+    calls: list[str] = []
+    convert = minari_data._convert
+
+    def counting(dataset, dataset_id, dest, *args):
+        calls.append(dataset_id)
+        return convert(dataset, dataset_id, dest, *args)
+
+    monkeypatch.setattr(minari_data, "_convert", counting)
+    return calls

@@ -50,20 +50,6 @@ def load(dataset_id: str, root: Path, **kwargs) -> MinariExperienceReplay:
 
 
 @pytest.fixture
-def count_conversions(monkeypatch) -> list[str]:
-    """The dataset id of every conversion from Minari data that runs."""
-    calls: list[str] = []
-    convert = minari_data._convert
-
-    def counting(dataset, dataset_id, dest, *args):
-        calls.append(dataset_id)
-        return convert(dataset, dataset_id, dest, *args)
-
-    monkeypatch.setattr(minari_data, "_convert", counting)
-    return calls
-
-
-@pytest.fixture
 def fake_download(monkeypatch, tmp_path):
     """``minari.download_dataset`` replaced by a copy from a "remote" directory of locally made
     datasets into Minari's cache (wherever ``MINARI_DATASETS_PATH`` points at call time)."""

@@ -62,56 +62,42 @@ def rewards(data: MinariExperienceReplay) -> list[float]:
     return data[:]["next", "reward"].flatten().tolist()
 
 
-@pytest.fixture
-def conversions(monkeypatch) -> list[str]:
-    """The dataset id of every conversion from Minari data that runs."""
-    calls: list[str] = []
-    convert = minari_data._convert
-
-    def counting(dataset, dataset_id, dest, *args):
-        calls.append(dataset_id)
-        return convert(dataset, dataset_id, dest, *args)
-
-    monkeypatch.setattr(minari_data, "_convert", counting)
-    return calls
-
-
 # ---- 1. a changed local source is converted again (repro_01) ---------------------------------
-def test_changed_local_source_is_converted_again(minari_dir, root, conversions):
+def test_changed_local_source_is_converted_again(minari_dir, root, count_conversions):
     make(minari_dir, "local/data-v0")
     assert rewards(load("local/data-v0", root)) == [1.0, 2.0, 3.0, 1.0, 2.0]
     split = load("local/data-v0", root, split_trajs=True)
     assert split[:]["next", "reward"][..., 0].tolist() == [[1.0, 2.0, 3.0], [1.0, 2.0, 0.0]]
     # unchanged source: reused
     assert rewards(load("local/data-v0", root)) == [1.0, 2.0, 3.0, 1.0, 2.0]
-    assert conversions == ["local/data-v0"]
+    assert count_conversions == ["local/data-v0"]
 
     make(minari_dir, "local/data-v0", reward_scale=100.0)  # re-recorded under the same id
     assert rewards(load("local/data-v0", root)) == [100.0, 200.0, 300.0, 100.0, 200.0]
-    assert conversions == ["local/data-v0"] * 2
+    assert count_conversions == ["local/data-v0"] * 2
     # the split made from the old conversion is made again from the new one
     again = load("local/data-v0", root, split_trajs=True)
     assert again[:]["next", "reward"][..., 0].tolist() == [[100.0, 200.0, 300.0],
                                                             [100.0, 200.0, 0.0]]
-    assert conversions == ["local/data-v0"] * 2
+    assert count_conversions == ["local/data-v0"] * 2
     # without load_from_local_minari the conversion is used as it is
     assert rewards(load("local/data-v0", root, download=False, load_from_local_minari=False)) \
         == [100.0, 200.0, 300.0, 100.0, 200.0]
     assert sorted(os.listdir(root / "local")) == ["data-v0", "data-v0_split"]
 
 
-def test_changed_split_source_is_seen_first_with_split_trajs(minari_dir, root, conversions):
+def test_changed_split_source_is_seen_first_with_split_trajs(minari_dir, root, count_conversions):
     make(minari_dir, "local/split-v0")
     load("local/split-v0", root, split_trajs=True)
     make(minari_dir, "local/split-v0", lengths=(1, 1, 2), ends=("term", "trunc", "term"),
          reward_scale=5.0)
     data = load("local/split-v0", root, split_trajs=True)
-    assert conversions == ["local/split-v0"] * 2
+    assert count_conversions == ["local/split-v0"] * 2
     assert data[:]["next", "reward"][..., 0].tolist() == [[5.0, 0.0], [5.0, 0.0], [5.0, 10.0]]
     assert data[:]["traj_ids"].tolist() == [[0, 0], [1, 0], [2, 2]]
 
 
-def test_same_size_and_mtime_but_new_content_is_converted_again(minari_dir, root, conversions):
+def test_same_size_and_mtime_but_new_content_is_converted_again(minari_dir, root, count_conversions):
     make(minari_dir, "local/same-v0", reward_scale=1.0)
     load("local/same-v0", root)
     files = {p: p.stat() for p in (minari_dir / "local/same-v0/data").iterdir()}
@@ -120,7 +106,7 @@ def test_same_size_and_mtime_but_new_content_is_converted_again(minari_dir, root
         assert path.stat().st_size == stat.st_size
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert rewards(load("local/same-v0", root)) == [7.0, 14.0, 21.0, 7.0, 14.0]
-    assert conversions == ["local/same-v0"] * 2
+    assert count_conversions == ["local/same-v0"] * 2
 
 
 def test_failed_reconversion_keeps_the_old_conversion(minari_dir, root, monkeypatch):
@@ -174,7 +160,7 @@ def test_local_source_gone_is_an_error_even_when_converted(minari_dir, root):
     assert len(load("local/gone-v0", root, download=False, load_from_local_minari=False)) == 5
 
 
-def test_conversion_of_an_older_format_is_converted_again(minari_dir, root, conversions):
+def test_conversion_of_an_older_format_is_converted_again(minari_dir, root, count_conversions):
     make(minari_dir, "old/fmt-v0")
     data = load("old/fmt-v0", root)
     marker = data.data_path_root / "tdreplay-dataset.json"
@@ -183,7 +169,7 @@ def test_conversion_of_an_older_format_is_converted_again(minari_dir, root, conv
     with pytest.raises(FileNotFoundError, match="older version of tdreplay-datasets"):
         load("old/fmt-v0", root, download=False, load_from_local_minari=False)
     assert len(load("old/fmt-v0", root)) == 5
-    assert conversions == ["old/fmt-v0"] * 2
+    assert count_conversions == ["old/fmt-v0"] * 2
     assert json.loads(marker.read_text())["format"] == minari_data._FORMAT
 
 
@@ -354,7 +340,7 @@ def test_numpy_bools_are_bools_for_download(minari_dir, root):
 
 
 # ---- 8. delete() removes what the buffer reads (repro_08) -------------------------------------
-def test_delete_of_a_split_buffer_keeps_the_flat_conversion(minari_dir, root, conversions):
+def test_delete_of_a_split_buffer_keeps_the_flat_conversion(minari_dir, root, count_conversions):
     make(minari_dir, "del/data-v0")
     load("del/data-v0", root)
     split = load("del/data-v0", root, batch_size=2, download=False, split_trajs=True,
@@ -366,10 +352,10 @@ def test_delete_of_a_split_buffer_keeps_the_flat_conversion(minari_dir, root, co
     again = load("del/data-v0", root, download=False, split_trajs=True,
                  load_from_local_minari=False)
     assert again[:].batch_size == (2, 3)
-    assert conversions == ["del/data-v0"]  # split again from the flat data, not converted
+    assert count_conversions == ["del/data-v0"]  # split again from the flat data, not converted
 
 
-def test_delete_of_a_flat_buffer_keeps_its_split(minari_dir, root, conversions):
+def test_delete_of_a_flat_buffer_keeps_its_split(minari_dir, root, count_conversions):
     make(minari_dir, "del/flat-v0")
     load("del/flat-v0", root, split_trajs=True)
     flat = load("del/flat-v0", root)
@@ -383,7 +369,7 @@ def test_delete_of_a_flat_buffer_keeps_its_split(minari_dir, root, conversions):
     # converting the flat data again makes the split again from it
     load("del/flat-v0", root)
     load("del/flat-v0", root, split_trajs=True)
-    assert conversions == ["del/flat-v0"] * 2
+    assert count_conversions == ["del/flat-v0"] * 2
     split.delete()
     load("del/flat-v0", root).delete()
     assert not root.joinpath("del").exists()
