@@ -719,10 +719,13 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     @staticmethod
     def _load_checked(path: Path) -> Any:
         """The memmap data of the conversion in ``path``, after checking that every leaf file
-        is there at its full size (``ValueError`` naming the file otherwise; nothing on disk
-        changes: mapping a short file would zero-extend it)."""
+        is there at its full size and that a flat conversion's ``env_metadata.json`` (what
+        :attr:`metadata_path` hands to TorchRL code) is whole (``ValueError`` naming the file
+        otherwise; nothing on disk changes: mapping a short file would zero-extend it)."""
         marker = read_json(path / _MARKER, "the dataset marker file")
         check_leaf_files(path / _DATA, marker.get("files"))
+        if not marker.get("split_trajs"):
+            read_json(path / _ENV_METADATA, "the environment metadata file")
         return load_memmap(path / _DATA)
 
     @staticmethod
