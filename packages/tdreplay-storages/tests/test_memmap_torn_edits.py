@@ -2,8 +2,9 @@
 ``storage[tuple] = ...`` and the buffer edits made of them) whose process is killed half-way
 leaves no row half edited: whoever takes the lock next writes the old values back (an undo
 journal), so every row reads as it was, none is dropped, and the ring goes on. A load killed
-half-way drops the rows it was replacing; an edit that raises half-way, or does not fit,
-leaves the rows as they were."""
+half-way leaves the rows it was replacing as they were (journaled too: see
+test_memmap_load_killed.py); an edit that raises half-way, or does not fit, leaves the rows as
+they were."""
 
 from __future__ import annotations
 
@@ -181,16 +182,16 @@ def load_and_die(killed, path) -> None:
     storage.load_state_dict(loaded.state_dict())
 
 
-def test_killed_load_drops_the_rows_it_was_replacing(tmp_path, killed):
+def test_killed_load_leaves_the_rows_it_was_replacing(tmp_path, killed):
     path = tmp_path / "s"
     rb = ReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=path))
     rb.extend(rows(range(8)))
     killed.run_killed(load_and_die, killed, path)
     storage = LazyMemmapStorage(CAP, scratch_dir=path, existsok=True)
-    assert read_ids(storage) == [5, 6, 7]  # rows 0..4 were being replaced: dropped
+    assert read_ids(storage) == list(range(8))  # the load never happened: nothing dropped
     rb = ReplayBuffer(storage=storage)
     rb.extend(rows([200, 201]))
-    assert read_ids(storage) == [5, 6, 7, 200, 201]
+    assert read_ids(storage) == [*range(8), 200, 201]
 
 
 def test_an_edit_interrupted_in_process_writes_its_old_values_back(tmp_path, monkeypatch):

@@ -155,7 +155,9 @@ class CheckpointRowsMixin:
             layout = self._current_layout()
             assert layout is not None
         n = int(meta["len_rows"])
-        with self._edit_guard() as guard:  # (counted rows replaced: recorded first)
+        # (a shared storage journals the old count, cursor and replaced rows first: a loader
+        # that dies leaves the storage as it was, see _shared_edits)
+        with self._edit_guard() as guard:
             guard.overwrite(layout, n, self._rows_written())
             layout.install_rows(n, data)
             self._set_rows_written(n)

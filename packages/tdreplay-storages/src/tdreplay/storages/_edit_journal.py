@@ -11,14 +11,22 @@ values back (:meth:`EditJournal.restore`, newest segment first): the rows are ex
 were before the edits, none is dropped. A restore writes only old values, so a restore killed
 in turn is simply done again by the next process.
 
+A load (a checkpoint's ``install``, ``load_state_dict``) is journaled the same way, as one
+edit: first the old values of the storage's shared counters (its row count, the writer's
+cursor and write count: a segment whose key is ``null``, see :meth:`EditJournal.append`), then
+the old values of the counted rows it replaces, of every entry. A loader that dies leaves the
+storage as it was before the load (rows, count and cursor), never a mixture.
+
 The file: a magic int64, then one segment per entry and edit: ``[segment magic, key bytes,
-first row, rows, data bytes]`` (int64), the entry's key path as JSON (padded to 8 bytes), the
-row numbers (int64; none when the rows are the run from ``first row``, else ``first row`` is
--1) and the rows' old bytes. Segments past the record's count (an edit whose journal was not
-complete, the edits of an earlier lock hold) are never read. What it costs: the bytes of the
-edited rows' entries (and 8 bytes a row for scattered rows), written once, at most
-``block_bytes`` of them in memory at a time. The editing process keeps the file open from one
-edit to the next (created once, emptied when it grew past ``keep_bytes``).
+first row, rows, data bytes]`` (int64), the entry's key path as JSON (``null`` for the
+counters; padded to 8 bytes), the row numbers (int64; none when the rows are the run from
+``first row``, else ``first row`` is -1) and the rows' old bytes. Segments past the record's
+count (an edit whose journal was not complete, the edits of an earlier lock hold) are never
+read. What it costs: the bytes of the edited rows' entries (and 8 bytes a row for scattered
+rows), written once, at most ``block_bytes`` of them in memory at a time; for a load, the
+bytes of the counted rows it replaces (at most the loaded ones) and 24 bytes of counters. The
+editing process keeps the file open from one edit to the next (created once, emptied when it
+grew past ``keep_bytes``).
 """
 
 from __future__ import annotations
@@ -174,14 +182,21 @@ class EditJournal:
         return self._count if self._pid == os.getpid() else 0
 
     # ---- the editing process ------------------------------------------------------------------
-    def append(self, td: Any, keys: Sequence[NestedKey], rows: Rows) -> int:
+    def append(self, td: Any, keys: Sequence[NestedKey], rows: Rows,
+               counters: tuple[torch.Tensor, torch.Tensor] | None = None) -> int:
         """Journal ``rows`` of entries ``keys`` of ``td`` (the storage's TensorDict) as they are
         now, before an edit writes them; returns :attr:`segments`. Raises (``OSError`` for a
-        full disk) before any segment of the edit is counted: nothing changes."""
+        full disk) before any segment of the edit is counted: nothing changes.
+
+        ``counters``: ``(values, slots)``, a 1-D int64 tensor (the storage's shared counters)
+        and the slots of it to journal first (a load, which changes the row count and the
+        cursor): :meth:`restore` given the same ``values`` writes them back."""
         if not self._count:
             self._open()
         start, count = self._end, self._count
         try:
+            if counters is not None:
+                count += self._segment(counters[0], None, counters[1])
             for key in keys:
                 count += self._segment(td.get(key), key, rows)
         except BaseException:
@@ -212,12 +227,13 @@ class EditJournal:
             raise
         self._fd = fd
 
-    def _segment(self, leaf: torch.Tensor, key: NestedKey, rows: Rows) -> int:
-        """Write the segment of one entry at the end; 1 (0: no bytes to keep)."""
+    def _segment(self, leaf: torch.Tensor, key: NestedKey | None, rows: Rows) -> int:
+        """Write the segment of one entry (``key`` ``None``: of the counters) at the end; 1
+        (0: no bytes to keep)."""
         row_bytes, n = _row_bytes(leaf), count_rows(rows)
         if not row_bytes or not n:
             return 0
-        name = json.dumps(list(key_path(key))).encode()
+        name = json.dumps(None if key is None else list(key_path(key))).encode()
         name += b" " * (-len(name) % 8)
         first = rows.start if isinstance(rows, slice) else -1
         head = np.array([_SEGMENT, len(name), first, n, n * row_bytes], dtype=np.int64)
@@ -229,11 +245,11 @@ class EditJournal:
         self._end = offset
         return 1
 
-    def take_back(self, td: Any) -> int:
+    def take_back(self, td: Any, counters: torch.Tensor | None = None) -> int:
         """Write back the old values of the last edit journaled (it raised) and forget it;
         returns :attr:`segments` left (the record is then to count these)."""
         first, start = self._edits[-1]
-        self.restore(td, self._count, first)
+        self.restore(td, self._count, first, counters)
         self._edits.pop()
         self._count, self._end = first, start
         return first
@@ -249,27 +265,33 @@ class EditJournal:
         self._count, self._edits, self._end = 0, [], 8
 
     # ---- anyone holding the lock ----------------------------------------------------------------
-    def restore(self, td: Any, count: int, first: int = 0) -> None:
+    def restore(self, td: Any, count: int, first: int = 0,
+                counters: torch.Tensor | None = None) -> None:
         """Write back segments ``[first, count)`` of the file, newest first, into ``td``'s
-        entries. ``RuntimeError`` when the file cannot be read whole (the rows cannot be
-        trusted)."""
+        entries (and a load's old counters into ``counters``, the storage's shared counters as
+        a 1-D int64 tensor). ``RuntimeError`` when the file cannot be read whole (the rows
+        cannot be trusted)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as err:
             raise self._damaged(err) from err
         try:
             for key, rows, offset in reversed(self._read(fd, count)[first:]):
-                self._restore_segment(fd, td, key, rows, offset)
+                if key is not None and td is None:
+                    continue  # (no rows laid out: none to write back)
+                self._restore_segment(fd, counters if key is None else td.get(key), key,
+                                      rows, offset)
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
             raise self._damaged(err) from err
         finally:
             os.close(fd)
 
-    def _read(self, fd: int, count: int) -> list[tuple[NestedKey, Rows, int]]:
-        """``(key, rows, offset of the old bytes)`` of the first ``count`` segments."""
+    def _read(self, fd: int, count: int) -> list[tuple[NestedKey | None, Rows, int]]:
+        """``(key, rows, offset of the old bytes)`` of the first ``count`` segments (key
+        ``None``: the counters' segment of a load)."""
         if np.frombuffer(_pread(fd, 8, 0), dtype=np.int64)[0] != _MAGIC:
             raise RuntimeError("has no journal header")
-        out: list[tuple[NestedKey, Rows, int]] = []
+        out: list[tuple[NestedKey | None, Rows, int]] = []
         offset = 8
         for _ in range(count):
             magic, name, first, n, size = np.frombuffer(
@@ -277,7 +299,8 @@ class EditJournal:
             if magic != _SEGMENT or min(name, n, size) < 0 or first < -1:
                 raise RuntimeError("holds a damaged segment")
             offset += 8 * _SEGMENT_HEADER
-            key = as_key(json.loads(bytes(_pread(fd, name, offset))))
+            path = json.loads(bytes(_pread(fd, name, offset)))
+            key = None if path is None else as_key(path)
             offset += name
             rows: Rows = slice(first, first + n)
             if first < 0:
@@ -287,12 +310,12 @@ class EditJournal:
             offset += size
         return out
 
-    def _restore_segment(self, fd: int, td: Any, key: NestedKey, rows: Rows,
+    def _restore_segment(self, fd: int, leaf: Any, key: NestedKey | None, rows: Rows,
                          offset: int) -> None:
-        leaf = td.get(key)
         row_bytes = _row_bytes(leaf) if isinstance(leaf, torch.Tensor) else 0
         if not row_bytes:
-            raise RuntimeError(f"names entry {key!r}, which holds no rows")
+            raise RuntimeError("holds the counters of a load, which were not given" if key is None
+                               else f"names entry {key!r}, which holds no rows")
         for part in _blocks(rows, max(1, self.block_bytes // row_bytes)):
             n = count_rows(part)
             raw = _pread(fd, n * row_bytes, offset)

@@ -5,8 +5,11 @@ It holds the storage's process lock for the whole edit (the rows counted, the ch
 writes). An edit of entries journals the old values of the rows it touches
 (:meth:`~._torn_writes.TornWrites.record_edit`) and leaves their record for the lock to clear
 as it is released (so the edits of one lock hold are undone together if the process dies);
-an edit that raises once recorded writes its old values back. A load that replaces counted
-rows records them as an overwrite (:meth:`~._torn_writes.TornWrites.begin`).
+an edit that raises once recorded writes its old values back. A load is journaled as one such
+edit (:meth:`~._torn_writes.TornWrites.record_load`): the old row count, cursor and write count,
+and the old values of the counted rows it replaces, so that a loader that dies leaves the
+storage as it was before the load (rows, count and cursor) until the lock is released, and a
+load that raises writes them back.
 """
 
 from __future__ import annotations
@@ -34,14 +37,13 @@ class SharedEdit(EditGuard):
     """One in-place edit of a shared storage whose lock is ``lock`` and whose torn-write
     record is ``torn``."""
 
-    __slots__ = ("_layout", "_lock", "_overwriting", "_td", "_torn")
+    __slots__ = ("_lock", "_recorded", "_td", "_torn")
 
     def __init__(self, lock: _ProcessLock, torn: TornWrites) -> None:
         self._lock = lock
         self._torn = torn
-        self._td: TensorDictBase | None = None  # set once an edit of entries is recorded
-        self._layout: TensorLayout | None = None
-        self._overwriting = False  # a load's rows recorded
+        self._td: TensorDictBase | None = None  # the rows of the edit (or load) recorded
+        self._recorded = False
 
     def __enter__(self) -> SharedEdit:
         self._lock.acquire()  # (drops or restores what a process that died left)
@@ -54,28 +56,29 @@ class SharedEdit(EditGuard):
             return
         torn = self._torn
         torn.record_edit(td, keys, touched)
-        self._td = td
+        self._td, self._recorded = td, True
         self._lock.before_unlock = torn.settle_edits  # (the hold's edits complete then)
 
-    def overwrite(self, layout: TensorLayout, rows: int, written: int) -> None:
-        self._layout = layout
-        self._overwriting = bool(written) and self._torn.begin(slice(0, rows), written,
-                                                               layout.rows)
+    def overwrite(self, layout: TensorLayout | None, rows: int, written: int) -> None:
+        # the old counters and the counted rows replaced ([0, min(rows, written))), journaled
+        # as one edit: undone together if this process dies before the lock is released
+        # (``layout`` None: a storage not laid out, emptied: the counters only)
+        torn = self._torn
+        td = None if layout is None else layout.td
+        torn.record_load(td, [] if layout is None else layout.keys,
+                         min(rows, written) if layout is not None else 0)
+        self._td, self._recorded = td, True
+        self._lock.before_unlock = torn.settle_edits  # (the load is complete then)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         try:
-            if self._overwriting:
-                if exc is None:
-                    self._torn.end()
-                else:
-                    self._torn.failed(exc, self._layout)
-            elif exc is not None and self._td is not None:
+            if exc is not None and self._recorded:
                 self._take_back(self._td)
         finally:
             self._lock.release()
 
-    def _take_back(self, td: TensorDictBase) -> None:
+    def _take_back(self, td: TensorDictBase | None) -> None:
         """The edit raised once recorded: its old values back before the error goes on."""
         try:
             self._torn.take_back_edit(td)

@@ -42,9 +42,18 @@ the lock after an editor died writes the old values back, newest first (a restor
 turn is done again whole: it writes only old values), and clears the record: the rows are as
 before the edits, none is dropped, the count and the cursor do not change. An edit that raises
 once it has begun writes its own old values back before the error propagates
-(:meth:`TornWrites.take_back_edit`). A load (``load_state_dict``, a checkpoint's ``install``)
-replaces the rows it covers: it is recorded as an overwrite (:meth:`TornWrites.begin`), and
-the rows a loader that died was replacing are dropped.
+(:meth:`TornWrites.take_back_edit`).
+
+A load (``load_state_dict``, a checkpoint's ``install``, ``rb.loads``) keeps the old buffer the
+same way (:meth:`TornWrites.record_load`): before it writes anything, the old values of the
+shared counters (the row count, the writer's cursor and write count) and of the counted rows it
+replaces (every entry) go to the undo journal, and the record says "edits, n segments" until
+the lock is released (a buffer's ``loads`` holds it until the writer's and the sampler's states
+are in too). Whoever takes the lock after a loader died writes the rows and the counters back:
+the buffer is exactly as before the load, whatever point the loader reached (never rows
+dropped, nor a mixture of old and loaded rows); a load that raises writes them back itself.
+What it costs: one copy of the replaced counted rows (those below the old count, at most the
+loaded ones) to the journal file, written once, plus three int64.
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from ._layout import TensorLayout
 # slots of the shared state array (beside memmap_storage's _STATE_INIT .. _STATE_WRITES)
 STATE_LEN = 1
 STATE_CURSOR = 2
+STATE_WRITES = 3
 STATE_TORN = 4  # 0: no write in flight over counted rows, else what it covers (kind = low 2 bits)
 STATE_TORN_START = 5
 STATE_TORN_STOP = 6
@@ -96,6 +106,10 @@ def packed_range(start: int, stop: int) -> int:
     store records them (the hot path of a full ring)."""
     return (start << 33) | (stop << 2) | _PACKED
 
+
+#: the counters a load changes, journaled before it (the row count, the writer's cursor and
+#: write count)
+LOAD_COUNTERS = (STATE_LEN, STATE_CURSOR, STATE_WRITES)
 
 #: exceptions a storage raises while checking data, before it writes anything
 _REFUSALS = (ValueError, KeyError, TypeError, IndexError)
@@ -181,6 +195,11 @@ class TornWrites:
         """The shared counters."""
         array: np.ndarray = self.counters.array
         return array
+
+    def _counter_values(self) -> torch.Tensor:
+        """The shared counters as a 1-D int64 tensor (the same memory), which the journal of a
+        load reads and writes back."""
+        return torch.from_numpy(self.counters.array)
     # ---- writer side (under the process lock) ---------------------------------------------------
     def begin(self, rows: int | slice | torch.Tensor | Sequence[int], written: int,
               capacity: int) -> bool:
@@ -254,9 +273,21 @@ class TornWrites:
         if segments:
             self.state[STATE_TORN] = (segments << 4) | _UNDO
 
+    def record_load(self, td: Any, keys: Sequence[NestedKey], rows: int) -> None:
+        """Journal the counters a load changes (:data:`LOAD_COUNTERS`) and the first ``rows``
+        rows of entries ``keys`` of ``td`` (the counted rows it replaces) before it writes
+        anything, then record the journal; raises before recording when the journal cannot be
+        written (nothing changed)."""
+        slots = torch.tensor(LOAD_COUNTERS, dtype=torch.long)
+        segments = self.edits.append(td, keys, slice(0, rows),
+                                     counters=(self._counter_values(), slots))
+        if segments:
+            self.state[STATE_TORN] = (segments << 4) | _UNDO
+
     def take_back_edit(self, td: Any) -> None:
-        """The last edit recorded raised: its old values back, and out of the record."""
-        segments = self.edits.take_back(td)
+        """The last edit (or load) recorded raised: its old values back, and out of the
+        record."""
+        segments = self.edits.take_back(td, self._counter_values())
         if segments:
             self.state[STATE_TORN] = (segments << 4) | _UNDO
         else:
@@ -302,9 +333,9 @@ class TornWrites:
         value = int(self.state[STATE_TORN])
         if not value:
             return 0
-        if not value & 7:  # an editor's record: the old values back, no row dropped
-            if layout is not None:
-                self.edits.restore(layout.td, value >> 4)
+        if not value & 7:  # an editor's (or loader's) record: the old values back, no row dropped
+            self.edits.restore(None if layout is None else layout.td, value >> 4,
+                               counters=self._counter_values())
             self.edits.forget()  # (what this process held of it)
             self._finish()
             return 0

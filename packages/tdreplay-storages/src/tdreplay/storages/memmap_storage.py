@@ -30,11 +30,13 @@ row is read: a buffer draws under it), so no process counts or samples a torn ro
 recovery killed in turn is finished by the next one. An in-place edit of entries (``set_key``,
 ``update_``, ``storage[tuple] = ...``) journals the old values of its rows first instead:
 whoever takes the lock after an editor died writes them back, so no row is left half edited
-and none is dropped. The first write (the layout) lists the
-files it creates in ``tdreplay-memmap-creating.json`` before creating them, and removes the
-list once the layout is committed: a first write that finds the list (under the lock, so its
-writer died) removes those files and lays the storage out again; files the storage did not
-create are never overwritten.
+and none is dropped. A load (``loads``, ``load_state_dict``, ``empty``) journals the old row
+count, writer cursor and write count and the counted rows it replaces the same way, kept until
+the lock is released: a loader that dies leaves the storage as it was before the load. The
+first write (the layout) lists the files it creates in ``tdreplay-memmap-creating.json``
+before creating them, and removes the list once the layout is committed: a first write that
+finds the list (under the lock, so its writer died) removes those files and lays the storage
+out again; files the storage did not create are never overwritten.
 """
 
 from __future__ import annotations
@@ -486,6 +488,8 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                 start, stop, layout = cursor.start, cursor.stop, self._layout
                 if start is not None and start >= state[_STATE_LEN]:
                     # rows past the count (a first write): the count moves after the data
+                    if state[_STATE_TORN]:  # (this hold's edits or load: complete, settled)
+                        self._torn.settle_edits()
                     super().set(cursor, data, set_cursor=set_cursor)
                     return
                 if layout is not None and start is not None and stop is not None \
@@ -517,6 +521,14 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
             torn.failed(err, layout)
             raise
         torn.end()
+
+    def empty(self) -> None:
+        """Forget the written rows (the count to 0): journaled as a load of no rows (the old
+        count, cursor and write count; see ``_shared_edits``), so that a buffer's ``loads`` of
+        an empty checkpoint whose process dies leaves the storage as it was."""
+        with self._edit_guard() as guard:
+            guard.overwrite(self._current_layout(), 0, self._rows_written())
+            super().empty()
 
     def get(self, index: int | torch.Tensor) -> Any:
         with self._lock_obj:
