@@ -221,3 +221,35 @@ def test_a_damaged_member_part_state_is_refused_and_changes_nothing():
     with pytest.raises(ValueError, match="buffer 0.*scheduler.beta.*must be a dict"):
         target.load_state_dict(state)
     assert len(target[0]) == 0 and target_scheduler.state_dict()["step_count"] == 0
+
+
+def test_a_half_restored_member_is_not_saved_through_the_ensemble(tmp_path):
+    # a member whose restore failed while installing refuses saves; the ensemble, which reads
+    # its parts directly, must refuse them too
+    from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
+
+    class FailingSampler(RandomSampler):
+        fail_next = False
+
+        def load_state_dict(self, state_dict):
+            if self.fail_next:
+                self.fail_next = False
+                raise MemoryError("no room")
+            super().load_state_dict(state_dict)
+
+    member = ReplayBuffer(storage=ListStorage(8), sampler=FailingSampler())
+    other = ReplayBuffer(storage=ListStorage(8))
+    member.extend([1, 2, 3])
+    other.extend([4, 5])
+    state = member.state_dict()
+    member.extend([9])
+    member.sampler.fail_next = True
+    with pytest.raises(MemoryError):
+        member.load_state_dict(state)
+    ensemble = ReplayBufferEnsemble(member, other, batch_size=2)
+    for save in (ensemble.state_dict, lambda: ensemble.dumps(tmp_path / "mixed")):
+        with pytest.raises(RuntimeError, match="member 0 of the ensemble.*failed while installing"):
+            save()
+    assert not (tmp_path / "mixed").exists()
+    member.load_state_dict(state)  # restored: saveable again, through the ensemble too
+    ensemble.dumps(tmp_path / "ok")

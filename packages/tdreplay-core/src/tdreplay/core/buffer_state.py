@@ -201,7 +201,7 @@ class BufferStateMixin:
         hands out the same batches next, then draws on as the saved one would.
         """
         with self._prefetcher.held(settle=True), self._lock:
-            self._check_saveable()
+            self.check_saveable()
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
@@ -365,7 +365,7 @@ class BufferStateMixin:
         ([1, 2, 3], 3)
         """
         with self._prefetcher.held(settle=True), self._lock:
-            self._check_saveable()
+            self.check_saveable()
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
@@ -428,8 +428,18 @@ class BufferStateMixin:
             self._install_record = InstallRecord()
         self._install_record.install(steps)
 
-    def _check_saveable(self) -> None:
-        """``RuntimeError`` when the last restore failed while installing."""
+    def check_saveable(self) -> None:
+        """Raise ``RuntimeError`` when this buffer must not be saved: its last restore
+        (``loads`` / ``load_state_dict``) failed while installing, so it holds part of the
+        restored state and part of its old one. ``dumps`` and ``state_dict`` call it first; a
+        buffer made of others (an ensemble) checks each of them too. A restore that succeeds,
+        or ``empty()``, makes the buffer saveable again.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> ReplayBuffer(storage=ListStorage(4)).check_saveable()  # nothing to say
+        """
         if self._install_record is not None:
             self._install_record.check_saveable()
 

@@ -880,7 +880,8 @@ class ListStorage(Storage):
         return {"storage": list(self._storage), "max_size": self.max_size}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Refuse a ``state_dict`` of another capacity or with more items than fit.
+        """Refuse a ``state_dict`` of another capacity, with more items than fit, or with
+        entries this storage never saves.
 
         A ``state_dict`` without ``"max_size"`` (written before it was recorded) is checked
         for its number of items only.
@@ -892,6 +893,15 @@ class ListStorage(Storage):
         Traceback (most recent call last):
         ...
         ValueError: state_dict['storage'] holds 3 items; this ListStorage has max_size=2.
+
+        A state with entries a ``ListStorage`` never saves (another storage kind's) is refused
+        too:
+
+        >>> s.check_state_dict({"storage": [], "max_size": 2, "codec": "zstd"})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict has entries ['codec'] that a ListStorage never saves: ...
         """
         if not isinstance(state_dict, dict):
             raise ValueError(f"{type(self).__name__} state_dict must be a dict, got "
@@ -899,6 +909,10 @@ class ListStorage(Storage):
         items = state_dict.get("storage")
         if not isinstance(items, list):
             raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
+        unknown = sorted(map(str, set(state_dict) - {"storage", "max_size"}))
+        if unknown:  # (e.g. a CompressedListStorage's "codec": its items are compressed rows)
+            raise ValueError(f"state_dict has entries {unknown} that a {type(self).__name__} "
+                             "never saves: it is the state of another kind of storage.")
         if "max_size" in state_dict:
             max_size = state_dict["max_size"]
             if not is_int(max_size) or int(max_size) != self.max_size:

@@ -457,6 +457,17 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         super().update_priority(index, priority)
 
     # ---- state ----------------------------------------------------------------------------------
+    def check_saveable(self) -> None:
+        """As :meth:`ReplayBuffer.check_saveable <tdreplay.core.ReplayBuffer.check_saveable>`,
+        for the ensemble and each member: a member whose last restore failed while installing
+        is not saved through the ensemble either (``RuntimeError`` naming the member)."""
+        super().check_saveable()
+        for i, rb in enumerate(self._rbs):
+            try:
+                rb.check_saveable()
+            except RuntimeError as err:
+                raise RuntimeError(f"member {i} of the ensemble: {err}") from err
+
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
         """As :meth:`ReplayBuffer.check_saved_parts`, member by member: a member writer's
         cursor past its storage's saved rows is refused (``ValueError`` naming the member)."""
