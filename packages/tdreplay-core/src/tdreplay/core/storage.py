@@ -740,6 +740,10 @@ class ListStorage(Storage):
     keeps_written_objects = True
     _item_device: torch.device | None = None  # (set by __init__; a storage pickled before has none)
 
+    #: the entries of this storage's :meth:`state_dict`; :meth:`check_state_dict` refuses a
+    #: state with others (another kind of storage's, e.g. a compressed one's ``"codec"``)
+    state_entries: tuple[str, ...] = ("storage", "max_size")
+
     def __init__(self, max_size: int | None = None,
                  checkpointer: StorageCheckpointerBase[Any] | None = None, *,
                  compilable: bool = False,
@@ -909,7 +913,7 @@ class ListStorage(Storage):
         items = state_dict.get("storage")
         if not isinstance(items, list):
             raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
-        unknown = sorted(map(str, set(state_dict) - {"storage", "max_size"}))
+        unknown = sorted(map(str, set(state_dict) - set(self.state_entries)))
         if unknown:  # (e.g. a CompressedListStorage's "codec": its items are compressed rows)
             raise ValueError(f"state_dict has entries {unknown} that a {type(self).__name__} "
                              "never saves: it is the state of another kind of storage.")

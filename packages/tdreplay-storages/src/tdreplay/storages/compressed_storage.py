@@ -235,6 +235,8 @@ class CompressedListStorage(ListStorage):
     _default_checkpointer = CompressedListStorageCheckpointer  # type: ignore[assignment]
     keeps_written_objects = False  # (it keeps compressed bytes of what it is given)
 
+    state_entries = ("storage", "codec", "max_size")
+
     def __init__(
         self,
         max_size: int,
