@@ -7,13 +7,14 @@ every write (write side). ``tdreplay.transforms`` builds its transforms on this 
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
-from .utils import NestedKey, normalize_keys
+from .utils import NestedKey, is_int, normalize_keys
 
 
 class Transform:
@@ -394,7 +395,14 @@ class Compose(Transform):
         """
         if isinstance(index, slice):
             return Compose(*copy.deepcopy(self.transforms[index]))
-        return self.transforms[index]
+        if not is_int(index):  # bool is refused too (an int subclass, but not a position)
+            raise TypeError(f"Compose takes an int or a slice as index, got {index!r} "
+                            f"({type(index).__name__}).")
+        position = operator.index(index)
+        if not -len(self.transforms) <= position < len(self.transforms):
+            raise IndexError(f"Compose index {position} is out of range: this Compose has "
+                             f"{len(self.transforms)} transforms.")
+        return self.transforms[position]
 
     def __iter__(self) -> Iterator[Transform]:
         return iter(self.transforms)

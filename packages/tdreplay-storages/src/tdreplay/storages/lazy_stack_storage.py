@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -52,8 +53,35 @@ class LazyStackStorage(ListStorage):
                  checkpointer: StorageCheckpointerBase | None = None,
                  compilable: bool = False,
                  device: torch.device | str | int | None = None) -> None:
+        if not is_int(stack_dim) or isinstance(stack_dim, torch.Tensor):
+            raise TypeError(f"LazyStackStorage: stack_dim must be an int, got {stack_dim!r} "
+                            f"({type(stack_dim).__name__}).")
         super().__init__(max_size, checkpointer, compilable=compilable, device=device)
-        self.stack_dim = stack_dim
+        self.stack_dim = int(stack_dim)
+
+    def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
+            set_cursor: bool = True) -> None:
+        """As :meth:`ListStorage.set <tdreplay.core.ListStorage.set>`; refuses, before anything
+        is written, items that ``stack_dim`` cannot stack (``ValueError`` naming it)."""
+        if is_int(cursor):
+            self._check_stack_dim([data])
+        elif is_tensor_collection(data) or isinstance(data, torch.Tensor):
+            self._check_stack_dim([], item_dims=_dims(data) - 1)
+        elif isinstance(data, list):
+            self._check_stack_dim(data)
+        super().set(cursor, data, set_cursor=set_cursor)
+
+    def _check_stack_dim(self, items: list[Any], item_dims: int | None = None) -> None:
+        """``ValueError`` when ``stack_dim`` is out of range for items of ``item_dims`` dims (or
+        for the TensorDicts and tensors among ``items``); other items are never stacked."""
+        dims = [] if item_dims is None else [item_dims]
+        dims += [_dims(x) for x in items if is_tensor_collection(x) or isinstance(x, torch.Tensor)]
+        for n in dims:
+            if not -(n + 1) <= self.stack_dim <= n:
+                raise ValueError(
+                    f"LazyStackStorage: stack_dim={self.stack_dim} is out of range for items "
+                    f"with {n} batch dims (it must be in [{-(n + 1)}, {n}]); nothing was written."
+                )
 
     def get(self, index: int | torch.Tensor) -> Any:
         items = super().get(index)
@@ -78,3 +106,8 @@ class LazyStackStorage(ListStorage):
                 isinstance(x, torch.Tensor) and x.shape == first.shape for x in items):
             return torch.stack(items, dim=self.stack_dim)
         return items
+
+
+def _dims(x: Any) -> int:
+    """The batch dims of a TensorDict, the dims of a tensor."""
+    return int(x.batch_dims) if is_tensor_collection(x) else int(x.ndim)

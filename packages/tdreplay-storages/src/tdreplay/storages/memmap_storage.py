@@ -179,7 +179,9 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
     max_size : int
         Capacity in slots.
     scratch_dir : str or path-like, optional
-        Directory of the memory-mapped files. ``None`` creates a temporary directory.
+        Directory of the memory-mapped files, created if absent. ``None`` creates a temporary
+        directory. Anything other than a str or path-like object raises ``TypeError``; ``""``
+        raises ``ValueError``; a path naming a file (or below one) ``NotADirectoryError``.
     auto_cleanup : bool, optional
         Remove the scratch directory when the storage is garbage-collected in the process
         that created it, or when that process exits (normally, or on Ctrl+C / SIGINT).
@@ -247,11 +249,23 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         self.existsok = bool(existsok)
         if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
             raise TypeError(f"auto_cleanup must be a bool or None, got {auto_cleanup!r}.")
+        if scratch_dir is not None and not isinstance(scratch_dir, (str, os.PathLike)):
+            raise TypeError("scratch_dir must be a str, a path-like object or None, got "
+                            f"{scratch_dir!r} ({type(scratch_dir).__name__}).")
+        if scratch_dir is not None and os.fspath(scratch_dir) in ("", b""):
+            raise ValueError("scratch_dir is empty: give a directory (None for a temporary one).")
         if scratch_dir is None:
             path = Path(tempfile.mkdtemp(prefix="tdreplay-memmap-"))
         else:
             path = Path(scratch_dir).expanduser().resolve()
-            path.mkdir(parents=True, exist_ok=True)
+            if path.exists() and not path.is_dir():
+                raise NotADirectoryError(f"scratch_dir {str(path)!r} exists and is not a "
+                                         "directory: give a directory (it is created if absent).")
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as e:  # a parent is a file
+                raise NotADirectoryError(f"scratch_dir {str(path)!r} cannot be created: {e}") \
+                    from e
         #: whether the scratch directory goes with the storage (see ``auto_cleanup``)
         self.auto_cleanup = scratch_dir is None if auto_cleanup is None else auto_cleanup
         if self.auto_cleanup:  # at garbage collection or exit, in this process only

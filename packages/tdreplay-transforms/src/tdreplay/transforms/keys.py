@@ -36,7 +36,9 @@ class RenameTransform(Transform):
 
     All entries are read before any is written, so names can be swapped. A missing entry raises
     ``KeyError`` naming it, and leaves the data as it was (on extend: nothing is written). An
-    entry already present under a target name is replaced.
+    entry already present under a target name is replaced (overwritten without warning, as in
+    TorchRL). A target name given twice (in ``out_keys``, or in ``in_keys_inv``) is refused with
+    ``ValueError``: one of the two entries would be lost.
 
     Examples
     --------
@@ -77,6 +79,12 @@ class RenameTransform(Transform):
                          keys_arg(out_keys_inv, "out_keys_inv"))
         if not self.in_keys:
             raise ValueError("RenameTransform needs at least one key to rename.")
+        # two entries renamed to one name: all but the last would be dropped silently
+        for name, targets in (("out_keys", self.out_keys), ("in_keys_inv", self.in_keys_inv)):
+            repeated = [key for i, key in enumerate(targets) if key in targets[:i]]
+            if repeated:
+                raise ValueError(f"RenameTransform: {name} names {repeated[0]!r} more than once; "
+                                 "each entry needs its own new name (one would be lost).")
         self.create_copy = bool(create_copy)
 
     def _rename(self, data: TensorDictBase, sources: list[NestedKey],
