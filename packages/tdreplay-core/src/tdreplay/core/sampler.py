@@ -182,9 +182,10 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         (TorchRL's ``mark_update``; a prioritized sampler gives them the default priority).
         :meth:`extend` of them by default.
 
-        ``storage`` is TorchRL's keyword (its buffer passes its storage). It is not read:
-        tdreplay's ``index`` holds flat slots, which the buffer checks against its storage
-        before telling the sampler, so it changes nothing a sampler does."""
+        ``storage`` is TorchRL's keyword (its buffer passes its storage). The default ignores
+        it: the buffer checks ``index`` (flat slots) against its storage before telling the
+        sampler. A sampler may use it to check a direct call's ``index``
+        (``PrioritizedSampler`` refuses slots not written in it, changing nothing)."""
         self.extend(index)
 
     def mark_rewritten(self, index: torch.Tensor) -> None:

@@ -372,6 +372,47 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
             kernels_for(state).extend(state, index, new_item_leaf(state, self._alpha, self._eps),
                                       generation)
 
+    def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
+        """``rb.mark_update(index)`` (TorchRL's ``mark_update``): the slots ``index`` get the
+        current max priority and a new write generation, as :meth:`extend` gives them.
+
+        ``storage`` is TorchRL's keyword. When it is given, it must be a
+        :class:`~tdreplay.core.Storage` (``TypeError`` naming ``storage`` otherwise), and every
+        slot of ``index`` must be written in it (``IndexError`` naming ``index`` otherwise: a
+        priority for a slot that holds no item would be drawn by every later sample); a refused
+        call changes nothing. Without ``storage`` (the buffer's call, which checks ``index``
+        against its storage first), the slots are taken as they are, as by :meth:`extend`.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage, s = ListStorage(8), PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0)
+        >>> storage.set(torch.arange(2), ["a", "b"])
+        >>> s.extend(torch.arange(2))
+        >>> s.mark_update(torch.tensor([1]), storage=storage)
+        >>> try:
+        ...     s.mark_update(torch.tensor([5]), storage=storage)
+        ... except IndexError as err:
+        ...     print(str(err).split("(")[1])
+        [5]; it holds 2 written slots, 0 to 1).
+        """
+        if storage is not None:
+            if not isinstance(storage, Storage):
+                raise TypeError(f"mark_update: storage must be a tdreplay.core.Storage (or "
+                                f"None), got {type(storage).__name__}.")
+            slots = as_long_tensor(index, name="index").reshape(-1)
+            if slots.numel():
+                written = storage.valid_slots_mask(slots)
+                if not bool(written.all()):  # (a device read for device slots)
+                    bad = slots[~written].unique()
+                    shown = bad[:8].tolist() + (["..."] if bad.numel() > 8 else [])
+                    count = len(storage)
+                    held = f", 0 to {count - 1}" if count else ""
+                    raise IndexError(f"mark_update: index holds slots that are not written in "
+                                     f"storage ({shown}; it holds {count} written "
+                                     f"slots{held}).")
+        self.extend(index)
+
     def mark_rewritten(self, index: torch.Tensor) -> None:
         """Slots rewritten by index assignment (``rb[i] = ...``) keep their priority, as in
         TorchRL; they get a new write generation, so that ``update_priority(...,

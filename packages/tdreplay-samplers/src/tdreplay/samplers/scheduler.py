@@ -67,19 +67,39 @@ def _is_np_real(value: Any) -> bool:
     return isinstance(value, (np.integer, np.floating))
 
 
+def _number(value: Value, name: str) -> float:
+    """``value`` (from :func:`_as_value`) as a float; ``ValueError`` naming ``name`` for a meta
+    tensor, which holds no value."""
+    if isinstance(value, float):
+        return value
+    if value.is_meta:
+        raise ValueError(f"{name} must hold a value, got a meta tensor (it has none).")
+    return float(value.item())
+
+
 def _bound(value: Any, name: str, default: float) -> float:
     if value is None:
         return default
-    bound = _as_value(value, name)
-    out = float(bound) if isinstance(bound, float) else float(bound.item())
+    out = _number(_as_value(value, name), name)
     if math.isnan(out):
         raise ValueError(f"{name} must not be NaN.")
     return out
 
 
+def _bounds(min_value: Any, max_value: Any, min_name: str = "min_value",
+            max_name: str = "max_value") -> tuple[float, float]:
+    """The checked ``(min_value, max_value)`` (``None``: unbounded); ``ValueError`` naming the
+    bound when one is NaN or a meta tensor, or when ``min_value > max_value``."""
+    low = _bound(min_value, min_name, -math.inf)
+    high = _bound(max_value, max_name, math.inf)
+    if low > high:
+        raise ValueError(f"{min_name} ({low}) is above {max_name} ({high}).")
+    return low, high
+
+
 def _finite(value: Value, name: str) -> Value:
-    """``value``, or ``ValueError`` naming ``name`` when it is NaN or infinite."""
-    number = float(value) if isinstance(value, float) else float(value.item())
+    """``value``, or ``ValueError`` naming ``name`` when it is NaN, infinite or a meta tensor."""
+    number = _number(value, name)
     if not math.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {number}.")
     return value
@@ -87,6 +107,28 @@ def _finite(value: Value, name: str) -> Value:
 
 #: parameters that a sampler refuses below 0 (the exponents of the prioritized samplers)
 _NON_NEGATIVE = ("alpha", "beta")
+
+
+def _in_range(value: Any, param_name: str, name: str) -> Value:
+    """``value`` as a value ``param_name`` may take (:func:`_as_value`, finite, and ``>= 0``
+    for the parameters the samplers refuse below 0); ``TypeError`` / ``ValueError`` naming
+    ``name`` otherwise."""
+    checked = _finite(_as_value(value, name), name)
+    if param_name in _NON_NEGATIVE and _number(checked, name) < 0:
+        raise ValueError(f"{name} must be >= 0 for {param_name!r} (the sampler refuses a "
+                         f"negative {param_name}), got {_number(checked, name)}.")
+    return checked
+
+
+def _check_gamma(gamma: Any, mode: str, name: str = "gamma") -> float:
+    """``gamma`` as a float: finite, and ``>= 0`` with ``mode="multiplicative"``;
+    ``TypeError`` / ``ValueError`` naming ``name`` otherwise."""
+    value = _number(_finite(_as_value(gamma, name), name), name)
+    if mode == "multiplicative" and value < 0:
+        raise ValueError(f"{name} must be >= 0 with mode='multiplicative' (a negative factor "
+                         f"flips the parameter's sign every step), got {value}; use "
+                         f"mode='additive' to decrease the parameter step by step.")
+    return value
 
 
 def _check_settable(sampler: Any, param_name: str) -> None:
@@ -182,11 +224,7 @@ class ParameterScheduler(abc.ABC):
         _check_settable(sampler, param_name)
         self.sampler = sampler
         self.param_name = param_name
-        self.min_value = _bound(min_value, "min_value", -math.inf)
-        self.max_value = _bound(max_value, "max_value", math.inf)
-        if self.min_value > self.max_value:
-            raise ValueError(f"min_value ({self.min_value}) is above max_value "
-                             f"({self.max_value}).")
+        self.min_value, self.max_value = _bounds(min_value, max_value)
         self.initial_value = _as_value(getattr(sampler, param_name), param_name)
         self.step_count = 0
         if self._buffer is not None:
@@ -282,7 +320,11 @@ class ParameterScheduler(abc.ABC):
                 if key not in skipped}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Raise ``ValueError`` naming the field unless ``state_dict`` fits this scheduler.
+        """Raise ``ValueError`` naming the field unless ``state_dict`` fits this scheduler:
+        its keys, and every value the constructor (or the sampler) would refuse, e.g. a
+        negative or non-int ``step_count``, a NaN, infinite or meta-tensor ``initial_value``
+        (or a negative one for ``alpha`` / ``beta``), a NaN or meta-tensor bound, or
+        ``min_value > max_value``; subclasses check their settings the same way.
 
         A state saved by TorchRL's scheduler (its keys: ``_step_cnt``, ``initial_val``,
         ``_min_val``, ... and ``param_name``) is accepted too and read under this scheduler's
@@ -299,11 +341,14 @@ class ParameterScheduler(abc.ABC):
         if not is_int(count) or int(count) < 0:
             raise ValueError(f"{type(self).__name__} state_dict['step_count'] must be an int "
                              f">= 0, got {count!r}.")
-        for key in ("initial_value", "min_value", "max_value"):
-            try:
-                _as_value(state_dict[key], key)
-            except TypeError as err:
-                raise ValueError(f"{type(self).__name__} state_dict[{key!r}]: {err}") from err
+        # the values the constructor (and the sampler, for the initial value) would refuse
+        try:
+            _in_range(state_dict["initial_value"], self.param_name,
+                      "state_dict['initial_value']")
+            _bounds(state_dict["min_value"], state_dict["max_value"],
+                    "state_dict['min_value']", "state_dict['max_value']")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from err
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (checked first: a bad one changes nothing).
@@ -406,10 +451,7 @@ class LinearScheduler(ParameterScheduler):
 
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, final_value: float,
                  num_steps: int) -> None:
-        self.final_value = _finite(_as_value(final_value, "final_value"), "final_value")
-        if param_name in _NON_NEGATIVE and float(self.final_value) < 0:
-            raise ValueError(f"final_value must be >= 0 for {param_name!r} (the sampler refuses "
-                             f"a negative {param_name}), got {float(self.final_value)}.")
+        self.final_value = _in_range(final_value, param_name, "final_value")
         self.num_steps = _positive_int(num_steps, "num_steps")
         super().__init__(obj, param_name)
         if isinstance(self.initial_value, torch.Tensor):
@@ -440,7 +482,7 @@ class LinearScheduler(ParameterScheduler):
 
     @final_val.setter
     def final_val(self, value: Value) -> None:
-        self.final_value = _finite(_as_value(value, "final_val"), "final_val")
+        self.final_value = _in_range(value, self.param_name, "final_val")
 
     def state_dict(self) -> dict[str, Any]:
         final = self.final_value
@@ -451,10 +493,10 @@ class LinearScheduler(ParameterScheduler):
         state_dict = self._own_keys(state_dict)
         super().check_state_dict(state_dict)
         try:
-            _positive_int(state_dict["num_steps"], "num_steps")
-            _finite(_as_value(state_dict["final_value"], "final_value"), "final_value")
+            _positive_int(state_dict["num_steps"], "state_dict['num_steps']")
+            _in_range(state_dict["final_value"], self.param_name, "state_dict['final_value']")
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
+            raise ValueError(f"{type(self).__name__}: {err}") from err
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = self._own_keys(state_dict)
@@ -507,13 +549,7 @@ class StepScheduler(ParameterScheduler):
                  min_value: float | None = None, max_value: float | None = None) -> None:
         if mode not in _MODES:
             raise ValueError(f"Invalid mode: {mode!r}. Choose 'multiplicative' or 'additive'.")
-        gamma_value = _finite(_as_value(gamma, "gamma"), "gamma")
-        self.gamma = float(gamma_value) if isinstance(gamma_value, float) \
-            else float(gamma_value.item())
-        if mode == "multiplicative" and self.gamma < 0:
-            raise ValueError(f"gamma must be >= 0 with mode='multiplicative' (a negative factor "
-                             f"flips the parameter's sign every step), got {self.gamma}; use "
-                             f"mode='additive' to decrease the parameter step by step.")
+        self.gamma = _check_gamma(gamma, mode)
         self.n_steps = _positive_int(n_steps, "n_steps")
         self.mode = mode
         super().__init__(obj, param_name, min_value, max_value)
@@ -531,14 +567,15 @@ class StepScheduler(ParameterScheduler):
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = self._own_keys(state_dict)
         super().check_state_dict(state_dict)
-        try:
-            _positive_int(state_dict["n_steps"], "n_steps")
-            _finite(_as_value(state_dict["gamma"], "gamma"), "gamma")
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{type(self).__name__} state_dict: {err}") from err
-        if state_dict["mode"] not in _MODES:
+        mode = state_dict["mode"]
+        if not isinstance(mode, str) or mode not in _MODES:
             raise ValueError(f"{type(self).__name__} state_dict['mode'] must be one of "
-                             f"{_MODES}, got {state_dict['mode']!r}.")
+                             f"{_MODES}, got {mode!r}.")
+        try:
+            _positive_int(state_dict["n_steps"], "state_dict['n_steps']")
+            _check_gamma(state_dict["gamma"], mode, "state_dict['gamma']")
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from err
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = self._own_keys(state_dict)
