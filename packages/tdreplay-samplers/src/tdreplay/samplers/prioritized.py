@@ -333,6 +333,7 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
                 # with the default priority, as if they had been written through the buffer
                 # (as TorchRL's, whether a write or a sample comes first)
                 self._seed_unseen(len(storage))
+                state = self._state  # (grown when the storage holds more than max_capacity)
         elif state is None:
             state = self._state = new_state(self._capacity, *placement(
                 self._req_backend, self._req_device), within_buffer=self._within_buffer)
