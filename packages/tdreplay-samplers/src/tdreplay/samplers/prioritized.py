@@ -41,6 +41,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty
 
 from ._priority_checkpoint import PriorityStateDictMixin
+from ._priority_exponents import PriorityExponentsMixin
 from ._priority_kernels import NumbaKernels, excluded, kernels_for, uniform
 from ._priority_state import (
     PriorityState,
@@ -50,14 +51,12 @@ from ._priority_state import (
     new_item_leaf,
     new_state,
     placement,
-    realphaed,
     settle,
 )
 from ._priority_updates import PriorityUpdateMixin
 from ._priority_values import (
     HostPriority,
     check_options,
-    check_real,
     host_bounds,
     slots_on,
 )
@@ -71,18 +70,8 @@ PRIORITY_WEIGHT_KEY = "priority_weight"
 WRITE_GENERATION_KEY = "write_generation"
 
 
-def _kept(value: Any) -> torch.Tensor | None:
-    """A copy of ``value`` (an exponent :func:`check_real` accepted) to read back when it is a
-    tensor, as TorchRL keeps it; ``None`` for a number."""
-    return value.detach().clone() if isinstance(value, torch.Tensor) else None
-
-
-def _given(value: float, tensor: torch.Tensor | None) -> float | torch.Tensor:
-    """An exponent as it was given: ``value``, or a copy of ``tensor``."""
-    return value if tensor is None else tensor.clone()
-
-
-class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
+class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, PriorityUpdateMixin,
+                         Sampler):
     """Samples slot ``i`` with probability ``p_i ** alpha / sum_j p_j ** alpha``.
 
     Parameters
@@ -153,9 +142,6 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
     shareable = False  # the trees live in one process: a buffer refuses to share it (issue 17)
     info_keys = (PRIORITY_WEIGHT_KEY, WRITE_GENERATION_KEY)
     update_keys = (WRITE_GENERATION_KEY,)
-    # alpha / beta as given, when given as tensors (class defaults: samplers pickled before)
-    _alpha_tensor: torch.Tensor | None = None
-    _beta_tensor: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -237,57 +223,6 @@ class PrioritizedSampler(PriorityStateDictMixin, PriorityUpdateMixin, Sampler):
         3.0
         """
         return self.max_priority
-
-    # (the getters are typed ``Any``: a float, or a tensor when one was given, see beta)
-    @property
-    def alpha(self) -> Any:
-        """Priority exponent (settable, e.g. by a scheduler). Setting it rewrites the stored
-        ``(q + eps) ** old`` of the written slots as ``(q + eps) ** new`` (as TorchRL's; see
-        :func:`~._priority_state.realphaed`), so sampling follows it at once. A float, or a
-        one-element tensor when a tensor was given (see :attr:`beta`)."""
-        return _given(self._alpha, self._alpha_tensor)
-
-    @alpha.setter
-    def alpha(self, value: float | torch.Tensor) -> None:
-        alpha = check_real(value, "alpha")
-        if self._state is not None:
-            self._state = realphaed(self._state, self._alpha, alpha, self._eps,
-                                    within_buffer=self._within_buffer)
-        self._alpha, self._alpha_tensor = alpha, _kept(value)
-
-    @property
-    def beta(self) -> Any:
-        """Importance-sampling exponent (settable, e.g. to anneal it towards 1).
-
-        A float, or, when a one-element real tensor was given (to the constructor, by
-        assignment, by a scheduler or by :meth:`load_state_dict`), a tensor of that value, dtype
-        and device, as TorchRL keeps it. The value is read when it is set: change it by
-        assigning (``sampler.beta = ...``); each read returns a copy, so changing the returned
-        tensor in place changes nothing. The same holds for :attr:`alpha`.
-
-        Examples
-        --------
-        >>> s = PrioritizedSampler(10, alpha=torch.tensor(0.7), beta=torch.tensor(0.4))
-        >>> s.alpha, s.beta
-        (tensor(0.7000), tensor(0.4000))
-        >>> round(s.beta.item(), 6)
-        0.4
-        >>> s.beta = 0.5  # a float reads back as a float
-        >>> s.beta
-        0.5
-        >>> s.state_dict()["alpha"]  # checkpoints keep the tensor
-        tensor(0.7000)
-        """
-        return _given(self._beta, self._beta_tensor)
-
-    @beta.setter
-    def beta(self, value: float | torch.Tensor) -> None:
-        self._beta, self._beta_tensor = check_real(value, "beta"), _kept(value)
-
-    @property
-    def eps(self) -> float:
-        """Added to every priority before the exponent."""
-        return self._eps
 
     @property
     def device(self) -> torch.device | None:
