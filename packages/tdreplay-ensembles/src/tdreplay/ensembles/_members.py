@@ -22,7 +22,7 @@ from tdreplay.core import NotShareableError
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.process_sharing import SpawnChecked
 
-from .routing import is_integer_tensor
+from .routing import check_member_ids
 
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -98,22 +98,15 @@ def part_member(ids: Any, position: int, members: int) -> int | None:
     >>> part_member(torch.tensor([-1]), 0, 2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    IndexError: buffer_ids holds member ids [-1], outside [0, 1] (...), part 0.
+    IndexError: buffer_ids of part 0 holds member ids [-1], outside [0, 1] (...).
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"buffer_ids of part {position} must be a tensor of integer member ids, "
                         f"got {type(ids).__name__}.")
-    if not is_integer_tensor(ids):
-        raise TypeError(f"buffer_ids must hold integer member ids, got dtype {ids.dtype} "
-                        f"(part {position}).")
-    flat = ids.reshape(-1)
+    flat = check_member_ids(ids.reshape(-1), members, f"buffer_ids of part {position}",
+                            IndexError)
     if not flat.numel():
         return None
-    bad = flat[(flat < 0) | (flat >= members)]
-    if bad.numel():
-        raise IndexError(f"buffer_ids holds member ids {bad.unique()[:5].tolist()}, outside "
-                         f"[0, {members - 1}] (the ensemble has {members} buffers; ids are not "
-                         f"counted from the end), part {position}.")
     first = int(flat[0])
     if bool((flat != first).any()):
         raise ValueError(f"buffer_ids of part {position} names several members "

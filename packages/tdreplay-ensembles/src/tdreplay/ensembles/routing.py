@@ -23,8 +23,8 @@ from tdreplay.core.utils import ensure_tensordict
 if TYPE_CHECKING:
     from tdreplay.core import Compose, Writer
 
-__all__ = ["RoutedWritesMixin", "check_routing", "ensemble_handles", "is_integer_tensor",
-           "member_groups", "refuse_write"]
+__all__ = ["RoutedWritesMixin", "check_member_ids", "check_routing", "ensemble_handles",
+           "is_integer_tensor", "member_groups", "refuse_write"]
 
 
 def refuse_write(method: str, routable: bool = False) -> RuntimeError:
@@ -75,16 +75,18 @@ def is_integer_tensor(tensor: torch.Tensor) -> bool:
     return not (tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex())
 
 
-def _check_ids(ids: torch.Tensor, members: int, name: str) -> torch.Tensor:
-    """``ids`` as int64 member ids; ``TypeError`` for a non-integer dtype, ``ValueError`` for
-    an id that names no member (both naming ``name``)."""
+def check_member_ids(ids: torch.Tensor, members: int, name: str,
+                     out_of_range: type[Exception] = ValueError) -> torch.Tensor:
+    """``ids`` as int64 member ids; ``TypeError`` for a non-integer dtype, ``out_of_range``
+    for an id that names no member (never counted from the end), both naming ``name``."""
     if not is_integer_tensor(ids):
         raise TypeError(f"{name} must hold integer member ids, got dtype {ids.dtype}.")
     ids = ids.to(torch.long)
     bad = ids[(ids < 0) | (ids >= members)]
     if bad.numel():
-        raise ValueError(f"{name} holds member ids {bad.unique()[:5].tolist()}, outside "
-                         f"[0, {members - 1}] (the ensemble has {members} buffers).")
+        raise out_of_range(f"{name} holds member ids {bad.unique()[:5].tolist()}, outside "
+                           f"[0, {members - 1}] (the ensemble has {members} buffers; ids "
+                           "are not counted from the end).")
     return ids
 
 
@@ -137,7 +139,7 @@ def ensemble_handles(index: Any, members: int, name: str = "index"
     if slots.shape[:ids.ndim] != ids.shape:
         raise ValueError(f"{name}['index'] has shape {tuple(slots.shape)}; it must start with "
                          f"the shape of {name}['buffer_ids'], {tuple(ids.shape)}.")
-    return _check_ids(ids, members, f"{name}['buffer_ids']"), slots.to(torch.long)
+    return check_member_ids(ids, members, f"{name}['buffer_ids']"), slots.to(torch.long)
 
 
 def _later_occurrences(slots: torch.Tensor) -> torch.Tensor:
@@ -317,7 +319,7 @@ class RoutedWritesMixin:
                 raise ValueError(f"routing_key {key!r} must hold one member id per record, got "
                                  f"shape {tuple(ids.shape)} for {flat.batch_size.numel()} "
                                  f"records.")
-            ids = _check_ids(ids, members, f"routing_key {key!r}")
+            ids = check_member_ids(ids, members, f"routing_key {key!r}")
         else:
             dim, ndim = self._routing_dim, data.batch_dims
             assert dim is not None
