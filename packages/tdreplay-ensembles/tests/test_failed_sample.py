@@ -148,3 +148,37 @@ def test_a_failed_part_puts_back_the_statistics_of_the_members_before_it(failing
     if failing_member == 1:  # the next batch goes through, and is counted once
         rb.sample(4)
         assert _vecnorm_state(members[0]) != before
+
+
+@pytest.mark.parametrize("how", ["sample", "prefetch", "index"])
+def test_the_ensemble_transform_raising_puts_back_the_member_statistics(how):
+    # every part goes through its member's transform (VecNorm), then the ensemble's own
+    # transform refuses the joined batch: the members' statistics hold no trace of it, and the
+    # next batch is counted once
+    from tdreplay.transforms import VecNorm
+
+    def make(fail_at):
+        members = [_member(SamplerWithoutReplacement(shuffle=False), i,
+                           transform=VecNorm(in_keys=["obs"], decay=0.9)) for i in range(2)]
+        return ReplayBufferEnsemble(*members, sample_from_all=True, transform=FailOnce(at=fail_at),
+                                    prefetch=2 if how == "prefetch" else None,
+                                    batch_size=4)
+
+    rb, twin = make(fail_at=0), make(fail_at=-1)  # the twin's transform never raises
+    assert rb.has_read_state
+    before = [_vecnorm_state(member) for member in rb.buffers]
+    with pytest.raises(Boom):
+        if how == "index":
+            rb[:, 0:2]
+        else:
+            rb.sample()
+    testing.assert_same([_vecnorm_state(member) for member in rb.buffers], before)
+    testing.assert_same(_states(rb), _states(twin))
+    if how == "index":
+        rb[:, 0:2], twin[:, 0:2]
+    else:
+        assert _obs(rb.sample()) == _obs(twin.sample())
+    if how != "prefetch":  # (there the worker's batches drawn ahead count too, when they run)
+        testing.assert_same([_vecnorm_state(m) for m in rb.buffers],
+                            [_vecnorm_state(m) for m in twin.buffers])
+    assert [_vecnorm_state(m) for m in rb.buffers] != before

@@ -15,8 +15,10 @@ batch, and the buffer is left as it was:
   undo is exact: the epoch's items are drawn again, nothing is consumed;
 - read-side transforms with state (:attr:`~tdreplay.core.Transform.has_state`, e.g.
   ``VecNorm``'s running statistics) are copied before the draw
-  (:func:`~tdreplay.core.transform_state.transform_mark`) and put back when a step raises
-  (a later transform refusing the batch, ``attach_info``), the lock held the same way;
+  (:meth:`DrawMixin.mark_read_state`) and put back when a step raises (a later transform
+  refusing the batch, ``attach_info``), the lock held the same way; a buffer with more
+  read-side state (an ensemble's member transforms) extends :attr:`DrawMixin.has_read_state`
+  and the mark and undo;
 - other samplers and transforms have nothing to give back and pay nothing for it (the lock is
   released after the read, as always);
 - random numbers drawn from the generator are not given back: with a seeded generator, the
@@ -28,13 +30,19 @@ batch, and the buffer is left as it was:
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .prefetch import Drawn, Prefetcher
 from .sampler import Sampler
 from .transform import Compose
 from .transform_state import transform_mark, undo_transforms
+
+if TYPE_CHECKING:
+    from .replay_buffer import ReplayBuffer
+
+__all__ = ["DrawMixin", "reads_undone_on_failure"]
 
 
 class DrawMixin:
@@ -67,6 +75,43 @@ class DrawMixin:
         if updates is not None:
             updates.wait()
 
+    @property
+    def has_read_state(self) -> bool:
+        """Whether a read (``sample``) changes state outside the sampler that a failed read
+        must put back: read-side transforms with state (``VecNorm``'s statistics).
+
+        A buffer holding more such state (an ensemble: its members' transforms, which run
+        inside its ``collate_fn``) extends this property, :meth:`mark_read_state` and
+        :meth:`undo_read_state` together.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ReplayBuffer
+        >>> ReplayBuffer().has_read_state, ReplayBuffer(transform=lambda x: x).has_read_state
+        (False, False)
+        """
+        return bool(self._transform.transforms) and self._transform.has_state
+
+    def mark_read_state(self) -> Any:
+        """A copy of the state a read changes outside the sampler (see
+        :attr:`has_read_state`), taken under the buffer's lock before a draw, for
+        :meth:`undo_read_state` to put back if the read fails; ``None`` when there is none.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ReplayBuffer
+        >>> rb = ReplayBuffer()
+        >>> mark = rb.mark_read_state()
+        >>> rb.undo_read_state(mark)  # nothing to put back: no transform with state
+        >>> mark is None
+        True
+        """
+        return transform_mark(self._transform)
+
+    def undo_read_state(self, mark: Any) -> None:
+        """Put back the state :meth:`mark_read_state` copied (nothing for ``None``)."""
+        undo_transforms(self._transform, mark)
+
     def _sample_undoably(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
         """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`, or through
         transforms with state: marked before the draw, the lock held until the batch is
@@ -74,13 +119,13 @@ class DrawMixin:
         sampler = self._sampler
         with self._lock:
             mark = sampler.draw_mark() if sampler.stateful_draws else None
-            transforms = transform_mark(self._transform)
+            read_state = self.mark_read_state()
             try:
                 return self._sample(batch_size, prefetch_epoch, marked=True)
             except BaseException:
                 if sampler.stateful_draws:
                     sampler.undo_draws(mark)
-                undo_transforms(self._transform, transforms)
+                self.undo_read_state(read_state)
                 raise
 
     def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
@@ -96,4 +141,48 @@ class DrawMixin:
         except BaseException:
             if prefetch_epoch is not None:
                 self._prefetcher.halt()
+            raise
+
+
+@contextmanager
+def reads_undone_on_failure(*buffers: ReplayBuffer) -> Iterator[None]:
+    """Make several reads of ``buffers`` one step: their locks are held (in the order given)
+    and the state their draws change is marked (samplers with
+    :attr:`~tdreplay.core.Sampler.stateful_draws`, :attr:`~DrawMixin.has_read_state`); if the
+    body raises, every buffer is put back as it was before it, then the error goes on.
+
+    What code composing buffers uses to make a batch out of several draws (an
+    offline-to-online buffer: an offline draw, then an online one), so that a later draw or
+    step refusing the batch leaves nothing consumed in an earlier one. Batches a buffer drew
+    ahead (``prefetch``) are taken from its queue as usual and are not given back.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer, SamplerWithoutReplacement
+    >>> first = ReplayBuffer(storage=ListStorage(4), sampler=SamplerWithoutReplacement())
+    >>> second = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = first.extend([0, 1, 2, 3])
+    >>> try:
+    ...     with reads_undone_on_failure(first, second):
+    ...         part = first.sample(4)   # the whole epoch of ``first``...
+    ...         second.sample(1)         # ...then ``second`` (empty) refuses
+    ... except RuntimeError:
+    ...     pass
+    >>> sorted(first.sample(4))          # the epoch was given back: all four rows again
+    [0, 1, 2, 3]
+    """
+    with ExitStack() as locks:
+        marks = []
+        for buffer in buffers:
+            locks.enter_context(buffer.locked())
+            sampler = buffer.sampler
+            marks.append((buffer, sampler.draw_mark() if sampler.stateful_draws else None,
+                          buffer.mark_read_state() if buffer.has_read_state else None))
+        try:
+            yield
+        except BaseException:
+            for buffer, draws, read_state in reversed(marks):
+                if draws is not None:
+                    buffer.sampler.undo_draws(draws)
+                buffer.undo_read_state(read_state)
             raise

@@ -506,8 +506,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 marked: bool = False) -> tuple[Any, dict[str, Any]] | None:
         # a draw that changes state (a sampler's stateful draws, read-side transforms with state)
         # is undone if a step fails (buffer_draw)
-        if not marked and (self._sampler.stateful_draws
-                           or (self._transform.transforms and self._transform.has_state)):
+        if not marked and (self._sampler.stateful_draws or self.has_read_state):
             return self._sample_undoably(batch_size, prefetch_epoch)
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:

@@ -8,8 +8,7 @@ from typing import Any
 
 from tensordict import is_tensor_collection
 
-from tdreplay.core import Compose, stack_items
-from tdreplay.core.transform_state import transform_mark, undo_transforms
+from tdreplay.core import stack_items
 
 
 def stack_parts(parts: list[Any]) -> Any:
@@ -62,23 +61,15 @@ class PartsCollate:
         self.join = join
 
     def __call__(self, parts: list[tuple[int, Any]]) -> Any:
-        """The joined batch. If a part's collate or transform, or the join, raises, the
-        member transforms with state that ran on earlier parts (``VecNorm``'s statistics)
-        are put back as they were: the refused batch leaves no trace in them."""
+        """The joined batch. The member transforms with state (``VecNorm``'s statistics) that
+        ran before a part's collate or transform, or the join, raised are not put back here:
+        the ensemble marks them before it draws and puts them back if any step of the read
+        fails, its own transform included (``ReplayBufferEnsemble.mark_read_state``)."""
         batch = []
-        marks: list[tuple[Compose, Any]] = []  # state of the member transforms run so far
-        try:
-            for buffer_id, items in parts:
-                data = self.collate_fns[buffer_id](items)
-                transform = self.buffers[buffer_id].transform
-                if len(transform):
-                    mark = transform_mark(transform)
-                    if mark is not None:
-                        marks.append((transform, mark))
-                    data = transform(data)
-                batch.append(data)
-            return self.join(batch)
-        except BaseException:
-            for transform, mark in reversed(marks):  # (a member drawn twice: its first mark)
-                undo_transforms(transform, mark)
-            raise
+        for buffer_id, items in parts:
+            data = self.collate_fns[buffer_id](items)
+            transform = self.buffers[buffer_id].transform
+            if len(transform):
+                data = transform(data)
+            batch.append(data)
+        return self.join(batch)

@@ -375,12 +375,15 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             positions = select_members(index[0], len(self._rbs), "buffers")
             if isinstance(positions, int):
                 return self._rbs[positions][rest]
-            with self._lock:
-                parts = [(i, self._storage_ensemble.storages[i][rest]) for i in positions]
-            data = self._collate_fn(parts)
-            if len(self._transform):
-                data = self._transform(data)
-            return data
+            if self.has_read_state:  # transforms with state: put back if a step raises
+                with self._lock:
+                    mark = self.mark_read_state()
+                    try:
+                        return self._read_joined(positions, rest)
+                    except BaseException:
+                        self.undo_read_state(mark)
+                        raise
+            return self._read_joined(positions, rest)
         positions = select_members(index, len(self._rbs), "buffers")
         if isinstance(positions, int):
             return self._rbs[positions]
@@ -399,6 +402,47 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             generator=self._rng,
             shared=self.shared,
         )
+
+    def _read_joined(self, positions: list[int], index: Any) -> Any:
+        """``index`` of the buffers at ``positions``, each part collated and transformed by its
+        buffer, joined, then transformed by the ensemble."""
+        with self._lock:
+            parts = [(i, self._storage_ensemble.storages[i][index]) for i in positions]
+        data = self._collate_fn(parts)
+        if len(self._transform):
+            data = self._transform(data)
+        return data
+
+    # ---- read-side state: the ensemble's transform and its members' ----------------------------
+    @property
+    def has_read_state(self) -> bool:
+        """Whether a read changes state that a failed read must put back: transforms with
+        state, the ensemble's own or a member's (the members' run inside the ensemble's
+        ``collate_fn``, before the ensemble's transform).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ReplayBuffer
+        >>> from tdreplay.transforms import VecNorm
+        >>> plain = ReplayBufferEnsemble(ReplayBuffer(), ReplayBuffer())
+        >>> normed = ReplayBufferEnsemble(ReplayBuffer(),
+        ...                               ReplayBuffer(transform=VecNorm(in_keys=["obs"])))
+        >>> plain.has_read_state, normed.has_read_state
+        (False, True)
+        """
+        return super().has_read_state or any(rb.has_read_state for rb in self._rbs)
+
+    def mark_read_state(self) -> Any:
+        """A copy of the state of the ensemble's transforms with state and of its members',
+        for :meth:`undo_read_state` (see :meth:`ReplayBuffer.mark_read_state`)."""
+        return super().mark_read_state(), [rb.mark_read_state() for rb in self._rbs]
+
+    def undo_read_state(self, mark: Any) -> None:
+        """Put back what :meth:`mark_read_state` copied, the members' state included."""
+        own, members = mark
+        for rb, member_mark in zip(self._rbs, members, strict=True):
+            rb.undo_read_state(member_mark)
+        super().undo_read_state(own)
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Every buffer's contents in physical order (``rb[:, :end]``), joined."""
