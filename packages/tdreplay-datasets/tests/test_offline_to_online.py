@@ -699,3 +699,28 @@ def test_a_sampler_without_replacement_offline_keeps_the_split():
     seen = torch.cat([rb.sample()["obs"][:4] for _ in range(5)])
     assert sorted(seen.tolist()) == [float(i) for i in range(20)]
 
+
+
+
+@pytest.mark.parametrize("failing", ["online", "join", "transform"])
+def test_a_batch_refused_after_the_offline_draw_consumes_nothing(failing):
+    # the offline rows are drawn first (without replacement); the online part (its buffer's
+    # transform), the join (entries that differ) or the transform then raises: the offline
+    # draw is given back, so its epoch still holds all 20 rows, each drawn once
+    from tdreplay.core import testing
+
+    offline = TensorDictReplayBuffer(storage=LazyTensorStorage(20),
+                                     sampler=SamplerWithoutReplacement())
+    offline.extend(TensorDict({"obs": torch.arange(20.0)}, [20]))
+    transform = testing.FailOnce(at=0) if failing == "transform" else None
+    rb = make(offline, offline_fraction=0.5, batch_size=8, transform=transform)
+    rb.extend(online_td(10, extra=torch.zeros(10)) if failing == "join" else online_td(10))
+    if failing == "online":
+        rb.online_buffer.append_transform(testing.FailOnce(at=0))
+    before = offline.sampler.state_dict()
+    with pytest.raises((RuntimeError, KeyError)):
+        rb.sample()
+    testing.assert_same(offline.sampler.state_dict(), before)
+    if failing != "join":
+        rows = torch.cat([rb.sample()["obs"][:4] for _ in range(5)])
+        assert sorted(rows.tolist()) == [float(i) for i in range(20)]

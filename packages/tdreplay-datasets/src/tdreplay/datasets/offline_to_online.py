@@ -21,6 +21,7 @@ import torch
 from tensordict import is_tensor_collection
 
 from tdreplay.core import CheckpointError, ReplayBuffer, Storage, TensorDictReplayBuffer
+from tdreplay.core.buffer_draw import reads_undone_on_failure
 from tdreplay.core.checkpoint import open_checkpoint, read_json, write_checkpoint, write_json
 from tdreplay.core.utils import check_batch_size, check_instance
 from tdreplay.storages import LazyTensorStorage
@@ -188,9 +189,15 @@ class OfflineToOnlineReplayBuffer:
       string is refused), of the batch sizes and of :meth:`anneal`'s steps
       (``total_steps <= 0`` or a negative ``step`` raise ``ValueError``; TorchRL divides by
       zero or returns a fraction above the base).
+    - **A refused batch consumes nothing**: when the online draw, the join or ``transform``
+      raises after the offline rows were drawn, the offline draw is given back (a
+      without-replacement epoch keeps its rows, transforms with state their statistics;
+      :func:`~tdreplay.core.buffer_draw.reads_undone_on_failure`). TorchRL's keeps the
+      offline rows drawn: they are missing from the epoch.
 
-    Thread safety: :meth:`sample` and :meth:`extend` go to the two buffers, each with its own
-    lock; :meth:`anneal` is one attribute write. A batch sampled while another thread calls
+    Thread safety: :meth:`sample` holds the locks of both buffers (the offline one first)
+    while it draws; :meth:`extend` goes to the online buffer; :meth:`anneal` is one attribute
+    write. A batch sampled while another thread calls
     :meth:`anneal` uses the fraction before or after it, never a mix.
 
     Examples
@@ -322,17 +329,22 @@ online_size=10, batch_size=8)
                 raise ValueError("batch_size must be provided either in __init__ or sample().")
         else:
             batch_size = check_batch_size(batch_size)
-        n_offline = round(self._offline_fraction * batch_size)
-        n_online = batch_size - n_offline
-        if n_offline >= batch_size or len(self._online_buffer) == 0:
-            out = self._offline_buffer.sample(batch_size)
-        elif n_offline == 0:
-            out = self._online_buffer.sample(batch_size)
-        else:
-            out = _concat(self._offline_buffer.sample(n_offline),
-                          self._online_buffer.sample(n_online))
-        if self._transform is not None:
-            out = self._transform(out)
+        # one step: a draw, the join or the transform refusing the batch leaves nothing
+        # consumed (without-replacement epochs) and no statistics changed in either buffer
+        # (an offline dataset that is not a tdreplay buffer is drawn from as it is)
+        buffers = [self._offline_buffer] if isinstance(self._offline_buffer, ReplayBuffer) else []
+        with reads_undone_on_failure(*buffers, self._online_buffer):
+            n_offline = round(self._offline_fraction * batch_size)
+            n_online = batch_size - n_offline
+            if n_offline >= batch_size or len(self._online_buffer) == 0:
+                out = self._offline_buffer.sample(batch_size)
+            elif n_offline == 0:
+                out = self._online_buffer.sample(batch_size)
+            else:
+                out = _concat(self._offline_buffer.sample(n_offline),
+                              self._online_buffer.sample(n_online))
+            if self._transform is not None:
+                out = self._transform(out)
         return out
 
     def anneal(self, step: float, total_steps: float) -> None:
