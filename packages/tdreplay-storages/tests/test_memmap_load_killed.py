@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import TensorDict
 
-from tdreplay.core import ReplayBuffer, RoundRobinWriter
+from tdreplay.core import ReplayBuffer, RoundRobinWriter, testing
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 from tdreplay.storages._edit_journal import UNDO_FILE
 from tdreplay.storages._layout import TensorLayout
@@ -28,24 +27,8 @@ OLD = {
 LOADED = (5, 8, 10)
 
 
-def rows(ids) -> TensorDict:
-    ids = torch.as_tensor(ids)
-    n = len(ids)
-    return TensorDict({"id": ids, "a": ids.double().unsqueeze(-1).expand(n, 3).clone(),
-                       "b": (-ids).float(), ("next", "z"): ids * 10}, [n])
-
-
-def read_ids(storage) -> list[int]:
-    """The ids of the counted rows; each row must hold the values written with its id (all
-    its entries from one write)."""
-    if not len(storage):
-        return []
-    td = storage[:]
-    ids = td["id"]
-    whole = ((td["a"] == ids.double().unsqueeze(-1)).all(-1) & (td["b"] == (-ids).float())
-             & (td["next", "z"] == ids * 10))
-    assert bool(whole.all()), f"rows mixing entries of different writes: {ids[~whole].tolist()}"
-    return ids.tolist()
+rows = testing.id_rows  # rows whose every entry follows from their id
+read_ids = testing.read_id_rows  # their ids, checked whole
 
 
 def buffer(path, **kwargs) -> ReplayBuffer:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
+from tdreplay.core import ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer, testing
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 from tdreplay.storages._edit_journal import UNDO_FILE
 
@@ -24,22 +24,8 @@ OLD = [10, 11, 12, 3, 4, 5, 6, 7, 8, 9]
 KEYS = ["a", "b", "id", ("next", "z")]
 
 
-def rows(ids) -> TensorDict:
-    ids = torch.as_tensor(ids)
-    n = len(ids)
-    return TensorDict({"id": ids, "a": ids.double().unsqueeze(-1).expand(n, 3).clone(),
-                       "b": (-ids).float(), ("next", "z"): ids * 10}, [n])
-
-
-def read_ids(storage) -> list[int]:
-    """The ids of the counted rows; each row must hold the values written with its id (no
-    entry edited, none from another row)."""
-    td = storage[:]
-    ids = td["id"]
-    whole = ((td["a"] == ids.double().unsqueeze(-1)).all(-1) & (td["b"] == (-ids).float())
-             & (td["next", "z"] == ids * 10))
-    assert bool(whole.all()), f"rows edited half-way: {ids[~whole].tolist()}"
-    return ids.tolist()
+rows = testing.id_rows  # rows whose every entry follows from their id
+read_ids = testing.read_id_rows  # their ids, checked whole
 
 
 def full_ring(path) -> TensorDictReplayBuffer:

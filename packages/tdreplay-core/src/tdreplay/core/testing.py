@@ -11,6 +11,9 @@ that refuses one chosen call, and :func:`restored` copies a buffer each way a bu
 restored or copied (``state_dict``, ``dumps``, pickle, deepcopy), for tests that compare the
 copy with the original going on. :class:`StackedListStorage` is a list storage that reads as a
 tensor storage, for tests of core's trajectory features without ``tdreplay-storages``.
+:func:`id_rows` makes rows whose every entry follows from the row's id, and
+:func:`read_id_rows` reads them back and checks that no row mixes entries of two writes (what
+a write killed or interrupted half-way must not leave).
 
 Examples
 --------
@@ -39,7 +42,7 @@ from tensordict import is_tensor_collection
 from .storage import ListStorage
 
 __all__ = ["RESTORES", "FailOnce", "StackedListStorage", "assert_same", "buffer_snapshot",
-           "restored"]
+           "id_rows", "read_id_rows", "restored"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
@@ -223,3 +226,50 @@ class FailOnce:
         if self.calls - 1 == self.at:
             raise self.error(f"FailOnce refused call {self.at}")
         return data
+
+
+def id_rows(ids: Any) -> Any:
+    """A TensorDict of ``len(ids)`` rows whose every entry follows from the row's id (int64
+    ``id``; float64 ``a`` of 3 values, each the id; float32 ``b`` = -id; int64
+    ``("next", "z")`` = 10 * id): :func:`read_id_rows` finds a row holding entries of two
+    writes.
+
+    Examples
+    --------
+    >>> td = id_rows([4, 7])
+    >>> td["a"][1].tolist(), td["b"].tolist(), td["next", "z"].tolist()
+    ([7.0, 7.0, 7.0], [-4.0, -7.0], [40, 70])
+    """
+    from tensordict import TensorDict
+
+    ids = torch.as_tensor(ids)
+    n = len(ids)
+    return TensorDict({"id": ids, "a": ids.double().unsqueeze(-1).expand(n, 3).clone(),
+                       "b": (-ids).float(), ("next", "z"): ids * 10}, [n])
+
+
+def read_id_rows(storage: Any) -> list[int]:
+    """The ids of the rows of ``storage`` (anything ``[:]`` reads as rows of
+    :func:`id_rows`; an empty one has none); ``AssertionError`` naming the ids of the rows
+    whose entries do not all follow from their id (entries of different writes).
+
+    Examples
+    --------
+    >>> td = id_rows([1, 2, 3])
+    >>> read_id_rows(td)
+    [1, 2, 3]
+    >>> td["b"][1] = 5.0  # row 2 half-written
+    >>> read_id_rows(td)
+    Traceback (most recent call last):
+    ...
+    AssertionError: rows mixing entries of different writes: [2]
+    """
+    if not len(storage):
+        return []
+    td = storage[:]
+    ids = td["id"]
+    whole = ((td["a"] == ids.double().unsqueeze(-1)).all(-1) & (td["b"] == (-ids).float())
+             & (td["next", "z"] == ids * 10))
+    _require(bool(whole.all()),
+             f"rows mixing entries of different writes: {ids[~whole].tolist()}")
+    return ids.tolist()
