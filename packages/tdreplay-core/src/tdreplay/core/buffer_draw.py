@@ -42,7 +42,7 @@ from .transform_state import transform_mark, undo_transforms
 if TYPE_CHECKING:
     from .replay_buffer import ReplayBuffer
 
-__all__ = ["DrawMixin", "reads_undone_on_failure"]
+__all__ = ["reads_undone_on_failure"]
 
 
 class DrawMixin:
