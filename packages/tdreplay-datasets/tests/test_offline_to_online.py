@@ -724,3 +724,21 @@ def test_a_batch_refused_after_the_offline_draw_consumes_nothing(failing):
     if failing != "join":
         rows = torch.cat([rb.sample()["obs"][:4] for _ in range(5)])
         assert sorted(rows.tolist()) == [float(i) for i in range(20)]
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copy_keeps_both_buffers_and_both_fractions_and_samples_alone(how):
+    import copy
+    import pickle
+
+    rb = make(offline_fraction=0.5, batch_size=8)
+    rb.extend(online_td(10))
+    rb.anneal(1, 4)
+    twin = pickle.loads(pickle.dumps(rb)) if how == "pickle" else copy.deepcopy(rb)
+    assert (twin.offline_fraction, twin.state_dict()["base_offline_fraction"]) == (0.375, 0.5)
+    assert state_of(twin) == state_of(rb)
+    assert int((twin.sample()["obs"] < ONLINE).sum()) == 3  # round(0.375 * 8) offline rows
+    twin.extend(online_td(2, start=ONLINE + 50))
+    twin.anneal(3, 4)  # the copy has a lock and buffers of its own
+    assert len(twin.online_buffer) == 12 and len(rb.online_buffer) == 10
+    assert rb.offline_fraction == 0.375

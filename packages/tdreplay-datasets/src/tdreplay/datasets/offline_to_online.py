@@ -387,6 +387,32 @@ online_size=10, batch_size=8)
         with self._lock:
             self._offline_fraction = self._base_offline_fraction * max(0.0, 1.0 - step_f / total)
 
+    # ---- copies (pickle, deepcopy: a process pool, a Ray actor) ------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the lock: a copy gets a lock of its own (the two buffers pickle as
+        buffers do).
+
+        Examples
+        --------
+        >>> import pickle
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> offline = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = offline.extend([0, 1, 2, 3])
+        >>> rb = OfflineToOnlineReplayBuffer(offline, online_storage=ListStorage(10),
+        ...                                  offline_fraction=0.25)
+        >>> rb.anneal(1, 2)
+        >>> copy = pickle.loads(pickle.dumps(rb))
+        >>> copy.offline_fraction, len(copy.offline_buffer)
+        (0.125, 4)
+        """
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # ---- properties --------------------------------------------------------------------------
     @property
     def offline_fraction(self) -> float:
