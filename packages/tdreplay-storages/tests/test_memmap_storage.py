@@ -144,6 +144,19 @@ def test_pickled_storage_maps_the_same_files(tmp_path):
     assert (rb[:] == make_td(5)).all()
 
 
+def test_a_pickle_of_a_storage_whose_files_are_gone_says_so():
+    # a pickle maps the files of the storage it came from; once that storage (built without
+    # scratch_dir) is freed, its temporary directory is gone and the pickle says so
+    rb = ReplayBuffer(storage=LazyMemmapStorage(10), batch_size=2)
+    rb.extend(make_td(3))
+    payload = pickle.dumps(rb)
+    del rb
+    gc.collect()
+    with pytest.raises(FileNotFoundError, match="files of this LazyMemmapStorage are gone"
+                       ".*rb.dumps"):
+        pickle.loads(payload)
+
+
 def test_pickle_before_first_write_sees_later_layout(tmp_path):
     storage = LazyMemmapStorage(10, scratch_dir=tmp_path)
     clone = pickle.loads(pickle.dumps(storage))

@@ -61,6 +61,14 @@ class _SharedCounters:
             tmp = f"{self.path}.{os.getpid()}.tmp"
             np.zeros(_STATE_SIZE, dtype=np.int64).tofile(tmp)
             os.replace(tmp, self.path)
+        elif not os.path.exists(self.path):  # (unpickled: the storage's files are gone)
+            raise FileNotFoundError(
+                f"the files of this LazyMemmapStorage are gone ({os.path.dirname(self.path)} "
+                "holds no storage any more): a pickled memory-mapped storage maps the files of "
+                "the storage it was pickled from, for a process that runs while that storage "
+                "exists (one built without scratch_dir removes its temporary directory when "
+                "it is freed). To keep a buffer, save it with rb.dumps(path) (or state_dict) "
+                "and load that, or give the storage a scratch_dir.")
         # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
         # Python-level __getitem__ (len() and every write read these counters)
         self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
