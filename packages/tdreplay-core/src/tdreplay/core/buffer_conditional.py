@@ -33,7 +33,7 @@ from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 from .sampler import Sampler
 from .service_backends import ServiceBackendMixin
 from .storage import Storage
-from .utils import as_long_tensor, check_instance, patch_entries
+from .utils import as_long_tensor, check_flag, patch_entries
 from .writer import Writer
 
 __all__ = ["UPDATE_WAIT_TIMEOUT_S", "ConditionalUpdateMixin", "ConditionalUpdateResult",
@@ -223,6 +223,7 @@ class UpdateQueue:
         """Wait until every update submitted so far is done. ``RuntimeError`` after
         ``timeout`` seconds. With ``raise_errors``, the first failure among them (and those
         that failed since the last such call) is raised, and they are forgotten."""
+        check_flag(raise_errors, "raise_errors")
         with self._lock:
             pending = list(self._pending)
         _, not_done = wait_futures(pending, timeout=timeout)
@@ -430,7 +431,7 @@ class ConditionalUpdateMixin(ServiceBackendMixin):
             raise RuntimeError(
                 f"conditional updates are not supported by {type(storage).__name__} with "
                 f"{type(writer).__name__}: {' and '.join(lacking)}.")
-        check_instance(require_newer, bool, "require_newer")
+        check_flag(require_newer, "require_newer")
         if isinstance(index, tuple):
             index = index[0]
         # (integers only: a float index or generation would be truncated onto another handle)

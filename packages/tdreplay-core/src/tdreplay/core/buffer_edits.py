@@ -17,7 +17,7 @@ from tensordict import is_tensor_collection
 
 from .sampler import Sampler
 from .storage import Storage
-from .utils import leading_dim
+from .utils import check_flag, leading_dim
 from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="InPlaceEditsMixin")
@@ -87,6 +87,7 @@ class InPlaceEditsMixin:
     def update_(self: SelfT, input_dict_or_td: Any, clone: bool = False, *,
                 keys_to_update: Any = None) -> SelfT:
         """Update the written rows in place from a dict or TensorDict."""
+        check_flag(clone, "clone")
         with self._lock:
             self._check_writing_process()
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)

@@ -32,7 +32,7 @@ from .buffer_consume import consuming_sampler
 from .sampler import RandomSampler, Sampler
 from .storage import ListStorage, Storage, StorageCheckpointerBase
 from .transform import Compose, as_transform
-from .utils import check_instance
+from .utils import check_flag, check_instance
 from .writer import RoundRobinWriter, Writer
 
 T = TypeVar("T")
@@ -71,9 +71,8 @@ def check_transform_args(transform: Any, transform_factory: Any) -> None:
 def delays_init(delayed_init: bool | None, transform_factory: Any) -> bool:
     """Whether a buffer waits for its first use to build its parts: ``delayed_init`` when
     given, else whether a ``transform_factory`` is (TorchRL's default)."""
-    if delayed_init is not None:
-        return check_instance(delayed_init, bool, "delayed_init")
-    return transform_factory is not None
+    delayed = check_flag(delayed_init, "delayed_init", allow_none=True)
+    return transform_factory is not None if delayed is None else delayed
 
 
 class _BuiltOnFirstRead:

@@ -22,6 +22,7 @@ from typing import Any
 from .sample_units import SampleUnit
 from .sampler import Sampler
 from .storage import Storage
+from .utils import check_flag
 
 
 class ReadPathMixin:
@@ -67,4 +68,5 @@ class ReadPathMixin:
         >>> rb.attach_info([1, 2], {"index": [0, 1]})
         [1, 2]
         """
+        check_flag(only_missing, "only_missing")
         return data

@@ -34,13 +34,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
 from .process_sharing import NotShareableError as NotShareableError  # where it was before
 from .process_sharing import sending_to_new_process as sending_to_new_process
 from .sampler import Sampler
 from .storage import Storage
 from .transform import Compose, Transform
+from .utils import check_flag
 from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="SharingMixin")
@@ -61,7 +60,8 @@ if hasattr(os, "register_at_fork"):  # POSIX; where it is missing no process for
 
 def check_shared_flag(value: Any, name: str = "shared") -> bool:
     """``value`` as a bool (a Python or numpy bool); ``TypeError`` naming ``name`` otherwise
-    (``shared="yes"``, ``1``, ``None`` are refused, nothing changed).
+    (``shared="yes"``, ``1``, ``None`` are refused, nothing changed):
+    :func:`tdreplay.core.utils.check_flag` with ``name`` defaulting to ``"shared"``.
 
     Examples
     --------
@@ -72,9 +72,7 @@ def check_shared_flag(value: Any, name: str = "shared") -> bool:
     ...
     TypeError: shared must be a bool, got int (1).
     """
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r}).")
-    return bool(value)
+    return check_flag(value, name)
 
 
 def share_transform(transform: Transform) -> None:

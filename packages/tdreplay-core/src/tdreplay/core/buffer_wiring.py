@@ -15,7 +15,7 @@ import torch
 from .sampler import Sampler
 from .storage import Storage
 from .transform import Compose, InvertedTransform, Transform, as_transform
-from .utils import check_instance
+from .utils import check_flag, check_instance
 from .writer import Writer
 
 SelfT = TypeVar("SelfT", bound="BufferWiringMixin")
@@ -121,6 +121,7 @@ class BufferWiringMixin:
         >>> bool((data["a"] == 1).all())
         True
         """
+        check_flag(invert, "invert")
         transform = as_transform(transform)
         self._share_new_transform(transform)  # a shared buffer shares it (buffer_sharing)
         self._transform.append(InvertedTransform(transform) if invert else transform)
@@ -129,6 +130,7 @@ class BufferWiringMixin:
     def insert_transform(self: SelfT, index: int, transform: Transform | Callable[[Any], Any], *,
                          invert: bool = False) -> SelfT:
         """Insert a transform at ``index`` (see :meth:`append_transform`)."""
+        check_flag(invert, "invert")
         transform = as_transform(transform)
         self._share_new_transform(transform)
         self._transform.insert(index, InvertedTransform(transform) if invert else transform)

@@ -40,6 +40,7 @@ from .transform import Compose, Transform
 from .utils import (
     INT_TYPES,
     NotATensorDictError,
+    check_flag,
     check_instance,
     leading_dim,
     restore_attributes,
@@ -97,7 +98,7 @@ def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> 
     """``(compilable, delayed)``; ``TypeError`` naming the argument unless ``compilable`` is a
     bool and ``delayed_init`` a bool or None (None: delayed when a ``transform_factory`` is
     given, as TorchRL's)."""
-    return check_instance(compilable, bool, "compilable"), delays_init(delayed_init,
+    return check_flag(compilable, "compilable"), delays_init(delayed_init,
                                                                        transform_factory)
 
 
@@ -312,11 +313,12 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     ) -> None:
         self.compilable, delayed = _check_flags(compilable, delayed_init, transform_factory)
         check_shared_flag(shared, "shared")  # (before any part is built)
+        pin_memory = check_flag(pin_memory, "pin_memory")
         check_transform_args(transform, transform_factory)
         self._set_dim_extend(dim_extend)
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
-        self._pin_memory = bool(pin_memory)
+        self._pin_memory = pin_memory
         self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
         self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
         if generator is not None and not isinstance(generator, torch.Generator):
@@ -535,6 +537,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         ``info`` holds ``index`` (the slots sampled) and whatever the sampler adds.
         """
+        if return_info is not False and return_info is not True:  # (one check when a bool)
+            check_flag(return_info, "return_info")
         bs = self._resolve_batch_size(batch_size)
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
@@ -573,7 +577,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """Remove every item and reset the write cursor (and the write count by default) and
         the rate limiter's counts (as Reverb's ``Table.reset``: the counts of the items gone
         would hold back or let through the calls on the new ones)."""
-        check_instance(empty_write_count, bool, "empty_write_count")
+        check_flag(empty_write_count, "empty_write_count")
         with self._lock:
             self.clear_prefetch()
             self._storage.empty()
@@ -652,8 +656,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(tensordicts):
             raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
                                       f"{type(tensordicts).__name__}.")
-        if update_priority is not None and type(update_priority) is not bool:
-            raise TypeError(f"update_priority must be a bool or None, got {update_priority!r}.")
+        update_priority = check_flag(update_priority, "update_priority", allow_none=True)
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
@@ -760,6 +763,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                include_info: bool | None = None) -> Any:
         """Sample a TensorDict batch carrying ``index`` and the sampler's info entries."""
         if include_info is not None:
+            check_flag(include_info, "include_info", allow_none=True)
             warnings.warn("include_info is ignored: info entries are always written into the "
                           "sampled TensorDict.", DeprecationWarning, stacklevel=2)
         return super().sample(batch_size, return_info=return_info)

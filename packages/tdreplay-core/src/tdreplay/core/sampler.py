@@ -13,7 +13,7 @@ import torch
 from ._stateful import StateDictCheckpointMixin
 from .process_sharing import SpawnChecked
 from .storage import Storage
-from .utils import check_batch_size, check_not_empty, is_int
+from .utils import check_batch_size, check_flag, check_not_empty, is_int
 
 
 class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -489,15 +489,14 @@ def check_replacement(replacement: Any, owner: str, *, variant: bool) -> bool:
     ...
     TypeError: PrioritizedSampler has no without-replacement variant; ...
     """
-    if not isinstance(replacement, (bool, np.bool_)):
-        raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}.")
-    if variant and replacement:
+    flag = check_flag(replacement, "replacement")
+    if variant and flag:
         raise ValueError(f"{owner} samples without replacement: replacement=True contradicts "
                          "it (leave replacement out, or use the sampler with replacement).")
-    if not variant and not replacement:
+    if not variant and not flag:
         raise TypeError(f"{owner} has no without-replacement variant; cannot be instantiated "
                         "with replacement=False.")
-    return bool(replacement)
+    return flag
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -545,8 +544,8 @@ class SamplerWithoutReplacement(Sampler):
     def __init__(self, drop_last: bool = False, shuffle: bool = True, *,
                  replacement: bool = False) -> None:
         check_replacement(replacement, type(self).__name__, variant=True)
-        self.drop_last = bool(drop_last)
-        self.shuffle = bool(shuffle)
+        self.drop_last = check_flag(drop_last, "drop_last")
+        self.shuffle = check_flag(shuffle, "shuffle")
         self._order: torch.Tensor | None = None
         self._pos = 0
         self._ran_out = False

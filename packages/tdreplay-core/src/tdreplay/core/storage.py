@@ -30,7 +30,7 @@ from .collate import stack_items
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
 from .storage_readers import AttachableStorage
-from .utils import as_long_tensor, check_instance, is_int
+from .utils import as_long_tensor, check_flag, is_int
 
 StorageT = TypeVar("StorageT", bound="Storage")
 
@@ -314,7 +314,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
         #: TorchRL's ``compilable`` flag (see the class docstring)
-        self.compilable = check_instance(compilable, bool, "compilable")
+        self.compilable = check_flag(compilable, "compilable")
         if checkpointer is not None and not isinstance(checkpointer, StorageCheckpointerBase):
             raise TypeError(f"checkpointer must be a StorageCheckpointerBase instance (or None), "
                             f"got {_describe(checkpointer)}.")
@@ -772,6 +772,8 @@ class ListStorage(Storage):
 
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         data = self._to_device(data)
         rows_list: Sequence[int]
         if is_int(cursor):

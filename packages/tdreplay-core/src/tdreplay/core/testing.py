@@ -81,7 +81,10 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _frozen(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_frozen(item) for item in value)
+        items = [_frozen(item) for item in value]
+        if hasattr(value, "_fields"):  # a named tuple: built from its fields
+            return type(value)(*items)
+        return type(value)(items)
     return value
 
 
@@ -272,4 +275,4 @@ def read_id_rows(storage: Any) -> list[int]:
              & (td["next", "z"] == ids * 10))
     _require(bool(whole.all()),
              f"rows mixing entries of different writes: {ids[~whole].tolist()}")
-    return ids.tolist()
+    return [int(i) for i in ids.tolist()]

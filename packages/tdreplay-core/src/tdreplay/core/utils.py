@@ -19,7 +19,7 @@ ValueError: batch_size must be a positive int, got 0.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Sized
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, Literal, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ __all__ = [
     "NotATensorDictError",
     "as_long_tensor",
     "check_batch_size",
+    "check_flag",
     "check_instance",
     "check_not_empty",
     "check_state_counter",
@@ -156,6 +157,48 @@ def leading_dim(data: Any) -> int:
         raise ValueError("every leaf of a pytree passed to extend must share the same leading "
                          f"dimension, got leading sizes {sorted(map(str, sizes))}.")
     return int(size)
+
+
+@overload
+def check_flag(value: Any, name: str, *, allow_none: Literal[False] = ...) -> bool: ...
+
+
+@overload
+def check_flag(value: Any, name: str, *, allow_none: bool) -> bool | None: ...
+
+
+def check_flag(value: Any, name: str, *, allow_none: bool = False) -> bool | None:
+    """Return ``value`` as a Python bool; raise a ``TypeError`` naming ``name`` unless it is a
+    ``bool`` or a ``numpy.bool_`` (or ``None``, returned as is, with ``allow_none``: for the
+    arguments where ``None`` means "the default").
+
+    The boolean arguments of every component go through this check, so ``"yes"``, ``"False"``
+    (a non-empty string, truthy), ``1`` or ``None`` are refused instead of being taken as
+    truthy. Call it before anything is changed, so a refused call leaves the object as it was.
+
+    Examples
+    --------
+    >>> check_flag(True, "strict_length"), check_flag(np.bool_(False), "shuffle")
+    (True, False)
+    >>> check_flag("False", "strict_length")
+    Traceback (most recent call last):
+    ...
+    TypeError: strict_length must be a bool, got str ('False').
+    >>> check_flag(None, "delayed_init", allow_none=True) is None
+    True
+    >>> check_flag(0, "delayed_init", allow_none=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: delayed_init must be a bool or None, got int (0).
+    """
+    if type(value) is bool:  # the common case, one check
+        return value
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        expected = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} ({value!r}).")
+    return bool(value)
 
 
 def check_instance(value: object, kind: type[T], name: str) -> T:

@@ -13,7 +13,7 @@ from .generations import SlotGenerations, check_generation_table
 from .process_sharing import SpawnChecked
 from .storage import Storage
 from .utils import (
-    check_instance,
+    check_flag,
     check_state_counter,
     is_int,
     leading_dim,
@@ -68,7 +68,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
 
     def __init__(self, *, compilable: bool = False) -> None:
         #: TorchRL's ``compilable`` flag; no effect in tdreplay (see the class docstring)
-        self.compilable = check_instance(compilable, bool, "compilable")
+        self.compilable = check_flag(compilable, "compilable")
         self._storage: Storage | None = None
         # [cursor, write_count]: in this object (a list of two ints: indexing it costs a
         # fraction of a numpy array's, on every write), or in memory shared between processes
@@ -210,6 +210,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
 
         The storage's write generations (if any) advance: handles taken before are stale.
         """
+        check_flag(empty_write_count, "empty_write_count")
         if empty_write_count:
             self.write_count = 0
         gens = self._storage.slot_generations if self._storage is not None else None
@@ -304,7 +305,7 @@ class RoundRobinWriter(Writer):
 
     def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
         super().__init__(compilable=compilable)
-        self._track_generations = check_instance(track_generations, bool, "track_generations")
+        self._track_generations = check_flag(track_generations, "track_generations")
         # compilable=True: the cursor lives in a 0-dim tensor (see _extend_compiled)
         self._cursor_tensor = torch.zeros((), dtype=torch.long) if self.compilable else None
         self._own_cursor_tensor = self._cursor_tensor

@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Sampler, TensorDictReplayBuffer, Transform, Writer
+from tdreplay.core.utils import check_flag
 from tdreplay.storages import TensorStorage
 from tdreplay.writers import ImmutableDatasetWriter
 
@@ -94,6 +95,7 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         transform: Transform | Callable[[Any], Any] | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        check_flag(pin_memory, "pin_memory")
         if not is_tensor_collection(data):
             raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
         if data.batch_dims == 0 or data.batch_size[0] == 0:
@@ -183,6 +185,7 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         TensorStorage
             A full storage over the memory-mapped results, for use in a new buffer.
         """
+        pbar = check_flag(pbar, "pbar")
         dest = Path(dest)
         check_empty_destination(dest, "dest")
         source = self._data

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_flag, check_instance
 
 from ._files import publish, remove_empty_dirs, staging_dir
 from ._integrity import check_leaf_files, leaf_files, read_json
@@ -522,6 +522,9 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             download = bool(download)
         elif not (isinstance(download, str) and download == "force"):
             raise ValueError(f"download must be True, False or 'force', got {download!r}.")
+        pin_memory = check_flag(pin_memory, "pin_memory")
+        split_trajs = check_flag(split_trajs, "split_trajs")
+        load_from_local_minari = check_flag(load_from_local_minari, "load_from_local_minari")
         # the buffer's own arguments, checked before any (long) conversion
         if batch_size is not None and (isinstance(batch_size, bool)
                                        or not isinstance(batch_size, int) or batch_size < 1):
@@ -531,8 +534,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                 check_instance(value, kind, name)
         self.download = download
         self.root = Path(root).expanduser() if root is not None else default_root()
-        self.split_trajs = bool(split_trajs)
-        self.load_from_local_minari = bool(load_from_local_minari)
+        self.split_trajs = split_trajs
+        self.load_from_local_minari = load_from_local_minari
 
         if download == "force":
             self._build_flat(replace=True)

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tdreplay.core.utils import check_flag
+
 __all__ = ["DatasetFactory", "DatasetFactorySpec", "load_dataset", "register_dataset"]
 
 #: a dataset factory: ``factory(dataset_id, **kwargs) -> dataset``
@@ -120,8 +122,7 @@ def register_dataset(prefix: str, dataset: DatasetFactorySpec, *, replace: bool 
     Fraction(3, 4)
     """
     normalized = _normalize_prefix(prefix)
-    if not isinstance(replace, bool):
-        raise TypeError(f"replace must be a bool, got {type(replace).__name__}.")
+    replace = check_flag(replace, "replace")
     if isinstance(dataset, str):
         module_name, _, attr_name = dataset.partition(":")
         if not module_name or not attr_name:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import torch
 
 from tdreplay.core import ConditionalUpdateResult
-from tdreplay.core.utils import patch_entries
+from tdreplay.core.utils import check_flag, patch_entries
 
 from ._ray import call_error
 from ._shard_calls import ShardCalls
@@ -140,6 +140,7 @@ class RemoteConditionalUpdateMixin:
         (True, -1.0)
         >>> rb.close()
         """
+        require_newer = check_flag(require_newer, "require_newer")  # (nothing sent otherwise)
         kwargs = {"index": index, "generation": generation, "patch": patch,
                   "version_key": version_key, "version": version, "require_newer": require_newer}
         return unpack(self._client.call("update_if_present", pack(kwargs)))
@@ -183,6 +184,7 @@ class RemoteConditionalUpdateMixin:
         [1.0, 1.0, 1.0, 1.0]
         >>> rb.close()
         """
+        require_newer = check_flag(require_newer, "require_newer")  # (nothing sent otherwise)
         kwargs = {"index": index, "generation": generation, "patch": patch,
                   "version_key": version_key, "version": version, "require_newer": require_newer}
         client = self._client
@@ -211,6 +213,7 @@ class ShardedConditionalUpdateMixin:
         built alike, so a patch one refuses (a key it lacks, a shape or dtype that does not
         fit) every non-empty shard refuses; the error is raised.
         """
+        require_newer = check_flag(require_newer, "require_newer")
         flat, shard = split_slots(index, self._offsets)
         records = flat.numel()
         captured = torch.as_tensor(generation, dtype=torch.long).reshape(-1)

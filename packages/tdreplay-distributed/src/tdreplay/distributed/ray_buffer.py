@@ -16,6 +16,7 @@ from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 from tdreplay.core.buffer_iteration import NextBatchMixin
+from tdreplay.core.utils import check_flag
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
@@ -375,6 +376,7 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Remove every item (and reset the write count by default)."""
+        empty_write_count = check_flag(empty_write_count, "empty_write_count")
         self._client.drop_prefetched()
         self._client.call("empty", empty_write_count)
 
@@ -382,6 +384,8 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Sample a batch (of ``batch_size``, default the buffer's); with ``return_info``
         returns ``(batch, info)``."""
+        if return_info is not False and return_info is not True:  # (one check when a bool)
+            check_flag(return_info, "return_info")
         if self._prefetch and batch_size in (None, self.batch_size) \
                 and self.batch_size is not None and not self._client.info.get("finite_epochs"):
             data, info = unpack(self._client.next_prefetched(self._prefetch, "sample", None, False,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from tdreplay.core import Sampler, Storage, Transform, Writer
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_flag, check_instance
 
 from ._wire import pack
 
@@ -55,12 +55,14 @@ class RemoteConfigurationMixin:
         [-3, -3]
         >>> rb.close()
         """
+        check_flag(invert, "invert")  # (before the batches drawn ahead are dropped)
         self._configure("append_transform", transform, invert=invert)
         return self
 
     def insert_transform(self: SelfT, index: int, transform: Transform | Callable[[Any], Any],
                          *, invert: bool = False) -> SelfT:
         """The served buffer's ``insert_transform``; returns this client."""
+        check_flag(invert, "invert")
         self._configure("insert_transform", index, transform, invert=invert)
         return self
 

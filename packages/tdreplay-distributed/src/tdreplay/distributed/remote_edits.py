@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from tensordict import is_tensor_collection
 
 from tdreplay.core.query import Trajectory, check_predicate
+from tdreplay.core.utils import check_flag
 
 from ._wire import pack, unpack
 from .client import ActorClient
@@ -136,6 +137,7 @@ class RemoteEditsMixin:
         if not (isinstance(input_dict_or_td, dict) or is_tensor_collection(input_dict_or_td)):
             raise TypeError(f"update_: input_dict_or_td must be a dict or a TensorDict, got "
                             f"{type(input_dict_or_td).__name__}.")
+        clone = check_flag(clone, "clone")
         self._edit("update_", input_dict_or_td, clone, keys_to_update=keys_to_update)
         return self
 

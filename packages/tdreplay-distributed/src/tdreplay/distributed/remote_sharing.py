@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from tdreplay.core.utils import check_flag
+
 from ._ray import import_ray
 
 __all__ = ["RemoteSharingMixin"]
@@ -56,7 +58,7 @@ class RemoteSharingMixin:
         ValueError: share(shared=False): a RayReplayBuffer is shared by every process...
         >>> rb.close()
         """
-        if not shared:
+        if not check_flag(shared, "shared"):
             raise ValueError(f"share(shared={shared!r}): a {type(self).__name__} is shared by "
                              "every process that holds a client of its actor and cannot be "
                              "made private to one; use a local ReplayBuffer for a buffer that "

@@ -34,6 +34,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
+from tdreplay.core.utils import check_flag
 
 from ._draw_ahead import DrawAhead
 from ._ray import check_timeout, ensure_ray
@@ -372,6 +373,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         ``info["index"]`` (and a TensorDict sample's ``index``) holds global slots,
         ``priority_weight`` global importance weights.
         """
+        if return_info is not False and return_info is not True:  # (one check when a bool)
+            check_flag(return_info, "return_info")
         if batch_size is None:
             batch_size = self.batch_size
             if batch_size is None:
@@ -397,6 +400,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty every shard (none when a shard is dead: ``BufferActorDiedError``)."""
+        empty_write_count = check_flag(empty_write_count, "empty_write_count")
         self._check_every_shard_alive("empty")
         self._ahead.clear()
         for k, mass in enumerate(self._all("empty", empty_write_count)):

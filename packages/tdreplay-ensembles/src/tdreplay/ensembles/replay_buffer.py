@@ -19,7 +19,7 @@ from tdreplay.core import (
     Transform,
     Writer,
 )
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_flag, check_instance
 
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
 from ._members import select_members
@@ -239,6 +239,9 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         shared: bool = False,
     ) -> None:
         routing = check_routing(routing_key, routing_dim)
+        shared = check_flag(shared, "shared")  # (the flags first: nothing built yet)
+        sample_from_all = check_flag(sample_from_all, "sample_from_all")
+        pin_memory = check_flag(pin_memory, "pin_memory")
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
         buffers: list[ReplayBuffer] | None

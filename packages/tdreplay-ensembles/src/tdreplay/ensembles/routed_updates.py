@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import ConditionalUpdateResult, ReplayBuffer
-from tdreplay.core.utils import check_instance, patch_entries
+from tdreplay.core.utils import check_flag, patch_entries
 
 from .routing import ensemble_handles, is_integer_tensor, member_groups
 
@@ -149,7 +149,7 @@ class RoutedUpdatesMixin:
                 "hold TensorDicts (e.g. LazyTensorStorage) and its writer to track generations "
                 "(e.g. TensorDictRoundRobinWriter(track_generations=True)); members "
                 f"{', '.join(lacking)} do not.")
-        check_instance(require_newer, bool, "require_newer")
+        check_flag(require_newer, "require_newer")
         if (version_key is None) != (version is None):
             raise ValueError("version_key and version must be passed together.")
         ids, slots = ensemble_handles(index, len(self._rbs))

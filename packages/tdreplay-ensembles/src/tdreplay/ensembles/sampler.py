@@ -13,7 +13,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError, Sampler, Storage
 from tdreplay.core.checkpoint import save_torch_file
-from tdreplay.core.utils import check_batch_size, check_instance
+from tdreplay.core.utils import check_batch_size, check_flag, check_instance
 
 from ._generators import (
     GENERATORS,
@@ -157,9 +157,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
                                 f"{type(sampler).__name__}.")
             if isinstance(sampler, SamplerEnsemble):
                 raise TypeError(f"samplers[{i}] is a SamplerEnsemble: ensembles do not nest.")
-        if not isinstance(sample_from_all, bool):
-            raise TypeError(f"sample_from_all must be a bool, got "
-                            f"{type(sample_from_all).__name__}.")
+        sample_from_all = check_flag(sample_from_all, "sample_from_all")
         if sample_from_all and p is not None:
             raise ValueError("p and sample_from_all=True cannot be used together: sample_from_all "
                              "takes one part from every buffer, p weights a random draw of "

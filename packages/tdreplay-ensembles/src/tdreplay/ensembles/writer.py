@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import Storage, Writer
+from tdreplay.core.utils import check_flag
 
 from ._members import (
     MembersShareable,
@@ -149,6 +150,7 @@ class WriterEnsemble(MembersShareable, Writer):
                              "counts and cannot be set: set it on one writer (writers[i]).")
 
     def empty(self, empty_write_count: bool = True) -> None:
+        check_flag(empty_write_count, "empty_write_count")  # (before any writer is emptied)
         for writer in self._writers:
             writer.empty(empty_write_count)
 

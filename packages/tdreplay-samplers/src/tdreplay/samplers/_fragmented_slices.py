@@ -13,7 +13,7 @@ import torch
 from tensordict import is_tensor_collection, unravel_key
 
 from tdreplay.core import Storage
-from tdreplay.core.utils import NestedKey, check_not_empty
+from tdreplay.core.utils import NestedKey, check_flag, check_not_empty
 
 from ._fragmented_index import FragmentedIndex, Runs, check_step_values, draw_run_slices
 from ._signals import AUTO_TRAJ_KEYS
@@ -32,8 +32,7 @@ def check_fragmented_arguments(fragmented: Any, step_key: Any, *, traj_key: Any,
     and ``trajectories``: ``ValueError``; ``span`` and ``compile``: ``NotImplementedError``).
     End keys without a trajectory key cannot tell interleaved trajectories apart: refused
     here (a ``ValueError`` and, as TorchRL's error at sampling time, a ``RuntimeError``)."""
-    if not isinstance(fragmented, (bool, np.bool_)):
-        raise TypeError(f"fragmented must be a bool, got {fragmented!r}.")
+    fragmented = check_flag(fragmented, "fragmented")
     if step_key is not None:
         try:
             step_key = unravel_key(step_key)

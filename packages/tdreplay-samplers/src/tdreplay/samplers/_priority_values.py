@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdreplay.core.utils import as_long_tensor
+from tdreplay.core.utils import as_long_tensor, check_flag
 
 __all__ = ["CPU", "REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
            "check_priority_values", "check_real", "check_slots", "check_stored_priority",
@@ -307,8 +307,7 @@ def check_options(max_capacity: Any, *, eps: Any, dtype: Any, reduction: Any, ba
     if backend == "numba" and req_device is not None and req_device.type != "cpu":
         raise ValueError(f"the numba backend keeps its trees on CPU; got device={device!r} "
                          "(use backend='torch' or None for device trees).")
-    if validate not in (None, True, False):
-        raise TypeError(f"validate must be a bool or None, got {validate!r}.")
+    check_flag(validate, "validate", allow_none=True)
     return int(max_capacity), eps, req_device
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from tdreplay.core import Sampler, Storage
-from tdreplay.core.utils import as_long_tensor, check_batch_size, check_not_empty
+from tdreplay.core.utils import as_long_tensor, check_batch_size, check_flag, check_not_empty
 
 from ._priority_checkpoint import PriorityStateDictMixin
 from ._priority_exponents import PriorityExponentsMixin
@@ -161,6 +161,9 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         replacement: bool = True,
     ) -> None:
         check_replacement(replacement, type(self).__name__, variant=False)
+        within_buffer = check_flag(max_priority_within_buffer, "max_priority_within_buffer")
+        stratified = check_flag(stratified, "stratified")
+        skip_stale_updates = check_flag(skip_stale_updates, "skip_stale_updates")
         self._capacity, self._eps, self._req_device = check_options(
             max_capacity, eps=eps, dtype=dtype, reduction=reduction, backend=backend,
             device=device, validate=validate)
@@ -168,14 +171,14 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         self._settled = False
         self._state: PriorityState | None = None
         self._clock = 0  # write generation of the last extend
-        self._within_buffer = bool(max_priority_within_buffer)
+        self._within_buffer = within_buffer
         self.alpha = alpha
         self.beta = beta
         self._dtype = dtype
         self.reduction = reduction
         self._req_backend = backend
-        self.stratified = bool(stratified)
-        self.skip_stale_updates = bool(skip_stale_updates)
+        self.stratified = stratified
+        self.skip_stale_updates = skip_stale_updates
         self._validate_opt = validate
 
     # ---- configuration -----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from tdreplay.core import (
     TensorDictReplayBuffer,
     Writer,
 )
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_flag
 
 from .deferred_prioritized import DeferredPrioritizedSampler
 from .prioritized import PRIORITY_WEIGHT_KEY, PrioritizedSampler
@@ -41,7 +41,7 @@ def _prioritized_sampler(storage: Storage, options: dict[str, Any], kwargs: dict
     if "sampler" in kwargs:
         raise TypeError("prioritized buffers build their own PrioritizedSampler: pass alpha, "
                         "beta, ... instead of sampler= (or use ReplayBuffer(sampler=...)).")
-    check_instance(sync, bool, "sync")
+    check_flag(sync, "sync")
     sampler = PrioritizedSampler(storage.max_size, **options)
     sampler.place_for(storage)
     if sync:
@@ -282,6 +282,7 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
         written by another process than the learner take no priorities from their data (they
         get the max priority when the learner catches up): ``update_priority=True`` there
         raises ``RuntimeError``, as TorchRL's."""
+        update_priority = check_flag(update_priority, "update_priority", allow_none=True)
         if update_priority and not self.sampler.is_prioritized:
             raise RuntimeError(
                 f"{type(self).__name__}.extend does not support updating priorities from "

@@ -24,6 +24,7 @@ from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import (
     as_long_tensor,
     check_batch_size,
+    check_flag,
     check_not_empty,
     check_whole_numbers,
     is_int,
@@ -152,8 +153,7 @@ class PromptGroupSampler(Sampler):
         if strategy not in _STRATEGIES:
             raise ValueError(f"Unknown strategy={strategy!r}. Expected one of 'random', "
                              "'recency', 'reward', 'variance'.")
-        if not isinstance(cache_groups, (bool, np.bool_)):
-            raise TypeError(f"cache_groups must be a bool, got {type(cache_groups).__name__}.")
+        cache_groups = check_flag(cache_groups, "cache_groups")
         self.num_groups = int(num_groups) if num_groups is not None else None
         self.samples_per_group = int(samples_per_group) if samples_per_group is not None \
             else None
@@ -162,7 +162,7 @@ class PromptGroupSampler(Sampler):
         if strategy in ("reward", "variance") or reward_key is not None:
             reward_key = _check_key(reward_key, "reward_key")
         self.reward_key = reward_key
-        self.cache_groups = bool(cache_groups)
+        self.cache_groups = cache_groups
         self._groups: dict[Any, torch.Tensor] | None = None   # derived: group -> slots
         self._rewards: torch.Tensor | None = None              # derived: one per slot
         self._indexed: tuple[int, int, int] | None = None      # (id, len, revision) indexed

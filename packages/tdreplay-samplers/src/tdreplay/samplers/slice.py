@@ -16,7 +16,7 @@ import torch
 from tensordict import is_tensor_collection, unravel_key
 
 from tdreplay.core import BatchLargerThanBufferError, Sampler, Storage
-from tdreplay.core.utils import NestedKey, check_not_empty
+from tdreplay.core.utils import NestedKey, check_flag, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
 from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
@@ -250,6 +250,9 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
     ) -> None:
         check_replacement(replacement, type(self).__name__,
                           variant=isinstance(self, SamplerWithoutReplacement))
+        cache_values = check_flag(cache_values, "cache_values")
+        strict_length = check_flag(strict_length, "strict_length")
+        pad_output = check_flag(pad_output, "pad_output")
         self._init_key = check_init_key(init_key)
         if pad_output and strict_length:
             raise ValueError("pad_output=True is incompatible with strict_length=True: only "
@@ -288,13 +291,13 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         self.end_key = unravel_key(end_key) if end_key is not None else _DEFAULT_END_KEY
         self._end_keys = self.end_keys if self.end_keys is not None else (self.end_key,)
         self.traj_key = unravel_key(traj_key) if traj_key is not None else _DEFAULT_TRAJ_KEY
-        self.cache_values = bool(cache_values)
+        self.cache_values = cache_values
         self.truncated_key = unravel_key(truncated_key) if truncated_key is not None else None
         self._done_keys = (None, None) if truncated_key is None else (
             _replace_last(self.truncated_key, "done"),
             _replace_last(self.truncated_key, "terminated"))
-        self.strict_length = bool(strict_length)
-        self.pad_output = bool(pad_output)
+        self.strict_length = strict_length
+        self.pad_output = pad_output
         self.compile = compile
         self.span = _normalize_span(span)
         self._fragmented, self._step_key = check_fragmented_arguments(
@@ -599,14 +602,16 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         replacement: bool = False,
         end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
+        drop_last = check_flag(drop_last, "drop_last")
+        shuffle = check_flag(shuffle, "shuffle")
         SliceSampler.__init__(self, num_slices=num_slices, slice_len=slice_len, end_key=end_key,
                               traj_key=traj_key, trajectory_key=trajectory_key, ends=ends,
                               trajectories=trajectories, cache_values=cache_values,
                               truncated_key=truncated_key, init_key=init_key,
                               strict_length=strict_length, compile=compile, span=False,
                               use_gpu=use_gpu, replacement=replacement, end_keys=end_keys)
-        self.drop_last = bool(drop_last)
-        self.shuffle = bool(shuffle)
+        self.drop_last = drop_last
+        self.shuffle = shuffle
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
-from tdreplay.core.utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
@@ -431,6 +431,8 @@ class CompressedListStorage(ListStorage):
     # ---- storage contract ------------------------------------------------------------------------
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         if is_int(cursor):
             compressed: Any = self._compress(data)
         else:

@@ -9,7 +9,7 @@ import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
-from tdreplay.core.utils import is_int
+from tdreplay.core.utils import check_flag, is_int
 
 
 class LazyStackStorage(ListStorage):
@@ -63,6 +63,8 @@ class LazyStackStorage(ListStorage):
             set_cursor: bool = True) -> None:
         """As :meth:`ListStorage.set <tdreplay.core.ListStorage.set>`; refuses, before anything
         is written, items that ``stack_dim`` cannot stack (``ValueError`` naming it)."""
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         if is_int(cursor):
             self._check_stack_dim([data])
         elif is_tensor_collection(data) or isinstance(data, torch.Tensor):

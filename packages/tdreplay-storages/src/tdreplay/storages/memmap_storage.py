@@ -57,6 +57,7 @@ from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError
+from tdreplay.core.utils import check_flag
 
 from ._edit_journal import UNDO_FILE
 from ._formats import KIND_TC, DataFormat
@@ -243,12 +244,15 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         auto_cleanup: bool | None = None,
         shared_init: bool = False,
     ) -> None:
+        # the flags first: a refused one leaves no scratch directory behind
+        existsok = check_flag(existsok, "existsok")
+        check_flag(compilable, "compilable")
+        check_flag(shared_init, "shared_init")
+        auto_cleanup = check_flag(auto_cleanup, "auto_cleanup", allow_none=True)
         super().__init__(max_size, device="cpu", ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable, cleanup_memmap=False)  # (TorchRL's value)
         self._out_device = torch.device(device) if device is not None else torch.device("cpu")
-        self.existsok = bool(existsok)
-        if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
-            raise TypeError(f"auto_cleanup must be a bool or None, got {auto_cleanup!r}.")
+        self.existsok = existsok
         if scratch_dir is not None and not isinstance(scratch_dir, (str, os.PathLike)):
             raise TypeError("scratch_dir must be a str, a path-like object or None, got "
                             f"{scratch_dir!r} ({type(scratch_dir).__name__}).")
@@ -495,6 +499,8 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         # (taking the lock dropped any torn rows: _ProcessLock.watch)
         with self._lock_obj:
             state = self._state.view

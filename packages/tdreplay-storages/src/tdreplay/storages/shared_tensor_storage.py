@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import StorageCheckpointerBase
-from tdreplay.core.utils import check_instance
+from tdreplay.core.utils import check_flag
 
 from ._tensorclasses import NestedClasses
 from .memmap_storage import LazyMemmapStorage
@@ -72,9 +72,10 @@ class SharedLazyTensorStorage(LazyMemmapStorage):
         shared_init: bool = True,
         cleanup_memmap: bool = True,
     ) -> None:
-        check_instance(consolidated, bool, "consolidated")
-        check_instance(cleanup_memmap, bool, "cleanup_memmap")
-        if compilable:
+        consolidated = check_flag(consolidated, "consolidated")
+        cleanup_memmap = check_flag(cleanup_memmap, "cleanup_memmap")
+        check_flag(shared_init, "shared_init")
+        if check_flag(compilable, "compilable"):
             raise RuntimeError("Cannot share a compilable storage between processes.")
         if not shared_init:
             raise ValueError("SharedLazyTensorStorage is what LazyTensorStorage(shared_init=True) "

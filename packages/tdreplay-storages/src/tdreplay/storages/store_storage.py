@@ -26,7 +26,7 @@ from tensordict import (
 
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
-from tdreplay.core.utils import as_long_tensor, check_instance, is_int
+from tdreplay.core.utils import as_long_tensor, check_flag, check_instance, is_int
 
 from ._casts import check_cast
 from ._formats import (
@@ -317,6 +317,8 @@ class StoreStorage(Storage):
     # ---- writing -----------------------------------------------------------------------------
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         single = is_int(cursor)
         lead = 0 if single else 1
         td, kind, tensorclass, source = as_store_rows(data, lead)

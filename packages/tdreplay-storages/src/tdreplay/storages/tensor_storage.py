@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
-from tdreplay.core.utils import as_long_tensor, check_instance, is_int
+from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._allocation import allocate_unfilled
 from ._checkpoint_rows import CheckpointRowsMixin
@@ -261,6 +261,8 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
+            check_flag(set_cursor, "set_cursor")
         if self._len_tensor is not None and self._set_compiled(cursor, data, set_cursor):
             return
         single = type(cursor) is int or (type(cursor) is not slice and is_int(cursor))
@@ -417,6 +419,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
             edit.write()
 
     def update_(self, data: Any, clone: bool = False, keys_to_update: Any = None) -> None:
+        check_flag(clone, "clone")
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("the storage is empty: nothing to update.")
@@ -523,6 +526,7 @@ class LazyTensorStorage(TensorStorage):
     shared_init = False  #: whether the storage is shared between processes from its first write
 
     def __new__(cls, *args: Any, shared_init: bool = False, **kwargs: Any) -> LazyTensorStorage:
+        shared_init = check_flag(shared_init, "shared_init")
         if shared_init and cls is LazyTensorStorage and cls.shared_init_class is not None:
             cls = cls.shared_init_class
         return super().__new__(cls)
@@ -539,11 +543,11 @@ class LazyTensorStorage(TensorStorage):
         shared_init: bool = False,
         cleanup_memmap: bool = True,
     ) -> None:
-        if shared_init:
+        if check_flag(shared_init, "shared_init"):
             raise ValueError("shared_init=True is for LazyTensorStorage itself (import "
                              "tdreplay.storages.shared_tensor_storage).")
-        check_instance(consolidated, bool, "consolidated")
-        check_instance(cleanup_memmap, bool, "cleanup_memmap")
+        consolidated = check_flag(consolidated, "consolidated")
+        cleanup_memmap = check_flag(cleanup_memmap, "cleanup_memmap")
         super().__init__(None, max_size, device=device, ndim=ndim, checkpointer=checkpointer,
                          compilable=compilable)
         self.consolidated = consolidated

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from tdreplay.core.utils import check_flag
+
 from ._progress import Progress
 from ._state import TrainerState
 
@@ -91,6 +93,7 @@ class CheckpointMethods:
     def save_trainer(self, force_save: bool = False) -> None:
         """Save to ``save_trainer_file`` when ``save_trainer_interval`` frames have passed since
         the last save, or now with ``force_save``. Does nothing without ``save_trainer_file``."""
+        check_flag(force_save, "force_save")
         if self.save_trainer_file is None:
             return
         progress = self._progress

@@ -10,6 +10,8 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torch import nn
 
+from tdreplay.core.utils import check_flag
+
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import Trainer
 
@@ -104,6 +106,7 @@ class OptimizerHook(TrainerHookBase):
         clip_norm: float | None = None,
         grad_norm_key: str = "grad_norm",
     ) -> None:
+        clip_grad_norm = check_flag(clip_grad_norm, "clip_grad_norm")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(
                 f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}."
@@ -121,7 +124,7 @@ class OptimizerHook(TrainerHookBase):
             raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")
         self.optimizer = optimizer
         self.loss_components = None if loss_components is None else list(loss_components)
-        self.clip_grad_norm = bool(clip_grad_norm)
+        self.clip_grad_norm = clip_grad_norm
         self.clip_norm = None if clip_norm is None else float(clip_norm)
         self.grad_norm_key = grad_norm_key
 

@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection, pad
 
 from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core.utils import check_flag
 
 from .hooks import TrainerHookBase
 from .trainer import MASK_KEY
@@ -72,6 +73,8 @@ class ReplayBufferTrainer(TrainerHookBase):
         flatten_tensordicts: bool = False,
         max_dims: Sequence[int] | None = None,
     ) -> None:
+        memmap = check_flag(memmap, "memmap")
+        flatten_tensordicts = check_flag(flatten_tensordicts, "flatten_tensordicts")
         if not isinstance(replay_buffer, TensorDictReplayBuffer):
             raise TypeError(f"replay_buffer must be a TensorDictReplayBuffer, got "
                             f"{type(replay_buffer).__name__}.")
@@ -91,9 +94,9 @@ class ReplayBufferTrainer(TrainerHookBase):
                 raise ValueError(f"max_dims must hold positive ints or -1, got {max_dims!r}.")
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
-        self.memmap = bool(memmap)
+        self.memmap = memmap
         self.device = torch.device(device)
-        self.flatten_tensordicts = bool(flatten_tensordicts)
+        self.flatten_tensordicts = flatten_tensordicts
         self.max_dims = max_dims
 
     # ---- the ops -----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from tqdm.auto import tqdm
 
+from tdreplay.core.utils import check_flag
+
 from ._checkpoint import CheckpointMethods
 from ._loop import (
     MASK_KEY,
@@ -130,6 +132,8 @@ class Trainer(CheckpointMethods):
         log_interval: int = 10000,
         save_trainer_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        clip_grad_norm = check_flag(clip_grad_norm, "clip_grad_norm")
+        progress_bar = check_flag(progress_bar, "progress_bar")
         check_trainer_arguments(
             collector=collector, total_frames=total_frames, frame_skip=frame_skip,
             optim_steps_per_batch=optim_steps_per_batch, loss_module=loss_module, logger=logger,
@@ -140,9 +144,9 @@ class Trainer(CheckpointMethods):
         self.frame_skip = frame_skip
         self.optim_steps_per_batch = optim_steps_per_batch
         self.optimizer = optimizer
-        self.clip_grad_norm = bool(clip_grad_norm)
+        self.clip_grad_norm = clip_grad_norm
         self.clip_norm = clip_norm
-        self.progress_bar = bool(progress_bar)
+        self.progress_bar = progress_bar
         self.seed = seed
         self.save_trainer_interval = save_trainer_interval
         self.save_trainer_file = None if save_trainer_file is None else Path(save_trainer_file)

@@ -27,13 +27,6 @@ def one_key(key: Any, name: str) -> NestedKey:
     return keys[0]
 
 
-def flag_arg(value: Any, name: str) -> bool:
-    """``value`` if it is a bool, else a ``TypeError`` naming ``name``."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}.")
-    return value
-
-
 def keys_arg(keys: Any, name: str) -> list[NestedKey]:
     """Normalise a key or a sequence of keys (``None`` -> empty list)."""
     if keys is not None and not isinstance(keys, (str, tuple, Sequence)):

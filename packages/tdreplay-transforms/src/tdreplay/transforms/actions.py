@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import one_key, require_tensordict
 
@@ -57,6 +58,7 @@ class DiscreteActionProjection(Transform):
         action_key: NestedKey = "action",
         include_forward: bool = True,
     ) -> None:
+        include_forward = check_flag(include_forward, "DiscreteActionProjection: include_forward")
         num_actions_effective = _positive_int(self, num_actions_effective,
                                               "num_actions_effective")
         max_actions = _positive_int(self, max_actions, "max_actions")

@@ -10,9 +10,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Compose, Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import (
-    flag_arg,
     gather_time,
     keys_arg,
     one_key,
@@ -150,8 +150,8 @@ class CatFrames(Transform):
         self.dim = dim
         self.padding = padding
         self.padding_value = padding_value
-        self.as_inverse = flag_arg(as_inverse, "CatFrames: as_inverse")
-        self.future = flag_arg(future, "CatFrames: future")
+        self.as_inverse = check_flag(as_inverse, "CatFrames: as_inverse")
+        self.future = check_flag(future, "CatFrames: future")
         self.reset_key = None if reset_key is None else one_key(reset_key, "reset_key")
         self.mask_key = None if mask_key is None else one_key(mask_key, "mask_key")
         done = one_key("done" if done_key is None else done_key, "done_key")

@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import keys_arg, require_tensordict
 
@@ -127,14 +128,17 @@ class ToTensorImage(_ImageTransform):
         out_keys: Sequence[NestedKey] | NestedKey | None = None,
         shape_tolerant: bool = False,
     ) -> None:
+        from_int = check_flag(from_int, "ToTensorImage: from_int", allow_none=True)
+        unsqueeze = check_flag(unsqueeze, "ToTensorImage: unsqueeze")
+        shape_tolerant = check_flag(shape_tolerant, "ToTensorImage: shape_tolerant")
         super().__init__(in_keys, out_keys)
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"ToTensorImage: dtype must be a floating torch.dtype, got {dtype!r}.")
         self.from_int = from_int
-        self.unsqueeze = bool(unsqueeze)
+        self.unsqueeze = unsqueeze
         self.dtype = dtype
-        self.shape_tolerant = bool(shape_tolerant)
+        self.shape_tolerant = shape_tolerant
 
     def _image(self, key: Any, image: torch.Tensor) -> torch.Tensor:
         self._check(key, image, "[..., H, W, C]")

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import keys_arg, require_tensordict
 
@@ -85,7 +86,7 @@ class RenameTransform(Transform):
             if repeated:
                 raise ValueError(f"RenameTransform: {name} names {repeated[0]!r} more than once; "
                                  "each entry needs its own new name (one would be lost).")
-        self.create_copy = bool(create_copy)
+        self.create_copy = check_flag(create_copy, "RenameTransform: create_copy")
 
     def _rename(self, data: TensorDictBase, sources: list[NestedKey],
                 targets: list[NestedKey]) -> TensorDictBase:
@@ -113,6 +114,7 @@ class _KeyFilter(Transform):
     """Shared by select/exclude: filters on sample, or on extend with ``inverse=True``."""
 
     def __init__(self, keys: Sequence[Any], inverse: bool) -> None:
+        inverse = check_flag(inverse, f"{type(self).__name__}: inverse")
         flat: list[Any] = []
         for key in keys:  # accept both f("a", "b") and f(["a", "b"])
             flat.extend(key if isinstance(key, list) else [key])
@@ -120,7 +122,7 @@ class _KeyFilter(Transform):
         self.keys = keys_arg(flat, "keys")
         if not self.keys:
             raise ValueError(f"{type(self).__name__} needs at least one key.")
-        self.inverse = bool(inverse)
+        self.inverse = inverse
 
     def _filter(self, data: TensorDictBase) -> TensorDictBase:
         raise NotImplementedError
@@ -210,9 +212,9 @@ class SelectTransform(_KeyFilter):
     def __init__(self, *selected_keys: NestedKey | list[NestedKey], keep_rewards: bool = True,
                  keep_dones: bool = True, strict: bool = False, inverse: bool = False) -> None:
         super().__init__(selected_keys, inverse)
-        self.keep_rewards = bool(keep_rewards)
-        self.keep_dones = bool(keep_dones)
-        self.strict = bool(strict)
+        self.keep_rewards = check_flag(keep_rewards, "SelectTransform: keep_rewards")
+        self.keep_dones = check_flag(keep_dones, "SelectTransform: keep_dones")
+        self.strict = check_flag(strict, "SelectTransform: strict")
 
     def _filter(self, data: TensorDictBase) -> TensorDictBase:
         if self.strict:

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import one_key, prefix_next, require_tensordict
 
@@ -111,7 +112,7 @@ class NextStateReconstructor(Transform):
             raise TypeError(f"NextStateReconstructor: fill_value must be a number, got "
                             f"{fill_value!r}.")
         self.fill_value = fill_value
-        self.strict = bool(strict)
+        self.strict = check_flag(strict, "NextStateReconstructor: strict")
 
     def _marker(self, data: TensorDictBase, key: NestedKey | None, what: str
                 ) -> torch.Tensor | None:

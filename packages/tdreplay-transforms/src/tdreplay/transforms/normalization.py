@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._state import as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg, one_key, require_tensordict
@@ -83,7 +84,7 @@ class ObservationNorm(Transform):
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
             raise ValueError(f"ObservationNorm: eps must be a non-negative number, got {eps!r}.")
         self.eps = float(eps)
-        self.standard_normal = bool(standard_normal)
+        self.standard_normal = check_flag(standard_normal, "ObservationNorm: standard_normal")
         self.loc: torch.Tensor | None = None
         self.scale: torch.Tensor | None = None
         if loc is not None and scale is not None:

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import one_key
 
@@ -79,7 +80,7 @@ class PolicyAgeFilter(Transform):
         self._current_version = _check_current_version(current_version)
         self._max_policy_lag = _check_max_policy_lag(max_policy_lag)
         self.policy_version_key = one_key(policy_version_key, "policy_version_key")
-        self.strict = bool(strict)
+        self.strict = check_flag(strict, "PolicyAgeFilter: strict")
         self._warned = False
 
     @property

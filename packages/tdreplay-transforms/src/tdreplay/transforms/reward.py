@@ -9,6 +9,7 @@ import torch
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._state import as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg
@@ -55,7 +56,7 @@ class RewardScaling(Transform):
         super().__init__(*_reward_keys(in_keys, out_keys))
         self.loc = as_tensor_arg(self, loc, "loc")
         self.scale = as_tensor_arg(self, scale, "scale").clamp_min(1e-6)
-        self.standard_normal = bool(standard_normal)
+        self.standard_normal = check_flag(standard_normal, "RewardScaling: standard_normal")
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
         if self.standard_normal:

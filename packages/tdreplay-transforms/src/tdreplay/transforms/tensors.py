@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_flag
 
 from ._utils import keys_arg, one_key, require_tensordict
 
@@ -111,15 +112,17 @@ class CatTensors(Transform):
         if not isinstance(dim, int) or isinstance(dim, bool) or dim >= 0:
             raise ValueError(f"CatTensors: dim must be a negative int (counted from the last "
                              f"dimension), got {dim!r}.")
-        if sort:
+        if check_flag(sort, "CatTensors: sort"):
             keys = sorted(keys, key=_key_sort)
         out = one_key(out_key, "out_key")
         super().__init__(in_keys=keys)
         self.out_keys = [out]
         self.dim = dim
-        self.del_keys = bool(del_keys)
-        self.unsqueeze_if_needed = bool(unsqueeze_if_needed)
-        self.unsqueeze_if_oor = bool(unsqueeze_if_oor)
+        self.del_keys = check_flag(del_keys, "CatTensors: del_keys")
+        self.unsqueeze_if_needed = check_flag(unsqueeze_if_needed,
+                                              "CatTensors: unsqueeze_if_needed")
+        self.unsqueeze_if_oor = check_flag(unsqueeze_if_oor,
+                                           "CatTensors: unsqueeze_if_oor")
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
@@ -177,6 +180,8 @@ class FlattenObservation(Transform):
         out_keys: Sequence[NestedKey] | NestedKey | None = None,
         allow_positive_dim: bool = False,
     ) -> None:
+        allow_positive_dim = check_flag(allow_positive_dim,
+                                        "FlattenObservation: allow_positive_dim")
         for name, value in (("first_dim", first_dim), ("last_dim", last_dim)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"FlattenObservation: {name} must be an int, got {value!r}.")
@@ -261,6 +266,7 @@ class UnsqueezeTransform(Transform):
         out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
     ) -> None:
         name = type(self).__name__
+        allow_positive_dim = check_flag(allow_positive_dim, f"{name}: allow_positive_dim")
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise TypeError(f"{name}: dim must be an int, got {dim!r}.")
         if dim >= 0 and not allow_positive_dim:

@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdreplay.core import Compose, Transform
 from tdreplay.core.process_sharing import sending_to_new_process
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import restore_attributes
+from tdreplay.core.utils import check_flag, restore_attributes
 
 from ._state import checked_state
 from ._utils import keys_arg, require_tensordict
@@ -183,7 +183,7 @@ class VecNorm(Transform):
         shapes: Sequence[torch.Size | Sequence[int]] | None = None,
         new_api: bool | None = None,
     ) -> None:
-        if new_api:
+        if check_flag(new_api, "VecNorm: new_api", allow_none=True):
             raise NotImplementedError("VecNorm(new_api=True) asks for TorchRL's VecNormV2, "
                                       "which tdreplay does not have.")
         in_keys = ["observation", "reward"] if in_keys is None else in_keys

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdreplay.core.utils import restore_attributes
+from tdreplay.core.utils import check_flag, restore_attributes
 
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
 from ._memory import host_array
@@ -89,7 +89,7 @@ class _NumbaTree(SegmentTree):
             raise ValueError(f"backend must be 'numba' for {type(self).__name__}, got {backend!r}")
         if device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"the numba backend runs on CPU only, got device={device!r}")
-        if validate is False:
+        if check_flag(validate, "validate", allow_none=True) is False:
             raise ValueError("the numba backend always validates; validate=False is not supported")
         self._init_layout(capacity)
         self.device = torch.device("cpu")

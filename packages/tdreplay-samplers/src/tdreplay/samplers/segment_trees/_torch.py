@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from tdreplay.core.utils import restore_attributes
+from tdreplay.core.utils import check_flag, restore_attributes
 
 from . import _triton
 from ._base import MinOverSumTree, MinTree, SegmentTree, SumTree, index_error
@@ -112,6 +112,7 @@ class _TorchTree(SegmentTree):
     ) -> None:
         if backend not in (None, "torch"):
             raise ValueError(f"backend must be 'torch' for {type(self).__name__}, got {backend!r}")
+        validate = check_flag(validate, "validate", allow_none=True)
         self._init_layout(capacity)
         self._tree = torch.full(
             (self._layout.size,),
