@@ -97,3 +97,82 @@ def test_concurrent_index_assignment_and_sampling():
             check_rows(rb.sample())
 
     run_threads([rewriter, learner, learner])
+
+
+def test_set_storage_keeps_other_threads_out_until_the_caller_leaves():
+    # inside the lock, set_storage moves the buffer to the new storage's lock: a thread that
+    # was waiting for the old lock, and one that comes after the move, both wait until the
+    # caller leaves (before, the second got in at once through the new lock), and each
+    # leaves what it took
+    import time
+
+    from tdreplay.core import ReplayBuffer
+
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([1, 2])
+    entered, errors = [], []
+
+    def enter(name):
+        try:
+            with rb.locked():
+                entered.append((name, len(rb)))
+        except BaseException as err:  # (RuntimeError: cannot release un-acquired lock)
+            errors.append(err)
+
+    early = threading.Thread(target=enter, args=("early",))
+    late = threading.Thread(target=enter, args=("late",))
+    with rb.locked():
+        early.start()
+        time.sleep(0.05)  # it now waits for the old lock
+        rb.set_storage(ListStorage(10))
+        late.start()
+        time.sleep(0.05)
+        assert entered == []  # neither got in while the caller is inside
+        rb.extend([7])
+    early.join(10)
+    late.join(10)
+    assert not early.is_alive() and not late.is_alive() and errors == []
+    assert sorted(entered) == [("early", 1), ("late", 1)]
+    rb.extend([8])  # nothing left held
+    assert rb[:] == [7, 8]
+
+
+def test_set_storage_while_threads_write_and_sample():
+    import sys
+
+    from tdreplay.core import ReplayBuffer
+
+    rb = ReplayBuffer(storage=ListStorage(64), batch_size=4)
+    rb.extend(list(range(8)))
+    stop, errors = threading.Event(), []
+
+    def loop(step):
+        try:
+            while not stop.is_set():
+                step()
+        except BaseException as err:
+            errors.append(err)
+
+    def sample():
+        try:
+            rb.sample()
+        except RuntimeError as err:  # a storage just swapped in holds nothing yet
+            assert "empty" in str(err).lower()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=loop, args=(f,), daemon=True)
+                   for f in (lambda: rb.extend([1, 2, 3]), sample)]
+        for thread in threads:
+            thread.start()
+        for _ in range(200):
+            rb.set_storage(ListStorage(64))
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+    with rb.locked():  # nothing left held by a thread that has gone
+        rb.extend([1])

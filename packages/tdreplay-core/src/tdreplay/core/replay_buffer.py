@@ -64,16 +64,37 @@ class _BufferLock:
         # weak: the buffer holds its lock, and a cycle would keep the buffer (and its storage's
         # memory) alive after its last reference goes, until a gc pass
         self._buffer = weakref.ref(buffer)
+        #: what the thread inside (one at a time) took at each level of its ``with`` blocks
         self._held: list[Any] = []
 
     def share(self, thread_lock: Any) -> None:
         """Hold ``thread_lock`` from now on: the lock of the buffers reading the same storage
-        (:mod:`~tdreplay.core.storage_readers`). A lock held now is released as taken."""
+        (:mod:`~tdreplay.core.storage_readers`).
+
+        Called from inside the lock (``set_storage``), the calling thread moves to the new
+        lock at once: it takes ``thread_lock`` once per level it holds the old one and then
+        gives the old one back, so no other thread gets in between, and its exits release the
+        new lock. A thread that was waiting for the old lock finds, once it has it, that the
+        buffer has moved on, gives it back and waits for the new one (``__enter__``).
+        """
+        old = self._thread_lock
+        if thread_lock is old:
+            return
+        held = self._held  # (only the thread inside can be here: share runs under the lock)
+        for _ in held:
+            thread_lock.acquire()
         self._thread_lock = thread_lock
+        self._held = [(thread_lock, process_lock) for _, process_lock in held]
+        for _ in held:
+            old.release()
 
     def __enter__(self) -> _BufferLock:
-        thread_lock = self._thread_lock
-        thread_lock.acquire()
+        while True:
+            thread_lock = self._thread_lock
+            thread_lock.acquire()
+            if thread_lock is self._thread_lock:
+                break
+            thread_lock.release()  # the buffer moved to another lock (share) while we waited
         buffer = self._buffer()
         process_lock = buffer.storage.process_lock if buffer is not None else None
         if process_lock is not None:
