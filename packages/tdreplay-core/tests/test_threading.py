@@ -176,3 +176,63 @@ def test_set_storage_while_threads_write_and_sample():
     assert errors == [] and not any(thread.is_alive() for thread in threads)
     with rb.locked():  # nothing left held by a thread that has gone
         rb.extend([1])
+
+
+class _SlowToCopy:
+    """An item whose copy (deepcopy or pickle) waits until told to go on."""
+
+    def __init__(self, inside: threading.Event, go_on: threading.Event) -> None:
+        self.inside, self.go_on = inside, go_on
+
+    def __reduce__(self):
+        self.inside.set()
+        self.go_on.wait(10)
+        return (int, (5,))
+
+
+def _copy_while_a_thread_extends(copy_fn):
+    """Copy a buffer holding a slow item while another thread extends it; the rows and write
+    count of the copy, and whether the extend got in while the copy was being made."""
+    import time
+
+    from tdreplay.core import ReplayBuffer
+
+    inside, go_on = threading.Event(), threading.Event()
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([1, _SlowToCopy(inside, go_on)])
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("copy", copy_fn(rb)))
+    thread.start()
+    inside.wait(10)
+    writer = threading.Thread(target=lambda: rb.extend([3, 4]))
+    writer.start()
+    time.sleep(0.05)
+    extended_meanwhile = len(rb) == 4
+    go_on.set()
+    thread.join(10)
+    writer.join(10)
+    copied = result["copy"]
+    return copied[:], copied.write_count, extended_meanwhile
+
+
+def test_deepcopy_is_one_state_while_another_thread_writes():
+    # the lock is held from the start of the copy to its end: the extend waits, and the copy
+    # holds the two rows of its write count (before, the extend got in half-way: the copy
+    # could hold rows of a write its write count does not count)
+    import copy
+
+    rows, write_count, extended_meanwhile = _copy_while_a_thread_extends(copy.deepcopy)
+    assert not extended_meanwhile
+    assert write_count == 2 and len(rows) == 2 and rows[0] == 1
+
+
+def test_pickle_inside_locked_is_one_state_while_another_thread_writes():
+    import pickle
+
+    def pickled_inside_locked(rb):
+        with rb.locked():
+            return pickle.loads(pickle.dumps(rb))
+
+    rows, write_count, extended_meanwhile = _copy_while_a_thread_extends(pickled_inside_locked)
+    assert not extended_meanwhile
+    assert rows == [1, 5] and write_count == 2

@@ -7,6 +7,7 @@ step, under the buffer's lock, and checks everything before it changes anything.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -97,6 +98,8 @@ class BufferStateMixin:
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
+
+        def __setstate__(self, state: dict[str, Any]) -> None: ...
 
         def _await_submitted_updates(self) -> None: ...
 
@@ -229,18 +232,45 @@ class BufferStateMixin:
         """Pickle the components and the batches drawn ahead (copies, once drawn: a copy
         samples as the original would); locks and the prefetch worker stay in this process.
         A buffer whose parts wait for its first use (``delayed_init``) pickles its arguments:
-        the copy builds its own parts where it is used."""
+        the copy builds its own parts where it is used.
+
+        The parts themselves are pickled after this returns, when the lock is no longer
+        held: pickle a buffer that other threads write to inside ``with rb.locked():`` (or
+        save it with :meth:`state_dict` / ``dumps``, which copy under the lock), else the copy
+        may hold rows of a write that was under way. ``copy.deepcopy`` holds the lock
+        throughout (:meth:`__deepcopy__`)."""
         if not self.initialized:
             return {name: value for name, value in self.__dict__.items()
                     if name not in _IN_THIS_PROCESS}
         if sending_to_new_process():  # a spawned child: refuse what it could not share
             self.check_shareable()
         with self._prefetcher.held(settle=True), self._lock:
-            state = self.__dict__.copy()
-            for name in _IN_THIS_PROCESS:
-                state.pop(name, None)
-            if self._prefetcher.depth:
-                state["_prefetch_state"] = self._prefetcher.export()
+            return self._state_to_copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A copy made under the buffer's lock from start to end: one state the buffer was
+        in, whatever other threads write meanwhile."""
+        if not self.initialized:
+            state = {name: value for name, value in self.__dict__.items()
+                     if name not in _IN_THIS_PROCESS}
+            copied = type(self).__new__(type(self))
+            memo[id(self)] = copied
+            copied.__setstate__(copy.deepcopy(state, memo))
+            return copied
+        with self._prefetcher.held(settle=True), self._lock:
+            copied = type(self).__new__(type(self))
+            memo[id(self)] = copied
+            copied.__setstate__(copy.deepcopy(self._state_to_copy(), memo))
+        return copied
+
+    def _state_to_copy(self) -> dict[str, Any]:
+        """The attributes a copy takes (the caller holds the lock), the batches drawn ahead
+        included."""
+        state = self.__dict__.copy()
+        for name in _IN_THIS_PROCESS:
+            state.pop(name, None)
+        if self._prefetcher.depth:
+            state["_prefetch_state"] = self._prefetcher.export()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
