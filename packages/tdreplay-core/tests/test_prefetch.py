@@ -115,3 +115,65 @@ def test_without_default_batch_size_each_sample_has_the_size_asked_for():
     rb.extend(scalars(0, 50))
     assert [rb.sample(n).shape[0] for n in (4, 8, 8, 3, 4)] == [4, 8, 8, 3, 4]
     assert rb._prefetcher.queued == 2
+
+
+def _within(seconds, fn):
+    """``fn()`` run in a thread; its result, or a failure if it has not returned in time (a
+    deadlock)."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"did not return within {seconds} s"
+    return out[0]
+
+
+def test_sample_inside_locked_draws_the_batch_itself():
+    # the worker drawing ahead needs the lock this thread holds: sample draws the batch
+    # itself (it waited for the worker forever), and the batches queued are handed out after
+    rb = make(prefetch=2)
+    rb.extend(scalars(0, 20))
+    rb.sample()  # two batches now drawn (or being drawn) ahead
+
+    def inside():
+        with rb.locked():
+            return [rb.sample().tolist() for _ in range(3)]
+
+    batches = _within(10, inside)
+    assert len(batches) == 3 and all(len(b) == 4 for b in batches)
+    assert rb.sample().shape == torch.Size([4]) and rb._prefetcher.queued == 2
+
+
+def test_state_dict_inside_locked_does_not_wait_for_the_worker_and_restores_the_stream():
+    rb = make(prefetch=2)
+    rb.extend(scalars(0, 20))
+    rb.sample()
+
+    def inside():
+        with rb.locked():
+            return rb.state_dict()
+
+    state = _within(10, inside)
+    copy = make(prefetch=2, seed=99)
+    copy.load_state_dict(state)
+    # the copy samples as the original goes on: the batches drawn ahead that were done, then
+    # fresh draws from the saved generator where the worker had not drawn yet
+    assert [copy.sample().tolist() for _ in range(4)] == [rb.sample().tolist() for _ in range(4)]
+
+
+def test_sample_inside_locked_with_updates_submitted_says_why_at_once():
+    # the submitted update needs the lock this thread holds: the sample says so at once
+    rb = make(prefetch=None)
+    rb.extend(scalars(0, 4))
+
+    def inside():
+        with rb.locked():
+            rb.submit_update(lambda: rb.extend(scalars(9, 10)))
+            start = time.monotonic()
+            with pytest.raises(RuntimeError, match="inside rb.locked"):
+                rb.sample()
+            return time.monotonic() - start
+
+    assert _within(30, inside) < 5  # (it stalled 60 s, then raised)
+    rb.synchronize()
+    assert len(rb) == 5 and rb.sample().shape == torch.Size([4])

@@ -218,6 +218,12 @@ class UpdateQueue:
             self._pending.append(future)
         return future
 
+    @property
+    def unfinished(self) -> int:
+        """How many submitted updates are queued or running."""
+        with self._lock:
+            return sum(not future.done() for future in self._pending)
+
     def wait(self, timeout: float | None = UPDATE_WAIT_TIMEOUT_S, *,
              raise_errors: bool = False) -> None:
         """Wait until every update submitted so far is done. ``RuntimeError`` after

@@ -60,6 +60,8 @@ class DrawMixin:
         def _sample(self, batch_size: int, prefetch_epoch: int | None = None,
                     marked: bool = False) -> Drawn | None: ...
 
+        def holds_lock(self) -> bool: ...
+
     def _draw(self, batch_size: int) -> Drawn:
         """Sample a batch now (no prefetch queue), once the updates submitted are done."""
         if self._submitted_updates is not None:  # (checked here: no call on the hot path)
@@ -73,6 +75,12 @@ class DrawMixin:
         what a draw or a restore does first."""
         updates = self._submitted_updates
         if updates is not None:
+            if updates.unfinished and self.holds_lock():
+                raise RuntimeError(
+                    f"{updates.unfinished} updates submitted with submit_update_if_present "
+                    "are not done yet, and they need the buffer's lock, which this thread "
+                    "holds (inside rb.locked()): sample or save after the locked() block, or "
+                    "call rb.synchronize() before entering it.")
             updates.wait()
 
     @property

@@ -99,6 +99,8 @@ class BufferStateMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
 
+        def holds_lock(self) -> bool: ...
+
         def __setstate__(self, state: dict[str, Any]) -> None: ...
 
         def _await_submitted_updates(self) -> None: ...
@@ -203,7 +205,7 @@ class BufferStateMixin:
         ``"_prefetch_state"``), after waiting for the ones being drawn: the restored buffer
         hands out the same batches next, then draws on as the saved one would.
         """
-        with self._prefetcher.held(settle=True), self._lock:
+        with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
@@ -244,7 +246,7 @@ class BufferStateMixin:
                     if name not in _IN_THIS_PROCESS}
         if sending_to_new_process():  # a spawned child: refuse what it could not share
             self.check_shareable()
-        with self._prefetcher.held(settle=True), self._lock:
+        with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             return self._state_to_copy()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -257,7 +259,7 @@ class BufferStateMixin:
             memo[id(self)] = copied
             copied.__setstate__(copy.deepcopy(state, memo))
             return copied
-        with self._prefetcher.held(settle=True), self._lock:
+        with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             copied = type(self).__new__(type(self))
             memo[id(self)] = copied
             copied.__setstate__(copy.deepcopy(self._state_to_copy(), memo))
@@ -394,7 +396,7 @@ class BufferStateMixin:
         >>> restored[:], restored.write_count
         ([1, 2, 3], 3)
         """
-        with self._prefetcher.held(settle=True), self._lock:
+        with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:

@@ -47,11 +47,29 @@ def held_weakly(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any] | Non
     return lambda: fn
 
 
-def _draw_if_alive(draw: Callable[[], DrawFn | None], batch_size: int, epoch: int
-                   ) -> Drawn | None:
+#: the job the prefetch worker thread runs now: its ``drew`` event (see :func:`note_drawn`)
+_job = threading.local()
+
+
+def _draw_if_alive(draw: Callable[[], DrawFn | None], batch_size: int, epoch: int,
+                   drew: threading.Event) -> Drawn | None:
     """A queued job: nothing to draw once the buffer is gone."""
     fn = draw()
-    return None if fn is None else fn(batch_size, epoch)
+    _job.drew = drew
+    try:
+        return None if fn is None else fn(batch_size, epoch)
+    finally:
+        drew.set()  # (done, or dropped: nothing left to draw under the lock)
+        _job.drew = None
+
+
+def note_drawn() -> None:
+    """Called by a batch drawn ahead once its draw under the buffer's lock is over (what is
+    left, collating and transforming, runs without the lock): a thread holding the lock may
+    then wait for it (:meth:`Prefetcher.held`). Nothing outside a prefetch job."""
+    drew = getattr(_job, "drew", None)
+    if drew is not None:
+        drew.set()
 
 
 #: how long saving a buffer waits for the batches being drawn ahead
@@ -127,6 +145,8 @@ class Prefetcher:
         self._epoch = 0
         self._halted = False  # a batch drawn ahead failed: no job draws until clear()
         self._batch_size: int | None = None  # batch size of the queued batches
+        #: each queued job's event, set once its draw under the buffer's lock is over
+        self._drew: dict[Future[Drawn | None], threading.Event] = {}
 
     @property
     def epoch(self) -> int:
@@ -153,9 +173,13 @@ class Prefetcher:
                 self._batch_size = batch_size
             # top up to depth + 1, hand one out: exactly `depth` batches stay in flight
             while len(queue) < self.depth + 1:
-                queue.append(self._executor.submit(_draw_if_alive, held_weakly(draw),
-                                                   batch_size, self._epoch))
+                drew = threading.Event()
+                future = self._executor.submit(_draw_if_alive, held_weakly(draw),
+                                               batch_size, self._epoch, drew)
+                self._drew[future] = drew
+                queue.append(future)
             future = queue.popleft()
+            self._drew.pop(future, None)
             try:
                 drawn = future.result()
                 # a job dropped after it was handed out draws nothing: draw now instead
@@ -170,17 +194,25 @@ class Prefetcher:
 
     # ---- saving and restoring the queue (a buffer's state_dict / dumps / pickle) -------------
     @contextmanager
-    def held(self, settle: bool) -> Iterator[None]:
+    def held(self, settle: bool, lock_held: bool = False) -> Iterator[None]:
         """Hold the queue still: no batch is handed out or queued meanwhile.
 
         With ``settle``, first wait until every queued batch is drawn (so the generator and
         the sampler have made every draw the queue holds). Take it *before* the buffer's
-        lock: the jobs being waited for take that lock to draw. :meth:`export` and
-        :meth:`restore` are called under it.
+        lock: the jobs being waited for take that lock to draw. A caller that holds the
+        buffer's lock already (``lock_held``) waits only for the jobs whose draw under the
+        lock is over (they finish without it); the others have drawn nothing and cannot
+        until the lock is let go, and :meth:`export` stops at the first of them.
+        :meth:`export` and :meth:`restore` are called under it.
         """
         with self._lock:
             if settle and self._queue:
-                _, pending = wait_futures(list(self._queue), timeout=SETTLE_TIMEOUT_S)
+                waited = list(self._queue)
+                if lock_held:
+                    drawn = [self._drew.get(f) for f in waited]
+                    waited = [f for f, drew in zip(waited, drawn, strict=True)
+                              if drew is None or drew.is_set()]
+                _, pending = wait_futures(waited, timeout=SETTLE_TIMEOUT_S)
                 if pending:
                     raise RuntimeError(
                         f"{len(pending)} batches drawn ahead (prefetch) did not finish within "
@@ -314,9 +346,11 @@ class Prefetcher:
         self._halted = False  # (after the new epoch: no job of an older one draws)
         while self._queue:
             try:
-                self._queue.popleft().cancel()
+                future = self._queue.popleft()
             except IndexError:  # emptied by another thread meanwhile
                 break
+            future.cancel()
+            self._drew.pop(future, None)
 
     def shutdown(self) -> None:
         """Stop the worker thread, cancelling the queued jobs."""

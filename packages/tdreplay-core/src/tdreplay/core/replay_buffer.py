@@ -9,7 +9,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin, check_shared_flag
 from .buffer_wiring import BufferWiringMixin
-from .prefetch import Prefetcher
+from .prefetch import Prefetcher, note_drawn
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
 from .sampler import Sampler
@@ -57,7 +57,7 @@ class _BufferLock:
     a sample in one process never reads a row half-written by another.
     """
 
-    __slots__ = ("_thread_lock", "_buffer", "_held")
+    __slots__ = ("_thread_lock", "_buffer", "_held", "_owner")
 
     def __init__(self, buffer: ReplayBuffer) -> None:
         self._thread_lock = threading.RLock()
@@ -66,6 +66,12 @@ class _BufferLock:
         self._buffer = weakref.ref(buffer)
         #: what the thread inside (one at a time) took at each level of its ``with`` blocks
         self._held: list[Any] = []
+        self._owner: int | None = None  # that thread's ident (None: no thread inside)
+
+    @property
+    def held_here(self) -> bool:
+        """Whether the calling thread is inside the lock."""
+        return self._owner == threading.get_ident()
 
     def share(self, thread_lock: Any) -> None:
         """Hold ``thread_lock`` from now on: the lock of the buffers reading the same storage
@@ -103,11 +109,15 @@ class _BufferLock:
             except BaseException:
                 thread_lock.release()
                 raise
+        if not self._held:
+            self._owner = threading.get_ident()
         self._held.append((thread_lock, process_lock))
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         thread_lock, process_lock = self._held.pop()
+        if not self._held:
+            self._owner = None  # (before the lock goes: the next thread sets its own)
         try:
             if process_lock is not None:
                 process_lock.release()
@@ -398,7 +408,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         Code that composes buffers (an ensemble, a service) holds it to read or change several
         components as one step. It is re-entrant: the buffer's own methods may be called under
-        it from the same thread.
+        it from the same thread. A prefetching buffer sampled under it draws the batch itself
+        (its worker needs the lock), and saving it waits only for the batches whose draw is
+        over; a sample or a save that would wait for updates submitted with
+        ``submit_update_if_present`` (their worker needs the lock too) raises
+        ``RuntimeError`` at once: call :meth:`synchronize` before taking the lock.
 
         Examples
         --------
@@ -411,6 +425,24 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         2
         """
         return self._lock
+
+    def holds_lock(self) -> bool:
+        """Whether the calling thread holds the buffer's lock (inside :meth:`locked`, or in
+        one of the buffer's own calls).
+
+        A prefetching buffer sampled inside :meth:`locked` draws the batch itself instead of
+        waiting for its worker (which needs the lock); an ensemble holds its members' locks.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> rb = ReplayBuffer(storage=ListStorage(10))
+        >>> with rb.locked():
+        ...     inside = rb.holds_lock()
+        >>> inside, rb.holds_lock()
+        (True, False)
+        """
+        return cast(_BufferLock, self._lock).held_here
 
     @property
     def write_count(self) -> int:
@@ -542,6 +574,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 info.update(generations)
             info["index"] = index
             data, extra = self._read_sampled(index, info)
+            if prefetch_epoch is not None:  # drawn ahead: said before the lock goes
+                note_drawn()
         data = self._complete_sample(self._collate_fn(data), info, extra)
         # Info goes in before the read transforms, so they see where each item came from (slice
         # ends, indices), and again after them for any entry a transform dropped.
@@ -573,8 +607,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """The next batch of ``batch_size``: from the prefetch queue when the buffer
         prefetches batches of that size from an endless sampler, else drawn now."""
         if (self._prefetch and batch_size == (self._batch_size or batch_size)
-                and not self._sampler_is_finite()):
+                and not self._sampler_is_finite() and not self.holds_lock()):
             return self._prefetcher.next(batch_size, self._sample_ahead)
+        # (inside locked(): the worker drawing ahead needs the lock, so draw here; the
+        # batches queued stay queued, in order, for the samples after the lock is let go)
         return self._draw(batch_size)
 
     def _sampler_is_finite(self) -> bool:

@@ -416,6 +416,11 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             data = self._transform(data)
         return data
 
+    def holds_lock(self) -> bool:
+        """Whether the calling thread holds the lock of a member buffer (the ensemble's lock
+        holds them all; see :meth:`ReplayBuffer.holds_lock`)."""
+        return any(rb.holds_lock() for rb in self._rbs)
+
     # ---- read-side state: the ensemble's transform and its members' ----------------------------
     @property
     def has_read_state(self) -> bool:
