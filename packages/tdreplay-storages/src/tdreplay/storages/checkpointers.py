@@ -164,8 +164,9 @@ class CompressedRowStorage(Protocol):
     @property
     def max_size(self) -> int: ...
 
-    @property
-    def codec(self) -> _NamedCodec: ...
+    codec: _NamedCodec
+
+    def codec_for(self, saved: Any) -> _NamedCodec: ...
 
     def items(self) -> list[Any]: ...
 
@@ -829,9 +830,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         if n > target.max_size:
             raise CheckpointError(f"checkpoint holds {n} rows but the storage max_size is "
                                   f"{target.max_size}.")
-        if meta["codec"] != target.codec.name:
-            raise CheckpointError(f"checkpoint rows are compressed with {meta['codec']!r}; this "
-                                  f"storage uses {target.codec.name!r}.")
+        try:
+            codec = target.codec_for(meta["codec"])
+        except ValueError as err:
+            raise CheckpointError(f"checkpoint {err}") from err
         try:
             layouts = [
                 RowLayout(info["kind"], tuple(info["batch_size"]), tuple(
@@ -860,5 +862,6 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
 
         def commit() -> None:
             target.replace_items(rows)
+            target.codec = codec  # (the other built-in codec, for a checkpoint of it)
 
         return commit

@@ -32,7 +32,7 @@ from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
 from .checkpointers import CompressedListStorageCheckpointer
 
 __all__ = ["Codec", "CompressedListStorage", "CompressedRow", "LeafCodec", "RowLayout",
-           "default_codec"]
+           "builtin_codec", "default_codec"]
 
 try:
     import zstandard as _zstd  # type: ignore[import-not-found,unused-ignore]
@@ -128,21 +128,45 @@ def default_codec(compression_level: int = 3) -> Codec:
     >>> codec.decompress(codec.compress(b"abc" * 100)) == b"abc" * 100
     True
     """
+    return builtin_codec("zstd" if _zstd is not None else "zlib", compression_level)
+
+
+def builtin_codec(name: str, compression_level: int = 3) -> Codec:
+    """The built-in codec ``name`` (``"zstd"``, which needs the ``zstandard`` package, or
+    ``"zlib"``) at ``compression_level``: what :func:`default_codec` picks from, and what a
+    storage on the default codec reads a checkpoint of the other one with.
+
+    Examples
+    --------
+    >>> codec = builtin_codec("zlib", 6)
+    >>> codec.name, codec.decompress(codec.compress(b"xy" * 64)) == b"xy" * 64
+    ('zlib', True)
+    >>> builtin_codec("lz4")
+    Traceback (most recent call last):
+    ...
+    ValueError: no built-in codec 'lz4': the built-in codecs are 'zstd' and 'zlib'.
+    """
+    if name not in ("zstd", "zlib"):
+        raise ValueError(f"no built-in codec {name!r}: the built-in codecs are 'zstd' and "
+                         "'zlib'.")
     if isinstance(compression_level, bool) or not is_int(compression_level):
         raise TypeError(f"compression_level must be an int, got {compression_level!r}.")
     level = int(compression_level)
-    if _zstd is not None:
+    if name == "zstd":
+        if _zstd is None:
+            raise ValueError("the zstd codec needs the zstandard package "
+                             "(pip install 'tdreplay-storages[zstd]').")
         if level not in _ZSTD_LEVELS:
             raise ValueError(f"compression_level must lie in [-131072, 22] for zstd, got {level}.")
         compressor = _zstd.ZstdCompressor(level=level, write_checksum=True)
         decompressor = _zstd.ZstdDecompressor()
         return Codec("zstd", compressor.compress, decompressor.decompress,
-                     remake=(default_codec, (level,)))
+                     remake=(builtin_codec, ("zstd", level)))
     if level < -1:
         raise ValueError(f"compression_level must be >= -1 for zlib, got {level}.")
     capped = min(level, 9)
     return Codec("zlib", lambda raw: zlib.compress(raw, capped), zlib.decompress,
-                 remake=(default_codec, (level,)))
+                 remake=(builtin_codec, ("zlib", level)))
 
 
 def _user_codec(compression_fn: Callable[[torch.Tensor], Any],
@@ -551,13 +575,37 @@ class CompressedListStorage(ListStorage):
         if not isinstance(rows, list) or not all(isinstance(r, CompressedRow) for r in rows):
             raise ValueError("CompressedListStorage state_dict needs a 'storage' list of "
                              "CompressedRow.")
-        if state_dict.get("codec") != self.codec.name:
-            raise ValueError(f"state_dict rows are compressed with {state_dict.get('codec')!r}; "
-                             f"this storage uses {self.codec.name!r}.")
+        try:
+            codec = self.codec_for(state_dict.get("codec"))
+        except ValueError as err:
+            raise ValueError(f"state_dict: {err}") from err
         super().check_state_dict(state_dict)  # max_size and the number of rows
-        self._check_rows(rows)
+        self._check_rows(rows, codec)
 
-    def _check_rows(self, rows: list[CompressedRow]) -> None:
+    def codec_for(self, saved: Any) -> Codec | LeafCodec:
+        """The codec that reads rows saved compressed with the codec named ``saved``: this
+        storage's own, or, on the default codec, the other built-in one (a zlib checkpoint
+        loads where ``zstandard`` is installed now, a zstd one where it is); the storage then
+        goes on with the codec of the rows it loaded. ``ValueError`` naming both otherwise.
+
+        Examples
+        --------
+        >>> storage = CompressedListStorage(4)
+        >>> storage.codec_for("zlib").name
+        'zlib'
+        >>> storage.codec_for("custom:mine")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: rows are compressed with 'custom:mine'; this storage uses ...
+        """
+        if saved == self.codec.name:
+            return self.codec
+        if self._given_fns[0] is None and saved in ("zstd", "zlib"):
+            return builtin_codec(saved, self.compression_level)
+        raise ValueError(f"rows are compressed with {saved!r}; this storage uses "
+                         f"{self.codec.name!r}.")
+
+    def _check_rows(self, rows: list[CompressedRow], codec: Codec | LeafCodec) -> None:
         """``ValueError`` naming the row unless every row has bytes and a usable layout, and the
         first row of each layout decompresses to its size (one row per layout: the rows of a
         write share theirs; the bytes of the others are not decompressed here)."""
@@ -573,7 +621,7 @@ class CompressedListStorage(ListStorage):
                 problem = layout_problem(row.layout)
             if problem is None:
                 try:
-                    size = len(self.codec.decompress_row(row.blob, row.layout))
+                    size = len(codec.decompress_row(row.blob, row.layout))
                 except Exception as err:  # any codec failure: the row cannot be read
                     problem = f"it does not decompress ({type(err).__name__}: {err})"
                 else:
@@ -585,7 +633,9 @@ class CompressedListStorage(ListStorage):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
+        codec = self.codec_for(state_dict["codec"])
         self.replace_items(state_dict["storage"])
+        self.codec = codec  # (the other built-in codec, for a checkpoint of it)
 
     def replace_items(self, items: Sequence[Any]) -> None:
         """Make ``items`` (:class:`CompressedRow` values, as :meth:`items` returns them) the
