@@ -425,6 +425,26 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         """
         return None
 
+    def shared_reset_count(self) -> int | None:
+        """How many times the rows were replaced wholesale (``empty``, ``load_state_dict``, a
+        checkpoint's rows installed), counted in memory shared between the processes that hold
+        the storage; ``None`` (the default) for a storage that lives in one process.
+
+        A reset by another process cannot be told from the writer's counters
+        (:meth:`shared_writer_counters`): an ``empty`` followed by as many writes as were made
+        before leaves them where they were. What a process keeps about the rows (the priority
+        trees of a ``sync=False`` prioritized buffer) compares this count with the one it saw
+        last: a change means the rows it knew are gone, whoever replaced them. Only comparisons
+        for equality are meaningful. Storages shared between processes
+        (``LazyMemmapStorage``, ``LazyTensorStorage(shared_init=True)``) return an int.
+
+        Examples
+        --------
+        >>> ListStorage(4).shared_reset_count() is None  # lives in one process
+        True
+        """
+        return None
+
     @property
     def shape(self) -> torch.Size | None:
         """Shape of the storage's leading dimensions (``[rows, *inner]``), or ``None`` where

@@ -68,7 +68,9 @@ class PriorityUpdateMixin:
             are unwritten.
         write_generation : integer tensor, optional
             ``info["write_generation"]`` of the sample the priorities were computed for; with
-            ``skip_stale_updates``, entries whose slot was rewritten since are skipped.
+            ``skip_stale_updates``, entries whose slot was rewritten since are skipped, and so
+            are those at slots that hold no item any more (the storage was emptied or
+            restored since the sample): the other entries apply, nothing raises.
 
         Raises
         ------
@@ -77,8 +79,8 @@ class PriorityUpdateMixin:
             to ``alpha`` (see :func:`~._priority_values.check_stored_priority`); shapes neither
             match nor broadcast (``[2, 3]`` priorities for ``[3, 2]`` indices).
         IndexError
-            (``validate`` on) an index is out of ``[0, max_capacity)`` or points at an
-            unwritten slot.
+            (``validate`` on) an index is out of ``[0, max_capacity)``, or (without
+            ``write_generation`` checked) points at an unwritten slot.
         TypeError
             ``index`` or ``priority`` is not numeric.
 

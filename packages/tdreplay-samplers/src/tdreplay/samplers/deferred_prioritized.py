@@ -9,7 +9,11 @@ prioritized sampler in the process that built it (the *learner*) and lets every 
 - writes do not touch the trees. When the learner samples or updates priorities, the sampler
   first *catches up*: the rows written since it last looked, by any process, are found from the
   writer's ``write_count`` (round-robin order, which a shared storage keeps in shared memory)
-  and get the max priority, as rows written through a prioritized sampler do;
+  and get the max priority, as rows written through a prioritized sampler do. An ``empty`` or
+  a restore of the storage by another process (however many rows were written after it) is
+  seen from the storage's ``shared_reset_count()``: the trees then start afresh, with the rows
+  the storage holds, and updates that carry the write generations of samples taken before
+  are skipped as stale;
 - in the learner, writes whose data brings priorities (a TensorDict's ``priority_key``) apply
   them after catching up, as with ``sync=True``; in other processes the sampler is not
   prioritized (:attr:`is_prioritized` is False there), so their rows get the max priority when
@@ -51,6 +55,8 @@ from .prioritized import PrioritizedSampler
 __all__ = ["DeferredPrioritizedSampler"]
 
 _STATE_KEYS = frozenset({"prioritized", "caught_up"})
+#: ``_resets`` before the storage's reset count was read (a writer without a storage yet)
+_UNREAD = -1
 
 
 class DeferredPrioritizedSampler(Sampler):
@@ -89,6 +95,8 @@ class DeferredPrioritizedSampler(Sampler):
     """
 
     shareable = True
+    #: (the default of a copy pickled before the attribute existed)
+    _resets: int | None = _UNREAD
     info_keys = PrioritizedSampler.info_keys
     update_keys = PrioritizedSampler.update_keys
 
@@ -97,6 +105,8 @@ class DeferredPrioritizedSampler(Sampler):
             prioritized, PrioritizedSampler, "prioritized")
         self._writer: Writer | None = None
         self._caught_up = 0
+        #: the storage's ``shared_reset_count()`` the trees are in step with
+        self._resets = _UNREAD
         self._learner_pid = os.getpid()
         if writer is not None:
             self.follow(writer)
@@ -108,6 +118,16 @@ class DeferredPrioritizedSampler(Sampler):
             raise TypeError(f"writer must be a Writer instance, got {type(writer).__name__}.")
         self._writer = writer
         self._caught_up = writer.write_count
+        self._resets = self._storage_resets()
+
+    def _storage_resets(self) -> int | None:
+        """The ``shared_reset_count()`` of the followed writer's storage now (``_UNREAD``
+        before it has one)."""
+        try:
+            storage = self._writer.storage if self._writer is not None else None
+        except RuntimeError:  # no storage registered yet
+            storage = None
+        return storage.shared_reset_count() if storage is not None else _UNREAD
 
     # ---- where the trees are -------------------------------------------------------------------
     @property
@@ -162,15 +182,22 @@ class DeferredPrioritizedSampler(Sampler):
         """Give the rows written since the last catch-up (by any process) the max priority.
 
         The rows are the last ``write_count - caught_up`` rows written before the writer's
-        cursor, in round-robin order (all of them once that many fill the storage); a write
-        count that went back (the buffer was emptied elsewhere) starts the trees afresh.
+        cursor, in round-robin order (all of them once that many fill the storage). The trees
+        start afresh, with every row the storage holds, when its rows were replaced since: its
+        ``shared_reset_count()`` changed (an ``empty`` or a restore by another process, however
+        many rows were written after it) or the write count went back.
         """
         prioritized = self.prioritized
         if self._writer is None:
             raise RuntimeError("DeferredPrioritizedSampler has no writer to follow: call "
                                "follow(rb.writer) (the prioritized buffers do).")
         count = self._writer.write_count
-        if count < self._caught_up:
+        resets = storage.shared_reset_count()  # (None: a storage in one process)
+        restart = count < self._caught_up
+        if resets != self._resets:
+            restart |= self._resets != _UNREAD
+            self._resets = resets
+        if restart:
             prioritized.empty()
             self._caught_up = 0
         if count == self._caught_up:
@@ -236,6 +263,7 @@ class DeferredPrioritizedSampler(Sampler):
         if self.in_learner:
             self.prioritized.empty()
         self._caught_up = self._writer.write_count if self._writer is not None else 0
+        self._resets = self._storage_resets()
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         super().set_rng(generator)
@@ -264,6 +292,7 @@ class DeferredPrioritizedSampler(Sampler):
         self.check_state_dict(state_dict)
         self.prioritized.load_state_dict(state_dict["prioritized"])
         self._caught_up = int(state_dict["caught_up"])
+        self._resets = self._storage_resets()  # (the buffer restores its storage first)
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy for a process being started leaves the trees behind (see the module)."""

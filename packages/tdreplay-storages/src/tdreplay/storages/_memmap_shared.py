@@ -1,13 +1,15 @@
 """The state every process sharing a ``LazyMemmapStorage`` maps: counters and the write lock.
 
 ``_SharedCounters``: ``_STATE_SIZE`` int64 counters in ``tdreplay-memmap-state.bin`` (written
-rows, the writer's cursor and write count, a torn overwrite in flight, the write revision);
+rows, the writer's cursor and write count, a torn overwrite in flight, the write revision, the
+count of resets);
 ``_ProcessLock``: a re-entrant lock across threads (a thread lock) and processes (``flock``),
 which drops the rows a writer that died left torn (or writes back the old values of the rows
 an editor that died left half edited) as it is taken (:meth:`_ProcessLock.watch`), and clears
 the record of the in-place edits of a hold as it is released (``before_unlock``);
 ``SharedStateMixin``: what ``LazyMemmapStorage`` reads and writes through them (its row count,
-``process_lock``, ``shared_writer_counters()``, ``revision``, the guard of its in-place edits).
+``process_lock``, ``shared_writer_counters()``, ``revision``, ``shared_reset_count()``, the guard
+of its in-place edits).
 
 Torn rows are never counted nor read: every read and write of the storage, and every draw of a
 buffer holding it, runs under the lock, whose first acquisition in a thread checks the torn
@@ -46,7 +48,8 @@ _STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counter
 _STATE_WRITES = 3  # write count    }
 _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
 _STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
-_STATE_SIZE = 8
+_STATE_RESETS = 8  # Storage.shared_reset_count(): empties and restores, by every process
+_STATE_SIZE = 9
 
 
 class _SharedCounters:
@@ -69,6 +72,9 @@ class _SharedCounters:
                 "exists (one built without scratch_dir removes its temporary directory when "
                 "it is freed). To keep a buffer, save it with rb.dumps(path) (or state_dict) "
                 "and load that, or give the storage a scratch_dir.")
+        elif os.path.getsize(self.path) < _STATE_SIZE * 8:  # (made by an older version)
+            with open(self.path, "r+b") as f:  # the counters added since start at 0
+                f.truncate(_STATE_SIZE * 8)
         # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
         # Python-level __getitem__ (len() and every write read these counters)
         self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
@@ -265,6 +271,46 @@ class SharedStateMixin(RevisionTracking):
             return
         with self._lock_obj:
             state.view[_STATE_REVISION] += 1
+
+    def shared_reset_count(self) -> int:
+        """:meth:`~tdreplay.core.Storage.shared_reset_count`, kept in the shared state file:
+        ``empty``, ``load_state_dict`` and a checkpoint's ``install`` in any process that maps
+        this storage advance it.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tdreplay.storages import LazyMemmapStorage
+        >>> s = LazyMemmapStorage(4)
+        >>> s.set(slice(0, 2), torch.arange(2))
+        >>> before = s.shared_reset_count()
+        >>> s.set(slice(2, 4), torch.arange(2))  # writes leave it
+        >>> s.shared_reset_count() == before
+        True
+        >>> s.empty()
+        >>> s.shared_reset_count() == before
+        False
+        """
+        value: int = self._state.view[_STATE_RESETS]
+        return value
+
+    def _count_reset(self) -> None:
+        """Advance :meth:`shared_reset_count` (under the process lock: never a lost step)."""
+        with self._lock_obj:
+            self._state.view[_STATE_RESETS] += 1
+
+    # the wholesale replacements of the rows (of the storage this is mixed into): each counts
+    def empty(self) -> None:
+        super().empty()  # type: ignore[misc]
+        self._count_reset()
+
+    def install(self, meta: dict[str, Any], data: Any) -> None:
+        super().install(meta, data)  # type: ignore[misc]
+        self._count_reset()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        self._count_reset()
 
     def _edit_guard(self) -> SharedEdit:
         """An in-place edit of the written rows runs under the process lock, its rows recorded
