@@ -319,6 +319,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     #: Entry of a sampled TensorDict that ``update_tensordict_priority`` reads (``None``: the
     #: buffer does not take priorities from its data; ``TensorDictReplayBuffer`` sets one).
     priority_key: str | None = None
+    #: the storage's ``shared_reset_count()`` when the batches drawn ahead were queued
+    _reset_count_seen: int | None = None
 
     def __init__(
         self,
@@ -608,10 +610,21 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         prefetches batches of that size from an endless sampler, else drawn now."""
         if (self._prefetch and batch_size == (self._batch_size or batch_size)
                 and not self._sampler_is_finite() and not self.holds_lock()):
+            self._drop_batches_of_replaced_rows()
             return self._prefetcher.next(batch_size, self._sample_ahead)
         # (inside locked(): the worker drawing ahead needs the lock, so draw here; the
         # batches queued stay queued, in order, for the samples after the lock is let go)
         return self._draw(batch_size)
+
+    def _drop_batches_of_replaced_rows(self) -> None:
+        """Drop the batches drawn ahead when another process has emptied or restored the
+        storage since (``Storage.shared_reset_count``): their rows are gone. This process's
+        own ``empty`` and restores drop them at once."""
+        count = self._storage.shared_reset_count()
+        if count != self._reset_count_seen:
+            if self._reset_count_seen is not None:
+                self.clear_prefetch()
+            self._reset_count_seen = count
 
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
@@ -620,7 +633,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """Drop the batches sampled ahead (``prefetch``): the next sample draws afresh.
 
         The buffer calls it whenever what a queued batch was drawn from changes (a new
-        storage or sampler, ``empty``, a restored state).
+        storage or sampler, ``empty``, a restored state), and at the next sample when another
+        process has emptied or restored a storage they share
+        (``Storage.shared_reset_count()``).
         """
         self._prefetcher.clear()
 
