@@ -87,3 +87,26 @@ def test_without_write_generation_an_unwritten_slot_is_still_refused(backend: st
         rb.update_priority(torch.tensor([0, 64]), torch.tensor([2.0, 2.0]),
                            write_generation=torch.tensor([2, 2]))
     assert torch.equal(_leaves(rb), before)
+
+
+def test_an_update_from_before_a_restore_does_not_land_on_rows_written_after_it():
+    # save at clock 1, write (clock 2), sample, restore the saved state, write again: the
+    # restore does not set the clock back, so the old sample's generations match none of the
+    # rows written after it (before, slot 1's new row took the old sample's priority)
+    from tdreplay.core import ReplayBuffer
+    from tdreplay.samplers import PrioritizedSampler
+    from tdreplay.storages import LazyTensorStorage
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(4),
+                      sampler=PrioritizedSampler(4, alpha=1.0, beta=1.0))
+    rb.extend(torch.arange(1.0, 2.0))
+    saved = rb.state_dict()
+    rb.extend(torch.arange(2.0, 4.0))
+    _, info = rb.sample(16, return_info=True)
+    rb.load_state_dict(saved)
+    rb.extend(torch.arange(5.0, 8.0))  # slots 1..3 rewritten after the sample
+    before = rb.sampler.state_dict()["priorities"][:4].clone()
+    rb.sampler.update_priority(info["index"], torch.full((16,), 50.0),
+                               write_generation=info["write_generation"])
+    after = rb.sampler.state_dict()["priorities"][:4]
+    assert torch.equal(after[1:], before[1:])  # the rows written after the sample: untouched

@@ -70,7 +70,9 @@ class PriorityStateDictMixin:
         self._state = new_state(capacity, backend, device, within_buffer=self._within_buffer,
                                 host=host)
         self._capacity = capacity
-        self._clock = state_dict["write_clock"]
+        # never back: a generation handed out before the restore must not match a slot
+        # written after it (the saved slots keep their own generations)
+        self._clock = max(self._clock, state_dict["write_clock"])
         self._alpha = float(state_dict["alpha"])
         self._beta = float(state_dict["beta"])
         self._alpha_tensor, self._beta_tensor = (

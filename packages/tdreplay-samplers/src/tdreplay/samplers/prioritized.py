@@ -26,10 +26,11 @@ returns the generation of every slot it drew as ``info["write_generation"]`` (Te
 carry it in the sample like ``index``). ``update_priority(..., write_generation=g)`` skips the
 entries whose slot was rewritten since (generation no longer ``g``), so the new row never gets the
 priority computed for the row it replaced. Entries at slots that hold no item any more (the
-storage was emptied or restored since the sample; ``empty`` keeps the clock counting, so no
-generation seen before it matches a slot written after it) are stale too, and skipped, not
-refused. ``skip_stale_updates=False`` turns the check off. An update without
-``write_generation`` (e.g. priorities of freshly written rows) is applied as is.
+storage was emptied or restored since the sample; ``empty`` keeps the clock counting, and a
+restore never sets it back, so no generation seen before either matches a slot written after
+it) are stale too, and skipped, not refused. ``skip_stale_updates=False`` turns the check
+off. An update without ``write_generation`` (e.g. priorities of freshly written rows) is
+applied as is.
 """
 
 from __future__ import annotations
