@@ -12,11 +12,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from tdreplay.core import testing
 from tdreplay.datasets import BaseDatasetExperienceReplay, MinariExperienceReplay
 from tdreplay.datasets.registry import register_dataset
 
-BAD = ["yes", "False", 1, 0, None, torch.tensor(True)]
-GOOD = [True, False, np.bool_(True), np.bool_(False)]
+BAD = testing.NOT_BOOLS
+GOOD = testing.BOOLS
 
 
 def dataset(**kwargs) -> BaseDatasetExperienceReplay:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, RoundRobinWriter
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, RoundRobinWriter, testing
 from tdreplay.core.testing import assert_same, buffer_snapshot
 from tdreplay.ensembles import ReplayBufferEnsemble, SamplerEnsemble, WriterEnsemble
 
-BAD = ["yes", "False", 1, 0, None, torch.tensor(True)]
-GOOD = [True, False, np.bool_(True), np.bool_(False)]
+BAD = testing.NOT_BOOLS
+GOOD = testing.BOOLS
 
 
 def buffers() -> tuple[ReplayBuffer, ReplayBuffer]:

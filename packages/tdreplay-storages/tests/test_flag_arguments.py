@@ -15,7 +15,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer, testing
 from tdreplay.core.testing import assert_same, buffer_snapshot
 from tdreplay.storages import (
     CompressedListStorage,
@@ -25,8 +25,8 @@ from tdreplay.storages import (
     TensorStorage,
 )
 
-BAD = ["yes", "False", 1, 0, None, torch.tensor(True)]
-GOOD = [True, False, np.bool_(True), np.bool_(False)]
+BAD = testing.NOT_BOOLS
+GOOD = testing.BOOLS
 
 
 def data(n: int, start: float = 0.0) -> TensorDict:

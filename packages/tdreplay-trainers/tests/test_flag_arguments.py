@@ -7,15 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
-from tdreplay.core import ListStorage, TensorDictReplayBuffer
+from tdreplay.core import ListStorage, TensorDictReplayBuffer, testing
 from tdreplay.trainers import OptimizerHook, ReplayBufferTrainer, Trainer
 
-BAD = ["yes", "False", 1, 0, None, torch.tensor(True)]
-GOOD = [True, False, np.bool_(True), np.bool_(False)]
+BAD = testing.NOT_BOOLS
+GOOD = testing.BOOLS
 
 
 def trainer(loss_module: Any, **kwargs: Any) -> Trainer:

@@ -6,6 +6,7 @@ the transform and the argument. ``ToTensorImage(from_int=None)`` and ``VecNorm(n
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from tdreplay.core import testing
 from tdreplay.transforms import (
     CatFrames,
     CatTensors,
@@ -31,9 +33,9 @@ from tdreplay.transforms import (
     VecNorm,
 )
 
-BAD = ["yes", "False", 1, 0, None, torch.tensor(True)]
-BAD_OR_NONE = ["yes", "False", 1, 0, torch.tensor(False)]
-GOOD = [True, False, np.bool_(True), np.bool_(False)]
+BAD = testing.NOT_BOOLS
+BAD_OR_NONE = testing.NOT_BOOLS_OR_NONE
+GOOD = testing.BOOLS
 
 # (transform, build(**{name: value}), name, attribute holding it (None: none))
 CONSTRUCTORS: list[tuple[str, Callable[..., Any], str, str | None]] = [
@@ -79,17 +81,14 @@ IDS = [f"{c[0]}-{c[2]}" for c in CONSTRUCTORS]
 @pytest.mark.parametrize("value", BAD)
 @pytest.mark.parametrize("owner, build, name, attribute", CONSTRUCTORS, ids=IDS)
 def test_constructors_refuse_a_flag_that_is_not_a_bool(owner, build, name, attribute, value):
-    with pytest.raises(TypeError, match=f"{owner}: {name} must be a bool, got"):
-        build(**{name: value})
+    testing.assert_flag_refused(build, name, value, prefix=f"{owner}: ")
 
 
 @pytest.mark.parametrize("value", GOOD)
 @pytest.mark.parametrize("owner, build, name, attribute", CONSTRUCTORS, ids=IDS)
 def test_constructors_take_bools_and_numpy_bools(owner, build, name, attribute, value):
-    transform = build(**{name: value})
-    if attribute is not None:
-        got = getattr(transform, attribute)
-        assert type(got) is bool and got == bool(value)
+    testing.assert_flag_taken(build, name, value,
+                              None if attribute is None else attrgetter(attribute))
 
 
 NONE_DEFAULTS = [

@@ -41,8 +41,9 @@ from tensordict import is_tensor_collection
 
 from .storage import ListStorage
 
-__all__ = ["RESTORES", "FailOnce", "StackedListStorage", "assert_same", "buffer_snapshot",
-           "id_rows", "read_id_rows", "restored"]
+__all__ = ["BOOLS", "NOT_BOOLS", "NOT_BOOLS_OR_NONE", "RESTORES", "FailOnce",
+           "StackedListStorage", "assert_flag_refused", "assert_flag_taken", "assert_same",
+           "buffer_snapshot", "id_rows", "read_id_rows", "restored"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
@@ -276,3 +277,48 @@ def read_id_rows(storage: Any) -> list[int]:
     _require(bool(whole.all()),
              f"rows mixing entries of different writes: {ids[~whole].tolist()}")
     return [int(i) for i in ids.tolist()]
+
+
+#: what a boolean argument takes (:func:`tdreplay.core.utils.check_flag`)
+BOOLS = (True, False, np.bool_(True), np.bool_(False))
+#: what a boolean argument refuses: ``"False"`` is a true string, the numbers and tensors are
+#: not bools
+NOT_BOOLS = ("yes", "False", 1, 0, None, torch.tensor(True))
+#: what a boolean argument where ``None`` means the default refuses
+NOT_BOOLS_OR_NONE = ("yes", "False", 1, 0, torch.tensor(False))
+
+
+def assert_flag_refused(build: Callable[..., Any], name: str, value: Any,
+                        prefix: str = "") -> None:
+    """``build(**{name: value})`` raises the ``TypeError`` of a boolean argument given
+    ``value`` (``"<prefix><name> must be a bool..."``); ``AssertionError`` otherwise.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> assert_flag_refused(ListStorage, "compilable", "yes")
+    """
+    try:
+        build(**{name: value})
+    except TypeError as err:
+        _require(str(err).startswith(f"{prefix}{name} must be a bool"),
+                 f"{name}={value!r}: TypeError of another argument: {err}")
+        return
+    raise AssertionError(f"{name}={value!r} was taken: a boolean argument must refuse it")
+
+
+def assert_flag_taken(build: Callable[..., Any], name: str, value: Any,
+                      read: Callable[[Any], Any] | None = None) -> None:
+    """``build(**{name: value})`` takes ``value`` (one of :data:`BOOLS`) and, with ``read``,
+    holds it as a Python bool; ``AssertionError`` otherwise.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> assert_flag_taken(ListStorage, "compilable", np.bool_(True), lambda s: s.compilable)
+    """
+    built = build(**{name: value})
+    if read is not None:
+        got = read(built)
+        _require(type(got) is bool and got == bool(value),
+                 f"{name}={value!r} is held as {got!r}, not the bool {bool(value)}")
