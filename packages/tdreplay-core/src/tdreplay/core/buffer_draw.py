@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .prefetch import Drawn, Prefetcher
 from .sampler import Sampler
@@ -124,17 +124,8 @@ class DrawMixin:
         """``_sample`` from a sampler with :attr:`~Sampler.stateful_draws`, or through
         transforms with state: marked before the draw, the lock held until the batch is
         complete, the draw and the transforms' state put back if any step raises."""
-        sampler = self._sampler
-        with self._lock:
-            mark = sampler.draw_mark() if sampler.stateful_draws else None
-            read_state = self.mark_read_state()
-            try:
-                return self._sample(batch_size, prefetch_epoch, marked=True)
-            except BaseException:
-                if sampler.stateful_draws:
-                    sampler.undo_draws(mark)
-                self.undo_read_state(read_state)
-                raise
+        with reads_undone_on_failure(cast("ReplayBuffer", self)):
+            return self._sample(batch_size, prefetch_epoch, marked=True)
 
     def _sample_ahead(self, batch_size: int, prefetch_epoch: int | None) -> Drawn | None:
         """``_sample`` for the prefetch queue (:meth:`Prefetcher.next`): a batch drawn ahead
@@ -192,5 +183,6 @@ def reads_undone_on_failure(*buffers: ReplayBuffer) -> Iterator[None]:
             for buffer, draws, read_state in reversed(marks):
                 if draws is not None:
                     buffer.sampler.undo_draws(draws)
-                buffer.undo_read_state(read_state)
+                if read_state is not None:
+                    buffer.undo_read_state(read_state)
             raise

@@ -19,6 +19,7 @@ from tdreplay.core import (
     Transform,
     Writer,
 )
+from tdreplay.core.buffer_draw import reads_undone_on_failure
 from tdreplay.core.utils import check_flag, check_instance
 
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
@@ -379,13 +380,8 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             if isinstance(positions, int):
                 return self._rbs[positions][rest]
             if self.has_read_state:  # transforms with state: put back if a step raises
-                with self._lock:
-                    mark = self.mark_read_state()
-                    try:
-                        return self._read_joined(positions, rest)
-                    except BaseException:
-                        self.undo_read_state(mark)
-                        raise
+                with reads_undone_on_failure(self):
+                    return self._read_joined(positions, rest)
             return self._read_joined(positions, rest)
         positions = select_members(index, len(self._rbs), "buffers")
         if isinstance(positions, int):

@@ -40,8 +40,7 @@ from .segment_trees import MinTree, NumbaMinOverSumTree, NumbaMinTree, NumbaSumT
 from .segment_trees._torch import update_together
 
 __all__ = ["NumbaKernels", "PriorityKernels", "TorchKernels", "apply_update", "check_drawn",
-           "check_host_priority", "check_update", "excluded", "kernels_for", "uniform",
-           "unwritten_entries"]
+           "check_host_priority", "check_update", "excluded", "kernels_for", "uniform"]
 
 #: Weight dtypes the numba sample kernel writes directly (others are converted from float64).
 _KERNEL_WEIGHTS: dict[torch.dtype, type[np.floating[Any]]] = {torch.float32: np.float32,
@@ -56,8 +55,8 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
 
     An index at an unwritten slot is refused unless the update carries write generations
     (``token``): the item it was computed for is gone then (the storage was emptied or
-    restored since the sample), so the entry is stale, and skipped like the other stale ones
-    (see :func:`unwritten_entries`)."""
+    restored since the sample), so the entry is stale, and the kernels skip it like the other
+    stale ones."""
     raw = raw.to(CPU, torch.float64)
     check_priority_values(raw)
     capacity = state.capacity
@@ -70,37 +69,16 @@ def check_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor,
                          f"{bad[:5].tolist()}. Nothing was updated.")
     if token is not None:
         return
-    unwritten = unwritten_entries(state, index, n_written)
-    if bool(unwritten.any()):
-        raise IndexError(f"index points at unwritten slots {index[unwritten][:5].tolist()}"
-                         f"{'' if n_written is None else f' (the storage holds {n_written})'}: "
-                         "a priority there would belong to no item (a write replaces it with "
-                         "the max priority). Nothing was updated.")
-
-
-def unwritten_entries(state: PriorityState, index: torch.Tensor,
-                      n_written: int | None) -> torch.Tensor:
-    """Which entries of the update ``index`` (in ``[-1, capacity)``, on the CPU) point at an
-    unwritten slot: one with no write generation (never written, or emptied since), or at or
-    beyond ``n_written``, the storage's written slots (a bool CPU tensor of ``index``'s shape).
-
-    Examples
-    --------
-    >>> from tdreplay.samplers import PrioritizedSampler
-    >>> s = PrioritizedSampler(8, alpha=1.0, beta=1.0)
-    >>> s.extend(torch.arange(4))
-    >>> state = s._ensure_state()
-    >>> unwritten_entries(state, torch.tensor([-1, 0, 3, 5]), None).tolist()
-    [False, False, False, True]
-    >>> unwritten_entries(state, torch.tensor([-1, 0, 3, 5]), n_written=2).tolist()
-    [False, False, True, True]
-    """
     live = index >= 0
     slot_gen = state.generation.index_select(0, index.clamp_min(0).to(state.device)).to(CPU)
     unwritten = live & (slot_gen == 0)
     if n_written is not None:
         unwritten |= live & (index >= n_written)
-    return unwritten
+    if bool(unwritten.any()):
+        raise IndexError(f"index points at unwritten slots {index[unwritten][:5].tolist()}"
+                         f"{'' if n_written is None else f' (the storage holds {n_written})'}: "
+                         "a priority there would belong to no item (a write replaces it with "
+                         "the max priority). Nothing was updated.")
 
 
 def check_host_priority(values: HostPriority, capacity: int) -> None:
@@ -461,20 +439,11 @@ def apply_update(state: PriorityState, index: torch.Tensor, raw: torch.Tensor, *
     if state.backend != "numba" and validate:
         check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps,
                      token=token)
-    kernels = kernels_for(state)
-    if kernels.update(state, index, raw, reduction=reduction, alpha=alpha, eps=eps, token=token,
-                      n_written=n_written, prepared=prepared):
-        return
-    # raises, with a detailed message, unless the kernel refused only entries at unwritten
-    # slots of an update with write generations (the storage was emptied since the sample):
-    # those are skipped (only here, off the common path) and the rest is applied
-    check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps,
-                 token=token)
-    if token is not None:
-        index = index.to(CPU)
-        index = torch.where(unwritten_entries(state, index, n_written), -1, index)
-        if kernels.update(state, index, raw, reduction=reduction, alpha=alpha, eps=eps,
-                          token=token, n_written=n_written, prepared=prepared):
-            return
-    raise AssertionError("the update kernel refused the update but the host check found "
-                         "nothing wrong")  # pragma: no cover
+    if not kernels_for(state).update(state, index, raw, reduction=reduction, alpha=alpha,
+                                     eps=eps, token=token, n_written=n_written,
+                                     prepared=prepared):
+        # raises, with a detailed message
+        check_update(state, index, raw, n_written, reduction=reduction, alpha=alpha, eps=eps,
+                     token=token)
+        raise AssertionError("the update kernel refused the update but the host check found "
+                             "nothing wrong")  # pragma: no cover

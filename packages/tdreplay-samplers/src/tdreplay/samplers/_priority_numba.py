@@ -79,10 +79,12 @@ def check_values_kernel(raw, leaf, leaf_max):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, inline="always")
-def check_entries(capacity, n_written, gen, index, raw, leaf,
-                  leaf_max):  # pragma: no cover - compiled
+def check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max,
+                  has_token):  # pragma: no cover - compiled
     """The checks of an update (see ``update_kernel``): ``(code, position)``, ``(OK, 0)`` when it
-    may be applied."""
+    may be applied. An update with write generations (``has_token``) may point at unwritten
+    slots: those entries are stale (the storage was emptied or restored since the sample) and
+    ``kept_entries`` leaves them out, as the entries of rewritten slots."""
     bad = _first_bad_value(raw, leaf, leaf_max)
     if bad >= 0:
         return BAD_PRIORITY, bad
@@ -92,7 +94,7 @@ def check_entries(capacity, n_written, gen, index, raw, leaf,
             continue
         if slot < -1 or slot >= capacity:
             return INDEX_OUT_OF_RANGE, i
-        if slot >= n_written or _at(gen, slot) == 0:  # (a slot in range from here on)
+        if not has_token and (slot >= n_written or _at(gen, slot) == 0):  # (slot in range)
             return UNWRITTEN_SLOT, i
     return OK, 0
 
@@ -225,7 +227,8 @@ def fused_kernels(tree_kernels_version: int) -> tuple[Any, Any, Any, Any, Any]:
         priority (``-inf`` if none).
         """
         _ = tree_kernels_version  # in the cache key
-        code, position = check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max)
+        code, position = check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max,
+                                       has_token)
         if code != OK:
             return code, position, -np.inf
         kept, kept_leaf, kept_neg, k, top = kept_entries(gen, index, priority, leaf, token,

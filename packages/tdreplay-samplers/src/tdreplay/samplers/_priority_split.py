@@ -93,11 +93,11 @@ def split_kernels(kernels_version: int) -> tuple[Any, Any, Any]:
 
     @on_disk
     @njit(nogil=True)
-    def check_kernel(capacity, n_written, gen, index, raw, leaf,
-                     leaf_max):  # pragma: no cover - compiled
+    def check_kernel(capacity, n_written, gen, index, raw, leaf, leaf_max,
+                     has_token):  # pragma: no cover - compiled
         """The checks of ``update_kernel``: ``OK`` or why not."""
         _ = kernels_version  # in the cache key
-        return check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max)[0]
+        return check_entries(capacity, n_written, gen, index, raw, leaf, leaf_max, has_token)[0]
 
     @on_disk
     @njit(nogil=True)
@@ -163,7 +163,7 @@ def split_update(split: SubtreeSplit, trees: tuple[np.ndarray, np.ndarray, np.nd
     ``(index, raw, priority, leaf)`` arrays. A refused update (``code != OK``: why) writes
     nothing."""
     index, raw, priority, leaf = entries
-    code = check_kernel(capacity, n_written, gen, index, raw, leaf, leaf_max)
+    code = check_kernel(capacity, n_written, gen, index, raw, leaf, leaf_max, has_token)
     if code != OK:  # (checked in the caller's thread: a second hand-over would cost as much)
         return code, -np.inf
     return OK, split_write(split, trees, offsets, gen, (index, priority, leaf), token, has_token)
