@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
+from .fork_safety import ForkGuard, guard_forks
 from .sampler import Sampler
 from .service_backends import ServiceBackendMixin
 from .storage import Storage
@@ -174,7 +175,7 @@ class _UpdateRequest:
     require_newer: bool
 
 
-class UpdateQueue:
+class UpdateQueue(ForkGuard):
     """The updates handed to a buffer's ``submit_update_if_present``, run one at a time in
     submission order by one worker thread (``tdreplay-update``), started at the first one.
 
@@ -199,6 +200,7 @@ class UpdateQueue:
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future[Any]] = []  # running or queued, and failed ones not yet seen
         self._closed = False
+        guard_forks(self)
 
     def __reduce__(self) -> tuple[type[UpdateQueue], tuple[()]]:
         return UpdateQueue, ()
@@ -244,6 +246,20 @@ class UpdateQueue:
         errors = [f.exception() for f in pending if not f.cancelled() and f.exception()]
         if errors:
             raise errors[0]  # type: ignore[misc]
+
+    # ---- across a fork (tdreplay.core.fork_safety) -----------------------------------------
+    def hold(self, timeout: float | None = None) -> bool:
+        return True  # (the updates are applied under the buffer's lock, which is held)
+
+    def release(self) -> None:
+        pass
+
+    def reset_in_child(self, held: bool) -> None:
+        """In a forked child: the worker thread is gone; the updates it had not applied are
+        the parent's (the child's buffer is as it was at the fork), the failures are kept."""
+        self._lock = threading.Lock()  # (a thread of the parent may have held it)
+        self._executor = None
+        self._pending = [future for future in self._pending if future.done()]
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new updates, wait for the submitted ones (at most ``timeout`` seconds; the

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from tensordict import is_tensor_collection
 
+from .fork_safety import ForkGuard, guard_forks
+
 #: a sampled batch and its info (``index``, ``priority_weight``, ...)
 Drawn = tuple[Any, dict[str, Any]]
 #: ``draw(batch_size, epoch)``: a batch, or ``None`` when ``epoch`` is no longer current
@@ -109,7 +111,7 @@ def detached_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-class Prefetcher:
+class Prefetcher(ForkGuard):
     """Keeps exactly ``depth`` batches in flight, drawn by one worker thread.
 
     Each job is tagged with the epoch it was queued in; :meth:`clear` drops the queued jobs
@@ -147,6 +149,7 @@ class Prefetcher:
         self._batch_size: int | None = None  # batch size of the queued batches
         #: each queued job's event, set once its draw under the buffer's lock is over
         self._drew: dict[Future[Drawn | None], threading.Event] = {}
+        guard_forks(self)
 
     @property
     def epoch(self) -> int:
@@ -191,6 +194,34 @@ class Prefetcher:
                 raise
             assert fresh is not None  # draw(..., None) always draws
             return fresh
+
+    # ---- across a fork (tdreplay.core.fork_safety; the buffer's lock is held meanwhile) -------
+    def hold(self, timeout: float | None = None) -> bool:
+        return True  # (the buffer's lock holds the draws still)
+
+    def release(self) -> None:
+        pass
+
+    def settled(self, timeout: float) -> bool:
+        """Whether, within ``timeout`` seconds, every queued job whose draw is over has ended
+        (asked with the buffer's lock held: no job starts drawing meanwhile). Such a job must
+        end before a fork, or the child would count its draw and never get its batch.
+
+        Examples
+        --------
+        >>> Prefetcher(1).settled(timeout=0.0)
+        True
+        """
+        drawing = [future for future, drew in list(self._drew.items()) if drew.is_set()]
+        return not wait_futures(drawing, timeout=timeout).not_done
+
+    def reset_in_child(self, held: bool) -> None:
+        """In a forked child: the worker thread is gone, and so are the jobs it had not run
+        (they drew nothing: :meth:`settled` held at the fork). The batches drawn stay queued."""
+        self._lock = threading.Lock()  # (a thread of the parent may have held it)
+        self._executor = None
+        while self._queue and not self._queue[-1].done():
+            self._drew.pop(self._queue.pop(), None)
 
     # ---- saving and restoring the queue (a buffer's state_dict / dumps / pickle) -------------
     @contextmanager

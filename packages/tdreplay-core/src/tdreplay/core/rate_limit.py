@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointError, read_json, write_json
+from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from .utils import restore_attributes
 
 __all__ = ["MinSize", "RateLimitTimeout", "RateLimiter", "SampleToInsertRatio"]
@@ -65,7 +66,7 @@ def _check_timeout(value: Any) -> float | None:
     return float(value)
 
 
-class RateLimiter:
+class RateLimiter(ForkGuard):
     """Reverb's rate limiter: see the module docstring for the rule.
 
     Parameters
@@ -110,6 +111,7 @@ class RateLimiter:
         self._pending_inserts = 0
         self._cond = threading.Condition()
         self._local = threading.local()
+        guard_forks(self)
 
     # ---- pickling: the counts travel, the lock does not ---------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -124,6 +126,22 @@ class RateLimiter:
             self._pending_inserts = 0
         self._cond = threading.Condition()
         self._local = threading.local()
+        guard_forks(self)
+
+    # ---- across a fork (tdreplay.core.fork_safety) -------------------------------------------
+    def hold(self, timeout: float | None = None) -> bool:
+        return bool(self._cond.acquire(timeout=timeout or 0))  # (0: without waiting)
+
+    def release(self) -> None:
+        self._cond.release()
+
+    def reset_in_child(self, held: bool) -> None:
+        """The threads waiting for the rule, and the inserts they were letting through, are
+        the parent's: the child counts only what it inserts and samples."""
+        left = not held and left_locked(self._cond)
+        self._cond = threading.Condition(refusing_lock("This rate limiter") if left else None)
+        self._local = threading.local()
+        self._pending_inserts = 0
 
     # ---- the rule ----------------------------------------------------------------------------
     @property

@@ -30,6 +30,7 @@ from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin, check_shared_flag
 from .buffer_wiring import BufferWiringMixin
+from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from .prefetch import Prefetcher, note_drawn
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
@@ -48,16 +49,19 @@ from .utils import (
 from .writer import Writer
 
 
-class _BufferLock:
+class _BufferLock(ForkGuard):
     """The buffer's lock: a re-entrant thread lock, plus the storage's ``process_lock`` if any.
 
     A storage shared between processes (e.g. ``LazyMemmapStorage``) exposes a re-entrant
     ``process_lock`` (``acquire()`` / ``release()``); holding it around the writer's read of its
     cursor, the write and the counters' update makes an ``extend`` atomic across processes, and
     a sample in one process never reads a row half-written by another.
+
+    Across a fork, the forking thread holds the thread lock (:mod:`~tdreplay.core.fork_safety`):
+    a forked child gets the buffer between two calls.
     """
 
-    __slots__ = ("_thread_lock", "_buffer", "_held", "_owner")
+    __slots__ = ("_thread_lock", "_buffer", "_held", "_owner", "__weakref__")
 
     def __init__(self, buffer: ReplayBuffer) -> None:
         self._thread_lock = threading.RLock()
@@ -67,6 +71,7 @@ class _BufferLock:
         #: what the thread inside (one at a time) took at each level of its ``with`` blocks
         self._held: list[Any] = []
         self._owner: int | None = None  # that thread's ident (None: no thread inside)
+        guard_forks(self)
 
     @property
     def held_here(self) -> bool:
@@ -123,6 +128,18 @@ class _BufferLock:
                 process_lock.release()
         finally:
             thread_lock.release()
+
+    # ---- across a fork (ForkGuard) ---------------------------------------------------------------
+    def hold(self, timeout: float | None = None) -> bool:
+        return bool(self._thread_lock.acquire(timeout=timeout or 0))  # (0: without waiting)
+
+    def release(self) -> None:
+        self._thread_lock.release()
+
+    def reset_in_child(self, held: bool) -> None:
+        if not held and left_locked(self._thread_lock):
+            self._thread_lock = refusing_lock("This replay buffer")
+            self._held, self._owner = [], None
 
 
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:

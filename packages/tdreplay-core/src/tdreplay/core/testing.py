@@ -13,7 +13,8 @@ copy with the original going on. :class:`StackedListStorage` is a list storage t
 tensor storage, for tests of core's trajectory features without ``tdreplay-storages``.
 :func:`id_rows` makes rows whose every entry follows from the row's id, and
 :func:`read_id_rows` reads them back and checks that no row mixes entries of two writes (what
-a write killed or interrupted half-way must not leave).
+a write killed or interrupted half-way must not leave). :func:`in_forked_child` runs a check
+in a forked child process and hands back what it returned (or what it raised).
 
 Examples
 --------
@@ -30,8 +31,10 @@ Examples
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import pickle
 import tempfile
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +46,7 @@ from .storage import ListStorage
 
 __all__ = ["BOOLS", "NOT_BOOLS", "NOT_BOOLS_OR_NONE", "RESTORES", "FailOnce",
            "StackedListStorage", "assert_flag_refused", "assert_flag_taken", "assert_same",
-           "buffer_snapshot", "id_rows", "read_id_rows", "restored"]
+           "buffer_snapshot", "id_rows", "in_forked_child", "read_id_rows", "restored"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
@@ -322,3 +325,55 @@ def assert_flag_taken(build: Callable[..., Any], name: str, value: Any,
         got = read(built)
         _require(type(got) is bool and got == bool(value),
                  f"{name}={value!r} is held as {got!r}, not the bool {bool(value)}")
+
+
+class ForkedChildError(AssertionError):
+    """What :func:`in_forked_child` raises when the child raised or did not finish."""
+
+
+def _run_and_send(fn: Callable[[], Any], conn: Any) -> None:
+    """The forked child's work for :func:`in_forked_child`."""
+    try:
+        outcome: tuple[Any, ...] = ("ok", fn())
+    except BaseException as exc:  # everything goes back to the parent
+        outcome = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    conn.send(outcome)
+    conn.close()
+
+
+def in_forked_child(fn: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Fork (a ``multiprocessing`` process with the ``fork`` start method), call ``fn()`` in
+    the child, and return what it returned (picklable). :class:`ForkedChildError` (an
+    ``AssertionError``) with the child's traceback when it raised, or when it did not finish
+    within ``timeout`` seconds (it is killed: a hang fails the test instead of stalling it).
+    POSIX only.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = rb.extend([1, 2, 3])
+    >>> import os
+    >>> parent = os.getpid()
+    >>> in_forked_child(lambda: (len(rb), os.getpid() != parent))
+    (3, True)
+    """
+    context = multiprocessing.get_context("fork")
+    receiving, sending = context.Pipe(duplex=False)
+    child = context.Process(target=_run_and_send, args=(fn, sending), daemon=True)
+    child.start()
+    sending.close()
+    try:
+        if not receiving.poll(timeout):
+            child.kill()
+            raise ForkedChildError(f"the forked child did not finish within {timeout} s")
+        try:
+            outcome = receiving.recv()
+        except EOFError:
+            raise ForkedChildError("the forked child exited without a result") from None
+    finally:
+        receiving.close()
+        child.join()
+    if outcome[0] == "error":
+        raise ForkedChildError(f"the forked child raised {outcome[1]}\n{outcome[2]}")
+    return outcome[1]

@@ -20,6 +20,7 @@ from tdreplay.core import (
     Writer,
 )
 from tdreplay.core.buffer_draw import reads_undone_on_failure
+from tdreplay.core.fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from tdreplay.core.utils import check_flag, check_instance
 
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
@@ -34,19 +35,33 @@ from .streams import StreamEndingMixin
 from .writer import WriterEnsemble
 
 
-class _EnsembleLock:
+class _EnsembleLock(ForkGuard):
     """The ensemble's lock: its own re-entrant lock, then the lock of every member buffer.
 
     Holding the members' locks while the ensemble samples (or loads, or empties) means a
     thread extending ``rb[i]`` never races with the ensemble reading buffer ``i``. Member locks
     are taken in the order the buffers appear in the ensemble; ensembles that share buffers
-    should list them in the same order.
+    should list them in the same order. Across a fork, the forking thread holds its own lock
+    (the members' locks guard themselves), see :mod:`tdreplay.core.fork_safety`.
     """
+
+    __slots__ = ("_own", "_members", "__weakref__")
 
     def __init__(self, buffers: Sequence[ReplayBuffer]) -> None:
         self._own = threading.RLock()
         # each member buffer once (an ensemble may list one several times), in ensemble order
         self._members = tuple({id(rb): rb for rb in buffers}.values())
+        guard_forks(self)
+
+    def hold(self, timeout: float | None = None) -> bool:
+        return bool(self._own.acquire(timeout=timeout or 0))  # (0: without waiting)
+
+    def release(self) -> None:
+        self._own.release()
+
+    def reset_in_child(self, held: bool) -> None:
+        if not held and left_locked(self._own):
+            self._own = refusing_lock("This replay buffer ensemble")
 
     def __enter__(self) -> _EnsembleLock:
         self._own.acquire()
