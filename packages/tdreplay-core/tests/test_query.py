@@ -116,3 +116,24 @@ def test_query_needs_tensordicts_and_empty_is_empty():
     rb.extend([1, 2])
     with pytest.raises(TypeError, match="tensordict-backed"):
         rb.query()
+
+
+@pytest.mark.parametrize("combine", [
+    lambda: (traj.length >= 2) and (traj.length <= 2),
+    lambda: (traj.length >= 2) or (traj.length <= 2),
+    lambda: not (traj.length >= 2),
+    lambda: 1 < traj.length < 3,
+    lambda: bool(traj.length > 100),
+    lambda: bool(traj.reward > 0),  # a per-step comparison too
+])
+def test_python_boolean_operators_on_predicates_raise(combine) -> None:
+    # and / or / not and chained comparisons would keep one side and drop the other silently
+    with pytest.raises(TypeError, match=r"has no truth value: combine predicates with &, \|"):
+        combine()
+
+
+def test_a_range_written_with_ampersand_filters_both_sides() -> None:
+    steps = TensorDict({"episode": torch.tensor([0, 0, 1, 2, 2, 2]),
+                        ("next", "reward"): torch.ones(6, 1)}, [6])
+    kept = filter_trajectories(steps, (traj.length > 1) & (traj.length < 3))
+    assert [t.length for t in kept] == [2]

@@ -183,6 +183,9 @@ class TrajectoryPredicate:
     def __invert__(self) -> TrajectoryPredicate:
         return TrajectoryPredicate(lambda t: not self(t), f"~{self.description}", self.keys)
 
+    def __bool__(self) -> bool:
+        raise _no_truth_value(self.description)
+
     def __repr__(self) -> str:
         return f"TrajectoryPredicate({self.description})"
 
@@ -190,6 +193,16 @@ class TrajectoryPredicate:
 def _ambiguous(description: str) -> TypeError:
     return TypeError(f"{description} compares per-step values and is ambiguous as a trajectory "
                      "filter: reduce it with .any() or .all().")
+
+
+def _no_truth_value(description: str) -> TypeError:
+    """What ``bool(predicate)`` raises: Python's ``and`` / ``or`` / ``not`` and chained
+    comparisons (``1 < traj.length < 3``) would keep one side and drop the other silently."""
+    return TypeError(
+        f"{description} is a trajectory predicate and has no truth value: combine predicates "
+        "with &, | and ~ (Python's and / or / not, and chained comparisons such as "
+        "1 < traj.length < 3, would keep one side only); write a range as "
+        "(traj.length > 1) & (traj.length < 3).")
 
 
 class StepwisePredicate:
@@ -216,6 +229,9 @@ class StepwisePredicate:
 
     def __call__(self, trajectory: Trajectory | None = None) -> Any:
         raise _ambiguous(self.description)
+
+    def __bool__(self) -> bool:
+        raise _no_truth_value(self.description)
 
     def __repr__(self) -> str:
         return f"StepwisePredicate({self.description})"
