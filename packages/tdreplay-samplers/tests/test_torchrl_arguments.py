@@ -8,6 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
+from tdreplay.core.testing import assert_same, buffer_snapshot
 from tdreplay.samplers import (
     BatchLargerThanBufferError,
     PrioritizedSampler,
@@ -127,9 +128,36 @@ def test_traj_key_missing_from_the_data_falls_back_to_the_end_key() -> None:
     done[[4, 9]] = True
     rb = _rb(SliceSampler(slice_len=5, traj_key="episode"), size=10)
     rb.extend(TensorDict({"obs": torch.arange(10), ("next", "done"): done}, [10]))
+    with pytest.warns(UserWarning, match=r"traj_key='episode'\): the storage has no such entry.*"
+                                         r"cut at the end flags \[\('next', 'done'\)\]"):
+        rb.sample(10)
     for _ in range(5):
         obs = rb.sample(10)["obs"].view(2, 5)
         assert bool((obs[:, 0] % 5 == 0).all())
+
+
+@pytest.mark.parametrize("make", [lambda: SliceSampler(slice_len=2, end_key=("next", "dnoe")),
+                                  lambda: SliceSamplerWithoutReplacement(slice_len=2,
+                                                                         end_key="stop")])
+def test_an_end_key_given_alone_and_not_stored_is_refused(make) -> None:
+    # a misspelt end key must not cut the trajectories along ids it never named (TorchRL
+    # raises a RuntimeError too); the buffer is unchanged and samples once the key is right
+    done = torch.zeros(8, 1, dtype=torch.bool)
+    done[[1, 3, 5, 7]] = True
+    data = TensorDict({"obs": torch.arange(8), "episode": torch.arange(8) // 4,
+                       ("next", "done"): done}, [8])
+    rb = _rb(make(), size=8)
+    rb.extend(data)
+    before = buffer_snapshot(rb)
+    with pytest.raises(KeyError, match=r"the storage has no entry .*Name the entry that holds "
+                                       r"the end-of-trajectory flags") as caught:
+        rb.sample(4)
+    assert isinstance(caught.value, RuntimeError)
+    assert_same(buffer_snapshot(rb), before)
+    fixed = _rb(SliceSampler(slice_len=2, end_key=("next", "done")), size=8)
+    fixed.extend(data)
+    obs = fixed.sample(4)["obs"].view(-1, 2)
+    assert bool((obs[:, 0] % 2 == 0).all())  # two-step trajectories by the done flags
 
 
 def test_end_keys_are_or_ed_and_missing_ones_skipped() -> None:

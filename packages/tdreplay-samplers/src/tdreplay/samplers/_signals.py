@@ -1,8 +1,10 @@
 """Which stored entries delimit the trajectories of a slice sampler, and reading them.
 
 TorchRL's rules: an explicit trajectory key that the data lacks falls back to the end key;
-explicit end keys that the data lacks fall back to the trajectory ids; with neither given,
-``("collector", "traj_ids")`` (written by collectors), then ``"episode"``, then the end key.
+explicit ``end_keys`` that the data lacks fall back to the trajectory ids (one ``end_key``
+given alone that the data lacks is refused, :func:`missing_end_key`, as TorchRL raises); with
+neither given, ``("collector", "traj_ids")`` (written by collectors), then ``"episode"``, then
+the end key.
 """
 
 from __future__ import annotations
@@ -13,13 +15,29 @@ import numpy as np
 
 from ._storage_entries import MissingKeyError, StorageEntries, ends_array, ids_array, key_name
 
-__all__ = ["AUTO_TRAJ_KEYS", "Signals", "read_signals", "resolve_signals"]
+__all__ = ["AUTO_TRAJ_KEYS", "MissingEndKeyError", "Signals", "missing_end_key", "read_signals",
+           "resolve_signals"]
 
 #: Trajectory-id entries looked for, in order, when no key is given.
 AUTO_TRAJ_KEYS: tuple[Any, ...] = (("collector", "traj_ids"), "episode")
 
 #: ``(trajectory key or None, end keys or None)``.
 Signals = tuple[Any, "tuple[Any, ...] | None"]
+
+
+class MissingEndKeyError(MissingKeyError, RuntimeError):
+    """The ``end_key`` a slice sampler was given is not stored: a ``KeyError``, and a
+    ``RuntimeError`` as TorchRL raises."""
+
+
+def missing_end_key(entries: StorageEntries, storage: Any, owner: str,
+                    end_key: Any) -> MissingEndKeyError:
+    """The error of a slice sampler given ``end_key`` alone when ``storage`` lacks it."""
+    return MissingEndKeyError(
+        f"{owner}(end_key={end_key!r}): the storage has no entry {key_name(end_key)} "
+        f"({entries.describe(storage)}). Name the entry that holds the end-of-trajectory "
+        "flags, or give traj_key=... (trajectory ids) instead; end_keys=[...] lists several "
+        "flags of which the missing ones are skipped.")
 
 
 def traj_key_candidates(traj_key: Any | None) -> tuple[Any, ...]:

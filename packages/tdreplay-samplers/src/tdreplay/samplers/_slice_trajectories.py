@@ -7,13 +7,15 @@ all or nothing (:class:`TrajectorySyncMixin`, mixed into
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
 from tdreplay.core import Storage
 from tdreplay.core.utils import NestedKey
 
-from ._signals import Signals, read_signals, resolve_signals
+from ._signals import Signals, missing_end_key, read_signals, resolve_signals
 from ._slicing import static_cut
 from ._storage_entries import StorageEntries
 from ._trajectory_index import TrajectoryIndex
@@ -27,6 +29,8 @@ class TrajectorySyncMixin:
     traj_key: NestedKey
     _explicit_traj: bool
     _explicit_end: bool
+    end_key: NestedKey
+    end_keys: tuple[NestedKey, ...] | None
     _end_keys: tuple[NestedKey, ...]
     _entries: StorageEntries
     _signals: Signals | None
@@ -42,6 +46,17 @@ class TrajectorySyncMixin:
         signals = resolve_signals(self._entries, storage, type(self).__name__,
                                   traj_key=traj_key, end_keys=self._end_keys)
         traj, ends = signals
+        if ends is None and self.end_keys is None and self._explicit_end \
+                and not self._explicit_traj:
+            # one end key given, alone, and not stored: a misspelt key would otherwise cut the
+            # trajectories along ids it never named (TorchRL raises too; several end_keys of
+            # which none is stored fall back to the trajectory ids, as TorchRL's)
+            raise missing_end_key(self._entries, storage, type(self).__name__, self.end_key)
+        if self._explicit_traj and traj is None:  # (TorchRL logs it; a typo shows here)
+            warnings.warn(f"{type(self).__name__}(traj_key={self.traj_key!r}): the storage has no "
+                          f"such entry ({self._entries.describe(storage)}); the trajectories "
+                          f"are cut at the end flags {list(ends or ())} instead, as TorchRL "
+                          "does.", UserWarning, stacklevel=2)
         if self._explicit_end and not self._explicit_traj and ends is not None:
             traj = None  # end keys given and stored: trajectories by end flags only
         elif self._explicit_traj and traj is not None and not self._explicit_end:
