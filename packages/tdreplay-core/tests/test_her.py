@@ -346,3 +346,12 @@ def test_dumps_loads_round_trip():
         assert torch.equal(a["index"], b["index"])
         assert torch.equal(a["desired_goal"], b["desired_goal"])
         assert torch.equal(a["next", "reward"], b["next", "reward"])
+
+
+def test_a_reward_fn_of_the_wrong_shape_raises_what_torchrl_programs_catch():
+    # a ValueError like tdreplay's other refused data, and a RuntimeError as TorchRL raises
+    rb = _buffer(her_ratio=1.0, reward_fn=lambda td: torch.zeros(3))
+    rb.extend(_steps(range(6), done_at=(5,)))
+    with pytest.raises(RuntimeError, match=r"reward_fn gave values of shape \(3,\)") as caught:
+        rb.sample(4)
+    assert isinstance(caught.value, ValueError)

@@ -489,6 +489,23 @@ def test_ndim2_inner_mismatch_after_init():
         rb.extend(steps(8, 1, inner=(5,)))
 
 
+@pytest.mark.parametrize("make", [
+    lambda n: TensorDict({"x": torch.zeros(n, 4)}, [n, 4]),
+    lambda n: torch.zeros(n, 4),
+])
+def test_ndim2_batch_of_another_env_count_is_named_in_its_own_layout(make):
+    # time-major storage (dim_extend=1): the error speaks of the [envs, T] batch as given, and
+    # is a RuntimeError as TorchRL's (and a ValueError); nothing is written
+    rb = ReplayBuffer(storage=LazyTensorStorage(20, ndim=2))
+    rb.extend(make(2))
+    with unchanged(rb), pytest.raises(
+            RuntimeError, match=r"batch of shape \[3, 4\].*holds batches of shape \[2, \*\] "
+                                r"\(any size along dim 1\)") as caught:
+        rb.extend(make(3))
+    assert isinstance(caught.value, ValueError)
+    assert rb.extend(make(2)).shape == (2, 4)  # the right env count still goes in
+
+
 def test_first_write_with_too_few_dims_leaves_storage_uninitialized():
     rb = ReplayBuffer(storage=LazyTensorStorage(24, ndim=2), dim_extend=0)
     with pytest.raises(ValueError, match="ndim=2"):

@@ -28,7 +28,7 @@ from .buffer_items import as_batch
 from .storage import ListStorage, Storage
 from .transform import Compose
 from .transform_state import transform_mark, undo_transforms
-from .utils import INT_TYPES
+from .utils import INT_TYPES, ShapeMismatchError
 
 
 def check_dim_extend(dim_extend: Any) -> int | None:
@@ -66,6 +66,27 @@ def _move_dim(data: Any, dim: int) -> Any:
         return data.transpose(dim, 0)
     raise TypeError(f"dim_extend={dim} writes a batch along dim {dim}: it needs tensors or "
                     f"TensorDicts, got {type(data).__name__}.")
+
+
+def _check_other_dims(moved: Any, storage_shape: Any, dim: int) -> None:
+    """:class:`~tdreplay.core.utils.ShapeMismatchError` unless the dims of a batch other than
+    ``dim_extend`` (``moved``: that dim moved first) are those of the storage's steps: said in
+    the layout the batch was given in (the storage's own is time-major)."""
+    if storage_shape is None or len(storage_shape) < 2:
+        return
+    shape = moved.shape if isinstance(moved, torch.Tensor) else getattr(moved, "batch_size", None)
+    ndim = len(storage_shape)
+    if shape is None or len(shape) < ndim or shape[1:ndim] == storage_shape[1:ndim]:
+        return
+    given = list(shape)
+    given[0], given[dim] = given[dim], given[0]
+    expected: list[Any] = list(storage_shape[1:ndim])
+    expected.insert(dim, "*")
+    raise ShapeMismatchError(
+        f"extend got a batch of shape {given[:ndim]} (its first {ndim} dims) but this storage "
+        f"(ndim={ndim}, dim_extend={dim}) holds batches of shape "
+        f"[{', '.join(map(str, expected))}] (any size along dim {dim}): e.g. as many "
+        "environments as its first extend had.")
 
 
 class ExtendDimMixin:
@@ -114,7 +135,11 @@ class ExtendDimMixin:
             )
         data = self._write_side(as_batch(data))  # any iterable of items: a list
         dim = self.dim_extend
-        return (_move_dim(data, dim) if dim else data), dim
+        if not dim:
+            return data, dim
+        moved = _move_dim(data, dim)
+        _check_other_dims(moved, self._storage.shape, dim)
+        return moved, dim
 
     @staticmethod
     def _written_as_given(slots: torch.Tensor, data: Any, dim: int) -> torch.Tensor:

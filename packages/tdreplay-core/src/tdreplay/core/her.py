@@ -23,7 +23,7 @@ from ._stateful import StateDictCheckpointMixin
 from .hindsight import HindsightStrategy, TrajectoryPositions
 from .replay_buffer import TensorDictReplayBuffer
 from .sampler import Sampler
-from .utils import normalize_keys
+from .utils import ShapeMismatchError, normalize_keys
 
 __all__ = ["HERReplayBuffer"]
 
@@ -65,11 +65,12 @@ def _check_strategy(value: Any) -> HindsightStrategy:
 def _replace_rows(data: TensorDictBase, key: NestedKey, rows: int, value: torch.Tensor,
                   name: str) -> None:
     """Set ``data[key][:rows] = value`` out of place (the sampled batch may share tensors with
-    the storage); ``ValueError`` naming ``name`` when ``value`` does not fit."""
+    the storage); :class:`~tdreplay.core.utils.ShapeMismatchError` (a ``ValueError`` and a
+    ``RuntimeError``, as TorchRL raises) naming ``name`` when ``value`` does not fit."""
     old = data.get(key)
     target = old[:rows]
     if value.numel() != target.numel() or (value.ndim and value.shape[0] != rows):
-        raise ValueError(f"{name} gave values of shape {tuple(value.shape)} for the {rows} "
+        raise ShapeMismatchError(f"{name} gave values of shape {tuple(value.shape)} for the {rows} "
                          f"relabelled rows of {key!r}, whose shape is {tuple(target.shape)}.")
     new = old.clone()
     new[:rows] = value.reshape(target.shape).to(device=old.device, dtype=old.dtype)

@@ -37,6 +37,7 @@ __all__ = [
     "INT_TYPES",
     "NestedKey",
     "NotATensorDictError",
+    "ShapeMismatchError",
     "as_long_tensor",
     "check_batch_size",
     "check_flag",
@@ -230,6 +231,19 @@ def check_whole_numbers(values: torch.Tensor, what: str, kind: str) -> None:
         if bool(bad.any()):
             raise ValueError(f"{what} must hold whole-number {kind}: found "
                              f"{wide[bad].reshape(-1)[0].item()!r}.")
+
+
+class ShapeMismatchError(ValueError, RuntimeError):
+    """Data whose shape does not fit where it goes (a batch of another number of environments
+    than a multi-dimensional storage holds, relabelled values of another shape): a
+    ``ValueError`` like tdreplay's other refused data, and a ``RuntimeError`` as TorchRL raises
+    there (``except RuntimeError:`` written for TorchRL keeps working).
+
+    Examples
+    --------
+    >>> issubclass(ShapeMismatchError, ValueError), issubclass(ShapeMismatchError, RuntimeError)
+    (True, True)
+    """
 
 
 class NotATensorDictError(TypeError, ValueError):
