@@ -38,8 +38,9 @@ def die_overwriting(killed, rb: ReplayBuffer, how: str) -> None:
     killed.die_after_first_leaf()
     if how == "extend":  # the ring's next rows: 3, 4, 5 (a packed range)
         rb.extend(rows([100, 101, 102]))
-    else:  # scattered rows of an in-place edit (a journal)
-        rb.storage.set(torch.tensor([3, 5, 4]), rows([100, 101, 102]), set_cursor=False)
+    else:  # scattered rows of a write (a journal of row numbers; an item assignment,
+        # set_cursor=False, journals the old values instead: test_memmap_torn_writes)
+        rb.storage.set(torch.tensor([3, 5, 4]), rows([100, 101, 102]))
 
 
 def crash_a_writer(killed, rb: ReplayBuffer, how: str = "extend") -> None:

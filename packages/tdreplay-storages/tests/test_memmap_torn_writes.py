@@ -118,3 +118,63 @@ def test_interrupted_overwrite_in_process_drops_the_rows(tmp_path, monkeypatch):
         rb.extend(rows(100, 3))
     monkeypatch.undo()
     assert ids_of(rb.storage) == list(range(3, CAP))
+
+
+def assign_and_die(killed, path, index) -> None:
+    rb = buffer(path)
+    rb.extend(rows(0, 7))
+    killed.die_after_first_leaf()  # (a forked child: the patches die with it)
+    n = len(range(7)[index]) if isinstance(index, slice) else \
+        (1 if isinstance(index, int) else len(index))
+    value = rows(1000, n) if not isinstance(index, int) else rows(1000, 1)[0]
+    rb[index] = value
+
+
+@pytest.mark.parametrize("index", [3, torch.tensor([1, 4]), slice(2, 5), [5, 0]])
+def test_killed_item_assignment_leaves_the_rows_as_before(tmp_path, killed, index):
+    # rb[i] = x of counted rows is journaled: the rows come back whole and old, none is
+    # dropped (before: they were dropped and the rows after them moved down)
+    killed.run_killed(assign_and_die, killed, tmp_path, index)
+    rb = buffer(tmp_path)
+    assert ids_of(rb.storage) == list(range(7))
+    assert rb.write_count == 7 and rb.writer.cursor == 7
+    rb[index] = rows(2000, 3)[0] if isinstance(index, int) else \
+        rows(2000, len(range(7)[index]) if isinstance(index, slice) else len(index))
+    assert len(rb) == 7  # an assignment that completes writes in place
+
+
+def extend_and_die_after_the_write(killed, path, written: int, n: int) -> None:
+    rb = buffer(path)
+    start = 0
+    while start < written:
+        step = min(4, written - start)
+        rb.extend(rows(start, step))
+        start += step
+    real_set = LazyMemmapStorage.set
+
+    def set_then_die(self, *args, **kwargs):  # the rows are copied; the counters not moved
+        real_set(self, *args, **kwargs)
+        killed.die()
+
+    LazyMemmapStorage.set = set_then_die  # type: ignore[method-assign]
+    rb.extend(rows(1000, n))
+
+
+@pytest.mark.parametrize("written, n, expected", [
+    (5, 3, [0, 1, 2, 3, 4]),  # a first write past the count: not counted
+    (CAP, 3, [3, 4, 5, 6, 7, 8, 9]),  # a full ring: the rows it overwrote are dropped
+])
+def test_killed_between_the_write_and_the_counters_leaves_counters_and_rows_agreeing(
+        tmp_path, killed, written, n, expected):
+    # before: the new rows stayed visible with the writer's cursor and write count not
+    # moved (a full ring then evicted its newest rows first; a ring not full counted rows
+    # its next extend overwrote)
+    killed.run_killed(extend_and_die_after_the_write, killed, tmp_path, written, n)
+    rb = buffer(tmp_path)
+    assert ids_of(rb.storage) == expected
+    assert rb.writer.cursor == len(expected) % CAP
+    rb.extend(rows(2000, 2))
+    got = ids_of(rb.storage)
+    assert got[len(expected):len(expected) + 2] == [2000, 2001] or got[:2] == [2000, 2001]
+    assert set(expected[:len(expected) + 2 - CAP]).isdisjoint(got) if len(expected) + 2 > CAP \
+        else got == expected + [2000, 2001]

@@ -57,7 +57,7 @@ class SharedEdit(EditGuard):
         torn = self._torn
         torn.record_edit(td, keys, touched)
         self._td, self._recorded = td, True
-        self._lock.before_unlock = torn.settle_edits  # (the hold's edits complete then)
+        self._lock.before_unlock = torn.settle_hold  # (the hold's edits complete then)
 
     def overwrite(self, layout: TensorLayout | None, rows: int, written: int) -> None:
         # the old counters and the counted rows replaced ([0, min(rows, written))), journaled
@@ -68,7 +68,7 @@ class SharedEdit(EditGuard):
         torn.record_load(td, [] if layout is None else layout.keys,
                          min(rows, written) if layout is not None else 0)
         self._td, self._recorded = td, True
-        self._lock.before_unlock = torn.settle_edits  # (the load is complete then)
+        self._lock.before_unlock = torn.settle_hold  # (the load is complete then)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -5,9 +5,15 @@ count of a first write is committed after its data (rows past the count are invi
 then). Overwriting rows that are already counted (a full ring, ``storage[i] = x``) cannot be
 made invisible that way, so the writer records them first in the shared state (``begin``): a range
 of rows in two counters, or for scattered rows a list in a journal file beside the state file.
-The record is cleared when the copy is complete (``end``). A record still there when another
-writer or reader takes the lock means its writer died in the middle (the kernel released its
-``flock``): those rows are half old, half new. :meth:`TornWrites.recover` then drops them:
+The record stays until the process releases the lock (:meth:`TornWrites.settle_hold`, run
+as the lock is released, or by the next write of the same hold): a buffer's ``extend`` moves
+the writer's shared cursor and write count after the storage's ``set`` returns, under the same
+hold, so a writer that dies between the two leaves the record, and its rows are dropped with
+the counters put right, never left visible with counters that do not count them. A first write
+past the count is recorded the same way (its rows are counted once the copy is done). A record
+still there when another writer or reader takes the lock means its writer died in the middle
+(the kernel released its ``flock``): those rows are half old, half new, or new with counters
+that were not moved. :meth:`TornWrites.recover` then drops them:
 the surviving rows are moved, oldest first (from the writer's cursor round), to the front, the
 row count shrinks by the number of torn rows and the cursor points after the last survivor, so
 the ring goes on in the same order and no whole row is lost.
@@ -30,7 +36,8 @@ In-place edits of entries keep their rows instead. ``set_key``, ``update_`` and
 ``storage[tuple] = ...`` (and the buffer edits made of them: ``set_``, ``set_at_``, ``update_``,
 ``rb[tuple] = ...``, ``update_if_present``) change entries of rows that were committed whole,
 and dropping those rows would lose committed data (an assignment of whole items, ``storage[i] =
-x`` or ``rb[i] = x``, is a ``set``: an overwrite, as above). Once an edit is checked whole
+x`` or ``rb[i] = x`` of counted rows, is journaled as an edit of every entry of those rows:
+``set`` with ``set_cursor=False``). Once an edit is checked whole
 (every value fits its entry: :mod:`~._entry_edits`) and before it writes anything, the old
 values of the rows it touches, of the entries it writes, go to an undo journal
 (``tdreplay-memmap-undo.bin``, :mod:`~._edit_journal`), and the record says "edits, n
@@ -207,7 +214,7 @@ class TornWrites:
         ``False`` when none are (nothing recorded: a first write needs no record). The edits
         of this lock hold are settled first (the record is theirs until then)."""
         if self.state[STATE_TORN]:
-            self.settle_edits()
+            self.settle_hold()
         if isinstance(rows, slice):
             start, stop, step = rows.indices(capacity)
             if step == 1:
@@ -265,6 +272,13 @@ class TornWrites:
             self.recover(layout)
 
     # ---- in-place edits (under the process lock) -------------------------------------------
+    def record_rows(self, start: int, stop: int) -> None:
+        """Record rows ``[start, stop)`` (a write under way, kept until the hold ends)."""
+        if 0 <= start < PACKED_ROWS and stop < 2 * PACKED_ROWS:
+            self.counters.array[STATE_TORN] = packed_range(start, stop)
+        else:
+            self._record_range(start, stop)
+
     def record_edit(self, td: Any, keys: Sequence[NestedKey], rows: Rows) -> None:
         """Journal rows ``rows`` of entries ``keys`` of ``td`` (the storage's TensorDict) before
         an edit overwrites them, then record the journal (after the edits before it in this
@@ -297,6 +311,15 @@ class TornWrites:
         """The edits recorded are complete: clear their record, then forget their journal."""
         value = int(self.state[STATE_TORN])
         if value and not value & 7:  # (an edits' record: not a writer's, nor a recovery's)
+            self.end()
+        self.edits.forget()
+
+    def settle_hold(self) -> None:
+        """The writes and edits of this lock hold are complete, and the counters that go with
+        them moved (the lock is being released, or the hold writes again): clear their record
+        (never a recovery's), then forget the edits' journal."""
+        value = int(self.state[STATE_TORN])
+        if value & 3 or (value and not value & _MOVING):  # a writer's or the edits' record
             self.end()
         self.edits.forget()
 

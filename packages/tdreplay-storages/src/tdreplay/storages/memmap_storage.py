@@ -57,7 +57,7 @@ from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
 from tdreplay.core.checkpoint import CheckpointError
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import as_long_tensor, check_flag
 
 from ._edit_journal import UNDO_FILE
 from ._formats import KIND_TC, DataFormat
@@ -72,7 +72,7 @@ from ._memmap_shared import (
     _SharedCounters,
 )
 from ._tensorclasses import NestedClasses, classes_from_record, classes_record
-from ._torn_writes import PACKED_ROWS, PLAN_FILE, STAGE_FILE, TornWrites, packed_range
+from ._torn_writes import PACKED_ROWS, PLAN_FILE, STAGE_FILE, TornWrites
 from .tensor_storage import LazyTensorStorage
 
 _CONFIG_FILE = "tdreplay-memmap.json"
@@ -144,6 +144,43 @@ class ScratchDirInUseError(FileExistsError, RuntimeError):
     A ``FileExistsError``, and a ``RuntimeError`` as TorchRL raises in that case: ``except
     RuntimeError:`` written for TorchRL keeps working.
     """
+
+
+class DamagedStorageError(RuntimeError):
+    """The files of a memory-mapped storage reopened from its ``scratch_dir`` (``existsok=True``,
+    another process, a pickled copy) are not what its layout says: a data file missing or of
+    another size, a layout or config file that does not parse, counters past the capacity, or a
+    state file that lost them. Raised instead of mapping zeros where committed rows were.
+    """
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; :class:`DamagedStorageError` naming the file when it cannot
+    be read or parsed (a file that is missing where its storage needs it included)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise DamagedStorageError(f"{str(path)!r} cannot be read as the storage's JSON "
+                                  f"record: {err}") from err
+    if not isinstance(found, dict):
+        raise DamagedStorageError(f"{str(path)!r} does not hold a JSON object.")
+    return found
+
+
+def _check_leaf_file(path: Path, shape: torch.Size, dtype: torch.dtype) -> None:
+    """:class:`DamagedStorageError` unless ``path`` exists with the size of a ``shape`` /
+    ``dtype`` leaf (mapping it would create or zero-extend it: zeros where rows were)."""
+    expected = shape.numel() * torch.empty((), dtype=dtype).element_size()
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise DamagedStorageError(f"the data file {str(path)!r} of this memory-mapped storage "
+                                  f"is missing (its layout maps {expected} bytes there): its "
+                                  "rows are lost.") from None
+    if size < expected:
+        raise DamagedStorageError(f"the data file {str(path)!r} of this memory-mapped storage "
+                                  f"holds {size} bytes, its layout {expected}: it was "
+                                  "truncated, and its rows cannot be trusted.")
 
 
 def _remove_scratch_dir(path: str, owner_pid: int) -> None:
@@ -295,7 +332,7 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                     "existsok=True to open it (and continue with its contents), or choose "
                     "another scratch_dir."
                 )
-            found = json.loads(config_path.read_text())
+            found = _read_json(config_path)
             for name in ("format", "max_size", "ndim"):
                 if found.get(name) != config[name]:
                     raise ValueError(
@@ -303,6 +340,13 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
                         f"{found.get(name)!r}; this storage was built with {name}={config[name]!r}."
                     )
             self._state = _SharedCounters(str(path / _STATE_FILE))
+            if not self._state.array[_STATE_INIT] and (path / _LAYOUT_FILE).is_file() \
+                    and not (path / _CREATING_FILE).is_file():
+                raise DamagedStorageError(
+                    f"scratch_dir {str(path)!r} holds a laid-out storage "
+                    f"({_LAYOUT_FILE}) whose state file ({_STATE_FILE}) says nothing was "
+                    "written (zeroed or replaced): its row count, cursor and write count are "
+                    "lost, and opening it would show an empty buffer over its rows.")
             return
         self._state = _SharedCounters(str(path / _STATE_FILE), create=True)
         tmp = path / f"{_CONFIG_FILE}.{os.getpid()}.tmp"
@@ -472,14 +516,25 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
 
     def _attach_layout(self) -> TensorLayout:
         """Map the files another process (or a pickled original) laid out."""
-        layout = json.loads((self._scratch_dir / _LAYOUT_FILE).read_text())
+        layout_file = self._scratch_dir / _LAYOUT_FILE
+        layout = _read_json(layout_file)
         keys, leaves = [], []
-        for leaf in layout["leaves"]:
-            key = as_key(leaf["key"])
-            mmt = MemoryMappedTensor.from_filename(
-                str(self._scratch_dir / leaf["file"]), dtype=_dtype_from_str(leaf["dtype"]),
-                shape=torch.Size(leaf["shape"]),
-            )
+        try:
+            entries = [(as_key(leaf["key"]), self._scratch_dir / leaf["file"],
+                        _dtype_from_str(leaf["dtype"]), torch.Size(leaf["shape"]))
+                       for leaf in layout["leaves"]]
+            rows = int(layout["shape"][0])
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise DamagedStorageError(f"{str(layout_file)!r} is not a layout of this storage "
+                                      f"({type(err).__name__}: {err}).") from err
+        written = int(self._state.array[_STATE_LEN])
+        if not 0 <= written <= rows:
+            raise DamagedStorageError(
+                f"the state file of {str(self._scratch_dir)!r} counts {written} rows written "
+                f"in a storage of {rows}: its counters are damaged.")
+        for key, filename, dtype, leaf_shape in entries:
+            _check_leaf_file(filename, leaf_shape, dtype)
+            mmt = MemoryMappedTensor.from_filename(str(filename), dtype=dtype, shape=leaf_shape)
             keys.append(key)
             leaves.append(mmt.as_subclass(torch.Tensor))
         shape = torch.Size(layout["shape"] + layout.get("item_batch", []))
@@ -504,43 +559,60 @@ class LazyMemmapStorage(SharedStateMixin, LazyTensorStorage):
         # (taking the lock dropped any torn rows: _ProcessLock.watch)
         with self._lock_obj:
             state = self._state.view
+            if state[_STATE_TORN]:  # the hold's last write or edits: complete, counters moved
+                self._torn.settle_hold()
+            if not set_cursor and self._set_in_place(cursor, data):
+                return
             if type(cursor) is slice and cursor.step is None:  # what round-robin writers pass
                 start, stop, layout = cursor.start, cursor.stop, self._layout
-                if start is not None and start >= state[_STATE_LEN]:
-                    # rows past the count (a first write): the count moves after the data
-                    if state[_STATE_TORN]:  # (this hold's edits or load: complete, settled)
-                        self._torn.settle_edits()
-                    super().set(cursor, data, set_cursor=set_cursor)
-                    return
-                if layout is not None and start is not None and stop is not None \
-                        and 0 <= start < stop <= layout.rows < PACKED_ROWS:
-                    if state[_STATE_TORN]:  # (this hold's edits: complete, settled first)
-                        self._torn.settle_edits()
-                    state[_STATE_TORN] = packed_range(start, stop)  # overwritten rows
-                    try:
-                        super().set(cursor, data, set_cursor=set_cursor)
-                    except BaseException as err:
-                        self._torn.failed(err, layout)
-                        raise
-                    state[_STATE_TORN] = 0
+                if start is not None and stop is not None and 0 <= start < stop and (
+                        start >= state[_STATE_LEN]
+                        or (layout is not None and stop <= layout.rows < PACKED_ROWS)):
+                    # a first write past the count (counted once copied) or an overwrite of
+                    # counted rows: recorded until the hold ends (the writer's counters move
+                    # after this returns: see _torn_writes)
+                    self._torn.record_rows(start, stop)
+                    self._write_recorded(cursor, data, set_cursor)
                     return
             self._set_over_counted(cursor, data, set_cursor)
 
+    def _write_recorded(self, rows: Any, data: Any, set_cursor: bool) -> None:
+        """Write rows recorded as under way; their record is cleared as the hold ends."""
+        try:
+            super().set(rows, data, set_cursor=set_cursor)
+        except BaseException as err:
+            self._torn.failed(err, self._layout)
+            raise
+        self._lock_obj.before_unlock = self._torn.settle_hold
+
+    def _set_in_place(self, rows: Any, data: Any) -> bool:
+        """``storage[i] = x`` / ``rb[i] = x`` (``set`` with ``set_cursor=False``) of rows that
+        are all counted: journaled as an edit of every entry of those rows, so a process that
+        dies in the middle leaves them as before (none dropped: they were committed). ``False``
+        (nothing done) for rows not all counted, left to the write paths."""
+        layout, written = self._layout, self._rows_written()
+        if layout is None or not written:
+            return False
+        flat = as_long_tensor(rows, name="index").reshape(-1) if not isinstance(rows, slice) \
+            else torch.arange(*rows.indices(layout.rows))
+        if not flat.numel() or int(flat.min()) < 0 or int(flat.max()) >= written:
+            return False
+        with self._edit_guard() as guard:
+            guard.record(layout.td, layout.keys, rows, written)
+            super().set(rows, data, set_cursor=False)
+        return True
+
     def _set_over_counted(self, rows: int | slice | torch.Tensor | Sequence[int],
                           data: Any, set_cursor: bool) -> None:
-        """``set`` of rows that may be counted already: recorded while they are overwritten."""
+        """``set`` of rows that may be counted already: recorded while they are overwritten
+        (until the hold ends)."""
         torn = self._torn
         written = self._rows_written()
         layout = self._current_layout() if written else None
         if layout is None or not torn.begin(rows, written, layout.rows):
             super().set(rows, data, set_cursor=set_cursor)
             return
-        try:
-            super().set(rows, data, set_cursor=set_cursor)
-        except BaseException as err:
-            torn.failed(err, layout)
-            raise
-        torn.end()
+        self._write_recorded(rows, data, set_cursor)
 
     def empty(self) -> None:
         """Forget the written rows (the count to 0): journaled as a load of no rows (the old
