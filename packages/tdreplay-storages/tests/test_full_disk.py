@@ -20,6 +20,7 @@ from tensordict import TensorDict
 
 from tdreplay.core import ReplayBuffer
 from tdreplay.storages import (
+    FlatStorageCheckpointer,
     LazyMemmapStorage,
     LazyTensorStorage,
     NestedStorageCheckpointer,
@@ -76,7 +77,8 @@ def _dumps_in_child(storage, path, queue) -> None:
         queue.put(f"OSError {err.errno}")
 
 
-@pytest.mark.parametrize("checkpointer", [TensorStorageCheckpointer, NestedStorageCheckpointer])
+@pytest.mark.parametrize("checkpointer", [TensorStorageCheckpointer, NestedStorageCheckpointer,
+                                          FlatStorageCheckpointer])
 def test_dumps_on_a_full_disk_raises_oserror(disk, checkpointer, tmp_path):
     small = ReplayBuffer(storage=LazyTensorStorage(100, checkpointer=checkpointer()))
     small.extend(rows(0, 10))
@@ -97,6 +99,8 @@ def test_dumps_on_a_full_disk_raises_oserror(disk, checkpointer, tmp_path):
     with pytest.raises(OSError) as err:
         big.dumps(path)
     assert err.value.errno == errno.ENOSPC
+    # the file it was writing is named (the flat format's ndarray.tofile gave neither)
+    assert err.value.filename is not None and str(path) in str(err.value.filename)
     assert sorted(p.name for p in path.iterdir()) == entries  # previous checkpoint kept
     restored = ReplayBuffer(storage=LazyTensorStorage(100, checkpointer=checkpointer()))
     restored.loads(path)

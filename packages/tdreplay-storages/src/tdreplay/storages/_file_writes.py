@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
@@ -47,6 +48,22 @@ def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) 
     if not data.numel():
         return  # memmap_like makes no file for an empty leaf (nor does memmap)
     raw = data.view(torch.uint8).numpy().data
+    try:
+        crc = _write_and_sync(filename, raw, syncer)
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise _naming(err, filename) from err
+    record_written_file(filename, crc)
+
+
+def _naming(err: OSError, filename: Any) -> OSError:
+    """``err`` (a system error without a file name) naming ``filename``."""
+    return OSError(err.errno, f"{err.strerror} (writing a checkpoint file)", str(filename))
+
+
+def _write_and_sync(filename: str, raw: Any, syncer: ThreadPoolExecutor) -> int:
+    """The writes and syncs of :func:`_write_all`; the CRC-32 of the bytes written."""
     fd = os.open(filename, os.O_WRONLY)
     crc = 0
     early_sync: Future[None] | None = None
@@ -67,7 +84,33 @@ def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) 
         if early_sync is not None:
             early_sync.exception()  # wait: the fd must not be closed (and reused) under it
         os.close(fd)
-    record_written_file(filename, crc)
+    return crc
+
+
+def write_array_file(path: Path, array: Any) -> None:
+    """Write the bytes of ``array`` (a contiguous numpy array) to a new file ``path`` with
+    plain writes. Unlike ``ndarray.tofile``, whose short write on a full disk raises an
+    ``OSError`` without errno nor file name ("N requested and M written"), a failed write
+    raises the system's ``OSError`` (``ENOSPC``...) naming ``path``.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_array_file(Path(d) / "a.bin", np.arange(3, dtype=np.int64))
+    ...     print(np.fromfile(Path(d) / "a.bin", dtype=np.int64).tolist())
+    [0, 1, 2]
+    """
+    raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            while raw:
+                raw = raw[os.write(fd, raw):]
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise _naming(err, path) from err
 
 
 def memmap_by_writes(td: TensorDictBase, prefix: Path) -> None:

@@ -52,7 +52,7 @@ from tdreplay.core import (
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 
 from ._compressed_rows import CompressedRow, RowLayout
-from ._file_writes import memmap_by_writes, reserve_room, write_json_file
+from ._file_writes import memmap_by_writes, reserve_room, write_array_file, write_json_file
 from ._layout import (
     as_key,
     dtype_from_str,
@@ -550,7 +550,7 @@ class FlatStorageCheckpointer(_CompactingCheckpointer):
             if name in used or name.startswith("."):
                 name = f"{i:04d}-{name}"
             used.add(name)
-            _to_numpy(tensor).tofile(path / name)
+            write_array_file(path / name, np.ascontiguousarray(_to_numpy(tensor)))
             index[name] = {"key": list(key), "dtype": str(tensor.dtype),
                            "shape": list(tensor.shape)}
         return index
@@ -795,8 +795,8 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
                 row_layouts[i] = layouts.setdefault(row.layout, len(layouts))
                 f.write(row.blob)
                 offsets[i + 1] = offsets[i] + len(row.blob)
-        offsets.tofile(path / "offsets.bin")
-        row_layouts.tofile(path / "row_layouts.bin")
+        write_array_file(path / "offsets.bin", np.ascontiguousarray(offsets))
+        write_array_file(path / "row_layouts.bin", np.ascontiguousarray(row_layouts))
         write_json(path / "storage.json", {
             "class": type(storage).__name__,
             "checkpointer": type(self).__name__,
