@@ -101,7 +101,7 @@ def write_array_file(path: Path, array: Any) -> None:
     ...     print(np.fromfile(Path(d) / "a.bin", dtype=np.int64).tolist())
     [0, 1, 2]
     """
-    raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
