@@ -138,18 +138,15 @@ def test_plain_replay_buffer(name: str) -> None:
     assert got == EXPECTED[name]
 
 
-def test_end_key_fallback() -> None:
-    # TorchRL 0.14.1 says False for these three (F, F, F, F): an end key is given and not
-    # stored, and its fallback to the trajectory ids fails (its own sample raises "Could not
-    # get a tensordict out of the storage"). tdreplay's sample falls back to the stored
-    # "episode" ids (see SliceSampler), so can_sample answers for those trajectories.
-    got = [answers(filled("end_key", data)) for data in (ONE_FITS, MIXED, LONG)]
-    assert got == [(T, T, T, T)] * 3
-    # with the same rows as TorchRL elsewhere
-    same = [EMPTY, SHORT, NO_KEYS, DONE_SHORT, DONE_LONG, OTHER_KEY]
-    assert [answers(filled("end_key", d)) for d in same] == [STRICT[DATA.index(d)] for d in same]
+def test_end_key_not_stored_answers_false() -> None:
+    # an end_key given alone that the data lacks: TorchRL 0.14.1 answers False (its sample
+    # raises "Could not get a tensordict out of the storage"), and tdreplay's sample refuses
+    # it (MissingEndKeyError) rather than cutting along the "episode" ids it never named
+    got = [answers(filled("end_key", data)) for data in DATA]
+    assert got == [STRICT[i] if data[2] else (F, F, F, F) for i, data in enumerate(DATA)]
     rb = filled("end_key", LONG)
-    assert rb.sample()["episode"].eq(0).all()
+    with pytest.raises(RuntimeError, match=r"end_key=\('next', 'done'\)\): the storage has no"):
+        rb.sample()
 
 
 @pytest.mark.parametrize("name", ["strict", "num_slices", "stream", "prioritized"])
@@ -287,7 +284,7 @@ def test_draws_unchanged(name: str) -> None:
         rb.set_rng(torch.Generator().manual_seed(0))  # (the prioritized draws need it)
         out = []
         for lengths in ((4, 5), (6,), (5, 4)):
-            rb.extend(make_data(lengths, "episode", False))
+            rb.extend(make_data(lengths, "episode", name == "end_key"))
             if ask:
                 assert rb.can_sample() and rb.can_sample(4)
             out.append(rb.sample()["obs"].tolist())
