@@ -7,6 +7,7 @@ Importable by name (``tests/`` is on the path of buffer actors and spawned proce
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -102,3 +103,27 @@ class Worker:
 def extend_in_task(buffer, collector: int, size: int) -> list[int]:
     """A Ray task's body: write one batch to the buffer it was handed; its slots."""
     return buffer.extend(make_batch(collector, 0, size)).tolist()
+
+
+def schema_batch(schema: str, size: int) -> TensorDict:
+    """A batch of ``size`` rows of one of two layouts, each with a key the other lacks:
+    ``"a"`` (``obs`` of 3 floats and an int64 ``act``) or ``"b"`` (``obs`` and a float
+    ``rew``)."""
+    if schema == "a":
+        return TensorDict({"obs": torch.randn(size, 3), "act": torch.arange(size)}, [size])
+    return TensorDict({"obs": torch.randn(size, 3), "rew": torch.zeros(size)}, [size])
+
+
+class SchemaWriter:
+    """A Ray actor's writer: ``write`` extends the buffer it is handed with ``batches``
+    batches of one layout (:func:`schema_batch`); each outcome as ``("ok", first slot)`` or
+    ``(error type, message)``."""
+
+    def write(self, buffer, schema: str, batches: int, size: int) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for _ in range(batches):
+            try:
+                out.append(("ok", int(buffer.extend(schema_batch(schema, size))[0])))
+            except Exception as err:  # noqa: BLE001 - reported to the test
+                out.append((type(err).__name__, str(err)))
+        return out

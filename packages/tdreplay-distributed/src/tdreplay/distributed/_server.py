@@ -270,11 +270,40 @@ class BufferServer(EditsServerMixin):
         # a ListStorage keeps the items it is given: they must not view the message's memory
         return unpack(payload, copy=isinstance(self.buffer.storage, ListStorage))
 
+    def layout_template(self) -> tuple[bool, Packed | None]:
+        """Whether this buffer's storage is laid out (a lazy storage is not before its first
+        write), and no rows of it: a TensorDict of its keys, row shapes and dtypes (``None``
+        when it is not laid out or does not hold TensorDicts), what :meth:`_lay_out_like`
+        lays another shard's storage out from."""
+        storage = self.buffer.storage
+        if not storage.initialized:
+            return False, None
+        try:
+            template = storage[0:0]
+        except Exception:  # noqa: BLE001 - a storage that cannot read no rows: nothing to copy
+            return True, None
+        return True, pack(template) if is_tensor_collection(template) else None
+
+    def _lay_out_like(self, template: Any) -> None:
+        """While this buffer's storage is not laid out (a lazy storage before its first
+        write), lay it out from ``template`` (another shard's :meth:`layout_template`) by a
+        write of no rows: the write that follows is then checked and cast by the storage
+        itself, as on every other shard, and a batch of another schema is refused with the
+        storage's own error instead of laying this shard out unlike the others. A storage of
+        several dims is left to its first write."""
+        storage = self.buffer.storage
+        if template is None or storage.initialized or storage.ndim != 1:
+            return
+        with self.buffer.locked():
+            if not storage.initialized:
+                storage.set(torch.arange(0), unpack(template))
+
     def extend(self, payload: Any, kwargs: dict[str, Any], timeout: float | None = None,
-               global_max: float | None = None) -> Packed:
+               global_max: float | None = None, template: Any = None) -> Packed:
         """``extend``; returns the slots and the buffer's :data:`Mass` after the write.
         ``timeout``: the most the rate limiter may wait; ``global_max``: see
-        :meth:`_lift_to`."""
+        :meth:`_lift_to`; ``template``: see :meth:`_lay_out_like`."""
+        self._lay_out_like(template)
         data = self._received(payload)
         with self._limited(timeout):
             slots = self.buffer.extend(data, **kwargs)
@@ -282,8 +311,10 @@ class BufferServer(EditsServerMixin):
         return pack((slots, self._mass_if_known()))
 
     def add(self, payload: Any, timeout: float | None = None,
-            global_max: float | None = None) -> Packed:
-        """``add``; returns the index and the :data:`Mass`."""
+            global_max: float | None = None, template: Any = None) -> Packed:
+        """``add``; returns the index and the :data:`Mass` (``template``: see
+        :meth:`_lay_out_like`)."""
+        self._lay_out_like(template)
         data = self._received(payload)
         with self._limited(timeout):
             index = self.buffer.add(data)

@@ -72,6 +72,8 @@ class ShardCalls:
         self.max_priority: float | None = None
         #: each shard's latest :data:`~._server.Mass` (``None``: not heard of yet)
         self.masses: list[Mass | None] = [None] * len(clients)
+        #: shards whose storage is known to be laid out (see :meth:`layout_for`)
+        self.laid_out: set[int] = set()
         self._rng_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -84,8 +86,46 @@ class ShardCalls:
         self._rng_lock = threading.Lock()
 
     def forget_masses(self) -> None:
-        """Drop the masses known (the shards were restored, replaced or reconnected)."""
+        """Drop the masses known (the shards were restored, replaced or reconnected), and
+        which shards are laid out (a shard restored from a checkpoint may not be)."""
         self.masses = [None] * len(self.clients)
+        self.laid_out = set()
+
+    def check_open(self, what: str) -> None:
+        """:class:`BufferActorDiedError` saying so once the buffer was closed (its shards'
+        actors are gone for good: no shard is set aside, nothing is warned)."""
+        if self.clients and all(client.closed for client in self.clients):
+            raise BufferActorDiedError(
+                f"{what} failed: the sharded buffer was closed (close() killed its "
+                f"{len(self.clients)} shards' actors for good; a closed buffer cannot be "
+                "respawned).", actor="all shards")
+
+    def layout_for(self, shard: int, timeout: float | None) -> tuple[int, Any]:
+        """``(shard to write to, template)`` for a write bound for ``shard``.
+
+        A lazy storage lays itself out at its first write, and each shard has its own: a
+        batch for a shard not known to be laid out first lays it out like a shard that is
+        (``template``: no rows of that shard's storage; see ``BufferServer._lay_out_like``).
+        The live shards are asked at once which are laid out (one round, until every shard
+        written to is known laid out: then writes cost nothing more). ``template`` is
+        ``None`` when ``shard`` is laid out (its storage checks the batch). When no shard
+        is, the write goes to the lowest live shard, whose actor serializes the first
+        writes: two writers racing to the first writes of two empty shards cannot lay them
+        out unlike each other (the second writer finds the lowest shard laid out, or writes
+        there too and its storage checks it).
+        """
+        if shard in self.laid_out:
+            return shard, None
+        live = self.live()
+        answers = dict(self.tolerant([(k, "layout_template", ()) for k in live],
+                                     "extend (reading the shards' layouts)", timeout))
+        self.laid_out.update(k for k, (laid_out, _) in answers.items() if laid_out)
+        if shard in self.laid_out:
+            return shard, None
+        ready = sorted(k for k in answers if answers[k][0])
+        if ready:  # (a storage of no TensorDicts has no template: nothing to check)
+            return shard, answers[ready[0]][1]
+        return self.live()[0], None
 
     def note_mass(self, shard: int, mass: Mass | None) -> None:
         """Keep shard ``shard``'s mass ``(sum, min, len, max priority)`` from an answer
@@ -94,6 +134,8 @@ class ShardCalls:
             float(mass[0]), float(mass[1]), int(mass[2]), mass[3])
         if mass is not None:
             self.note_max(mass[3])
+            if int(mass[2]) > 0:  # it holds items: its storage is laid out
+                self.laid_out.add(shard)
 
     def note_max(self, value: float | None) -> None:
         """Keep ``value`` if it is a larger max priority than seen so far."""
@@ -102,6 +144,7 @@ class ShardCalls:
 
     def live(self) -> list[int]:
         """Shards not known to be dead; :class:`BufferActorDiedError` when none is left."""
+        self.check_open("the call")
         live = [k for k in range(len(self.clients)) if k not in self.dead]
         if not live:
             raise BufferActorDiedError(
@@ -120,6 +163,7 @@ class ShardCalls:
 
     def strict(self, calls: Sequence[Call], what: str, timeout: float | None) -> list[Any]:
         """Results of ``calls`` (``(shard, method, args)``) in order; any error raises."""
+        self.check_open(what)
         refs = [(self.clients[k].submit(method, *args), self.clients[k].label)
                 for k, method, args in calls]
         return wait_all(refs, what=what, timeout=timeout)
@@ -128,7 +172,8 @@ class ShardCalls:
                  ) -> list[tuple[int, Any]]:
         """``(shard, result)`` of the calls whose shard answered; a shard that is dead or
         unavailable is set aside (see :meth:`mark_dead`). Timeouts and the buffers' own errors
-        raise."""
+        raise, and so does a closed buffer (:meth:`check_open`)."""
+        self.check_open(what)
         submitted = [(k, self.clients[k].submit(method, *args))  # raises once closed
                      for k, method, args in calls]
         deadline = None if timeout is None else time.monotonic() + timeout

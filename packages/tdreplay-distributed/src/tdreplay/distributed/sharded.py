@@ -17,6 +17,33 @@ Slots are global: shard ``k`` owns ``[offset_k, offset_k + max_size_k)``, ``offs
 sum of the sizes of the shards before it; ``extend`` returns and samples carry global slots,
 and ``update_priority`` sends each slot to its shard.
 
+Layouts: a lazy storage lays itself out (keys, row shapes, dtypes) at its first write, and
+each shard has its own, so a shard not laid out yet is first laid out like a shard that is
+(a write of no rows of that shard's layout), and its storage then checks the batch itself:
+one of another schema is refused as the other shards' storages refuse it (``KeyError``,
+``ValueError``, ``TypeError``), no row written anywhere (the first write of all goes to the
+lowest live shard, so racing writers cannot lay out two shards unlike each other). Once every
+shard a client writes to is laid out, this costs nothing.
+
+>>> from functools import partial
+>>> from tensordict import TensorDict
+>>> from tdreplay.core import TensorDictReplayBuffer
+>>> from tdreplay.storages import LazyTensorStorage
+>>> rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 10),
+...                          replay_buffer_cls=TensorDictReplayBuffer)
+>>> rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, [2])).tolist()          # shard 0
+[0, 1]
+>>> rb.extend(TensorDict({"obs": torch.zeros(2, 4)}, [2]))   # for shard 1, never written
+Traceback (most recent call last):
+...
+ValueError: entry 'obs' has shape (2, 4), expected (2, 3) for this storage.
+>>> len(rb.shards[1])                                        # nothing was written there
+0
+>>> good = TensorDict({"obs": torch.ones(2, 3)}, [2])
+>>> rb.extend(good).tolist(), rb.extend(good).tolist()       # shards 0 and 1 in turn
+([2, 3], [10, 11])
+>>> rb.close()
+
 Faults: a dead shard is set aside (:mod:`._shard_calls`): writes go to the live shards,
 samples come from them with a :class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`
 (the distribution is then that of one buffer holding the live shards' items), and
@@ -34,7 +61,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_flag, is_int
 
 from ._draw_ahead import DrawAhead
 from ._ray import check_timeout, ensure_ray
@@ -293,6 +320,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
     def _live(self, method: str, *args: Any, what: str | None = None) -> list[tuple[int, Any]]:
         """``(shard, result)`` of ``method(*args)`` on every live shard (dead ones set aside)."""
+        self._calls.check_open(what or method)
         return self._calls.tolerant([(k, method, args) for k in self._calls.live()],
                                     what or method, self._call_timeout)
 
@@ -308,13 +336,16 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
     def _write(self, method: str, data: Any, *args: Any) -> tuple[int, Any]:
         """``(shard, answer)`` of a write to the next live shard; a shard found dead is set
-        aside and the write goes to the next (a dead actor applied nothing)."""
+        aside and the write goes to the next (a dead actor applied nothing). A shard not
+        known to be laid out checks the batch against a shard that is
+        (:meth:`~._shard_calls.ShardCalls.layout_for`)."""
+        self._calls.check_open(method)
         while True:
-            shard = self._next_shard()
+            shard, template = self._calls.layout_for(self._next_shard(), self._call_timeout)
             client = self._clients[shard]
             try:
                 answer = unpack(client.call(method, pack(data), *args, client.limit_timeout,
-                                            self._calls.max_priority))
+                                            self._calls.max_priority, template))
             except RemoteBufferError as err:
                 if isinstance(err, TimeoutError):
                     raise
@@ -325,7 +356,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
     def extend(self, data: Any, **kwargs: Any) -> torch.Tensor:
         """Write a batch to one shard; returns its global slots (``-1`` for a row the shard's
-        writer did not keep); ``data`` is left as it is."""
+        writer did not keep); ``data`` is left as it is. A shard whose storage is not laid
+        out yet refuses what the laid-out shards would (module docstring)."""
         shard, slots = self._write("extend", data, kwargs)
         return to_global(self._offsets, shard, slots)
 
@@ -347,6 +379,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         (reduced by the shards' samplers). Every shard checks its part before any shard
         changes (:func:`~._sharding.check_every_shard`); errors name global slots.
         """
+        self._calls.check_open("update_priority")
         parts = [part for part in split_priority_update(index, priority, write_generation,
                                                         self._offsets)
                  if part[0] not in self._calls.dead]
@@ -358,6 +391,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
+        self._calls.check_open("update_tensordict_priority")
         data = priority_entries(data, self._clients[0].info)  # the shards are built alike
         calls = [(k, "update_tensordict_priority", (pack(part),))
                  for k, part in split_priority_rows(data, self._offsets)
@@ -373,15 +407,10 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         ``info["index"]`` (and a TensorDict sample's ``index``) holds global slots,
         ``priority_weight`` global importance weights.
         """
+        self._calls.check_open("sample")
         if return_info is not False and return_info is not True:  # (one check when a bool)
             check_flag(return_info, "return_info")
-        if batch_size is None:
-            batch_size = self.batch_size
-            if batch_size is None:
-                raise RuntimeError("batch_size not specified: pass one to sample() or build "
-                                   "the buffer with batch_size=...")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+        batch_size = _check_batch_size(self.batch_size if batch_size is None else batch_size)
         def draw() -> tuple[Any, dict[str, Any]]:
             return self._calls.sample(batch_size, self._rng, self._offsets, self._call_timeout)
 
@@ -409,6 +438,23 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self._name!r}, num_shards={self.num_shards}, "
                 f"write_strategy={self.write_strategy!r}, batch_size={self.batch_size})")
+
+
+def _check_batch_size(value: Any) -> int:
+    """``value`` as a Python int >= 1, checked as a local buffer's ``sample`` checks it:
+    ``TypeError`` for what is not an integer (bools included), ``ValueError`` below 1;
+    ``RuntimeError`` for ``None`` (no batch size given, none set on the buffer)."""
+    if type(value) is int and value >= 1:  # the common case, one check
+        return value
+    if value is None:
+        raise RuntimeError("batch_size not specified: pass one to sample() or build the "
+                           "buffer with batch_size=...")
+    if isinstance(value, bool) or not (is_int(value) and not isinstance(value, torch.Tensor)):
+        raise TypeError(f"batch_size must be an int or None, got {type(value).__name__} "
+                        f"({value!r}).")
+    if int(value) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {int(value)}.")
+    return int(value)
 
 
 def _shard_configs(remote_config: Any, num_shards: int) -> list[dict[str, Any]]:
