@@ -149,14 +149,21 @@ def test_once_every_shard_is_laid_out_writes_read_no_layout(ray_session):
         rb.close()
 
 
-def test_writers_in_actors_racing_to_empty_shards_lay_them_out_alike(ray_session):
+def three_shards_two_handles() -> tuple[ShardedReplayBuffer, list]:
+    """A buffer of 3 empty shards, and two client handles whose first writes are bound for
+    shards 1 and 2."""
     rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 30),
                              batch_size=8, replay_buffer_cls=TensorDictReplayBuffer)
+    handles = []
+    for first in (1, 2):
+        rb._cursor = first
+        handles.append(rb.client())
+    return rb, handles
+
+
+def test_writers_in_actors_racing_to_empty_shards_lay_them_out_alike(ray_session):
+    rb, handles = three_shards_two_handles()
     try:
-        handles = []
-        for first in (1, 2):  # their first writes are bound for shards 1 and 2, both empty
-            rb._cursor = first
-            handles.append(rb.client())
         actors = [ray_session.remote(num_cpus=0)(SchemaWriter).remote() for _ in range(2)]
         ray_session.get([actor.__ray_ready__.remote() for actor in actors], timeout=120)
         refs = [actor.write.remote(handle, schema, 3, 4)
@@ -178,13 +185,8 @@ def test_writers_in_actors_racing_to_empty_shards_lay_them_out_alike(ray_session
 
 
 def test_two_handles_first_writes_to_two_empty_shards_are_checked_alike(ray_session):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 30),
-                             batch_size=8, replay_buffer_cls=TensorDictReplayBuffer)
+    rb, handles = three_shards_two_handles()
     try:
-        handles = []
-        for first in (1, 2):  # their first writes are bound for shards 1 and 2, both empty
-            rb._cursor = first
-            handles.append(rb.client())
         assert handles[0].extend(schema_batch("a", 4)).tolist() == [0, 1, 2, 3]  # shard 0
         before = shard_state(rb)
         with pytest.raises(KeyError, match=r"missing \['act'\], unexpected \['rew'\]"):

@@ -35,14 +35,17 @@ def buffer(path) -> ReplayBuffer:
                         batch_size=2)
 
 
+def written_in_fours(path, written: int) -> ReplayBuffer:
+    """A buffer of ``path`` with rows ``0 .. written - 1`` written 4 at a time."""
+    rb = buffer(path)
+    for start in range(0, written, 4):
+        rb.extend(rows(start, min(4, written - start)))
+    return rb
+
+
 def die_in_the_middle(killed, path, written: int, n: int, how: str | int) -> None:
     """Write ``written`` rows, then die (SIGKILL) after the first leaf of the next write."""
-    rb = buffer(path)
-    start = 0
-    while start < written:
-        step = min(4, written - start)
-        rb.extend(rows(start, step))
-        start += step
+    rb = written_in_fours(path, written)
     killed.die_after_first_leaf()  # (a forked child: the patches die with it)
     if how == "extend":
         rb.extend(rows(1000, n))
@@ -144,12 +147,7 @@ def test_killed_item_assignment_leaves_the_rows_as_before(tmp_path, killed, inde
 
 
 def extend_and_die_after_the_write(killed, path, written: int, n: int) -> None:
-    rb = buffer(path)
-    start = 0
-    while start < written:
-        step = min(4, written - start)
-        rb.extend(rows(start, step))
-        start += step
+    rb = written_in_fours(path, written)
     real_set = LazyMemmapStorage.set
 
     def set_then_die(self, *args, **kwargs):  # the rows are copied; the counters not moved
