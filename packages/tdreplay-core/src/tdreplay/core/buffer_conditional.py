@@ -248,12 +248,6 @@ class UpdateQueue(ForkGuard):
             raise errors[0]  # type: ignore[misc]
 
     # ---- across a fork (tdreplay.core.fork_safety) -----------------------------------------
-    def hold(self, timeout: float | None = None) -> bool:
-        return True  # (the updates are applied under the buffer's lock, which is held)
-
-    def release(self) -> None:
-        pass
-
     def reset_in_child(self, held: bool) -> None:
         """In a forked child: the worker thread is gone; the updates it had not applied are
         the parent's (the child's buffer is as it was at the fork), the failures are kept."""

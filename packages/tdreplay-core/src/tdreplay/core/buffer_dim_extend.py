@@ -68,21 +68,22 @@ def _move_dim(data: Any, dim: int) -> Any:
                     f"TensorDicts, got {type(data).__name__}.")
 
 
-def _check_other_dims(moved: Any, storage_shape: Any, dim: int) -> None:
-    """:class:`~tdreplay.core.utils.ShapeMismatchError` unless the dims of a batch other than
-    ``dim_extend`` (``moved``: that dim moved first) are those of the storage's steps: said in
-    the layout the batch was given in (the storage's own is time-major)."""
-    if storage_shape is None or len(storage_shape) < 2:
-        return
+def other_dims_mismatch(moved: Any, storage_shape: Any, dim: int) -> ShapeMismatchError | None:
+    """Why a storage refused a batch moved along ``dim`` (``dim_extend``; ``moved``: that dim
+    first), when it is the batch's other dims (e.g. its number of environments): a
+    :class:`~tdreplay.core.utils.ShapeMismatchError` that says so in the layout the batch was
+    given in (the storage's own is time-major). ``None`` when they fit (or ``dim`` is 0)."""
+    if not dim or storage_shape is None or len(storage_shape) < 2:
+        return None
     shape = moved.shape if isinstance(moved, torch.Tensor) else getattr(moved, "batch_size", None)
     ndim = len(storage_shape)
     if shape is None or len(shape) < ndim or shape[1:ndim] == storage_shape[1:ndim]:
-        return
+        return None
     given = list(shape)
     given[0], given[dim] = given[dim], given[0]
     expected: list[Any] = list(storage_shape[1:ndim])
     expected.insert(dim, "*")
-    raise ShapeMismatchError(
+    return ShapeMismatchError(
         f"extend got a batch of shape {given[:ndim]} (its first {ndim} dims) but this storage "
         f"(ndim={ndim}, dim_extend={dim}) holds batches of shape "
         f"[{', '.join(map(str, expected))}] (any size along dim {dim}): e.g. as many "
@@ -137,9 +138,7 @@ class ExtendDimMixin:
         dim = self.dim_extend
         if not dim:
             return data, dim
-        moved = _move_dim(data, dim)
-        _check_other_dims(moved, self._storage.shape, dim)
-        return moved, dim
+        return _move_dim(data, dim), dim
 
     @staticmethod
     def _written_as_given(slots: torch.Tensor, data: Any, dim: int) -> torch.Tensor:

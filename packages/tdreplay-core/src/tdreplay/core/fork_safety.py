@@ -89,8 +89,9 @@ class ForkGuard:
     def hold(self, timeout: float | None = None) -> bool:
         """Take the locks: without waiting (``timeout`` None), or waiting at most ``timeout``
         seconds (the caller holds no other guard then). ``False``, and nothing taken, when
-        one stayed busy."""
-        raise NotImplementedError
+        one stayed busy. The default holds nothing (a guard of work the other guards' locks
+        hold still, e.g. a prefetch queue)."""
+        return True
 
     def settled(self, timeout: float) -> bool:
         """Called once every guard is held: whether, within ``timeout`` seconds, what this
@@ -100,7 +101,6 @@ class ForkGuard:
 
     def release(self) -> None:
         """Give back what :meth:`hold` took (in the parent and in the child)."""
-        raise NotImplementedError
 
     def reset_in_child(self, held: bool) -> None:
         """In the child, after :meth:`release`: drop the parent's threads and their work.

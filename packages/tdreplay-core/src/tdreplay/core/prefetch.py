@@ -196,12 +196,6 @@ class Prefetcher(ForkGuard):
             return fresh
 
     # ---- across a fork (tdreplay.core.fork_safety; the buffer's lock is held meanwhile) -------
-    def hold(self, timeout: float | None = None) -> bool:
-        return True  # (the buffer's lock holds the draws still)
-
-    def release(self) -> None:
-        pass
-
     def settled(self, timeout: float) -> bool:
         """Whether, within ``timeout`` seconds, every queued job whose draw is over has ended
         (asked with the buffer's lock held: no job starts drawing meanwhile). Such a job must

@@ -11,13 +11,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
-import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_consume import ConsumptionMixin
-from .buffer_dim_extend import ExtendDimMixin
+from .buffer_dim_extend import ExtendDimMixin, other_dims_mismatch
 from .buffer_draw import DrawMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
@@ -39,8 +38,8 @@ from .service_backends import ServiceBackendMixin, ServiceDispatch
 from .storage import Storage, StorageCheckpointerBase
 from .transform import Compose, Transform
 from .utils import (
-    INT_TYPES,
     NotATensorDictError,
+    check_count,
     check_flag,
     check_instance,
     leading_dim,
@@ -148,21 +147,6 @@ def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> 
     given, as TorchRL's)."""
     return check_flag(compilable, "compilable"), delays_init(delayed_init,
                                                                        transform_factory)
-
-
-def _check_count(value: Any, name: str, minimum: int) -> int | None:
-    """``None`` or a Python int >= ``minimum`` (from a Python or numpy integer; bools are
-    refused); ``TypeError`` for another type, ``ValueError`` below ``minimum``."""
-    if type(value) is int and value >= minimum:  # the common case, one check
-        return value
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
-        raise TypeError(f"{name} must be an int or None, got {type(value).__name__} ({value!r}).")
-    count = int(value)
-    if count < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {count}.")
-    return count
 
 
 def _flat(slots: torch.Tensor) -> torch.Tensor:
@@ -369,8 +353,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}.")
         self._pin_memory = pin_memory
-        self._prefetch = _check_count(prefetch, "prefetch", minimum=0) or 0
-        self._batch_size = _check_count(batch_size, "batch_size", minimum=1)
+        self._prefetch = check_count(prefetch, "prefetch", minimum=0) or 0
+        self._batch_size = check_count(batch_size, "batch_size", minimum=1)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got "
                             f"{type(generator).__name__}.")
@@ -547,7 +531,14 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._check_writing_process()
         if type(self._sampler).check_write is not Sampler.check_write:
             self._sampler.check_write(data)  # (the base's accepts anything: not called)
-        rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
+        try:
+            rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
+        except ValueError as err:  # refused before anything was written: say why in the
+            # batch's own layout when it is its number of environments (buffer_dim_extend)
+            mismatch = other_dims_mismatch(data, self._storage.shape, self.dim_extend)
+            if mismatch is None:
+                raise
+            raise mismatch from err
         slots = self._storage.rows_to_slots(rows)
         if priority is not None and _one_slot_per_row(slots, rows_given):
             self._sampler.extend_with_priority(slots, priority, storage=self._storage)
@@ -572,7 +563,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 raise RuntimeError("batch_size not specified: pass one to sample() or build "
                                    "the buffer with batch_size=...")
             return batch_size
-        checked = _check_count(batch_size, "batch_size", minimum=1)
+        checked = check_count(batch_size, "batch_size", minimum=1)
         assert checked is not None  # batch_size is not None here
         return checked
 

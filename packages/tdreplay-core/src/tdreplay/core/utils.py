@@ -40,6 +40,7 @@ __all__ = [
     "ShapeMismatchError",
     "as_long_tensor",
     "check_batch_size",
+    "check_count",
     "check_flag",
     "check_instance",
     "check_not_empty",
@@ -297,6 +298,32 @@ def check_batch_size(batch_size: Any) -> int:
             or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
     return int(batch_size)
+
+
+def check_count(value: Any, name: str, minimum: int) -> int | None:
+    """``None``, or ``value`` as a Python int >= ``minimum`` (from a Python or numpy integer;
+    bools are refused): ``TypeError`` naming ``name`` for another type, ``ValueError`` below
+    ``minimum``. What a buffer checks its ``batch_size`` and ``prefetch`` with.
+
+    Examples
+    --------
+    >>> check_count(np.int64(4), "batch_size", 1), check_count(None, "batch_size", 1)
+    (4, None)
+    >>> check_count(1.5, "batch_size", 1)
+    Traceback (most recent call last):
+    ...
+    TypeError: batch_size must be an int or None, got float (1.5).
+    """
+    if type(value) is int and value >= minimum:  # the common case, one check
+        return value
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__} ({value!r}).")
+    count = int(value)
+    if count < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {count}.")
+    return count
 
 
 def check_state_counter(value: Any, field: str, owner: str) -> int:

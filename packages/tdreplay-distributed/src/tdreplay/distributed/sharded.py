@@ -61,7 +61,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
-from tdreplay.core.utils import check_flag, is_int
+from tdreplay.core.utils import check_count, check_flag
 
 from ._draw_ahead import DrawAhead
 from ._ray import check_timeout, ensure_ray
@@ -441,20 +441,14 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
 
 
 def _check_batch_size(value: Any) -> int:
-    """``value`` as a Python int >= 1, checked as a local buffer's ``sample`` checks it:
-    ``TypeError`` for what is not an integer (bools included), ``ValueError`` below 1;
-    ``RuntimeError`` for ``None`` (no batch size given, none set on the buffer)."""
-    if type(value) is int and value >= 1:  # the common case, one check
-        return value
-    if value is None:
+    """``value`` checked as a local buffer's ``sample`` checks it (core's ``check_count``:
+    ``TypeError`` for what is not an integer, ``ValueError`` below 1); ``RuntimeError`` for
+    ``None`` (no batch size given, none set on the buffer)."""
+    checked = check_count(value, "batch_size", minimum=1)
+    if checked is None:
         raise RuntimeError("batch_size not specified: pass one to sample() or build the "
                            "buffer with batch_size=...")
-    if isinstance(value, bool) or not (is_int(value) and not isinstance(value, torch.Tensor)):
-        raise TypeError(f"batch_size must be an int or None, got {type(value).__name__} "
-                        f"({value!r}).")
-    if int(value) < 1:
-        raise ValueError(f"batch_size must be >= 1, got {int(value)}.")
-    return int(value)
+    return checked
 
 
 def _shard_configs(remote_config: Any, num_shards: int) -> list[dict[str, Any]]:

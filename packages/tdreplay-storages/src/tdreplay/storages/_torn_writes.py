@@ -42,7 +42,7 @@ x`` or ``rb[i] = x`` of counted rows, is journaled as an edit of every entry of 
 values of the rows it touches, of the entries it writes, go to an undo journal
 (``tdreplay-memmap-undo.bin``, :mod:`~._edit_journal`), and the record says "edits, n
 segments" (:meth:`TornWrites.record_edit`: one int64 store, once the segments are whole). The
-record stays until the process releases the lock (:meth:`TornWrites.settle_edits`, which the
+record stays until the process releases the lock (:meth:`TornWrites.settle_hold`, which the
 lock runs as it is released, or a write of the same hold that needs the record), so the edits
 of one hold (the entries of one ``update_if_present`` patch) are undone together. Whoever takes
 the lock after an editor died writes the old values back, newest first (a restore killed in
@@ -305,14 +305,7 @@ class TornWrites:
         if segments:
             self.state[STATE_TORN] = (segments << 4) | _UNDO
         else:
-            self.settle_edits()
-
-    def settle_edits(self) -> None:
-        """The edits recorded are complete: clear their record, then forget their journal."""
-        value = int(self.state[STATE_TORN])
-        if value and not value & 7:  # (an edits' record: not a writer's, nor a recovery's)
-            self.end()
-        self.edits.forget()
+            self.settle_hold()
 
     def settle_hold(self) -> None:
         """The writes and edits of this lock hold are complete, and the counters that go with
