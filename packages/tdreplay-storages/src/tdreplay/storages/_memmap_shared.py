@@ -107,6 +107,11 @@ class _ProcessLock:
     A thread lock serialises the threads of a process; ``flock(LOCK_EX)`` on a lock file
     serialises processes. Each process opens the file itself (a forked child re-opens it:
     ``flock`` locks belong to an open file description, which a fork would share).
+
+    A child forked inside the lock (``with rb.locked():`` around the fork) does not hold it:
+    its parent does. The child's exits of the levels it inherited give nothing back (giving
+    back the shared description's lock would let a third process in while the parent is still
+    inside), and each of its calls takes the lock itself, waiting for the parent to leave.
     """
 
     def __init__(self, path: str) -> None:
@@ -115,6 +120,9 @@ class _ProcessLock:
         self._fd = -1
         self._thread_lock = threading.RLock()
         self._depth = 0
+        #: levels a forked child inherited from the thread that forked inside the lock: its
+        #: exits of them (outermost, so after its own) release nothing (see the class doc)
+        self._inherited = 0
         self._opened_after = -1  # _FORKS[0] when _fd was opened (see held)
         self._counters: memoryview | None = None  # the shared state whose torn record is checked
         self._recover: weakref.WeakMethod | None = None
@@ -146,8 +154,9 @@ class _ProcessLock:
                 return
             inherited = self._fd
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if inherited >= 0:  # a fork's copy of the parent's descriptor
-                os.close(inherited)
+            if inherited >= 0:  # a fork's copy of the parent's descriptor (closing it leaves
+                os.close(inherited)  # the parent's lock on the description as it is)
+                self._inherited = self._depth + self._inherited
             self._thread_lock = threading.RLock()
             self._depth = 0
             self._opened_after = _FORKS[0]
@@ -184,6 +193,11 @@ class _ProcessLock:
             raise
 
     def release(self) -> None:
+        if self._opened_after != _FORKS[0] or not self._depth:  # (a fork since it opened)
+            self._ensure_open()
+            if not self._depth and self._inherited:  # a level a forked child inherited
+                self._inherited -= 1
+                return
         settle = self.before_unlock
         try:
             if settle is not None and self._depth == 1:  # (before another process may lock)
