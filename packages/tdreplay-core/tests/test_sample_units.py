@@ -75,10 +75,18 @@ def test_full_ring_is_cut_at_the_newest_row():
 
 
 def test_bad_arguments_and_storages():
-    for kwargs in ({"length": 0}, {"length": 2, "burn_in": -1}, {"length": 2, "dilation": 0},
-                   {"length": 2, "episode_boundary": "teleport"}):
-        with pytest.raises(ValueError):
+    for kwargs, message in (({"length": 0}, "length must be >= 1, got 0"),
+                            ({"length": 2, "burn_in": -1}, "burn_in must be >= 0, got -1"),
+                            ({"length": 2, "dilation": 0}, "dilation must be >= 1, got 0"),
+                            ({"length": 2, "episode_boundary": "teleport"}, "episode_boundary")):
+        with pytest.raises(ValueError, match=message):
             Sequence(**kwargs)
+    for kwargs, message in (({"length": None}, "length must be an int, got NoneType"),
+                            ({"length": 2.0}, "length must be an int, got float"),
+                            ({"length": 2, "bootstrap": True}, "bootstrap must be an int, got bool")):
+        with pytest.raises(TypeError, match=message):
+            Sequence(**kwargs)
+    assert Sequence(length=torch.tensor(3).numpy()[()]).length == 3  # (a numpy integer)
     with pytest.raises(TypeError, match="TensorStorage"):
         Sequence(length=2).expand(torch.tensor([0]), {}, ListStorage(4))
     with pytest.raises(KeyError, match="done_key"):

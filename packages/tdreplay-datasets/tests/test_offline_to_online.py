@@ -334,7 +334,7 @@ def test_bad_anneal_arguments_change_nothing(step, total_steps, error, match):
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"online_storage": LazyTensorStorage(3)}, ValueError, "online_storage OR online_capacity"),
     ({"online_capacity": None}, ValueError, "one of online_storage or online_capacity"),
-    ({"online_capacity": 0}, ValueError, "online_capacity must be an int >= 1, got 0"),
+    ({"online_capacity": 0}, ValueError, "online_capacity must be >= 1, got 0"),
     ({"online_capacity": "10"}, TypeError, "online_capacity must be an int, got str"),
     ({"online_capacity": True}, TypeError, "online_capacity must be an int, got bool"),
     ({"online_capacity": None, "online_storage": object()}, TypeError,

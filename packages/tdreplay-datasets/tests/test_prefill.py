@@ -155,12 +155,12 @@ def test_a_string_dataset_is_loaded_with_the_chunk_size_as_batch_size(cartpole, 
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"chunk_size": 0}, ValueError, "chunk_size must be an int >= 1, got 0"),
-    ({"chunk_size": -4}, ValueError, "chunk_size must be an int >= 1, got -4"),
+    ({"chunk_size": 0}, ValueError, "chunk_size must be >= 1, got 0"),
+    ({"chunk_size": -4}, ValueError, "chunk_size must be >= 1, got -4"),
     ({"chunk_size": True}, TypeError, "chunk_size must be an int, got bool"),
     ({"chunk_size": 2.0}, TypeError, "chunk_size must be an int, got float"),
     ({"chunk_size": "8"}, TypeError, "chunk_size must be an int, got str"),
-    ({"n_samples": -1}, ValueError, "n_samples must be an int >= 0, got -1"),
+    ({"n_samples": -1}, ValueError, "n_samples must be >= 0, got -1"),
     ({"n_samples": False}, TypeError, "n_samples must be an int, got bool"),
     ({"n_samples": 1.5}, TypeError, "n_samples must be an int, got float"),
 ])

@@ -17,6 +17,7 @@ from tensordict import is_tensor_collection, unravel_key
 
 from .storage import Storage
 from .trajectory_bounds import find_start_stop_traj, position_in_trajectory
+from .utils import check_required_count
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -70,14 +71,6 @@ class Transition(SampleUnit):
     def expand(self, index: Index, info: dict[str, Any], storage: Storage
                ) -> tuple[Index, dict[str, Any]]:
         return index, info
-
-
-def _check_count(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
-    return value
 
 
 class Sequence(SampleUnit):
@@ -138,16 +131,16 @@ class Sequence(SampleUnit):
                  episode_boundary: Literal["pad", "stop", "include_reset"] = "pad",
                  done_key: Any = ("next", "done"), burn_in: int = 0, bootstrap: int = 0,
                  dilation: int = 1) -> None:
-        self.length = _check_count(length, "length", 1)
+        self.length = check_required_count(length, "length", 1)
         if episode_boundary not in _BOUNDARIES:
             raise ValueError(f"episode_boundary must be one of {_BOUNDARIES}, got "
                              f"{episode_boundary!r}.")
         self.episode_boundary = episode_boundary
         self.done_key = None if done_key is None else unravel_key(
             done_key if isinstance(done_key, str) else tuple(done_key))
-        self.burn_in = _check_count(burn_in, "burn_in", 0)
-        self.bootstrap = _check_count(bootstrap, "bootstrap", 0)
-        self.dilation = _check_count(dilation, "dilation", 1)
+        self.burn_in = check_required_count(burn_in, "burn_in", 0)
+        self.bootstrap = check_required_count(bootstrap, "bootstrap", 0)
+        self.dilation = check_required_count(dilation, "dilation", 1)
 
     @property
     def window(self) -> int:

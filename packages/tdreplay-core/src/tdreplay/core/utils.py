@@ -41,6 +41,7 @@ __all__ = [
     "as_long_tensor",
     "check_batch_size",
     "check_count",
+    "check_required_count",
     "check_flag",
     "check_instance",
     "check_not_empty",
@@ -318,8 +319,34 @@ def check_count(value: Any, name: str, minimum: int) -> int | None:
         return value
     if value is None:
         return None
+    return _checked_count(value, name, minimum, "an int or None")
+
+
+def check_required_count(value: Any, name: str, minimum: int) -> int:
+    """:func:`check_count` of a count that cannot be ``None`` (a window's length, a chunk
+    size): ``TypeError`` naming ``name`` for ``None`` too.
+
+    Examples
+    --------
+    >>> check_required_count(np.int64(3), "length", 1)
+    3
+    >>> check_required_count(None, "length", 1)
+    Traceback (most recent call last):
+    ...
+    TypeError: length must be an int, got NoneType (None).
+    >>> check_required_count(0, "length", 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: length must be >= 1, got 0.
+    """
+    if type(value) is int and value >= minimum:
+        return value
+    return _checked_count(value, name, minimum, "an int")
+
+
+def _checked_count(value: Any, name: str, minimum: int, kind: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
-        raise TypeError(f"{name} must be an int or None, got {type(value).__name__} ({value!r}).")
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__} ({value!r}).")
     count = int(value)
     if count < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {count}.")

@@ -23,7 +23,7 @@ from tensordict import is_tensor_collection
 from tdreplay.core import CheckpointError, ReplayBuffer, Storage, TensorDictReplayBuffer
 from tdreplay.core.buffer_draw import reads_undone_on_failure
 from tdreplay.core.checkpoint import open_checkpoint, read_json, write_checkpoint, write_json
-from tdreplay.core.utils import check_batch_size, check_instance
+from tdreplay.core.utils import check_batch_size, check_instance, check_required_count
 from tdreplay.storages import LazyTensorStorage
 
 from .registry import load_dataset
@@ -37,16 +37,6 @@ _FORMAT = 1
 _KIND = "OfflineToOnlineReplayBuffer"
 
 _Buffer = TypeVar("_Buffer")
-
-
-def _check_count(value: Any, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``: ``TypeError`` naming ``name`` for a non-int (a bool
-    too), ``ValueError`` below ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
-    return int(value)
 
 
 def _check_real(value: Any, name: str) -> float:
@@ -241,7 +231,7 @@ online_size=10, batch_size=8)
         if online_storage is None and online_capacity is None:
             raise ValueError("Provide one of online_storage or online_capacity.")
         if online_capacity is not None:
-            capacity = _check_count(online_capacity, "online_capacity", 1)
+            capacity = check_required_count(online_capacity, "online_capacity", 1)
         else:
             check_instance(online_storage, Storage, "online_storage")  # type: ignore[type-abstract]
         fraction = _check_fraction(offline_fraction)
@@ -628,8 +618,8 @@ def prefill_replay_buffer(
     >>> len(online), bool((online[:]["obs"] == torch.arange(200)).all())
     (200, True)
     """
-    chunk = _check_count(chunk_size, "chunk_size", 1)
-    limit = None if n_samples is None else _check_count(n_samples, "n_samples", 0)
+    chunk = check_required_count(chunk_size, "chunk_size", 1)
+    limit = None if n_samples is None else check_required_count(n_samples, "n_samples", 0)
     extend = getattr(rb, "extend", None)
     if not callable(extend):
         raise TypeError(f"rb must be a replay buffer (with extend()), got {type(rb).__name__}.")
