@@ -52,6 +52,8 @@ def test_trajectory_view():
         _ = t.pixels
     with pytest.raises(ValueError, match="single batch dimension"):
         Trajectory(_data((4,)).reshape(2, 2))
+    with pytest.raises(TypeError, match="Trajectory expects a TensorDict .* got Tensor"):
+        Trajectory(torch.zeros(4))
     stacked = lazy_stack([t, Trajectory(_data((2,)))])
     assert isinstance(stacked, Trajectory) and stacked[1].length == 2
 
@@ -69,6 +71,20 @@ def test_iter_by_ids_flags_and_key():
         list(iter_trajectories(TensorDict({"obs": torch.zeros(3)}, [3])))
     with pytest.raises(TypeError, match="TensorDictBase"):
         list(iter_trajectories(torch.zeros(3)))
+
+
+def test_ids_and_flags_must_hold_one_value_a_step():
+    data = _data()
+    data["episode"] = data["episode"].unsqueeze(-1)  # [T, 1]: one a step
+    assert [t.length for t in iter_trajectories(data)] == [2, 4, 3]
+    data = _data()
+    data["episode"] = torch.stack([data["episode"]] * 2, -1)  # [T, 2]: two ids a step
+    with pytest.raises(ValueError, match=r"entry 'episode' has shape \(9, 2\).* one value a step"):
+        list(iter_trajectories(data))
+    flags = _data(ids=False)
+    flags["next", "done"] = torch.zeros(9, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"entry \('next', 'done'\) has shape \(9, 3\)"):
+        list(iter_trajectories(flags))
 
 
 def test_predicates_and_required_keys():

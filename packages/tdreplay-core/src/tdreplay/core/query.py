@@ -63,6 +63,9 @@ class Trajectory(_TensorClassNoCast):
 
     def __post_init__(self) -> None:
         data = self.data
+        if data is not None and not is_tensor_collection(data):
+            raise TypeError(f"Trajectory expects a TensorDict of the trajectory's steps (batch "
+                            f"size [T]), got {type(data).__name__}.")
         if not self.batch_size and data is not None and data.batch_dims:
             if data.batch_dims != 1:
                 raise ValueError("Trajectory expects data with a single batch dimension "
@@ -389,6 +392,16 @@ def check_predicate(predicate: Any) -> None:
                         f"{type(predicate).__name__}.")
 
 
+def _one_per_step(values: torch.Tensor, key: Any, shape: torch.Size) -> torch.Tensor:
+    """``values`` (one per step, trailing dims of size 1 aside) shaped as the steps'
+    ``shape``; ``ValueError`` naming ``key`` when it holds another number of values a step."""
+    if values.numel() != shape.numel() or values.shape[:len(shape)] != shape:
+        raise ValueError(f"entry {key!r} has shape {tuple(values.shape)}: splitting steps of "
+                         f"batch_size={tuple(shape)} into trajectories needs one value a step "
+                         f"(shape {tuple(shape)}, or with trailing dims of size 1).")
+    return values.reshape(shape)
+
+
 def boundary_signal(data: TensorDictBase, trajectory_key: Any = None
                     ) -> tuple[str, torch.Tensor]:
     """``("trajectory", ids)`` or ``("end", flags)``, shaped as ``data``'s batch: what splits
@@ -401,7 +414,7 @@ def boundary_signal(data: TensorDictBase, trajectory_key: Any = None
     for key in keys:
         ids = data.get(key, None)
         if ids is not None:
-            return "trajectory", check_trajectory_ids(ids, key).reshape(shape)
+            return "trajectory", _one_per_step(check_trajectory_ids(ids, key), key, shape)
     if trajectory_key is not None:
         raise KeyError(f"trajectory_key {trajectory_key!r} is not in the data (keys: "
                        f"{sorted(map(str, data.keys(True, True)))}).")
@@ -410,7 +423,7 @@ def boundary_signal(data: TensorDictBase, trajectory_key: Any = None
         if found:
             end = torch.zeros(shape, dtype=torch.bool, device=data.get(found[0]).device)
             for key in found:
-                end = end | data.get(key).reshape(shape).to(torch.bool)
+                end = end | _one_per_step(data.get(key), key, shape).to(torch.bool)
             warnings.warn(f"no trajectory id entry found: splitting on the end-of-episode flags "
                           f"{tuple(found)}; a trajectory whose last step carries no flag merges "
                           "with the next one. Store trajectory ids (e.g. ('collector', "
