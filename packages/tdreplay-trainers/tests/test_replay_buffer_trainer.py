@@ -6,7 +6,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ListStorage, ReplayBuffer, Sampler, TensorDictReplayBuffer
+from tdreplay.core import (
+    ListStorage,
+    ReplayBuffer,
+    Sampler,
+    SamplerWithoutReplacement,
+    TensorDictReplayBuffer,
+)
 from tdreplay.trainers import ReplayBufferTrainer, Trainer
 
 
@@ -54,8 +60,12 @@ def buffer(size=100, sampler=None, **kwargs):
 
 # ---- construction ------------------------------------------------------------------------------
 def test_constructor_checks_its_arguments():
-    with pytest.raises(TypeError, match="TensorDictReplayBuffer"):
-        ReplayBufferTrainer(ReplayBuffer(batch_size=2))
+    with pytest.raises(TypeError, match="replay_buffer must be a ReplayBuffer, got list"):
+        ReplayBufferTrainer([], batch_size=2)
+    with pytest.raises(ValueError, match="prioritized sampler needs a TensorDictReplayBuffer"):
+        ReplayBufferTrainer(ReplayBuffer(sampler=ProportionalSampler(4), batch_size=2))
+    with pytest.raises(TypeError, match="iterate"):
+        ReplayBufferTrainer(buffer(), batch_size=2, iterate=1)
     with pytest.raises(ValueError, match="batch_size"):
         ReplayBufferTrainer(buffer())
     with pytest.raises(ValueError, match="batch_size"):
@@ -72,7 +82,8 @@ def test_extend_flattens_with_the_collector_mask():
     rb = buffer()
     hook = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True)
     batch = collected(mask=[[True, True, False], [True, False, False]])
-    assert hook.extend(batch) is None
+    written = hook.extend(batch)
+    assert written["frame"].tolist() == [0, 1, 3]  # what was written, as TorchRL's
     assert rb[:]["frame"].tolist() == [0, 1, 3]
     assert rb.write_count == 3
     # the collected batch itself is left as it was
@@ -83,6 +94,34 @@ def test_extend_flattens_without_a_mask():
     rb = buffer()
     ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(collected())
     assert rb[:]["frame"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("flag_shape", [(2, 3), (2, 3, 1)])
+def test_flattening_without_a_mask_ends_each_environments_row(flag_shape):
+    """Flattened [envs, T] rows would run into each other: the last step of each row is
+    marked truncated and done (TorchRL marks truncated only, and every step for [envs, T, 1]
+    flags); a terminated flag is left as it was, the collected batch unchanged."""
+    rb = buffer()
+    batch = collected()
+    batch["next", "truncated"] = torch.zeros(flag_shape, dtype=torch.bool)
+    batch["next", "terminated"] = torch.zeros(flag_shape, dtype=torch.bool)
+    batch["next", "done"] = torch.zeros(flag_shape, dtype=torch.bool)
+    batch["next", "done"][0, 1] = True
+    written = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(batch)
+    stored = rb[:]
+    for td in (written, stored):
+        assert td["next", "truncated"].reshape(-1).tolist() == [0, 0, 1, 0, 0, 1]
+        assert td["next", "done"].reshape(-1).tolist() == [0, 1, 1, 0, 0, 1]
+        assert not td["next", "terminated"].any()
+    assert batch["next", "truncated"].sum() == 0 and batch["next", "done"].sum() == 1
+
+
+def test_flattening_without_truncated_flags_marks_nothing():
+    rb = buffer()
+    batch = collected()
+    batch["next", "done"] = torch.zeros(2, 3, dtype=torch.bool)
+    ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(batch)
+    assert not rb[:]["next", "done"].any()  # (a done alone would read as a termination)
 
 
 def test_extend_rejects_a_mask_of_the_wrong_shape_without_writing():
@@ -146,8 +185,28 @@ def test_sample_uses_its_batch_size_or_the_buffers():
     assert ReplayBufferTrainer(rb, batch_size=5).sample(None).batch_size == torch.Size([5])
     sample = ReplayBufferTrainer(rb).sample(collected())
     assert sample.batch_size == torch.Size([3])
-    assert sample.device == torch.device("cpu")
     assert torch.equal(sample["frame"], sample["index"])
+    assert sample.device is None  # (as TorchRL's: where the buffer returns it by default)
+    assert ReplayBufferTrainer(rb, device="cpu").sample(None).device == torch.device("cpu")
+
+
+def test_a_plain_replay_buffer_is_fed_and_sampled():
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
+    hook = ReplayBufferTrainer(rb)
+    hook.extend(collected().reshape(-1))
+    assert len(rb) == 6 and hook.sample(None).batch_size == torch.Size([2])
+    hook.update_priority(hook.sample(None))  # nothing to update
+
+
+def test_iterate_goes_over_the_buffer_then_starts_again():
+    rb = buffer(batch_size=4, sampler=SamplerWithoutReplacement())
+    rb.extend(collected(steps=5).reshape(-1))
+    hook = ReplayBufferTrainer(rb, iterate=True)
+    seen = [hook.sample(None)["frame"].tolist() for _ in range(3)]
+    assert sorted(sum(seen, [])) == list(range(10)) and [len(b) for b in seen] == [4, 4, 2]
+    with pytest.raises(StopIteration):
+        hook.sample(None)
+    assert len(hook.sample(None)) == 4  # a new iteration
 
 
 def test_update_priority_reads_the_priority_key_at_the_sampled_index():

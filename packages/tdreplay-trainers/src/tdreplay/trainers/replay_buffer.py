@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, pad
 
-from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.core.utils import check_flag
 
 from .hooks import TrainerHookBase
@@ -25,24 +25,32 @@ class ReplayBufferTrainer(TrainerHookBase):
 
     Parameters
     ----------
-    replay_buffer : TensorDictReplayBuffer
-        The buffer (any TensorDict buffer; a prioritized one gets its priorities updated).
+    replay_buffer : ReplayBuffer
+        The buffer. A :class:`~tdreplay.core.TensorDictReplayBuffer` with a prioritized sampler
+        gets its priorities updated from the loss; a plain ``ReplayBuffer`` with a prioritized
+        sampler is refused (``ValueError``: it cannot read priorities from a batch), as TorchRL's.
     batch_size : int, optional
         Size of the sampled batches. Defaults to the buffer's own ``batch_size`` (one of the two
-        must be set).
+        must be set, unless ``iterate``).
     memmap : bool
         Write each batch through memory-mapped tensors (:meth:`TensorDictBase.memmap`), so a
         storage that keeps references (``ListStorage``) holds it on disk, not in RAM.
-    device : torch.device, str or int
-        Where sampled batches are placed. Defaults to ``"cpu"``.
+    device : torch.device, str or int, optional
+        Where sampled batches are placed. Default ``None``: where the buffer returns them.
     flatten_tensordicts : bool
         Flatten collected batches before writing: keep the frames where
-        ``("collector", "mask")`` is True (all of them, reshaped to one dimension, when there is
-        no mask). Default ``False``.
+        ``("collector", "mask")`` is True; without a mask, reshape the ``[envs, T]`` batch to one
+        dimension, first marking the last step of each environment's row as truncated
+        (``("next", "truncated")``, and ``("next", "done")`` with it, where the batch has them),
+        so the rows of two environments never read as one trajectory. Default ``False``.
     max_dims : sequence of int, optional
         Only when ``flatten_tensordicts`` is False: pad each batch dimension ``d`` at its end up
         to ``max_dims[d]`` (``-1``: leave that dimension as it is), so batches of varying shape
         fit one storage. Padded frames are zeros (a mask entry is False there).
+    iterate : bool
+        Draw optimisation batches by iterating over the buffer (``iter(replay_buffer)``)
+        instead of sampling: when an iteration ends, :meth:`sample` raises ``StopIteration``
+        and the next call starts a new one. Default ``False``.
 
     Examples
     --------
@@ -53,7 +61,8 @@ class ReplayBufferTrainer(TrainerHookBase):
     >>> collected = TensorDict({"obs": torch.arange(6.0).reshape(2, 3),
     ...                         ("collector", "mask"): torch.tensor([[1, 1, 1], [1, 0, 0]]).bool()},
     ...                        [2, 3])
-    >>> rb_trainer.extend(collected)
+    >>> rb_trainer.extend(collected).batch_size  # what was written
+    torch.Size([4])
     >>> len(rb), sorted(rb[:]["obs"].tolist())
     (4, [0.0, 1.0, 2.0, 3.0])
     >>> rb_trainer.sample(collected).batch_size
@@ -66,22 +75,29 @@ class ReplayBufferTrainer(TrainerHookBase):
 
     def __init__(
         self,
-        replay_buffer: TensorDictReplayBuffer,
+        replay_buffer: ReplayBuffer,
         batch_size: int | None = None,
         memmap: bool = False,
-        device: torch.device | str | int = "cpu",
+        device: torch.device | str | int | None = None,
         flatten_tensordicts: bool = False,
         max_dims: Sequence[int] | None = None,
+        iterate: bool = False,
     ) -> None:
         memmap = check_flag(memmap, "memmap")
         flatten_tensordicts = check_flag(flatten_tensordicts, "flatten_tensordicts")
-        if not isinstance(replay_buffer, TensorDictReplayBuffer):
-            raise TypeError(f"replay_buffer must be a TensorDictReplayBuffer, got "
+        iterate = check_flag(iterate, "iterate")
+        if not isinstance(replay_buffer, ReplayBuffer):
+            raise TypeError(f"replay_buffer must be a ReplayBuffer, got "
                             f"{type(replay_buffer).__name__}.")
+        if replay_buffer.sampler.is_prioritized and not isinstance(replay_buffer,
+                                                                   TensorDictReplayBuffer):
+            raise ValueError("a prioritized sampler needs a TensorDictReplayBuffer here: the "
+                             "hook updates priorities from the loss's batch "
+                             "(update_tensordict_priority), which a plain ReplayBuffer lacks.")
         if batch_size is not None and (isinstance(batch_size, bool)
                                        or not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
-        if batch_size is None and replay_buffer.batch_size is None:
+        if batch_size is None and replay_buffer.batch_size is None and not iterate:
             raise ValueError("batch_size is None and the replay buffer has no batch_size: set "
                              "one of them.")
         if max_dims is not None:
@@ -95,15 +111,17 @@ class ReplayBufferTrainer(TrainerHookBase):
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
         self.memmap = memmap
-        self.device = torch.device(device)
+        self.device = None if device is None else torch.device(device)
         self.flatten_tensordicts = flatten_tensordicts
         self.max_dims = max_dims
+        self.iterate = iterate
+        self._batches: Iterator[Any] | None = None  # the iteration in progress (iterate=True)
 
     # ---- the ops -----------------------------------------------------------------------------
     def _flatten(self, batch: TensorDictBase) -> TensorDictBase:
         mask = batch.get(MASK_KEY, None)
         if mask is None:
-            return batch.reshape(-1)
+            return _rows_cut(batch).reshape(-1)
         if mask.dtype != torch.bool or mask.shape != batch.batch_size:
             raise ValueError(f"{MASK_KEY} must be a bool tensor of the batch's shape "
                              f"{tuple(batch.batch_size)}, got {mask.dtype} of shape "
@@ -122,10 +140,10 @@ class ReplayBufferTrainer(TrainerHookBase):
             pad_size += [0, 0 if limit == -1 else limit - size]
         return pad(batch, pad_size) if any(pad_size) else batch
 
-    def extend(self, batch: TensorDictBase) -> None:
-        """Write ``batch`` into the buffer (flattened or padded first, see the parameters).
-
-        Returns None: the trainer keeps the collected batch as it was.
+    def extend(self, batch: TensorDictBase) -> TensorDictBase:
+        """Write ``batch`` into the buffer (flattened or padded first, see the parameters) and
+        return what was written, as TorchRL's: registered at ``"batch_process"``, it replaces
+        the batch the next ops see. ``batch`` itself is left as it was.
         """
         if not is_tensor_collection(batch):
             raise TypeError(f"extend expects a TensorDict batch, got {type(batch).__name__}.")
@@ -136,14 +154,25 @@ class ReplayBufferTrainer(TrainerHookBase):
         if self.memmap:
             batch = batch.memmap()
         self.replay_buffer.extend(batch)
+        return batch
 
     def sample(self, batch: TensorDictBase | None = None) -> TensorDictBase:
-        """Sample a batch of ``batch_size`` from the buffer, placed on ``device``.
+        """Sample a batch of ``batch_size`` from the buffer (the next batch of the iteration,
+        with ``iterate``), placed on ``device`` when one was given.
 
         ``batch`` (the collected batch the trainer passes) is not used.
         """
-        sample = self.replay_buffer.sample(self.batch_size)
-        return sample.to(self.device)
+        if self.iterate:
+            if self._batches is None:
+                self._batches = iter(self.replay_buffer)
+            try:
+                sample = next(self._batches)
+            except StopIteration:
+                self._batches = None  # (the next call starts a new iteration)
+                raise
+        else:
+            sample = self.replay_buffer.sample(self.batch_size)
+        return sample if self.device is None else sample.to(self.device)
 
     def update_priority(self, batch: TensorDictBase) -> None:
         """Update the priorities of the sampled slots from ``batch[replay_buffer.priority_key]``.
@@ -152,7 +181,8 @@ class ReplayBufferTrainer(TrainerHookBase):
         per-sample outputs into it, so this reads the priorities the loss just computed, at
         the slots in ``batch["index"]``. Does nothing for a buffer that is not prioritized.
         """
-        self.replay_buffer.update_tensordict_priority(batch)
+        if isinstance(self.replay_buffer, TensorDictReplayBuffer):
+            self.replay_buffer.update_tensordict_priority(batch)
 
     # ---- registration and state --------------------------------------------------------------
     def register(self, trainer: Trainer, name: str = "replay_buffer") -> None:
@@ -187,4 +217,25 @@ class ReplayBufferTrainer(TrainerHookBase):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device}, "
                 f"flatten_tensordicts={self.flatten_tensordicts}, max_dims={self.max_dims}, "
-                f"memmap={self.memmap}, replay_buffer={type(self.replay_buffer).__name__})")
+                f"memmap={self.memmap}, iterate={self.iterate}, "
+                f"replay_buffer={type(self.replay_buffer).__name__})")
+
+
+def _rows_cut(batch: TensorDictBase) -> TensorDictBase:
+    """``batch`` (``[envs, T]``, time last) with the last step of each environment's row
+    marked truncated (and done, which is terminated or truncated), in copies of those entries
+    (``batch`` itself unchanged), so that flattened, each row still ends a trajectory. A batch
+    without a ``("next", "truncated")`` entry is returned as it is, as TorchRL does (a done
+    flag alone would read as a termination)."""
+    truncated = batch.get(("next", "truncated"), None)
+    if batch.batch_dims < 2 or not isinstance(truncated, torch.Tensor):
+        return batch
+    last_step = (slice(None),) * (batch.batch_dims - 1) + (-1,)
+    out = batch.copy()  # (shallow: the entries set below are new tensors)
+    for key in (("next", "truncated"), ("next", "done")):
+        flag = batch.get(key, None)
+        if isinstance(flag, torch.Tensor):
+            flag = flag.clone()
+            flag[last_step] = True
+            out.set(key, flag)
+    return out
