@@ -94,3 +94,21 @@ def test_scratch_dir_directory_still_works(tmp_path: Path) -> None:
         rb.extend(TensorDict({"a": torch.arange(3)}, [3]))
         assert storage.scratch_dir == Path(where).resolve() and len(rb) == 3
         storage.cleanup()
+
+
+def test_a_temporary_directory_object_is_its_directory(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchRL's tutorial passes the ``TemporaryDirectory`` itself (TorchRL then writes into a
+    directory named after its repr, in the working directory)."""
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    holder = tempfile.TemporaryDirectory(dir=tmp_path)
+    storage = LazyMemmapStorage(8, scratch_dir=holder)
+    rb = TensorDictReplayBuffer(storage=storage, batch_size=2)
+    rb.extend(TensorDict({"a": torch.arange(3)}, [3]))
+    assert storage.scratch_dir == Path(holder.name).resolve() and len(rb) == 3
+    assert os.listdir(tmp_path) == [os.path.basename(holder.name)]  # nothing else written
+    assert not storage.auto_cleanup  # (the TemporaryDirectory removes it)
+    del rb, storage
+    holder.cleanup()

@@ -98,10 +98,12 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
     ----------
     max_size : int
         Capacity in slots.
-    scratch_dir : str or path-like, optional
+    scratch_dir : str, path-like or tempfile.TemporaryDirectory, optional
         Directory of the memory-mapped files, created if absent. ``None`` creates a temporary
-        directory. Anything other than a str or path-like object raises ``TypeError``; ``""``
-        raises ``ValueError``; a path naming a file (or below one) ``NotADirectoryError``.
+        directory; a ``tempfile.TemporaryDirectory`` is its directory (removed when that
+        object is cleaned up: keep it as long as the storage). Anything else than these raises
+        ``TypeError``; ``""`` raises ``ValueError``; a path naming a file (or below one)
+        ``NotADirectoryError``.
     auto_cleanup : bool, optional
         Remove the scratch directory when the storage is garbage-collected in the process
         that created it, or when that process exits (normally, or on Ctrl+C / SIGINT).
@@ -172,6 +174,8 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
                          compilable=compilable, cleanup_memmap=False)  # (TorchRL's value)
         self._out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.existsok = existsok
+        if isinstance(scratch_dir, tempfile.TemporaryDirectory):  # (as TorchRL's tutorial)
+            scratch_dir = scratch_dir.name
         if scratch_dir is not None and not isinstance(scratch_dir, (str, os.PathLike)):
             raise TypeError("scratch_dir must be a str, a path-like object or None, got "
                             f"{scratch_dir!r} ({type(scratch_dir).__name__}).")
