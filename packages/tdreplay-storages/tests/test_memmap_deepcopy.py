@@ -56,3 +56,24 @@ def test_an_empty_storage_copies_and_pickles_still_share(make):
     same_files = pickle.loads(pickle.dumps(storage))  # what another process receives
     same_files.set(torch.tensor([3]), _rows([4]))
     assert len(storage) == 4 and storage[:]["x"].tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_a_deep_copy_keeps_the_write_generations(make):
+    """Without them, the copy's samples carried generation -1 and every ``update_if_present``
+    through the copy was skipped as stale."""
+    from tdreplay.core import RoundRobinWriter
+
+    rb = TensorDictReplayBuffer(storage=make(), writer=RoundRobinWriter(track_generations=True))
+    rb.extend(_rows(range(10)))  # wraps: rows 0 and 1 are in their second generation
+    copied = copy.deepcopy(rb)
+    slots = torch.arange(8)
+    assert copied.writer.generations_of(slots).tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    result = copied.update_if_present(index=slots[:3], generation=rb.writer.generations_of(
+        slots[:3]), patch={"x": torch.full((3,), -1.0)})
+    assert result.updated.tolist() == [True, True, True]
+    assert copied[:3]["x"].tolist() == [-1.0, -1.0, -1.0]
+    assert rb[:3]["x"].tolist() == [8.0, 9.0, 2.0]  # the original is its own
+    copied.extend(_rows([50]))  # the copy's stamps advance on their own
+    assert copied.writer.generations_of(slots[2:3]).tolist() == [1]
+    assert rb.writer.generations_of(slots[2:3]).tolist() == [0]

@@ -290,6 +290,8 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
             copied.load_state_dict(self.state_dict())
         # the writers' cursor and write count live in the storage's shared memory
         copied.shared_writer_counters()[:] = self.shared_writer_counters()
+        if self.slot_generations is not None:  # (the rows' write generations, when tracked)
+            copied.slot_generations = copy.deepcopy(self.slot_generations, memo)
         return copied
 
     def empty_copy(self, checkpointer: StorageCheckpointerBase[Any]) -> LazyMemmapStorage:
