@@ -15,7 +15,7 @@ import time
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, is_tensorclass
 
 from tdreplay.core import ListStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
 from tdreplay.core.buffer_conditional import UpdateQueue
@@ -124,6 +124,21 @@ def test_versions_reject_older_records():
     assert result.version_rejected.tolist() == [True, False, False, False]
     assert _values(rb) == [1.0, 9.0, 9.0, 9.0]
     assert rb[:]["version"].tolist() == [5, 7, 3, 3]
+
+
+def test_the_result_is_a_tensorclass_over_the_records():  # (as TorchRL's)
+    rb = _rb()
+    index = _fill(rb, [0.0] * 4)
+    handle = rb.writer.generations_of(index)
+    _fill(rb, [-1.0])  # row 0 rewritten: its handle is stale
+    result = rb.update_if_present(index=index, generation=handle, patch={"value": torch.ones(4)},
+                                  version_key="version", version=torch.tensor([1, 1, 0, 1]),
+                                  require_newer=True)
+    assert is_tensorclass(result) and len(result) == 4 and result.batch_size == (4,)
+    assert (result[0].updated.item(), result[0].version_rejected.item()) == (False, False)
+    assert result[1:].updated.tolist() == [True, False, True]
+    assert result[1:].version_rejected.tolist() == [False, True, False]
+    assert (result[1:].updated_count, result[1:].version_rejected_count) == (2, 1)
 
 
 def test_updates_run_in_submission_order(delayed_jobs):

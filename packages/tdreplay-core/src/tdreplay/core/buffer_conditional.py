@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection, unravel_key
+from tensordict import TensorClass, TensorDictBase, is_tensor_collection, unravel_key
 
 from .fork_safety import ForkGuard, guard_forks
 from .sampler import Sampler
@@ -44,18 +44,31 @@ __all__ = ["UPDATE_WAIT_TIMEOUT_S", "ConditionalUpdateMixin", "ConditionalUpdate
 UPDATE_WAIT_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class ConditionalUpdateResult:
+class ConditionalUpdateResult(TensorClass["nocast"]):  # type: ignore[type-arg,name-defined]
     """What :meth:`ConditionalUpdateMixin.update_if_present` did, record by record.
 
     ``updated``: bool tensor in the order of the indices passed, True where the record was
     live and got the patch. ``version_rejected``: with ``version_key`` only (else ``None``),
     True where the record was live but lost the version comparison. Every record is in exactly
     one of updated / version_rejected / stale.
+
+    A tensorclass, as TorchRL's: its batch size is the records' (``updated.shape`` unless
+    given), so ``len(result)``, ``result[i]`` and ``result.to(device)`` work as on a
+    TensorDict.
+
+    Examples
+    --------
+    >>> result = ConditionalUpdateResult(torch.tensor([True, False, True]))
+    >>> len(result), result.updated_count, result.stale_count, result[1].updated.item()
+    (3, 2, 1, False)
     """
 
     updated: torch.Tensor
     version_rejected: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not self.batch_size and self.updated.ndim:  # (no batch size given: the records')
+            self.batch_size = self.updated.shape
 
     @property
     def updated_count(self) -> int:
