@@ -518,12 +518,17 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 "update_priority(index, priority).")
         data, dim = self._prepare_batch(data)
         with self._write_lock(data):
-            slots = self._write_batch(data)
-            if dim:
-                return self._written_as_given(slots, data, dim)
-            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
-            kept = self._writer.written_positions
-            return slots if kept is None else _per_batch_row(slots, kept, leading_dim(data))
+            return self._slots_as_given(self._write_batch(data), data, dim)
+
+    def _slots_as_given(self, slots: torch.Tensor, data: Any, dim: int) -> torch.Tensor:
+        """The ``slots`` written for ``data`` (the batch :meth:`_prepare_batch` made), in the
+        layout of the batch ``extend`` got: one entry per row, ``-1`` for a row the writer did
+        not keep (e.g. ``TensorDictMaxValueWriter``'s, which says which it kept), ``dim``
+        moved back."""
+        kept = self._writer.written_positions
+        if kept is not None:
+            slots = _per_batch_row(slots, kept, leading_dim(data))
+        return self._written_as_given(slots, data, dim)
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
@@ -745,24 +750,33 @@ class TensorDictReplayBuffer(ReplayBuffer):
         rows_given = (tensordicts.batch_size[0]
                       if priority is not None and not dim and tensordicts.batch_dims else -1)
         with self._write_lock(data):
-            slots = self._written_as_given(self._write_batch(data, priority, rows_given),
-                                           data, dim)
-            # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
-            kept = self._writer.written_positions if not dim else None
-            aligned = bool(slots.numel()) and _leads(slots.shape, tensordicts.batch_size)
-            if priority is not None and not _one_slot_per_row(slots, rows_given):
-                if aligned:
-                    self._sampler.update_priority(slots, priority, storage=self._storage)
-                elif kept is not None and slots.numel():
-                    given = tensordicts.get(self.priority_key)  # (checked: the rows kept)
-                    self._sampler.update_priority(slots, given[kept], storage=self._storage)
-                elif slots.numel():
-                    warnings.warn(
-                        f"the writer kept {slots.shape[0]} of {tensordicts.batch_size[0]} rows: "
-                        f"their {self.priority_key!r} cannot be matched to the rows written, "
-                        "which get the max priority instead.", stacklevel=2)
-            return slots if kept is None else _per_batch_row(slots, kept,
-                                                              tensordicts.batch_size[0])
+            written = self._write_batch(data, priority, rows_given)
+            if priority is not None and written.numel() and not _one_slot_per_row(written,
+                                                                                  rows_given):
+                self._prioritize_written(written, priority, data, dim, tensordicts)
+            return self._slots_as_given(written, data, dim)
+
+    def _prioritize_written(self, written: torch.Tensor, priority: Any, data: Any, dim: int,
+                            given: TensorDictBase) -> None:
+        """Give the slots ``written`` (the writer's result for ``data``, the batch ``given``
+        prepared) the batch's ``priority`` (checked) where the write did not."""
+        batch_size = given.batch_size
+        # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
+        kept = self._writer.written_positions
+        if kept is not None:
+            rows = given.get(self.priority_key)  # (checked) the kept rows', along dim first
+            if rows.ndim > dim:
+                rows = (rows.transpose(0, dim) if dim else rows)[kept]
+            self._sampler.update_priority(written, rows, storage=self._storage)
+            return
+        slots = self._written_as_given(written, data, dim)
+        if _leads(slots.shape, batch_size):
+            self._sampler.update_priority(slots, priority, storage=self._storage)
+        else:
+            warnings.warn(
+                f"the writer kept {slots.shape[0]} of {batch_size[0]} rows: their "
+                f"{self.priority_key!r} cannot be matched to the rows written, which get the "
+                "max priority instead.", stacklevel=3)
 
     def _without_bookkeeping(self, td: TensorDictBase, present: Any = None) -> TensorDictBase:
         """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item

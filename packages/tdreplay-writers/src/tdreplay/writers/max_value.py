@@ -92,8 +92,13 @@ class TensorDictMaxValueWriter(Writer):
       TorchRL's would.
     - :meth:`add` returns the row written, or an empty tensor when the item was not kept (a
       buffer's ``add`` then returns ``None``, as TorchRL's).
-    - Storages of several dims (``ndim=2``: a row holds ``[T]`` steps) are ranked row by row,
-      with the rank reduced over the row (``reduction``); TorchRL refuses them.
+    - Storages of several dims are ranked row by row, with the rank reduced over the row
+      (``reduction``); TorchRL refuses them. The rows are the batch's slices along the buffer's
+      ``dim_extend``: with ``dim_extend=0`` a ``[B, T]`` batch offers ``B`` rows of ``T``
+      steps (trajectories); with ``dim_extend=1`` (an ``ndim=2`` storage's default) it offers
+      ``T`` rows, one time step of the ``B`` environments each (feed ``[T, B]`` batches to
+      rank trajectories). ``extend`` returns the slots in the batch's layout, ``-1`` where
+      a row was not kept.
     - ``rb[index] = value`` bypasses the writer: the heap keeps the ranks the rows had when the
       writer wrote them.
     - The writer changes its heap only after the storage accepted the write: data the storage
