@@ -87,3 +87,26 @@ def test_a_bad_batch_is_refused_even_when_no_row_ranks_high_enough(bad):
     assert rb[:]["x"].tolist() == [10.0, 11.0, 12.0, 13.0]
     assert rb.extend(rows([1.0, 2.0])).tolist() == [-1, -1]  # good low-ranked data: not kept
     assert rb.writer.state_dict()["age"] == writer_before["age"] + 2
+
+
+@pytest.mark.parametrize("saved_rows", [1, 9])
+def test_a_heap_that_does_not_rank_the_saved_rows_is_refused(saved_rows):
+    """A writer state of another storage state (fewer ranked rows: the next write landed on a
+    kept row, rank 20 replaced by rank 1; more: the next extend failed) is refused before the
+    buffer changes."""
+    full = make(4)
+    full.extend(rows([10.0, 20.0, 30.0, 40.0]))
+    other = make(10)
+    other.extend(rows(range(saved_rows)))
+    state = full.state_dict()
+    state["_writer"] = other.state_dict()["_writer"]
+    rb = make(4)
+    rb.extend(rows([5.0]))
+    writer_before = rb.writer.state_dict()
+    with pytest.raises(ValueError, match=f"ranks {saved_rows} rows but the storage state holds 4"):
+        rb.load_state_dict(state)
+    assert len(rb) == 1 and rb[:][0]["x"].item() == 5.0
+    assert _same(rb.writer.state_dict(), writer_before)
+    rb.load_state_dict(full.state_dict())  # its own writer state loads
+    rb.extend(rows([1.0]))  # ranks below every kept row: not written
+    assert sorted(item["x"].item() for item in rb[:]) == [10.0, 20.0, 30.0, 40.0]

@@ -358,6 +358,16 @@ class TensorDictMaxValueWriter(Writer):
                              "integer tensors.")
         check_state_counter(state_dict["age"], "age", type(self).__name__)  # (write_count: base)
 
+    def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
+        """``ValueError`` unless the saved heap ranks exactly the ``rows`` rows of the storage
+        state restored with it: a row without a rank would never be replaced, and the next
+        write would land on a kept row (one ranked, not there, fails the next ``extend``)."""
+        kept = state_dict["heap_rows"].numel()
+        if kept != rows:
+            raise ValueError(f"{type(self).__name__} state_dict ranks {kept} rows but the "
+                             f"storage state holds {rows}: the heap must rank every written "
+                             "row (a writer state saved with another storage state?).")
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         heap = list(zip(state_dict["heap_ranks"].tolist(),
