@@ -51,3 +51,18 @@ def test_reading_and_checkpointing_still_work(tmp_path):
     restored.loads(tmp_path / "ds")
     assert restored[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
     assert restored.writer.state_dict() == {"write_count": 0}
+
+
+def test_empty_is_refused_and_the_buffer_keeps_its_items():
+    """As TorchRL's ("This dataset doesn't allow writing"): a dataset is not emptied either."""
+    rb = dataset_buffer()
+    with pytest.raises(RuntimeError, match="Cannot empty an immutable dataset"):
+        rb.empty()
+    with pytest.raises(RuntimeError, match="Cannot empty an immutable dataset"):
+        rb.writer.empty()
+    assert len(rb) == 4 and rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    # a buffer reading the same storage is not emptied either (its empty would empty both)
+    other = TensorDictReplayBuffer(storage=rb.storage, batch_size=2)
+    with pytest.raises(RuntimeError, match="Cannot empty an immutable dataset"):
+        other.empty()
+    assert len(rb) == len(other) == 4

@@ -28,6 +28,7 @@ from .sampler import Sampler
 from .storage import Storage
 from .storage_readers import StorageReaders
 from .utils import as_long_tensor
+from .writer import Writer
 
 _NO_READERS = StorageReaders()  # what a buffer whose parts wait for their first use holds
 
@@ -42,6 +43,7 @@ class StorageReadersMixin:
 
     _storage: Storage
     _sampler: Sampler
+    _writer: Writer
     _readers: StorageReaders = _NO_READERS
     _lock: AbstractContextManager[Any]  # (the buffer's lock: it can share a thread lock)
 
@@ -114,6 +116,13 @@ class StorageReadersMixin:
     def _tell_readers_edited(self, keys: list[Any] | None) -> None:
         for other in self._readers.others(self):
             other.sampler.mark_edited(keys)
+
+    def _check_emptiable(self) -> None:
+        """Raise (before anything changes) unless this buffer's writer and those of the other
+        buffers reading the storage allow an ``empty`` (a dataset's writer refuses)."""
+        self._writer.check_empty()
+        for other in self._readers.others(self):
+            other.writer.check_empty()
 
     def _tell_readers_emptied(self, empty_write_count: bool) -> None:
         for other in self._readers.others(self):

@@ -205,6 +205,16 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
             return {}
         return {"index_generation": self.generations_of(index)}
 
+    def check_empty(self) -> None:
+        """Raise unless the buffer may be emptied (``ReplayBuffer.empty`` asks before anything
+        changes); the base allows it. ``ImmutableDatasetWriter`` refuses (``RuntimeError``),
+        as TorchRL's.
+
+        Examples
+        --------
+        >>> RoundRobinWriter().check_empty()  # nothing to refuse
+        """
+
     def empty(self, empty_write_count: bool = True) -> None:
         """Forget the write position (and the write count when ``empty_write_count``).
 

@@ -149,8 +149,14 @@ class WriterEnsemble(MembersShareable, Writer):
         raise AttributeError("the write count of a WriterEnsemble is the sum of its writers' "
                              "counts and cannot be set: set it on one writer (writers[i]).")
 
+    def check_empty(self) -> None:
+        """Every writer's :meth:`~tdreplay.core.Writer.check_empty` (before any is emptied)."""
+        for writer in self._writers:
+            writer.check_empty()
+
     def empty(self, empty_write_count: bool = True) -> None:
         check_flag(empty_write_count, "empty_write_count")  # (before any writer is emptied)
+        self.check_empty()
         for writer in self._writers:
             writer.empty(empty_write_count)
 

@@ -10,9 +10,10 @@ from tdreplay.core import Writer
 class ImmutableDatasetWriter(Writer):
     """A writer that refuses every write: datasets are read-only.
 
-    Dataset replay buffers (e.g. ``MinariExperienceReplay``) use it so that ``add`` and
-    ``extend`` raise instead of overwriting the dataset. Both raise ``RuntimeError`` before
-    anything changes; sampling, indexing and checkpointing work as usual.
+    Dataset replay buffers (e.g. ``MinariExperienceReplay``) use it so that ``add``,
+    ``extend`` and ``empty`` raise instead of overwriting the dataset. They raise
+    ``RuntimeError`` before anything changes; sampling, indexing and checkpointing work as
+    usual.
 
     Examples
     --------
@@ -41,3 +42,12 @@ class ImmutableDatasetWriter(Writer):
     def extend(self, data: Any) -> NoReturn:
         """Always raises ``RuntimeError``: a dataset cannot be written to."""
         self._refuse("extend")
+
+    def check_empty(self) -> NoReturn:
+        """Always raises ``RuntimeError``: a dataset cannot be emptied (``rb.empty()`` asks
+        before anything changes), as TorchRL's."""
+        self._refuse("empty")
+
+    def empty(self, empty_write_count: bool = True) -> NoReturn:
+        """Always raises ``RuntimeError``: a dataset cannot be emptied."""
+        self._refuse("empty")
