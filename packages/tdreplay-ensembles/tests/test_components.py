@@ -243,7 +243,7 @@ def test_sampler_ensemble_generator_makes_draws_reproducible():
         ({"p": [-1.0, 2.0]}, ValueError, "p must hold non-negative weights"),
         ({"p": [0.0, 0.0]}, ValueError, "p must give at least one buffer a positive weight"),
         ({"p": [float("nan"), 1.0]}, ValueError, "p must hold finite weights"),
-        ({"p": "ab"}, TypeError, "p must be a sequence"),
+        ({"p": "ab"}, ValueError, "p must be a sequence .* or .sampleable.* got .ab."),
         ({"p": ["a", "b"]}, TypeError, "p must hold numbers"),
         ({"p": torch.tensor([True, False])}, TypeError, "p must hold real numbers"),
         ({"p": [0.5, 0.5], "sample_from_all": True}, ValueError, "p and sample_from_all"),

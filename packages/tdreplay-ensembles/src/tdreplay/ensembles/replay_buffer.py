@@ -169,7 +169,7 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
     collate_fns : list of callables, optional
         The ``collate_fn`` of each buffer. Taken from the buffers (or their storages' defaults)
         when not given.
-    p : sequence of float or Tensor, optional
+    p : sequence of float, Tensor or ``"sampleable"``, optional
         Relative weight of each buffer (see :class:`SamplerEnsemble`). Not compatible with
         ``sample_from_all``.
     sample_from_all : bool
@@ -244,7 +244,7 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         batch_size: int | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         collate_fns: Sequence[Callable[[Any], Any]] | None = None,
-        p: Sequence[float] | torch.Tensor | None = None,
+        p: Sequence[float] | torch.Tensor | str | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
         routing_key: Any = None,
@@ -408,7 +408,7 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             batch_size=self._batch_size,
             collate_fn=self._parts.join,
             collate_fns=[self._parts.collate_fns[i] for i in positions],
-            p=None if p is None else p[positions],
+            p=p[positions] if isinstance(p, torch.Tensor) else p,
             sample_from_all=self._sampler_ensemble.sample_from_all,
             num_buffer_sampled=self._sampler_ensemble.requested_num_buffer_sampled,
             pin_memory=self._pin_memory,

@@ -36,17 +36,25 @@ from ._members import (
 from .collate import stack_parts
 from .storage import StorageEnsemble
 
+#: ``p="sampleable"``: weights recomputed at each draw from what each buffer can give
+SAMPLEABLE = "sampleable"
 
-def _check_p(p: Any, n: int) -> torch.Tensor | None:
-    """``p`` as float64 weights summing to 1, or ``None``; errors name ``p``."""
+
+def _check_p(p: Any, n: int) -> torch.Tensor | str | None:
+    """``p`` as float64 weights summing to 1, ``"sampleable"`` or ``None``; errors name ``p``."""
     if p is None:
         return None
+    if isinstance(p, str):
+        if p != SAMPLEABLE:
+            raise ValueError(f"p must be a sequence or a tensor of weights, or {SAMPLEABLE!r} "
+                             f"(the only dynamic weighting), got {p!r}.")
+        return SAMPLEABLE
     if isinstance(p, torch.Tensor):
         if p.dtype is torch.bool or p.is_complex():
             raise TypeError(f"p must hold real numbers, got a tensor of dtype {p.dtype}.")
         weights = p.detach().to(device="cpu", dtype=torch.float64)
     else:
-        if isinstance(p, (str, bytes)) or not isinstance(p, (Sequence, np.ndarray)):
+        if isinstance(p, bytes) or not isinstance(p, (Sequence, np.ndarray)):
             raise TypeError(f"p must be a sequence or a tensor of weights, got {type(p).__name__}.")
         try:
             weights = torch.as_tensor(np.asarray(p, dtype=np.float64))
@@ -101,9 +109,12 @@ class SamplerEnsemble(MembersShareable, Sampler):
     ----------
     *samplers : Sampler
         One sampler per buffer.
-    p : sequence of float or Tensor, optional
+    p : sequence of float, Tensor or ``"sampleable"``, optional
         Relative weight of each buffer when drawing buffers (normalised to sum to 1). Without
-        it, buffers are drawn uniformly. Not compatible with ``sample_from_all``.
+        it, buffers are drawn uniformly. ``"sampleable"`` (as TorchRL's) weighs each buffer by
+        how many items it can be sampled from now (``Sampler.sampleable_count``), leaving out
+        those that cannot give a part (empty ones, a ``drop_last`` sampler short of a part).
+        Not compatible with ``sample_from_all``.
     sample_from_all : bool
         Every batch takes one part from every buffer, in order. Defaults to ``False``.
     num_buffer_sampled : int, optional
@@ -118,7 +129,10 @@ class SamplerEnsemble(MembersShareable, Sampler):
     each buffer. ``num_buffer_sampled`` is the number of parts; above the number of buffers,
     some buffer necessarily supplies several parts. Before anything is drawn, every buffer
     that can be drawn (weight > 0) must hold data, so sampling fails the same way whatever
-    the draw.
+    the draw. As TorchRL's, each buffer drawn is sampled once for all its parts, buffers in
+    the order of their ids, and a sampler that gives fewer items than asked (a
+    ``SamplerWithoutReplacement`` at the end of an epoch) is asked again for the rest, so
+    every part is full.
 
     It is shareable between processes only if every sampler is (``shareable``: not a
     prioritized sampler, whose trees live in one process); otherwise ``check_shareable()``,
@@ -147,7 +161,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
     True
     """
 
-    def __init__(self, *samplers: Sampler, p: Sequence[float] | torch.Tensor | None = None,
+    def __init__(self, *samplers: Sampler, p: Sequence[float] | torch.Tensor | str | None = None,
                  sample_from_all: bool = False, num_buffer_sampled: int | None = None) -> None:
         if not samplers:
             raise ValueError("SamplerEnsemble needs at least one sampler.")
@@ -184,12 +198,13 @@ class SamplerEnsemble(MembersShareable, Sampler):
         return self._samplers
 
     @property
-    def p(self) -> torch.Tensor | None:
-        """Normalised weights of the buffers (``None``: uniform)."""
+    def p(self) -> torch.Tensor | str | None:
+        """Normalised weights of the buffers (``None``: uniform; ``"sampleable"``: from what
+        each can give at each draw)."""
         return self._p
 
     @p.setter
-    def p(self, value: Sequence[float] | torch.Tensor | None) -> None:
+    def p(self, value: Sequence[float] | torch.Tensor | str | None) -> None:
         if value is not None and self._sample_from_all:
             raise ValueError("p cannot be set while sample_from_all=True.")
         self._p = _check_p(value, len(self._samplers))
@@ -226,13 +241,22 @@ class SamplerEnsemble(MembersShareable, Sampler):
         return self._num_buffer_sampled
 
     # ---- sampling -------------------------------------------------------------------------------
-    def _draw_buffers(self) -> torch.Tensor:
+    def _draw_buffers(self, storage: StorageEnsemble, part_size: int) -> torch.Tensor:
         n, parts = len(self._samplers), self.num_buffer_sampled
         if self._sample_from_all:
             return torch.arange(n)
-        if self._p is None:
+        p = self._p
+        if isinstance(p, str):  # "sampleable": what each buffer can give now
+            p = torch.tensor([float(sampler.sampleable_count(member))
+                              if sampler.can_sample(member, part_size) else 0.0
+                              for sampler, member in zip(self._samplers, storage.storages)],
+                             dtype=torch.float64)
+            if not bool(p.any()):
+                raise RuntimeError("cannot sample: none of the ensemble's buffers can give a "
+                                   f"part of {part_size} items (p='sampleable').")
+        if p is None:
             return torch.randint(n, (parts,), generator=self._rng)
-        return torch.multinomial(self._p, parts, replacement=True, generator=self._rng)
+        return torch.multinomial(p, parts, replacement=True, generator=self._rng)
 
     # the base returns a tensor of slots; an ensemble's index is a TensorDict ("index",
     # "buffer_ids") or a list of them, which StorageEnsemble.get and the ensemble buffer read
@@ -255,26 +279,52 @@ class SamplerEnsemble(MembersShareable, Sampler):
         if batch_size % parts:
             raise ValueError(f"batch_size={batch_size} cannot be split evenly among "
                              f"num_buffer_sampled={parts} buffers: use a multiple of {parts}.")
-        drawable = range(len(self._samplers)) if self._p is None \
-            else self._p.nonzero().reshape(-1).tolist()
-        empty = [i for i in drawable if len(storage.storages[i]) == 0]
-        if empty:
-            raise RuntimeError(f"cannot sample: buffer(s) {empty} of the ensemble are empty "
-                               "(extend them with rb[i].extend(...), or give them weight 0 in p).")
+        p = self._p
+        if not isinstance(p, str):  # ("sampleable" leaves out the buffers without items)
+            drawable = range(len(self._samplers)) if p is None \
+                else p.nonzero().reshape(-1).tolist()
+            empty = [i for i in drawable if len(storage.storages[i]) == 0]
+            if empty:
+                raise RuntimeError(f"cannot sample: buffer(s) {empty} of the ensemble are empty "
+                                   "(extend them with rb[i].extend(...), or give them weight 0 "
+                                   "in p).")
         part_size = batch_size // parts
-        buffer_ids = self._draw_buffers().tolist()
-        indices, infos = [], []
+        buffer_ids = self._draw_buffers(storage, part_size).tolist()
+        indices: list[Any] = [None] * parts
+        infos: list[Any] = [None] * parts
         mark = self.draw_mark()  # a member refusing its part: the parts drawn are given back
         try:
-            for buffer_id in buffer_ids:
-                index, info = self._samplers[buffer_id].sample(storage.storages[buffer_id],
-                                                               part_size)
-                indices.append(torch.as_tensor(index, dtype=torch.long))
-                infos.append(info)
+            for member in sorted(set(buffer_ids)):  # each buffer drawn once, in id order
+                positions = [k for k, drawn in enumerate(buffer_ids) if drawn == member]
+                index, info = self._draw_member(member, storage.storages[member],
+                                                part_size * len(positions))
+                for j, k in enumerate(positions):
+                    indices[k] = index[j * part_size:(j + 1) * part_size]
+                    infos[k] = _info_part(info, j * part_size, part_size, index.shape[0])
         except BaseException:
             self.undo_draws(mark)
             raise
         return _ensemble_index(indices, buffer_ids), _stack_infos(infos)
+
+    def _draw_member(self, member: int, storage: Storage, count: int
+                     ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``count`` items of buffer ``member``: its sampler asked again for the rest while
+        it gives fewer (the end of a ``SamplerWithoutReplacement`` epoch), as TorchRL's."""
+        sampler = self._samplers[member]
+        indices, infos, remaining = [], [], count
+        while remaining:
+            index, info = sampler.sample(storage, remaining)
+            index = torch.as_tensor(index, dtype=torch.long)
+            got = index.shape[0] if index.ndim else 1
+            if not got or got > remaining:
+                raise RuntimeError(f"the sampler of buffer {member} gave {got} items for a "
+                                   f"request of {remaining}.")
+            indices.append(index.reshape(got, *index.shape[1:]))
+            infos.append(info)
+            remaining -= got
+        if len(indices) == 1:
+            return indices[0], infos[0]
+        return torch.cat(indices), _cat_infos(infos, [i.shape[0] for i in indices])
 
     def draw_mark(self) -> list[tuple[Sampler, Any]]:
         """The marks of the members whose draws change state (each member once): what
@@ -381,7 +431,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
             return self._samplers[positions]
         return SamplerEnsemble(
             *(self._samplers[i] for i in positions),
-            p=None if self._p is None else self._p[positions],
+            p=self._p[positions] if isinstance(self._p, torch.Tensor) else self._p,
             sample_from_all=self._sample_from_all,
             num_buffer_sampled=self._num_buffer_sampled,
         )
@@ -437,7 +487,8 @@ class SamplerEnsemble(MembersShareable, Sampler):
         return commit
 
     def __repr__(self) -> str:
-        p = None if self._p is None else [round(w, 6) for w in self._p.tolist()]
+        p = self._p if not isinstance(self._p, torch.Tensor) \
+            else [round(w, 6) for w in self._p.tolist()]
         body = textwrap.indent(
             f"samplers=({', '.join(map(repr, self._samplers))}),\np={p},\n"
             f"sample_from_all={self._sample_from_all},\n"
@@ -459,6 +510,27 @@ def _ensemble_index(indices: list[torch.Tensor], buffer_ids: list[int]
     return [TensorDict({"index": index, "buffer_ids": torch.full_like(index, buffer_id)},
                        batch_size=index.shape)
             for index, buffer_id in zip(indices, buffer_ids)]
+
+
+def _info_part(info: dict[str, Any], start: int, size: int, total: int) -> dict[str, Any]:
+    """The entries of a member's ``info`` (for its ``total`` items) for its items ``start`` to
+    ``start + size``: per-item tensors sliced, other entries as they are."""
+    return {key: value[start:start + size]
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == total
+            else value for key, value in info.items()}
+
+
+def _cat_infos(infos: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
+    """One info for draws of ``counts`` items each: per-item tensors concatenated, other
+    entries the first draw's."""
+    merged = dict(infos[0])
+    for key in infos[0]:
+        values = [info.get(key) for info in infos]
+        tensors = [v for v, c in zip(values, counts)
+                   if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == c]
+        if len(tensors) == len(values):
+            merged[key] = torch.cat(tensors)
+    return merged
 
 
 def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
