@@ -75,11 +75,11 @@ class TestCatTensors:
 class TestUnsqueeze:
     def test_forward_and_inverse(self):
         t = UnsqueezeTransform(-1, in_keys=["reward", ("agent", "vel")], out_keys=["r", "v"],
-                               in_keys_inv=["r"], out_keys_inv=["reward_back"])
+                               in_keys_inv=["reward_back"], out_keys_inv=["r"])
         out = t(td3())
         assert out["r"].shape == (3, 1) and out["v"].shape == (3, 3, 1)
         assert torch.equal(out["r"][:, 0], out["reward"])
-        back = t.inv(out)
+        back = t.inv(out)  # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
         assert back["reward_back"].shape == (3,)
         assert "reward_back" not in out.keys()  # inverse works on a copy
 
@@ -147,7 +147,7 @@ class TestDTypeCast:
 
     def test_listed_keys(self):
         t = DTypeCastTransform(torch.int64, torch.float64, in_keys=["step"], out_keys=["stepf"],
-                               in_keys_inv=["stepf"], out_keys_inv=["step_back"])
+                               in_keys_inv=["step_back"], out_keys_inv=["stepf"])
         out = t(td3())
         assert out["stepf"].dtype == torch.float64 and out["pos"].dtype == torch.float32
         assert t.inv(out)["step_back"].dtype == torch.int64

@@ -29,7 +29,10 @@ class Transform:
     in_keys, out_keys : sequence of nested keys
         Entries read and written on sample. ``out_keys`` defaults to ``in_keys``.
     in_keys_inv, out_keys_inv : sequence of nested keys
-        Entries read and written on extend (only when the transform is inverted).
+        The inverse's entries, applied on extend (only when the transform is inverted), in
+        TorchRL's direction: ``out_keys_inv[i]`` (the name in the data given to ``extend``) is
+        read and ``in_keys_inv[i]`` (the stored name) written. ``out_keys_inv`` defaults to
+        ``in_keys_inv``.
 
     Examples
     --------
@@ -155,8 +158,8 @@ class Transform:
         if not self.in_keys_inv:
             return data
         data = data.copy()
-        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
-            data.set(out_key, self._inv_apply_transform(self._get(data, in_key)))
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):  # out read, in written
+            data.set(in_key, self._inv_apply_transform(self._get(data, out_key)))
         return data
 
     def _get(self, data: TensorDictBase, key: NestedKey) -> Any:

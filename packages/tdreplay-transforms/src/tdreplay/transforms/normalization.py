@@ -34,7 +34,8 @@ class ObservationNorm(Transform):
     out_keys : sequence of nested keys, optional
         Where they go; defaults to ``in_keys``.
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries mapped back on extend (nothing happens on extend without them).
+        Entries mapped back on extend (nothing happens on extend without them):
+        ``out_keys_inv[i]`` read, ``in_keys_inv[i]`` written, as TorchRL's.
     standard_normal : bool
         Standardise (``(obs - loc) / scale``) instead of ``obs * scale + loc``.
     eps : float, optional

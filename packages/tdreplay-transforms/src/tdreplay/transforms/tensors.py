@@ -234,7 +234,8 @@ class UnsqueezeTransform(Transform):
     in_keys, out_keys : sequence of nested keys
         Entries unsqueezed on sample.
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries squeezed at ``dim`` on extend. As TorchRL's (``tensor.squeeze(dim)``), an entry
+        Entries squeezed at ``dim`` on extend (``out_keys_inv[i]`` read, ``in_keys_inv[i]``
+        written, as TorchRL's). As TorchRL's (``tensor.squeeze(dim)``), an entry
         whose dimension ``dim`` is not of size one is written unchanged; an entry with no
         dimension ``dim`` at all raises :class:`DimOutOfRangeError` (a ``ValueError`` and
         TorchRL's ``IndexError``) naming it, and nothing is written.
@@ -318,7 +319,8 @@ class UnsqueezeTransform(Transform):
         if not self.in_keys_inv:
             return data
         data = require_tensordict(self, data).copy()
-        return self._squeeze(data, self.in_keys_inv, self.out_keys_inv, need_singleton=False)
+        # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
+        return self._squeeze(data, self.out_keys_inv, self.in_keys_inv, need_singleton=False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim}, keys={self.in_keys})"
@@ -375,7 +377,8 @@ class SqueezeTransform(UnsqueezeTransform):
         if not self.in_keys_inv:
             return data
         data = require_tensordict(self, data).copy()
-        return self._unsqueeze(data, self.in_keys_inv, self.out_keys_inv)
+        # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
+        return self._unsqueeze(data, self.out_keys_inv, self.in_keys_inv)
 
 
 class DTypeCastTransform(Transform):
@@ -389,7 +392,8 @@ class DTypeCastTransform(Transform):
         Entries cast on sample. When ``in_keys`` is not given, every entry of dtype ``dtype_in``
         is cast.
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries cast back to ``dtype_in`` on extend. When neither ``in_keys`` nor ``in_keys_inv``
+        Entries cast back to ``dtype_in`` on extend (``out_keys_inv[i]`` read,
+        ``in_keys_inv[i]`` written, as TorchRL's). When neither ``in_keys`` nor ``in_keys_inv``
         is given, every entry of dtype ``dtype_out`` is cast back (the mirror of the forward).
 
     Appended with ``invert=True``, it stores data in ``dtype_out`` (e.g. half precision) and,
@@ -451,9 +455,10 @@ class DTypeCastTransform(Transform):
         if not self.in_keys_inv:
             return data
         data = require_tensordict(self, data).copy()
-        values = [self._get(data, key) for key in self.in_keys_inv]
-        for out_key, value in zip(self.out_keys_inv, values):
-            data.set(out_key, value.to(self.dtype_in))
+        # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
+        values = [self._get(data, key) for key in self.out_keys_inv]
+        for in_key, value in zip(self.in_keys_inv, values):
+            data.set(in_key, value.to(self.dtype_in))
         return data
 
     def __repr__(self) -> str:
@@ -502,7 +507,8 @@ class DeviceCastTransform(Transform):
     in_keys, out_keys : sequence of nested keys, optional
         Entries moved on sample (the whole TensorDict when not given).
     in_keys_inv, out_keys_inv : sequence of nested keys, optional
-        Entries moved to ``orig_device`` on extend (the whole TensorDict when not given).
+        Entries moved to ``orig_device`` on extend (the whole TensorDict when not given;
+        ``out_keys_inv[i]`` read, ``in_keys_inv[i]`` written, as TorchRL's).
 
     Examples
     --------
@@ -552,7 +558,8 @@ class DeviceCastTransform(Transform):
         data = require_tensordict(self, data)
         if self.in_keys_inv:
             data = data.copy()
-        return self._move(data, self.orig_device, self.in_keys_inv, self.out_keys_inv)
+        # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
+        return self._move(data, self.orig_device, self.out_keys_inv, self.in_keys_inv)
 
     def __repr__(self) -> str:
         return (f"DeviceCastTransform(device={self.device}, orig_device={self.orig_device}, "
