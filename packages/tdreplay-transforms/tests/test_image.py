@@ -51,6 +51,15 @@ class TestToTensorImage:
         assert out["img"].shape == (1, 3, 6, 5) and out["img"].dtype == torch.float64
         assert out["pixels"].dtype == torch.uint8
 
+    def test_unsqueeze_leaves_a_batch_of_images_as_it_is(self):
+        """As TorchRL's: only a single [H, W, C] image gains a leading dim (a batch of [4]
+        images came out [4, 1, 3, H, W])."""
+        td = pixels_td((4, 6, 7, 3))
+        out = ToTensorImage(unsqueeze=True)(td)["pixels"]
+        assert out.shape == (4, 3, 6, 7)
+        single = pixels_td((4, 6, 7, 3))[0]
+        assert ToTensorImage(unsqueeze=True)(single)["pixels"].shape == (1, 3, 6, 7)
+
     def test_bad_images(self):
         with pytest.raises(ValueError, match="'obs'.*not an image"):
             ToTensorImage(in_keys=["obs"])(TensorDict({"obs": torch.zeros(4, 3)}, [4]))

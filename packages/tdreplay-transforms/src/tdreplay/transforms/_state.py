@@ -94,6 +94,33 @@ def check_loc_scale(owner: Any, state: Mapping[str, torch.Tensor]) -> None:
                                  f"{tuple(held.shape)}.")
 
 
+def affine_args(owner: Any, loc: Any, scale: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``loc`` and ``scale`` given to an affine transform's constructor, as tensors:
+    ``TypeError`` naming the argument for another type, ``ValueError`` for non-finite values or
+    shapes that do not broadcast together (what :func:`check_loc_scale` refuses in a saved
+    state: a transform built with them could save a checkpoint it cannot load back).
+
+    Examples
+    --------
+    >>> class Norm: ...
+    >>> affine_args(Norm(), 0.0, float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: Norm: scale must be finite, got nan.
+    """
+    loc_t, scale_t = as_tensor_arg(owner, loc, "loc"), as_tensor_arg(owner, scale, "scale")
+    for name, value in (("loc", loc_t), ("scale", scale_t)):
+        if not bool(torch.isfinite(value).all()):
+            shown = value.item() if value.numel() == 1 else "non-finite values"
+            raise ValueError(f"{type(owner).__name__}: {name} must be finite, got {shown}.")
+    try:
+        torch.broadcast_shapes(loc_t.shape, scale_t.shape)
+    except RuntimeError as err:
+        raise ValueError(f"{type(owner).__name__}: loc of shape {tuple(loc_t.shape)} and scale "
+                         f"of shape {tuple(scale_t.shape)} do not broadcast together.") from err
+    return loc_t, scale_t
+
+
 def as_tensor_arg(owner: Any, value: Any, name: str) -> torch.Tensor:
     """``value`` (a number or a tensor) as a tensor, a ``TypeError`` naming ``name`` otherwise."""
     if isinstance(value, torch.Tensor):

@@ -99,7 +99,8 @@ class ToTensorImage(_ImageTransform):
     from_int : bool, optional
         Divide by 255. Defaults to ``None``: divide when the input is not floating point.
     unsqueeze : bool
-        Add a leading dimension to the result (``[C, H, W]`` -> ``[1, C, H, W]``).
+        Add a leading dimension to a single image (``[H, W, C]`` -> ``[1, C, H, W]``), as
+        TorchRL's: a batch of images (more than 3 dims) keeps its shape.
     dtype : torch.dtype, optional
         Output dtype, a floating dtype. Defaults to ``torch.get_default_dtype()``.
     in_keys, out_keys : sequence of nested keys
@@ -150,13 +151,14 @@ class ToTensorImage(_ImageTransform):
                 f"{image.shape[-1]}); pass shape_tolerant=True to keep its layout."
             )
         from_int = (not image.is_floating_point()) if self.from_int is None else self.from_int
+        single = image.ndim == 3  # (what unsqueeze applies to, as TorchRL's)
         if channels_last:
             image = image.movedim(-1, -3)
         out = image.to(dtype=self.dtype, memory_format=torch.contiguous_format)
         if from_int:
             # in place only on a fresh copy, never on the caller's tensor
             out = out.div(255) if out is image else out.div_(255)
-        if self.unsqueeze:
+        if self.unsqueeze and single:
             out = out.unsqueeze(-4)
         return out
 

@@ -12,7 +12,7 @@ from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 from tdreplay.core.utils import check_flag
 
-from ._state import as_tensor_arg, check_loc_scale, checked_state
+from ._state import affine_args, check_loc_scale, checked_state
 from ._utils import keys_arg, one_key, require_tensordict
 
 
@@ -89,8 +89,7 @@ class ObservationNorm(Transform):
         self.loc: torch.Tensor | None = None
         self.scale: torch.Tensor | None = None
         if loc is not None and scale is not None:
-            self.loc = as_tensor_arg(self, loc, "loc")
-            self.scale = as_tensor_arg(self, scale, "scale")
+            self.loc, self.scale = affine_args(self, loc, scale)
             if not isinstance(scale, torch.Tensor):
                 self.scale = self.scale.clamp_min(self.eps)
 

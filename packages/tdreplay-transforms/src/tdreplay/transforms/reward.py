@@ -11,7 +11,7 @@ from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 from tdreplay.core.utils import check_flag
 
-from ._state import as_tensor_arg, check_loc_scale, checked_state
+from ._state import affine_args, as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg
 
 
@@ -54,8 +54,8 @@ class RewardScaling(Transform):
         standard_normal: bool = False,
     ) -> None:
         super().__init__(*_reward_keys(in_keys, out_keys))
-        self.loc = as_tensor_arg(self, loc, "loc")
-        self.scale = as_tensor_arg(self, scale, "scale").clamp_min(1e-6)
+        loc_t, scale_t = affine_args(self, loc, scale)
+        self.loc, self.scale = loc_t, scale_t.clamp_min(1e-6)
         self.standard_normal = check_flag(standard_normal, "RewardScaling: standard_normal")
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,9 @@ class RewardClipping(Transform):
                              f"clamp_max={clamp_max}.")
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward.clamp(self.clamp_min, self.clamp_max)
+        clipped = reward.clamp(self.clamp_min, self.clamp_max)
+        # (float bounds promote an integer reward: it keeps its dtype, as TorchRL's in place)
+        return clipped if clipped.dtype == reward.dtype else clipped.to(reward.dtype)
 
     def __repr__(self) -> str:
         def show(x: torch.Tensor | None) -> Any:
