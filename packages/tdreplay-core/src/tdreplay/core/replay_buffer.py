@@ -528,7 +528,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         kept = self._writer.written_positions
         if kept is not None:
             slots = _per_batch_row(slots, kept, leading_dim(data))
-        return self._written_as_given(slots, data, dim)
+        return self._written_as_given(slots, data, dim) if dim else slots
 
     def _write_batch(self, data: Any, priority: Any = None, rows_given: int = -1) -> torch.Tensor:
         """Write a prepared batch and tell the sampler (the caller holds the lock), with the
