@@ -66,3 +66,23 @@ def test_empty_is_refused_and_the_buffer_keeps_its_items():
     with pytest.raises(RuntimeError, match="Cannot empty an immutable dataset"):
         other.empty()
     assert len(rb) == len(other) == 4
+
+
+@pytest.mark.parametrize("edit", [
+    lambda rb: rb.__setitem__(0, TensorDict({"obs": torch.tensor(9.0)}, [])),
+    lambda rb: rb.write_all(TensorDict({"obs": torch.zeros(2)}, [2])),
+    lambda rb: rb.set_("obs", torch.zeros(4)),
+    lambda rb: rb.set_at_("obs", torch.tensor(9.0), 1),
+    lambda rb: rb.update_(TensorDict({"obs": torch.zeros(4)}, [4])),
+], ids=["setitem", "write_all", "set_", "set_at_", "update_"])
+def test_in_place_edits_are_refused_and_change_nothing(edit):
+    """A dataset's files are what later buffers read: an edit would persist there (TorchRL's
+    datasets take it)."""
+    rb = dataset_buffer()
+    with pytest.raises(RuntimeError, match="Cannot edit an immutable dataset"):
+        edit(rb)
+    assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    other = TensorDictReplayBuffer(storage=rb.storage)  # (another buffer over the dataset)
+    with pytest.raises(RuntimeError, match="Cannot edit an immutable dataset"):
+        edit(other)
+    assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]

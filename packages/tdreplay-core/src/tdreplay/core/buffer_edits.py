@@ -35,6 +35,7 @@ class InPlaceEditsMixin:
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
         def _check_writing_process(self) -> None: ...
+        def _storage_writers(self) -> list[Writer]: ...
         def _tell_readers_edited(self, keys: Any) -> None: ...
         def _tell_readers_rewritten(self, slots: Any) -> None: ...
 
@@ -42,7 +43,7 @@ class InPlaceEditsMixin:
         # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
         index, value = self._swap_value(index, self._write_side(value))
         with self._lock:
-            self._check_writing_process()  # a forked child edits only what is shared
+            self._check_editable()  # a forked child edits only what is shared; a dataset not
             self._sampler.check_edit()
             self._sampler.check_write(value)
             rows = self._storage.index_to_rows(index, value)
@@ -57,6 +58,14 @@ class InPlaceEditsMixin:
             self._sampler.mark_rewritten(slots)
             self._tell_readers_rewritten(slots)  # the other buffers of the storage
 
+    def _check_editable(self) -> None:
+        """Raise before an in-place edit changes anything: in a forked child of a buffer it
+        cannot share (the edit would be lost to the others), or when a writer of the storage
+        refuses edits (a read-only dataset's)."""
+        self._check_writing_process()
+        for writer in self._storage_writers():
+            writer.check_edit()
+
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back in physical order: ``rb[:end] = data``.
 
@@ -69,7 +78,7 @@ class InPlaceEditsMixin:
     def set_(self: SelfT, key: Any, value: Any) -> SelfT:
         """Set entry ``key`` of every written row in place."""
         with self._lock:
-            self._check_writing_process()
+            self._check_editable()
             self._storage.set_key(key, value)
             self._sampler.mark_edited([key])
             self._tell_readers_edited([key])
@@ -78,7 +87,7 @@ class InPlaceEditsMixin:
     def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
         """Set entry ``key`` at rows ``index`` in place."""
         with self._lock:
-            self._check_writing_process()
+            self._check_editable()
             self._storage.set_key(key, value, index)
             self._sampler.mark_edited([key])
             self._tell_readers_edited([key])
@@ -89,7 +98,7 @@ class InPlaceEditsMixin:
         """Update the written rows in place from a dict or TensorDict."""
         check_flag(clone, "clone")
         with self._lock:
-            self._check_writing_process()
+            self._check_editable()
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
             if keys_to_update is not None:
                 edited = list(keys_to_update)

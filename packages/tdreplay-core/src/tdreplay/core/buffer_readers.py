@@ -117,12 +117,11 @@ class StorageReadersMixin:
         for other in self._readers.others(self):
             other.sampler.mark_edited(keys)
 
-    def _check_emptiable(self) -> None:
-        """Raise (before anything changes) unless this buffer's writer and those of the other
-        buffers reading the storage allow an ``empty`` (a dataset's writer refuses)."""
-        self._writer.check_empty()
-        for other in self._readers.others(self):
-            other.writer.check_empty()
+    def _storage_writers(self) -> list[Writer]:
+        """This buffer's writer and those of the other buffers reading its storage: what an
+        ``empty`` or an in-place edit through this buffer changes the items of (each may
+        refuse: ``Writer.check_empty`` / ``Writer.check_edit``, a dataset's writer does)."""
+        return [self._writer, *(other.writer for other in self._readers.others(self))]
 
     def _tell_readers_emptied(self, empty_write_count: bool) -> None:
         for other in self._readers.others(self):

@@ -664,7 +664,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         would hold back or let through the calls on the new ones)."""
         check_flag(empty_write_count, "empty_write_count")
         with self._lock:
-            self._check_emptiable()  # (a read-only dataset's writer refuses: nothing changed)
+            for writer in self._storage_writers():  # (a dataset's refuses: nothing changed)
+                writer.check_empty()
             self.clear_prefetch()
             self._storage.empty()
             self._writer.empty(empty_write_count)

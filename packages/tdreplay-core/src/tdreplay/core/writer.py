@@ -215,6 +215,16 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         >>> RoundRobinWriter().check_empty()  # nothing to refuse
         """
 
+    def check_edit(self) -> None:
+        """Raise unless the stored items may be changed in place (``rb[i] = x``, ``set_``,
+        ``set_at_``, ``update_``, ``write_all``: the buffer asks before anything changes); the
+        base allows it. ``ImmutableDatasetWriter`` refuses (``RuntimeError``).
+
+        Examples
+        --------
+        >>> RoundRobinWriter().check_edit()  # nothing to refuse
+        """
+
     def empty(self, empty_write_count: bool = True) -> None:
         """Forget the write position (and the write count when ``empty_write_count``).
 

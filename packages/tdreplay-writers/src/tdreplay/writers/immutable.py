@@ -11,9 +11,10 @@ class ImmutableDatasetWriter(Writer):
     """A writer that refuses every write: datasets are read-only.
 
     Dataset replay buffers (e.g. ``MinariExperienceReplay``) use it so that ``add``,
-    ``extend`` and ``empty`` raise instead of overwriting the dataset. They raise
-    ``RuntimeError`` before anything changes; sampling, indexing and checkpointing work as
-    usual.
+    ``extend``, ``empty`` and in-place edits (``rb[i] = x``, ``set_``, ``set_at_``,
+    ``update_``, ``write_all``) raise instead of changing the dataset (whose converted files
+    later buffers read). They raise ``RuntimeError`` before anything changes; sampling,
+    indexing and checkpointing work as usual.
 
     Examples
     --------
@@ -42,6 +43,12 @@ class ImmutableDatasetWriter(Writer):
     def extend(self, data: Any) -> NoReturn:
         """Always raises ``RuntimeError``: a dataset cannot be written to."""
         self._refuse("extend")
+
+    def check_edit(self) -> NoReturn:
+        """Always raises ``RuntimeError``: a dataset's items cannot be changed in place
+        (``rb[i] = x``, ``set_``, ``set_at_``, ``update_``, ``write_all``: the buffer asks
+        before anything changes)."""
+        self._refuse("edit")
 
     def check_empty(self) -> NoReturn:
         """Always raises ``RuntimeError``: a dataset cannot be emptied (``rb.empty()`` asks
