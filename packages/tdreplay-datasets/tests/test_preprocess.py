@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -48,6 +49,16 @@ def wrong_batch(td):
     return td[:1]
 
 
+_PARENT = os.getpid()
+
+
+def dies_in_workers(td):
+    """Killed in a worker process (as by the OOM killer); fine in the parent."""
+    if os.getpid() != _PARENT:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return ted_features(td)
+
+
 @pytest.fixture
 def data(cartpole, root) -> MinariExperienceReplay:
     return MinariExperienceReplay(cartpole, 8, root=root, load_from_local_minari=True)
@@ -83,6 +94,15 @@ def test_worker_processes(data, tmp_path, start_method, workers):
     storage = data.preprocess(ted_features, num_workers=workers, chunksize=7,
                               mp_start_method=start_method, dest=tmp_path / "out")
     check_features(storage, data)
+
+
+def test_a_worker_that_dies_fails_the_call_instead_of_hanging(data, tmp_path):
+    """A multiprocessing.Pool waited for the dead worker's chunk for good."""
+    with pytest.raises(RuntimeError, match="a worker process died"):
+        data.preprocess(dies_in_workers, num_workers=2, num_chunks=4, mp_start_method="fork",
+                        dest=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []  # no scratch left
 
 
 def test_workers_get_copies(data, tmp_path):

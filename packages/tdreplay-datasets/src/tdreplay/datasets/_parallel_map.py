@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +131,33 @@ def parallel_map_to_memmap(
                 apply_chunk(fn, source, out, dim, *b)
                 bar.update(b[1] - b[0])
         else:
-            ctx = multiprocessing.get_context(mp_start_method)
-            with ctx.Pool(min(num_workers, len(rest)), initializer=_init_worker,
-                          initargs=(fn, source, out, dim)) as pool:
-                for b_start, b_stop in pool.imap_unordered(_run_chunk, rest):
-                    bar.update(b_stop - b_start)
+            _run_in_workers(rest, bar, fn, source, out, dim, num_workers, mp_start_method)
     return out
+
+
+def _run_in_workers(bounds: list[tuple[int, int]], bar: Any, fn: Callable, source: TensorDictBase,
+                    out: TensorDictBase, dim: int, num_workers: int,
+                    mp_start_method: str | None) -> None:
+    """Run the chunks ``bounds`` in ``num_workers`` processes. A worker that dies (killed, out
+    of memory, a crash) fails the whole call with a ``RuntimeError`` saying so: a
+    ``multiprocessing.Pool`` would wait for its chunk for good."""
+    ctx = multiprocessing.get_context(mp_start_method)
+    with ProcessPoolExecutor(min(num_workers, len(bounds)), mp_context=ctx,
+                             initializer=_init_worker,
+                             initargs=(fn, source, out, dim)) as pool:
+        futures = [pool.submit(_run_chunk, b) for b in bounds]
+        try:
+            for future in as_completed(futures):
+                b_start, b_stop = future.result()
+                bar.update(b_stop - b_start)
+        except BrokenProcessPool as err:
+            raise RuntimeError(
+                "preprocess: a worker process died while applying fn (killed, out of memory, "
+                "or a crash in fn); nothing was kept. Retry, or pass num_workers=0 to run fn in "
+                "this process and see its error.") from err
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def resolve_num_workers(num_workers: int | None) -> int:
