@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -49,14 +50,14 @@ class StatefulCollector:
         self.position = state_dict["position"]
 
 
-def build(loss_module, total_frames=16, save_trainer_file=None, **kwargs):
+def build(loss_module, total_frames=16, save_trainer_file=None, capacity=100, **kwargs):
     """A trainer with a buffer and a counter registered, and its optimizer."""
     collector = StatefulCollector()
     trainer = Trainer(collector=collector, total_frames=total_frames, optim_steps_per_batch=2,
                       loss_module=loss_module,
                       optimizer=torch.optim.Adam(loss_module.parameters(), lr=0.05),
                       progress_bar=False, save_trainer_file=save_trainer_file, **kwargs)
-    rb = TensorDictReplayBuffer(storage=ListStorage(100), batch_size=4)
+    rb = TensorDictReplayBuffer(storage=ListStorage(capacity), batch_size=4)
     counter = Counter()
     trainer.register_op("batch_process", rb.extend)
     trainer.register_op("process_optim_batch", lambda b: rb.sample())
@@ -189,6 +190,60 @@ def test_directory_checkpoint_with_other_modules_is_refused(tmp_path, loss_modul
     trainer.register_module("extra", Counter())
     with pytest.raises(CheckpointError, match="extra"):
         trainer.loads(tmp_path / "ckpt")
+
+
+class WideLoss(torch.nn.Module):
+    """A loss whose head has another shape than the saved one's (its load raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 2)
+
+    def forward(self, batch):
+        return TensorDict({"loss_mse": self.linear(batch["x"]).pow(2).mean()}, [])
+
+
+def _trained_elsewhere(make_loss, tmp_path):
+    saved = build(make_loss(0))
+    saved[0].train()
+    saved[0].dumps(tmp_path / "ckpt")
+    return saved[0].state_dict()
+
+
+def _unchanged(trainer, rb, counter, collector, params, frames):
+    assert (trainer.collected_frames, len(rb), counter.count) == (frames, frames, frames // 4)
+    assert all(torch.equal(a, b) for a, b in zip(params, trainer.loss_module.parameters()))
+
+
+@pytest.mark.parametrize("how", ["loads", "load_state_dict"])
+def test_a_load_that_a_module_refuses_changes_nothing(tmp_path, make_loss, how):
+    """The loss head of another shape raised after the buffer (a directory) was replaced;
+    a buffer of another capacity after the weights (a state dict) were: half-restored."""
+    state = _trained_elsewhere(make_loss, tmp_path)
+    trainer, rb, counter, collector = build(WideLoss(), total_frames=8)
+    trainer.train()
+    params = [p.clone() for p in trainer.loss_module.parameters()]
+    error = CheckpointError if how == "loads" else RuntimeError
+    with pytest.raises(error, match="size mismatch"):
+        if how == "loads":
+            trainer.loads(tmp_path / "ckpt")
+        else:
+            trainer.load_state_dict(state)
+    _unchanged(trainer, rb, counter, collector, params, 8)
+
+
+def test_a_buffer_that_refuses_its_state_puts_the_weights_back(tmp_path, make_loss):
+    state = _trained_elsewhere(make_loss, tmp_path)  # (its buffer: capacity 100)
+    trainer, rb, counter, collector = build(make_loss(1), total_frames=8, capacity=4)
+    trainer.train()
+    params = [p.clone() for p in trainer.loss_module.parameters()]
+    opt_before = copy.deepcopy(trainer.optimizer.state_dict())
+    with pytest.raises(ValueError, match="max_size.. is 100 but this ListStorage has max_size=4"):
+        trainer.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(params, trainer.loss_module.parameters()))
+    after = trainer.optimizer.state_dict()["state"]
+    assert all(torch.equal(after[k]["exp_avg"], opt_before["state"][k]["exp_avg"]) for k in after)
+    assert (trainer.collected_frames, len(rb), counter.count) == (8, 4, 2)
 
 
 def test_pt_file_checkpoint_round_trip(tmp_path, make_loss):

@@ -41,7 +41,11 @@ class CheckpointMethods:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; the same modules must be registered under the same names.
 
-        The structure is checked before anything changes.
+        The structure is checked before anything changes, and a module that refuses its state
+        (a loss head of another shape, a buffer of another capacity) raises with every module
+        and counter as it was: the modules that load first are put back. (Of two modules that
+        save themselves, e.g. two replay buffers, the first stays loaded if the second
+        refuses.)
         """
         self._state.load_state_dict(state_dict)
 
@@ -84,9 +88,11 @@ class CheckpointMethods:
         """Restore a checkpoint directory written by :meth:`dumps`.
 
         Every file is checked (sizes and CRCs) and the saved modules must match the registered
-        ones before anything changes; modules saved with ``dumps`` then load themselves (a
-        replay buffer validates its files before it changes), and the rest of the state is
-        installed. A bad checkpoint raises :class:`~tdreplay.core.CheckpointError`.
+        ones before anything changes; the state of the loss module, the collector and the
+        modules saved as state dicts is installed, then the modules saved with ``dumps`` load
+        themselves (a replay buffer validates its files before it changes). A bad checkpoint,
+        or one a module refuses, raises :class:`~tdreplay.core.CheckpointError` with the
+        trainer as it was (as :meth:`load_state_dict`).
         """
         self._state.loads(path)
 

@@ -3,6 +3,7 @@ modules) and how: a state dict, a ``.pt`` file, or an atomic checkpoint director
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import re
@@ -124,13 +125,36 @@ class TrainerState:
                              f"expects {sorted(module_names)} (register the same modules, under "
                              f"the same names, before loading).")
 
-    def _install_state(self, state: Mapping[str, Any]) -> None:
+    def _install_state(self, state: Mapping[str, Any],
+                       loaders: Mapping[str, Any] | None = None) -> None:
+        """Install ``state`` (checked by :meth:`_check_state`), all or nothing: the loss module,
+        the collector and the modules restored from a state dict first, each one's current
+        state kept aside (a copy); then the modules that save themselves (``dumps`` / ``loads``:
+        replay buffers, all or nothing on their own), from ``loaders[name]()`` or their state
+        dict; then the counters. A failure puts the first ones back as they were and
+        propagates."""
+        loaders = dict(loaders or {})
+        light: list[tuple[Any, Any]] = []  # (object, state to load)
         if "loss_module" in state:
-            self.loss_module.load_state_dict(state["loss_module"])
+            light.append((self.loss_module, state["loss_module"]))
         if "collector" in state and has_state_dict(self.collector):
-            self.collector.load_state_dict(state["collector"])
+            light.append((self.collector, state["collector"]))
         for name, module_state in state["modules"].items():
-            self._modules[name].load_state_dict(module_state)
+            module = self._modules[name]
+            if saves_with_dumps(module):
+                loaders.setdefault(name, lambda m=module, st=module_state: m.load_state_dict(st))
+            else:
+                light.append((module, module_state))
+        kept = [(obj, copy.deepcopy(obj.state_dict())) for obj, _ in light]
+        try:
+            for obj, obj_state in light:
+                obj.load_state_dict(obj_state)
+            for load in loaders.values():
+                load()
+        except BaseException:
+            for obj, old in reversed(kept):
+                obj.load_state_dict(old)
+            raise
         progress = self.progress
         progress.collected_frames = int(state["collected_frames"])
         progress.optim_count = int(state["optim_count"])
@@ -138,7 +162,8 @@ class TrainerState:
         progress.last_log = dict(state["last_log"])
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (checked before anything changes)."""
+        """Restore :meth:`state_dict` (its structure checked before anything changes; a
+        module that refuses its state leaves every module as it was)."""
         self._check_state(state_dict, set(self._modules))
         self._install_state(state_dict)
 
@@ -177,10 +202,15 @@ class TrainerState:
         except (ValueError, RuntimeError, OSError, pickle.UnpicklingError) as err:
             raise CheckpointError(
                 f"trainer state in {str(path)!r} cannot be loaded: {err}") from err
-        for name, kind in how.items():
-            if kind == "dumps":
-                self._modules[name].loads(snap / "modules" / name)
-        self._install_state(state)
+        loaders = {name: (lambda m=self._modules[name], d=snap / "modules" / name: m.loads(d))
+                   for name, kind in how.items() if kind == "dumps"}
+        try:
+            self._install_state(state, loaders)
+        except CheckpointError:
+            raise
+        except (ValueError, RuntimeError, KeyError, TypeError) as err:  # (a module refused)
+            raise CheckpointError(f"trainer checkpoint {str(path)!r} does not fit the trainer "
+                                  f"(nothing was changed): {err}") from err
 
     @staticmethod
     def save_file(state: Mapping[str, Any], path: Path) -> None:
