@@ -501,6 +501,12 @@ def test_bad_buffer_arguments_fail_before_converting(cartpole, root, count_conve
     assert count_conversions == [] and not root.exists()
 
 
+@pytest.mark.parametrize("bad_root", [5, ["a"], 1.5])
+def test_a_root_that_is_not_a_path_is_refused_naming_it(cartpole, bad_root):
+    with pytest.raises(TypeError, match="root must be a str, a path or None"):
+        MinariExperienceReplay(cartpole, 4, root=bad_root, load_from_local_minari=True)
+
+
 @pytest.mark.parametrize("dataset_id", ["../escape-v0", "a//b-v0", "/abs/x-v0", "a/./b", ""])
 def test_bad_dataset_ids(dataset_id, root):
     with pytest.raises((ValueError, TypeError), match="dataset_id"):

@@ -66,6 +66,10 @@ def test_constructor_checks_its_arguments():
         ReplayBufferTrainer(ReplayBuffer(sampler=ProportionalSampler(4), batch_size=2))
     with pytest.raises(TypeError, match="iterate"):
         ReplayBufferTrainer(buffer(), batch_size=2, iterate=1)
+    with pytest.raises(TypeError, match="max_dims must be a sequence of ints .* got int"):
+        ReplayBufferTrainer(buffer(), batch_size=2, max_dims=5)
+    with pytest.raises(ValueError, match="device must be a torch device .* got 'bogus'"):
+        ReplayBufferTrainer(buffer(), batch_size=2, device="bogus")
     with pytest.raises(ValueError, match="batch_size"):
         ReplayBufferTrainer(buffer())
     with pytest.raises(ValueError, match="batch_size"):

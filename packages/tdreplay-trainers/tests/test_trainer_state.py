@@ -309,3 +309,12 @@ def test_progress_bar_shows_frames_and_pbar_values(capsys, loss_module):
     err = capsys.readouterr().err
     assert "12/12" in err
     assert "last_frame=11" in err
+
+
+def test_seed_and_save_file_of_a_wrong_kind_are_refused_naming_them(loss_module):
+    with pytest.raises(ValueError, match="seed must be below 2\\*\\*64"):
+        Trainer(collector=[], loss_module=loss_module, optim_steps_per_batch=0, seed=2**70,
+                progress_bar=False)
+    with pytest.raises(TypeError, match="save_trainer_file must be a str, a path or None, got int"):
+        Trainer(collector=[], loss_module=loss_module, optim_steps_per_batch=0,
+                save_trainer_file=5, progress_bar=False)

@@ -533,6 +533,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             if value is not None:
                 check_instance(value, kind, name)
         self.download = download
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"root must be a str, a path or None, got {type(root).__name__}.")
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.split_trajs = split_trajs
         self.load_from_local_minari = load_from_local_minari

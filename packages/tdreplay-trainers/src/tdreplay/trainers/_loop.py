@@ -3,6 +3,7 @@ optimisation steps after each collected batch, and counting frames."""
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterable
 from numbers import Number
@@ -34,7 +35,7 @@ def _check_int(value: Any, name: str, *, minimum: int, allow_none: bool = False)
 def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: Any,
                             optim_steps_per_batch: Any, loss_module: Any, logger: Any,
                             clip_norm: Any, seed: Any, save_trainer_interval: Any,
-                            log_interval: Any) -> None:
+                            log_interval: Any, save_trainer_file: Any = None) -> None:
     """Raise ``TypeError`` / ``ValueError`` naming the first bad argument of ``Trainer``."""
     if not isinstance(collector, Iterable):
         raise TypeError(f"collector must be an iterable of TensorDict batches, got "
@@ -48,7 +49,12 @@ def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: An
         raise TypeError(f"logger must have a log_scalar(name, value, step=...) method, got "
                         f"{type(logger).__name__}.")
     _check_int(seed, "seed", minimum=0, allow_none=True)
+    if seed is not None and seed >= 2**64:  # (torch and numpy take seeds below 2**64, 2**32)
+        raise ValueError(f"seed must be below 2**64 (torch's seeds are 64-bit), got {seed!r}.")
     _check_int(save_trainer_interval, "save_trainer_interval", minimum=1)
+    if save_trainer_file is not None and not isinstance(save_trainer_file, (str, os.PathLike)):
+        raise TypeError(f"save_trainer_file must be a str, a path or None, got "
+                        f"{type(save_trainer_file).__name__}.")
     _check_int(log_interval, "log_interval", minimum=0)
     if clip_norm is not None and (isinstance(clip_norm, bool)
                                   or not isinstance(clip_norm, Number) or not clip_norm > 0):  # type: ignore[operator]

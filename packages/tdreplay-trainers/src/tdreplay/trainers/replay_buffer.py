@@ -104,6 +104,9 @@ class ReplayBufferTrainer(TrainerHookBase):
             if flatten_tensordicts:
                 raise ValueError("max_dims pads unflattened batches; it cannot be combined with "
                                  "flatten_tensordicts=True.")
+            if isinstance(max_dims, (str, bytes)) or not isinstance(max_dims, Sequence):
+                raise TypeError(f"max_dims must be a sequence of ints (one per batch dim), got "
+                                f"{type(max_dims).__name__}.")
             max_dims = tuple(max_dims)
             if not all(isinstance(d, int) and not isinstance(d, bool) and (d == -1 or d > 0)
                        for d in max_dims):
@@ -111,7 +114,11 @@ class ReplayBufferTrainer(TrainerHookBase):
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
         self.memmap = memmap
-        self.device = None if device is None else torch.device(device)
+        try:
+            self.device = None if device is None else torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device must be a torch device (e.g. 'cpu', 'cuda:0') or None, "
+                             f"got {device!r}.") from err
         self.flatten_tensordicts = flatten_tensordicts
         self.max_dims = max_dims
         self.iterate = iterate

@@ -138,7 +138,7 @@ class Trainer(CheckpointMethods):
             collector=collector, total_frames=total_frames, frame_skip=frame_skip,
             optim_steps_per_batch=optim_steps_per_batch, loss_module=loss_module, logger=logger,
             clip_norm=clip_norm, seed=seed, save_trainer_interval=save_trainer_interval,
-            log_interval=log_interval)
+            log_interval=log_interval, save_trainer_file=save_trainer_file)
         self.collector = collector
         self.total_frames = total_frames
         self.frame_skip = frame_skip
