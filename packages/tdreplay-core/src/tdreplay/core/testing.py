@@ -30,12 +30,19 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import errno
 import multiprocessing
+import os
 import pickle
+import shutil
+import subprocess
 import tempfile
 import traceback
-from collections.abc import Callable
+import unittest
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +53,8 @@ from .storage import ListStorage
 
 __all__ = ["BOOLS", "NOT_BOOLS", "NOT_BOOLS_OR_NONE", "RESTORES", "FailOnce",
            "StackedListStorage", "assert_flag_refused", "assert_flag_taken", "assert_same",
-           "buffer_snapshot", "id_rows", "in_forked_child", "read_id_rows", "restored"]
+           "buffer_snapshot", "fill_disk", "id_rows", "in_forked_child", "read_id_rows",
+           "restored", "small_tmpfs"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
@@ -339,6 +347,50 @@ def _run_and_send(fn: Callable[[], Any], conn: Any) -> None:
         outcome = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
     conn.send(outcome)
     conn.close()
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: int) -> Iterator[Path]:
+    """Mount a tmpfs of ``size`` bytes at ``path`` (created) for a test of a full disk, and
+    unmount it after; raises ``unittest.SkipTest`` (a skip for pytest too) where it cannot be
+    mounted (mounting needs root and mount(8)).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> try:
+    ...     with small_tmpfs(Path(tempfile.mkdtemp()) / "disk", 1 << 20) as disk:
+    ...         print(disk.is_dir())
+    ... except unittest.SkipTest:  # (where it cannot be mounted)
+    ...     print(True)
+    True
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        raise unittest.SkipTest("mounting a tmpfs needs root and mount(8)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise unittest.SkipTest(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_disk(disk: Path) -> Path:
+    """Fill the file system of ``disk`` with one file (returned), to the last byte."""
+    filler = disk / f"filler-{os.getpid()}"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+    return filler
 
 
 def in_forked_child(fn: Callable[[], Any], timeout: float = 30.0) -> Any:

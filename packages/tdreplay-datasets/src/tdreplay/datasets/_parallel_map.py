@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
+from tdreplay.core.file_room import reserve_mapped_files
+
 # set in each worker process by _init_worker
 _WORKER: dict[str, Any] = {}
 
@@ -119,6 +121,7 @@ def parallel_map_to_memmap(
     first = _call(fn, source[_index(dim, start, stop)].clone())
     one = first[_index(dim, 0, 1)]
     out = one.expand(source.batch_size).memmap_like(prefix, num_threads=0)
+    reserve_mapped_files(out)  # (a full disk: ENOSPC here, not SIGBUS in a write)
     if out.is_locked:
         out.unlock_()
     out[_index(dim, start, stop)] = first

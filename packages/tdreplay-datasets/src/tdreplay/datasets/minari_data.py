@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
+from tdreplay.core.file_room import reserve_mapped_files
 from tdreplay.core.utils import check_flag, check_instance
 
 from ._files import publish, remove_empty_dirs, staging_dir
@@ -289,6 +290,7 @@ def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = No
             if data is None:
                 layout = leaf_layout(td)
                 data = td[0].expand(total).memmap_like(dest / _DATA, num_threads=0)
+                reserve_mapped_files(data)  # (a full disk: ENOSPC here, not SIGBUS below)
             elif leaf_layout(td) != layout:
                 raise ValueError(
                     f"episode {episode.id} of the Minari dataset {dataset_id!r} has entries "
@@ -716,7 +718,10 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                 split["mask"], torch.arange(rows, dtype=torch.int64)[:, None],
                 torch.zeros((), dtype=torch.int64)))
             built = scratch / "converted"
-            split.memmap(built / _DATA, num_threads=0)
+            files = split.memmap_like(built / _DATA, num_threads=0)
+            reserve_mapped_files(files)  # (a full disk: ENOSPC here, not SIGBUS in the copy)
+            files.update_(split)
+            del files
             _write_marker(built, {**meta, "split_trajs": True, "max_len": max_len,
                                   "files": leaf_files(built / _DATA)})
             publish(built, target, replace=replace)
