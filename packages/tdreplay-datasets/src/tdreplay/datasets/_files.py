@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,40 @@ def remove_empty_dirs(dirs: list[Path]) -> None:
             break
 
 
+def _scratch_prefix(target: Path) -> str:
+    """The name every scratch directory beside ``target`` made by this process starts with:
+    the host and process id tell a scratch directory whose process died (see
+    :func:`_remove_dead_scratch`)."""
+    return f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
+
+
+def _remove_dead_scratch(target: Path) -> None:
+    """Remove the scratch directories beside ``target`` left by processes of this host that
+    died (a killed conversion, a crash while replacing ``target``): each is a full copy of a
+    dataset at worst. Those of live processes, and of other hosts, are left alone."""
+    mine = f".{target.name}.tmp-{socket.gethostname()}-"
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(mine):
+            continue
+        pid = entry.name[len(mine):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
 @contextmanager
 def staging_dir(target: Path) -> Iterator[Path]:
     """A scratch directory beside ``target``, removed on exit whatever happens.
@@ -37,11 +72,13 @@ def staging_dir(target: Path) -> Iterator[Path]:
     It lives in ``target``'s parent (created if needed), so :func:`publish` can move what was
     built in it to ``target`` with one rename. When the block raises, the parent directories
     this call had to create are removed again (if still empty): a failed build leaves nothing
-    behind.
+    behind. Scratch directories that processes of this host left there when they died are
+    removed first.
     """
     created = _missing_parents(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    _remove_dead_scratch(target)
+    scratch = Path(tempfile.mkdtemp(prefix=_scratch_prefix(target), dir=target.parent))
     try:
         yield scratch
     except BaseException:
@@ -55,18 +92,28 @@ def publish(built: Path, target: Path, *, replace: bool = False) -> bool:
     """Move the directory ``built`` to ``target`` with one rename.
 
     An empty directory at ``target`` is replaced. A non-empty one is replaced when ``replace``
-    is true (removed, then renamed over: readers see either the old or the new directory, or
-    for an instant none); otherwise ``built`` is left where it is and ``False`` is returned
-    (another process published the same thing first).
+    is true: it is first renamed aside (into a scratch directory, removed once ``built`` is in
+    place), so a crash leaves either the old directory, or no directory (the next call
+    converts again), never a half-removed one; readers see the old or the new directory, or
+    for an instant none. Otherwise, or when another process published first, ``built`` is
+    left where it is and ``False`` is returned.
     """
+    aside = None
     if replace and target.exists():
-        shutil.rmtree(target)
+        aside = Path(tempfile.mkdtemp(prefix=_scratch_prefix(target), dir=target.parent))
+        try:
+            os.replace(target, aside / "old")
+        except FileNotFoundError:  # (another process moved it first)
+            pass
     try:
         os.replace(built, target)
     except OSError:
         if target.is_dir() and any(target.iterdir()):
             return False
         raise
+    finally:
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
     return True
 
 
