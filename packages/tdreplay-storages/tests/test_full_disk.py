@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import errno
 import multiprocessing as mp
-import os
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ReplayBuffer
+from tdreplay.core.testing import fill_disk, small_tmpfs
 from tdreplay.storages import (
     FlatStorageCheckpointer,
     LazyMemmapStorage,
@@ -32,30 +29,13 @@ SIZE = 1024 * 1024
 
 @pytest.fixture
 def disk(tmp_path):
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "tmpfs", SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def fill(disk: Path, leave: int = 0) -> Path:
     """Fill ``disk`` but ``leave`` bytes (roughly: whole pages) with one file."""
-    filler = disk / f"filler-{uuid.uuid4().hex[:6]}"
-    with open(filler, "wb", buffering=0) as f:
-        for size in (1 << 16, 1 << 12, 1):
-            try:
-                while True:
-                    f.write(b"\0" * size)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC
+    filler = fill_disk(disk)
     if leave:
         with open(filler, "r+b") as f:
             f.truncate(max(filler.stat().st_size - leave, 0))

@@ -381,7 +381,9 @@ def small_tmpfs(path: Path, size: int) -> Iterator[Path]:
 
 def fill_disk(disk: Path) -> Path:
     """Fill the file system of ``disk`` with one file (returned), to the last byte."""
-    filler = disk / f"filler-{os.getpid()}"
+    fd, name = tempfile.mkstemp(prefix="filler-", dir=disk)
+    os.close(fd)
+    filler = Path(name)
     with open(filler, "wb", buffering=0) as f:
         for size in (1 << 16, 1 << 12, 1):
             try:
