@@ -48,3 +48,16 @@ def test_clipping_keeps_an_integer_reward_integer(dtype):
     assert out.dtype == dtype and out.tolist() == [-1, 0, 1]
     half = RewardClipping(-1.0, 1.0)(TensorDict({"reward": reward.half()}, [3]))["reward"]
     assert half.dtype == torch.float16
+
+
+@pytest.mark.parametrize("cls", [RewardScaling, ObservationNorm])
+def test_a_loc_and_scale_that_would_change_the_entrys_shape_are_refused(cls):
+    """As TorchRL's, a [B, 1] reward scaled by a [5] scale became [B, 5], silently."""
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=2,
+                                transform=cls(torch.zeros(5), torch.ones(5), in_keys=["obs"]))
+    rb.extend(TensorDict({"obs": torch.ones(4, 1)}, [4]))
+    with pytest.raises(ValueError, match=r"would turn an entry of shape \(2, 1\) into \(2, 5\)"):
+        rb.sample()
+    assert len(rb) == 4 and rb.storage[:4]["obs"].shape == (4, 1)
+    fits = cls(torch.zeros(1), torch.full((1,), 2.0), in_keys=["obs"])
+    assert fits(TensorDict({"obs": torch.ones(4, 1)}, [4]))["obs"].shape == (4, 1)

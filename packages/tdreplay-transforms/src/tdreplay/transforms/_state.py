@@ -121,6 +121,30 @@ def affine_args(owner: Any, loc: Any, scale: Any) -> tuple[torch.Tensor, torch.T
     return loc_t, scale_t
 
 
+def affine_map(owner: Any, value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, *,
+               normalise: bool) -> torch.Tensor:
+    """``(value - loc) / scale`` (``normalise``) or ``value * scale + loc``, of ``value``'s
+    shape: ``ValueError`` naming ``owner`` when ``loc`` / ``scale`` would broadcast the entry
+    to another shape (a ``[B, 1]`` reward scaled by a ``[5]`` scale became ``[B, 5]``).
+
+    Examples
+    --------
+    >>> class Scaling: ...
+    >>> affine_map(  # doctest: +ELLIPSIS
+    ...     Scaling(), torch.ones(2, 1), torch.zeros(5), torch.ones(5), normalise=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: Scaling: loc (5,) and scale (5,) would turn an entry of shape (2, 1) into ...
+    """
+    out = (value - loc) / scale if normalise else value * scale + loc
+    if out.shape != value.shape:
+        raise ValueError(f"{type(owner).__name__}: loc {tuple(loc.shape)} and scale "
+                         f"{tuple(scale.shape)} would turn an entry of shape "
+                         f"{tuple(value.shape)} into {tuple(out.shape)}: they must broadcast "
+                         "to the entry's shape.")
+    return out
+
+
 def as_tensor_arg(owner: Any, value: Any, name: str) -> torch.Tensor:
     """``value`` (a number or a tensor) as a tensor, a ``TypeError`` naming ``name`` otherwise."""
     if isinstance(value, torch.Tensor):

@@ -12,7 +12,7 @@ from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 from tdreplay.core.utils import check_flag
 
-from ._state import affine_args, check_loc_scale, checked_state
+from ._state import affine_args, affine_map, check_loc_scale, checked_state
 from ._utils import keys_arg, one_key, require_tensordict
 
 
@@ -106,15 +106,11 @@ class ObservationNorm(Transform):
 
     def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
         loc, scale = self._stats()
-        if self.standard_normal:
-            return (obs - loc) / scale
-        return obs * scale + loc
+        return affine_map(self, obs, loc, scale, normalise=self.standard_normal)
 
     def _inv_apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
         loc, scale = self._stats()
-        if self.standard_normal:
-            return obs * scale + loc
-        return (obs - loc) / scale
+        return affine_map(self, obs, loc, scale, normalise=not self.standard_normal)
 
     def init_stats_from(
         self,

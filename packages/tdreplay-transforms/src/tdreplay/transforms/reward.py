@@ -11,7 +11,7 @@ from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
 from tdreplay.core.utils import check_flag
 
-from ._state import affine_args, as_tensor_arg, check_loc_scale, checked_state
+from ._state import affine_args, affine_map, as_tensor_arg, check_loc_scale, checked_state
 from ._utils import keys_arg
 
 
@@ -59,9 +59,7 @@ class RewardScaling(Transform):
         self.standard_normal = check_flag(standard_normal, "RewardScaling: standard_normal")
 
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        if self.standard_normal:
-            return (reward - self.loc) / self.scale
-        return reward * self.scale + self.loc
+        return affine_map(self, reward, self.loc, self.scale, normalise=self.standard_normal)
 
     #: ``loc`` / ``scale`` are saved with the buffer's ``state_dict`` / ``dumps``
     has_state = True
