@@ -97,6 +97,29 @@ def test_damaged_meta_json_is_refused_naming_it(cartpole, root, converted, damag
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("damage", ["type key", "device"])
+def test_a_meta_json_that_parses_but_describes_no_tensordict_is_refused(cartpole, root,
+                                                                         converted, damage):
+    """Valid JSON of another content raised a raw KeyError or torch's device error."""
+    path = converted / "data" / "meta.json"
+    text = path.read_text()
+    path.write_text(text.replace('"_type"', '"^type"') if damage == "type key"
+                    else text.replace('"device": "cpu"', '"device": "bpu"'))
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=f"the converted data under '{path.parent}' is damaged"):
+        load(cartpole, root, download=False)
+    assert snapshot(root) == before
+
+
+def test_a_damaged_space_in_the_marker_is_refused_naming_it(cartpole, root, converted):
+    path = converted / MARKER
+    marker = json.loads(path.read_text())
+    marker["observation_space"] = marker["observation_space"][:-1]  # (a JSON string cut short)
+    path.write_text(json.dumps(marker))
+    with pytest.raises(ValueError, match=f"observation_space in the dataset marker file '{path}'"):
+        load(cartpole, root, download=False).metadata
+
+
 @pytest.mark.parametrize("damage", ["garbage", "binary", "list"])
 def test_damaged_marker_is_refused_naming_it(cartpole, root, converted, damage):
     path = converted / MARKER

@@ -736,7 +736,12 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         check_leaf_files(path / _DATA, marker.get("files"))
         if not marker.get("split_trajs"):
             read_json(path / _ENV_METADATA, "the environment metadata file")
-        return load_memmap(path / _DATA)
+        try:
+            return load_memmap(path / _DATA)
+        except (KeyError, ValueError, RuntimeError, TypeError) as err:  # (json too)
+            raise ValueError(f"the converted data under {str(path / _DATA)!r} is damaged (its "
+                             f"meta.json files do not describe a TensorDict: {err!r}); convert "
+                             "it again with download='force'.") from err
 
     @staticmethod
     def _read_metadata(path: Path, raw: bool = False) -> dict[str, Any]:
@@ -750,5 +755,10 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
 
         for name in ("observation_space", "action_space"):
             if meta.get(name) is not None:
-                meta[name] = deserialize_space(meta[name])
+                try:
+                    meta[name] = deserialize_space(meta[name])
+                except (KeyError, ValueError, TypeError, AttributeError) as err:  # (json too)
+                    raise ValueError(f"{name} in the dataset marker file "
+                                     f"{str(path / _MARKER)!r} is damaged ({err!r}); convert "
+                                     "the dataset again with download='force'.") from err
         return meta
