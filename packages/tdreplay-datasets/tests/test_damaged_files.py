@@ -117,7 +117,7 @@ def test_a_damaged_space_in_the_marker_is_refused_naming_it(cartpole, root, conv
     marker["observation_space"] = marker["observation_space"][:-1]  # (a JSON string cut short)
     path.write_text(json.dumps(marker))
     with pytest.raises(ValueError, match=f"observation_space in the dataset marker file '{path}'"):
-        load(cartpole, root, download=False).metadata
+        _ = load(cartpole, root, download=False).metadata
 
 
 @pytest.mark.parametrize("damage", ["garbage", "binary", "list"])
