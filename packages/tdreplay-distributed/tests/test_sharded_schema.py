@@ -7,6 +7,8 @@ batch size as a local buffer does. Runs on the session's local Ray instance (con
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import pytest
@@ -62,13 +64,23 @@ def storage_cls(request):
     return request.param
 
 
+@contextmanager
+def sharded(num_shards: int, storage, **kwargs) -> Iterator[ShardedReplayBuffer]:
+    """A sharded ``TensorDictReplayBuffer`` of ``num_shards`` shards of ``storage``, closed
+    when the block ends."""
+    rb = ShardedReplayBuffer(num_shards=num_shards, storage=storage,
+                             replay_buffer_cls=TensorDictReplayBuffer, **kwargs)
+    try:
+        yield rb
+    finally:
+        rb.close()
+
+
 def test_batch_for_an_unwritten_shard_is_refused_as_by_a_local_buffer(ray_session, storage_cls):
     local = TensorDictReplayBuffer(storage=storage_cls(50), batch_size=8)
     local.extend(GOOD)
-    rb = ShardedReplayBuffer(num_shards=2, storage=partial(storage_cls, 50), batch_size=8,
-                             replay_buffer_cls=TensorDictReplayBuffer,
-                             write_strategy="least_written")
-    try:
+    with sharded(2, partial(storage_cls, 50), batch_size=8,
+                 write_strategy="least_written") as rb:
         assert rb.extend(GOOD)[:2].tolist() == [0, 1]  # shard 0 is laid out, shard 1 not
         for name, bad in BAD.items():
             if name == "extra key" and storage_cls is LazyTensorStorage:
@@ -91,15 +103,11 @@ def test_batch_for_an_unwritten_shard_is_refused_as_by_a_local_buffer(ray_sessio
         assert sample["act"].dtype is torch.int64
         assert set(sample.keys(True, True)) == {*GOOD.keys(True, True), "index"}
         assert len(rb) == 30 and rb.write_count == 30
-    finally:
-        rb.close()
 
 
 def test_float_batch_on_an_unwritten_shard_does_not_cast_later_int_batches(ray_session):
-    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 50),
-                             batch_size=8, replay_buffer_cls=TensorDictReplayBuffer,
-                             write_strategy="least_written")
-    try:
+    with sharded(2, partial(LazyTensorStorage, 50), batch_size=8,
+                 write_strategy="least_written") as rb:
         rb.extend(GOOD)                                      # shard 0
         with pytest.raises(TypeError, match="would lose the fractional part"):
             rb.extend(BAD["lossy dtype"])                    # for shard 1: refused
@@ -111,22 +119,16 @@ def test_float_batch_on_an_unwritten_shard_does_not_cast_later_int_batches(ray_s
         assert all(s.state_dict()["_storage"]["storage"]["act"].dtype is torch.int64
                    for s in rb.shards)
         assert rb.sample(64)["act"].dtype is torch.int64
-    finally:
-        rb.close()
 
 
 def test_first_write_with_no_shard_laid_out_lays_out_the_lowest_shard(ray_session):
-    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 10),
-                             batch_size=4, replay_buffer_cls=TensorDictReplayBuffer)
-    try:
+    with sharded(3, partial(LazyTensorStorage, 10), batch_size=4) as rb:
         rb._cursor = 2  # a client whose first write is bound for shard 2
         assert rb.extend(schema_batch("a", 2)).tolist() == [0, 1]  # went to shard 0
         assert rb.extend(schema_batch("a", 2)).tolist() == [2, 3]  # shard 0 in turn
         with pytest.raises(KeyError, match=r"missing \['act'\], unexpected \['rew'\]"):
             rb.extend(schema_batch("b", 2))                # for shard 1: checked
         assert [len(s) for s in rb.shards] == [4, 0, 0]
-    finally:
-        rb.close()
 
 
 def test_once_every_shard_is_laid_out_writes_read_no_layout(ray_session):
@@ -231,13 +233,9 @@ def test_every_call_after_close_raises_that_the_buffer_was_closed(ray_session):
 def test_sample_batch_size_is_checked_as_by_a_local_buffer(ray_session):
     local = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     local.extend(GOOD)
-    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 10),
-                             replay_buffer_cls=TensorDictReplayBuffer)
-    try:
+    with sharded(2, partial(LazyTensorStorage, 10)) as rb:
         rb.extend(GOOD)
         for batch_size in (1.5, "3", True, 0, -1, torch.tensor(2)):
             got = outcome(lambda b=batch_size: rb.sample(b))
             assert got == outcome(lambda b=batch_size: local.sample(b)), batch_size
             assert got[0] in (TypeError, ValueError)
-    finally:
-        rb.close()

@@ -22,7 +22,9 @@ _CANNOT_RESERVE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 
 
 def reserve_file(path: str | os.PathLike[str], nbytes: int) -> None:
-    """Allocate the first ``nbytes`` bytes of the existing file ``path`` on its file system:
+    """Allocate the first ``nbytes`` bytes of the file ``path`` (created if missing) on its
+    file system, before a write that cannot report a failure (through a memory mapping, where
+    a full disk is ``SIGBUS``; the HDF5 library, which crashes on some failed writes):
     ``OSError`` naming ``path`` when there is no room (``ENOSPC``) or the file may not grow
     (``EFBIG``); nothing is checked on a file system or platform that cannot allocate ahead.
 
@@ -36,11 +38,10 @@ def reserve_file(path: str | os.PathLike[str], nbytes: int) -> None:
     ...     os.path.getsize(path) >= 4096
     True
     """
-    if nbytes <= 0 or not hasattr(os, "posix_fallocate"):
-        return
-    fd = os.open(path, os.O_RDWR)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.posix_fallocate(fd, 0, nbytes)
+        if nbytes > 0 and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, nbytes)
     except OSError as err:
         if err.errno in _CANNOT_RESERVE:
             return

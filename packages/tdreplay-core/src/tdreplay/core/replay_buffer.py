@@ -753,15 +753,17 @@ class TensorDictReplayBuffer(ReplayBuffer):
                       if priority is not None and not dim and tensordicts.batch_dims else -1)
         with self._write_lock(data):
             written = self._write_batch(data, priority, rows_given)
+            slots = self._slots_as_given(written, data, dim)
             if priority is not None and written.numel() and not _one_slot_per_row(written,
                                                                                   rows_given):
-                self._prioritize_written(written, priority, data, dim, tensordicts)
-            return self._slots_as_given(written, data, dim)
+                self._prioritize_written(written, slots, priority, dim, tensordicts)
+            return slots
 
-    def _prioritize_written(self, written: torch.Tensor, priority: Any, data: Any, dim: int,
-                            given: TensorDictBase) -> None:
-        """Give the slots ``written`` (the writer's result for ``data``, the batch ``given``
-        prepared) the batch's ``priority`` (checked) where the write did not."""
+    def _prioritize_written(self, written: torch.Tensor, slots: torch.Tensor, priority: Any,
+                            dim: int, given: TensorDictBase) -> None:
+        """Give the slots ``written`` (the writer's result for the batch ``given``; ``slots``:
+        the same in ``given``'s layout) the batch's ``priority`` (checked) where the write did
+        not."""
         batch_size = given.batch_size
         # a writer may keep only some rows (e.g. TensorDictMaxValueWriter): it says which
         kept = self._writer.written_positions
@@ -771,7 +773,6 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 rows = (rows.transpose(0, dim) if dim else rows)[kept]
             self._sampler.update_priority(written, rows, storage=self._storage)
             return
-        slots = self._written_as_given(written, data, dim)
         if _leads(slots.shape, batch_size):
             self._sampler.update_priority(slots, priority, storage=self._storage)
         else:

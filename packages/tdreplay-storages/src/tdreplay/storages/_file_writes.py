@@ -20,7 +20,6 @@ fsynced, and takes 0.57-0.65 s so (this project's machine, ext4).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import zlib
@@ -169,30 +168,3 @@ def write_json_file(path: Path, obj: Any) -> None:
         raise
     record_written_file(path, zlib.crc32(raw))
 
-
-def reserve_room(path: Path, size: int) -> None:
-    """Make ``path`` (created if missing) take ``size`` bytes on its file system before a
-    library that cannot report a failed write does the writing: the HDF5 library crashes the
-    process (``SIGSEGV``) on some failed writes (a full disk, a file-size limit), where this
-    raises the ``OSError`` (``ENOSPC``, ``EFBIG``) naming ``path``. The room is allocated, not
-    written (``posix_fallocate``); on a file system or platform without it nothing is checked.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     reserve_room(Path(d) / "f.h5", 4096)
-    ...     (Path(d) / "f.h5").stat().st_size >= 4096
-    True
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, max(int(size), 1))
-    except OSError as err:
-        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            return  # (the file system cannot tell in advance)
-        raise OSError(err.errno, f"{err.strerror} (reserving {size} bytes before writing)",
-                      str(path)) from err
-    finally:
-        os.close(fd)

@@ -50,9 +50,10 @@ from tdreplay.core import (
     StorageCheckpointerBase,
 )
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+from tdreplay.core.file_room import reserve_file
 
 from ._compressed_rows import CompressedRow, RowLayout
-from ._file_writes import memmap_by_writes, reserve_room, write_array_file, write_json_file
+from ._file_writes import memmap_by_writes, write_array_file, write_json_file
 from ._layout import (
     as_key,
     dtype_from_str,
@@ -632,7 +633,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
 
 
 #: bytes an HDF5 file takes beyond its data: for the file (superblock, root group) and per
-#: dataset (object header, chunk index), bounds for reserve_room
+#: dataset (object header, chunk index), bounds for reserve_file
 _H5_FILE_OVERHEAD, _H5_DATASET_OVERHEAD = 1 << 16, 1 << 13
 
 
@@ -691,8 +692,8 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
         index = {}
         target = path / self.checkpoint_file
         # the room for the uncompressed data (an upper bound), checked before HDF5 writes: it
-        # crashes the process on some failed writes where this raises OSError (reserve_room)
-        reserve_room(target, sum(t.numel() * t.element_size() for t in arrays.values())
+        # crashes the process on some failed writes where this raises OSError (reserve_file)
+        reserve_file(target, sum(t.numel() * t.element_size() for t in arrays.values())
                      + _H5_FILE_OVERHEAD + _H5_DATASET_OVERHEAD * len(arrays))
         with h5py.File(target, "w") as f:
             for i, (key, tensor) in enumerate(arrays.items()):
