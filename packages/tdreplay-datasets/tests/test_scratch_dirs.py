@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from tdreplay.datasets import MinariExperienceReplay
-from tdreplay.datasets._files import publish, staging_dir
+from tdreplay.datasets._files import publish, remove_dir, staging_dir
 
 CARTPOLE = "cartpole/tiny-v0"
 
@@ -78,3 +78,37 @@ def test_publish_replaces_a_dataset_whole(tmp_path):
     assert publish(built, target, replace=True)
     assert sorted(os.listdir(target)) == ["new"] and not built.exists()
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+
+
+def test_remove_dir_removes_whole_and_takes_a_directory_already_gone(tmp_path):
+    # (three processes re-converting one dataset with download="force" at once: 4 of 24
+    # calls raised FileNotFoundError from rmtree, the split directory removed under them)
+    target = tmp_path / "data_split"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "rows.memmap").write_bytes(b"\0" * 64)
+    remove_dir(target)
+    assert os.listdir(tmp_path) == []  # no scratch directory left beside it
+    remove_dir(target)  # removed by another process meanwhile: nothing to do
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_crash_while_removing_leaves_the_directory_whole_or_gone(tmp_path):
+    target = tmp_path / "data"
+    target.mkdir()
+    for name in ("a.memmap", "b.memmap", "marker.json"):
+        (target / name).write_bytes(b"\0" * 64)
+    code = f"""
+import os, shutil, sys
+sys.path[:0] = {sys.path!r}
+from pathlib import Path
+from tdreplay.datasets import _files
+def die(*args, **kwargs):
+    os._exit(9)
+_files.shutil.rmtree = die  # killed once the directory is renamed aside
+_files.remove_dir(Path({str(target)!r}))
+"""
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 9
+    assert not target.exists()  # not a marker without some of its files
+    with staging_dir(target):
+        pass
+    assert os.listdir(tmp_path) == []  # the dead process's aside directory removed

@@ -117,6 +117,20 @@ def publish(built: Path, target: Path, *, replace: bool = False) -> bool:
     return True
 
 
+def remove_dir(path: Path) -> None:
+    """Remove the directory ``path`` as one step: it is renamed aside first (into a scratch
+    directory beside it), then deleted. Readers and a crash see the whole directory or none
+    (``rmtree`` in place can leave a conversion's marker with some of its files gone), and a
+    directory another process removes meanwhile is not an error."""
+    aside = Path(tempfile.mkdtemp(prefix=_scratch_prefix(path), dir=path.parent))
+    try:
+        os.replace(path, aside / "old")
+    except FileNotFoundError:  # gone already (another process removed or replaced it)
+        pass
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def check_empty_destination(dest: Path, name: str) -> None:
     """Raise ``FileExistsError`` unless ``dest`` is missing or an empty directory."""
     if not dest.exists():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from tdreplay.core.utils import check_flag
 from tdreplay.storages import TensorStorage
 from tdreplay.writers import ImmutableDatasetWriter
 
-from ._files import check_empty_destination, publish, staging_dir
+from ._files import check_empty_destination, publish, remove_dir, staging_dir
 from ._parallel_map import load_memmap, parallel_map_to_memmap, resolve_num_workers
 
 
@@ -132,7 +131,7 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         """
         for path in dict.fromkeys([Path(self.data_path), Path(self.data_path_root)]):
             if path.exists():
-                shutil.rmtree(path)
+                remove_dir(path)
 
     def preprocess(
         self,

@@ -20,7 +20,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import threading
 import uuid
 import warnings
@@ -36,7 +35,7 @@ from tdreplay.core import Sampler, Transform, Writer, split_trajectories
 from tdreplay.core.file_room import reserve_mapped_files
 from tdreplay.core.utils import check_flag, check_instance
 
-from ._files import publish, remove_empty_dirs, staging_dir
+from ._files import publish, remove_dir, remove_empty_dirs, staging_dir
 from ._integrity import check_leaf_files, leaf_files, read_json
 from ._minari_ted import episode_to_ted
 from ._parallel_map import leaf_layout, load_memmap
@@ -614,7 +613,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         keeps the data it has mapped until it is dropped.
         """
         if self.data_path.exists():
-            shutil.rmtree(self.data_path)
+            remove_dir(self.data_path)
         parents = self.data_path_root.relative_to(self.root).parents
         remove_empty_dirs([self.root / parent for parent in parents if parent != Path(".")])
 
@@ -702,7 +701,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         if replace and published:
             # derived from the data just replaced
             if self._split_path.exists():
-                shutil.rmtree(self._split_path)
+                remove_dir(self._split_path)
 
     def _build_split(self, replace: bool) -> None:
         target = self._split_path
