@@ -127,3 +127,29 @@ def test_callable_transform_returning_none_keeps_data():
     t = CallableTransform(lambda x: seen.append(x))
     x = torch.ones(2)
     assert t(x) is x and seen == [x]
+
+
+class DropAll(Transform):
+    """A write-side filter that keeps nothing (``inv`` returns ``None``, as TorchRL's
+    filters do)."""
+
+    def inv(self, data):
+        return None
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("tensordict_buffer", [False, True])
+def test_extend_of_a_batch_a_transform_drops_writes_nothing(ndim, tensordict_buffer):
+    # (it raised "every leaf of a pytree passed to extend must share the same leading
+    # dimension, got leading sizes ['None']"; TorchRL returns zeros((0, storage.ndim)))
+    from tdreplay.core import TensorDictReplayBuffer
+    from tdreplay.storages import LazyTensorStorage
+
+    cls = TensorDictReplayBuffer if tensordict_buffer else ReplayBuffer
+    rb = cls(storage=LazyTensorStorage(8, ndim=ndim), transform=DropAll())
+    batch = TensorDict({"a": torch.arange(4.0).reshape(2, 2)}, [2, 2][:ndim])
+    slots = rb.extend(batch)
+    assert slots.shape == (0, ndim) and slots.dtype == torch.long
+    assert len(rb) == 0 and rb.write_count == 0
+    assert rb.add(batch[(0,) * ndim]).shape == (0, ndim)
+    assert len(rb) == 0

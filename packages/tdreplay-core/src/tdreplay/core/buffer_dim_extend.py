@@ -128,7 +128,8 @@ class ExtendDimMixin:
 
     def _prepare_batch(self, data: Any) -> tuple[Any, int]:
         """Check that ``data`` is a batch, run the write-side transforms and move
-        ``dim_extend`` first (no lock held); returns the batch and ``dim_extend``."""
+        ``dim_extend`` first (no lock held); returns the batch (``None`` when a transform
+        dropped it) and ``dim_extend``."""
         if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
             raise TypeError(
                 "extend got a tuple (a pytree, written as one batched structure) but the storage "
@@ -136,7 +137,7 @@ class ExtendDimMixin:
             )
         data = self._write_side(as_batch(data))  # any iterable of items: a list
         dim = self.dim_extend
-        if not dim:
+        if not dim or data is None:  # (None: the write-side transforms dropped the batch)
             return data, dim
         return _move_dim(data, dim), dim
 

@@ -475,7 +475,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             return self._write_item(data)
 
     def _nothing_added(self) -> torch.Tensor:
-        """What ``add`` returns for an item a write-side transform dropped (TorchRL's)."""
+        """What ``add`` and ``extend`` return for data a write-side transform dropped (an
+        empty ``[0, storage.ndim]`` tensor of slots, TorchRL's)."""
         return torch.zeros((0, self._storage.ndim), dtype=torch.long)
 
     def _write_item(self, data: Any) -> int | torch.Tensor | None:
@@ -509,7 +510,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         tensor or TensorDict a batch along its first dimension. ``update_priority`` is
         :class:`TensorDictReplayBuffer`'s (whether the batch's priority entry sets the
         priorities): this class reads no priorities from its data, so any value but ``None``
-        raises ``NotImplementedError``, as TorchRL's.
+        raises ``NotImplementedError``, as TorchRL's. A batch a write-side transform drops
+        (returns ``None`` for) is not written: the result is an empty ``[0, storage.ndim]``
+        tensor of slots, as TorchRL's.
         """
         if update_priority is not None:
             raise NotImplementedError(
@@ -517,6 +520,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 "priorities from its data (TensorDictReplayBuffer.extend does); set them with "
                 "update_priority(index, priority).")
         data, dim = self._prepare_batch(data)
+        if data is None:  # a write-side transform dropped the batch
+            return self._nothing_added()
         with self._write_lock(data):
             return self._slots_as_given(self._write_batch(data), data, dim)
 
@@ -747,6 +752,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
+        if data is None:  # a write-side transform dropped the batch
+            return self._nothing_added()
         # along dim 0, the rows written are the batch's rows: the sampler can take their
         # priorities with the slots (one call, not an extend and then an update)
         rows_given = (tensordicts.batch_size[0]

@@ -150,10 +150,12 @@ class Transform:
             data.set(out_key, self._apply_transform(self._get(data, in_key)))
         return data
 
-    def inv(self, data: TensorDictBase) -> TensorDictBase:
+    def inv(self, data: TensorDictBase) -> TensorDictBase | None:
         """Write-side transform (applied on extend when the transform is inverted).
 
         Works on a shallow copy, so entries it sets do not appear in the caller's TensorDict.
+        An override may return ``None`` to drop the data (a filter, as TorchRL's): the buffer
+        then writes nothing.
         """
         if not self.in_keys_inv:
             return data

@@ -28,7 +28,8 @@ class MultiStepTransform(Transform):
     and those are held (as copies) for the next ``extend``. A stream of writes is thus stored
     step by step, each exactly once, ``n_steps`` steps late, with windows that run across the
     writes (a :class:`MultiStep` applied to each write alone would cut every window at the
-    write's end). A write that completes no window writes nothing (an empty batch). Samples
+    write's end). A write that completes no window writes nothing: ``inv`` returns ``None``
+    (as TorchRL's) and ``extend`` an empty ``[0, storage.ndim]`` tensor of slots. Samples
     are returned as they are.
 
     The result is :class:`MultiStep`'s: the discounted reward sum, every ``"next"`` entry
@@ -143,9 +144,10 @@ class MultiStepTransform(Transform):
                          done_keys=ends)
 
     # ---- write side ------------------------------------------------------------------------------
-    def inv(self, data: TensorDictBase) -> TensorDictBase:
-        """The n-step transitions of the held steps and ``data`` whose windows are complete;
-        holds the last ``n_steps`` steps. Nothing changes when ``data`` is refused."""
+    def inv(self, data: TensorDictBase) -> TensorDictBase | None:
+        """The n-step transitions of the held steps and ``data`` whose windows are complete
+        (``None`` when none is); holds the last ``n_steps`` steps. Nothing changes when
+        ``data`` is refused."""
         require_tensordict(self, data)
         if not data.batch_dims:
             raise ValueError("MultiStepTransform: the data needs a time dimension (the last "
@@ -156,7 +158,9 @@ class MultiStepTransform(Transform):
             n = self.n_steps
             out = self._multistep()(total.clone(False))
             self._held = total[..., -n:].clone()
-            return out[..., : max(total.batch_size[-1] - n, 0)]
+            if total.batch_size[-1] <= n:
+                return None  # nothing to write yet (TorchRL's ``None``)
+            return out[..., : total.batch_size[-1] - n]
 
     @staticmethod
     def _join(held: TensorDictBase, data: TensorDictBase) -> TensorDictBase:
