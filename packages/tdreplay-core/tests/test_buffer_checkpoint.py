@@ -97,7 +97,8 @@ def test_state_dict_round_trip(same):
     rb.extend(scalars(0, 10))
     rb.sample()
     state = rb.state_dict()
-    assert set(state) == {"_storage", "_sampler", "_writer", "_batch_size", "_rng"}
+    assert set(state) == {"_storage", "_sampler", "_writer", "_batch_size", "_rng",
+                          "_last_written_row"}
     expected = [rb.sample().tolist() for _ in range(3)]
     restored = make(seed=7)
     restored.load_state_dict(state)

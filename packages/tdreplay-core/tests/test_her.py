@@ -298,7 +298,7 @@ def test_same_generator_seed_relabels_the_same_way():
     assert torch.equal(batches[0]["index"], batches[1]["index"])
 
 
-def test_state_dict_round_trip_restores_settings_and_generator():
+def test_state_dict_round_trip_restores_the_generator_and_keeps_the_settings():
     rb = _buffer(her_ratio=0.5, strategy="episode", seed=3)
     rb.extend(_steps(range(20), done_at=(6, 13)))
     rb.sample()
@@ -306,10 +306,14 @@ def test_state_dict_round_trip_restores_settings_and_generator():
     state = rb.state_dict()
     assert state["_her"]["her_ratio"] == 0.75 and state["_her"]["strategy"] == "episode"
     assert state["_her"]["episode_ends_cache"].tolist() == [6, 13, 19]
-    restored = _buffer(her_ratio=0.1, strategy="final", seed=99)
+    # the settings the buffer was built with stay, as TorchRL's (and as its batch_size):
+    # a run resumed with other settings uses them
+    other = _buffer(her_ratio=0.1, strategy="final", seed=99)
+    other.load_state_dict(state)
+    assert other.her_ratio == 0.1 and other.strategy is HindsightStrategy.FINAL
+    restored = _buffer(her_ratio=0.75, strategy="episode", seed=99)
     restored.load_state_dict(state)
     assert "_her" in state  # the caller's dict is left whole
-    assert restored.her_ratio == 0.75 and restored.strategy is HindsightStrategy.EPISODE
     a, b = rb.sample(), restored.sample()
     assert torch.equal(a["index"], b["index"])
     assert torch.equal(a["desired_goal"], b["desired_goal"])
@@ -320,9 +324,9 @@ def test_a_bad_her_state_changes_nothing():
     rb = _buffer(her_ratio=0.5)
     rb.extend(_steps(range(5), done_at=(4,)))
     state = rb.state_dict()
-    state["_her"] = dict(state["_her"], strategy="past")
+    state["_her"] = [("strategy", "past")]
     fresh = _buffer(her_ratio=0.2)
-    with pytest.raises(ValueError, match="strategy"):
+    with pytest.raises(ValueError, match=r"state_dict\['_her'\] must be a dict"):
         fresh.load_state_dict(state)
     assert len(fresh) == 0 and fresh.her_ratio == 0.2
     # a plain buffer's state (no "_her") keeps the settings
@@ -338,9 +342,11 @@ def test_dumps_loads_round_trip():
     rb.sample()
     with tempfile.TemporaryDirectory() as path:
         rb.dumps(path)
-        restored = _buffer(her_ratio=0.1, strategy="final", seed=0)
+        other = _buffer(her_ratio=0.1, strategy="final", seed=0)
+        other.loads(path)
+        restored = _buffer(her_ratio=0.6, strategy="future", seed=0)
         restored.loads(path)
-    assert restored.her_ratio == 0.6 and restored.strategy is HindsightStrategy.FUTURE
+    assert other.her_ratio == 0.1 and other.strategy is HindsightStrategy.FINAL  # kept
     for _ in range(3):
         a, b = rb.sample(), restored.sample()
         assert torch.equal(a["index"], b["index"])

@@ -391,3 +391,37 @@ def test_priorities_of_a_partly_kept_batch_go_to_the_rows_kept():
     more["td_error"] = torch.tensor([1.0, 2.0])
     rb.extend(more)  # id 6 (priority 2) replaces id 2 (priority 30) at row 1
     assert rb.sampler.total_priority == pytest.approx(62.0)
+
+
+@pytest.mark.parametrize("how", ["dumps", "state_dict"])
+def test_a_restored_buffer_knows_the_row_the_writer_wrote_last(how, tmp_path):
+    # (a restored buffer took the newest row from a round-robin cursor the max-value writer
+    # does not have: None where the saved one had 0, and HER's "final" goals of the buffer
+    # below changed from 4.0 to 3.0)
+    from tdreplay.core import HERReplayBuffer, SamplerWithoutReplacement
+    from tdreplay.storages import LazyTensorStorage
+
+    def make():
+        return HERReplayBuffer(
+            reward_fn=lambda td: td["next", "reward"], storage=LazyTensorStorage(4),
+            batch_size=4, her_ratio=1.0, strategy="final",
+            writer=TensorDictMaxValueWriter(rank_key="reward"),
+            sampler=SamplerWithoutReplacement(shuffle=False))
+
+    rb = make()
+    for step, rank in enumerate([1.0, 5.0, 2.0, 6.0, 3.0]):
+        rb.add(TensorDict({
+            "x": torch.tensor(step), "reward": torch.tensor(rank),
+            "desired_goal": torch.full((1,), -1.0),
+            "achieved_goal": torch.full((1,), float(step)),
+            "next": {"reward": torch.zeros(1), "done": torch.zeros(1, dtype=torch.bool)}}, []))
+    assert rb[:]["x"].tolist() == [4, 1, 2, 3] and rb.storage.last_written_row == 0
+    back = make()
+    if how == "dumps":
+        rb.dumps(tmp_path / "ckpt")
+        back.loads(tmp_path / "ckpt")
+    else:
+        back.load_state_dict(rb.state_dict())
+    assert back.storage.last_written_row == 0
+    assert back.sample()["desired_goal"].flatten().tolist() == [4.0] * 4
+    assert rb.sample()["desired_goal"].flatten().tolist() == [4.0] * 4

@@ -212,6 +212,9 @@ class BufferStateMixin:
                 "_sampler": self._sampler.state_dict(),
                 "_writer": self._writer.state_dict(),
                 "_batch_size": self._batch_size,
+                # (where the ring is cut: the writer's cursor does not say it when writes go
+                # to freed slots, e.g. consumed ones, or to a max-value writer's chosen rows)
+                "_last_written_row": self._storage.last_written_row,
             }
             if self._rng is not None:
                 out["_rng"] = self._rng.get_state()
@@ -317,6 +320,8 @@ class BufferStateMixin:
                 except (ValueError, TypeError, KeyError) as err:
                     raise ValueError(f"state_dict[{part!r}]: {err}") from err
             self.check_saved_parts(state_dict)
+            newest = self._saved_newest_row(state_dict.get("_last_written_row"),
+                                            "state_dict['_last_written_row']")
             if self._stateful:
                 try:
                     self._stateful.check_state_dict(state_dict.get("_stateful", {}))
@@ -336,6 +341,8 @@ class BufferStateMixin:
                 lambda: self._storage.load_state_dict(state_dict["_storage"]),
                 lambda: self._sampler.load_state_dict(state_dict["_sampler"]),
                 lambda: self._writer.load_state_dict(state_dict["_writer"]),
+                *([lambda: self._set_newest_row(newest)] if "_last_written_row" in state_dict
+                  else []),  # (older states: the writer's cursor tells it)
                 # (checked above: a stateful part that may be missing is left as it is)
                 *([lambda: rng.set_state(state_dict["_rng"])]
                   if rng is not None and "_rng" in state_dict else []),
@@ -401,7 +408,8 @@ class BufferStateMixin:
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
-                        "write_count": self.write_count}
+                        "write_count": self.write_count,
+                        "last_written_row": self._storage.last_written_row}
                 for name, component in self._components().items():
                     meta[name] = type(component).__name__
                     component.dumps(snap / name)
@@ -438,6 +446,11 @@ class BufferStateMixin:
                         f"{type(component).__name__} ({str(snap / 'buffer.json')!r})."
                     )
                 commits.append(component.prepare_load(snap / name))
+            if "last_written_row" in meta:  # (older checkpoints: the writer's cursor tells it)
+                newest = self._saved_newest_row(
+                    meta["last_written_row"], f"{str(snap / 'buffer.json')!r} last_written_row",
+                    CheckpointError)
+                commits.append(lambda: self._set_newest_row(newest))
             if self._stateful:
                 commits.append(self._stateful.prepare_load(snap / "stateful",
                                                            list(meta.get("stateful", []))))
@@ -451,6 +464,20 @@ class BufferStateMixin:
             commits.append(lambda: self._prefetcher.restore(prefetched))
             self._install(commits)
             self._tell_readers_restored()
+
+    def _saved_newest_row(self, row: Any, name: str,
+                          error: type[Exception] = ValueError) -> int | None:
+        """``row``, a saved :attr:`~tdreplay.core.Storage.last_written_row` named ``name`` in
+        errors: ``None`` or a row of this buffer's storage."""
+        capacity = self._storage.rows_capacity
+        if row is None or (type(row) is int and row >= 0
+                           and (capacity is None or row < capacity)):
+            return row
+        raise error(f"{name} must be None or a row of the storage (0 to "
+                    f"{'its capacity' if capacity is None else capacity - 1}), got {row!r}.")
+
+    def _set_newest_row(self, row: int | None) -> None:
+        self._storage.last_written_row = row
 
     def _install(self, steps: list[Callable[[], Any]]) -> None:
         """Install a checked restore: the steps in order, a Ctrl-C held back until they are

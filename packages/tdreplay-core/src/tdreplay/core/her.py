@@ -79,7 +79,8 @@ def _replace_rows(data: TensorDictBase, key: NestedKey, rows: int, value: torch.
 
 class HERSettings(StateDictCheckpointMixin):
     """The relabelling settings of an :class:`HERReplayBuffer` as a checkpointed component:
-    ``dumps`` / ``loads`` save and restore them with the storage, sampler and writer."""
+    ``dumps`` saves them with the storage, sampler and writer, for information (``loads``
+    checks the entry and keeps the buffer's own settings, as TorchRL's)."""
 
     def __init__(self, buffer: HERReplayBuffer) -> None:
         self.buffer = buffer
@@ -363,46 +364,31 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     # ---- state -----------------------------------------------------------------------------------
     def her_state_dict(self) -> dict[str, Any]:
-        """The relabelling settings (saved by :meth:`state_dict` under ``"_her"``, as
-        TorchRL's, and by :meth:`dumps`); ``reward_fn`` is code and is not saved.
+        """The relabelling settings, saved by :meth:`state_dict` under ``"_her"`` (as
+        TorchRL's) and by :meth:`dumps` for information: a restore keeps the settings the
+        buffer was built with (or set since), as TorchRL's, as it keeps its ``batch_size``.
+        ``reward_fn`` is code and is not saved.
 
         ``episode_ends_cache`` (TorchRL's field) holds the flat slots that ended a trajectory
-        at the last relabelling sample (``None`` before one); it is informational: a restored
-        buffer finds the trajectories again from its restored data.
+        at the last relabelling sample (``None`` before one); it is informational too: a
+        restored buffer finds the trajectories again from its restored data.
         """
         return {"goal_key": self.goal_key, "achieved_goal_key": self.achieved_goal_key,
                 "reward_key": self.reward_key, "end_key": self.end_key,
                 "her_ratio": self._her_ratio, "strategy": self._strategy.value,
                 "episode_ends_cache": self._positions.ends()}
 
-    def check_her_state_dict(self, state: Any) -> dict[str, Any]:
-        """The settings in ``state`` (TorchRL's ``"_her"`` entry: missing fields keep their
-        value, unknown ones such as its episode cache are ignored), checked; ``ValueError``
-        naming the field. Changes nothing."""
+    def check_her_state_dict(self, state: Any) -> None:
+        """Raise ``ValueError`` unless ``state`` (TorchRL's ``"_her"`` entry) is a dict; its
+        settings are not restored (:meth:`her_state_dict`). Changes nothing."""
         if not isinstance(state, dict):
             raise ValueError(f"state_dict['_her'] must be a dict, got {type(state).__name__}.")
-        out = self.her_state_dict()
-        checks: dict[str, Callable[[Any, str], Any]] = {
-            "goal_key": _key, "achieved_goal_key": _key, "reward_key": _key, "end_key": _key,
-            "her_ratio": lambda v, _: _check_ratio(v),
-            "strategy": lambda v, _: _check_strategy(v).value}
-        for field, check in checks.items():
-            if field in state:
-                try:
-                    out[field] = check(state[field], field)
-                except (TypeError, ValueError) as err:
-                    raise ValueError(f"state_dict['_her'][{field!r}]: {err}") from err
-        return out
 
     def load_her_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`her_state_dict` (checked first)."""
-        checked = self.check_her_state_dict(state)
+        """Take a restored ``"_her"`` entry (checked first): the buffer keeps its own
+        settings, as TorchRL's; the trajectories are found again from the restored data."""
+        self.check_her_state_dict(state)
         with self._lock:
-            self._goal_key, self._achieved_goal_key = checked["goal_key"], \
-                checked["achieved_goal_key"]
-            self._reward_key, self._end_key = checked["reward_key"], checked["end_key"]
-            self._her_ratio = checked["her_ratio"]
-            self._strategy = HindsightStrategy(checked["strategy"])
             self._positions.clear()
 
     def state_dict(self) -> dict[str, Any]:

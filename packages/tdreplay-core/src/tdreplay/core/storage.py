@@ -411,8 +411,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     #: The row the writer wrote last (a full ring's newest row: the row after it is the
     #: oldest), or ``None`` before any write or where the storage does not record it: ``set``
-    #: records it unless ``set_cursor=False`` (an in-place edit), and a round-robin writer
-    #: restored from a checkpoint sets it from its cursor. The slice samplers, HER, ``Sequence``
+    #: records it unless ``set_cursor=False`` (an in-place edit); a buffer saves it with its
+    #: checkpoints and restores it (a round-robin writer restored alone sets it from its
+    #: cursor). The slice samplers, HER, ``Sequence``
     #: sample units and ``rb.query`` cut trajectories there, as at TorchRL's cursor.
     last_written_row: int | None = None
 
