@@ -81,6 +81,37 @@ def test_restored_generator_samples_like_the_original(tmp_path):
     assert [restored.sample().tolist() for _ in range(4)] == expected
 
 
+@pytest.mark.parametrize("how", ["dumps", "state_dict"])
+def test_a_buffer_without_a_generator_takes_the_saved_one(how, tmp_path):
+    # (as TorchRL's: the restored buffer continues the saved stream; it drew from torch's
+    # global generator instead)
+    rb = make(seed=3, max_size=100)
+    rb.extend(scalars(0, 100))
+    rb.sample()
+    state = rb.state_dict()
+    rb.dumps(tmp_path)
+    expected = [rb.sample().tolist() for _ in range(4)]
+    restored = make(seed=None, max_size=100)
+    if how == "dumps":
+        restored.loads(tmp_path)
+    else:
+        restored.load_state_dict(state)
+    assert restored.sampler.generator is not None
+    torch.manual_seed(12345)  # (the global generator plays no part)
+    assert [restored.sample().tolist() for _ in range(4)] == expected
+
+
+def test_a_generator_state_that_does_not_fit_leaves_a_buffer_without_one_as_it_was():
+    rb = make(seed=3)
+    rb.extend(scalars(0, 8))
+    state = rb.state_dict()
+    state["_rng"] = torch.zeros(3, dtype=torch.uint8)
+    restored = make(seed=None)
+    with pytest.raises(ValueError, match=r"state_dict\['_rng'\]"):
+        restored.load_state_dict(state)
+    assert restored.sampler.generator is None and len(restored) == 0
+
+
 def test_sampler_state_is_restored(tmp_path):
     rb = make(sampler=CyclingSampler())
     rb.extend(scalars(0, 6))

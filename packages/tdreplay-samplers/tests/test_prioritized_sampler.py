@@ -144,10 +144,34 @@ def test_stratified_frequencies_and_segments(backend):
 def test_zero_priority_items_are_rarely_but_possibly_drawn_with_eps(backend):
     sampler, storage = make(backend, 4, 4, alpha=1.0, eps=0.0)
     sampler.update_priority(torch.arange(4), torch.tensor([0.0, 1.0, 0.0, 1.0]))
-    index, info = sampler.sample(storage, 4096)
+    with pytest.warns(RuntimeWarning, match=r"priority 0 \(eps=0.0\).*weights .* are 0"):
+        index, info = sampler.sample(storage, 4096)
     # a zero priority is stored as the smallest positive float64: drawing it is (almost) impossible
     assert set(index.tolist()) == {1, 3}
     assert bool(torch.isfinite(info["priority_weight"]).all())
+    assert not info["priority_weight"].any()  # (1 / tiny) ** -1 underflows: what it warns of
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_weights_warn_once_and_only_when_they_are_zero(backend):
+    # (TorchRL raises "non-positive p_min" there; the weights were all 0 without a word)
+    import warnings
+
+    sampler, storage = make(backend, 4, 4, alpha=1.0, beta=0.0, eps=0.0)
+    sampler.update_priority(torch.arange(4), torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, info = sampler.sample(storage, 8)  # beta=0: every weight is 1
+        assert info["priority_weight"].tolist() == [1.0] * 8
+        positive, storage2 = make(backend, 4, 4, alpha=1.0, beta=1.0, eps=0.0)
+        positive.update_priority(torch.arange(4), torch.tensor([0.5, 1.0, 2.0, 1.0]))
+        positive.sample(storage2, 8)
+    sampler.beta = 1.0
+    with pytest.warns(RuntimeWarning):
+        sampler.sample(storage, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sampler.sample(storage, 8)  # once per sampler
 
 
 # ---- weights ---------------------------------------------------------------------------------

@@ -109,6 +109,8 @@ class BufferStateMixin:
 
         def check_shareable(self) -> None: ...
 
+        def set_rng(self, generator: torch.Generator) -> None: ...
+
         @property
         def write_count(self) -> int: ...
 
@@ -329,14 +331,15 @@ class BufferStateMixin:
                     raise ValueError(f"state_dict['_stateful']: {err}") from err
             restore_transforms = check_transform_state(self._transform,
                                                        state_dict.get("_transform"))
-            if self._rng is not None and "_rng" in state_dict:  # a None in it too is refused
+            rng = self._generator_to_restore()
+            if "_rng" in state_dict:  # a None in it too is refused
                 try:
-                    torch.Generator(device=self._rng.device).set_state(state_dict["_rng"])
+                    torch.Generator(device=rng.device).set_state(state_dict["_rng"])
                 except (TypeError, RuntimeError) as err:
                     raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
                                      f"generator: {err}") from err
             self.clear_prefetch()
-            rng, stateful = self._rng, self._stateful
+            stateful = self._stateful
             self._install([
                 lambda: self._storage.load_state_dict(state_dict["_storage"]),
                 lambda: self._sampler.load_state_dict(state_dict["_sampler"]),
@@ -344,8 +347,8 @@ class BufferStateMixin:
                 *([lambda: self._set_newest_row(newest)] if "_last_written_row" in state_dict
                   else []),  # (older states: the writer's cursor tells it)
                 # (checked above: a stateful part that may be missing is left as it is)
-                *([lambda: rng.set_state(state_dict["_rng"])]
-                  if rng is not None and "_rng" in state_dict else []),
+                *([lambda: self._restore_generator(rng, state_dict["_rng"])]
+                  if "_rng" in state_dict else []),
                 *([lambda: stateful.load_state_dict(state_dict.get("_stateful", {}))]
                   if stateful else []),
                 restore_transforms,
@@ -458,9 +461,9 @@ class BufferStateMixin:
             rng_state = self._read_rng_state(snap / "rng.pt")
             prefetched = self._read_prefetch_state(snap)
             self.clear_prefetch()
-            rng = self._rng
-            if rng_state is not None and rng is not None:
-                commits.append(lambda: rng.set_state(rng_state))
+            if rng_state is not None:
+                rng = self._generator_to_restore()
+                commits.append(lambda: self._restore_generator(rng, rng_state))
             commits.append(lambda: self._prefetcher.restore(prefetched))
             self._install(commits)
             self._tell_readers_restored()
@@ -509,6 +512,16 @@ class BufferStateMixin:
         self._prefetcher.check_state(state, self._storage.max_size)
         return state
 
+    def _generator_to_restore(self) -> torch.Generator:
+        """The generator a saved generator state goes to: this buffer's, or a new CPU one
+        (installed with the restore, as TorchRL's) when it has none."""
+        return self._rng if self._rng is not None else torch.Generator()
+
+    def _restore_generator(self, rng: torch.Generator, state: torch.Tensor) -> None:
+        rng.set_state(state)
+        if rng is not self._rng:
+            self.set_rng(rng)
+
     def _read_rng_state(self, path: Path) -> torch.Tensor | None:
         """The generator state saved at ``path`` (``None`` when none was saved), checked
         against this buffer's generator before anything changes."""
@@ -518,15 +531,14 @@ class BufferStateMixin:
             state = torch.load(path, weights_only=True)
         except Exception as err:  # any unreadable file is a damaged checkpoint
             raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
-        if self._rng is not None:
-            try:
-                if not isinstance(state, torch.Tensor):
-                    raise TypeError(f"a {type(state).__name__}, not a tensor")
-                torch.Generator(device=self._rng.device).set_state(state)
-            except (TypeError, RuntimeError, ValueError) as err:
-                raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
-                                      f"state: {err}") from err
-        return state if isinstance(state, torch.Tensor) else None
+        try:
+            if not isinstance(state, torch.Tensor):
+                raise TypeError(f"a {type(state).__name__}, not a tensor")
+            torch.Generator(device=self._generator_to_restore().device).set_state(state)
+        except (TypeError, RuntimeError, ValueError) as err:
+            raise CheckpointError(f"checkpoint file {str(path)!r} does not hold a generator "
+                                  f"state: {err}") from err
+        return state
 
     save = dumps
     dump = dumps

@@ -36,6 +36,7 @@ applied as is.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -59,6 +60,7 @@ from ._priority_state import (
 )
 from ._priority_updates import PriorityUpdateMixin
 from ._priority_values import (
+    TINY,
     HostPriority,
     check_options,
     host_bounds,
@@ -93,7 +95,11 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         :attr:`beta` then read back as tensors (so ``sampler.beta.item()`` works; schedulers
         and checkpoints keep them tensors), see :attr:`beta`.
     eps : float
-        Added to every priority before the exponent, so no item has probability 0.
+        Added to every priority before the exponent, so no item has probability 0. With
+        ``eps=0`` a priority of ``0`` is stored as ``tiny`` (the item is, in effect, never
+        drawn) and is the ``p_min`` of the weights: with ``beta > 0`` every other weight
+        underflows to ``0``, and the first such host sample warns (``RuntimeWarning``; TorchRL
+        raises ``RuntimeError("non-positive p_min")``).
     dtype : torch.dtype
         Floating dtype of the returned weights (the trees always keep float64).
     reduction : {"max", "min", "sum", "mean", "median"}
@@ -258,6 +264,16 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         """Least stored priority ``p_i`` over the written slots (``inf`` if none): the
         importance weights are ``(p_i / min_priority) ** -beta``. Reads the device."""
         return float(self._state.min_tree.min()) if self._state is not None else math.inf
+
+    _warned_zero = False
+
+    def _warn_zero_priority(self) -> None:
+        self._warned_zero = True  # (once per sampler)
+        warnings.warn(
+            f"PrioritizedSampler: a written slot has priority 0 (eps={self._eps}), the least "
+            f"stored priority p_min, so the importance weights (p_i / p_min) ** -beta of every "
+            f"other slot are 0. Pass eps > 0 (the default is 1e-8), give that slot a positive "
+            f"priority, or use beta=0.", RuntimeWarning, stacklevel=4)
 
     # ---- placement ---------------------------------------------------------------------------
     def _ensure_state(self, storage: Storage | None = None) -> PriorityState:
@@ -476,9 +492,13 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         check_batch_size(batch_size)
         written = check_not_empty(storage)
         state = self._ensure_state(storage)
-        if state.device.type == "cpu" and not float(state.sum_tree.total()) > 0.0:
-            raise RuntimeError("no written slot has a priority: the sampler was not told about "
-                               "the storage's items (extend the buffer through the sampler).")
+        if state.device.type == "cpu":
+            if not float(state.sum_tree.total()) > 0.0:
+                raise RuntimeError("no written slot has a priority: the sampler was not told "
+                                   "about the storage's items (extend the buffer through the "
+                                   "sampler).")
+            if self._beta and not self._warned_zero and float(state.min_tree.min()) <= TINY:
+                self._warn_zero_priority()
         index, weight, gen = kernels_for(state).draw(
             state, uniform(batch_size, state.device, self._rng), self.stratified, self._beta,
             self._dtype, written)
