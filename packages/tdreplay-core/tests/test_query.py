@@ -153,3 +153,38 @@ def test_a_range_written_with_ampersand_filters_both_sides() -> None:
                         ("next", "reward"): torch.ones(6, 1)}, [6])
     kept = filter_trajectories(steps, (traj.length > 1) & (traj.length < 3))
     assert [t.length for t in kept] == [2]
+
+
+def test_two_expressions_compare_trajectory_by_trajectory():
+    # (traj.reward.sum() > traj.length raised a TypeError about chained comparisons;
+    # TorchRL returns every trajectory)
+    data = _data((2, 4, 3))  # rewards 1, 2, 3 a step
+    lengths = [t.length for t in filter_trajectories(data, traj.reward.sum() > traj.length,
+                                                     trajectory_key="episode")]
+    assert lengths == [4, 3]  # 2 > 2, 8 > 4, 9 > 3
+    lengths = [t.length for t in filter_trajectories(data, traj.reward.mean() >= traj.length,
+                                                     trajectory_key="episode")]
+    assert lengths == [3]  # 1 >= 2, 2 >= 4, 3 >= 3
+    predicate = traj.reward.sum() >= traj.length
+    assert isinstance(predicate, TrajectoryPredicate)
+    assert sorted(predicate.required_keys()) == ["reward"]
+    assert repr(predicate) == "TrajectoryPredicate((traj.reward.sum() >= traj.length))"
+    # per step against a per-trajectory value: a stepwise comparison, reduced with any / all
+    above_first = (traj.obs > traj.obs.first()).any()
+    assert [t.length for t in filter_trajectories(data, above_first,
+                                                  trajectory_key="episode")] == [2, 4, 3]
+    assert [t.length for t in filter_trajectories(data, (traj.obs > traj.obs.last()).any(),
+                                                  trajectory_key="episode")] == []
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(traj.obs > traj.obs.first())
+
+
+@pytest.mark.parametrize("key", [5, ["episode"], ("next", 3), ()])
+def test_a_trajectory_key_that_is_no_key_is_a_type_error_naming_it(key):
+    # (a KeyError "Only NestedKeys are supported" that did not name trajectory_key)
+    rb = TensorDictReplayBuffer(storage=ListStorage(10))
+    rb.extend(_data())
+    with pytest.raises(TypeError, match="trajectory_key must be a str or a tuple of str"):
+        rb.query(trajectory_key=key)
+    with pytest.raises(TypeError, match="trajectory_key must be"):
+        list(iter_trajectories(_data(), trajectory_key=key))

@@ -104,3 +104,11 @@ def test_sampling_windows_and_anchor_priorities():
     anchors, priority = Sequence(length=2).anchor_priority(
         data, torch.tensor([1.0, 2.0, 50.0, 4.0, 3.0]))
     assert anchors.tolist() == [2, 7] and priority.tolist() == [4.0, 2.0]
+
+
+@pytest.mark.parametrize("done_key", [5, ("next", 5), ()])
+def test_a_done_key_that_is_no_key_is_a_type_error_naming_it(done_key):
+    # ("'int' object is not iterable")
+    with pytest.raises(TypeError, match="done_key must be a str or a tuple of str or None"):
+        Sequence(2, done_key=done_key)
+    assert Sequence(2, done_key=["next", "done"]).done_key == ("next", "done")

@@ -77,6 +77,24 @@ def test_bad_input():
         find_start_stop_traj(end=end, at_capacity=True, cursor=1.5)
 
 
+@pytest.mark.parametrize("at_capacity", ["no", None, 1])
+def test_at_capacity_must_be_a_bool(at_capacity):
+    # ("no" was taken as true: ring mode, the opposite of what it says)
+    with pytest.raises(TypeError, match="at_capacity must be a bool"):
+        find_start_stop_traj(end=torch.tensor([False, True, False]), at_capacity=at_capacity)
+
+
+def test_a_cursor_outside_the_steps_is_an_index_error_as_torchrl():
+    end = torch.tensor([False, True, False, False])
+    # (cursor=10 on 4 steps was taken as 2)
+    for cursor in (4, 10, -5, torch.tensor([0, 7]), range(3, 9)):
+        with pytest.raises(IndexError, match="outside the 4 steps"):
+            find_start_stop_traj(end=end, at_capacity=True, cursor=cursor)
+    # negative cursors index from the end, as TorchRL's end[cursor] = True
+    assert _lists(find_start_stop_traj(end=end, at_capacity=True, cursor=-2)) == \
+        _lists(find_start_stop_traj(end=end, at_capacity=True, cursor=2))
+
+
 def test_position_in_trajectory_over_the_wrap_point():
     end = torch.zeros(6, dtype=torch.bool)
     end[1] = True

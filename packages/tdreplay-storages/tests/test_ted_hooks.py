@@ -132,3 +132,18 @@ def test_ted_comparison_is_bitwise():
     assert ("next", "obs") in flat.keys(True, True)
     rebuilt = Flat2TED()(flat)
     assert torch.signbit(rebuilt["next", "obs"][0]) and not torch.signbit(rebuilt["obs"][1])
+
+
+@pytest.mark.parametrize("hook", [TED2Flat, Flat2TED])
+@pytest.mark.parametrize("argument, value, message", [
+    ("done_key", 5, "done_key must be a str or a tuple of str"),
+    ("shift_key", ("a", 3), "shift_key must be a str or a tuple of str"),
+    ("done_keys", "done", "done_keys must be a sequence of keys"),
+    ("reward_keys", ["reward", 4], "reward_keys must be a str or a tuple of str"),
+])
+def test_a_key_argument_that_is_no_key_is_a_type_error_naming_it(hook, argument, value,
+                                                                  message):
+    # (tensordict's RuntimeError "key should be a Sequence<NestedKey>"; done_keys="done" was
+    # taken as the keys "d", "o", "n", "e")
+    with pytest.raises(TypeError, match=message):
+        hook(**{argument: value})

@@ -23,20 +23,11 @@ from ._stateful import StateDictCheckpointMixin
 from .hindsight import HindsightStrategy, TrajectoryPositions
 from .replay_buffer import TensorDictReplayBuffer
 from .sampler import Sampler
-from .utils import ShapeMismatchError, normalize_keys
+from .utils import ShapeMismatchError, check_key
 
 __all__ = ["HERReplayBuffer"]
 
 NestedKey = Any  # a str or a tuple of str
-
-
-def _key(value: Any, name: str) -> NestedKey:
-    """One nested key (a str or a non-empty tuple of str), flattened; ``TypeError`` naming
-    ``name`` otherwise."""
-    keys = normalize_keys(value, name) if isinstance(value, (str, tuple)) else None
-    if not keys or len(keys) != 1:
-        raise TypeError(f"{name} must be a str or a tuple of str, got {value!r}.")
-    return unravel_key(keys[0])
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
@@ -183,7 +174,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         if not callable(reward_fn):
             raise TypeError(f"reward_fn must be callable, got {type(reward_fn).__name__}.")
         ratio, chosen = _check_ratio(her_ratio), _check_strategy(strategy)
-        keys = {name: _key(value, name) for name, value in (
+        keys = {name: check_key(value, name) for name, value in (
             ("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key),
             ("reward_key", reward_key), ("end_key", end_key))}
         super().__init__(sampler=sampler, **kwargs)
@@ -222,7 +213,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     @goal_key.setter
     def goal_key(self, value: NestedKey) -> None:
-        self._goal_key = _key(value, "goal_key")
+        self._goal_key = check_key(value, "goal_key")
 
     @property
     def achieved_goal_key(self) -> NestedKey:
@@ -231,7 +222,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     @achieved_goal_key.setter
     def achieved_goal_key(self, value: NestedKey) -> None:
-        self._achieved_goal_key = _key(value, "achieved_goal_key")
+        self._achieved_goal_key = check_key(value, "achieved_goal_key")
 
     @property
     def reward_key(self) -> NestedKey:
@@ -240,7 +231,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     @reward_key.setter
     def reward_key(self, value: NestedKey) -> None:
-        self._reward_key = _key(value, "reward_key")
+        self._reward_key = check_key(value, "reward_key")
 
     @property
     def end_key(self) -> NestedKey:
@@ -261,7 +252,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     @end_key.setter
     def end_key(self, value: NestedKey) -> None:
-        self._end_key = _key(value, "end_key")
+        self._end_key = check_key(value, "end_key")
 
     @property
     def end_keys(self) -> list[NestedKey]:

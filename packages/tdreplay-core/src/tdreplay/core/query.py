@@ -21,6 +21,7 @@ from tensordict import TensorClass, TensorDictBase, is_tensor_collection, unrave
 
 from .trajectories import check_trajectory_ids
 from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
+from .utils import check_key
 
 __all__ = ["Trajectory", "TrajectoryPredicate", "filter_trajectories", "iter_trajectories",
            "traj"]
@@ -251,6 +252,13 @@ class _Comparable:
         raise NotImplementedError
 
     def _compare(self, op: Callable[[Any, Any], Any], other: Any, symbol: str) -> Any:
+        if isinstance(other, _Comparable):  # two expressions (traj.reward.sum() > traj.length):
+            # compared trajectory by trajectory, step by step when either is per step
+            result = StepwisePredicate if StepwisePredicate in (self.result, other.result) \
+                else TrajectoryPredicate
+            return result(lambda t: op(self.value(t), other.value(t)),
+                          f"({self.description} {symbol} {other.description})",
+                          _union(self.keys, other.keys))
         return self.result(lambda t: op(self.value(t), other),
                            f"({self.description} {symbol} {other!r})", self.keys)
 
@@ -409,6 +417,7 @@ def boundary_signal(data: TensorDictBase, trajectory_key: Any = None
     :data:`TRAJECTORY_KEYS`; without ids the end flags of the first group of
     :data:`END_KEY_GROUPS` found are OR-ed (with a warning: a trajectory whose last step has
     no flag merges with the next one)."""
+    trajectory_key = check_key(trajectory_key, "trajectory_key", optional=True)
     shape = data.batch_size
     keys = (trajectory_key,) if trajectory_key is not None else TRAJECTORY_KEYS
     for key in keys:

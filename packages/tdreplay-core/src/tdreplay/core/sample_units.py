@@ -13,11 +13,11 @@ import abc
 from typing import Any, Literal
 
 import torch
-from tensordict import is_tensor_collection, unravel_key
+from tensordict import is_tensor_collection
 
 from .storage import Storage
 from .trajectory_bounds import find_start_stop_traj, position_in_trajectory
-from .utils import check_required_count
+from .utils import check_key, check_required_count
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -136,8 +136,8 @@ class Sequence(SampleUnit):
             raise ValueError(f"episode_boundary must be one of {_BOUNDARIES}, got "
                              f"{episode_boundary!r}.")
         self.episode_boundary = episode_boundary
-        self.done_key = None if done_key is None else unravel_key(
-            done_key if isinstance(done_key, str) else tuple(done_key))
+        self.done_key = check_key(tuple(done_key) if isinstance(done_key, list) else done_key,
+                                  "done_key", optional=True)
         self.burn_in = check_required_count(burn_in, "burn_in", 0)
         self.bootstrap = check_required_count(bootstrap, "bootstrap", 0)
         self.dilation = check_required_count(dilation, "dilation", 1)

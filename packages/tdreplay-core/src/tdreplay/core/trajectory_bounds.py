@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .utils import is_int
+from .utils import check_flag, is_int
 
 __all__ = ["DEFAULT_DONE_KEYS", "find_start_stop_traj", "position_in_trajectory"]
 
@@ -23,8 +23,9 @@ __all__ = ["DEFAULT_DONE_KEYS", "find_start_stop_traj", "position_in_trajectory"
 DEFAULT_DONE_KEYS: tuple[str, ...] = ("done", "truncated", "terminated")
 
 
-def _last_cursor(cursor: Any) -> int:
-    """The row written last, from an int, a tensor (its last element) or a range."""
+def _last_cursor(cursor: Any, steps: int) -> int:
+    """The row written last, from an int, a tensor (its last element) or a range, in
+    ``[-steps, steps)`` as TorchRL indexes with it (``IndexError`` naming ``cursor`` else)."""
     if isinstance(cursor, torch.Tensor):
         flat = cursor.reshape(-1)
         if not flat.numel():
@@ -37,6 +38,9 @@ def _last_cursor(cursor: Any) -> int:
     if not is_int(cursor):
         raise RuntimeError(f"cursor must be an int, a tensor of ints or a range, got "
                            f"{type(cursor).__name__}.")
+    if not -steps <= int(cursor) < steps:
+        raise IndexError(f"cursor {int(cursor)} is outside the {steps} steps of the input "
+                         f"(it names the row written last).")
     return int(cursor)
 
 
@@ -47,6 +51,7 @@ def end_flags(*, trajectory: torch.Tensor | None = None, end: torch.Tensor | Non
     if (trajectory is None) == (end is None):
         raise TypeError("Exactly one of trajectory and end must be given, got "
                         f"trajectory={trajectory} and end={end}.")
+    at_capacity = check_flag(at_capacity, "at_capacity")
     signal = trajectory if trajectory is not None else end
     assert signal is not None
     if not isinstance(signal, torch.Tensor):
@@ -68,7 +73,7 @@ def end_flags(*, trajectory: torch.Tensor | None = None, end: torch.Tensor | Non
             flags[-1] = True
     if at_capacity:
         if cursor is not None:
-            flags[_last_cursor(cursor) % flags.shape[0]] = True
+            flags[_last_cursor(cursor, flags.shape[0])] = True
         # a column without any end is one trajectory: cut it after its last row
         flags[-1] |= ~flags.any(0)
     return flags
@@ -123,8 +128,8 @@ def find_start_stop_traj(
         Whether the storage is full and used as a ring: a trajectory without an end before the
         last row goes on at row 0. When False, the last row always ends a trajectory.
     cursor : int, torch.Tensor or range, optional
-        The row written last (the last element of a tensor or range). With ``at_capacity``, it
-        ends a trajectory: what followed it was overwritten.
+        The row written last (the last element of a tensor or range), in ``[-T, T)``. With
+        ``at_capacity``, it ends a trajectory: what followed it was overwritten.
     device : torch.device, optional
         Where to compute; the results come back on the input's device.
 
@@ -139,7 +144,9 @@ def find_start_stop_traj(
     Raises
     ------
     TypeError
-        Neither or both of ``trajectory`` and ``end``.
+        Neither or both of ``trajectory`` and ``end``; an ``at_capacity`` that is not a bool.
+    IndexError
+        A ``cursor`` outside ``[-T, T)`` (as TorchRL's indexing).
     RuntimeError
         An empty input (``T == 0``), or an empty ``cursor``.
 

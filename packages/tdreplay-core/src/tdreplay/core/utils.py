@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection, unravel_key
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 INT_TYPES = (int, np.integer)
@@ -44,6 +44,7 @@ __all__ = [
     "check_required_count",
     "check_flag",
     "check_instance",
+    "check_key",
     "check_not_empty",
     "check_state_counter",
     "check_whole_numbers",
@@ -388,6 +389,45 @@ def check_not_empty(storage: Sized) -> int:
         raise RuntimeError("Cannot sample from an empty storage: the replay buffer holds no "
                            "items yet, extend it first.")
     return n
+
+
+@overload
+def check_key(value: Any, name: str, *, optional: Literal[False] = ...) -> NestedKey: ...
+
+
+@overload
+def check_key(value: Any, name: str, *, optional: bool) -> NestedKey | None: ...
+
+
+def check_key(value: Any, name: str, *, optional: bool = False) -> NestedKey | None:
+    """``value`` as one nested key (a str, or a flat tuple of str: ``("next", "done")``;
+    ``("a", ("b", "c"))`` is flattened, a one-element tuple becomes its str); a ``TypeError``
+    naming ``name`` otherwise (tensordict's own errors name no argument). ``None`` is
+    returned as is when ``optional``.
+
+    Examples
+    --------
+    >>> check_key(("next", ("agent", "done")), "done_key")
+    ('next', 'agent', 'done')
+    >>> check_key(("obs",), "in_key"), check_key(None, "traj_key", optional=True)
+    ('obs', None)
+    >>> check_key(5, "done_key")
+    Traceback (most recent call last):
+    ...
+    TypeError: done_key must be a str or a tuple of str, got 5.
+    """
+    if value is None and optional:
+        return None
+    try:
+        if not isinstance(value, (str, tuple)) or value == ():
+            raise TypeError("not a key")
+        key = unravel_key(value)
+        if not isinstance(key, str) and not (key and all(isinstance(k, str) for k in key)):
+            raise TypeError("not a key")  # (unravel_key gives () for ("a", 5))
+    except Exception:  # (tensordict raises several types for a malformed key)
+        raise TypeError(f"{name} must be a str or a tuple of str"
+                        f"{' or None' if optional else ''}, got {value!r}.") from None
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
 
 
 def normalize_keys(keys: Any, name: str) -> list[NestedKey]:

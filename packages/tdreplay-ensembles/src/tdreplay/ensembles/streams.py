@@ -14,24 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection, unravel_key
+from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, RoundRobinWriter
+from tdreplay.core.utils import check_key
 
 __all__ = ["StreamEndingMixin", "StreamEnds", "end_streams"]
 
 #: one member's tail patch: ``(index, generation, patch)`` for ``update_if_present``
 TailPatch = tuple[torch.Tensor, torch.Tensor, dict[Any, torch.Tensor]]
-
-
-def _key(value: Any, name: str, optional: bool) -> Any:
-    if value is None and optional:
-        return None
-    try:
-        return unravel_key(value)
-    except Exception as err:  # (tensordict raises several types for a malformed key)
-        raise TypeError(f"{name} must be a string or a tuple of strings"
-                        f"{' or None' if optional else ''}, got {value!r}.") from err
 
 
 def _bool_entry(data: TensorDictBase, key: Any, name: str, member: int) -> torch.Tensor | None:
@@ -65,8 +56,9 @@ class StreamEnds:
     def of(cls, end_key: Any, terminated_key: Any, truncated_key: Any) -> StreamEnds:
         """The keys unravelled; ``TypeError`` for a malformed one, ``ValueError`` when two
         are the same entry."""
-        ends = cls(_key(end_key, "end_key", False), _key(terminated_key, "terminated_key", True),
-                   _key(truncated_key, "truncated_key", True))
+        ends = cls(check_key(end_key, "end_key"),
+                   check_key(terminated_key, "terminated_key", optional=True),
+                   check_key(truncated_key, "truncated_key", optional=True))
         keys = [k for k in (ends.end_key, ends.terminated_key, ends.truncated_key)
                 if k is not None]
         if len(set(keys)) != len(keys):

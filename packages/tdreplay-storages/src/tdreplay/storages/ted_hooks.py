@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, unravel_key
 
 from tdreplay.core import DEFAULT_DONE_KEYS
+from tdreplay.core.utils import check_key
 
 __all__ = ["Flat2TED", "TED2Flat"]
 
@@ -33,6 +34,13 @@ _META = ("shift", "is_full", "storage_rows", "traj_ends")
 
 def _key_set(keys: Any) -> set[Any]:
     return {unravel_key(k) for k in keys}
+
+
+def _key_argument(keys: Any, name: str) -> set[Any]:
+    """The keys of the argument ``name`` (a sequence of keys), checked."""
+    if isinstance(keys, str) or not isinstance(keys, (list, tuple, set, frozenset)):
+        raise TypeError(f"{name} must be a sequence of keys, got {keys!r}.")
+    return {check_key(key, name) for key in keys}
 
 
 def _ends(done: torch.Tensor, rows: int) -> torch.Tensor:
@@ -62,11 +70,11 @@ class _TEDKeys:
     def __init__(self, done_key: Any = ("next", "done"), shift_key: Any = "shift",
                  is_full_key: Any = "is_full", done_keys: Any = DEFAULT_DONE_KEYS,
                  reward_keys: Any = ("reward",)) -> None:
-        self.done_key = unravel_key(done_key)
-        self.shift_key = unravel_key(shift_key)
-        self.is_full_key = unravel_key(is_full_key)
-        self.done_keys = _key_set(done_keys)
-        self.reward_keys = _key_set(reward_keys)
+        self.done_key = check_key(done_key, "done_key")
+        self.shift_key = check_key(shift_key, "shift_key")
+        self.is_full_key = check_key(is_full_key, "is_full_key")
+        self.done_keys = _key_argument(done_keys, "done_keys")
+        self.reward_keys = _key_argument(reward_keys, "reward_keys")
 
 
 class TED2Flat(_TEDKeys):

@@ -17,16 +17,6 @@ def require_tensordict(transform: Any, data: Any) -> TensorDictBase:
     return ensure_tensordict(data, f"the input of {type(transform).__name__}")
 
 
-def one_key(key: Any, name: str) -> NestedKey:
-    """Normalise a single nested key, raising a ``TypeError`` naming ``name`` otherwise."""
-    if not isinstance(key, (str, tuple)):
-        raise TypeError(f"{name} must be a str or a tuple of str, got {key!r}.")
-    keys = normalize_keys(key, name)
-    if len(keys) != 1:
-        raise TypeError(f"{name} must be one key, got {key!r}.")
-    return keys[0]
-
-
 def keys_arg(keys: Any, name: str) -> list[NestedKey]:
     """Normalise a key or a sequence of keys (``None`` -> empty list)."""
     if keys is not None and not isinstance(keys, (str, tuple, Sequence)):

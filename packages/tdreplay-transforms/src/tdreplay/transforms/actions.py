@@ -9,9 +9,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_flag, check_key
 
-from ._utils import one_key, require_tensordict
+from ._utils import require_tensordict
 
 
 def _positive_int(owner: object, value: object, name: str) -> int:
@@ -65,7 +65,7 @@ class DiscreteActionProjection(Transform):
         if max_actions < num_actions_effective:
             raise RuntimeError(f"DiscreteActionProjection: max_actions={max_actions} must be at "
                                f"least num_actions_effective={num_actions_effective}.")
-        key = one_key(action_key, "action_key")
+        key = check_key(action_key, "action_key")
         super().__init__(in_keys=[key] if include_forward else [], in_keys_inv=[key])
         self.num_actions_effective = num_actions_effective
         self.max_actions = max_actions

@@ -10,12 +10,11 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Compose, Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_flag, check_key
 
 from ._utils import (
     gather_time,
     keys_arg,
-    one_key,
     prefix_next,
     require_tensordict,
     strip_next,
@@ -152,9 +151,9 @@ class CatFrames(Transform):
         self.padding_value = padding_value
         self.as_inverse = check_flag(as_inverse, "CatFrames: as_inverse")
         self.future = check_flag(future, "CatFrames: future")
-        self.reset_key = None if reset_key is None else one_key(reset_key, "reset_key")
-        self.mask_key = None if mask_key is None else one_key(mask_key, "mask_key")
-        done = one_key("done" if done_key is None else done_key, "done_key")
+        self.reset_key = None if reset_key is None else check_key(reset_key, "reset_key")
+        self.mask_key = None if mask_key is None else check_key(mask_key, "mask_key")
+        done = check_key("done" if done_key is None else done_key, "done_key")
         self.done_key = done if strip_next(done) is not None else prefix_next(done)
 
     # ---- frame indices ---------------------------------------------------------------------

@@ -9,8 +9,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_key
 
-from ._utils import one_key, require_tensordict
+from ._utils import require_tensordict
 
 
 class RandomCropTensorDict(Transform):
@@ -79,7 +80,7 @@ class RandomCropTensorDict(Transform):
         super().__init__()
         self.sub_seq_len = sub_seq_len
         self.sample_dim = sample_dim
-        self.mask_key = None if mask_key is None else one_key(mask_key, "mask_key")
+        self.mask_key = None if mask_key is None else check_key(mask_key, "mask_key")
 
     def _dim(self, data: TensorDictBase) -> int:
         if not data.batch_dims:

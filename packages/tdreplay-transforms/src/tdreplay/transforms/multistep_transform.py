@@ -12,9 +12,9 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import restore_attributes
+from tdreplay.core.utils import check_key, restore_attributes
 
-from ._utils import keys_arg, one_key, require_tensordict
+from ._utils import keys_arg, require_tensordict
 from .multistep import MultiStep
 
 
@@ -108,10 +108,10 @@ class MultiStepTransform(Transform):
         done_keys = ["done", "truncated", "terminated"] if done_keys is None else done_keys
         self.reward_keys = keys_arg(list(reward_keys) if isinstance(reward_keys, tuple)
                                     else reward_keys, "reward_keys")
-        self.done_key = one_key("done" if done_key is None else done_key, "done_key")
+        self.done_key = check_key("done" if done_key is None else done_key, "done_key")
         self.done_keys = keys_arg(list(done_keys) if isinstance(done_keys, tuple)
                                   else done_keys, "done_keys")
-        self.mask_key = one_key("mask" if mask_key is None else mask_key, "mask_key")
+        self.mask_key = check_key("mask" if mask_key is None else mask_key, "mask_key")
         self.gamma = gamma
         self.n_steps = n_steps
         try:

@@ -10,13 +10,13 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_flag, check_key
 
-from ._utils import one_key, prefix_next, require_tensordict
+from ._utils import prefix_next, require_tensordict
 
 
 def _optional_key(key: NestedKey | None, name: str) -> NestedKey | None:
-    return None if key is None else one_key(key, name)
+    return None if key is None else check_key(key, name)
 
 
 class NextStateReconstructor(Transform):
@@ -95,7 +95,7 @@ class NextStateReconstructor(Transform):
         if not isinstance(keys, Sequence):
             raise TypeError(f"NextStateReconstructor: keys must be a sequence of keys, got "
                             f"{keys!r}.")
-        root_keys = [one_key(key, "keys") for key in keys]
+        root_keys = [check_key(key, "keys") for key in keys]
         if not root_keys:
             raise ValueError("NextStateReconstructor needs at least one key in keys.")
         super().__init__(in_keys=root_keys, out_keys=[prefix_next(k) for k in root_keys])

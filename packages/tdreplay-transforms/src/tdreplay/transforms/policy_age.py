@@ -10,9 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag
-
-from ._utils import one_key
+from tdreplay.core.utils import check_flag, check_key
 
 
 def _check_current_version(value: Any) -> int | Callable[[], int]:
@@ -79,7 +77,7 @@ class PolicyAgeFilter(Transform):
         super().__init__()
         self._current_version = _check_current_version(current_version)
         self._max_policy_lag = _check_max_policy_lag(max_policy_lag)
-        self.policy_version_key = one_key(policy_version_key, "policy_version_key")
+        self.policy_version_key = check_key(policy_version_key, "policy_version_key")
         self.strict = check_flag(strict, "PolicyAgeFilter: strict")
         self._warned = False
 

@@ -10,8 +10,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
+from tdreplay.core.utils import check_key
 
-from ._utils import keys_arg, one_key, prefix_next, require_tensordict
+from ._utils import keys_arg, prefix_next, require_tensordict
 
 
 def reward_to_go(reward: torch.Tensor, done: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -91,7 +92,7 @@ class Reward2GoTransform(Transform):
         out_keys = list(in_keys) if out_keys is None else keys_arg(out_keys, "out_keys")
         super().__init__(in_keys=in_keys, in_keys_inv=in_keys, out_keys_inv=out_keys)
         self.gamma = _checked_gamma(gamma)
-        self.done_key = one_key(done_key, "done_key")
+        self.done_key = check_key(done_key, "done_key")
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         """Samples are left as they are stored."""

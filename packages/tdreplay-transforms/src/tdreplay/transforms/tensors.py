@@ -12,9 +12,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_flag, check_key
 
-from ._utils import keys_arg, one_key, require_tensordict
+from ._utils import keys_arg, require_tensordict
 
 
 class PositiveDimError(ValueError, RuntimeError):
@@ -114,7 +114,7 @@ class CatTensors(Transform):
                              f"dimension), got {dim!r}.")
         if check_flag(sort, "CatTensors: sort"):
             keys = sorted(keys, key=_key_sort)
-        out = one_key(out_key, "out_key")
+        out = check_key(out_key, "out_key")
         super().__init__(in_keys=keys)
         self.out_keys = [out]
         self.dim = dim
