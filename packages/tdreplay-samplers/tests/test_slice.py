@@ -575,7 +575,9 @@ def test_bad_state_dict_changes_nothing() -> None:
     with pytest.raises(ValueError, match="do not match its counters"):
         rb.sampler.load_state_dict(bad)
     after = rb.sampler.state_dict()
-    assert all((before["index"][k] == after["index"][k]).all() for k in before["index"])
+    assert before["index"]["signals"] == after["index"]["signals"]
+    assert all((before["index"][k] == after["index"][k]).all() for k in before["index"]
+               if k != "signals")
     with pytest.raises(ValueError, match="keys differ"):
         rb.sampler.load_state_dict({"nope": 1})
 
@@ -656,3 +658,13 @@ def test_pickled_buffer_samples_like_the_original() -> None:
     for buffer in (rb, copy):
         buffer.extend(episodes([12], start_id=9))
     assert (rb.sample(6)["index"] == copy.sample(6)["index"]).all()
+
+
+@pytest.mark.parametrize("argument", ["traj_key", "trajectory_key", "end_key", "truncated_key"])
+@pytest.mark.parametrize("value", [5, ["episode"], ("next", 7)])
+def test_a_key_argument_that_is_no_key_is_a_type_error_naming_it(argument, value):
+    # (tensordict's RuntimeError "key should be a Sequence<NestedKey>", naming no argument)
+    with pytest.raises(TypeError, match=f"{argument} must be a str or a tuple of str"):
+        SliceSampler(slice_len=2, **{argument: value})
+    with pytest.raises(TypeError, match="end_keys must be a str or a tuple of str"):
+        SliceSampler(slice_len=2, end_keys=[("next", "done"), 5])

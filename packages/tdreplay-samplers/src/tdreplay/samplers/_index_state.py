@@ -112,6 +112,24 @@ class IndexStateMixin:
 STATE_KEYS = ("meta", "pending", "records", "dense", "free", "counters", "lanes", "slot_rec")
 
 
+def _check_signals(signals: Any) -> None:
+    """Raise ``ValueError`` unless ``signals`` (a slice sampler's, saved with its index) is
+    ``None`` or ``[traj key or None, list of end keys or None]``."""
+    def is_key(key: Any) -> bool:
+        return isinstance(key, str) or (isinstance(key, tuple) and len(key) > 0
+                                        and all(isinstance(part, str) for part in key))
+
+    if signals is None:
+        return
+    if isinstance(signals, (list, tuple)) and len(signals) == 2:
+        traj, ends = signals
+        if (traj is None or is_key(traj)) and (ends is None or (
+                isinstance(ends, (list, tuple)) and all(is_key(key) for key in ends))):
+            return
+    raise ValueError(f"trajectory index state 'signals' must be None or [trajectory key or "
+                     f"None, list of end keys or None], got {signals!r}.")
+
+
 def check_index_state(state: Any) -> None:
     """Raise ``ValueError`` unless ``state`` is a :meth:`TrajectoryIndex.state_dict` whose
     tables the compiled kernel can walk: shapes that match the counters and the geometry,
@@ -130,10 +148,11 @@ def check_index_state(state: Any) -> None:
     ...
     ValueError: trajectory index state 'pending'/'lanes' have the wrong shape.
     """
-    if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
+    if not isinstance(state, dict) or set(state) - {"signals"} != set(STATE_KEYS):
         got = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"trajectory index state must have keys {sorted(STATE_KEYS)}, got "
-                         f"{got}.")
+        raise ValueError(f"trajectory index state must have keys {sorted(STATE_KEYS)} (and "
+                         f"'signals'), got {got}.")
+    _check_signals(state.get("signals"))
     for key in STATE_KEYS:
         value = state[key]
         if not isinstance(value, torch.Tensor) or value.dtype != torch.long:

@@ -8,6 +8,7 @@ all or nothing (:class:`TrajectorySyncMixin`, mixed into
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +38,26 @@ class TrajectorySyncMixin:
     _static_traj: torch.Tensor | None
     _static_ends: torch.Tensor | None
     _index: TrajectoryIndex
+    #: The signals the index of a restored state was built from (``None``: not known, or
+    #: checked already): the first sync after the restore compares them with this sampler's.
+    _restored_signals: Signals | None = None
+
+    def _index_state(self) -> dict[str, Any]:
+        """The index's state, with the signals its trajectories were cut by (``"signals"``:
+        ``[traj key or None, [end keys] or None]``, ``None`` before they were resolved)."""
+        state = self._index.state_dict()
+        # (restored and not synced since: the signals of the restored index)
+        signals = self._signals if self._signals is not None else self._restored_signals
+        state["signals"] = None if signals is None else [
+            signals[0], None if signals[1] is None else list(signals[1])]
+        return state
+
+    def _note_restored_signals(self, state: dict[str, Any]) -> None:
+        """Remember the signals of a restored index state (checked by
+        :func:`~._index_state.check_index_state`)."""
+        saved = state.get("signals")
+        self._restored_signals = None if saved is None else (
+            saved[0], None if saved[1] is None else tuple(saved[1]))
 
     def _resolve_signals(self, storage: Storage) -> Signals:
         """Which entries define the trajectories: ``(traj key or None, end keys or None)``."""
@@ -102,6 +123,13 @@ class TrajectorySyncMixin:
                 index.cut_after = static_cut(static, ends=self._static_ends is not None)
         elif self._signals is None or index.pending or index.needs_rebuild:
             self._signals = self._resolve_signals(storage)
+            restored = self._restored_signals
+            if restored is not None and index is self._index:
+                self._restored_signals = None
+                if restored != self._signals:
+                    # a checkpoint of a sampler that cut the trajectories by other entries
+                    # (another traj_key / end_key): cut them again as this one does
+                    index.note_update()
         index.sync(storage, self._read_block)
         return index
 

@@ -382,7 +382,7 @@ class PrioritizedSliceSampler(SliceSampler):
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {**self._priorities.state_dict(), "index": self._index.state_dict()}
+        return {**self._priorities.state_dict(), "index": self._index_state()}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not isinstance(state_dict, dict) or "index" not in state_dict:

@@ -16,7 +16,7 @@ import torch
 from tensordict import is_tensor_collection, unravel_key
 
 from tdreplay.core import BatchLargerThanBufferError, Sampler, Storage
-from tdreplay.core.utils import NestedKey, check_flag, check_not_empty
+from tdreplay.core.utils import NestedKey, check_flag, check_key, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
 from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
@@ -262,8 +262,11 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         if (self.num_slices is None) == (self.slice_len is None):
             raise SliceSizeError("exactly one of num_slices and slice_len must be given, got "
                                  f"num_slices={num_slices!r} and slice_len={slice_len!r}.")
-        if traj_key is not None and trajectory_key is not None \
-                and unravel_key(traj_key) != unravel_key(trajectory_key):
+        traj_key = check_key(traj_key, "traj_key", optional=True)
+        trajectory_key = check_key(trajectory_key, "trajectory_key", optional=True)
+        end_key = check_key(end_key, "end_key", optional=True)
+        truncated_key = check_key(truncated_key, "truncated_key", optional=True)
+        if traj_key is not None and trajectory_key is not None and traj_key != trajectory_key:
             raise ValueError(f"traj_key={traj_key!r} and trajectory_key={trajectory_key!r} are "
                              "aliases of one argument: give one of them.")
         traj_key = traj_key if traj_key is not None else trajectory_key
@@ -275,7 +278,8 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
                     or not end_keys:
                 raise ValueError(f"end_keys must be a non-empty sequence of keys, got "
                                  f"{end_keys!r}.")
-            self.end_keys: tuple[Any, ...] | None = tuple(unravel_key(k) for k in end_keys)
+            self.end_keys: tuple[Any, ...] | None = tuple(check_key(k, "end_keys")
+                                                          for k in end_keys)
         else:
             self.end_keys = None
         if (ends is not None or trajectories is not None) and (
@@ -288,11 +292,11 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         self._static_traj = check_static(trajectories, "trajectories")
         self._explicit_traj = traj_key is not None
         self._explicit_end = end_key is not None or end_keys is not None
-        self.end_key = unravel_key(end_key) if end_key is not None else _DEFAULT_END_KEY
+        self.end_key = end_key if end_key is not None else _DEFAULT_END_KEY
         self._end_keys = self.end_keys if self.end_keys is not None else (self.end_key,)
-        self.traj_key = unravel_key(traj_key) if traj_key is not None else _DEFAULT_TRAJ_KEY
+        self.traj_key = traj_key if traj_key is not None else _DEFAULT_TRAJ_KEY
         self.cache_values = cache_values
-        self.truncated_key = unravel_key(truncated_key) if truncated_key is not None else None
+        self.truncated_key = truncated_key
         self._done_keys = (None, None) if truncated_key is None else (
             _replace_last(self.truncated_key, "done"),
             _replace_last(self.truncated_key, "terminated"))
@@ -370,7 +374,7 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         self._index.reset()
         self._fragments.reset()
         self._entries.invalidate()
-        self._signals = None
+        self._signals = self._restored_signals = None
 
     def can_sample(self, storage: Storage, batch_size: int) -> bool:
         """Whether a batch of ``batch_size`` steps can be drawn from ``storage`` now (what
@@ -505,7 +509,7 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"index": self._index.state_dict()}
+        return {"index": self._index_state()}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().check_state_dict(state_dict)
@@ -518,6 +522,7 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
     def _load_index(self, state: dict[str, Any]) -> None:
         """Load the index state of a whole state this sampler checked already."""
         self._index.install(state)
+        self._note_restored_signals(state)
         self._entries.invalidate()
         self._signals = None
         self._fragments.reset()  # (the runs are read from the storage again)
@@ -799,7 +804,7 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "index": self._index.state_dict(),
+            "index": self._index_state(),
             "epoch": torch.from_numpy(self._perm.copy()),
             "epoch_meta": torch.tensor([self._pos, self._epoch_len, int(self._ran_out),
                                         int(self._epoch_is_stale())], dtype=torch.long),
