@@ -237,7 +237,7 @@ def test_corrupted_file(tmp_path, populated, unchanged):
     other = make()
     other.extend(scalars(10, 14))
     other.dumps(tmp_path)
-    items = next(Path(tmp_path).rglob("items.pkl"))
+    items = next(Path(tmp_path).rglob("items.pt"))
     items.write_bytes(items.read_bytes()[:-8])
     with unchanged(populated), pytest.raises(CheckpointError, match="truncated"):
         populated.loads(tmp_path)

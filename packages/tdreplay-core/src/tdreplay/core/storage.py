@@ -24,7 +24,7 @@ from tensordict import LazyStackedTensorDict, is_tensor_collection
 from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from ._compilable import CompilableCount
-from .checkpoint import CheckpointError, read_json, write_json
+from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
 from .checkpoint_hooks import HookList
 from .collate import stack_items
 from .process_sharing import StorageSpawnChecked
@@ -205,9 +205,13 @@ class StorageCheckpointerBase(Generic[StorageT]):
 
 
 class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
-    """Checkpointer of :class:`ListStorage`: pickles the list of items.
+    """Checkpointer of :class:`ListStorage`: saves the list of items with ``torch.save``.
 
     Items are arbitrary Python objects, so loading unpickles: load only checkpoints you trust.
+    Tensors that share memory are saved once and share it again once loaded: items that are
+    rows of one batch (``list(td.unbind(0))``, ``LazyStackStorage.extend``) take the batch's
+    size, where pickling each (the format of 0.4.0, still loaded) saved the whole batch with
+    every row.
 
     Examples
     --------
@@ -226,8 +230,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         items = self.apply_save_hooks(storage.items(), path=path)
-        with open(path / "items.pkl", "wb") as f:
-            pickle.dump(items, f, protocol=pickle.HIGHEST_PROTOCOL)
+        save_torch_file(items, path / "items.pt")
         write_json(path / "storage.json", {"class": type(storage).__name__,
                                            "max_size": storage.max_size, "len": len(items)})
 
@@ -245,10 +248,14 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
                 f"checkpoint storage has max_size={max_size} but this storage has "
                 f"max_size={storage.max_size} ({str(meta_path)!r})."
             )
-        items_path = path / "items.pkl"
+        items_path = path / "items.pt"
         try:
-            with open(items_path, "rb") as f:
-                items = pickle.load(f)  # documented: load trusted checkpoints only
+            if items_path.is_file():  # documented: load trusted checkpoints only
+                items = torch.load(items_path, weights_only=False)
+            else:  # (the pickle of a checkpoint written by 0.4.0)
+                items_path = path / "items.pkl"
+                with open(items_path, "rb") as f:
+                    items = pickle.load(f)
         except Exception as err:  # any unreadable file is a damaged checkpoint
             raise CheckpointError(
                 f"checkpoint file {str(items_path)!r} is unreadable: {err!r}") from err
