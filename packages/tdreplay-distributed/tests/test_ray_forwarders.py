@@ -168,6 +168,18 @@ def test_edits_drop_the_batches_a_client_drew_ahead(td_rb) -> None:
     assert reader.sample()["x"].min() >= 50
 
 
+def test_clear_prefetch_drops_what_was_drawn_before_another_client_emptied(td_rb) -> None:
+    # (another client's empty does not reach this one: 2 batches of rows gone since came)
+    td_rb.extend(_rows(4))
+    reader = RayReplayBuffer.attach(NAME, prefetch=2)
+    assert reader.sample()["x"].max() < 4  # two more batches are now drawn ahead
+    td_rb.empty()
+    td_rb.extend(_rows(4, start=50))
+    reader.clear_prefetch()
+    for _ in range(3):
+        assert reader.sample()["x"].min() >= 50  # drawn after the refill
+
+
 def test_a_client_handle_has_the_forwarders(td_rb) -> None:
     td_rb.extend(_rows(2))
     handle = td_rb.client()

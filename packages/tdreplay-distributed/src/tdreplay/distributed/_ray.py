@@ -124,8 +124,9 @@ def call_error(err: BaseException, what: str, label: str) -> BaseException:
     elif isinstance(err, exceptions.RayActorError):
         translated = BufferActorDiedError(
             f"{what} failed: buffer actor {label} is dead ({_first_line(err)}). What it held "
-            "is lost: respawn it from its last checkpoint (respawn(path), or a new buffer "
-            "and loads(path)); other clients then call reconnect().", actor=label)
+            "is lost: unless its creator closed it (close() is for good), respawn it from its "
+            "last checkpoint (respawn(path), or a new buffer and loads(path)); other clients "
+            "then call reconnect().", actor=label)
     elif isinstance(err, exceptions.RayTaskError) \
             and isinstance(cause := getattr(err, "cause", None), BaseException):
         translated = cause

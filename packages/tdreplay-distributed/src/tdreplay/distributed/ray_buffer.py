@@ -380,6 +380,31 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         self._client.drop_prefetched()
         self._client.call("empty", empty_write_count)
 
+    def clear_prefetch(self) -> None:
+        """Drop the ``sample()`` calls this client keeps in flight (``prefetch``), as a local
+        buffer's ``clear_prefetch``: the next ``sample()`` draws from the buffer as it is now.
+        This client's own ``empty`` / ``loads`` / edits do it; call it after *another* client
+        emptied or restored the buffer, whose batches drawn ahead hold rows gone since.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> from tdreplay.core import ListStorage
+        >>> from tdreplay.distributed import RayReplayBuffer
+        >>> rb = RayReplayBuffer(storage=partial(ListStorage, 10), batch_size=2,
+        ...                      name="doc-clear-prefetch")
+        >>> _ = rb.extend([1, 1, 1])
+        >>> learner = RayReplayBuffer.attach("doc-clear-prefetch", prefetch=2)
+        >>> learner.sample()
+        [1, 1]
+        >>> rb.empty(); _ = rb.extend([7, 7])    # another client empties and refills
+        >>> learner.clear_prefetch()             # (else up to 2 batches of 1s still come)
+        >>> learner.sample()
+        [7, 7]
+        >>> rb.close()
+        """
+        self._client.drop_prefetched()
+
     # ---- reading -------------------------------------------------------------------------------
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Sample a batch (of ``batch_size``, default the buffer's); with ``return_info``

@@ -435,6 +435,26 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         for k, mass in enumerate(self._all("empty", empty_write_count)):
             self._calls.note_mass(k, mass)
 
+    def clear_prefetch(self) -> None:
+        """Drop the batches this handle drew ahead (``prefetch``), as a
+        :class:`~tdreplay.distributed.RayReplayBuffer`'s ``clear_prefetch``: call it after
+        another client emptied or restored the shards.
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> from tdreplay.core import ListStorage
+        >>> from tdreplay.distributed import ShardedReplayBuffer
+        >>> rb = ShardedReplayBuffer(storage=partial(ListStorage, 10), num_shards=2,
+        ...                          batch_size=2, prefetch=1)
+        >>> _ = rb.extend([1, 1, 1])
+        >>> rb.clear_prefetch()
+        >>> len(rb.sample())
+        2
+        >>> rb.close()
+        """
+        self._ahead.clear()
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self._name!r}, num_shards={self.num_shards}, "
                 f"write_strategy={self.write_strategy!r}, batch_size={self.batch_size})")
