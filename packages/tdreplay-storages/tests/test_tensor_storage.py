@@ -162,12 +162,13 @@ def test_get_of_unwritten_slots_raises():
     storage = LazyTensorStorage(10)
     rb = ReplayBuffer(storage=storage)
     rb.extend(steps(0, 3))
-    with pytest.raises(IndexError, match=r"\[0, 3\)"):
+    with pytest.raises(IndexError, match=r"\[-3, 3\)"):
         storage.get(torch.tensor([1, 5]))
     with pytest.raises(IndexError):
         storage.get(3)
     with pytest.raises(IndexError):
-        storage.get(torch.tensor([-1]))
+        storage.get(torch.tensor([-4]))
+    same(storage.get(torch.tensor([-1])), steps(0, 3)[torch.tensor([2])])  # as storage[-1]
     with pytest.raises(IndexError):
         rb[3]
     same(storage.get(torch.tensor([[2, 0]])), steps(0, 3)[torch.tensor([[2, 0]])])

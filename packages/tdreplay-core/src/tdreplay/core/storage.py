@@ -56,6 +56,48 @@ class StorageIndexError(IndexError, RuntimeError):
     """
 
 
+def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tensor:
+    """The int64 slots ``index`` names among ``n`` written slots, as a storage's ``get``
+    reads them: ints, sequences and tensors of ints, negative ones counting from the last
+    written slot (``-1`` is slot ``n - 1``, as TorchRL's ``get`` of a full storage and as
+    ``storage[-1]``), or a boolean mask (of any shape) with one entry per written slot, or
+    per slot of the ``capacity`` (TorchRL's masks), marking written slots only. ``IndexError``
+    for anything outside, ``TypeError`` for what is no index.
+
+    Examples
+    --------
+    >>> written_slots(torch.tensor([0, -1]), 5).tolist(), written_slots(-2, 5).tolist()
+    ([0, 4], 3)
+    >>> written_slots(torch.tensor([True, False, True]), 3).tolist()
+    [0, 2]
+    >>> written_slots(torch.tensor([True, False]), 3)
+    Traceback (most recent call last):
+    ...
+    IndexError: a boolean index must have one entry per written slot (3), got shape (2,).
+    >>> written_slots([1, 5], 3)
+    Traceback (most recent call last):
+    ...
+    IndexError: slots must lie in [-3, 3) (the written slots), got values in [1, 5].
+    """
+    if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+        if index.numel() not in (n, capacity):
+            per = f"written slot ({n})" if capacity in (None, n) \
+                else f"written slot ({n}) or per slot ({capacity})"
+            raise IndexError(f"a boolean index must have one entry per {per}, got shape "
+                             f"{tuple(index.shape)}.")
+        slots = index.reshape(-1).nonzero().reshape(-1)
+    else:
+        slots = as_long_tensor(index, name="index")
+    if slots.numel():
+        lo, hi = (int(v) for v in torch.aminmax(slots))
+        if lo < -n or hi >= n:
+            raise IndexError(f"slots must lie in [{-n}, {n}) (the written slots), got values "
+                             f"in [{lo}, {hi}].")
+        if lo < 0:
+            slots = torch.where(slots < 0, slots + n, slots)
+    return slots
+
+
 class StorageCheckpointerBase(Generic[StorageT]):
     """Saves and restores a storage's contents in a checkpoint directory.
 
@@ -857,16 +899,14 @@ class ListStorage(Storage):
         )
 
     def get(self, index: int | torch.Tensor) -> Any:
+        n = len(self._storage)
         if is_int(index):
             slot = int(index)
-            if not 0 <= slot < len(self._storage):
-                raise IndexError(f"slot {slot} is not written (len={len(self._storage)}).")
-            return self._storage[slot]
-        flat = as_long_tensor(index, name="index").reshape(-1).tolist()
-        n = len(self._storage)
-        if any(not 0 <= s < n for s in flat):
-            raise IndexError(f"slots out of range for a ListStorage holding {n} items.")
-        return [self._storage[s] for s in flat]
+            if not -n <= slot < n:
+                raise IndexError(f"slot {slot} is not written (len={n}).")
+            return self._storage[slot]  # (-1: the last written item, as storage[-1])
+        slots = written_slots(as_long_tensor(index, name="index"), n)  # (no boolean masks)
+        return [self._storage[s] for s in slots.reshape(-1).tolist()]
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from tdreplay.core.storage import written_slots
 from tdreplay.core.utils import as_long_tensor, is_int
 
 __all__ = ["read_index", "write_index"]
@@ -50,9 +51,10 @@ def write_index(rows: Any, n: int | None, max_size: int) -> tuple[Any, int, int]
     return tensor, hi, last
 
 
-def read_index(slots: Any, n: int) -> Any:
-    """The store index of ``slots`` of a store of ``n`` written rows (contiguous slots as one
-    range); ``IndexError`` for slots not written.
+def read_index(slots: Any, n: int, capacity: int | None = None) -> Any:
+    """The store index of ``slots`` of a store of ``n`` written rows out of ``capacity``
+    (contiguous slots as one range; masks as :func:`~tdreplay.core.storage.written_slots`
+    reads them); ``IndexError`` for slots not written.
 
     Examples
     --------
@@ -61,25 +63,15 @@ def read_index(slots: Any, n: int) -> Any:
     """
     if is_int(slots):
         slot = int(slots)
-        if not 0 <= slot < n:
+        if not -n <= slot < n:
             raise IndexError(f"slot {slot} is not written ({n} rows are).")
-        return slot
+        return slot % n  # (-1: the last written slot)
     if isinstance(slots, slice):
         start, stop, step = slots.indices(n)
         if step == 1:
             return slice(start, max(start, stop))
         return torch.arange(start, stop, step)
-    if not isinstance(slots, torch.Tensor):
-        slots = as_long_tensor(slots, name="slots")
-    if slots.dtype is torch.bool:
-        slots = slots.reshape(-1).nonzero().reshape(-1)
-    elif slots.dtype is not torch.long:
-        slots = as_long_tensor(slots, name="slots")
-    if slots.numel():
-        lo, hi = torch.aminmax(slots)
-        if int(lo) < 0 or int(hi) >= n:
-            raise IndexError(f"slots must lie in [0, {n}) (the written slots), got values "
-                             f"in [{int(lo)}, {int(hi)}].")
+    slots = written_slots(slots, n, capacity)  # (a mask; negative slots: from the end)
     if slots.ndim == 1 and slots.numel() > 1:
         first, last = int(slots[0]), int(slots[-1])
         if last - first == slots.numel() - 1 and bool((slots.diff() == 1).all()):

@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
+from tdreplay.core.storage import written_slots
 from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
@@ -485,7 +486,7 @@ class CompressedListStorage(ListStorage):
             slots = range(len(self._storage))[index]
             return self._decompress_rows(rows, (len(rows),), slots) if rows else []
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
-            index = index.nonzero().squeeze(-1)
+            index = written_slots(index, len(self._storage))  # (one entry per written row)
         elif not is_int(index):
             index = as_long_tensor(index, name="index")
         return super().__getitem__(index)  # negative ints count from the last written row

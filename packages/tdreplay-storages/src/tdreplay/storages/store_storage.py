@@ -373,7 +373,7 @@ class StoreStorage(Storage):
     def get(self, index: int | torch.Tensor) -> Any:
         if self._store is None:
             raise RuntimeError("cannot read from a StoreStorage that was never written.")
-        return self._from_store(self._read(read_index(index, self._len)))
+        return self._from_store(self._read(read_index(index, self._len, self.max_size)))
 
     def __getitem__(self, index: Any) -> Any:
         rest: tuple[Any, ...] = ()

@@ -22,6 +22,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
+from tdreplay.core.storage import written_slots
 from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._allocation import allocate_unfilled
@@ -61,14 +62,6 @@ def _rows_for(inner: Sequence[int], max_size: int) -> int:
         raise ValueError(f"max_size={max_size} is smaller than one row of "
                          f"{math.prod(inner)} slots (inner shape {tuple(inner)}).")
     return rows
-
-
-def _check_slots(slots: torch.Tensor, n: int) -> None:
-    """``IndexError`` unless every slot lies in ``[0, n)`` (the written slots)."""
-    lo, hi = torch.aminmax(slots)
-    if int(lo) < 0 or int(hi) >= n:
-        raise IndexError(f"slots must lie in [0, {n}) (the written slots), got values in "
-                         f"[{int(lo)}, {int(hi)}].")
 
 
 def _rows_for_data(data: Any, batched: bool, ndim: int, max_size: int) -> int:
@@ -239,10 +232,23 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         # compilable: zero-filled, so that writes need no check of the unfilled rows
         unfilled = self._lays_out_unfilled and self._len_tensor is None
         device = self._device
-        self._layout = first_layout(
-            td, shape, lead + len(inner),
-            (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) if unfilled
-            else self._allocate, self.ndim, device, self.non_tensor_refusal, classes)
+        allocate = (lambda size, dtype, key: allocate_unfilled(size, dtype, device)) \
+            if unfilled else self._allocate
+
+        def allocate_named(size: torch.Size, dtype: torch.dtype, key: Any) -> torch.Tensor:
+            try:
+                return allocate(size, dtype, key)
+            except (ValueError, OverflowError, MemoryError, RuntimeError) as err:
+                if isinstance(err, torch.OutOfMemoryError):  # (what device code catches)
+                    raise
+                # (torch's "Maximum allowed dimension exceeded" / "int too large" / host out
+                # of memory name neither the argument nor the entry)
+                raise MemoryError(
+                    f"{type(self).__name__}(max_size={self.max_size}): cannot allocate entry "
+                    f"{key!r} of shape {tuple(size)} and dtype {dtype}: {err}") from err
+
+        self._layout = first_layout(td, shape, lead + len(inner), allocate_named, self.ndim,
+                                    device, self.non_tensor_refusal, classes)
         self._layout.unfilled_from = 0 if unfilled else None  # no row written yet
         if self.consolidated and self._consolidates:
             self._layout.consolidate()  # (kind checked before: see _check_consolidable)
@@ -326,13 +332,11 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                 index = torch.arange(len(self))[index]
             elif not isinstance(index, torch.Tensor):
                 index = as_long_tensor(index, name="index")
-        if index.dtype is not torch.long:
-            if index.dtype is torch.bool:  # a mask of slots, as TorchRL's get takes one
-                index = index.reshape(-1).nonzero().reshape(-1)
-            else:  # (a float tensor is refused naming index; int32 and the like convert)
-                index = as_long_tensor(index, name="index")
-        if index.numel() and index.device.type == "cpu":
-            _check_slots(index, self._rows_written() * layout.row_numel)
+        if index.dtype is not torch.long or (index.numel() and index.device.type == "cpu"):
+            # a mask of slots (as TorchRL's get takes one), negative slots (from the last
+            # written one), ints of another dtype; a float tensor is refused naming index
+            index = written_slots(index, self._rows_written() * layout.row_numel,
+                                  layout.rows * layout.row_numel)
         return self._format.from_td(layout.gather(index))
 
     def get_trusted(self, index: torch.Tensor) -> Any:
