@@ -26,7 +26,7 @@ FILES = [
     "{snap}/" + MANIFEST_NAME,
     "{snap}/buffer.json",
     "{snap}/rng.pt",
-    "{snap}/storage/items.pkl",
+    "{snap}/storage/items.pt",
     "{snap}/storage/storage.json",
     "{snap}/sampler/component.json",
     "{snap}/sampler/state.pt",
