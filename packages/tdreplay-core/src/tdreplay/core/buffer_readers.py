@@ -52,6 +52,7 @@ class StorageReadersMixin:
         self._readers.discard(self)
         storage.attach(self)
         self._readers = storage.readers
+        self._seen_restores = storage.restore_count  # (its sampler is taken as it is)
         cast(_SharableLock, self._lock).share(self._readers.lock)
 
     def mark_update(self, index: Any) -> None:
@@ -129,13 +130,35 @@ class StorageReadersMixin:
             other.sampler.empty()
             other.writer.empty(empty_write_count)
 
+    #: the storage's ``restore_count`` this buffer's sampler knows of (a restore through the
+    #: buffer, or one of the buffers of the storage, tells it; one past them, at next sample)
+    _seen_restores: int = 0
+
+    def _written_slots(self) -> torch.Tensor:
+        slots = torch.arange(len(self._storage))  # written slots: the first len(storage)
+        return slots[self._storage.valid_slots_mask(slots)]
+
     def _tell_readers_restored(self) -> None:
+        """After a restore through this buffer: its sampler knows the restored storage, the
+        other buffers' samplers learn its written slots anew."""
+        self._seen_restores = self._storage.restore_count
         others = self._readers.others(self)
         if not others:
             return
-        slots = torch.arange(len(self._storage))  # written slots: the first len(storage)
-        written = slots[self._storage.valid_slots_mask(slots)]
+        written = self._written_slots()
         for other in others:
             other.sampler.empty()
             if written.numel():
                 other.sampler.extend(written)
+
+    def _learn_restored_storage(self) -> None:
+        """The storage was restored past this buffer (``rb.storage.load_state_dict`` /
+        ``loads``, as TorchRL programs do) and the sampler drew a slot it no longer holds
+        (a prioritized sampler raised at every sample): the sampler forgets what it knew and
+        learns the written slots anew, as after a restore through another buffer of the
+        storage. The lock is held."""
+        self._seen_restores = self._storage.restore_count
+        written = self._written_slots()
+        self._sampler.empty()
+        if written.numel():
+            self._sampler.extend(written)

@@ -586,7 +586,13 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
-            index, info = self._sampler.sample(self._storage, batch_size)
+            try:
+                index, info = self._sampler.sample(self._storage, batch_size)
+            except IndexError:  # a slot the storage no longer holds: restored past the buffer?
+                if self._storage.restore_count == self._seen_restores:
+                    raise
+                self._learn_restored_storage()
+                index, info = self._sampler.sample(self._storage, batch_size)
             if self._sample_unit is not None:
                 index, info = self._expand_anchors(index, info)
             generations = self._writer.sample_info(index)

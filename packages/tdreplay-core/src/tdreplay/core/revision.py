@@ -13,12 +13,15 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MUTATING_METHODS", "RevisionTracking"]
+__all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
 
 #: the methods that change what a storage holds: a class that defines one gets it wrapped so
 #: that each call advances :attr:`RevisionTracking.revision`
 MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_state_dict",
                     "replace_items", "install")
+#: the mutating methods that restore a storage: each call also advances
+#: :attr:`RevisionTracking.restore_count`
+RESTORING_METHODS = frozenset({"load_state_dict", "replace_items", "install"})
 
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,6 +33,7 @@ def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
     leaves the bump to the outer one, so one call advances the revision once (a shared
     storage's bump takes a process lock)."""
     name = method.__name__
+    restores = name in RESTORING_METHODS
 
     @functools.wraps(method)
     def mutate(self: RevisionTracking, *args: Any, **kwargs: Any) -> Any:
@@ -39,6 +43,8 @@ def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         finally:
             self.bump_revision()
+            if restores:
+                self._restores += 1
 
     mutate.advances_revision = True  # type: ignore[attr-defined]
     return mutate
@@ -48,6 +54,7 @@ class RevisionTracking:
     """The write revision of a storage (a base of :class:`~tdreplay.core.Storage`)."""
 
     _revision: int = 0  # per instance from the first mutation (see revision)
+    _restores: int = 0  # per instance from the first restore (see restore_count)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,6 +93,23 @@ class RevisionTracking:
         (True, 1)
         """
         return self._revision
+
+    @property
+    def restore_count(self) -> int:
+        """How many times the storage was restored (``load_state_dict``, ``loads``: its
+        ``replace_items`` / ``install``), in this process. A buffer compares it with the count
+        it knows of: a restore made past it (``rb.storage.loads(path)``) makes its sampler
+        learn the written slots anew at the next sample.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.load_state_dict({"storage": [1, 2], "max_size": 4})
+        >>> s.restore_count
+        1
+        """
+        return self._restores
 
     def bump_revision(self) -> None:
         """Advance :attr:`revision`: what the storage holds changed by a way the storage's own

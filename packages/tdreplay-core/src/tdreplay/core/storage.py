@@ -766,7 +766,10 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore the contents written by :meth:`dumps`."""
-        self.prepare_load(path)()
+        try:
+            self.prepare_load(path)()
+        finally:
+            self._restores += 1  # (restore_count: the install may be a mixin's, not wrapped)
 
     save = dumps
     dump = dumps
