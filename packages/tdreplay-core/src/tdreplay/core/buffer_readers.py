@@ -138,6 +138,13 @@ class StorageReadersMixin:
         slots = torch.arange(len(self._storage))  # written slots: the first len(storage)
         return slots[self._storage.valid_slots_mask(slots)]
 
+    @staticmethod
+    def _relearn(sampler: Sampler, written: torch.Tensor) -> None:
+        """``sampler`` forgets what it knew and takes ``written`` as the storage's slots."""
+        sampler.empty()
+        if written.numel():
+            sampler.extend(written)
+
     def _tell_readers_restored(self) -> None:
         """After a restore through this buffer: its sampler knows the restored storage, the
         other buffers' samplers learn its written slots anew."""
@@ -147,9 +154,7 @@ class StorageReadersMixin:
             return
         written = self._written_slots()
         for other in others:
-            other.sampler.empty()
-            if written.numel():
-                other.sampler.extend(written)
+            self._relearn(other.sampler, written)
 
     def _learn_restored_storage(self) -> None:
         """The storage was restored past this buffer (``rb.storage.load_state_dict`` /
@@ -158,7 +163,4 @@ class StorageReadersMixin:
         learns the written slots anew, as after a restore through another buffer of the
         storage. The lock is held."""
         self._seen_restores = self._storage.restore_count
-        written = self._written_slots()
-        self._sampler.empty()
-        if written.numel():
-            self._sampler.extend(written)
+        self._relearn(self._sampler, self._written_slots())

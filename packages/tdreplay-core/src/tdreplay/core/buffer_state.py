@@ -331,8 +331,8 @@ class BufferStateMixin:
                     raise ValueError(f"state_dict['_stateful']: {err}") from err
             restore_transforms = check_transform_state(self._transform,
                                                        state_dict.get("_transform"))
-            rng = self._generator_to_restore()
-            if "_rng" in state_dict:  # a None in it too is refused
+            rng = self._generator_to_restore() if "_rng" in state_dict else None
+            if rng is not None:  # a None state in it too is refused
                 try:
                     torch.Generator(device=rng.device).set_state(state_dict["_rng"])
                 except (TypeError, RuntimeError) as err:
@@ -348,7 +348,7 @@ class BufferStateMixin:
                   else []),  # (older states: the writer's cursor tells it)
                 # (checked above: a stateful part that may be missing is left as it is)
                 *([lambda: self._restore_generator(rng, state_dict["_rng"])]
-                  if "_rng" in state_dict else []),
+                  if rng is not None else []),
                 *([lambda: stateful.load_state_dict(state_dict.get("_stateful", {}))]
                   if stateful else []),
                 restore_transforms,

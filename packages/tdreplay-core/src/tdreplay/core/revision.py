@@ -20,8 +20,9 @@ __all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
 MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_state_dict",
                     "replace_items", "install")
 #: the mutating methods that restore a storage: each call also advances
-#: :attr:`RevisionTracking.restore_count`
-RESTORING_METHODS = frozenset({"load_state_dict", "replace_items", "install"})
+#: :attr:`RevisionTracking.restore_count` (as ``Storage.loads`` does, whichever methods its
+#: checkpointer calls)
+RESTORING_METHODS = frozenset({"load_state_dict"})
 
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,10 +97,10 @@ class RevisionTracking:
 
     @property
     def restore_count(self) -> int:
-        """How many times the storage was restored (``load_state_dict``, ``loads``: its
-        ``replace_items`` / ``install``), in this process. A buffer compares it with the count
-        it knows of: a restore made past it (``rb.storage.loads(path)``) makes its sampler
-        learn the written slots anew at the next sample.
+        """How many times the storage was restored (``load_state_dict``, ``loads``), in this
+        process. A buffer compares it with the count it knows of: after a restore made past it
+        (``rb.storage.loads(path)``), a sampler that draws a slot the storage no longer holds
+        learns the written slots anew.
 
         Examples
         --------

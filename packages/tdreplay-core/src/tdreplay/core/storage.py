@@ -79,7 +79,9 @@ def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tens
     ...
     IndexError: slots must lie in [-3, 3) (the written slots), got values in [1, 5].
     """
-    if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+    if type(index) is torch.Tensor and index.dtype is torch.long:  # (what samplers draw)
+        slots = index
+    elif isinstance(index, torch.Tensor) and index.dtype is torch.bool:
         if index.numel() not in (n, capacity):
             per = f"written slot ({n})" if capacity in (None, n) \
                 else f"written slot ({n}) or per slot ({capacity})"
@@ -89,7 +91,8 @@ def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tens
     else:
         slots = as_long_tensor(index, name="index")
     if slots.numel():
-        lo, hi = (int(v) for v in torch.aminmax(slots))
+        lo_hi = torch.aminmax(slots)
+        lo, hi = int(lo_hi[0]), int(lo_hi[1])
         if lo < -n or hi >= n:
             raise IndexError(f"slots must lie in [{-n}, {n}) (the written slots), got values "
                              f"in [{lo}, {hi}].")
@@ -769,7 +772,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         try:
             self.prepare_load(path)()
         finally:
-            self._restores += 1  # (restore_count: the install may be a mixin's, not wrapped)
+            self._restores += 1  # (restore_count: whichever methods the checkpointer calls)
 
     save = dumps
     dump = dumps

@@ -427,7 +427,7 @@ def check_key(value: Any, name: str, *, optional: bool = False) -> NestedKey | N
     except Exception:  # (tensordict raises several types for a malformed key)
         raise TypeError(f"{name} must be a str or a tuple of str"
                         f"{' or None' if optional else ''}, got {value!r}.") from None
-    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    return key  # (unravel_key makes a one-element tuple its str)
 
 
 def normalize_keys(keys: Any, name: str) -> list[NestedKey]:

@@ -88,6 +88,20 @@ def staging_dir(target: Path) -> Iterator[Path]:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _move_aside(path: Path) -> Path:
+    """Rename the directory ``path`` into a new scratch directory beside it (returned, for the
+    caller to remove); a ``path`` another process moved or removed meanwhile is not an error."""
+    aside = Path(tempfile.mkdtemp(prefix=_scratch_prefix(path), dir=path.parent))
+    try:
+        os.replace(path, aside / "old")
+    except FileNotFoundError:  # (gone already: another process removed or replaced it)
+        pass
+    except BaseException:
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    return aside
+
+
 def publish(built: Path, target: Path, *, replace: bool = False) -> bool:
     """Move the directory ``built`` to ``target`` with one rename.
 
@@ -98,13 +112,7 @@ def publish(built: Path, target: Path, *, replace: bool = False) -> bool:
     for an instant none. Otherwise, or when another process published first, ``built`` is
     left where it is and ``False`` is returned.
     """
-    aside = None
-    if replace and target.exists():
-        aside = Path(tempfile.mkdtemp(prefix=_scratch_prefix(target), dir=target.parent))
-        try:
-            os.replace(target, aside / "old")
-        except FileNotFoundError:  # (another process moved it first)
-            pass
+    aside = _move_aside(target) if replace and target.exists() else None
     try:
         os.replace(built, target)
     except OSError:
@@ -122,13 +130,7 @@ def remove_dir(path: Path) -> None:
     directory beside it), then deleted. Readers and a crash see the whole directory or none
     (``rmtree`` in place can leave a conversion's marker with some of its files gone), and a
     directory another process removes meanwhile is not an error."""
-    aside = Path(tempfile.mkdtemp(prefix=_scratch_prefix(path), dir=path.parent))
-    try:
-        os.replace(path, aside / "old")
-    except FileNotFoundError:  # gone already (another process removed or replaced it)
-        pass
-    finally:
-        shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(_move_aside(path), ignore_errors=True)
 
 
 def check_empty_destination(dest: Path, name: str) -> None:

@@ -497,7 +497,9 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
                 raise RuntimeError("no written slot has a priority: the sampler was not told "
                                    "about the storage's items (extend the buffer through the "
                                    "sampler).")
-            if self._beta and not self._warned_zero and float(state.min_tree.min()) <= TINY:
+            # (a stored 0 needs eps == 0: one attribute read on the common path)
+            if not self._eps and self._beta and not self._warned_zero \
+                    and float(state.min_tree.min()) <= TINY:
                 self._warn_zero_priority()
         index, weight, gen = kernels_for(state).draw(
             state, uniform(batch_size, state.device, self._rng), self.stratified, self._beta,

@@ -156,11 +156,10 @@ class MultiStepTransform(Transform):
         with self._lock:
             total = data.clone(False) if self._held is None else self._join(self._held, data)
             n = self.n_steps
-            out = self._multistep()(total.clone(False))
             self._held = total[..., -n:].clone()
             if total.batch_size[-1] <= n:
                 return None  # nothing to write yet (TorchRL's ``None``)
-            return out[..., : total.batch_size[-1] - n]
+            return self._multistep()(total.clone(False))[..., : total.batch_size[-1] - n]
 
     @staticmethod
     def _join(held: TensorDictBase, data: TensorDictBase) -> TensorDictBase:
