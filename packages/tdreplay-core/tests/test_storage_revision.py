@@ -96,3 +96,25 @@ def test_revision_is_per_storage() -> None:
     first, second = ListStorage(2), ListStorage(2)
     first.set(0, "a")
     assert first.revision != second.revision == 0
+
+
+class _ClearMixin:
+    """A mixin (no storage) that gives a storage its ``empty``."""
+
+    def empty(self) -> None:
+        self.items = {}  # type: ignore[attr-defined]
+
+
+class _MixedStorage(_ClearMixin, _DictStorage):
+    pass
+
+
+def test_a_mutating_method_taken_from_a_mixin_advances_the_revision() -> None:
+    storage = _MixedStorage(4)
+    storage.set(0, "a")
+    before = storage.revision
+    storage.empty()
+    assert storage.revision == before + 1 and len(storage) == 0
+    storage.set(0, "b")
+    assert storage.revision == before + 2
+

@@ -33,3 +33,14 @@ def test_tensor_storage_set_advances_revision_once_and_after_a_refused_write():
     except KeyError:
         pass
     assert storage.revision == before + 2  # a refused write advances it too (observers re-read)
+
+
+def test_install_of_a_tensor_storage_advances_the_revision() -> None:
+    """``install`` comes from a mixin of the tensor storages (what checkpointers use)."""
+    source = LazyTensorStorage(4)
+    source.set(torch.arange(2), TensorDict({"x": torch.arange(2.0)}, [2]))
+    target = LazyTensorStorage(4)
+    before = target.revision
+    target.install(source.layout_meta(), source.written_rows().clone())
+    assert target.revision == before + 1
+    assert target.get(torch.arange(2))["x"].tolist() == [0.0, 1.0]

@@ -2,7 +2,8 @@
 
 A storage's :attr:`~RevisionTracking.revision` advances whenever what it holds may have changed,
 whichever buffer, process or direct call changed it. Every subclass gets it without code:
-``__init_subclass__`` wraps the mutating methods a class defines (:data:`MUTATING_METHODS`), so
+``__init_subclass__`` wraps the mutating methods a class defines or takes from a mixin
+(:data:`MUTATING_METHODS`), so
 a storage of any package advances it from each of them. The cost is one Python call and an
 integer increment per mutating call.
 """
@@ -60,7 +61,9 @@ class RevisionTracking:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name in MUTATING_METHODS:
-            method = cls.__dict__.get(name)
+            # the class's own methods, and those it takes from a base that is no storage (a
+            # mixin): a storage base's are wrapped already
+            method = getattr(cls, name, None)
             if callable(method) and not getattr(method, "advances_revision", False) \
                     and not getattr(method, "__isabstractmethod__", False):
                 setattr(cls, name, _advancing_revision(method))
