@@ -67,8 +67,10 @@ def check_cast(key: Any, src: torch.Tensor, dtype: torch.dtype) -> None:
     if s.is_complex and not dtype.is_complex:
         raise TypeError(_refused(key, src, dtype, "would lose the imaginary part"))
     if s.is_floating_point and not (dtype.is_floating_point or dtype.is_complex):
+        example = "True" if dtype is torch.bool else "0"
         raise TypeError(_refused(key, src, dtype, "would lose the fractional part (0.7 would "
-                                 "be stored as 0)"))
+                                 f"be stored as {example}; floating point data is refused there "
+                                 "whatever its values)"))
     if not src.numel():
         return
     if dtype is torch.bool:  # integers: 0 and 1 only

@@ -76,6 +76,8 @@ def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Ten
     ValueError: value of shape (3,) for key 'a' does not fit its entry of shape (3, 2)...
     """
     value = torch.as_tensor(value, device=target.device)
+    if value.requires_grad:  # a storage holds data, not a graph (see copyable_sources)
+        value = value.detach()
     try:
         fits = torch.broadcast_shapes(value.shape, target.shape) == target.shape
     except RuntimeError:

@@ -165,6 +165,18 @@ def stack_pytrees(items: list[Any]) -> Any:
     return tree_unflatten([torch.stack(group) for group in zip(*flats)], specs[0])
 
 
+
+def _dumped(treespec: Any) -> str:
+    """``treespec_dumps(treespec)``; a ``TypeError`` that says what to write instead where
+    torch cannot (a namedtuple in the structure: torch serializes only those registered with
+    it, under a name every loading process would have to register too)."""
+    try:
+        return treespec_dumps(treespec)
+    except NotImplementedError as err:
+        raise TypeError(f"the buffer's data has a pytree structure torch cannot save ({err}); "
+                        "write its items as tuples or dicts (or a tensorclass) to checkpoint "
+                        "the buffer (nothing was saved).") from err
+
 class DataFormat:
     """The kind of data a tensor storage holds and how to give it back from a TensorDict.
 
@@ -235,7 +247,7 @@ class DataFormat:
         can hold."""
         cls = self.tensorclass
         out = {
-            "treespec": treespec_dumps(self.treespec) if self.treespec is not None else None,
+            "treespec": _dumped(self.treespec) if self.treespec is not None else None,
             "tensorclass": None if cls is None else tensorclass_name(cls),
         }
         if self.lazy_stack is not None:  # (absent otherwise: metadata of other kinds unchanged)

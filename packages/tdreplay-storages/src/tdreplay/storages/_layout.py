@@ -37,7 +37,7 @@ from ._keys import (
 )
 from ._level_classes import LevelClasses
 from ._row_writes import before_write, write_rows
-from ._source_checks import SourceCheck, check_source
+from ._source_checks import SourceCheck, check_source, copyable_sources
 from ._td_builders import allocated_tensordict, assemble, tensordict_builder
 from ._tensorclasses import NestedClasses, nested_tensorclasses
 
@@ -71,6 +71,28 @@ def _slots_viewable(leaf: torch.Tensor, ndim: int) -> torch.Tensor:
         leaf.view(math.prod(leaf.shape[:ndim]), *leaf.shape[ndim:])
     except RuntimeError:
         return leaf.contiguous()
+    return leaf
+
+
+def _own_memory_per_element(key: NestedKey, leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf`` (the storage's tensor of entry ``key``), refused with a ``ValueError`` when
+    elements share memory (a dim of stride 0: an expanded tensor, ``proto.expand(n)``), where
+    a write of one row would change every row.
+
+    Examples
+    --------
+    >>> _own_memory_per_element("obs", torch.zeros(3).expand(4, 3))
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'obs' of the storage's tensors shares memory between elements (dim 0 ...
+    """
+    for dim, (size, stride) in enumerate(zip(leaf.shape, leaf.stride())):
+        if stride == 0 and size > 1:
+            raise ValueError(f"entry {key!r} of the storage's tensors shares memory between "
+                             f"elements (dim {dim} of shape {tuple(leaf.shape)} has stride 0: an "
+                             "expanded tensor), so writing one row would change others; pass "
+                             "a copy with memory of its own (.clone(), or allocate with "
+                             "torch.zeros).")
     return leaf
 
 
@@ -125,7 +147,7 @@ class TensorLayout:
         keys = leaf_keys(td)
         leaves = []
         for key in keys:
-            leaf = check_source(key, td.get(key))
+            leaf = _own_memory_per_element(key, check_source(key, td.get(key)))
             leaves.append(_slots_viewable(leaf if leaf.device == device else leaf.to(device),
                                           ndim))
         self.ndim = ndim
@@ -322,12 +344,13 @@ class TensorLayout:
             return True
         if shapes is not None:
             return False
-        copy_leaves([leaf[start:stop] for leaf in self.leaves], src)  # copy_ broadcasts
+        copy_leaves([leaf[start:stop] for leaf in self.leaves],  # copy_ broadcasts
+                    copyable_sources(self.keys, src))
         return True
 
     def index_copy_rows(self, rows: torch.Tensor, src: Sequence[torch.Tensor]) -> None:
         """Copy ``src`` (leaves in storage order, one row per entry of ``rows``) into ``rows``."""
-        for leaf, s in zip(self.leaves, src):
+        for leaf, s in zip(self.leaves, copyable_sources(self.keys, src)):
             leaf.index_copy_(0, rows, s.to(leaf.device, leaf.dtype))
 
     def write_index(self, rows: int, index: Any, td: TensorDictBase) -> None:

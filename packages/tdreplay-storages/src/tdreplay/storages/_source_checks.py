@@ -5,12 +5,13 @@ take (:class:`SourceCheck`), named where they differ.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core.checkpoint import CheckpointError
 
@@ -18,7 +19,7 @@ from ._casts import check_cast
 from ._key_tree import leaves_along_tree
 from ._keys import NestedKey, leaf_keys
 
-__all__ = ["SourceCheck", "check_source"]
+__all__ = ["SourceCheck", "check_source", "copyable_sources", "storable_dtype"]
 
 #: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
@@ -42,7 +43,73 @@ def check_source(key: NestedKey, value: Any) -> torch.Tensor:
     if value.is_meta:
         raise ValueError(f"entry {key!r} is a meta tensor (a shape without data): a storage "
                          "holds data; write tensors on a real device.")
+    if value.layout is not torch.strided:
+        raise ValueError(f"entry {key!r} is a {value.layout} tensor: a tensor storage holds "
+                         "dense rows; write value.to_dense() (or use ListStorage).")
+    if not storable_dtype(value.dtype):
+        view = _SAME_SIZE.get(value.dtype.itemsize, torch.uint8)
+        raise TypeError(f"entry {key!r} has dtype {value.dtype}, which this torch cannot copy "
+                        "into scattered rows or clone (a ring that wraps, a read of rows), so "
+                        "a tensor storage would fail half-way through a later write; store it "
+                        f"as {_STORE_AS.get(value.dtype, 'a wider dtype')} (or as a view of "
+                        f"the same bits, value.view({view}), to view back when read).")
     return value
+
+
+#: an integer dtype of each item size, for the same bits of a dtype :func:`storable_dtype`
+#: refuses
+_SAME_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+#: what to store a dtype :func:`storable_dtype` refuses as (values kept exactly)
+_STORE_AS = {torch.uint16: "torch.int32", torch.uint32: "torch.int64",
+             **{dtype: "torch.float16 / torch.bfloat16 / torch.float32"
+                for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+                              torch.float8_e5m2fnuz)}}
+
+
+@functools.cache
+def storable_dtype(dtype: torch.dtype) -> bool:
+    """Whether this torch copies tensors of ``dtype`` into scattered rows (``index_copy_``)
+    and tensordict clones them: what a tensor storage does with every entry (tried once per
+    dtype; torch 2.13 lacks both for ``uint16`` / ``uint32`` / ``uint64`` and the float8
+    dtypes on the CPU).
+
+    Examples
+    --------
+    >>> storable_dtype(torch.float32), storable_dtype(torch.uint16)
+    (True, False)
+    """
+    try:
+        rows = torch.zeros(2, dtype=dtype)
+        rows.index_copy_(0, torch.tensor([1]), torch.zeros(1, dtype=dtype))
+        TensorDict({"x": rows}, [2]).clone()
+    except (NotImplementedError, RuntimeError, TypeError):
+        return False
+    return True
+
+
+def copyable_sources(keys: Sequence[NestedKey],
+                     sources: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``sources`` (the leaves of ``keys``, checked for keys, shapes and dtypes) ready for
+    torch's copies into a storage's leaves: a meta or sparse one refused (before any leaf is
+    written: the shape-and-dtype check does not see them), one that requires grad detached
+    (a storage holds data: copied with its graph, every batch ever written would stay
+    reachable from the storage's leaves).
+
+    Examples
+    --------
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> copyable_sources(["a"], [w * 2])[0].requires_grad
+    False
+    """
+    out = list(sources)
+    for i, source in enumerate(out):
+        if source.is_meta or source.layout is not torch.strided:
+            check_source(keys[i], source)
+        if source.requires_grad:
+            out[i] = source.detach()
+    return out
 
 
 class SourceCheck:

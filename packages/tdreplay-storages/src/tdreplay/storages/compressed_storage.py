@@ -93,6 +93,17 @@ class Codec:
         return f"Codec({self.name!r})"
 
 
+def _check_dense(what: str, tensor: torch.Tensor) -> None:
+    """``ValueError`` naming ``what`` unless ``tensor`` holds dense data (its bytes are what is
+    compressed): a meta tensor has none, a sparse one none in row order."""
+    if tensor.is_meta:
+        raise ValueError(f"{what} is a meta tensor (a shape without data): a storage holds "
+                         "data; write tensors on a real device.")
+    if tensor.layout is not torch.strided:
+        raise ValueError(f"{what} is a {tensor.layout} tensor: CompressedListStorage "
+                         "compresses dense tensors; write value.to_dense().")
+
+
 def _compressed_tensor(codec: Codec, tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s element bytes compressed by ``codec``, as a uint8 tensor."""
     return torch.frombuffer(bytearray(codec.compress(tensor_bytes(tensor))), dtype=torch.uint8)
@@ -337,6 +348,7 @@ class CompressedListStorage(ListStorage):
         ``lead`` leading dimensions of ``item`` are the batch (0 for one row, 1 for a batch).
         """
         if isinstance(item, torch.Tensor):
+            _check_dense("data", item)
             return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
         if isinstance(item, TensorDictBase):
             kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
@@ -355,6 +367,7 @@ class CompressedListStorage(ListStorage):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
                                 "CompressedListStorage compresses tensors only.")
+            _check_dense(f"entry {key!r}", value)
         # widest dtypes first: every leaf then starts at a multiple of its item size
         entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
         leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
@@ -471,7 +484,7 @@ class CompressedListStorage(ListStorage):
                                 f"{type(data).__name__}.")
         super().set(cursor, compressed, set_cursor=set_cursor)
 
-    def get(self, index: int | torch.Tensor) -> Any:
+    def get(self, index: int | slice | torch.Tensor) -> Any:
         """Decompress the rows at ``index``: one batch of shape ``index.shape`` when they share
         a structure, else a list of rows (stacked lazily by :meth:`default_collate`)."""
         rows = super().get(index)

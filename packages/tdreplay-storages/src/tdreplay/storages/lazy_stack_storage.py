@@ -85,7 +85,7 @@ class LazyStackStorage(ListStorage):
                     f"with {n} batch dims (it must be in [{-(n + 1)}, {n}]); nothing was written."
                 )
 
-    def get(self, index: int | torch.Tensor) -> Any:
+    def get(self, index: int | slice | torch.Tensor) -> Any:
         items = super().get(index)
         return items if is_int(index) else self._stacked(items)
 
