@@ -110,3 +110,46 @@ def test_a_heap_that_does_not_rank_the_saved_rows_is_refused(saved_rows):
     rb.load_state_dict(full.state_dict())  # its own writer state loads
     rb.extend(rows([1.0]))  # ranks below every kept row: not written
     assert sorted(item["x"].item() for item in rb[:]) == [10.0, 20.0, 30.0, 40.0]
+
+
+def _item(rank: float, x: torch.Tensor | None = None) -> TensorDict:
+    return TensorDict({"r": torch.tensor(rank), "x": torch.zeros(2) if x is None else x}, [])
+
+
+@pytest.mark.parametrize("bad", [
+    lambda d: d.exclude("x"),                          # a key missing
+    lambda d: d.set("x", torch.zeros(3)),              # another shape
+    lambda d: d.set("x", torch.zeros(2, dtype=torch.float64).fill_(0.5)),  # another dtype, fits
+], ids=["missing-key", "shape", "dtype"])
+def test_a_bad_item_ranked_too_low_is_refused_after_good_ones_were(bad):
+    # a refused add of an item of the leaves the storage last accepted is not checked again
+    # (the check cost 4x the rest of an add): any other item still is
+    from tdreplay.storages import LazyTensorStorage
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(3),
+                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    for rank in (10.0, 11.0, 12.0, 1.0, 2.0):  # the last two: ranked too low
+        rb.add(_item(rank))
+    item = bad(_item(0.5))
+    if "x" in item.keys() and item["x"].dtype == torch.float64:
+        assert rb.add(item) is None  # a lossless cast: accepted, not kept
+    else:
+        with pytest.raises((KeyError, ValueError)):
+            rb.add(item)
+    assert rb.add(_item(3.0)) is None
+    assert sorted(rb[:]["r"].tolist()) == [10.0, 11.0, 12.0]
+    assert rb.writer.state_dict()["age"] == 6 + ("x" in item.keys() and item["x"].dtype
+                                                  == torch.float64)
+
+
+
+def test_a_new_storage_checks_an_item_again():
+    from tdreplay.storages import LazyTensorStorage
+    writer = TensorDictMaxValueWriter(rank_key="r")
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2), writer=writer)
+    for rank in (5.0, 6.0, 1.0):  # the last: refused, checked, its leaves remembered
+        rb.add(_item(rank))
+    other = TensorDictReplayBuffer(storage=LazyTensorStorage(2), writer=writer)
+    for rank in (5.0, 6.0):
+        other.add(TensorDict({"r": torch.tensor(rank), "y": torch.zeros(2)}, []))
+    with pytest.raises(KeyError, match=r"missing \['y'\], unexpected \['x'\]"):
+        other.add(_item(1.0))  # the remembered leaves: checked again by the new storage

@@ -149,6 +149,9 @@ class TensorDictMaxValueWriter(Writer):
         self.reduction = reduction
         self._heap: list[_Entry] = []
         self._age = 0  # how many rows were offered so far (each gets the next age)
+        # the leaves of the last item the storage checked and accepted without writing it (see
+        # _check_unwritten): an item of the same leaves needs no check again
+        self._checked_item: tuple[Any, ...] | None = None
 
     # ---- ranks ------------------------------------------------------------------------------
     def _ranks(self, data: Any, batched: bool) -> torch.Tensor:
@@ -223,9 +226,12 @@ class TensorDictMaxValueWriter(Writer):
             floor = heap[0][0] if heap else math.inf
             if free:
                 floor = min(floor, min(ranks[:free]))
-            keep = rank > floor
-            keep[:free] = True
-            positions = keep.nonzero().squeeze(1).tolist()
+            if n <= _FEW_ROWS:  # (an add, a small batch: a tensor op costs more)
+                positions = [i for i in range(n) if i < free or ranks[i] > floor]
+            else:
+                keep = rank > floor
+                keep[:free] = True
+                positions = keep.nonzero().squeeze(1).tolist()
         written: dict[int, int] = {}  # row -> batch position now holding it
         pushed: list[_Entry] = []
         popped: list[_Entry] = []
@@ -275,16 +281,30 @@ class TensorDictMaxValueWriter(Writer):
                 self._undo(pushed, popped)
                 raise
         elif n:
-            # none ranks high enough: the storage still checks the batch (keys, shapes, dtypes)
-            # by writing none of its rows, so that whether bad data is refused does not depend
-            # on its ranks (nothing changes either way)
-            empty = (data.unsqueeze(0) if single else data)[:0]
-            self.storage.set(torch.empty(0, dtype=torch.long), empty, set_cursor=False)
+            self._check_unwritten(data, single)
         self._age += n
         self.write_count += len(pairs)
         self.written_positions = (None if single or every_row
                                   else torch.tensor(positions, dtype=torch.long))
         return rows
+
+    def register_storage(self, storage: Any) -> None:
+        """Attach ``storage`` (an item it has not checked is checked again)."""
+        super().register_storage(storage)
+        self._checked_item = None
+
+    def _check_unwritten(self, data: Any, single: bool) -> None:
+        """None of ``data``'s rows ranks high enough: the storage still checks it (keys,
+        shapes, dtypes) by writing none of its rows, so that whether bad data is refused does
+        not depend on its ranks (nothing changes either way). An item of the same leaves as the
+        last one it accepted so (the common refused ``add``) is not checked again: the check
+        costs several times the rest of an ``add``."""
+        signature = _item_leaves(data) if single else None
+        if signature is not None and signature == self._checked_item:
+            return
+        empty = (data.unsqueeze(0) if single else data)[:0]
+        self.storage.set(torch.empty(0, dtype=torch.long), empty, set_cursor=False)
+        self._checked_item = signature
 
     # ---- Writer API -------------------------------------------------------------------------
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
@@ -383,3 +403,21 @@ class TensorDictMaxValueWriter(Writer):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank_key={self.rank_key!r}, reduction={self.reduction!r}, "
                 f"kept={len(self._heap)}, write_count={self.write_count})")
+
+
+#: batches of at most this many rows are planned in Python, larger ones with tensor ops
+_FEW_ROWS = 32
+
+
+def _item_leaves(data: Any) -> tuple[Any, ...] | None:
+    """``(batch size, ((key, shape, dtype) of every leaf))`` of a plain TensorDict item of
+    tensors (what a tensor storage checks of it); ``None`` for anything else (checked by the
+    storage every time)."""
+    if type(data) is not TensorDict:
+        return None
+    leaves = []
+    for key, value in data.items(True, True):
+        if type(value) is not torch.Tensor:
+            return None
+        leaves.append((key, value.shape, value.dtype))
+    return data.batch_size, tuple(leaves)
