@@ -38,8 +38,6 @@ def test_buffers_build_their_sampler_for_the_storage():
     default = TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4)
     assert isinstance(default.storage, ListStorage) and default.sampler.max_capacity == 1000
     assert default.priority_key == "td_error"
-    with pytest.raises(TypeError, match="sampler"):
-        PrioritizedReplayBuffer(alpha=0.6, beta=0.4, sampler=PrioritizedSampler(3, 1, 1))
 
 
 def test_sampler_device_and_backend_are_forwarded():

@@ -37,15 +37,26 @@ __all__ = ["PrioritizedReplayBuffer", "TensorDictPrioritizedReplayBuffer"]
 
 
 def _prioritized_sampler(storage: Storage, options: dict[str, Any], kwargs: dict[str, Any],
-                         sync: bool) -> PrioritizedSampler | DeferredPrioritizedSampler:
-    if "sampler" in kwargs:
-        raise TypeError("prioritized buffers build their own PrioritizedSampler: pass alpha, "
-                        "beta, ... instead of sampler= (or use ReplayBuffer(sampler=...)).")
+                         sync: bool) -> Sampler:
+    """The buffer's sampler: ``kwargs["sampler"]`` (popped) when given and not None, as
+    TorchRL's (``alpha``, ``beta``, ... then unused), else a :class:`PrioritizedSampler` built
+    from ``options`` for ``storage``; behind a :class:`DeferredPrioritizedSampler` when not
+    ``sync``."""
     check_flag(sync, "sync")
-    sampler = PrioritizedSampler(storage.max_size, **options)
-    sampler.place_for(storage)
+    sampler = kwargs.pop("sampler", None)
+    if sampler is None:
+        sampler = PrioritizedSampler(storage.max_size, **options)
+        sampler.place_for(storage)
+    elif options["device"] is not None:
+        raise TypeError("sampler_device cannot be passed when sampler is provided (the "
+                        "sampler's trees are where it was built).")
+    elif not isinstance(sampler, Sampler):
+        raise TypeError(f"sampler must be a Sampler, got {type(sampler).__name__}.")
     if sync:
         return sampler
+    if not isinstance(sampler, PrioritizedSampler):
+        raise TypeError(f"sync=False needs a PrioritizedSampler (its trees stay in this "
+                        f"process), got sampler={type(sampler).__name__}.")
     if storage.ndim != 1:
         raise ValueError(f"prioritized buffers only support 1-D storages when sync=False, got "
                          f"storage.ndim={storage.ndim}.")
@@ -135,7 +146,9 @@ class PrioritizedReplayBuffer(_PriorityUpdates, ReplayBuffer):
         Needs a storage of ``ndim == 1``. Defaults to True.
     **kwargs
         As :class:`~tdreplay.core.ReplayBuffer` (``writer``, ``batch_size``, ``transform``,
-        ``generator``, ``shared``, ...), except ``sampler``.
+        ``generator``, ``shared``, ...). ``sampler``: as TorchRL's, a sampler given (not
+        ``None``) is used instead of the one ``alpha``, ``beta``, ... would build (with
+        ``sampler_device``: ``TypeError``).
 
     ``sample(..., return_info=True)`` returns ``info["priority_weight"]`` on the device of the
     sampled tensor and ``info["write_generation"]``; pass the latter back with
@@ -215,7 +228,8 @@ class TensorDictPrioritizedReplayBuffer(_PriorityUpdates, TensorDictReplayBuffer
         ``False``: worker processes write into the shared buffer, this process keeps the
         priority trees (see :class:`PrioritizedReplayBuffer` and the example below).
     **kwargs
-        As :class:`~tdreplay.core.TensorDictReplayBuffer`, except ``sampler``.
+        As :class:`~tdreplay.core.TensorDictReplayBuffer`; ``sampler`` as in
+        :class:`PrioritizedReplayBuffer`.
 
     Examples
     --------
