@@ -27,6 +27,18 @@ def test_locally_it_is_a_tensordict_buffer():
     assert len(rb) == 0
 
 
+def test_sample_takes_torchrls_positional_order():
+    # (TorchRL's order for this class is (batch_size, include_info, return_info): the second
+    # positional argument was return_info here, so sample(3, True) gave a tuple)
+    rb = RemoteTensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(TensorDict({"a": torch.arange(4)}, [4]))
+    with pytest.warns(DeprecationWarning, match="include_info is ignored"):
+        batch = rb.sample(3, True)
+    assert isinstance(batch, TensorDict) and batch.batch_size == torch.Size([3])
+    batch, info = rb.sample(3, None, True)
+    assert batch["a"].shape == (3,) and info["index"].shape == (3,)
+
+
 def test_its_methods_pickle_by_reference_to_the_class():
     """RPC sends the function: it must come back as the RRef-accepting method."""
     for name in ("add", "extend", "sample", "update_priority", "update_tensordict_priority"):

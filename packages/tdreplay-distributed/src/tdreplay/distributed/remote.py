@@ -103,7 +103,17 @@ class RemoteTensorDictReplayBuffer(TensorDictReplayBuffer):
 
     add = _on_local_value("add")
     extend = _on_local_value("extend")
-    sample = _on_local_value("sample")
+
+    def sample(self, batch_size: int | None = None,  # type: ignore[override]  # TorchRL's order
+               include_info: bool | None = None, return_info: bool = False) -> Any:
+        """:meth:`TensorDictReplayBuffer.sample <tdreplay.core.TensorDictReplayBuffer.sample>`
+        on :func:`local_value` of the buffer, with TorchRL's order for this class:
+        ``(batch_size, include_info, return_info)`` (``rb.sample(3, True)``: ``include_info``,
+        as TorchRL's; on other buffers the second is ``return_info``)."""
+        return TensorDictReplayBuffer.sample(local_value(self), batch_size,
+                                             include_info=include_info,
+                                             return_info=return_info)
+
     update_priority = _on_local_value("update_priority")
     update_tensordict_priority = _on_local_value("update_tensordict_priority")
     empty = _on_local_value("empty")
