@@ -76,6 +76,18 @@ def test_torchrl_tutorial_imports_migrate_with_the_one_line_change():
     assert SliceSampler is tdreplay.data.SliceSampler
 
 
+def test_names_torchrl_modules_import_are_served_there_too():
+    # (TorchRL's query and checkpointers modules import these; its docs import them from
+    # there, and from ... import failed here)
+    from tdreplay.data.replay_buffers.checkpointers import H5Split, TED2Flat
+    from tdreplay.data.replay_buffers.query import DEFAULT_DONE_KEYS, find_start_stop_traj, traj
+    from tdreplay.data.replay_buffers.utils import DEFAULT_DONE_KEYS as from_utils
+
+    assert traj is tdreplay.data.traj and TED2Flat is tdreplay.data.TED2Flat
+    assert find_start_stop_traj is tdreplay.data.find_start_stop_traj
+    assert H5Split is tdreplay.data.H5Split and DEFAULT_DONE_KEYS is from_utils
+
+
 def test_submodules_are_attributes_as_in_torchrl():
     rb = tdreplay.data.replay_buffers
     assert rb.samplers.PrioritizedSampler is tdreplay.data.PrioritizedSampler

@@ -37,7 +37,8 @@ import tdreplay.data as _data
 __all__ = ["TORCHRL_PATHS", "lazy_dir", "lazy_getattr", "served", "torchrl_module"]
 
 #: path under ``torchrl.data`` (and ``tdreplay.data``) -> the public names of TorchRL's module
-#: there (its ``__all__``, or the classes and functions it defines), TorchRL at commit
+#: there (its ``__all__``, or the classes and functions it defines, and the public names it
+#: imports that TorchRL's docs import from it), TorchRL at commit
 #: ae9719f17b1517af5c2523a36c4616f003ee55cf (0.14), and ``StreamingSliceSampler`` (0.14.1).
 #: Paths without any name tdreplay has are
 #: listed so that a name tdreplay gains is found where TorchRL has it (see :func:`served`).
@@ -69,15 +70,19 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
         "TensorDictRoundRobinWriter", "TensorStorage", "TensorStorageCheckpointer", "traj",
         "Trajectory", "TrajectoryPredicate", "Transition", "Writer", "WriterEnsemble",
     ),
+    # (+ the TED hooks it imports, which TorchRL's docs import from there)
     "replay_buffers.checkpointers": (
-        "CompressedListStorageCheckpointer", "FlatStorageCheckpointer", "H5StorageCheckpointer",
-        "ListStorageCheckpointer", "NestedStorageCheckpointer", "StorageCheckpointerBase",
-        "StorageEnsembleCheckpointer", "TensorStorageCheckpointer",
+        "CompressedListStorageCheckpointer", "Flat2TED", "FlatStorageCheckpointer", "H5Combine",
+        "H5Split", "H5StorageCheckpointer", "ListStorageCheckpointer", "Nested2TED",
+        "NestedStorageCheckpointer", "StorageCheckpointerBase", "StorageEnsembleCheckpointer",
+        "TED2Flat", "TED2Nested", "TensorStorageCheckpointer",
     ),
     "replay_buffers.her": ("HERReplayBuffer", "HindsightStrategy"),
     "replay_buffers.offline_to_online": ("OfflineToOnlineReplayBuffer", "prefill_replay_buffer"),
+    # (+ traj, find_start_stop_traj and DEFAULT_DONE_KEYS, which it imports)
     "replay_buffers.query": (
-        "filter_trajectories", "iter_trajectories", "Trajectory", "TrajectoryPredicate",
+        "DEFAULT_DONE_KEYS", "filter_trajectories", "find_start_stop_traj", "iter_trajectories",
+        "traj", "Trajectory", "TrajectoryPredicate",
     ),
     "replay_buffers.ray_buffer": ("as_remote", "RayReplayBuffer"),
     "replay_buffers.replay_buffers": (
@@ -128,9 +133,9 @@ TORCHRL_PATHS: dict[str, tuple[str, ...]] = {
     "replay_buffers.storages.tensor": ("LazyMemmapStorage", "LazyTensorStorage", "TensorStorage"),
     "replay_buffers.storages.utils": (),
     "replay_buffers.utils": (
-        "find_start_stop_traj", "Flat2TED", "H5Combine", "H5Split", "INT_CLASSES_TYPING",
-        "Nested2TED", "pin_memory_output", "SINGLE_TENSOR_BUFFER_NAME", "TED2Flat", "TED2Nested",
-        "tree_iter", "unravel_index",
+        "DEFAULT_DONE_KEYS", "find_start_stop_traj", "Flat2TED", "H5Combine", "H5Split",
+        "INT_CLASSES_TYPING", "Nested2TED", "pin_memory_output", "SINGLE_TENSOR_BUFFER_NAME",
+        "TED2Flat", "TED2Nested", "tree_iter", "unravel_index",
     ),
     "replay_buffers.writers": (
         "ImmutableDatasetWriter", "RoundRobinWriter", "TensorDictMaxValueWriter",
