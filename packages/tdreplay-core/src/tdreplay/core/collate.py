@@ -51,6 +51,10 @@ def stack_items(items: Any) -> Any:
             # so entries set on the batch ("index", sampler info) stay out of the items
             stacked = LazyStackedTensorDict.maybe_dense_stack([x.copy() for x in items])
         return stacked
+    if type(first) is dict or type(first) is tuple:
+        stacked = _stack_flat(items, first)
+        if stacked is not None:
+            return stacked
     if isinstance(first, (tuple, dict)):
         flat, spec = tree_flatten(first)
         if not flat or not all(isinstance(x, torch.Tensor) for x in flat):
@@ -63,7 +67,27 @@ def stack_items(items: Any) -> Any:
             flats.append(leaves)
         try:
             stacked_leaves = [torch.stack(group) for group in zip(*flats)]
-        except RuntimeError:
+        except (RuntimeError, TypeError):  # other shapes, or a later item's leaf no tensor
             return items
         return tree_unflatten(stacked_leaves, spec)
     return items
+
+
+def _stack_flat(items: list[Any], first: dict[Any, Any] | tuple[Any, ...]) -> Any:
+    """The items stacked entry by entry when each is a flat dict (the same keys) or a flat
+    tuple (the same length) of tensors of one shape per entry, as ``first``: the common item,
+    without flattening every one as a pytree. ``None`` for anything else (the general path
+    decides)."""
+    kind = type(first)
+    try:
+        if kind is dict:
+            keys = first.keys()
+            if not all(type(x) is dict and x.keys() == keys for x in items):
+                return None
+            return {key: torch.stack([x[key] for x in items]) for key in keys}
+        width = len(first)
+        if not width or not all(type(x) is tuple and len(x) == width for x in items):
+            return None
+        return tuple(torch.stack(list(group)) for group in zip(*items))
+    except (TypeError, RuntimeError):  # an entry that is no tensor, or of another shape
+        return None
