@@ -1,0 +1,84 @@
+"""Pickling a list storage (``pickle.dumps(rb)``, a buffer sent to a Ray actor): rows that are
+views of one batch are written once, and come back sharing one batch."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, ReplayBuffer
+
+
+def test_pickled_rows_of_one_batch_are_written_once_and_share_it_again() -> None:
+    # (each row pickled the whole batch it is a view of: 1,000 rows of 16 bytes made 16 MB)
+    n = 1000
+    batch = TensorDict({"obs": torch.randn(n, 4)}, [n])
+    rb = ReplayBuffer(storage=ListStorage(n))
+    rb.extend(batch)
+    pickled = pickle.dumps(rb)
+    assert len(pickled) < 200_000
+    restored = pickle.loads(pickled)
+    rows = restored.storage.get(torch.arange(n))
+    assert torch.equal(torch.stack([row["obs"] for row in rows]), batch["obs"])
+    assert len({row["obs"].untyped_storage().data_ptr() for row in rows}) == 1
+    restored.extend(TensorDict({"obs": torch.ones(2, 4)}, [2]))  # a copy: the original keeps
+    assert torch.equal(rb.storage.get(0)["obs"], batch["obs"][0])
+    assert torch.equal(restored.storage.get(0)["obs"], torch.ones(4))
+
+
+def test_pickled_plain_items_and_tensors_come_back_as_they_were() -> None:
+    rb = ReplayBuffer(storage=ListStorage(6))
+    rb.extend(["a", {"b": 1}, 3.5, torch.arange(3, dtype=torch.int16)])
+    restored = pickle.loads(pickle.dumps(rb))
+    first, second, third, fourth = restored.storage.get(torch.arange(4))
+    assert (first, second, third) == ("a", {"b": 1}, 3.5)
+    assert fourth.dtype == torch.int16 and fourth.tolist() == [0, 1, 2]
+    assert len(restored) == 4 and restored.writer.cursor == 4
+
+
+def test_items_torch_save_cannot_write_are_pickled_as_they_are() -> None:
+    class Local:  # an item no pickler but its own (cloudpickle, say) could write
+        def __reduce__(self):
+            raise pickle.PicklingError("no")
+
+    storage = ListStorage(4)
+    storage.set(0, 1)
+    state = storage.__getstate__()
+    assert "_saved_items" in state and "_storage" not in state
+    storage.set(1, Local())
+    state = storage.__getstate__()
+    assert state["_storage"][0] == 1 and isinstance(state["_storage"][1], Local)
+
+
+def _rows_of_a_large_batch() -> tuple[torch.Tensor, ReplayBuffer]:
+    batch = torch.arange(10_000 * 100, dtype=torch.float32).reshape(10_000, 100)  # 4 MB
+    rb = ReplayBuffer(storage=ListStorage(8))
+    for i in range(4):
+        rb.add(TensorDict({"x": batch[i]}, []))  # 4 rows of 400 bytes, views of the batch
+    return batch, rb
+
+
+def test_a_checkpoint_of_a_few_rows_of_a_large_batch_holds_those_rows(tmp_path):
+    # (torch.save wrote the whole batch behind the views: 4 MB for 1.6 KB of rows)
+    batch, rb = _rows_of_a_large_batch()
+    rb.dumps(tmp_path)
+    assert sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file()) < 200_000
+    restored = ReplayBuffer(storage=ListStorage(8))
+    restored.loads(tmp_path)
+    assert [row["x"].tolist() for row in restored.storage.items()] == [
+        batch[i].tolist() for i in range(4)]
+    assert rb.storage.get(0)["x"].untyped_storage().data_ptr() == batch.data_ptr()  # unchanged
+
+
+def test_a_state_dict_and_a_pickle_of_a_few_rows_of_a_large_batch_hold_those_rows():
+    import io
+
+    batch, rb = _rows_of_a_large_batch()
+    saved = io.BytesIO()
+    torch.save(rb.state_dict(), saved)
+    assert len(saved.getvalue()) < 100_000
+    assert len(pickle.dumps(rb)) < 100_000
+    restored = pickle.loads(pickle.dumps(rb))
+    assert torch.equal(restored.storage.get(3)["x"], batch[3])
