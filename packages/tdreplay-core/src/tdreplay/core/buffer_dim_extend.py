@@ -123,6 +123,14 @@ class ExtendDimMixin:
             return self._dim_extend_arg
         return max(self._storage.ndim - 1, 0)
 
+    @dim_extend.setter
+    def dim_extend(self, value: int | None) -> None:
+        """As TorchRL's: the value it has (or ``None``) is accepted, another one refused with
+        TorchRL's ``RuntimeError`` (a buffer's writes keep one layout)."""
+        if value is not None and check_dim_extend(value) != self.dim_extend:
+            raise RuntimeError(f"dim_extend cannot be reset (it is {self.dim_extend}, got "
+                               f"{value}). Please create a new replay buffer.")
+
     def _set_dim_extend(self, dim_extend: Any) -> None:
         self._dim_extend_arg = check_dim_extend(dim_extend)
 

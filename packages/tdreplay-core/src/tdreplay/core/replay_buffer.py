@@ -143,10 +143,10 @@ class _BufferLock(ForkGuard):
 
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
     """``(compilable, delayed)``; ``TypeError`` naming the argument unless ``compilable`` is a
-    bool and ``delayed_init`` a bool or None (None: delayed when a ``transform_factory`` is
-    given, as TorchRL's)."""
-    return check_flag(compilable, "compilable"), delays_init(delayed_init,
-                                                                       transform_factory)
+    bool or None (None, TorchRL's default: False) and ``delayed_init`` a bool or None (None:
+    delayed when a ``transform_factory`` is given, as TorchRL's)."""
+    compilable = False if compilable is None else check_flag(compilable, "compilable")
+    return compilable, delays_init(delayed_init, transform_factory)
 
 
 def _flat(slots: torch.Tensor) -> torch.Tensor:
@@ -282,8 +282,9 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         Items are consumed once sampled this many times (:mod:`tdreplay.core.buffer_consume`).
     transform_factory : callable, optional
         Returns the transform (as TorchRL); not together with ``transform``.
-    compilable : bool
-        As TorchRL: goes to the default storage and writer (see :class:`Storage`).
+    compilable : bool, optional
+        As TorchRL: goes to the default storage and writer (see :class:`Storage`); ``None``
+        (the default, as TorchRL's) means ``False``.
     delayed_init : bool, optional
         As TorchRL: ``True`` builds the parts (``storage``, ``sampler``, ``writer`` may be
         factories; the transform of ``transform_factory``) at the first use of the buffer
@@ -337,7 +338,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         generator: torch.Generator | None = None,
         checkpointer: StorageCheckpointerBase[Any] | None = None,
         transform_factory: Callable[[], Any] | None = None,
-        compilable: bool = False,
+        compilable: bool | None = None,
         delayed_init: bool | None = None,
         rate_limiter: RateLimiter | None = None,
         dim_extend: int | None = None,
@@ -371,7 +372,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._init_parts(delayed, storage=storage, sampler=sampler, writer=writer,
                          transform=transform, transform_factory=transform_factory,
                          collate_fn=collate_fn, consume_after_n_samples=consume_after_n_samples,
-                         compilable=compilable, checkpointer=checkpointer)
+                         compilable=self.compilable, checkpointer=checkpointer)
         self.share(shared)  # (only marks a buffer whose parts wait: they are shared when built)
 
     # ---- components ------------------------------------------------------------------------------

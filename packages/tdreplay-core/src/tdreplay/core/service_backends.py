@@ -35,9 +35,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, TypeVar
+
+from .utils import check_flag
 
 __all__ = ["ENTRY_POINT_GROUP", "ServiceDispatch", "ServiceFactory", "register_service_backend",
            "service_backend", "service_backend_factory", "transport_backend"]
@@ -186,12 +189,22 @@ def transport_backend(backend: str) -> Iterator[None]:
 class ServiceDispatch(type):
     """Metaclass of :class:`~tdreplay.core.ReplayBuffer`: takes ``service_backend``,
     ``service_backend_options``, ``transport`` and ``transport_options`` out of the arguments
-    and builds the buffer here (``"direct"``) or through its service backend."""
+    and builds the buffer here (``"direct"``) or through its service backend.
+    ``use_ray_service=True`` is TorchRL's older spelling of ``service_backend="ray"`` (a
+    ``FutureWarning``, as TorchRL's, which drops it in 0.16)."""
 
     def __call__(cls, *args: Any, service_backend: str | None = None,
                  service_backend_options: dict[str, Any] | None = None,
                  transport: str | None = None, transport_options: dict[str, Any] | None = None,
-                 **kwargs: Any) -> Any:
+                 use_ray_service: bool = False, **kwargs: Any) -> Any:
+        if check_flag(use_ray_service, "use_ray_service"):
+            if service_backend not in (None, "ray"):
+                raise ValueError(f"use_ray_service=True conflicts with "
+                                 f"service_backend={service_backend!r}.")
+            warnings.warn("use_ray_service is deprecated (as in TorchRL, which removes it in "
+                          "0.16): use service_backend='ray' instead.", FutureWarning,
+                          stacklevel=2)
+            service_backend = "ray"
         from_context = service_backend is None and _current(_service) is not None
         if service_backend is None:
             # a backend building its buffer in this process builds a direct one

@@ -15,7 +15,7 @@ import abc
 import io
 import os
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -410,7 +410,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     _default_checkpointer: type[StorageCheckpointerBase[Any]] = StorageCheckpointerBase
 
     def __init__(self, max_size: int,
-                 checkpointer: StorageCheckpointerBase[Any] | None = None, *,
+                 checkpointer: StorageCheckpointerBase[Any] | None = None,
                  compilable: bool = False) -> None:
         if not is_int(max_size) or int(max_size) <= 0:
             raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
@@ -422,6 +422,34 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None
                               else self._default_checkpointer())
+
+    @property
+    def max_size(self) -> int:
+        """The capacity in slots, fixed when the storage is built (TorchRL lets it be assigned
+        and then fails at the next write; here an assignment of another value is refused,
+        before it could be saved with a checkpoint the storage does not match).
+
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.max_size = 8
+        Traceback (most recent call last):
+        ...
+        AttributeError: max_size is fixed when a storage is built (4 here): build a ...
+        """
+        try:
+            return self._max_size
+        except AttributeError:  # a storage pickled when max_size was a plain attribute
+            return int(self.__dict__["max_size"])
+
+    @max_size.setter
+    def max_size(self, value: int) -> None:
+        current = getattr(self, "_max_size", None)
+        if current is not None and value != current:
+            raise AttributeError(f"max_size is fixed when a storage is built ({current} here): "
+                                 f"build a new storage of max_size={value} and extend it with "
+                                 "this one's rows (its writer's cursor wraps at the old size).")
+        self._max_size = int(value)
 
     # ---- contract --------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -621,6 +649,35 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     def valid_slots_mask(self, slots: torch.Tensor) -> torch.Tensor:
         """Boolean mask of ``slots`` that hold written data."""
         return (slots >= 0) & (slots < len(self))
+
+    def __contains__(self, index: int | torch.Tensor) -> bool | torch.Tensor:
+        """``index in storage``: :meth:`contains` (whether the slot holds written data), as
+        TorchRL's, not a search of the stored values.
+
+        Examples
+        --------
+        >>> s = ListStorage(10)
+        >>> s.set(torch.tensor([0, 1]), ["a", "b"])
+        >>> 1 in s, 2 in s, "a" in s.items()
+        (True, False, True)
+        """
+        return self.contains(index)
+
+    def __iter__(self) -> Iterator[Any]:
+        """The written rows in slot order, ``storage[i]`` for ``i`` in ``range(len(storage))``
+        (TorchRL's); a storage of several dims (``ndim > 1``, whose ``len`` counts slots and
+        ``storage[i]`` indexes its first dim) gives each slot's item, ``storage.get(i)``.
+
+        Examples
+        --------
+        >>> s = ListStorage(10)
+        >>> s.set(torch.tensor([0, 1]), ["a", "b"])
+        >>> list(s)
+        ['a', 'b']
+        """
+        read = self.__getitem__ if self.ndim == 1 else self.get
+        for i in range(len(self)):
+            yield read(i)
 
     def contains(self, index: int | torch.Tensor) -> bool | torch.Tensor:
         """Whether the slot ``index`` holds written data (TorchRL's ``storage.contains``).
@@ -953,13 +1010,15 @@ class ListStorage(Storage):
             f"{len(self._storage)} rows are written."
         )
 
-    def get(self, index: int | torch.Tensor) -> Any:
+    def get(self, index: int | slice | torch.Tensor) -> Any:
         n = len(self._storage)
         if is_int(index):
             slot = int(index)
             if not -n <= slot < n:
                 raise IndexError(f"slot {slot} is not written (len={n}).")
             return self._storage[slot]  # (-1: the last written item, as storage[-1])
+        if isinstance(index, slice):  # of the written items, as TorchRL's get (and storage[a:b])
+            return self._storage[index]
         slots = written_slots(as_long_tensor(index, name="index"), n)  # (no boolean masks)
         return [self._storage[s] for s in slots.reshape(-1).tolist()]
 

@@ -270,18 +270,37 @@ def as_transform(transform: Transform | Callable[[Any], Any]) -> Transform:
 class Compose(Transform):
     """Chains transforms: forward in order, ``inv`` in reverse order.
 
-    Plain callables are accepted and wrapped with :class:`CallableTransform`.
+    Plain callables are accepted and wrapped with :class:`CallableTransform`. As TorchRL's,
+    the transforms may also come as one list (``Compose([t1, t2])``) or as
+    ``transforms=[t1, t2]``.
 
     Examples
     --------
     >>> c = Compose(lambda x: x + 1, lambda x: x * 2)
     >>> c(torch.ones(1)), len(c)
     (tensor([4.]), 2)
+    >>> len(Compose([lambda x: x, lambda x: x])), len(Compose(transforms=[lambda x: x]))
+    (2, 1)
     """
 
-    def __init__(self, *transforms: Transform | Callable[[Any], Any]) -> None:
+    def __init__(self, *transforms: Transform | Callable[[Any], Any],
+                 **kwargs: list[Transform | Callable[[Any], Any]]) -> None:
         super().__init__()
-        self.transforms: list[Transform] = [as_transform(t) for t in transforms]
+        if "transforms" in kwargs:
+            if transforms:
+                raise TypeError("Compose takes the transforms as arguments or as transforms=, "
+                                "not both.")
+            given: Any = kwargs.pop("transforms")
+        elif len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            given = transforms[0]
+        else:
+            given = transforms
+        if kwargs:
+            raise TypeError(f"Compose got unexpected keyword arguments {sorted(kwargs)}.")
+        if not isinstance(given, (list, tuple)):
+            raise TypeError(f"transforms must be a list of transforms, got "
+                            f"{type(given).__name__}.")
+        self.transforms: list[Transform] = [as_transform(t) for t in given]
 
     def forward(self, data: Any) -> Any:
         for t in self.transforms:

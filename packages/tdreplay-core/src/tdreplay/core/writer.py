@@ -66,7 +66,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     (['c', 'b'], 3)
     """
 
-    def __init__(self, *, compilable: bool = False) -> None:
+    def __init__(self, compilable: bool = False) -> None:
         #: TorchRL's ``compilable`` flag; no effect in tdreplay (see the class docstring)
         self.compilable = check_flag(compilable, "compilable")
         self._storage: Storage | None = None
