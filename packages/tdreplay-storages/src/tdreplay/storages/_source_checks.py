@@ -19,7 +19,7 @@ from ._casts import check_cast
 from ._key_tree import leaves_along_tree
 from ._keys import NestedKey, leaf_keys
 
-__all__ = ["SourceCheck", "check_source", "copyable_sources", "storable_dtype"]
+__all__ = ["SourceCheck", "check_dense", "check_source", "copyable_sources", "storable_dtype"]
 
 #: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
@@ -40,12 +40,7 @@ def check_source(key: NestedKey, value: Any) -> torch.Tensor:
         raise TypeError(f"entry {key!r} is a {type(value).__name__}: this storage holds a "
                         "tensor there (use LazyStackStorage or ListStorage for data of any "
                         "kind).")
-    if value.is_meta:
-        raise ValueError(f"entry {key!r} is a meta tensor (a shape without data): a storage "
-                         "holds data; write tensors on a real device.")
-    if value.layout is not torch.strided:
-        raise ValueError(f"entry {key!r} is a {value.layout} tensor: a tensor storage holds "
-                         "dense rows; write value.to_dense() (or use ListStorage).")
+    check_dense(f"entry {key!r}", value)
     if not storable_dtype(value.dtype):
         view = _SAME_SIZE.get(value.dtype.itemsize, torch.uint8)
         raise TypeError(f"entry {key!r} has dtype {value.dtype}, which this torch cannot copy "
@@ -54,6 +49,25 @@ def check_source(key: NestedKey, value: Any) -> torch.Tensor:
                         f"as {_STORE_AS.get(value.dtype, 'a wider dtype')} (or as a view of "
                         f"the same bits, value.view({view}), to view back when read).")
     return value
+
+
+def check_dense(what: str, value: torch.Tensor) -> None:
+    """``ValueError`` naming ``what`` unless the tensor ``value`` holds dense data: a meta
+    tensor has none, a sparse one none in row order (a storage copies rows, or their bytes).
+
+    Examples
+    --------
+    >>> check_dense("entry 'obs'", torch.ones(2, 2).to_sparse())
+    Traceback (most recent call last):
+    ...
+    ValueError: entry 'obs' is a torch.sparse_coo tensor: a storage holds dense data; write ...
+    """
+    if value.is_meta:
+        raise ValueError(f"{what} is a meta tensor (a shape without data): a storage holds "
+                         "data; write tensors on a real device.")
+    if value.layout is not torch.strided:
+        raise ValueError(f"{what} is a {value.layout} tensor: a storage holds dense data; "
+                         "write value.to_dense() (or keep the tensor as it is in a ListStorage).")
 
 
 #: an integer dtype of each item size, for the same bits of a dtype :func:`storable_dtype`

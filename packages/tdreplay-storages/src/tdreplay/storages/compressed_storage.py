@@ -29,6 +29,7 @@ from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
+from ._source_checks import check_dense
 from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
 from .checkpointers import CompressedListStorageCheckpointer
 
@@ -91,17 +92,6 @@ class Codec:
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
-
-
-def _check_dense(what: str, tensor: torch.Tensor) -> None:
-    """``ValueError`` naming ``what`` unless ``tensor`` holds dense data (its bytes are what is
-    compressed): a meta tensor has none, a sparse one none in row order."""
-    if tensor.is_meta:
-        raise ValueError(f"{what} is a meta tensor (a shape without data): a storage holds "
-                         "data; write tensors on a real device.")
-    if tensor.layout is not torch.strided:
-        raise ValueError(f"{what} is a {tensor.layout} tensor: CompressedListStorage "
-                         "compresses dense tensors; write value.to_dense().")
 
 
 def _compressed_tensor(codec: Codec, tensor: torch.Tensor) -> torch.Tensor:
@@ -348,7 +338,7 @@ class CompressedListStorage(ListStorage):
         ``lead`` leading dimensions of ``item`` are the batch (0 for one row, 1 for a batch).
         """
         if isinstance(item, torch.Tensor):
-            _check_dense("data", item)
+            check_dense("data", item)
             return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
         if isinstance(item, TensorDictBase):
             kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
@@ -367,7 +357,7 @@ class CompressedListStorage(ListStorage):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
                                 "CompressedListStorage compresses tensors only.")
-            _check_dense(f"entry {key!r}", value)
+            check_dense(f"entry {key!r}", value)
         # widest dtypes first: every leaf then starts at a multiple of its item size
         entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
         leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
