@@ -6,7 +6,8 @@ capacity ``C`` (round-robin writes, the last write to a slot wins). With
 ``diff = inserts * s - samples``, sampling ``n`` needs ``size >= m`` and
 ``diff - n >= min_diff`` (a batch larger than ``max_diff - min_diff`` is a ``ValueError``),
 inserting ``k`` is free while ``size + k <= m`` and else needs
-``(inserts + k) * s - samples <= max_diff``. ``empty()`` empties the ring and resets the
+``(inserts + k) * s - samples <= max_diff`` (``k > m`` items with ``k * s`` past
+``max_diff - min(0, min_diff)``, which no sample can make room for, are a ``ValueError``). ``empty()`` empties the ring and resets the
 write count and the limiter's counts (as Reverb's ``Table.reset`` resets its limiter).
 
 Every call runs with ``timeout=0`` (nothing waits). After each step the buffer must agree
@@ -128,6 +129,10 @@ class Model:
 
     def never(self, n):
         return n > self.max_diff - self.min_diff
+
+    def never_insert(self, k):
+        # past the free inserts, even from the lowest difference (min_diff, or a fresh 0)
+        return k > self.m and k * self.s > self.max_diff - min(0.0, self.min_diff)
 
     def can_sample(self, n):
         return self.size >= self.m and self.inserts * self.s - self.samples - n >= self.min_diff
@@ -296,7 +301,9 @@ def run_history(seed, config, limiter_kind, steps=200):
         if op == "add":
             counter += 1
             log.append(("add", counter))
-            if model.can_insert(1):
+            if model.never_insert(1):
+                _refused(rb, lambda b, c=counter: b.add(subject.item(c)), ValueError)
+            elif model.can_insert(1):
                 rb.add(subject.item(counter))
                 model.write([counter])
             else:
@@ -307,7 +314,9 @@ def run_history(seed, config, limiter_kind, steps=200):
             values = list(range(counter + 1, counter + 1 + k))
             counter += k
             log.append(("extend", k))
-            if model.can_insert(k):
+            if model.never_insert(k):
+                _refused(rb, lambda b, v=values: b.extend(subject.batch(v)), ValueError)
+            elif model.can_insert(k):
                 slots = rb.extend(subject.batch(values))
                 assert slots.numel() == k, where
                 model.write(values)

@@ -206,3 +206,17 @@ def test_an_empty_extend_is_never_held_back():
                                                              "inserts": 9, "samples": 0}})
     assert not limiter.can_insert(1, len(rb))  # diff 9 > max_diff 2
     assert rb.extend([]).tolist() == [] and limiter.inserts == 9  # inserts nothing: allowed
+
+
+def test_an_insert_that_can_never_be_allowed_raises_at_once():
+    # (it waited for good with the default timeout=None: 20 inserts at 1 sample per insert
+    # need a difference of 20, max_diff is 8 and samples stop at min_diff 0)
+    rb = ReplayBuffer(storage=ListStorage(100),
+                      rate_limiter=SampleToInsertRatio(1.0, 4, 4.0), batch_size=2)
+    with pytest.raises(ValueError, match="an insert of 20 items is never allowed"):
+        rb.extend(list(range(20)))
+    assert len(rb) == 0 and rb.rate_limiter.inserts == 0
+    rb.extend(list(range(8)))  # as many as max_diff allows from 0: allowed
+    assert len(rb) == 8
+    free = ReplayBuffer(storage=ListStorage(100), rate_limiter=MinSize(4))
+    assert free.extend(list(range(50))).numel() == 50  # MinSize never limits inserts

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict, is_tensor_collection, tensorclass
 
 from tdreplay.core import CheckpointError, ReplayBuffer, TensorDictReplayBuffer
-from tdreplay.storages import LazyTensorStorage, TensorStorage
+from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage, TensorStorage
 
 
 @tensorclass
@@ -803,3 +803,16 @@ def test_extend_returns_slots_shaped_like_the_batch_of_any_lane_count(lanes, dim
     slots = rb.extend(data)
     assert slots.shape == shape
     assert torch.equal(rb.storage.get(slots.reshape(-1))["x"], data["x"].reshape(-1))
+
+
+@pytest.mark.parametrize("empty", [[], torch.zeros(0, 3), TensorDict({"x": torch.zeros(0)}, [0])],
+                         ids=["list", "tensor", "tensordict"])
+def test_an_empty_batch_into_a_storage_never_written_writes_nothing(empty, tmp_path):
+    # (the writer asked the unwritten storage for its row capacity first: extend([]) raised
+    # "cannot write an empty list to a TensorStorage", where a written storage returned [])
+    for storage in (LazyTensorStorage(10), LazyMemmapStorage(10, scratch_dir=tmp_path / "m")):
+        rb = ReplayBuffer(storage=storage)
+        slots = rb.extend(empty)
+        assert slots.tolist() == [] and slots.dtype == torch.long
+        assert len(rb) == 0 and rb.write_count == 0 and not storage.initialized
+        assert rb.extend(torch.ones(2, 3)).tolist() == [0, 1]

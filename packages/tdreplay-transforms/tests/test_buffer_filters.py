@@ -145,6 +145,18 @@ def test_add_of_a_stale_item_writes_nothing(buffer_cls):
     assert rb.storage[0]["x"].item() == 2.0
 
 
+@pytest.mark.parametrize("buffer_cls", [ReplayBuffer, TensorDictReplayBuffer])
+def test_add_of_a_stale_item_writes_nothing_when_appended_inverted(buffer_cls):
+    # (appended with invert=True its forward runs on writes, and let one stale item through:
+    # add wrote it where extend of the same item wrote nothing)
+    rb = buffer_cls(storage=LazyTensorStorage(4))
+    rb.append_transform(PolicyAgeFilter(current_version=10, max_policy_lag=2), invert=True)
+    slots = rb.add(TensorDict({"policy_version": torch.tensor(1), "x": torch.tensor(1.0)}, []))
+    assert slots.shape == (0, 1) and len(rb) == 0 and rb.write_count == 0
+    assert rb.add(TensorDict({"policy_version": torch.tensor(9), "x": torch.tensor(2.0)}, [])) == 0
+    assert rb[:]["x"].tolist() == [2.0]
+
+
 def test_next_state_of_a_random_sample_is_rebuilt_only_from_the_following_slot():
     # (index_key: without it, rows of one trajectory drawn back to back pass the checks)
     # one trajectory of 64 steps, observation = step: a random sample draws rows of the same

@@ -258,7 +258,9 @@ class RateLimiter(ForkGuard):
     @contextmanager
     def inserting(self, num_inserts: int, size: SizeFn) -> Iterator[Callable[[], None]]:
         """Wait until inserting ``num_inserts`` items is allowed, then run the block (the
-        write). The items count as inserted once the write succeeded: when the block calls
+        write); ``ValueError`` when the insert can never be allowed (more items than the
+        limiter lets in between two samples, past ``min_size_to_sample``). The items count as
+        inserted once the write succeeded: when the block calls
         the function it gets (a buffer calls it under its lock, so that a state saved at any
         moment holds the items and their count together), else when the block ends. Until
         then they are held for the write (other inserts see them, samples do not); a block
@@ -273,6 +275,14 @@ class RateLimiter(ForkGuard):
         >>> before, limiter.inserts
         (0, 3)
         """
+        if num_inserts > self.min_size_to_sample \
+                and num_inserts * self.samples_per_insert > self.max_diff - min(0.0, self.min_diff):
+            # even from the lowest difference samples can bring it to (or a fresh limiter's 0)
+            raise ValueError(
+                f"an insert of {num_inserts} items is never allowed by {self!r}: "
+                f"{num_inserts} * samples_per_insert exceeds the most max_diff allows from the "
+                "lowest difference samples reach (insert smaller batches, or widen "
+                "error_buffer). Nothing was written.")
         with self._cond:
             self._wait("insert", lambda: self.can_insert(num_inserts, size()),
                        f"inserting {num_inserts} items")

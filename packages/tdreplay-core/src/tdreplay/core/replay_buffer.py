@@ -149,6 +149,16 @@ def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> 
     return compilable, delays_init(delayed_init, transform_factory)
 
 
+def _emptied(item: Any, transformed: Any) -> bool:
+    """Whether a write-side transform filtered the one ``item`` out: it returned a tensor
+    collection of another batch size holding no element (``td[td["keep"]]`` of an item
+    whose ``"keep"`` is False: batch size ``[0]``)."""
+    if not is_tensor_collection(transformed):
+        return False
+    batch_size = transformed.batch_size
+    return batch_size.numel() == 0 and batch_size != getattr(item, "batch_size", None)
+
+
 def _flat(slots: torch.Tensor) -> torch.Tensor:
     """``slots`` as one dim (a 1-dim tensor as it is: a ``reshape`` view costs a dispatch)."""
     return slots if slots.ndim == 1 else slots.reshape(-1)
@@ -464,16 +474,27 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
         A TensorDict with a batch size is one item with its batch dims (a ``UserWarning`` says
         so, as TorchRL's does: ``extend`` stores its rows as items). An item a write-side
-        transform drops (returns ``None`` for, e.g. ``PolicyAgeFilter``) is not written: the
-        result is then an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's; an item the
+        transform drops (returns ``None`` for, or filters out of a TensorDict: an empty batch
+        where the item had none, e.g. ``PolicyAgeFilter``) is not written: the result is then
+        an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's; an item the
         writer does not keep (``TensorDictMaxValueWriter``, ranked too low) gives ``None``, as
         TorchRL's."""
         warn_if_batched_item(data)
-        data = self._write_side(data)
+        data = self._write_side_item(data)
         if data is None:
             return self._nothing_added()
         with self._write_lock(data, single=True):
             return self._write_item(data)
+
+    def _write_side_item(self, item: Any) -> Any:
+        """The one ``item`` after the write-side transforms; ``None`` when they dropped it
+        (returned ``None``, or filtered it out of a TensorDict: see :func:`_emptied`)."""
+        if not self._transform.transforms:
+            return item
+        transformed = self._transform.inv(item)
+        if transformed is None or _emptied(item, transformed):
+            return None
+        return transformed
 
     def _nothing_added(self) -> torch.Tensor:
         """What ``add`` and ``extend`` return for data a write-side transform dropped (an
@@ -825,7 +846,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                                       f"{type(data).__name__}.")
         warn_if_batched_item(data)
         priority = self._priority_to_write(data, None)
-        item = self._write_side(self._without_bookkeeping(data))
+        item = self._write_side_item(self._without_bookkeeping(data))
         if item is None:  # dropped by a write-side transform
             return self._nothing_added()
         if item is data and self._storage.keeps_written_objects:

@@ -492,10 +492,10 @@ class RoundRobinWriter(Writer):
             return self._extend_compiled(data, self._cursor_tensor)
         storage = self.storage
         n = leading_dim(data)
+        if n == 0:  # (before the capacity: an unwritten lazy storage cannot lay out [])
+            return torch.empty(0, dtype=torch.long)
         capacity = storage.rows_capacity_for(data, batched=True)
         cursor = int(self._counters[0]) % capacity  # (the cursor: no tensor of its own here)
-        if n == 0:
-            return torch.empty(0, dtype=torch.long)
         data = self._before_write(data, cursor, capacity, batched=True)
         if cursor + n <= capacity:
             storage.set(slice(cursor, cursor + n), data)

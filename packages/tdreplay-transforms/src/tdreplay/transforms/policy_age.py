@@ -140,7 +140,10 @@ class PolicyAgeFilter(Transform):
         return version
 
     def forward(self, data: Any) -> Any:
-        return self.filter(data)
+        """As :meth:`inv`: the rows fresh enough, for one item the item or ``None`` (on the
+        write side when appended with ``invert=True``, where an ``add`` of a stale item was
+        written)."""
+        return self.inv(data)
 
     def inv(self, data: Any) -> Any:
         """The rows of a batch to write that are fresh enough; for one item (``add``, no batch
