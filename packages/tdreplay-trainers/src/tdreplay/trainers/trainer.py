@@ -23,6 +23,7 @@ from ._loop import (
 )
 from ._ops import HOOK_DESTINATIONS, OpRegistry
 from ._progress import Progress, ScalarLog
+from ._saved_parameters import unsaved_parameters
 from ._state import TrainerState
 from .hooks import OptimizerHook
 
@@ -294,6 +295,22 @@ class Trainer(CheckpointMethods):
             raise RuntimeError("the trainer has no 'optimizer' op: pass optimizer=... or "
                                "register one with register_op('optimizer', ...).")
 
+    def _check_parameters_saved(self) -> None:
+        """With ``save_trainer_file``: ``ValueError`` before training when the checkpoints
+        would miss parameters the optimizer updates (see :mod:`._saved_parameters`)."""
+        if self.save_trainer_file is None:
+            return
+        missing = unsaved_parameters(self._state)
+        if missing:
+            shapes = ", ".join(str(tuple(p.shape)) for p in missing[:4])
+            raise ValueError(
+                f"the optimizer updates {len(missing)} parameter tensors ({shapes}"
+                f"{', ...' if len(missing) > 4 else ''}) that the trainer's checkpoints would "
+                "not hold: the loss module is not an nn.Module holding them and no registered "
+                "module does, so a resumed run would pair the saved optimizer state with fresh "
+                "weights. Register the network first: trainer.register_module('model', model) "
+                "(or pass an nn.Module as loss_module).")
+
     def optim_steps(self, batch: TensorDictBase) -> None:
         """Run ``pre_optim_steps`` then ``optim_steps_per_batch`` optimisation steps on ``batch``
         and log the mean of every scalar entry of the losses."""
@@ -308,6 +325,7 @@ class Trainer(CheckpointMethods):
         saves the trainer when it stops, if ``save_trainer_file`` is set.
         """
         self._check_optimizer()
+        self._check_parameters_saved()
         progress, ops, log = self._progress, self._ops, self._log
         if self.total_frames is not None and progress.collected_frames >= self.total_frames:
             return
