@@ -181,3 +181,17 @@ def test_frame_stack_sampler_refuses_slices_shorter_than_a_stack(replacement):
     _, sampler = cat.make_rb_transform_and_sampler(traj_key="ep", strict_length=True,
                                                    replacement=replacement)
     assert sampler.frames == 3 and sampler.slice_len == 3
+
+
+@pytest.mark.parametrize("span", [True, (True, False), (False, True), 1])
+@pytest.mark.parametrize("replacement", [True, False])
+def test_frame_stack_sampler_refuses_span(span, replacement):
+    # (span drew slices cut short at an episode's ends: 67-76% of samples raised in the
+    # stacking transform, and the rest held wrong stacks regrouped across slices)
+    cat = CatFrames(4, -1, in_keys=["obs"], out_keys=["stack"])
+    with pytest.raises(ValueError, match=r"takes no span.*first frames - 1 steps are never"):
+        cat.make_rb_transform_and_sampler(traj_key="ep", span=span, replacement=replacement)
+    for no_span in (False, (False, False)):
+        _, sampler = cat.make_rb_transform_and_sampler(traj_key="ep", span=no_span,
+                                                       replacement=replacement)
+        assert sampler.slice_len == 4

@@ -264,7 +264,11 @@ class CatFrames(Transform):
         size counts stacked rows). The transform stacks on sample whatever ``as_inverse``
         (as TorchRL's). With ``future=True`` each slice's *first* step is kept, whose upcoming
         frames are the slice (TorchRL keeps the last step, whose upcoming frames are all
-        padding); ``mask_key`` is written per kept step (``[B, N]``).
+        padding); ``mask_key`` is written per kept step (``[B, N]``). Only whole slices of
+        ``N`` steps of one trajectory are drawn (the sampler refuses ``strict_length=False``
+        and ``span``), so the first ``N - 1`` steps of a trajectory are never a kept step
+        (TorchRL's the same): to train on the steps right after a reset, store stacks
+        (``CatFrames`` on the write side, ``N`` times the memory) instead.
 
         Examples
         --------

@@ -29,12 +29,17 @@ def _slice_arguments(owner: str, frames: Any, kwargs: dict[str, Any]) -> dict[st
     if "slice_len" in kwargs or "num_slices" in kwargs:
         raise TypeError(f"{owner} sets slice_len to frames; do not pass slice_len or "
                         "num_slices.")
+    why = ("every slice must hold exactly `frames` steps of one trajectory to be stacked and "
+           "regrouped (a stack is drawn where `frames` steps end: a trajectory's first "
+           "frames - 1 steps are never the kept step, and a trajectory shorter than a stack "
+           "is never drawn)")
     if kwargs.get("strict_length", True) is not True:
         raise ValueError(f"{owner} needs strict_length=True, got "
-                         f"strict_length={kwargs['strict_length']!r}: every slice must hold "
-                         "exactly `frames` steps to be stacked (CatFrames pads a stack at the "
-                         "start of a trajectory; a trajectory shorter than a stack is never "
-                         "drawn).")
+                         f"strict_length={kwargs['strict_length']!r}: {why}.")
+    span = kwargs.pop("span", False)  # (no span: the samplers' default)
+    if span not in (False, (False, False), [False, False]):
+        # (slices cut short at a trajectory's ends were regrouped across slice boundaries)
+        raise ValueError(f"{owner} takes no span, got span={span!r}: {why}.")
     return {**kwargs, "slice_len": _frames(frames)}
 
 
