@@ -78,9 +78,8 @@ def _stack_flat(items: list[Any], first: dict[Any, Any] | tuple[Any, ...]) -> An
     tuple (the same length) of tensors of one shape per entry, as ``first``: the common item,
     without flattening every one as a pytree. ``None`` for anything else (the general path
     decides)."""
-    kind = type(first)
     try:
-        if kind is dict:
+        if isinstance(first, dict):
             keys = first.keys()
             if not all(type(x) is dict and x.keys() == keys for x in items):
                 return None

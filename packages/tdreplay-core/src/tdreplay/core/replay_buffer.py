@@ -156,7 +156,7 @@ def _emptied(item: Any, transformed: Any) -> bool:
     if not is_tensor_collection(transformed):
         return False
     batch_size = transformed.batch_size
-    return batch_size.numel() == 0 and batch_size != getattr(item, "batch_size", None)
+    return bool(batch_size.numel() == 0 and batch_size != getattr(item, "batch_size", None))
 
 
 def _flat(slots: torch.Tensor) -> torch.Tensor:

@@ -507,7 +507,8 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         return data
 
     # ---- priorities -----------------------------------------------------------------------------
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: Any, priority: Any, *,
+                        write_generation: Any = None) -> None:
         """Set the priorities of ``index``, an ensemble index (``sample["index"]``, or a list of
         its parts), through each member's sampler (:meth:`SamplerEnsemble.update_priority`).
 
@@ -515,9 +516,51 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         (``TypeError`` for a non-integer dtype, ``IndexError`` for an id outside
         ``[0, len(rb) - 1]``, which is never counted from the end, ``ValueError`` for a part
         naming several members, each naming ``buffer_ids``), checked before any member's
-        priorities change: a refused index changes nothing.
+        priorities change: a refused index changes nothing. ``write_generation`` (the
+        sample's ``"write_generation"``, of the index's shape) lets each prioritized member
+        skip the rows overwritten since the sample, as a prioritized buffer's own update does.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> members = [TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.4,
+        ...                                              storage=LazyTensorStorage(4))
+        ...            for _ in range(2)]
+        >>> for member in members:
+        ...     _ = member.extend(TensorDict({"x": torch.zeros(4)}, [4]))
+        >>> rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+        >>> s = rb.sample()
+        >>> _ = members[1].extend(TensorDict({"x": torch.ones(4)}, [4]))  # overwritten since
+        >>> rb.update_priority(s["index"], torch.full(s.shape, 10.0),
+        ...                    write_generation=s["write_generation"])
+        >>> round(members[1].sampler.total_priority, 3)  # its new rows keep priority 1 each
+        4.0
+        >>> members[0].sampler.total_priority > 4.0  # the other member's drawn rows: 10 each
+        True
         """
-        super().update_priority(index, priority)
+        extra = {} if write_generation is None else {"write_generation": write_generation}
+        with self._lock:
+            self._sampler.update_priority(index, priority, storage=self._storage, **extra)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sample: ``data[priority_key]`` (the members' common
+        ``priority_key``) at ``data["index"]``, with ``data["write_generation"]`` when present
+        (see :meth:`update_priority`); ``KeyError`` naming what is missing.
+        """
+        keys = {getattr(rb, "priority_key", None) for rb in self._rbs}
+        if len(keys) != 1 or None in keys:
+            raise TypeError(f"update_tensordict_priority needs members that share one "
+                            f"priority_key (TensorDict buffers), got {sorted(map(str, keys))}; "
+                            "call update_priority(index, priority) instead.")
+        (key,) = keys
+        missing = [name for name in ("index", key) if data.get(name, None) is None]
+        if missing:
+            raise KeyError(f"update_tensordict_priority needs {missing} in data.")
+        self.update_priority(data.get("index"), data.get(key),
+                             write_generation=data.get("write_generation", None))
 
     # ---- state ----------------------------------------------------------------------------------
     def check_saveable(self) -> None:

@@ -183,6 +183,10 @@ class SamplerEnsemble(MembersShareable, Sampler):
         self._samplers: tuple[Sampler, ...] = tuple(samplers)
         #: Whether any member sampler is prioritized (fixed: the members are).
         self.is_prioritized = any(sampler.is_prioritized for sampler in self._samplers)
+        #: The sample entries any member hands back with a priority update (e.g.
+        #: ``"write_generation"``: each part goes to its member, if that member takes it).
+        self.update_keys = tuple(dict.fromkeys(
+            key for sampler in self._samplers for key in sampler.update_keys))
         # the members whose draws change state, each once (a sampler may be listed twice)
         self._stateful = tuple({id(s): s for s in self._samplers if s.stateful_draws}.values())
         #: Whether a member's draws change state (:meth:`draw_mark` marks those members).
@@ -355,7 +359,8 @@ class SamplerEnsemble(MembersShareable, Sampler):
         for sampler, member_mark in reversed(mark):
             sampler.undo_draws(member_mark)
 
-    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
+    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None,
+                        **extra: Any) -> None:
         """Route priorities to the samplers of the buffers they belong to.
 
         ``index`` is an ensemble index (as :meth:`sample` returns, or ``sample["index"]``);
@@ -363,7 +368,16 @@ class SamplerEnsemble(MembersShareable, Sampler):
         hold integer ids of one member (``TypeError`` for a non-integer dtype, ``IndexError``
         for an id outside ``[0, n - 1]``, which is never counted from the end, ``ValueError``
         for a part naming several members): every part is checked before any sampler changes.
+        ``extra``: entries of the sample named in :attr:`update_keys` (``write_generation``:
+        the sample's, so that a member skips the rows overwritten since), of the index's shape
+        (a list of parts for a list index); each part goes to its member's sampler if it
+        takes that entry.
         """
+        unknown = sorted(set(extra) - set(self.update_keys))
+        if unknown:
+            raise TypeError(f"update_priority got {unknown}, which no member sampler takes "
+                            f"(they take {list(self.update_keys)}).")
+        extra = {key: value for key, value in extra.items() if value is not None}
         if is_tensor_collection(index):
             priority = torch.as_tensor(priority)
             if not priority.ndim:
@@ -371,15 +385,22 @@ class SamplerEnsemble(MembersShareable, Sampler):
             elif priority.shape != index.batch_size:
                 raise ValueError(f"priority must have the index's shape {tuple(index.batch_size)}, "
                                  f"got {tuple(priority.shape)}.")
+            for key, value in extra.items():
+                value = torch.as_tensor(value)
+                if value.shape != index.batch_size:
+                    raise ValueError(f"{key} must have the index's shape "
+                                     f"{tuple(index.batch_size)}, got {tuple(value.shape)}.")
+                extra[key] = value
         else:
             if not isinstance(index, (list, tuple)):
                 raise TypeError(f"index must be an ensemble index (a TensorDict with 'index' "
                                 f"and 'buffer_ids', e.g. sample['index']) or a list of them, "
                                 f"got {type(index).__name__}.")
             index = list(index)
-            if not isinstance(priority, (list, tuple)) or len(priority) != len(index):
-                raise ValueError(f"with a list index of {len(index)} parts, priority must be a "
-                                 "list with one entry per part.")
+            for name, value in (("priority", priority), *extra.items()):
+                if not isinstance(value, (list, tuple)) or len(value) != len(index):
+                    raise ValueError(f"with a list index of {len(index)} parts, {name} must be "
+                                     "a list with one entry per part.")
         parts = index_parts(index, "update_priority expects an ensemble index: a TensorDict with "
                                    "'index' and 'buffer_ids' entries (e.g. sample['index']).")
         storages = None if storage is None else \
@@ -395,10 +416,12 @@ class SamplerEnsemble(MembersShareable, Sampler):
             checked = sampler.check_priority(part_priority)
             if member is not None:
                 _check_written(slots, member, buffer_id)
+            part_extra = {key: torch.as_tensor(value[position]).reshape(slots.shape)
+                          for key, value in extra.items() if key in sampler.update_keys}
             updates.append((sampler, slots, part_priority if checked is None else checked,
-                            member))
-        for sampler, slots, part_priority, member in updates:
-            sampler.update_priority(slots, part_priority, storage=member)
+                            member, part_extra))
+        for sampler, slots, part_priority, member, part_extra in updates:
+            sampler.update_priority(slots, part_priority, storage=member, **part_extra)
 
     def extend(self, index: torch.Tensor) -> None:
         raise RuntimeError("a SamplerEnsemble is not written through: extend one buffer of the "

@@ -1,0 +1,81 @@
+"""An ensemble's priority updates skip the rows a member overwrote since the sample, as a
+prioritized buffer's own do: ``update_priority(..., write_generation=sample["write_generation"])``
+and ``update_tensordict_priority(sample)`` (which the ensemble lacked) route the sample's write
+generations to the members (the new rows got the priorities computed for the rows they
+replaced: a member's total went 4 -> 400)."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, ReplayBuffer
+from tdreplay.ensembles import ReplayBufferEnsemble
+from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+
+
+def _members():
+    members = [TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.4,
+                                                 storage=LazyTensorStorage(4))
+               for _ in range(2)]
+    for value, member in enumerate(members):
+        member.extend(TensorDict({"x": torch.full((4,), float(value))}, [4]))
+    return members
+
+
+def _totals(members):
+    return [round(m.sampler.total_priority, 3) for m in members]
+
+
+def _updated(sample, part):
+    """The total of a member of 4 rows of priority 1 once its rows drawn in ``part`` of the
+    sample are set to 100."""
+    drawn = len(set(sample["index", "index"][part].tolist()))
+    return 100.0 * drawn + (4 - drawn)
+
+
+@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
+def test_rows_overwritten_since_the_sample_keep_their_priority(how):
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    members[1].extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))  # every row of member 1
+    if how == "update_priority":
+        rb.update_priority(sample["index"], torch.full(sample.shape, 100.0),
+                           write_generation=sample["write_generation"])
+    else:
+        sample["td_error"] = torch.full(sample.shape, 100.0)
+        rb.update_tensordict_priority(sample)
+    # member 0's drawn rows updated, member 1's new rows kept
+    assert _totals(members) == [_updated(sample, 0), 4.0]
+
+
+def test_without_write_generations_every_row_is_updated_as_before():
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    members[1].extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))
+    rb.update_priority(sample["index"], torch.full(sample.shape, 100.0))
+    assert _totals(members) == [_updated(sample, 0), _updated(sample, 1)]
+
+
+def test_a_write_generation_of_another_shape_updates_no_member():
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    with pytest.raises(ValueError, match=r"write_generation must have the index's shape \(2, 4\)"):
+        rb.update_priority(sample["index"], torch.full(sample.shape, 100.0),
+                           write_generation=sample["write_generation"][:1])
+    assert _totals(members) == [4.0, 4.0]
+
+
+def test_update_tensordict_priority_names_what_is_missing():
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    with pytest.raises(KeyError, match=r"needs \['td_error'\]"):
+        rb.update_tensordict_priority(sample)
+    plain = ReplayBufferEnsemble(ReplayBuffer(storage=ListStorage(4)), members[0])
+    with pytest.raises(TypeError, match="share one priority_key"):
+        plain.update_tensordict_priority(sample)
+    assert _totals(members) == [4.0, 4.0]
