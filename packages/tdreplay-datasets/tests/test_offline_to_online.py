@@ -116,6 +116,26 @@ def test_extend_goes_to_the_online_buffer_and_returns_its_indices():
     assert len(rb) == 112 and rb.online_buffer.write_count == 15
 
 
+def test_add_writes_one_item_to_the_online_buffer():
+    # (extend of one item said "use add() for one item", which the class lacked)
+    rb = make(offline_fraction=0.5, batch_size=4)
+    assert rb.add(TensorDict({"obs": torch.tensor(ONLINE)}, [])) == 0
+    assert rb.add(TensorDict({"obs": torch.tensor(ONLINE + 1)}, [])) == 1
+    assert rb.online_buffer[:]["obs"].tolist() == [ONLINE, ONLINE + 1] and len(rb) == 102
+
+
+def test_online_rows_of_another_shape_are_named_at_sample():
+    # (torch.cat's "Sizes of tensors must match except in dimension 0" named no entry)
+    offline = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    offline.extend(TensorDict({"obs": torch.zeros(10, 4)}, [10]))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, offline_fraction=0.5,
+                                     batch_size=4)
+    rb.extend(TensorDict({"obs": torch.ones(3, 5)}, [3]))
+    with pytest.raises(ValueError, match=r"entry 'obs' has rows of shape \(4,\) in the offline "
+                                         r"dataset and \(5,\) in the online buffer"):
+        rb.sample()
+
+
 def test_the_online_buffer_is_a_tensordict_buffer_when_the_dataset_is_one():
     rb = make(offline_fraction=0.5, batch_size=8)
     assert type(rb.online_buffer) is TensorDictReplayBuffer

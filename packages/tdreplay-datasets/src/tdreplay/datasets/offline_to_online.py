@@ -96,6 +96,14 @@ def _concat(offline: Any, online: Any) -> Any:
                 f"{_listed(only_offline)}, only the online buffer's {_listed(only_online)}. "
                 "Make both hold the same entries (e.g. a "
                 "transform that excludes the extra ones).")
+        for key in _entries(offline):  # (torch.cat's error names no entry)
+            mine, theirs = offline.get(key), online.get(key)
+            if mine.shape[offline.batch_dims:] != theirs.shape[online.batch_dims:]:
+                raise ValueError(
+                    f"the offline and online samples cannot be concatenated: entry {key!r} has "
+                    f"rows of shape {tuple(mine.shape[offline.batch_dims:])} in the offline "
+                    f"dataset and {tuple(theirs.shape[online.batch_dims:])} in the online "
+                    "buffer. Write online data shaped as the dataset's rows.")
         return torch.cat([offline, online], dim=0)
     if isinstance(offline, torch.Tensor) and isinstance(online, torch.Tensor):
         return torch.cat([offline, online], dim=0)
@@ -288,6 +296,21 @@ online_size=10, batch_size=8)
         ([0, 1], 2, 4)
         """
         return self._online_buffer.extend(data)
+
+    def add(self, data: Any) -> Any:
+        """Write one item to the online buffer; the index it was written at there (as the
+        online buffer's ``add``).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> offline = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = offline.extend([0, 1, 2, 3])
+        >>> rb = OfflineToOnlineReplayBuffer(offline, online_storage=ListStorage(10))
+        >>> rb.add(100), len(rb.online_buffer)
+        (0, 1)
+        """
+        return self._online_buffer.add(data)
 
     def sample(self, batch_size: int | None = None) -> Any:
         """A batch of ``batch_size`` rows: ``round(offline_fraction * batch_size)`` offline
