@@ -668,3 +668,14 @@ def test_a_key_argument_that_is_no_key_is_a_type_error_naming_it(argument, value
         SliceSampler(slice_len=2, **{argument: value})
     with pytest.raises(TypeError, match="end_keys must be a str or a tuple of str"):
         SliceSampler(slice_len=2, end_keys=[("next", "done"), 5])
+
+
+def test_slices_longer_than_a_one_dim_storage_of_env_rows_hint_at_ndim_2():
+    # [envs, T] batches into a storage of ndim=1: each environment's row is one item, and
+    # the error said only that slices of 8 are longer than the 4 steps in the buffer
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                sampler=SliceSampler(slice_len=8, end_key=("next", "done")))
+    rb.extend(TensorDict({"obs": torch.zeros(4, 25),
+                          ("next", "done"): torch.zeros(4, 25, dtype=torch.bool)}, [4, 25]))
+    with pytest.raises(ValueError, match="longer than the 4 steps in the buffer.*ndim=2"):
+        rb.sample(16)

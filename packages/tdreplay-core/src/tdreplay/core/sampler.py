@@ -74,9 +74,10 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     shareable: bool = True
     not_shareable_message = (
         "Samplers of type {cls} cannot be shared between processes: their state (e.g. "
-        "priority trees) lives in one process. Use TensorDictPrioritizedReplayBuffer(sync=False) "
-        "(or PrioritizedReplayBuffer) instead: worker processes write through a uniform sampler "
-        "and the learner keeps the prioritized one.")
+        "priority trees) lives in one process. Build the buffer with sync=False instead "
+        "(TensorDictPrioritizedReplayBuffer(..., sync=False), or PrioritizedReplayBuffer(..., "
+        "sync=False)): worker processes write through a uniform sampler and the learner keeps "
+        "the prioritized one.")
     #: How many times ``sample`` returns an item before the item is consumed (it leaves the
     #: sampleable set until its slot is written again); ``None`` (the default): items are never
     #: consumed. A buffer whose sampler consumes reports :meth:`sampleable_count` as its

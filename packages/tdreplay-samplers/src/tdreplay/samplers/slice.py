@@ -431,8 +431,11 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
                                   f"(max_size={storage.max_size}): use shorter slices or "
                                   "strict_length=False.")
         if need > n:
+            hint = ("; a storage of ndim=1 fed [envs, T] batches holds each environment's row as "
+                    "one item: build it with ndim=2 to slice along T" if storage.ndim == 1
+                    else "")
             raise SliceBatchError(f"slices of {seq_len} steps are longer than the {n} steps in "
-                                  "the buffer (strict_length=True).")
+                                  f"the buffer (strict_length=True){hint}.")
         for side, value in zip(("left", "right"), self.span):
             if value is not True and value and value >= seq_len:
                 raise ValueError(f"span on the {side} ({value}) must be smaller than the slice "
