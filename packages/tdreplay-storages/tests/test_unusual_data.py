@@ -182,3 +182,28 @@ def test_rows_of_different_shapes_name_the_storages_that_hold_them():
     same = LazyStackedTensorDict(TensorDict({"a": torch.zeros(2)}, []),
                                  TensorDict({"a": torch.ones(2)}, []))
     assert rb.extend(same).tolist() == [0, 1] and rb[:]["a"][:, 0].tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_LEAVES))
+@pytest.mark.parametrize("how", ["update_", "index_tuple", "set_key", "ndim2_item"])
+def test_a_meta_or_sparse_value_of_an_in_place_edit_writes_nothing(bad, how):
+    # (update_ and storage[(rows,)] = td wrote 'a', then torch raised on a sparse 'b')
+    ndim = 2 if how == "ndim2_item" else 1
+    rb = ReplayBuffer(storage=LazyTensorStorage(8, ndim=ndim))
+    shape = (2, 2) if ndim == 2 else (4,)
+    rb.extend(TensorDict({"a": torch.zeros(*shape, 3), "b": torch.zeros(*shape, 2)}, shape))
+    storage = rb.storage
+    before = storage[:].clone()
+    value = {"meta": lambda *s: torch.empty(*s, device="meta"),
+             "sparse": lambda *s: torch.ones(*s).to_sparse()}[bad]
+    with pytest.raises(ValueError, match=f"'b' is a .*{bad}"):
+        if how == "update_":
+            storage.update_(TensorDict({"a": torch.ones(4, 3), "b": value(4, 2)}, [4]))
+        elif how == "index_tuple":
+            storage[(slice(0, 2),)] = TensorDict({"a": torch.ones(2, 3), "b": value(2, 2)}, [2])
+        elif how == "set_key":
+            storage.set_key("b", value(4, 2))
+        else:
+            rb[0, 1] = TensorDict({"a": torch.ones(3), "b": value(2)}, [])
+    after = storage[:]
+    assert torch.equal(after["a"], before["a"]) and torch.equal(after["b"], before["b"])

@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 
 from ._casts import check_cast
 from ._keys import NestedKey, is_key_index, key_path, leaf_keys
+from ._source_checks import check_dense
 
 if TYPE_CHECKING:
     from ._layout import TensorLayout
@@ -75,6 +76,8 @@ def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Ten
     ...
     ValueError: value of shape (3,) for key 'a' does not fit its entry of shape (3, 2)...
     """
+    if isinstance(value, torch.Tensor):  # (a sparse one broke half-way through copy_)
+        check_dense(f"value for key {key!r}", value)
     value = torch.as_tensor(value, device=target.device)
     if value.requires_grad:  # a storage holds data, not a graph (see copyable_sources)
         value = value.detach()
