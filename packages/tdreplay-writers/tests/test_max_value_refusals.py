@@ -153,3 +153,30 @@ def test_a_new_storage_checks_an_item_again():
         other.add(TensorDict({"r": torch.tensor(rank), "y": torch.zeros(2)}, []))
     with pytest.raises(KeyError, match=r"missing \['y'\], unexpected \['x'\]"):
         other.add(_item(1.0))  # the remembered leaves: checked again by the new storage
+
+
+def test_a_low_ranked_item_with_a_meta_leaf_is_refused_after_good_ones():
+    # (the remembered leaves named key, shape and dtype only: a meta 'x' of the same shape
+    # skipped the storage's check)
+    from tdreplay.storages import LazyTensorStorage
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2),
+                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    for rank in (5.0, 6.0, 1.0):
+        rb.add(_item(rank))
+    with pytest.raises(ValueError, match="meta tensor"):
+        rb.add(_item(0.5, torch.empty(2, device="meta")))
+
+
+def test_an_item_that_grows_the_storage_drops_the_remembered_leaves():
+    # (a kept item with a new entry made the storage add it; a low-ranked item of the old
+    # leaves then skipped the check that refuses it)
+    from tdreplay.storages import LazyTensorStorage
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2),
+                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    for rank in (5.0, 6.0, 1.0):  # the last: refused, its leaves remembered
+        rb.add(_item(rank))
+    grown = _item(9.0)
+    grown["extra"] = torch.ones(2)
+    assert rb.add(grown) is not None  # kept: the storage gains 'extra'
+    with pytest.raises(KeyError, match=r"missing \['extra'\]"):
+        rb.add(_item(0.5))

@@ -267,6 +267,11 @@ class TensorDictMaxValueWriter(Writer):
         every_row = positions == list(range(n))  # the whole batch kept, in order
         rows = torch.tensor(row_list, dtype=torch.long)
         if pairs:
+            # a written item of other leaves may have grown the storage's entries: an item of
+            # the leaves checked before is checked again
+            if self._checked_item is not None and (not single
+                                                   or _item_leaves(data) != self._checked_item):
+                self._checked_item = None
             try:
                 if single:
                     self.storage.set(row_list[0], data)
@@ -410,14 +415,14 @@ _FEW_ROWS = 32
 
 
 def _item_leaves(data: Any) -> tuple[Any, ...] | None:
-    """``(batch size, ((key, shape, dtype) of every leaf))`` of a plain TensorDict item of
-    tensors (what a tensor storage checks of it); ``None`` for anything else (checked by the
-    storage every time)."""
+    """``(batch size, ((key, shape, dtype, layout, device) of every leaf))`` of a plain
+    TensorDict item of tensors (what a tensor storage checks of it: a meta or a sparse leaf
+    differs); ``None`` for anything else (checked by the storage every time)."""
     if type(data) is not TensorDict:
         return None
     leaves = []
     for key, value in data.items(True, True):
         if type(value) is not torch.Tensor:
             return None
-        leaves.append((key, value.shape, value.dtype))
+        leaves.append((key, value.shape, value.dtype, value.layout, value.device))
     return data.batch_size, tuple(leaves)
