@@ -220,3 +220,27 @@ def test_an_insert_that_can_never_be_allowed_raises_at_once():
     assert len(rb) == 8
     free = ReplayBuffer(storage=ListStorage(100), rate_limiter=MinSize(4))
     assert free.extend(list(range(50))).numel() == 50  # MinSize never limits inserts
+
+
+def test_restored_counts_below_the_usual_lowest_difference_allow_a_larger_insert():
+    # (counts saved under other parameters: a difference of -7 lets 5 inserts at 0.5 in, and
+    # the never-allowed rule, which assumed the difference never goes below min(0, min_diff),
+    # refused them)
+    limiter = SampleToInsertRatio(0.5, 1, (0.0, 2.0), timeout=0)
+    state = limiter.state_dict()
+    state.update(inserts=10, samples=12)
+    limiter.load_state_dict(state)
+    rb = ReplayBuffer(storage=ListStorage(100), rate_limiter=limiter)
+    assert limiter.can_insert(5, 0)
+    assert rb.extend(list(range(5))).numel() == 5
+
+
+@pytest.mark.parametrize("limiter", [MinSize(10), SampleToInsertRatio(1.0, 10, 20.0)])
+def test_a_sample_a_full_storage_cannot_allow_raises_at_once(limiter):
+    # (min_size_to_sample above the storage's max_size: the sample waited for good)
+    rb = ReplayBuffer(storage=ListStorage(4), rate_limiter=limiter, batch_size=2)
+    rb.extend([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match=r"min_size_to_sample=10 is more than the storage "
+                                         r"can hold \(max_size=4\)"):
+        rb.sample()
+    assert limiter.samples == 0

@@ -107,9 +107,16 @@ class RateLimitedMixin(BufferStateMixin):
 
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:
         """The gate of a sample of ``batch_size`` (waits, counts; see the limiter)."""
-        if self._rate_limiter is None:
+        limiter = self._rate_limiter
+        if limiter is None:
             return _NO_LIMIT
-        return self._rate_limiter.sampling(batch_size, self.__len__)
+        if limiter.min_size_to_sample > self._storage.max_size:  # (it would wait for good)
+            raise ValueError(
+                f"a sample is never allowed by {limiter!r}: min_size_to_sample="
+                f"{limiter.min_size_to_sample} is more than the storage can hold (max_size="
+                f"{self._storage.max_size}). Use a larger storage or a smaller "
+                "min_size_to_sample.")
+        return limiter.sampling(batch_size, self.__len__)
 
     def _write_lock(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's

@@ -255,6 +255,13 @@ class RateLimiter(ForkGuard):
                 self._cond.notify_all()
             raise
 
+    def _lowest_diff(self) -> float:
+        """The lowest ``inserts * samples_per_insert - samples`` this limiter can reach: samples
+        bring it down to ``min_diff``, a reset to 0, and restored counts may hold it lower."""
+        with self._cond:
+            now = self._inserts * self.samples_per_insert - self._samples
+        return min(0.0, self.min_diff, now)
+
     @contextmanager
     def inserting(self, num_inserts: int, size: SizeFn) -> Iterator[Callable[[], None]]:
         """Wait until inserting ``num_inserts`` items is allowed, then run the block (the
@@ -276,8 +283,7 @@ class RateLimiter(ForkGuard):
         (0, 3)
         """
         if num_inserts > self.min_size_to_sample \
-                and num_inserts * self.samples_per_insert > self.max_diff - min(0.0, self.min_diff):
-            # even from the lowest difference samples can bring it to (or a fresh limiter's 0)
+                and num_inserts * self.samples_per_insert > self.max_diff - self._lowest_diff():
             raise ValueError(
                 f"an insert of {num_inserts} items is never allowed by {self!r}: "
                 f"{num_inserts} * samples_per_insert exceeds the most max_diff allows from the "
