@@ -79,3 +79,21 @@ def test_update_tensordict_priority_names_what_is_missing():
     with pytest.raises(TypeError, match="share one priority_key"):
         plain.update_tensordict_priority(sample)
     assert _totals(members) == [4.0, 4.0]
+
+
+def test_a_mixed_ensemble_carries_the_prioritized_members_write_generations():
+    # (a uniform member gives none: the merged info was a list, the sample had no
+    # "write_generation", and the prioritized member's new rows took the stale priorities)
+    from tdreplay.core import TensorDictReplayBuffer
+
+    prioritized = _members()[0]
+    uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+    uniform.extend(TensorDict({"x": torch.ones(4)}, [4]))
+    rb = ReplayBufferEnsemble(prioritized, uniform, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    assert sample["write_generation"].shape == (2, 4)
+    assert (sample["write_generation"][1] == -1).all()  # the uniform part: none
+    prioritized.extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))  # every row
+    sample["td_error"] = torch.full(sample.shape, 100.0)
+    rb.update_tensordict_priority(sample)
+    assert round(prioritized.sampler.total_priority, 3) == 4.0

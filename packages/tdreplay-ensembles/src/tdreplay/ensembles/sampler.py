@@ -557,13 +557,23 @@ def _cat_infos(infos: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]
 
 
 def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge the parts' info dicts: tensors of one shape stacked along dim 0, else a list."""
+    """Merge the parts' info dicts: tensors of one shape stacked along dim 0, else a list. An
+    integer entry only some members give (``write_generation`` from the prioritized members
+    of a mixed ensemble) is ``-1`` in the other parts, so that it stays one tensor of the
+    sample's shape (a member that does not take it is never handed it back)."""
     keys: list[str] = []
     for info in infos:
         keys.extend(k for k in info if k not in keys)
     merged: dict[str, Any] = {}
     for key in keys:
         values = [info.get(key) for info in infos]
+        given = [v for v in values if isinstance(v, torch.Tensor)]
+        if len(given) < len(values) and given and all(v is None or isinstance(v, torch.Tensor)
+                                                      for v in values) \
+                and all(not v.is_floating_point() and not v.is_complex()
+                        and v.dtype != torch.bool and v.shape == given[0].shape
+                        and v.dtype == given[0].dtype for v in given):
+            values = [torch.full_like(given[0], -1) if v is None else v for v in values]
         if all(isinstance(v, torch.Tensor) for v in values):
             merged[key] = stack_parts(values)
         else:
