@@ -82,3 +82,19 @@ def test_a_state_dict_and_a_pickle_of_a_few_rows_of_a_large_batch_hold_those_row
     assert len(pickle.dumps(rb)) < 100_000
     restored = pickle.loads(pickle.dumps(rb))
     assert torch.equal(restored.storage.get(3)["x"], batch[3])
+
+
+def test_a_deep_copy_keeps_the_items_sharing_and_copies_them():
+    import copy
+
+    batch = torch.zeros(6, 2)
+    outside = batch[5]
+    rb = ReplayBuffer(storage=ListStorage(8))
+    rb.extend(list(batch.unbind(0)))
+    copied_rb, copied_outside = copy.deepcopy((rb, outside))
+    rows = copied_rb.storage.items()
+    rows[0].add_(1.0)  # the copied rows still share one batch, as the originals do
+    assert rows[1].untyped_storage().data_ptr() == rows[0].untyped_storage().data_ptr()
+    assert copied_outside.untyped_storage().data_ptr() == rows[0].untyped_storage().data_ptr()
+    assert batch.sum() == 0  # a copy: the original is untouched
+    assert copied_rb.storage.max_size == 8 and len(copied_rb) == 6

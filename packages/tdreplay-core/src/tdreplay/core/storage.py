@@ -12,6 +12,7 @@ sees from the sampling side (``index`` in samples, ``update_priority``) is in sl
 from __future__ import annotations
 
 import abc
+import copy
 import io
 import os
 import pickle
@@ -1060,6 +1061,15 @@ class ListStorage(Storage):
         else:
             state["_saved_items"] = written.getvalue()
         return state
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ListStorage:
+        """A copy of every attribute, items included, by ``copy.deepcopy`` itself: its memo
+        keeps the sharing of the items' tensors (rows of one batch, a tensor also held
+        elsewhere in the copied object) at no ``torch.save`` (which pickling uses) cost."""
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return copied
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         saved = state.pop("_saved_items", None)
