@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -38,19 +39,39 @@ def test_pickled_plain_items_and_tensors_come_back_as_they_were() -> None:
     assert len(restored) == 4 and restored.writer.cursor == 4
 
 
-def test_items_torch_save_cannot_write_are_pickled_as_they_are() -> None:
-    class Local:  # an item no pickler but its own (cloudpickle, say) could write
-        def __reduce__(self):
-            raise pickle.PicklingError("no")
+def test_only_plain_items_that_share_memory_go_through_torch_save():
+    class Local:  # a class of the user's script: torch.save would pickle it by reference
+        def __init__(self, obs):
+            self.obs = obs
 
-    storage = ListStorage(4)
-    storage.set(0, 1)
+    batch = torch.zeros(4, 2)
+    storage = ListStorage(8)
+    storage.set(torch.arange(4), list(batch.unbind(0)))
+    assert "_saved_items" in storage.__getstate__()  # rows of one batch: written once
+    storage.set(4, Local(torch.ones(2)))
     state = storage.__getstate__()
-    assert "_saved_items" in state and "_storage" not in state
-    storage.set(1, Local())
-    state = storage.__getstate__()
-    assert state["_storage"][0] == 1 and isinstance(state["_storage"][1], Local)
+    assert "_saved_items" not in state and isinstance(state["_storage"][4], Local)
+    own = ListStorage(4)
+    own.set(torch.arange(2), [torch.zeros(2), 7])  # nothing shared: pickled as it is
+    assert own.__getstate__()["_storage"][1] == 7
 
+
+def test_items_of_a_local_class_travel_by_value_with_cloudpickle():
+    # (torch.save pickled the class by reference: a Ray worker could not find a dataclass
+    # defined in the driver script)
+    cloudpickle = pytest.importorskip("cloudpickle")
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Step:
+        obs: torch.Tensor
+        reward: float
+
+    batch = torch.zeros(2, 2)
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([Step(row, float(i)) for i, row in enumerate(batch.unbind(0))])
+    restored = cloudpickle.loads(cloudpickle.dumps(rb))
+    assert [step.reward for step in restored.storage.items()] == [0.0, 1.0]
 
 def _rows_of_a_large_batch() -> tuple[torch.Tensor, ReplayBuffer]:
     batch = torch.arange(10_000 * 100, dtype=torch.float32).reshape(10_000, 100)  # 4 MB
@@ -98,3 +119,12 @@ def test_a_deep_copy_keeps_the_items_sharing_and_copies_them():
     assert copied_outside.untyped_storage().data_ptr() == rows[0].untyped_storage().data_ptr()
     assert batch.sum() == 0  # a copy: the original is untouched
     assert copied_rb.storage.max_size == 8 and len(copied_rb) == 6
+
+
+def test_a_compacted_view_keeps_its_values_not_the_graph_it_hangs_from():
+    from tdreplay.core.storage import compact_views
+
+    weight = torch.ones(1000, 4, requires_grad=True)
+    (kept,) = compact_views([(weight * 2)[0]])
+    assert kept.tolist() == [2.0] * 4 and kept.requires_grad and kept.grad_fn is None
+    assert kept.untyped_storage().nbytes() == 16

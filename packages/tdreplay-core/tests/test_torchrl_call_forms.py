@@ -107,7 +107,7 @@ def test_max_size_cannot_be_changed_after_the_storage_is_built():
     rb = ReplayBuffer(storage=storage)
     rb.extend([1, 2, 3])
     with pytest.raises(AttributeError, match=r"max_size is fixed when a storage is built \(4 "
-                                             r"here\).*max_size=8"):
+                                             r"here, got 8\)"):
         storage.max_size = 8
     storage.max_size = 4  # the same value: nothing changes
     assert storage.max_size == 4 and rb.state_dict()["_storage"]["max_size"] == 4
@@ -152,3 +152,12 @@ def test_compose_refuses_what_it_cannot_chain_naming_it():
         Compose(transforms=abs)
     with pytest.raises(TypeError, match="a Transform or a callable, got int"):
         Compose([abs, 3])
+
+
+def test_max_size_of_a_storage_pickled_before_it_was_a_property_is_fixed_too():
+    storage = ListStorage(4)
+    storage.__dict__["max_size"] = storage.__dict__.pop("_max_size")  # the older layout
+    assert storage.max_size == 4
+    with pytest.raises(AttributeError, match="max_size is fixed"):
+        storage.max_size = 8
+    assert storage.max_size == 4

@@ -23,12 +23,13 @@ from typing import Any, Generic, TypeVar
 
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
-from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
+from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
 from .checkpoint_hooks import HookList
 from .collate import stack_items
+from .item_memory import compact_views, saves_shared_memory
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
 from .storage_readers import AttachableStorage
@@ -251,53 +252,6 @@ class StorageCheckpointerBase(Generic[StorageT]):
         return f"{type(self).__name__}()"
 
 
-#: a tensor memory that the items' views of it use less than this fraction of is saved as
-#: copies of the views (see compact_views)
-_MOSTLY_UNUSED = 0.5
-
-
-def compact_views(items: list[Any]) -> list[Any]:
-    """``items`` with the tensors that view a much larger memory replaced by copies of them.
-
-    ``torch.save`` (and pickling) writes the whole memory behind a tensor: rows of one batch
-    share it and are written once, but four rows kept of a 10,000-row batch
-    (``rb.add(batch[i])``) would write the whole batch. Where the items' views of a memory use
-    less than half of it, those views are copied (the items come back as copies, no longer
-    sharing it); anything else is saved as it is. ``items`` itself is not changed.
-
-    Examples
-    --------
-    >>> batch = torch.zeros(1000, 4)
-    >>> kept = compact_views([batch[0], batch[1]])
-    >>> kept[0].untyped_storage().nbytes(), kept[0].tolist()
-    (16, [0.0, 0.0, 0.0, 0.0])
-    >>> rows = list(batch.unbind(0))
-    >>> compact_views(rows)[0].untyped_storage().data_ptr() == batch.data_ptr()  # all used
-    True
-    """
-    used: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    for leaf in tree_leaves(items):
-        if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
-                and leaf.device.type != "meta":
-            memory = leaf.untyped_storage()
-            key = memory.data_ptr()
-            used[key] = used.get(key, 0) + leaf.numel() * leaf.element_size()
-            sizes[key] = memory.nbytes()
-    wasteful = {key for key, size in sizes.items() if used[key] < _MOSTLY_UNUSED * size}
-    if not wasteful:
-        return items
-
-    def compact(leaf: Any) -> Any:
-        if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
-                and leaf.device.type != "meta" \
-                and leaf.untyped_storage().data_ptr() in wasteful:
-            return leaf.clone()
-        return leaf
-
-    return [tree_map(compact, item) for item in items]
-
-
 class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
     """Checkpointer of :class:`ListStorage`: saves the list of items with ``torch.save``.
 
@@ -306,7 +260,8 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
     rows of one batch (``list(td.unbind(0))``, ``LazyStackStorage.extend``) take the batch's
     size, where pickling each (the format of 0.4.0, still loaded) saved the whole batch with
     every row. Items that view a much larger tensor (a few rows kept of a large batch) are
-    saved as copies of the views (:func:`compact_views`), not with the whole tensor.
+    saved as copies of the views (:func:`~tdreplay.core.item_memory.compact_views`), not
+    with the whole tensor.
 
     Examples
     --------
@@ -436,7 +391,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         >>> s.max_size = 8
         Traceback (most recent call last):
         ...
-        AttributeError: max_size is fixed when a storage is built (4 here): build a ...
+        AttributeError: max_size is fixed when a storage is built (4 here, got 8): build ...
         """
         try:
             return self._max_size
@@ -445,11 +400,12 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     @max_size.setter
     def max_size(self, value: int) -> None:
-        current = getattr(self, "_max_size", None)
+        current = self.__dict__.get("_max_size", self.__dict__.get("max_size"))
         if current is not None and value != current:
-            raise AttributeError(f"max_size is fixed when a storage is built ({current} here): "
-                                 f"build a new storage of max_size={value} and extend it with "
-                                 "this one's rows (its writer's cursor wraps at the old size).")
+            raise AttributeError(f"max_size is fixed when a storage is built ({current} here, "
+                                 f"got {value!r}): build a new storage of the capacity you want "
+                                 "and extend it with this one's rows (its writer's cursor wraps "
+                                 "at the old size).")
         self._max_size = int(value)
 
     # ---- contract --------------------------------------------------------------------------------
@@ -1046,13 +1002,18 @@ class ListStorage(Storage):
         self.last_written_row = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """The storage's attributes with its items written by ``torch.save``: rows that are
-        views of one batch (``extend`` of a TensorDict, ``list(t.unbind(0))``) share its
-        memory, which ``torch.save`` writes once and pickle once per row (2,000 rows of 16
-        bytes made 64 MB). Items ``torch.save`` cannot write (a local function, say) are
-        pickled as they are."""
+        """The storage's attributes, items that view a much larger tensor compacted
+        (:func:`~tdreplay.core.item_memory.compact_views`). Items that share memory (rows
+        of one batch: ``extend`` of a TensorDict, ``list(t.unbind(0))``) and hold only
+        tensors, TensorDicts and builtin containers are written by ``torch.save``, which
+        writes a memory once where pickle writes it with every row (2,000 rows of 16 bytes
+        made 64 MB); any other items are pickled as they are (a class of the user's script
+        stays pickled by value under cloudpickle / Ray)."""
         state = self.__dict__.copy()
         items = compact_views(state.pop("_storage"))
+        if not saves_shared_memory(items):  # (pickled as they are: any pickler's rules)
+            state["_storage"] = items
+            return state
         written = io.BytesIO()
         try:
             torch.save(items, written)
@@ -1098,7 +1059,7 @@ class ListStorage(Storage):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"storage": items, "max_size": capacity}`` (items that view a much larger tensor
-        as copies of the views: :func:`compact_views`)."""
+        as copies of the views: :func:`~tdreplay.core.item_memory.compact_views`)."""
         return {"storage": compact_views(list(self._storage)), "max_size": self.max_size}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
