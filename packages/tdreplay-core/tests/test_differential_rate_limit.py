@@ -128,7 +128,8 @@ class Model:
         return len(self.slots)
 
     def never(self, n):
-        return n > self.max_diff - self.min_diff
+        # a batch wider than the span, or a storage that cannot hold min_size_to_sample items
+        return n > self.max_diff - self.min_diff or self.m > self.cap
 
     def never_insert(self, k):
         # past the free inserts, even from the lowest difference (min_diff, or a fresh 0)

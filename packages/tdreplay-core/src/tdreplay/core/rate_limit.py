@@ -287,8 +287,8 @@ class RateLimiter(ForkGuard):
             raise ValueError(
                 f"an insert of {num_inserts} items is never allowed by {self!r}: "
                 f"{num_inserts} * samples_per_insert exceeds the most max_diff allows from the "
-                "lowest difference samples reach (insert smaller batches, or widen "
-                "error_buffer). Nothing was written.")
+                "lowest difference samples reach (insert smaller batches, or widen max_diff - "
+                "min_diff: SampleToInsertRatio's error_buffer). Nothing was written.")
         with self._cond:
             self._wait("insert", lambda: self.can_insert(num_inserts, size()),
                        f"inserting {num_inserts} items")
