@@ -110,7 +110,7 @@ def test_a_compressed_storage_names_a_meta_or_sparse_entry(bad):
 def test_preallocated_rows_that_share_memory_are_refused():
     # (TensorStorage(proto.expand(8)): a write of 2 rows turned all 8 into the last one)
     proto = TensorDict({"x": torch.zeros(3)}, [])
-    with pytest.raises(ValueError, match=r"entry 'x' .*shares memory.*stride 0.*\.clone\(\)"):
+    with pytest.raises(ValueError, match=r"entry .x. .*shares memory.*24 elements in 3 locations.*\.clone\(\)"):
         TensorStorage(proto.expand(8))
     storage = TensorStorage(proto.expand(8).clone())
     rb = ReplayBuffer(storage=storage)
@@ -168,22 +168,6 @@ def test_a_float_into_a_bool_entry_is_refused_saying_what_it_would_become():
         rb.extend(TensorDict({"done": torch.tensor([1.0, 0.0])}, [2]))
 
 
-def test_rows_of_different_shapes_name_the_storages_that_hold_them():
-    # (tensordict's "Failed to stack ... pass as_padded_tensor=True" named neither)
-    from tensordict import LazyStackedTensorDict
-
-    rb = ReplayBuffer(storage=LazyTensorStorage(10))
-    rows = [TensorDict({"a": torch.zeros(2)}, []), TensorDict({"a": torch.zeros(3)}, [])]
-    for data in (LazyStackedTensorDict(*rows), rows):
-        with pytest.raises(RuntimeError, match="different shapes along its dim 0.*"
-                                               "LazyStackStorage"):
-            rb.extend(data)
-    assert len(rb) == 0
-    same = LazyStackedTensorDict(TensorDict({"a": torch.zeros(2)}, []),
-                                 TensorDict({"a": torch.ones(2)}, []))
-    assert rb.extend(same).tolist() == [0, 1] and rb[:]["a"][:, 0].tolist() == [0.0, 1.0]
-
-
 @pytest.mark.parametrize("bad", sorted(BAD_LEAVES))
 @pytest.mark.parametrize("how", ["update_", "index_tuple", "set_key", "ndim2_item"])
 def test_a_meta_or_sparse_value_of_an_in_place_edit_writes_nothing(bad, how):
@@ -207,3 +191,46 @@ def test_a_meta_or_sparse_value_of_an_in_place_edit_writes_nothing(bad, how):
             rb[0, 1] = TensorDict({"a": torch.ones(3), "b": value(2)}, [])
     after = storage[:]
     assert torch.equal(after["a"], before["a"]) and torch.equal(after["b"], before["b"])
+
+
+def test_preallocated_rows_that_overlap_without_a_zero_stride_are_refused():
+    # (overlapping windows: writing row 0 changed rows 1 and 2)
+    with pytest.raises(ValueError, match=r"24 elements in 10 locations"):
+        TensorStorage(TensorDict({"x": torch.zeros(10).unfold(0, 3, 1)}, [8]))
+    one = TensorStorage(TensorDict({"x": torch.zeros(4, 3)[:, None, :]}, [4]))  # a size-1 dim
+    ReplayBuffer(storage=one).extend(TensorDict({"x": torch.ones(2, 1, 3)}, [2]))
+    assert one[:]["x"].sum() == 6
+
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_preallocated_tensors_that_require_grad_are_held_detached(leaf):
+    # (a leaf: the first extend raised torch's "a view of a leaf Variable..."; a non-leaf:
+    # reads came back attached to its graph)
+    weight = torch.ones(2, requires_grad=True)
+    data = torch.zeros(4, 2, requires_grad=True) if leaf else torch.zeros(4, 2) * weight
+    rb = ReplayBuffer(storage=TensorStorage(TensorDict({"x": data}, [4])))
+    rb.extend(TensorDict({"x": torch.ones(2, 2)}, [2]))
+    for read in (rb[:], rb.sample(2), rb.storage[:]):
+        assert not read["x"].requires_grad
+    assert rb[:]["x"][:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_data_of_a_refused_dtype_is_cast_into_an_existing_entry():
+    # (only an entry laid out in that dtype is refused: extend refused uint16 values that
+    # set_key cast into the same float32 entry)
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(TensorDict({"x": torch.zeros(2, 3)}, [2]))
+    rb.extend(TensorDict({"x": torch.full((2, 3), 7, dtype=torch.uint16)}, [2]))
+    assert rb.storage[:]["x"].dtype == torch.float32 and rb.storage[:]["x"][2:].sum() == 42
+
+
+def test_a_restore_installs_rows_of_a_refused_dtype():
+    # (0.5.0 wrote such checkpoints: the first-write check refused loading them)
+    source = LazyTensorStorage(10)
+    source.set(torch.arange(3), TensorDict({"x": torch.arange(3, dtype=torch.int16)}, [3]))
+    data = TensorDict({"x": source.written_rows()["x"].view(torch.uint16)}, [3])
+    target = LazyTensorStorage(10)
+    target.check_layout_compatible(source.layout_meta(), data)
+    target.install(source.layout_meta(), data)
+    got = target.get(torch.tensor([2, 0]))["x"]
+    assert got.dtype == torch.uint16 and got.to(torch.int32).tolist() == [2, 0]

@@ -76,24 +76,26 @@ def _slots_viewable(leaf: torch.Tensor, ndim: int) -> torch.Tensor:
 
 def _own_memory_per_element(key: NestedKey, leaf: torch.Tensor) -> torch.Tensor:
     """``leaf`` (the storage's tensor of entry ``key``), refused with a ``ValueError`` when
-    elements share memory (a dim of stride 0: an expanded tensor, ``proto.expand(n)``), where
-    a write of one row would change every row.
+    elements share memory (an expanded tensor, ``proto.expand(n)``, or overlapping windows,
+    ``x.unfold(0, 3, 1)``: fewer memory locations than elements), where a write of one row
+    would change others; detached when it requires grad (a storage holds data: writes into
+    it would be recorded in a graph, or refused for a leaf).
 
     Examples
     --------
     >>> _own_memory_per_element("obs", torch.zeros(3).expand(4, 3))
     Traceback (most recent call last):
     ...
-    ValueError: entry 'obs' of the storage's tensors shares memory between elements (dim 0 ...
+    ValueError: entry 'obs' of the storage's tensors shares memory between elements (shape ...
     """
-    for dim, (size, stride) in enumerate(zip(leaf.shape, leaf.stride())):
-        if stride == 0 and size > 1:
-            raise ValueError(f"entry {key!r} of the storage's tensors shares memory between "
-                             f"elements (dim {dim} of shape {tuple(leaf.shape)} has stride 0: an "
-                             "expanded tensor), so writing one row would change others; pass "
-                             "a copy with memory of its own (.clone(), or allocate with "
-                             "torch.zeros).")
-    return leaf
+    span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(leaf.shape, leaf.stride()))
+    if leaf.numel() > 1 and span < leaf.numel():
+        raise ValueError(f"entry {key!r} of the storage's tensors shares memory between "
+                         f"elements (shape {tuple(leaf.shape)}, strides {tuple(leaf.stride())}: "
+                         f"{leaf.numel()} elements in {span} locations, e.g. an expanded "
+                         "tensor), so writing one row would change others; pass a copy with "
+                         "memory of its own (.clone(), or allocate with torch.zeros).")
+    return leaf.detach() if leaf.requires_grad else leaf
 
 
 class TensorLayout:
@@ -147,7 +149,8 @@ class TensorLayout:
         keys = leaf_keys(td)
         leaves = []
         for key in keys:
-            leaf = _own_memory_per_element(key, check_source(key, td.get(key)))
+            leaf = _own_memory_per_element(key, check_source(key, td.get(key),
+                                                              new_entry=False))
             leaves.append(_slots_viewable(leaf if leaf.device == device else leaf.to(device),
                                           ndim))
         self.ndim = ndim

@@ -80,21 +80,14 @@ def _is_ragged(td: LazyStackedTensorDict) -> bool:
 def split_ragged(data: Any, nbatch: int) -> tuple[TensorDict, RaggedStack] | None:
     """``(flat, stack)`` for a lazy stack of differently shaped TensorDicts stacked inside its
     items (past its ``nbatch`` leading dims, those a storage counts); ``None`` for other data
-    (a dense lazy stack is read as one TensorDict); a ``RuntimeError`` that names the list
-    storages for one stacked along those dims (rows of different shapes).
+    (a dense lazy stack is read as one TensorDict).
 
     ``flat`` holds the stacked TensorDicts under ``"0"``, ``"1"``, ... with the stack's batch
     size less the stack dim; ``stack`` says how to stack them back.
     """
-    if not isinstance(data, LazyStackedTensorDict) or not data.tensordicts \
-            or not _is_ragged(data):
+    if not isinstance(data, LazyStackedTensorDict) or data.stack_dim < nbatch \
+            or not data.tensordicts or not _is_ragged(data):
         return None
-    if data.stack_dim < nbatch:  # (RuntimeError: tensordict's, which the write raised before)
-        raise RuntimeError(
-            f"data is a lazy stack of TensorDicts of different shapes along its dim "
-            f"{data.stack_dim}, which a tensor storage counts as rows: its rows all have one "
-            "shape. Write it into a LazyStackStorage (or a ListStorage), which keep items of "
-            "any shape; stacks inside each item (past the rows' dims) fit a tensor storage.")
     parts = data.tensordicts
     batch = parts[0].batch_size
     flat = TensorDict({str(i): part for i, part in enumerate(parts)}, batch_size=batch,

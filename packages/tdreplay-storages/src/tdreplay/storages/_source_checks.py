@@ -19,15 +19,19 @@ from ._casts import check_cast
 from ._key_tree import leaves_along_tree
 from ._keys import NestedKey, leaf_keys
 
-__all__ = ["SourceCheck", "check_dense", "check_source", "copyable_sources", "storable_dtype"]
+__all__ = ["SourceCheck", "check_dense", "check_source", "check_storable",
+           "check_storable_leaves", "copyable_sources", "storable_dtype"]
 
 #: ``(shape, dtype)`` of a tensor, read in one call (the write path's check).
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
 
 
-def check_source(key: NestedKey, value: Any) -> torch.Tensor:
+def check_source(key: NestedKey, value: Any, *, new_entry: bool = True) -> torch.Tensor:
     """``value``, the entry ``key`` of data to store, checked to be a tensor holding data:
     ``TypeError`` for anything else, ``ValueError`` for a meta-device tensor (shape only).
+    For a ``new_entry`` (one the storage lays out in the value's dtype), ``TypeError`` for a
+    dtype the storage could not hold (:func:`storable_dtype`); data written into an existing
+    entry of another dtype is cast to it instead (``check_cast`` decides).
 
     Examples
     --------
@@ -41,14 +45,31 @@ def check_source(key: NestedKey, value: Any) -> torch.Tensor:
                         "tensor there (use LazyStackStorage or ListStorage for data of any "
                         "kind).")
     check_dense(f"entry {key!r}", value)
-    if not storable_dtype(value.dtype):
-        view = _SAME_SIZE.get(value.dtype.itemsize, torch.uint8)
-        raise TypeError(f"entry {key!r} has dtype {value.dtype}, which this torch cannot copy "
-                        "into scattered rows or clone (a ring that wraps, a read of rows), so "
-                        "a tensor storage would fail half-way through a later write; store it "
-                        f"as {_STORE_AS.get(value.dtype, 'a wider dtype')} (or as a view of "
-                        f"the same bits, value.view({view}), to view back when read).")
+    if new_entry:
+        check_storable(key, value.dtype)
     return value
+
+
+def check_storable(key: NestedKey, dtype: torch.dtype) -> None:
+    """``TypeError`` naming entry ``key`` and what to store instead unless a tensor storage
+    can lay out an entry of ``dtype`` (:func:`storable_dtype`): what a first write, a new
+    entry and a preallocated storage are checked for (a restore installs what was saved).
+
+    Examples
+    --------
+    >>> check_storable("pix", torch.uint16)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: entry 'pix' has dtype torch.uint16, which this torch cannot copy into ...
+    """
+    if storable_dtype(dtype):
+        return
+    view = _SAME_SIZE.get(dtype.itemsize, torch.uint8)
+    raise TypeError(f"entry {key!r} has dtype {dtype}, which this torch cannot copy into "
+                    "scattered rows or clone (a ring that wraps, a read of rows), so a tensor "
+                    "storage would fail half-way through a later write; store it as "
+                    f"{_STORE_AS.get(dtype, 'a wider dtype')} (or as a view of the same "
+                    f"bits, value.view({view}), to view back when read).")
 
 
 def check_dense(what: str, value: torch.Tensor) -> None:
@@ -70,6 +91,14 @@ def check_dense(what: str, value: torch.Tensor) -> None:
                          "write value.to_dense() (or keep the tensor as it is in a ListStorage).")
 
 
+def check_storable_leaves(td: TensorDictBase) -> None:
+    """:func:`check_storable` for every tensor leaf of ``td`` (data about to lay out a
+    storage, or a storage's preallocated tensors)."""
+    for key, value in td.items(include_nested=True, leaves_only=True):
+        if isinstance(value, torch.Tensor):
+            check_storable(key, value.dtype)
+
+
 #: an integer dtype of each item size, for the same bits of a dtype :func:`storable_dtype`
 #: refuses
 _SAME_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -77,6 +106,7 @@ _SAME_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 #: what to store a dtype :func:`storable_dtype` refuses as (values kept exactly)
 _STORE_AS = {torch.uint16: "torch.int32", torch.uint32: "torch.int64",
+             torch.uint64: "torch.int64 (values below 2**63)",
              **{dtype: "torch.float16 / torch.bfloat16 / torch.float32"
                 for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
                               torch.float8_e5m2fnuz)}}
@@ -120,7 +150,7 @@ def copyable_sources(keys: Sequence[NestedKey],
     out = list(sources)
     for i, source in enumerate(out):
         if source.is_meta or source.layout is not torch.strided:
-            check_source(keys[i], source)
+            check_dense(f"entry {keys[i]!r}", source)
         if source.requires_grad:
             out[i] = source.detach()
     return out
@@ -201,7 +231,7 @@ class SourceCheck:
         # one comparison on the hot path; the checks only where something differs
         if list(map(_SHAPE_DTYPE, out)) != expected:
             for key, src, (shape, dtype) in zip(self.keys, out, expected):
-                check_source(key, src)
+                check_source(key, src, new_entry=False)
                 if src.shape != shape:
                     raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
                                      f"{tuple(shape)} for this storage.")
@@ -214,7 +244,7 @@ class SourceCheck:
         keys = leaf_keys(td)
         for key in keys:  # a string entry is refused by name, not left behind
             if key not in self.key_set:
-                check_source(key, td.get(key))
+                check_source(key, td.get(key), new_entry=False)
         if len(keys) != len(self.keys) or not all(k in self.key_set for k in keys):
             got = set(keys)
             missing = sorted(map(str, self.key_set - got))

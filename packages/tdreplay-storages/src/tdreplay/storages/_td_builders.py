@@ -58,7 +58,8 @@ def allocated_tensordict(td: TensorDictBase, shape: torch.Size, skip: int,
     (torch.Size([5, 3]), torch.Size([5]))
     """
     keys = leaf_keys(td)
-    sources = [check_source(key, td.get(key)) for key in keys]  # all before allocating any
+    # all before allocating any (dtypes: checked by the write that lays out, not a restore)
+    sources = [check_source(key, td.get(key), new_entry=False) for key in keys]
     leaves = [allocate(shape + x.shape[skip:], x.dtype, key) for key, x in zip(keys, sources)]
     return assemble(build_tree(keys), leaves, shape + td.batch_size[skip:], device,
                     nested_batch_dims(td))

@@ -33,6 +33,7 @@ from ._entry_edits import NO_GUARD, EditGuard
 from ._formats import KIND_TC, DataFormat, to_tensordict
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
+from ._source_checks import check_storable_leaves
 from ._state_checks import check_tensor_state
 from ._tensorclasses import NestedClasses, classes_of
 from .checkpointers import TensorStorageCheckpointer
@@ -172,6 +173,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         self._format = DataFormat()
         if wrapped is not None:
             _, td, self._format, classes = wrapped
+            check_storable_leaves(td)
             self._layout = wrapped_layout(td, self.ndim, self._device, self.non_tensor_refusal,
                                           classes)
             self._set_rows_written(self._layout.rows)
@@ -277,6 +279,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         leaves = None
         if layout is None:
             self._check_consolidable(kind)  # (before anything changes)
+            check_storable_leaves(td)
             self._format = DataFormat(kind, extra)
             self._create(td, batched=not single, classes=classes_of(data, td, kind))
             layout = self._current_layout()
