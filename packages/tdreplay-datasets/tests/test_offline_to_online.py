@@ -136,6 +136,27 @@ def test_online_rows_of_another_shape_are_named_at_sample():
         rb.sample()
 
 
+def test_ragged_rows_of_both_buffers_are_sampled_together():
+    # (the entry-shape check read entries of lazy stacks of ragged rows: every sample raised)
+    from tensordict import LazyStackedTensorDict
+
+    from tdreplay.storages import LazyStackStorage
+
+    def ragged(n, fill):
+        return LazyStackedTensorDict.lazy_stack(
+            [TensorDict({"obs": torch.full((i % 3 + 1,), float(fill))}, []) for i in range(n)])
+
+    offline = TensorDictReplayBuffer(storage=LazyStackStorage(20))
+    offline.extend(ragged(6, 0))
+    rb = OfflineToOnlineReplayBuffer(offline, online_storage=LazyStackStorage(20),
+                                     offline_fraction=0.5, batch_size=4)
+    rb.extend(ragged(6, 1))
+    for _ in range(10):
+        batch = rb.sample()
+        fills = [float(row["obs"][0]) for row in batch.unbind(0)]
+        assert fills == [0.0, 0.0, 1.0, 1.0]
+
+
 def test_the_online_buffer_is_a_tensordict_buffer_when_the_dataset_is_one():
     rb = make(offline_fraction=0.5, batch_size=8)
     assert type(rb.online_buffer) is TensorDictReplayBuffer

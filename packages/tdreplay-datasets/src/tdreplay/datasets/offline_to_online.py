@@ -96,15 +96,11 @@ def _concat(offline: Any, online: Any) -> Any:
                 f"{_listed(only_offline)}, only the online buffer's {_listed(only_online)}. "
                 "Make both hold the same entries (e.g. a "
                 "transform that excludes the extra ones).")
-        for key in _entries(offline):  # (torch.cat's error names no entry)
-            mine, theirs = offline.get(key), online.get(key)
-            if mine.shape[offline.batch_dims:] != theirs.shape[online.batch_dims:]:
-                raise ValueError(
-                    f"the offline and online samples cannot be concatenated: entry {key!r} has "
-                    f"rows of shape {tuple(mine.shape[offline.batch_dims:])} in the offline "
-                    f"dataset and {tuple(theirs.shape[online.batch_dims:])} in the online "
-                    "buffer. Write online data shaped as the dataset's rows.")
-        return torch.cat([offline, online], dim=0)
+        try:
+            return torch.cat([offline, online], dim=0)
+        except RuntimeError as err:  # (torch.cat's error names no entry)
+            _raise_other_row_shapes(offline, online, err)
+            raise
     if isinstance(offline, torch.Tensor) and isinstance(online, torch.Tensor):
         return torch.cat([offline, online], dim=0)
     if isinstance(offline, list) and isinstance(online, list):
@@ -112,6 +108,22 @@ def _concat(offline: Any, online: Any) -> Any:
     raise TypeError(
         f"cannot concatenate an offline sample of type {type(offline).__name__} with an online "
         f"sample of type {type(online).__name__}: both must be TensorDicts, tensors or lists.")
+
+
+def _raise_other_row_shapes(offline: Any, online: Any, err: Exception) -> None:
+    """``ValueError`` naming the entry whose rows differ in shape between the two dense
+    samples that ``torch.cat`` refused (``err``); nothing for others (ragged rows)."""
+    for key in _entries(offline):
+        try:
+            mine, theirs = offline.get(key), online.get(key)
+        except RuntimeError:  # a lazy stack of ragged rows: no one shape to name
+            return
+        if mine.shape[offline.batch_dims:] != theirs.shape[online.batch_dims:]:
+            raise ValueError(
+                f"the offline and online samples cannot be concatenated: entry {key!r} has "
+                f"rows of shape {tuple(mine.shape[offline.batch_dims:])} in the offline dataset "
+                f"and {tuple(theirs.shape[online.batch_dims:])} in the online buffer. Write "
+                "online data shaped as the dataset's rows.") from err
 
 
 class OfflineToOnlineReplayBuffer:
