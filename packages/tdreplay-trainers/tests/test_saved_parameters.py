@@ -78,3 +78,27 @@ def test_an_nn_module_loss_or_no_checkpoint_needs_no_registration(tmp_path):
                         batch_size=4).register(saved)
     saved.train()
     assert saved.collected_frames == 48
+
+
+def test_a_collector_whose_state_holds_the_network_needs_no_registration(tmp_path):
+    # (TorchRL's collectors save their policy's weights: the check refused to train)
+    model = nn.Linear(1, 1)
+
+    class Collector(list):
+        def state_dict(self):
+            return {"policy": model.state_dict()}
+
+        def load_state_dict(self, state):
+            model.load_state_dict(state["policy"])
+
+    def loss_module(batch):
+        return TensorDict({"loss_mse": ((model(batch["x"]) - batch["y"]) ** 2).mean()}, [])
+
+    trainer = Trainer(collector=Collector(_collector()), optim_steps_per_batch=1,
+                      loss_module=loss_module, progress_bar=False,
+                      optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                      save_trainer_file=tmp_path / "ckpt")
+    ReplayBufferTrainer(TensorDictReplayBuffer(storage=ListStorage(100)),
+                        batch_size=4).register(trainer)
+    trainer.train()
+    assert trainer.collected_frames == 48

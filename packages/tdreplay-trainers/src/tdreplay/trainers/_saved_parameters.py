@@ -42,8 +42,8 @@ def _optimizer_of(module: Any) -> torch.optim.Optimizer | None:
 
 def unsaved_parameters(state: TrainerState) -> list[torch.Tensor]:
     """The parameters of the optimizers registered with the trainer (as modules, or in the
-    ``OptimizerHook`` that ``Trainer(optimizer=...)`` registers) that neither the loss module
-    nor a registered module saves.
+    ``OptimizerHook`` that ``Trainer(optimizer=...)`` registers) that neither the loss module,
+    the collector (TorchRL's hold their policy's weights) nor a registered module saves.
 
     Only objects whose ``state_dict`` is cheap are read (``nn.Module``s, and those that do not
     save themselves to a directory: a replay buffer's would copy its data).
@@ -65,7 +65,7 @@ def unsaved_parameters(state: TrainerState) -> list[torch.Tensor]:
                for group in opt.param_groups for p in group["params"]]
     if not stepped:
         return []
-    holders = [state.loss_module, *state.modules.values()]
+    holders = [state.loss_module, state.collector, *state.modules.values()]
     saved: set[int] = set()
     for holder in holders:
         if _optimizer_of(holder) is not None or not has_state_dict(holder):
