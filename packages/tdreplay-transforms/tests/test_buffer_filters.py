@@ -145,16 +145,27 @@ def test_add_of_a_stale_item_writes_nothing(buffer_cls):
     assert rb.storage[0]["x"].item() == 2.0
 
 
-@pytest.mark.parametrize("buffer_cls", [ReplayBuffer, TensorDictReplayBuffer])
-def test_add_of_a_stale_item_writes_nothing_when_appended_inverted(buffer_cls):
-    # (appended with invert=True its forward runs on writes, and let one stale item through:
-    # add wrote it where extend of the same item wrote nothing)
-    rb = buffer_cls(storage=LazyTensorStorage(4))
-    rb.append_transform(PolicyAgeFilter(current_version=10, max_policy_lag=2), invert=True)
-    slots = rb.add(TensorDict({"policy_version": torch.tensor(1), "x": torch.tensor(1.0)}, []))
-    assert slots.shape == (0, 1) and len(rb) == 0 and rb.write_count == 0
-    assert rb.add(TensorDict({"policy_version": torch.tensor(9), "x": torch.tensor(2.0)}, [])) == 0
-    assert rb[:]["x"].tolist() == [2.0]
+def test_policy_age_filter_cannot_be_appended_inverted():
+    # (its forward ran on writes and let a stale item that add wrote through; as the
+    # buffer's transform its inv filters the writes, items included)
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    with pytest.raises(ValueError, match="invert=True: PolicyAgeFilter already works on the "
+                                         "write side"):
+        rb.append_transform(PolicyAgeFilter(current_version=10, max_policy_lag=2), invert=True)
+    rb.append_transform(PolicyAgeFilter(current_version=10, max_policy_lag=2))
+    assert rb.add(TensorDict({"policy_version": torch.tensor(1), "x": torch.tensor(1.0)},
+                             [])).shape == (0, 1)
+    assert len(rb) == 0
+
+
+def test_one_stale_row_read_by_index_is_returned():
+    # (a read of one item is never filtered: rb[i] returned None while forward was inv)
+    version = {"now": 5}
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4),
+                                transform=PolicyAgeFilter(lambda: version["now"], 1))
+    rb.add(TensorDict({"policy_version": torch.tensor(5), "x": torch.tensor(1.0)}, []))
+    version["now"] = 9
+    assert rb[0]["x"].item() == 1.0
 
 
 def test_next_state_of_a_random_sample_is_rebuilt_only_from_the_following_slot():

@@ -66,6 +66,12 @@ class PolicyAgeFilter(Transform):
     tensor([3])
     """
 
+    #: already filters both sides (``inv`` the writes, ``forward`` the samples): appended with
+    #: ``invert=True`` its ``forward`` would filter the writes, and let one stale item that
+    #: ``add`` writes through (``forward`` keeps one item: ``rb[i]`` reads it), so
+    #: ``append_transform(t, invert=True)`` is refused
+    invertible = False
+
     def __init__(
         self,
         current_version: int | Callable[[], int],
@@ -140,10 +146,8 @@ class PolicyAgeFilter(Transform):
         return version
 
     def forward(self, data: Any) -> Any:
-        """As :meth:`inv`: the rows fresh enough, for one item the item or ``None`` (on the
-        write side when appended with ``invert=True``, where an ``add`` of a stale item was
-        written)."""
-        return self.inv(data)
+        """The rows of a batch that are fresh enough; one item (``rb[i]``) as it is."""
+        return self.filter(data)
 
     def inv(self, data: Any) -> Any:
         """The rows of a batch to write that are fresh enough; for one item (``add``, no batch
