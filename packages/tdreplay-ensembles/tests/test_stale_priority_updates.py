@@ -97,3 +97,12 @@ def test_a_mixed_ensemble_carries_the_prioritized_members_write_generations():
     sample["td_error"] = torch.full(sample.shape, 100.0)
     rb.update_tensordict_priority(sample)
     assert round(prioritized.sampler.total_priority, 3) == 4.0
+
+
+def test_update_tensordict_priority_takes_a_trailing_unit_dim_as_members_do():
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    sample["td_error"] = torch.full((*sample.shape, 1), 100.0)
+    rb.update_tensordict_priority(sample)
+    assert _totals(members) == [_updated(sample, 0), _updated(sample, 1)]

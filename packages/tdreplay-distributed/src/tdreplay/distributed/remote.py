@@ -109,7 +109,19 @@ class RemoteTensorDictReplayBuffer(TensorDictReplayBuffer):
         """:meth:`TensorDictReplayBuffer.sample <tdreplay.core.TensorDictReplayBuffer.sample>`
         on :func:`local_value` of the buffer, with TorchRL's order for this class:
         ``(batch_size, include_info, return_info)`` (``rb.sample(3, True)``: ``include_info``,
-        as TorchRL's; on other buffers the second is ``return_info``)."""
+        as TorchRL's; on other buffers the second is ``return_info``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ListStorage
+        >>> rb = RemoteTensorDictReplayBuffer(storage=ListStorage(4))
+        >>> _ = rb.extend(TensorDict({"a": torch.arange(3)}, [3]))
+        >>> batch, info = rb.sample(2, None, True)  # return_info third, as TorchRL's
+        >>> batch.batch_size, sorted(info)
+        (torch.Size([2]), ['index'])
+        """
         return TensorDictReplayBuffer.sample(local_value(self), batch_size,
                                              include_info=include_info,
                                              return_info=return_info)

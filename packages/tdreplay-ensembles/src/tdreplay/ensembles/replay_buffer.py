@@ -549,6 +549,24 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         """Update priorities from a sample: ``data[priority_key]`` (the members' common
         ``priority_key``) at ``data["index"]``, with ``data["write_generation"]`` when present
         (see :meth:`update_priority`); ``KeyError`` naming what is missing.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> members = [TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.4,
+        ...                                              storage=LazyTensorStorage(4))
+        ...            for _ in range(2)]
+        >>> for member in members:
+        ...     _ = member.extend(TensorDict({"x": torch.zeros(4)}, [4]))
+        >>> rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=4)
+        >>> sample = rb.sample()
+        >>> sample["td_error"] = torch.full(sample.shape, 5.0)
+        >>> rb.update_tensordict_priority(sample)
+        >>> members[0].sampler.total_priority > 4.0
+        True
         """
         keys = {getattr(rb, "priority_key", None) for rb in self._rbs}
         if len(keys) != 1 or None in keys:
@@ -559,7 +577,11 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         missing = [name for name in ("index", key) if data.get(name, None) is None]
         if missing:
             raise KeyError(f"update_tensordict_priority needs {missing} in data.")
-        self.update_priority(data.get("index"), data.get(key),
+        index, priority = data.get("index"), data.get(key)
+        if isinstance(priority, torch.Tensor) and priority.ndim > len(index.batch_size) \
+                and all(size == 1 for size in priority.shape[len(index.batch_size):]):
+            priority = priority.reshape(index.batch_size)  # ([..., 1] as a member's method)
+        self.update_priority(index, priority,
                              write_generation=data.get("write_generation", None))
 
     # ---- state ----------------------------------------------------------------------------------

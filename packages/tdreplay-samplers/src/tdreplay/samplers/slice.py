@@ -431,9 +431,9 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
                                   f"(max_size={storage.max_size}): use shorter slices or "
                                   "strict_length=False.")
         if need > n:
-            hint = ("; a storage of ndim=1 fed [envs, T] batches holds each environment's row as "
-                    "one item: build it with ndim=2 to slice along T" if storage.ndim == 1
-                    else "")
+            hint = ("; if the buffer is fed [envs, T] batches, a storage of ndim=1 holds each "
+                    "environment's row as one item: build it with ndim=2 to slice along T"
+                    if storage.ndim == 1 else "")
             raise SliceBatchError(f"slices of {seq_len} steps are longer than the {n} steps in "
                                   f"the buffer (strict_length=True){hint}.")
         for side, value in zip(("left", "right"), self.span):
