@@ -1,25 +1,104 @@
 """The memory behind a list storage's items, when they are pickled or checkpointed.
 
-``torch.save`` (and pickling) writes the whole memory behind a tensor. Items that are rows of
-one batch share it: :func:`saves_shared_memory` says when writing them with ``torch.save``
-(which writes a memory once) instead of pickle (once per row) is both needed and safe.
-Items that view a much larger tensor would write all of it: :func:`compact_views` copies
-those views.
+``torch.save`` (and pickling) writes the whole memory behind a tensor. Items that view a much
+larger tensor would write all of it: :func:`compact_views` copies those views. Items that are
+rows of one batch share it: :func:`saves_shared_memory` says when writing them with
+``torch.save`` (which writes a memory once) instead of pickle (once per row) is both needed and
+safe. Both read one survey of the items' tensors (:func:`_survey`), which pickling takes once
+for the two answers (:func:`compacted_for_saving`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase
-from torch.utils._pytree import tree_flatten, tree_leaves, tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
+from tensordict import TensorDict, TensorDictBase
+from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
-__all__ = ["compact_views", "saves_shared_memory"]
+__all__ = ["compact_views", "compacted_for_saving", "saves_shared_memory"]
 
 #: a tensor memory that the items' views of it use less than this fraction of is saved as
 #: copies of the views (see compact_views)
 _MOSTLY_UNUSED = 0.5
+#: the leaves ``torch.save`` writes as pickle would (builtin values and tensors)
+_PLAIN_LEAVES = (str, bytes, int, float, bool, complex, type(None), torch.Tensor)
+#: the containers it writes as pickle would
+_PLAIN_NODES = (list, tuple, dict)
+
+
+class _Survey(NamedTuple):
+    """What the items' tensors make of the memories behind them."""
+
+    #: the memories (``data_ptr``) their views use less than half of: copied when saved
+    wasteful: frozenset[int]
+    #: whether a memory that is not copied is viewed by more than one tensor
+    shared: bool
+    #: whether every item holds only builtin values and containers, tensors and tensordict's
+    #: TensorDicts
+    plain: bool
+
+
+def _plain_structure(spec: Any) -> bool:
+    """Whether a pytree structure holds builtin containers and tensordict's own classes only
+    (not a namedtuple or another class of the user's)."""
+    node = spec.type
+    if node is not None and node not in _PLAIN_NODES and not (
+            isinstance(node, type) and issubclass(node, TensorDictBase)
+            and node.__module__.split(".")[0] == "tensordict"):
+        return False
+    return all(_plain_structure(child) for child in spec.children())
+
+
+def _leaves(item: Any) -> tuple[list[Any], bool]:
+    """``(leaves of item, whether item is plain)``: a tensor and a TensorDict of tensors (a
+    list storage's common items) read directly, anything else as a pytree."""
+    if type(item) is torch.Tensor:
+        return [item], True
+    if type(item) is TensorDict:
+        values = list(item.values(True, True))
+        if all(type(value) is torch.Tensor for value in values):
+            return values, True
+    leaves, spec = tree_flatten(item)
+    return leaves, _plain_structure(spec) and all(isinstance(x, _PLAIN_LEAVES) for x in leaves)
+
+
+def _survey(items: list[Any]) -> _Survey:
+    """One pass over every tensor of ``items`` (see :class:`_Survey`)."""
+    used: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    views: dict[int, int] = {}
+    plain = True
+    for item in items:
+        leaves, item_plain = _leaves(item)
+        plain = plain and item_plain
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
+                    and leaf.device.type != "meta":
+                memory = leaf.untyped_storage()
+                key = memory.data_ptr()
+                used[key] = used.get(key, 0) + leaf.numel() * leaf.element_size()
+                sizes[key] = memory.nbytes()
+                views[key] = views.get(key, 0) + 1
+    wasteful = frozenset(key for key, size in sizes.items() if used[key] < _MOSTLY_UNUSED * size)
+    shared = any(count > 1 for key, count in views.items() if key not in wasteful)
+    return _Survey(wasteful, shared, plain)
+
+
+def _compacted(items: list[Any], wasteful: frozenset[int]) -> list[Any]:
+    """``items`` with their views of the ``wasteful`` memories copied."""
+    if not wasteful:
+        return items
+
+    def compact(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
+                and leaf.device.type != "meta" \
+                and leaf.untyped_storage().data_ptr() in wasteful:
+            # (a copy of the values, not of a graph the view may hang from)
+            return leaf.detach().clone().requires_grad_(leaf.requires_grad)
+        return leaf
+
+    return [tree_map(compact, item) for item in items]
 
 
 def compact_views(items: list[Any]) -> list[Any]:
@@ -41,55 +120,16 @@ def compact_views(items: list[Any]) -> list[Any]:
     >>> compact_views(rows)[0].untyped_storage().data_ptr() == batch.data_ptr()  # all used
     True
     """
-    used: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    for leaf in tree_leaves(items):
-        if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
-                and leaf.device.type != "meta":
-            memory = leaf.untyped_storage()
-            key = memory.data_ptr()
-            used[key] = used.get(key, 0) + leaf.numel() * leaf.element_size()
-            sizes[key] = memory.nbytes()
-    wasteful = {key for key, size in sizes.items() if used[key] < _MOSTLY_UNUSED * size}
-    if not wasteful:
-        return items
-
-    def compact(leaf: Any) -> Any:
-        if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
-                and leaf.device.type != "meta" \
-                and leaf.untyped_storage().data_ptr() in wasteful:
-            # (a copy of the values, not of a graph the view may hang from)
-            return leaf.detach().clone().requires_grad_(leaf.requires_grad)
-        return leaf
-
-    return [tree_map(compact, item) for item in items]
-
-
-
-
-#: the leaves ``torch.save`` writes as pickle would (builtin values and tensors)
-_PLAIN_LEAVES = (str, bytes, int, float, bool, complex, type(None), torch.Tensor)
-#: the containers it writes as pickle would
-_PLAIN_NODES = (list, tuple, dict)
-
-
-def _plain_structure(spec: Any) -> bool:
-    """Whether a pytree structure holds builtin containers and tensordict's own classes only
-    (not a namedtuple or another class of the user's)."""
-    node = spec.type
-    if node is not None and node not in _PLAIN_NODES and not (
-            isinstance(node, type) and issubclass(node, TensorDictBase)
-            and node.__module__.split(".")[0] == "tensordict"):
-        return False
-    return all(_plain_structure(child) for child in spec.children())
+    return _compacted(items, _survey(items).wasteful)
 
 
 def saves_shared_memory(items: list[Any]) -> bool:
-    """Whether ``items`` should be written by ``torch.save``: some tensor memory is viewed by
-    more than one of their tensors (rows of one batch), and every item holds only tensors,
-    builtin values and containers and tensordict's TensorDicts (``torch.save`` pickles other
-    classes by reference, so a class of the user's script would not load in another process
-    where cloudpickle sent it by value).
+    """Whether ``items`` (once :func:`compact_views` copied their views of much larger
+    memories) should be written by ``torch.save``: some tensor memory is viewed by more than
+    one of their tensors (rows of one batch), and every item holds only tensors, builtin values
+    and containers and tensordict's TensorDicts (``torch.save`` pickles other classes by
+    reference, so a class of the user's script would not load in another process where
+    cloudpickle sent it by value).
 
     Examples
     --------
@@ -99,18 +139,20 @@ def saves_shared_memory(items: list[Any]) -> bool:
     >>> saves_shared_memory([{"obs": row} for row in batch.unbind(0)])
     True
     """
-    seen: set[int] = set()
-    shared = False
-    for item in items:
-        leaves, spec = tree_flatten(item)
-        if not _plain_structure(spec):
-            return False
-        for leaf in leaves:
-            if not isinstance(leaf, _PLAIN_LEAVES):
-                return False
-            if isinstance(leaf, torch.Tensor) and leaf.layout is torch.strided \
-                    and leaf.device.type != "meta":
-                key = leaf.untyped_storage().data_ptr()
-                shared = shared or key in seen
-                seen.add(key)
-    return shared
+    survey = _survey(items)
+    return survey.plain and survey.shared
+
+
+def compacted_for_saving(items: list[Any]) -> tuple[list[Any], bool]:
+    """``(compact_views(items), saves_shared_memory(items))`` from one survey of the items'
+    tensors (what pickling a list storage needs).
+
+    Examples
+    --------
+    >>> batch = torch.zeros(1000, 4)
+    >>> items, shared = compacted_for_saving(list(batch[:2].unbind(0)))
+    >>> items[0].untyped_storage().nbytes(), shared  # copied: nothing shared is left
+    (16, False)
+    """
+    survey = _survey(items)
+    return _compacted(items, survey.wasteful), survey.plain and survey.shared

@@ -489,10 +489,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     def _write_side_item(self, item: Any) -> Any:
         """The one ``item`` after the write-side transforms; ``None`` when they dropped it
         (returned ``None``, or filtered it out of a TensorDict: see :func:`_emptied`)."""
-        if not self._transform.transforms:
-            return item
-        transformed = self._transform.inv(item)
-        if transformed is None or _emptied(item, transformed):
+        transformed = self._write_side(item)
+        if transformed is not item and transformed is not None and _emptied(item, transformed):
             return None
         return transformed
 

@@ -29,7 +29,7 @@ from ._compilable import CompilableCount
 from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
 from .checkpoint_hooks import HookList
 from .collate import stack_items
-from .item_memory import compact_views, saves_shared_memory
+from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
 from .storage_readers import AttachableStorage
@@ -1010,8 +1010,8 @@ class ListStorage(Storage):
         made 64 MB); any other items are pickled as they are (a class of the user's script
         stays pickled by value under cloudpickle / Ray)."""
         state = self.__dict__.copy()
-        items = compact_views(state.pop("_storage"))
-        if not saves_shared_memory(items):  # (pickled as they are: any pickler's rules)
+        items, shared = compacted_for_saving(state.pop("_storage"))
+        if not shared:  # (pickled as they are: any pickler's rules)
             state["_storage"] = items
             return state
         written = io.BytesIO()
