@@ -567,18 +567,21 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for key in keys:
         values = [info.get(key) for info in infos]
-        given = [v for v in values if isinstance(v, torch.Tensor)]
-        if len(given) < len(values) and given and all(v is None or isinstance(v, torch.Tensor)
-                                                      for v in values) \
-                and all(not v.is_floating_point() and not v.is_complex()
-                        and v.dtype != torch.bool and v.shape == given[0].shape
-                        and v.dtype == given[0].dtype for v in given):
+        given = [v for v in values if v is not None]
+        if 0 < len(given) < len(values) and all(_same_integers(v, given[0]) for v in given):
             values = [torch.full_like(given[0], -1) if v is None else v for v in values]
         if all(isinstance(v, torch.Tensor) for v in values):
             merged[key] = stack_parts(values)
         else:
             merged[key] = values
     return merged
+
+
+def _same_integers(value: Any, first: torch.Tensor) -> bool:
+    """Whether ``value`` is an integer tensor (not bool) of ``first``'s shape and dtype."""
+    return (isinstance(value, torch.Tensor) and value.shape == first.shape
+            and value.dtype == first.dtype and value.dtype != torch.bool
+            and not value.is_floating_point() and not value.is_complex())
 
 
 def _check_written(slots: torch.Tensor, storage: Storage, buffer_id: int) -> None:

@@ -37,7 +37,7 @@ from ._keys import (
 )
 from ._level_classes import LevelClasses
 from ._row_writes import before_write, write_rows
-from ._source_checks import SourceCheck, check_source, copyable_sources
+from ._source_checks import SourceCheck, check_source, check_storable, copyable_sources
 from ._td_builders import allocated_tensordict, assemble, tensordict_builder
 from ._tensorclasses import NestedClasses, nested_tensorclasses
 
@@ -149,8 +149,7 @@ class TensorLayout:
         keys = leaf_keys(td)
         leaves = []
         for key in keys:
-            leaf = _own_memory_per_element(key, check_source(key, td.get(key),
-                                                              new_entry=False))
+            leaf = _own_memory_per_element(key, check_source(key, td.get(key)))
             leaves.append(_slots_viewable(leaf if leaf.device == device else leaf.to(device),
                                           ndim))
         self.ndim = ndim
@@ -427,6 +426,8 @@ def with_new_entries(layout: TensorLayout, td: TensorDictBase, allocate: Any, sk
                                  f"which this storage holds at {as_key(path[:depth])!r} "
                                  "(nothing was written).")
     sources = [check_source(key, td.get(key)) for key in new]  # all before allocating any
+    for key, source in zip(new, sources):  # (new entries are laid out in their dtypes)
+        check_storable(key, source.dtype)
     full = layout.td.copy()
     for key, x in zip(new, sources):
         full.set(key, allocate(layout.shape + x.shape[skip:], x.dtype, key))

@@ -26,12 +26,11 @@ __all__ = ["SourceCheck", "check_dense", "check_source", "check_storable",
 _SHAPE_DTYPE = attrgetter("shape", "dtype")
 
 
-def check_source(key: NestedKey, value: Any, *, new_entry: bool = True) -> torch.Tensor:
+def check_source(key: NestedKey, value: Any) -> torch.Tensor:
     """``value``, the entry ``key`` of data to store, checked to be a tensor holding data:
-    ``TypeError`` for anything else, ``ValueError`` for a meta-device tensor (shape only).
-    For a ``new_entry`` (one the storage lays out in the value's dtype), ``TypeError`` for a
-    dtype the storage could not hold (:func:`storable_dtype`); data written into an existing
-    entry of another dtype is cast to it instead (``check_cast`` decides).
+    ``TypeError`` for anything else, ``ValueError`` for a meta-device or sparse tensor. (Its
+    dtype is checked where an entry is laid out in it, :func:`check_storable`; data written
+    into an existing entry of another dtype is cast instead, ``check_cast`` decides.)
 
     Examples
     --------
@@ -45,8 +44,6 @@ def check_source(key: NestedKey, value: Any, *, new_entry: bool = True) -> torch
                         "tensor there (use LazyStackStorage or ListStorage for data of any "
                         "kind).")
     check_dense(f"entry {key!r}", value)
-    if new_entry:
-        check_storable(key, value.dtype)
     return value
 
 
@@ -231,7 +228,7 @@ class SourceCheck:
         # one comparison on the hot path; the checks only where something differs
         if list(map(_SHAPE_DTYPE, out)) != expected:
             for key, src, (shape, dtype) in zip(self.keys, out, expected):
-                check_source(key, src, new_entry=False)
+                check_source(key, src)
                 if src.shape != shape:
                     raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
                                      f"{tuple(shape)} for this storage.")
@@ -244,7 +241,7 @@ class SourceCheck:
         keys = leaf_keys(td)
         for key in keys:  # a string entry is refused by name, not left behind
             if key not in self.key_set:
-                check_source(key, td.get(key), new_entry=False)
+                check_source(key, td.get(key))
         if len(keys) != len(self.keys) or not all(k in self.key_set for k in keys):
             got = set(keys)
             missing = sorted(map(str, self.key_set - got))

@@ -59,7 +59,7 @@ def allocated_tensordict(td: TensorDictBase, shape: torch.Size, skip: int,
     """
     keys = leaf_keys(td)
     # all before allocating any (dtypes: checked by the write that lays out, not a restore)
-    sources = [check_source(key, td.get(key), new_entry=False) for key in keys]
+    sources = [check_source(key, td.get(key)) for key in keys]
     leaves = [allocate(shape + x.shape[skip:], x.dtype, key) for key, x in zip(keys, sources)]
     return assemble(build_tree(keys), leaves, shape + td.batch_size[skip:], device,
                     nested_batch_dims(td))

@@ -133,7 +133,9 @@ class TensorDictMaxValueWriter(Writer):
 
     shareable = False  # the heap of ranks lives in one process (see Notes)
 
-    #: (a class default: a writer pickled before 0.5.1 has no instance attribute)
+    #: the leaves of the last item the storage checked and accepted without writing it (see
+    #: _check_unwritten): an item of the same leaves needs no check again (a class default:
+    #: set per writer by its first such check; a writer pickled by 0.5.0 has none of its own)
     _checked_item: tuple[Any, ...] | None = None
 
     def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum", *,
@@ -152,9 +154,6 @@ class TensorDictMaxValueWriter(Writer):
         self.reduction = reduction
         self._heap: list[_Entry] = []
         self._age = 0  # how many rows were offered so far (each gets the next age)
-        # the leaves of the last item the storage checked and accepted without writing it (see
-        # _check_unwritten): an item of the same leaves needs no check again
-        self._checked_item = None
 
     # ---- ranks ------------------------------------------------------------------------------
     def _ranks(self, data: Any, batched: bool) -> torch.Tensor:
