@@ -14,28 +14,28 @@ from __future__ import annotations
 import abc
 import copy
 import io
-import os
 import pickle
-from collections.abc import Callable, Iterator, Sequence
-from functools import partial
-from pathlib import Path
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from ._compilable import CompilableCount
-from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
-from .checkpoint_hooks import HookList
 from .collate import stack_items
 from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
+from .storage_checkpointer import (
+    CheckpointedStorage,
+    ListStorageCheckpointer,
+    StorageCheckpointerBase,
+    describe_checkpointer,
+)
+from .storage_indexing import StorageIndexing
 from .storage_readers import AttachableStorage
 from .utils import as_long_tensor, check_flag, is_int
-
-StorageT = TypeVar("StorageT", bound="Storage")
 
 #: the capacity of a list storage built with ``max_size=None`` (TorchRL's "unlimited")
 UNBOUNDED = 2**63 - 1
@@ -104,231 +104,9 @@ def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tens
     return slots
 
 
-class StorageCheckpointerBase(Generic[StorageT]):
-    """Saves and restores a storage's contents in a checkpoint directory.
 
-    A checkpointer implements :meth:`dumps` (write the storage into an existing empty
-    directory) and :meth:`prepare_load` (read and validate a directory, returning a function
-    that installs what was read). Nothing in the storage may change before that function is
-    called, so a bad checkpoint never leaves a half-loaded storage.
-
-    A checkpointer written for TorchRL implements ``loads(storage, path)`` instead of
-    :meth:`prepare_load`; it works as it is, but then a buffer's ``loads`` can no longer check
-    its storage's part before installing the others: that part is read when it is installed.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> class Squares(StorageCheckpointerBase):          # TorchRL's two methods
-    ...     def dumps(self, storage, path):
-    ...         (path / "n.txt").write_text(str(len(storage)))
-    ...     def loads(self, storage, path):
-    ...         n = int((path / "n.txt").read_text())
-    ...         storage.set(torch.arange(n), [i * i for i in range(n)])
-    >>> s = ListStorage(8, checkpointer=Squares())
-    >>> s.set(torch.arange(3), [0, 0, 0])
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     s.dumps(d)
-    ...     restored = ListStorage(8, checkpointer=Squares())
-    ...     restored.loads(d)
-    >>> restored.get(torch.arange(3))
-    [0, 1, 4]
-    """
-
-    def __init__(self) -> None:
-        self._save_hook_list = HookList()
-        self._load_hook_list = HookList()
-
-    def dumps(self, storage: StorageT, path: Path) -> None:
-        """Write ``storage``'s content into the directory ``path`` (which exists), for
-        :meth:`loads` to read back; a checkpointer implements it (TorchRL's abstract
-        method)."""
-        raise NotImplementedError
-
-    # ---- hooks (TorchRL's register_save_hook / register_load_hook) ----------------------------
-    def _hooks(self, attr: str) -> HookList:
-        # made on first use: a subclass whose __init__ does not call this one's has them too
-        hooks = vars(self).get(attr)
-        if hooks is None:
-            hooks = HookList()
-            setattr(self, attr, hooks)
-        return hooks
-
-    def register_save_hook(self, hook: Callable[..., Any]) -> None:
-        """Register ``hook(data) -> data``, run on the storage's contents before they are
-        written; what it returns is what the checkpoint holds.
-
-        Hooks run in registration order, before the checkpointer writes any file, on what the
-        checkpointer saves: the written rows for tensor storages (a TensorDict of batch shape
-        ``[rows, *inner]``, a view: return new tensors rather than changing them in place),
-        the list of items for list storages. A hook that declares a ``path`` parameter (as
-        TorchRL's do) is also given the directory being written. A hook that raises stops
-        the save: nothing of the new checkpoint is committed, and the storage is unchanged.
-        ``Storage.register_save_hook`` and ``ReplayBuffer.register_save_hook`` register here,
-        on the storage's checkpointer: giving the storage another checkpointer leaves the
-        hooks with this one (as TorchRL).
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> ckpt = ListStorageCheckpointer()
-        >>> ckpt.register_save_hook(lambda items: [x * 10 for x in items])
-        >>> s = ListStorage(4, checkpointer=ckpt)
-        >>> s.set(torch.arange(2), [1, 2])
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     s.dumps(d)
-        ...     t = ListStorage(4)
-        ...     t.loads(d)
-        >>> t[:], s[:]
-        ([10, 20], [1, 2])
-        """
-        self._hooks("_save_hook_list").append(hook)
-
-    def register_load_hook(self, hook: Callable[..., Any]) -> None:
-        """Register ``hook(data) -> data``, run on what a checkpoint holds after it is read;
-        what it returns is what the storage gets.
-
-        Hooks run in registration order while the checkpoint is read and checked, before
-        anything of the storage changes: a hook that raises leaves the storage as it was. A
-        hook that declares an ``out`` parameter (TorchRL's) gets ``out=None``: it never writes
-        into the live storage, whose rows change only once everything is read and checked.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> s = ListStorage(4)
-        >>> s.set(torch.arange(2), [1, 2])
-        >>> t = ListStorage(4)
-        >>> t.checkpointer.register_load_hook(lambda items: [x + 1 for x in items])
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     s.dumps(d)
-        ...     t.loads(d)
-        >>> t[:]
-        [2, 3]
-        """
-        self._hooks("_load_hook_list").append(hook)
-
-    @property
-    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
-        """The save hooks, in registration order."""
-        return self._hooks("_save_hook_list").as_tuple()
-
-    @property
-    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
-        """The load hooks, in registration order."""
-        return self._hooks("_load_hook_list").as_tuple()
-
-    def apply_save_hooks(self, data: Any, *, path: Path | None = None) -> Any:
-        """``data`` passed through every save hook (``path``: the directory being written,
-        given to hooks that declare it): what a checkpointer writes."""
-        return self._hooks("_save_hook_list").run(data, path=path)
-
-    def apply_load_hooks(self, data: Any) -> Any:
-        """``data`` passed through every load hook (``out=None`` to hooks that declare it):
-        what a checkpointer installs."""
-        return self._hooks("_load_hook_list").run(data, out=None)
-
-    def prepare_load(self, storage: StorageT, path: Path) -> Callable[[], None]:
-        """Read and check ``path``; return the function that installs it into ``storage``.
-
-        The base serves a checkpointer that implements TorchRL's :meth:`loads` instead: the
-        function it returns calls that ``loads`` (nothing is read before)."""
-        if type(self).loads is StorageCheckpointerBase.loads:
-            raise NotImplementedError(f"{type(self).__name__} implements neither prepare_load "
-                                      "nor TorchRL's loads(storage, path).")
-        return partial(self.loads, storage, path)
-
-    def loads(self, storage: StorageT, path: str | os.PathLike[str]) -> None:
-        """Restore ``storage`` from directory ``path`` (TorchRL's entry point): read and check
-        it all (:meth:`prepare_load`), then install it; a damaged checkpoint raises
-        :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing."""
-        install = self.prepare_load(storage, Path(path))
-        try:
-            install()
-        finally:
-            storage.bump_revision()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
-    """Checkpointer of :class:`ListStorage`: saves the list of items with ``torch.save``.
-
-    Items are arbitrary Python objects, so loading unpickles: load only checkpoints you trust.
-    Tensors that share memory are saved once and share it again once loaded: items that are
-    rows of one batch (``list(td.unbind(0))``, ``LazyStackStorage.extend``) take the batch's
-    size, where pickling each (the format of 0.4.0, still loaded) saved the whole batch with
-    every row. Items that view a much larger tensor (a few rows kept of a large batch) are
-    saved as copies of the views (:func:`~tdreplay.core.item_memory.compact_views`), not
-    with the whole tensor.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> s = ListStorage(4)
-    >>> s.set(torch.arange(2), ["a", "b"])
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     s.dumps(d)
-    ...     t = ListStorage(4)
-    ...     t.loads(d)
-    >>> t.get(torch.tensor([1, 0]))
-    ['b', 'a']
-    """
-
-    def dumps(self, storage: ListStorage, path: Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        items = self.apply_save_hooks(compact_views(storage.items()), path=path)
-        save_torch_file(items, path / "items.pt")
-        write_json(path / "storage.json", {"class": type(storage).__name__,
-                                           "max_size": storage.max_size, "len": len(items)})
-
-    def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
-        path = Path(path)
-        meta_path = path / "storage.json"
-        meta = read_json(meta_path)
-        max_size, length = meta.get("max_size"), meta.get("len")
-        if not is_int(max_size) or not is_int(length):
-            raise CheckpointError(f"checkpoint file {str(meta_path)!r} lacks integer 'max_size' "
-                                  "and 'len' entries.")
-        if max_size != storage.max_size:
-            # the writer's cursor wraps at max_size: another capacity would not continue alike
-            raise CheckpointError(
-                f"checkpoint storage has max_size={max_size} but this storage has "
-                f"max_size={storage.max_size} ({str(meta_path)!r})."
-            )
-        items_path = path / "items.pt"
-        try:
-            if items_path.is_file():  # documented: load trusted checkpoints only
-                items = torch.load(items_path, weights_only=False)
-            else:  # (the pickle of a checkpoint written by 0.4.0)
-                items_path = path / "items.pkl"
-                with open(items_path, "rb") as f:
-                    items = pickle.load(f)
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(
-                f"checkpoint file {str(items_path)!r} is unreadable: {err!r}") from err
-        if not isinstance(items, list) or len(items) != length or length > max_size:
-            raise CheckpointError(
-                f"checkpoint file {str(items_path)!r} does not hold the list of {length} items "
-                f"{meta_path.name} announces.")
-        items = self.apply_load_hooks(items)
-
-        def commit() -> None:
-            storage.replace_items(items)
-
-        return commit
-
-
-def _describe(value: Any) -> str:
-    """What a refused ``checkpointer`` is: a class (not an instance), else its type."""
-    if isinstance(value, type):
-        return f"the class {value.__name__} (pass an instance: {value.__name__}())"
-    return type(value).__name__
-
-
-class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, AttachableStorage, abc.ABC):
+class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, AttachableStorage,
+              StorageIndexing, CheckpointedStorage, abc.ABC):
     """A container of ``max_size`` slots that a writer fills and a sampler reads.
 
     Contract:
@@ -374,7 +152,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         self.compilable = check_flag(compilable, "compilable")
         if checkpointer is not None and not isinstance(checkpointer, StorageCheckpointerBase):
             raise TypeError(f"checkpointer must be a StorageCheckpointerBase instance (or None), "
-                            f"got {_describe(checkpointer)}.")
+                            f"got {describe_checkpointer(checkpointer)}.")
         self.max_size = int(max_size)
         self._checkpointer = (checkpointer if checkpointer is not None
                               else self._default_checkpointer())
@@ -576,148 +354,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         """
         return None
 
-    # ---- geometry --------------------------------------------------------------------------------
-    @property
-    def rows_capacity(self) -> int | None:
-        """Capacity along the leading dimension (``None`` while a lazy layout is unknown)."""
-        return self.max_size
-
-    def rows_capacity_for(self, data: Any, batched: bool) -> int:
-        """Capacity along the leading dimension once ``data`` is written.
-
-        Lazy storages lay out from the first write, so they compute it from ``data``.
-        """
-        return self.max_size
-
-    @property
-    def row_numel(self) -> int:
-        """Slots per row (1 when ``ndim == 1``)."""
-        return 1
-
-    @property
-    def initialized(self) -> bool:
-        """Whether the storage layout exists (lazy storages lay out on the first write)."""
-        return True
-
-    def rows_to_slots(self, rows: torch.Tensor) -> torch.Tensor:
-        """Flat slots covered by ``rows``: shape ``[*rows.shape, *inner]``."""
-        return rows
-
-    def valid_slots_mask(self, slots: torch.Tensor) -> torch.Tensor:
-        """Boolean mask of ``slots`` that hold written data."""
-        return (slots >= 0) & (slots < len(self))
-
-    def __contains__(self, index: int | torch.Tensor) -> bool | torch.Tensor:
-        """``index in storage``: :meth:`contains` (whether the slot holds written data), as
-        TorchRL's, not a search of the stored values.
-
-        Examples
-        --------
-        >>> s = ListStorage(10)
-        >>> s.set(torch.tensor([0, 1]), ["a", "b"])
-        >>> 1 in s, 2 in s, "a" in s.items()
-        (True, False, True)
-        """
-        return self.contains(index)
-
-    def __iter__(self) -> Iterator[Any]:
-        """The written rows in slot order, ``storage[i]`` for ``i`` in ``range(len(storage))``
-        (TorchRL's); a storage of several dims (``ndim > 1``, whose ``len`` counts slots and
-        ``storage[i]`` indexes its first dim) gives each slot's item, ``storage.get(i)``.
-
-        Examples
-        --------
-        >>> s = ListStorage(10)
-        >>> s.set(torch.tensor([0, 1]), ["a", "b"])
-        >>> list(s)
-        ['a', 'b']
-        """
-        read = self.__getitem__ if self.ndim == 1 else self.get
-        for i in range(len(self)):
-            yield read(i)
-
-    def contains(self, index: int | torch.Tensor) -> bool | torch.Tensor:
-        """Whether the slot ``index`` holds written data (TorchRL's ``storage.contains``).
-
-        A negative int counts from the end of the written slots, as for a list. A tensor of
-        slots gives a boolean tensor of its shape (:meth:`valid_slots_mask`).
-
-        Examples
-        --------
-        >>> s = ListStorage(10)
-        >>> s.contains(0)
-        False
-        >>> s.set(0, "a")
-        >>> s.contains(0), s.contains(-1), s.contains(1)
-        (True, True, False)
-        >>> s.contains(torch.tensor([0, 1, 9])).tolist()
-        [True, False, False]
-        """
-        if isinstance(index, torch.Tensor) and index.ndim:
-            return self.valid_slots_mask(index)
-        if not is_int(index):
-            raise TypeError(f"index must be an int or an integer tensor, got "
-                            f"{type(index).__name__}.")
-        slot = int(index)
-        if slot < 0:
-            slot += len(self)
-        return bool(self.valid_slots_mask(torch.tensor([slot]))[0])
-
     def default_collate(self, data: Any) -> Any:
         """How a buffer turns what :meth:`get` returned into a batch (identity by default)."""
         return data
-
-    def index_to_rows(self, index: Any, value: Any = None) -> torch.Tensor:
-        """Rows a user index (int, slice, integer or boolean tensor) selects on dim 0.
-
-        Indices are resolved against the *written* rows, as reads are, so ``rb[i] = x`` writes
-        where ``rb[i]`` reads: ``-1`` is the last written row and ``rb[:]`` all written rows.
-        Integer indices must address written rows (``extend`` adds rows); a slice with an
-        explicit stop past them (``write_all`` of more rows than are written) reaches up to the
-        capacity, without leaving a gap. ``value`` (what is being written) lays out a lazy
-        storage's capacity before its first write.
-        """
-        if isinstance(index, tuple):
-            index = index[0] if index else slice(None)
-        numel = self.row_numel
-        n = len(self) // numel if numel else 0
-        if isinstance(index, slice):
-            stop = index.stop
-            if stop is None or stop <= n:
-                return torch.arange(*index.indices(n))
-            cap = self.rows_capacity
-            if cap is None:
-                cap = self.rows_capacity_for(value, batched=True) if value is not None else 0
-            step = 1 if index.step is None else index.step
-            start = 0 if index.start is None else index.start
-            start = max(start + n, 0) if start < 0 else start
-            if step <= 0 or start > n:
-                raise IndexError(f"index {index} would write past the {n} written rows with a "
-                                 "gap or backwards: use extend to add rows.")
-            return torch.arange(start, min(stop, cap), step)
-        if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
-            if index.ndim != 1 or index.shape[0] != n:  # as torch: a mask covers every row
-                raise IndexError(f"a boolean index must have one entry per written row ({n}), "
-                                 f"got shape {tuple(index.shape)}.")
-            rows = index.nonzero().squeeze(-1)
-        else:
-            rows = as_long_tensor(index, name="index").reshape(-1)
-        rows = torch.where(rows < 0, rows + n, rows)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n):
-            raise IndexError(f"index {index!r} is out of range: {n} rows are written (index "
-                             "assignment overwrites written rows; extend adds rows).")
-        return rows
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` at the rows selected by ``index`` (see :meth:`index_to_rows`)."""
-        rows = self.index_to_rows(index, value)
-        # an in-place edit: the writer's cursor, and the newest row of the ring, stay
-        if is_int(index):
-            self.set(int(rows[0]), value, set_cursor=False)
-        elif isinstance(index, slice) and rows.numel() > 1 and int(rows[1] - rows[0]) == 1:
-            self.set(slice(int(rows[0]), int(rows[-1]) + 1), value, set_cursor=False)
-        else:
-            self.set(rows, value, set_cursor=False)
 
     def set_key(self, key: Any, value: Any, index: Any = None) -> None:
         """Set entry ``key`` in place at ``index`` (all written rows when None)."""
@@ -734,67 +373,6 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         """Device where the data lives."""
         return torch.device("cpu")
 
-    # ---- hooks and checkpoints -------------------------------------------------------------------
-    @property
-    def checkpointer(self) -> StorageCheckpointerBase[Any]:
-        """The object that writes and reads this storage in checkpoints (settable)."""
-        return self._checkpointer
-
-    @checkpointer.setter
-    def checkpointer(self, value: StorageCheckpointerBase[Any]) -> None:
-        if not isinstance(value, StorageCheckpointerBase):
-            raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got "
-                            f"{_describe(value)}.")
-        self._checkpointer = value
-
-    def register_save_hook(self, hook: Callable[..., Any]) -> None:
-        """Register a save hook on :attr:`checkpointer` (as TorchRL, the hook lives there):
-        ``hook(data) -> data`` runs on the contents before they are written (see
-        :meth:`StorageCheckpointerBase.register_save_hook`). ``ReplayBuffer.register_save_hook``
-        registers here; its ``dumps`` also sets a hook's ``shift`` / ``is_full`` attributes when
-        it has them (TorchRL's protocol, used by ``TED2Flat``).
-
-        Examples
-        --------
-        >>> s = ListStorage(4)
-        >>> s.register_save_hook(lambda items: items[::-1])
-        >>> s.checkpointer.save_hooks == s.save_hooks, len(s.save_hooks)
-        (True, 1)
-        """
-        self.checkpointer.register_save_hook(hook)
-
-    def register_load_hook(self, hook: Callable[..., Any]) -> None:
-        """Register a load hook on :attr:`checkpointer`: ``hook(data) -> data`` runs on what a
-        checkpoint holds before it is installed (see
-        :meth:`StorageCheckpointerBase.register_load_hook`)."""
-        self.checkpointer.register_load_hook(hook)
-
-    @property
-    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
-        """The save hooks of :attr:`checkpointer`, in registration order."""
-        return self.checkpointer.save_hooks
-
-    @property
-    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
-        """The load hooks of :attr:`checkpointer`, in registration order."""
-        return self.checkpointer.load_hooks
-
-    def apply_save_hooks(self, data: Any) -> Any:
-        """``data`` passed through every save hook of :attr:`checkpointer`.
-
-        Examples
-        --------
-        >>> s = ListStorage(4)
-        >>> s.register_save_hook(lambda items: [2 * x for x in items])
-        >>> s.apply_save_hooks([1, 2])
-        [2, 4]
-        """
-        return self.checkpointer.apply_save_hooks(data)
-
-    def apply_load_hooks(self, data: Any) -> Any:
-        """``data`` passed through every load hook of :attr:`checkpointer`."""
-        return self.checkpointer.apply_load_hooks(data)
-
     def flatten(self) -> Storage:
         """This storage seen with one dimension (TorchRL's ``storage.flatten()``): the storage
         itself when ``ndim == 1``; storages with more dimensions that can be flattened
@@ -810,36 +388,6 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
             return self
         raise RuntimeError(f"storage.flatten is not supported for storages of type "
                            f"{type(self).__name__} when ndim > 1 (ndim={self.ndim}).")
-
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Write the contents into directory ``path`` with :attr:`checkpointer`."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        self.checkpointer.dumps(self, path)
-
-    def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
-        """Read and check ``path``; return a function that installs it (see the checkpointers)
-        and advances :attr:`revision`."""
-        install = self.checkpointer.prepare_load(self, Path(path))
-
-        def commit() -> None:
-            try:
-                install()
-            finally:
-                self.bump_revision()
-
-        return commit
-
-    def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore the contents written by :meth:`dumps`."""
-        try:
-            self.prepare_load(path)()
-        finally:
-            self._restores += 1  # (restore_count: whichever methods the checkpointer calls)
-
-    save = dumps
-    dump = dumps
-    load = loads
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"

@@ -1,0 +1,371 @@
+"""How a storage is written into and read from a checkpoint directory.
+
+A :class:`StorageCheckpointerBase` writes a storage's contents into a directory and reads them
+back (``ListStorageCheckpointer`` for :class:`~tdreplay.core.ListStorage`; the tensor, memmap
+and compressed storages have theirs in ``tdreplay.storages``); it holds the save and load hooks
+(TorchRL's ``register_save_hook`` / ``register_load_hook``). :class:`CheckpointedStorage` is
+the storage's side: its ``checkpointer``, the hooks it registers there, and ``dumps`` /
+``loads``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import torch
+
+from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
+from .checkpoint_hooks import HookList
+from .item_memory import compact_views
+from .utils import is_int
+
+if TYPE_CHECKING:
+    from .storage import ListStorage, Storage
+
+# the two checkpointer classes are documented, and imported, with ``tdreplay.core``
+__all__ = ["CheckpointedStorage", "describe_checkpointer"]
+
+StorageT = TypeVar("StorageT", bound="Storage")
+
+
+class StorageCheckpointerBase(Generic[StorageT]):
+    """Saves and restores a storage's contents in a checkpoint directory.
+
+    A checkpointer implements :meth:`dumps` (write the storage into an existing empty
+    directory) and :meth:`prepare_load` (read and validate a directory, returning a function
+    that installs what was read). Nothing in the storage may change before that function is
+    called, so a bad checkpoint never leaves a half-loaded storage.
+
+    A checkpointer written for TorchRL implements ``loads(storage, path)`` instead of
+    :meth:`prepare_load`; it works as it is, but then a buffer's ``loads`` can no longer check
+    its storage's part before installing the others: that part is read when it is installed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage
+    >>> class Squares(StorageCheckpointerBase):          # TorchRL's two methods
+    ...     def dumps(self, storage, path):
+    ...         (path / "n.txt").write_text(str(len(storage)))
+    ...     def loads(self, storage, path):
+    ...         n = int((path / "n.txt").read_text())
+    ...         storage.set(torch.arange(n), [i * i for i in range(n)])
+    >>> s = ListStorage(8, checkpointer=Squares())
+    >>> s.set(torch.arange(3), [0, 0, 0])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     restored = ListStorage(8, checkpointer=Squares())
+    ...     restored.loads(d)
+    >>> restored.get(torch.arange(3))
+    [0, 1, 4]
+    """
+
+    def __init__(self) -> None:
+        self._save_hook_list = HookList()
+        self._load_hook_list = HookList()
+
+    def dumps(self, storage: StorageT, path: Path) -> None:
+        """Write ``storage``'s content into the directory ``path`` (which exists), for
+        :meth:`loads` to read back; a checkpointer implements it (TorchRL's abstract
+        method)."""
+        raise NotImplementedError
+
+    # ---- hooks (TorchRL's register_save_hook / register_load_hook) ----------------------------
+    def _hooks(self, attr: str) -> HookList:
+        # made on first use: a subclass whose __init__ does not call this one's has them too
+        hooks = vars(self).get(attr)
+        if hooks is None:
+            hooks = HookList()
+            setattr(self, attr, hooks)
+        return hooks
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Register ``hook(data) -> data``, run on the storage's contents before they are
+        written; what it returns is what the checkpoint holds.
+
+        Hooks run in registration order, before the checkpointer writes any file, on what the
+        checkpointer saves: the written rows for tensor storages (a TensorDict of batch shape
+        ``[rows, *inner]``, a view: return new tensors rather than changing them in place),
+        the list of items for list storages. A hook that declares a ``path`` parameter (as
+        TorchRL's do) is also given the directory being written. A hook that raises stops
+        the save: nothing of the new checkpoint is committed, and the storage is unchanged.
+        ``Storage.register_save_hook`` and ``ReplayBuffer.register_save_hook`` register here,
+        on the storage's checkpointer: giving the storage another checkpointer leaves the
+        hooks with this one (as TorchRL).
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from tdreplay.core import ListStorage
+        >>> ckpt = ListStorageCheckpointer()
+        >>> ckpt.register_save_hook(lambda items: [x * 10 for x in items])
+        >>> s = ListStorage(4, checkpointer=ckpt)
+        >>> s.set(torch.arange(2), [1, 2])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s.dumps(d)
+        ...     t = ListStorage(4)
+        ...     t.loads(d)
+        >>> t[:], s[:]
+        ([10, 20], [1, 2])
+        """
+        self._hooks("_save_hook_list").append(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Register ``hook(data) -> data``, run on what a checkpoint holds after it is read;
+        what it returns is what the storage gets.
+
+        Hooks run in registration order while the checkpoint is read and checked, before
+        anything of the storage changes: a hook that raises leaves the storage as it was. A
+        hook that declares an ``out`` parameter (TorchRL's) gets ``out=None``: it never writes
+        into the live storage, whose rows change only once everything is read and checked.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.set(torch.arange(2), [1, 2])
+        >>> t = ListStorage(4)
+        >>> t.checkpointer.register_load_hook(lambda items: [x + 1 for x in items])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s.dumps(d)
+        ...     t.loads(d)
+        >>> t[:]
+        [2, 3]
+        """
+        self._hooks("_load_hook_list").append(hook)
+
+    @property
+    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The save hooks, in registration order."""
+        return self._hooks("_save_hook_list").as_tuple()
+
+    @property
+    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The load hooks, in registration order."""
+        return self._hooks("_load_hook_list").as_tuple()
+
+    def apply_save_hooks(self, data: Any, *, path: Path | None = None) -> Any:
+        """``data`` passed through every save hook (``path``: the directory being written,
+        given to hooks that declare it): what a checkpointer writes."""
+        return self._hooks("_save_hook_list").run(data, path=path)
+
+    def apply_load_hooks(self, data: Any) -> Any:
+        """``data`` passed through every load hook (``out=None`` to hooks that declare it):
+        what a checkpointer installs."""
+        return self._hooks("_load_hook_list").run(data, out=None)
+
+    def prepare_load(self, storage: StorageT, path: Path) -> Callable[[], None]:
+        """Read and check ``path``; return the function that installs it into ``storage``.
+
+        The base serves a checkpointer that implements TorchRL's :meth:`loads` instead: the
+        function it returns calls that ``loads`` (nothing is read before)."""
+        if type(self).loads is StorageCheckpointerBase.loads:
+            raise NotImplementedError(f"{type(self).__name__} implements neither prepare_load "
+                                      "nor TorchRL's loads(storage, path).")
+        return partial(self.loads, storage, path)
+
+    def loads(self, storage: StorageT, path: str | os.PathLike[str]) -> None:
+        """Restore ``storage`` from directory ``path`` (TorchRL's entry point): read and check
+        it all (:meth:`prepare_load`), then install it; a damaged checkpoint raises
+        :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing."""
+        install = self.prepare_load(storage, Path(path))
+        try:
+            install()
+        finally:
+            storage.bump_revision()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
+    """Checkpointer of :class:`ListStorage`: saves the list of items with ``torch.save``.
+
+    Items are arbitrary Python objects, so loading unpickles: load only checkpoints you trust.
+    Tensors that share memory are saved once and share it again once loaded: items that are
+    rows of one batch (``list(td.unbind(0))``, ``LazyStackStorage.extend``) take the batch's
+    size, where pickling each (the format of 0.4.0, still loaded) saved the whole batch with
+    every row. Items that view a much larger tensor (a few rows kept of a large batch) are
+    saved as copies of the views (:func:`~tdreplay.core.item_memory.compact_views`), not
+    with the whole tensor.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage
+    >>> s = ListStorage(4)
+    >>> s.set(torch.arange(2), ["a", "b"])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.dumps(d)
+    ...     t = ListStorage(4)
+    ...     t.loads(d)
+    >>> t.get(torch.tensor([1, 0]))
+    ['b', 'a']
+    """
+
+    def dumps(self, storage: ListStorage, path: Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        items = self.apply_save_hooks(compact_views(storage.items()), path=path)
+        save_torch_file(items, path / "items.pt")
+        write_json(path / "storage.json", {"class": type(storage).__name__,
+                                           "max_size": storage.max_size, "len": len(items)})
+
+    def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
+        path = Path(path)
+        meta_path = path / "storage.json"
+        meta = read_json(meta_path)
+        max_size, length = meta.get("max_size"), meta.get("len")
+        if not is_int(max_size) or not is_int(length):
+            raise CheckpointError(f"checkpoint file {str(meta_path)!r} lacks integer 'max_size' "
+                                  "and 'len' entries.")
+        if max_size != storage.max_size:
+            # the writer's cursor wraps at max_size: another capacity would not continue alike
+            raise CheckpointError(
+                f"checkpoint storage has max_size={max_size} but this storage has "
+                f"max_size={storage.max_size} ({str(meta_path)!r})."
+            )
+        items_path = path / "items.pt"
+        try:
+            if items_path.is_file():  # documented: load trusted checkpoints only
+                items = torch.load(items_path, weights_only=False)
+            else:  # (the pickle of a checkpoint written by 0.4.0)
+                items_path = path / "items.pkl"
+                with open(items_path, "rb") as f:
+                    items = pickle.load(f)
+        except Exception as err:  # any unreadable file is a damaged checkpoint
+            raise CheckpointError(
+                f"checkpoint file {str(items_path)!r} is unreadable: {err!r}") from err
+        if not isinstance(items, list) or len(items) != length or length > max_size:
+            raise CheckpointError(
+                f"checkpoint file {str(items_path)!r} does not hold the list of {length} items "
+                f"{meta_path.name} announces.")
+        items = self.apply_load_hooks(items)
+
+        def commit() -> None:
+            storage.replace_items(items)
+
+        return commit
+
+
+def describe_checkpointer(value: Any) -> str:
+    """What a refused ``checkpointer`` is, for its error: a class (not an instance), else its
+    type.
+
+    Examples
+    --------
+    >>> describe_checkpointer(ListStorageCheckpointer), describe_checkpointer(3)
+    ('the class ListStorageCheckpointer (pass an instance: ListStorageCheckpointer())', 'int')
+    """
+    if isinstance(value, type):
+        return f"the class {value.__name__} (pass an instance: {value.__name__}())"
+    return type(value).__name__
+
+
+class CheckpointedStorage:
+    """The checkpoint side of a :class:`~tdreplay.core.Storage`: its :attr:`checkpointer`,
+    the save / load hooks registered there, and ``dumps`` / ``loads`` through it."""
+
+    _checkpointer: StorageCheckpointerBase[Any]
+
+    if TYPE_CHECKING:  # what the storage this is mixed into provides
+        _restores: int
+        def bump_revision(self) -> None: ...
+
+    @property
+    def checkpointer(self) -> StorageCheckpointerBase[Any]:
+        """The object that writes and reads this storage in checkpoints (settable)."""
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: StorageCheckpointerBase[Any]) -> None:
+        if not isinstance(value, StorageCheckpointerBase):
+            raise TypeError(f"checkpointer must be a StorageCheckpointerBase, got "
+                            f"{describe_checkpointer(value)}.")
+        self._checkpointer = value
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a save hook on :attr:`checkpointer` (as TorchRL, the hook lives there):
+        ``hook(data) -> data`` runs on the contents before they are written (see
+        :meth:`StorageCheckpointerBase.register_save_hook`). ``ReplayBuffer.register_save_hook``
+        registers here; its ``dumps`` also sets a hook's ``shift`` / ``is_full`` attributes when
+        it has them (TorchRL's protocol, used by ``TED2Flat``).
+
+        Examples
+        --------
+        >>> import torch; from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.register_save_hook(lambda items: items[::-1])
+        >>> s.checkpointer.save_hooks == s.save_hooks, len(s.save_hooks)
+        (True, 1)
+        """
+        self.checkpointer.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a load hook on :attr:`checkpointer`: ``hook(data) -> data`` runs on what a
+        checkpoint holds before it is installed (see
+        :meth:`StorageCheckpointerBase.register_load_hook`)."""
+        self.checkpointer.register_load_hook(hook)
+
+    @property
+    def save_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The save hooks of :attr:`checkpointer`, in registration order."""
+        return self.checkpointer.save_hooks
+
+    @property
+    def load_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """The load hooks of :attr:`checkpointer`, in registration order."""
+        return self.checkpointer.load_hooks
+
+    def apply_save_hooks(self, data: Any) -> Any:
+        """``data`` passed through every save hook of :attr:`checkpointer`.
+
+        Examples
+        --------
+        >>> import torch; from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.register_save_hook(lambda items: [2 * x for x in items])
+        >>> s.apply_save_hooks([1, 2])
+        [2, 4]
+        """
+        return self.checkpointer.apply_save_hooks(data)
+
+    def apply_load_hooks(self, data: Any) -> Any:
+        """``data`` passed through every load hook of :attr:`checkpointer`."""
+        return self.checkpointer.apply_load_hooks(data)
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Write the contents into directory ``path`` with :attr:`checkpointer`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.checkpointer.dumps(self, path)
+
+    def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
+        """Read and check ``path``; return a function that installs it (see the checkpointers)
+        and advances :attr:`revision`."""
+        install = self.checkpointer.prepare_load(self, Path(path))
+
+        def commit() -> None:
+            try:
+                install()
+            finally:
+                self.bump_revision()
+
+        return commit
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Restore the contents written by :meth:`dumps`."""
+        try:
+            self.prepare_load(path)()
+        finally:
+            self._restores += 1  # (restore_count: whichever methods the checkpointer calls)
+
+    save = dumps
+    dump = dumps
+    load = loads
