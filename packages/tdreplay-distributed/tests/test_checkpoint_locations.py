@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 
@@ -94,3 +95,23 @@ def test_a_buffer_actor_saves_to_and_restores_from_a_file_url(shared_td, tmp_pat
     shared_td.loads(url)
     assert len(shared_td) == 6 and shared_td[:]["seq"].tolist() == [0] * 6
     assert (tmp_path / "replay" / POINTER).read_text().startswith("snapshot-")
+
+
+def test_a_manifest_rewrite_that_fails_leaves_the_old_one_and_no_temporary(tmp_path,
+                                                                           monkeypatch):
+    import errno
+
+    from tdreplay.core import atomic_files
+
+    manifest = tmp_path / "shards.json"
+    write_text(str(manifest), '{"num_shards": 2}')
+
+    def full_disk(fd, mode):
+        os.close(fd)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic_files.os, "fdopen", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_text(str(manifest), '{"num_shards": 4}')
+    assert manifest.read_text() == '{"num_shards": 2}'
+    assert [p.name for p in tmp_path.iterdir()] == ["shards.json"]

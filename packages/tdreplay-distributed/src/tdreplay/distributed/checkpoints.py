@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from tdreplay.core import CheckpointError, ReplayBuffer
+from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import CheckpointNotFoundError, open_checkpoint
 
 __all__ = ["POINTER", "check_checkpoint", "is_url", "join_location", "load_checkpoint",
@@ -74,17 +75,14 @@ def _filesystem(url: str) -> tuple[Any, str]:
 
 
 def write_text(location: str, text: str) -> None:
-    """Write a small text file at ``location`` (a path: atomically, by a rename; a URL: one
-    object written at once)."""
+    """Write a small text file at ``location`` (a path: atomically and durably, see
+    :func:`~tdreplay.core.atomic_files.replace_file`; a URL: one object written at once)."""
     if is_url(location):
         fs, path = _filesystem(location)
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
         fs.pipe_file(path, text.encode())
         return
-    tmp = os.path.join(os.path.dirname(location), f".{os.path.basename(location)}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, location)
+    replace_file(location, text.encode())
 
 
 def read_text(location: str) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
+from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import record_written_file
 
 _CHUNK = 1 << 22  # bytes per write
@@ -156,15 +157,6 @@ def write_json_file(path: Path, obj: Any) -> None:
     {'values': ['x', 1, None]}
     """
     raw = json.dumps(obj).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_file(path, raw)
     record_written_file(path, zlib.crc32(raw))
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tensordict import MemoryMappedTensor
 
+from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import CheckpointError
 
 from ._edit_journal import UNDO_FILE
@@ -154,18 +155,13 @@ class MemmapFilesMixin:
         scratch = self._scratch_dir
         listed = {"pid": os.getpid(),
                   "created": [p.relative_to(scratch).as_posix() for p in self._created]}
-        tmp = scratch / f"{_CREATING_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(listed))
-        os.replace(tmp, scratch / _CREATING_FILE)
+        replace_file(scratch / _CREATING_FILE, json.dumps(listed).encode(), durable=False)
 
     def _remove_created(self) -> None:
         """Remove what a failed first write created (files, then directories deepest first,
-        a temporary layout file and the creation file): a retry finds ``scratch_dir`` as it
-        was."""
+        and the creation file; a layout file that failed to be written removed itself): a
+        retry finds ``scratch_dir`` as it was."""
         scratch = self._scratch_dir
-        pid = os.getpid()
-        for name in (f"{_LAYOUT_FILE}.{pid}.tmp", f"{_CREATING_FILE}.{pid}.tmp"):
-            (scratch / name).unlink(missing_ok=True)
         _remove_paths(reversed(self._created))
         (scratch / _CREATING_FILE).unlink(missing_ok=True)
 
@@ -210,9 +206,7 @@ class MemmapFilesMixin:
                 for key, rel, dtype, shape in self._new_files
             ],
         }
-        tmp = self._scratch_dir / f"{_LAYOUT_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(layout))
-        os.replace(tmp, self._scratch_dir / _LAYOUT_FILE)
+        replace_file(self._scratch_dir / _LAYOUT_FILE, json.dumps(layout).encode(), durable=False)
 
     def _attach_layout(self) -> TensorLayout:
         """Map the files another process (or a pickled original) laid out."""

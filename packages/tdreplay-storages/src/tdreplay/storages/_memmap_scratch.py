@@ -15,6 +15,8 @@ import shutil
 import weakref
 from pathlib import Path
 
+from tdreplay.core.atomic_files import replace_file
+
 from ._memmap_files import (
     _CONFIG_FILE,
     _CREATING_FILE,
@@ -83,9 +85,7 @@ class ScratchDirMixin:
                     "lost, and opening it would show an empty buffer over its rows.")
             return
         self._state = _SharedCounters(str(path / _STATE_FILE), create=True)
-        tmp = path / f"{_CONFIG_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(config))
-        os.replace(tmp, config_path)
+        replace_file(config_path, json.dumps(config).encode(), durable=False)
 
     @property
     def scratch_dir(self) -> Path:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tdreplay.core import RevisionTracking
+from tdreplay.core.atomic_files import replace_file
 
 from ._shared_edits import SharedEdit
 from ._torn_writes import STATE_TORN, TornWrites
@@ -61,9 +62,7 @@ class _SharedCounters:
     def __init__(self, path: str, create: bool = False) -> None:
         self.path = str(path)
         if create:
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            np.zeros(_STATE_SIZE, dtype=np.int64).tofile(tmp)
-            os.replace(tmp, self.path)
+            replace_file(self.path, np.zeros(_STATE_SIZE, dtype=np.int64).tobytes(), durable=False)
         elif not os.path.exists(self.path):  # (unpickled: the storage's files are gone)
             raise FileNotFoundError(
                 f"the files of this LazyMemmapStorage are gone ({os.path.dirname(self.path)} "

@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.utils import as_long_tensor, is_int
 
 from ._edit_journal import UNDO_FILE, EditJournal, Rows
@@ -246,9 +247,7 @@ class TornWrites:
         flat = flat[flat < written]
         if not flat.numel():
             return False
-        tmp = self.journal.with_name(f"{self.journal.name}.{os.getpid()}.tmp")
-        flat.cpu().numpy().astype(np.int64).tofile(tmp)
-        os.replace(tmp, self.journal)
+        replace_file(self.journal, flat.cpu().numpy().astype(np.int64).tobytes(), durable=False)
         self.state[STATE_TORN] = _JOURNAL
         return True
 
@@ -389,13 +388,7 @@ class TornWrites:
         block = max(1, STAGE_BYTES // max(row_bytes, 1))
         header = [_PLAN_MAGIC, written, cursor, block, int(torn.numel())]
         data = np.concatenate([np.array(header, dtype=np.int64), torn.numpy().astype(np.int64)])
-        tmp = self.plan_file.with_name(f"{self.plan_file.name}.{os.getpid()}.tmp")
-        try:
-            data.tofile(tmp)
-            os.replace(tmp, self.plan_file)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_file(self.plan_file, data.tobytes(), durable=False)
         self.state[STATE_TORN] = _MOVING  # step 0: from here on, the plan is the record
         return written, cursor, block, torn.tolist()
 
