@@ -505,7 +505,3 @@ def filter_trajectories(data: TensorDictBase,
     return [t for t in iter_trajectories(data, trajectory_key)
             if predicate is None or predicate(t)]
 
-
-def is_trajectory_data(data: Any) -> bool:
-    """Whether ``data`` can be split into trajectories (a tensor collection)."""
-    return is_tensor_collection(data)

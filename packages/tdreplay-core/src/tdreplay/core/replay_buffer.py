@@ -237,25 +237,6 @@ def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
     return True
 
 
-def _set_per_row(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
-    """Set ``value`` (one entry per item of ``td``'s leading batch dims) over all of ``td``.
-
-    The value moves to ``td``'s device and is repeated over the batch dims it lacks; a lazy
-    stack of differently shaped TensorDicts gets it item by item. Returns False (and sets
-    nothing) when the value's shape does not start ``td``'s batch size.
-    """
-    batch = td.batch_size
-    if -1 in batch:
-        return _set_per_item(td, key, value)
-    if not _leads(value.shape, batch):
-        return False
-    device = td.device
-    if device is not None and value.device != device:
-        value = value.to(device)
-    td.set(key, _repeat_over(value, batch))
-    return True
-
-
 class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
                    InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
                    SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,

@@ -18,11 +18,6 @@ from tdreplay.core import TensorDictReplayBuffer
 
 __all__ = ["RemoteTensorDictReplayBuffer"]
 
-#: the methods another RPC worker can call with the buffer's RRef (TorchRL's five, and the
-#: other public methods of a TensorDict buffer)
-REMOTE_METHODS = ("add", "extend", "sample", "update_priority", "update_tensordict_priority",
-                  "empty", "dumps", "loads", "state_dict", "load_state_dict")
-
 
 def _rref_type() -> Any:
     import torch.distributed.rpc as rpc

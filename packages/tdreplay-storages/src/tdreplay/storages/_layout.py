@@ -372,13 +372,10 @@ class TensorLayout:
             self.copy_rows(0, rows, [data.get(k) for k in self.keys])
 
     # ---- in-place edits (see _entry_edits) -----------------------------------------------------
-    def set_entry(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> None:
-        """Set entry ``key`` of the first ``rows`` rows to ``value`` in place (at ``index`` of
-        those rows when given); ``KeyError`` / ``ValueError`` before anything is written."""
-        self.entry_edit(key, value, rows, index).write()
-
     def entry_edit(self, key: NestedKey, value: Any, rows: int, index: Any = None) -> Edit:
-        """:meth:`set_entry` checked, to be run (see :func:`~._entry_edits.entry_edit`)."""
+        """The in-place write of ``value`` into entry ``key`` of the first ``rows`` rows (at
+        ``index`` of those rows when given), checked, to be run: ``KeyError`` / ``ValueError``
+        before anything is written (see :func:`~._entry_edits.entry_edit`)."""
         return entry_edit(self.td, self.keys, key, value, rows, index)
 
     def object_updates(self, data: TensorDictBase, rows: int,

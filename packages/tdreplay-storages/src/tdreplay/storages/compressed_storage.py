@@ -41,7 +41,6 @@ try:
 except ImportError:  # pragma: no cover - depends on the environment
     _zstd = None
 
-_ZLIB_LEVELS = range(-1, 10)
 _ZSTD_LEVELS = range(-131072, 23)
 
 

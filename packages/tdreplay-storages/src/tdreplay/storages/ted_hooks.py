@@ -28,8 +28,9 @@ from tdreplay.core.utils import check_key
 
 __all__ = ["Flat2TED", "TED2Flat"]
 
-#: entries of the flat format that say how to rebuild the rows
-_META = ("shift", "is_full", "storage_rows", "traj_ends")
+#: entries of the flat format that say how to rebuild the rows (with the hooks' ``shift_key``
+#: and ``is_full_key``)
+_ROWS, _ENDS = "storage_rows", "traj_ends"
 
 
 def _key_set(keys: Any) -> set[Any]:
@@ -166,8 +167,8 @@ class TED2Flat(_TEDKeys):
                 out.set(key, root.get(key).clone())
         out.set(self.shift_key, torch.tensor(shift))
         out.set(self.is_full_key, torch.tensor(is_full))
-        out.set("storage_rows", torch.tensor(rows))
-        out.set("traj_ends", ends)
+        out.set(_ROWS, torch.tensor(rows))
+        out.set(_ENDS, ends)
         return out
 
 
@@ -193,31 +194,33 @@ class Flat2TED(_TEDKeys):
     """
 
     def __call__(self, flat: TensorDictBase, path: Any = None) -> TensorDictBase:
-        for key in (self.shift_key, self.is_full_key, "storage_rows", "traj_ends"):
+        """The rows ``flat`` (what :class:`TED2Flat` made) came from; ``path`` (where the
+        checkpoint is, TorchRL's second argument) is not needed."""
+        required = (self.shift_key, self.is_full_key, _ROWS, _ENDS)
+        for key in required:
             if flat.get(key, None) is None:
                 raise KeyError(f"Flat2TED: {key!r} is missing; was the data saved by TED2Flat?")
-        rows = int(flat.get("storage_rows"))
+        rows = int(flat.get(_ROWS))
         shift, is_full = int(flat.get(self.shift_key)), bool(flat.get(self.is_full_key))
-        ends = flat.get("traj_ends").to(torch.bool)
+        ends = flat.get(_ENDS).to(torch.bool)
         slot = torch.arange(rows) + torch.cat([ends.new_zeros(1), ends[:-1]]).cumsum(0)
         after = slot + 1  # where each step's "next" value sits
         special = self.done_keys | self.reward_keys
-        meta = {self.shift_key, self.is_full_key, "storage_rows", "traj_ends"}
         steps = TensorDict(batch_size=[rows])
         for key in _key_set(flat.keys(True, True)):
-            if key in meta:
+            if key in required:
                 continue
             value = flat.get(key)
-            path = key if isinstance(key, tuple) else (key,)
-            if path[0] == "root":
-                steps.set(unravel_key(path[1:]), value)
-            elif path[0] == "next":  # a "next" entry without a root twin, saved as it was
+            parts = key if isinstance(key, tuple) else (key,)
+            if parts[0] == "root":
+                steps.set(unravel_key(parts[1:]), value)
+            elif parts[0] == "next":  # a "next" entry without a root twin, saved as it was
                 steps.set(key, value)
             elif key in special:
-                steps.set(("next", *path), value)
+                steps.set(("next", *parts), value)
             elif value.shape[0] == rows + int(ends.sum()):
                 steps.set(key, value[slot])
-                steps.set(("next", *path), value[after])
+                steps.set(("next", *parts), value[after])
             else:
                 steps.set(key, value)
         if is_full:  # back to storage order: row i of the saved data is storage row i + shift

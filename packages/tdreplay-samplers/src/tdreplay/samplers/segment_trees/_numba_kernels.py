@@ -120,8 +120,9 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     return types.void(array, index), codegen
 
 
-#: How many indices ahead :func:`_update` prefetches the leaf it will write, so that the
-#: misses of the next writes overlap with the current one.
+#: How many indices ahead :func:`update_part` (and :func:`_propagate`) prefetch the leaf
+#: (the parent) they will write, so that the misses of the next writes overlap with the
+#: current one.
 _UPDATE_PREFETCH = 8
 
 
