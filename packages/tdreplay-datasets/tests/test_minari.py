@@ -487,9 +487,9 @@ def test_bad_download_argument(download, root):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"batch_size": 0}, ValueError, "batch_size must be None or an int >= 1"),
-    ({"batch_size": 2.0}, ValueError, "batch_size must be None or an int >= 1"),
-    ({"batch_size": True}, ValueError, "batch_size must be None or an int >= 1"),
+    ({"batch_size": 0}, ValueError, "batch_size must be >= 1, got 0"),
+    ({"batch_size": 2.0}, TypeError, "batch_size must be an int or None, got float"),
+    ({"batch_size": True}, TypeError, "batch_size must be an int or None, got bool"),
     ({"sampler": "random"}, TypeError, "sampler must be a Sampler"),
     ({"writer": object()}, TypeError, "writer must be a Writer"),
 ])

@@ -191,18 +191,18 @@ def test_fn_must_return_the_same_entries_for_every_chunk(data, tmp_path, num_wor
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dim": 1}, "dim must be an int in"),
-    ({"dim": "0"}, "dim must be an int in"),
-    ({"num_workers": -1}, "num_workers must be None or an int >= 0"),
-    ({"chunksize": 0}, "chunksize must be None or an int >= 1"),
-    ({"num_chunks": 2.5}, "num_chunks must be None or an int >= 1"),
-    ({"chunksize": 2, "num_chunks": 2}, "not both"),
-    ({"mp_start_method": "threads"}, "mp_start_method must be one of"),
-    ({"num_frames": 0}, "num_frames must be None or an int >= 1"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"dim": 1}, ValueError, "dim must be an int in"),
+    ({"dim": "0"}, ValueError, "dim must be an int in"),
+    ({"num_workers": -1}, ValueError, "num_workers must be >= 0, got -1"),
+    ({"chunksize": 0}, ValueError, "chunksize must be >= 1, got 0"),
+    ({"num_chunks": 2.5}, TypeError, "num_chunks must be an int or None, got float"),
+    ({"chunksize": 2, "num_chunks": 2}, ValueError, "not both"),
+    ({"mp_start_method": "threads"}, ValueError, "mp_start_method must be one of"),
+    ({"num_frames": 0}, ValueError, "num_frames must be >= 1, got 0"),
 ])
-def test_bad_arguments(data, tmp_path, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_arguments(data, tmp_path, kwargs, error, match):
+    with pytest.raises(error, match=match):
         data.preprocess(ted_features, dest=tmp_path / "out", **kwargs)
     assert not (tmp_path / "out").exists()
 

@@ -113,7 +113,7 @@ def test_a_taken_name_is_refused(shared_td):
     ({"call_timeout": 0}, ValueError, "call_timeout must be a positive number"),
     ({"name": ""}, TypeError, "name must be a non-empty str"),
     ({"ray_init_config": "auto"}, TypeError, "ray_init_config must be a dict"),
-    ({"prefetch": -1}, ValueError, "prefetch must be an int >= 0"),
+    ({"prefetch": -1}, ValueError, "prefetch must be >= 0, got -1"),
 ])
 def test_bad_arguments_are_refused_before_any_actor_starts(ray_session, kwargs, error, match):
     with pytest.raises(error, match=match):

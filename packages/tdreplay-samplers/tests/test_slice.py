@@ -47,10 +47,14 @@ def test_exactly_one_of_num_slices_and_slice_len(kwargs: dict) -> None:
         SliceSampler(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"num_slices": 0}, {"slice_len": -1}, {"slice_len": 2.0},
-                                    {"num_slices": True}])
-def test_sizes_must_be_positive_ints(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match="must be a positive int"):
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"num_slices": 0}, ValueError, "num_slices must be >= 1, got 0"),
+    ({"slice_len": -1}, ValueError, "slice_len must be >= 1, got -1"),
+    ({"slice_len": 2.0}, TypeError, "slice_len must be an int or None, got float"),
+    ({"num_slices": True}, TypeError, "num_slices must be an int or None, got bool"),
+])
+def test_sizes_must_be_positive_ints(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
         SliceSampler(**kwargs)
 
 

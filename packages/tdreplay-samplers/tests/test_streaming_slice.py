@@ -219,9 +219,9 @@ def test_damaged_state_is_refused_and_changes_nothing():
 
 
 ARGUMENTS = {
-    "zero": (dict(slice_len=0), ValueError, "slice_len must be a positive int, got 0"),
-    "float": (dict(slice_len=2.0), TypeError, "slice_len must be a positive int, got 2.0"),
-    "bool": (dict(slice_len=True), TypeError, "slice_len must be a positive int, got True"),
+    "zero": (dict(slice_len=0), ValueError, "slice_len must be >= 1, got 0"),
+    "float": (dict(slice_len=2.0), TypeError, r"slice_len must be an int, got float \(2.0\)"),
+    "bool": (dict(slice_len=True), TypeError, r"slice_len must be an int, got bool \(True\)"),
     "init_key": (dict(slice_len=2, init_key=3), TypeError, "init_key must be a key"),
     "pad_strict": (dict(slice_len=2, pad_output=True), ValueError, "pad_output=True"),
     "num_slices": (dict(slice_len=2, num_slices=2), TypeError, "num_slices"),

@@ -119,7 +119,7 @@ class TestPolicyAgeFilter:
             PolicyAgeFilter(0, 0, strict=True)(td)
 
     def test_bad_arguments(self):
-        with pytest.raises(ValueError, match="non-negative"):
+        with pytest.raises(ValueError, match="max_policy_lag must be >= 0, got -1"):
             PolicyAgeFilter(3, -1)
         with pytest.raises(TypeError, match="current_version"):
             PolicyAgeFilter("3", 1)

@@ -30,7 +30,7 @@ from typing import Any
 
 from .checkpoint import CheckpointError, read_json, write_json
 from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
-from .utils import restore_attributes
+from .utils import check_required_count, restore_attributes
 
 __all__ = ["MinSize", "RateLimitTimeout", "RateLimiter", "SampleToInsertRatio"]
 
@@ -92,10 +92,7 @@ class RateLimiter(ForkGuard):
 
     def __init__(self, *, samples_per_insert: float, min_size_to_sample: int,
                  min_diff: float, max_diff: float, timeout: float | None = None) -> None:
-        if isinstance(min_size_to_sample, bool) or not isinstance(min_size_to_sample, int) \
-                or min_size_to_sample < 1:
-            raise ValueError(f"min_size_to_sample must be an int >= 1, got "
-                             f"{min_size_to_sample!r}.")
+        min_size_to_sample = check_required_count(min_size_to_sample, "min_size_to_sample", 1)
         if not float(samples_per_insert) > 0:
             raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert!r}.")
         if not float(min_diff) <= float(max_diff):

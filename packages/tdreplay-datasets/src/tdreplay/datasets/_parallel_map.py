@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core.file_room import reserve_mapped_files
+from tdreplay.core.utils import check_count
 
 # set in each worker process by _init_worker
 _WORKER: dict[str, Any] = {}
@@ -165,11 +166,8 @@ def _run_in_workers(bounds: list[tuple[int, int]], bar: Any, fn: Callable, sourc
 
 def resolve_num_workers(num_workers: int | None) -> int:
     """``None`` -> the number of CPUs; otherwise an int >= 0 (``0``: no worker process)."""
-    if num_workers is None:
-        return os.cpu_count() or 1
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be None or an int >= 0, got {num_workers!r}.")
-    return num_workers
+    workers = check_count(num_workers, "num_workers", 0)
+    return (os.cpu_count() or 1) if workers is None else workers
 
 
 def load_memmap(path: Path) -> TensorDict:

@@ -12,20 +12,12 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Sampler, TensorDictReplayBuffer, Transform, Writer
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_count, check_flag
 from tdreplay.storages import TensorStorage
 from tdreplay.writers import ImmutableDatasetWriter
 
 from ._files import check_empty_destination, publish, remove_dir, staging_dir
 from ._parallel_map import load_memmap, parallel_map_to_memmap, resolve_num_workers
-
-
-def _check_positive(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be None or an int >= 1, got {value!r}.")
-    return value
 
 
 class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
@@ -194,15 +186,15 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
                              f"(the data has batch size {tuple(source.batch_size)}), got {dim!r}.")
         dim %= source.batch_dims
         workers = resolve_num_workers(num_workers)
-        chunksize = _check_positive(chunksize, "chunksize")
-        num_chunks = _check_positive(num_chunks, "num_chunks")
+        chunksize = check_count(chunksize, "chunksize", 1)
+        num_chunks = check_count(num_chunks, "num_chunks", 1)
         if chunksize is not None and num_chunks is not None:
             raise ValueError("pass chunksize or num_chunks, not both.")
         if mp_start_method is not None and \
                 mp_start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(f"mp_start_method must be one of "
                              f"{multiprocessing.get_all_start_methods()}, got {mp_start_method!r}.")
-        if _check_positive(num_frames, "num_frames") is not None:
+        if check_count(num_frames, "num_frames", 1) is not None:
             source = source[:num_frames]
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}.")

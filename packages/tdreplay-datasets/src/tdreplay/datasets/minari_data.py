@@ -33,7 +33,7 @@ import torch
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
 from tdreplay.core.file_room import reserve_mapped_files
-from tdreplay.core.utils import check_flag, check_instance
+from tdreplay.core.utils import check_count, check_flag, check_instance
 
 from ._files import publish, remove_dir, remove_empty_dirs, staging_dir
 from ._integrity import check_leaf_files, leaf_files, read_json
@@ -527,9 +527,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         split_trajs = check_flag(split_trajs, "split_trajs")
         load_from_local_minari = check_flag(load_from_local_minari, "load_from_local_minari")
         # the buffer's own arguments, checked before any (long) conversion
-        if batch_size is not None and (isinstance(batch_size, bool)
-                                       or not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be None or an int >= 1, got {batch_size!r}.")
+        check_count(batch_size, "batch_size", 1)
         for value, kind, name in ((sampler, Sampler, "sampler"), (writer, Writer, "writer")):
             if value is not None:
                 check_instance(value, kind, name)

@@ -16,7 +16,7 @@ from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 from tdreplay.core.buffer_iteration import NextBatchMixin
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import check_count, check_flag
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
@@ -36,10 +36,19 @@ __all__ = ["RayReplayBuffer", "check_prefetch", "priority_entries"]
 
 
 def check_prefetch(prefetch: Any) -> int:
-    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
-                                 or prefetch < 0):
-        raise ValueError(f"prefetch must be an int >= 0 or None, got {prefetch!r}.")
-    return prefetch or 0
+    """How many batches a remote buffer's handle draws ahead: ``prefetch`` (an int >= 0, or
+    ``None`` for 0), checked as a local buffer checks its own.
+
+    Examples
+    --------
+    >>> check_prefetch(None), check_prefetch(2)
+    (0, 2)
+    >>> check_prefetch(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: prefetch must be >= 0, got -1.
+    """
+    return check_count(prefetch, "prefetch", 0) or 0
 
 
 def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:

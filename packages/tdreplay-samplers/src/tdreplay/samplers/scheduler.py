@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import torch
 
 from tdreplay.core import ReplayBuffer, Sampler
-from tdreplay.core.utils import is_int
+from tdreplay.core.utils import check_required_count, is_int
 
 __all__ = ["LambdaScheduler", "LinearScheduler", "ParameterScheduler", "SchedulerList",
            "StepScheduler"]
@@ -146,14 +146,6 @@ def _check_settable(sampler: Any, param_name: str) -> None:
     elif callable(attribute) or isinstance(attribute, (staticmethod, classmethod)):
         raise ValueError(f"param_name={param_name!r}: {type(sampler).__name__}.{param_name} "
                          f"is a method, not a parameter that can be scheduled.")
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if not is_int(value):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} ({value!r}).")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be a positive int, got {int(value)}.")
-    return int(value)
 
 
 #: TorchRL's names of the base scheduler's ``state_dict`` entries, and tdreplay's
@@ -452,7 +444,7 @@ class LinearScheduler(ParameterScheduler):
     def __init__(self, obj: ReplayBuffer | Sampler, param_name: str, final_value: float,
                  num_steps: int) -> None:
         self.final_value = _in_range(final_value, param_name, "final_value")
-        self.num_steps = _positive_int(num_steps, "num_steps")
+        self.num_steps = check_required_count(num_steps, "num_steps", 1)
         super().__init__(obj, param_name)
         if isinstance(self.initial_value, torch.Tensor):
             self.final_value = torch.as_tensor(self.final_value).to(self.initial_value)
@@ -493,7 +485,7 @@ class LinearScheduler(ParameterScheduler):
         state_dict = self._own_keys(state_dict)
         super().check_state_dict(state_dict)
         try:
-            _positive_int(state_dict["num_steps"], "state_dict['num_steps']")
+            check_required_count(state_dict["num_steps"], "state_dict['num_steps']", 1)
             _in_range(state_dict["final_value"], self.param_name, "state_dict['final_value']")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{type(self).__name__}: {err}") from err
@@ -550,7 +542,7 @@ class StepScheduler(ParameterScheduler):
         if mode not in _MODES:
             raise ValueError(f"Invalid mode: {mode!r}. Choose 'multiplicative' or 'additive'.")
         self.gamma = _check_gamma(gamma, mode)
-        self.n_steps = _positive_int(n_steps, "n_steps")
+        self.n_steps = check_required_count(n_steps, "n_steps", 1)
         self.mode = mode
         super().__init__(obj, param_name, min_value, max_value)
 
@@ -572,7 +564,7 @@ class StepScheduler(ParameterScheduler):
             raise ValueError(f"{type(self).__name__} state_dict['mode'] must be one of "
                              f"{_MODES}, got {mode!r}.")
         try:
-            _positive_int(state_dict["n_steps"], "state_dict['n_steps']")
+            check_required_count(state_dict["n_steps"], "state_dict['n_steps']", 1)
             _check_gamma(state_dict["gamma"], mode, "state_dict['gamma']")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{type(self).__name__}: {err}") from err

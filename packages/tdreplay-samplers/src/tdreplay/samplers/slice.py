@@ -16,7 +16,7 @@ import torch
 from tensordict import is_tensor_collection, unravel_key
 
 from tdreplay.core import BatchLargerThanBufferError, Sampler, Storage
-from tdreplay.core.utils import NestedKey, check_flag, check_key, check_not_empty
+from tdreplay.core.utils import NestedKey, check_count, check_flag, check_key, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
 from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
@@ -40,14 +40,6 @@ from .without_replacement import SamplerWithoutReplacement, check_replacement
 
 _DEFAULT_END_KEY = ("next", "done")
 _DEFAULT_TRAJ_KEY = "episode"  # what traj_key reports until a key is detected
-
-
-def _positive_int_or_none(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}.")
-    return int(value)
 
 
 def _normalize_span(span: Any) -> tuple[bool | int, bool | int]:
@@ -257,8 +249,8 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         if pad_output and strict_length:
             raise ValueError("pad_output=True is incompatible with strict_length=True: only "
                              "short slices are padded, and strict_length=True makes none.")
-        self.num_slices = _positive_int_or_none(num_slices, "num_slices")
-        self.slice_len = _positive_int_or_none(slice_len, "slice_len")
+        self.num_slices = check_count(num_slices, "num_slices", 1)
+        self.slice_len = check_count(slice_len, "slice_len", 1)
         if (self.num_slices is None) == (self.slice_len is None):
             raise SliceSizeError("exactly one of num_slices and slice_len must be given, got "
                                  f"num_slices={num_slices!r} and slice_len={slice_len!r}.")

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from tdreplay.core import Storage
-from tdreplay.core.utils import NestedKey
+from tdreplay.core.utils import NestedKey, check_required_count
 
 from ._slice_output import INIT_KEY
 from ._slicing import draw_trajectories, slice_shape
@@ -18,14 +18,6 @@ from ._stream_windows import StreamWindows, WindowLengthError
 from .slice import SliceSampler
 
 __all__ = ["StreamingSliceSampler", "WindowLengthError"]
-
-
-def _check_slice_len(slice_len: Any) -> int:
-    if isinstance(slice_len, (bool, np.bool_)) or not isinstance(slice_len, (int, np.integer)):
-        raise TypeError(f"slice_len must be a positive int, got {slice_len!r}.")
-    if slice_len < 1:
-        raise ValueError(f"slice_len must be a positive int, got {slice_len!r}.")
-    return int(slice_len)
 
 
 class StreamingSliceSampler(SliceSampler):
@@ -117,7 +109,7 @@ class StreamingSliceSampler(SliceSampler):
         span: bool | int | tuple[bool | int, bool | int] = False,
         use_gpu: bool | torch.device = False,
     ) -> None:
-        length = _check_slice_len(slice_len)
+        length = check_required_count(slice_len, "slice_len", 1)
         super().__init__(slice_len=length, end_key=end_key,
                          end_keys=end_keys, traj_key=traj_key, cache_values=cache_values,
                          truncated_key=truncated_key, init_key=init_key,

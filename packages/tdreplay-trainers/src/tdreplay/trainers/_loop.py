@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
+from tdreplay.core.utils import check_count, check_required_count
+
 from ._ops import OpRegistry
 from ._progress import Progress, ScalarLog
 from .hooks import LOSS_PREFIX, loss_keys
@@ -24,14 +26,6 @@ __all__ = ["MASK_KEY", "check_trainer_arguments", "count_frames", "run_optim_ste
 MASK_KEY = ("collector", "mask")
 
 
-def _check_int(value: Any, name: str, *, minimum: int, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise ValueError(f"{name} must be {expected}, got {value!r}.")
-
-
 def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: Any,
                             optim_steps_per_batch: Any, loss_module: Any, logger: Any,
                             clip_norm: Any, seed: Any, save_trainer_interval: Any,
@@ -40,22 +34,22 @@ def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: An
     if not isinstance(collector, Iterable):
         raise TypeError(f"collector must be an iterable of TensorDict batches, got "
                         f"{type(collector).__name__}.")
-    _check_int(total_frames, "total_frames", minimum=1, allow_none=True)
-    _check_int(frame_skip, "frame_skip", minimum=1)
-    _check_int(optim_steps_per_batch, "optim_steps_per_batch", minimum=0)
+    check_count(total_frames, "total_frames", 1)
+    check_required_count(frame_skip, "frame_skip", 1)
+    check_required_count(optim_steps_per_batch, "optim_steps_per_batch", 0)
     if not callable(loss_module):
         raise TypeError(f"loss_module must be callable, got {type(loss_module).__name__}.")
     if logger is not None and not callable(getattr(logger, "log_scalar", None)):
         raise TypeError(f"logger must have a log_scalar(name, value, step=...) method, got "
                         f"{type(logger).__name__}.")
-    _check_int(seed, "seed", minimum=0, allow_none=True)
+    check_count(seed, "seed", 0)
     if seed is not None and seed >= 2**64:  # (torch and numpy take seeds below 2**64, 2**32)
         raise ValueError(f"seed must be below 2**64 (torch's seeds are 64-bit), got {seed!r}.")
-    _check_int(save_trainer_interval, "save_trainer_interval", minimum=1)
+    check_required_count(save_trainer_interval, "save_trainer_interval", 1)
     if save_trainer_file is not None and not isinstance(save_trainer_file, (str, os.PathLike)):
         raise TypeError(f"save_trainer_file must be a str, a path or None, got "
                         f"{type(save_trainer_file).__name__}.")
-    _check_int(log_interval, "log_interval", minimum=0)
+    check_required_count(log_interval, "log_interval", 0)
     if clip_norm is not None and (isinstance(clip_norm, bool)
                                   or not isinstance(clip_norm, Number) or not clip_norm > 0):  # type: ignore[operator]
         raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")

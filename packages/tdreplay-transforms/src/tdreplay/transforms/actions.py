@@ -9,15 +9,9 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag, check_key
+from tdreplay.core.utils import check_count, check_flag, check_key, check_required_count
 
 from ._utils import require_tensordict
-
-
-def _positive_int(owner: object, value: object, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{type(owner).__name__}: {name} must be a positive int, got {value!r}.")
-    return value
 
 
 class DiscreteActionProjection(Transform):
@@ -59,9 +53,9 @@ class DiscreteActionProjection(Transform):
         include_forward: bool = True,
     ) -> None:
         include_forward = check_flag(include_forward, "DiscreteActionProjection: include_forward")
-        num_actions_effective = _positive_int(self, num_actions_effective,
-                                              "num_actions_effective")
-        max_actions = _positive_int(self, max_actions, "max_actions")
+        num_actions_effective = check_required_count(
+            num_actions_effective, "DiscreteActionProjection: num_actions_effective", 1)
+        max_actions = check_required_count(max_actions, "DiscreteActionProjection: max_actions", 1)
         if max_actions < num_actions_effective:
             raise RuntimeError(f"DiscreteActionProjection: max_actions={max_actions} must be at "
                                f"least num_actions_effective={num_actions_effective}.")
@@ -126,10 +120,8 @@ class gSDENoise(Transform):  # noqa: N801 (TorchRL's name)
         super().__init__(out_keys=[])
         if (state_dim is None) != (action_dim is None):
             raise ValueError("gSDENoise: give both state_dim and action_dim, or neither.")
-        self.state_dim = None if state_dim is None else _positive_int(self, state_dim,
-                                                                      "state_dim")
-        self.action_dim = None if action_dim is None else _positive_int(self, action_dim,
-                                                                        "action_dim")
+        self.state_dim = check_count(state_dim, "gSDENoise: state_dim", 1)
+        self.action_dim = check_count(action_dim, "gSDENoise: action_dim", 1)
         self.shape = None if shape is None else torch.Size(shape)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:

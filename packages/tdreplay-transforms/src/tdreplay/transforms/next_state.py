@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag, check_key
+from tdreplay.core.utils import check_flag, check_key, check_required_count
 
 from ._utils import prefix_next, require_tensordict
 
@@ -104,10 +104,8 @@ class NextStateReconstructor(Transform):
         self.done_key = _optional_key(done_key, "done_key")
         self.step_count_key = _optional_key(step_count_key, "step_count_key")
         self.index_key = _optional_key(index_key, "index_key")
-        if isinstance(slot_stride, bool) or not isinstance(slot_stride, int) or slot_stride < 1:
-            raise ValueError(f"NextStateReconstructor: slot_stride must be an int >= 1, got "
-                             f"{slot_stride!r}.")
-        self.slot_stride = slot_stride
+        self.slot_stride = check_required_count(slot_stride, "NextStateReconstructor: slot_stride",
+                                                1)
         if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
             raise TypeError(f"NextStateReconstructor: fill_value must be a number, got "
                             f"{fill_value!r}.")
@@ -160,7 +158,7 @@ class NextStateReconstructor(Transform):
         n = data.batch_size[0]
         if n == 0:
             return data
-        roots = [self._get(data, key) for key in self.keys]
+        roots = [self.read_entry(data, key) for key in self.keys]
         nan_fill = isinstance(self.fill_value, float) and math.isnan(self.fill_value)
         for key, root in zip(self.keys, roots):
             if nan_fill and not root.is_floating_point():

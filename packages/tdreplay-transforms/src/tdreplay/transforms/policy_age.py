@@ -10,21 +10,13 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag, check_key
+from tdreplay.core.utils import check_flag, check_key, check_required_count
 
 
 def _check_current_version(value: Any) -> int | Callable[[], int]:
     if not callable(value) and (isinstance(value, bool) or not isinstance(value, int)):
         raise TypeError(f"PolicyAgeFilter: current_version must be an int or a callable "
                         f"returning one, got {value!r}.")
-    return value
-
-
-def _check_max_policy_lag(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"PolicyAgeFilter: max_policy_lag must be an int, got {value!r}.")
-    if value < 0:
-        raise ValueError(f"PolicyAgeFilter: max_policy_lag must be non-negative, got {value}.")
     return value
 
 
@@ -82,7 +74,7 @@ class PolicyAgeFilter(Transform):
     ) -> None:
         super().__init__()
         self._current_version = _check_current_version(current_version)
-        self._max_policy_lag = _check_max_policy_lag(max_policy_lag)
+        self._max_policy_lag = check_required_count(max_policy_lag, "max_policy_lag", 0)
         self.policy_version_key = check_key(policy_version_key, "policy_version_key")
         self.strict = check_flag(strict, "PolicyAgeFilter: strict")
         self._warned = False
@@ -104,7 +96,7 @@ class PolicyAgeFilter(Transform):
 
     @max_policy_lag.setter
     def max_policy_lag(self, value: int) -> None:
-        self._max_policy_lag = _check_max_policy_lag(value)
+        self._max_policy_lag = check_required_count(value, "max_policy_lag", 0)
 
     def version_now(self) -> int:
         """The current policy version (calls ``current_version`` when it is a callable)."""
