@@ -147,7 +147,7 @@ class Transform:
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         """Read-side transform (applied to samples)."""
         for in_key, out_key in zip(self.in_keys, self.out_keys):
-            data.set(out_key, self._apply_transform(self._get(data, in_key)))
+            data.set(out_key, self._apply_transform(self.read_entry(data, in_key)))
         return data
 
     def inv(self, data: TensorDictBase) -> TensorDictBase | None:
@@ -161,10 +161,26 @@ class Transform:
             return data
         data = data.copy()
         for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):  # out read, in written
-            data.set(in_key, self._inv_apply_transform(self._get(data, out_key)))
+            data.set(in_key, self._inv_apply_transform(self.read_entry(data, out_key)))
         return data
 
-    def _get(self, data: TensorDictBase, key: NestedKey) -> Any:
+    def read_entry(self, data: TensorDictBase, key: NestedKey) -> Any:
+        """The entry ``key`` of ``data``, for a transform to work on: a ``KeyError`` naming the
+        transform, the key and the keys ``data`` has when it is missing (``data.get`` would
+        return ``None`` or raise without them).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> t = Transform(in_keys=["obs"])
+        >>> t.read_entry(TensorDict({"obs": torch.ones(2)}, [2]), "obs").tolist()
+        [1.0, 1.0]
+        >>> t.read_entry(TensorDict({"obs": torch.ones(2)}, [2]), "reward")
+        Traceback (most recent call last):
+        ...
+        KeyError: "Transform: key 'reward' is missing from the data (present: ['obs'])."
+        """
         value = data.get(key, None)
         if value is None:
             raise KeyError(
@@ -368,8 +384,13 @@ class Compose(Transform):
             t.load_state_dict(state_dict[name])
 
     def append(self, transform: Transform | Callable[[Any], Any]) -> None:
-        """Add a transform at the end."""
-        self.transforms.append(as_transform(transform))
+        """Add a transform at the end.
+
+        The list is replaced, not changed in place (here and in :meth:`insert`): a thread
+        that is running the transforms meanwhile (a ``sample`` or an ``extend`` of the buffer,
+        outside its lock) goes on with the list it started with, instead of running one of
+        them twice or skipping one as the list shifts under it."""
+        self.transforms = [*self.transforms, as_transform(transform)]
 
     def insert(self, index: int, transform: Transform | Callable[[Any], Any]) -> None:
         """Insert a transform at ``index``, within ``[-len(self), len(self)]`` as TorchRL's.
@@ -391,7 +412,9 @@ class Compose(Transform):
         if not -n <= index <= n:
             raise ValueError(f"index must be between {-n} and {n} (the number of transforms), "
                              f"got {index}.")
-        self.transforms.insert(index, as_transform(transform))
+        transforms = list(self.transforms)  # (replaced whole: see append)
+        transforms.insert(index, as_transform(transform))
+        self.transforms = transforms
 
     def __len__(self) -> int:
         return len(self.transforms)

@@ -416,7 +416,7 @@ class RoundRobinWriter(Writer):
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= capacity):
             raise IndexError(f"index must address rows in [0, {capacity}), got "
                              f"{rows.tolist()}.")
-        storage.set(rows, self._before_write(data, rows, capacity, batched=True))
+        storage.set(rows, self.prepare_write(data, rows, capacity, batched=True))
         self.write_count += n
         self._bump_generations(storage, rows, capacity)
         return rows
@@ -426,7 +426,7 @@ class RoundRobinWriter(Writer):
         capacity = storage.rows_capacity_for(data, batched=False)
         if not 0 <= row < capacity:
             raise IndexError(f"index must address a row in [0, {capacity}), got {row}.")
-        storage.set(row, self._before_write(data, row, capacity, batched=False))
+        storage.set(row, self.prepare_write(data, row, capacity, batched=False))
         self.write_count += 1
         self._bump_generations(storage, torch.tensor([row]), capacity)
         return row
@@ -467,14 +467,28 @@ class RoundRobinWriter(Writer):
         assert isinstance(written, torch.Tensor)
         return written
 
-    def _before_write(self, data: Any, cursor: int | torch.Tensor, capacity: int,
+    def prepare_write(self, data: Any, cursor: int | torch.Tensor, capacity: int,
                       batched: bool) -> Any:
-        """What is written: ``data`` itself; subclasses may return a changed copy.
+        """What is written: ``data`` itself; a subclass may return a changed copy (the
+        extension hook of round-robin writers: ``TensorDictRoundRobinWriter`` stamps each row
+        with its slots).
 
         Called by :meth:`add` / :meth:`extend` with the row the write starts at (by
         :meth:`write_at`, and by :meth:`extend` of a ``compilable=True`` writer, with the rows
-        written, a tensor) and the storage's capacity in rows,
-        once they are known and before anything is written.
+        written, a tensor) and the storage's capacity in rows, once they are known and before
+        anything is written; ``batched``: whether ``data`` is a batch (``extend``) or one item
+        (``add``).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> class Doubling(RoundRobinWriter):
+        ...     def prepare_write(self, data, cursor, capacity, batched):
+        ...         return [2 * x for x in data] if batched else 2 * data
+        >>> rb = ReplayBuffer(storage=ListStorage(4), writer=Doubling())
+        >>> _ = rb.extend([1, 2]); _ = rb.add(5)
+        >>> rb[:]
+        [2, 4, 10]
         """
         return data
 
@@ -482,7 +496,7 @@ class RoundRobinWriter(Writer):
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self.cursor % capacity
-        storage.set(row, self._before_write(data, row, capacity, batched=False))
+        storage.set(row, self.prepare_write(data, row, capacity, batched=False))
         self._advance((row + 1) % capacity, 1)
         self._bump_generations(storage, row, capacity)
         return row
@@ -496,7 +510,7 @@ class RoundRobinWriter(Writer):
             return torch.empty(0, dtype=torch.long)
         capacity = storage.rows_capacity_for(data, batched=True)
         cursor = int(self._counters[0]) % capacity  # (the cursor: no tensor of its own here)
-        data = self._before_write(data, cursor, capacity, batched=True)
+        data = self.prepare_write(data, cursor, capacity, batched=True)
         if cursor + n <= capacity:
             storage.set(slice(cursor, cursor + n), data)
             # (torch.arange made by numpy: 1-2 us less a call)
@@ -534,7 +548,7 @@ class RoundRobinWriter(Writer):
         if n == 0:
             return torch.empty(0, dtype=torch.long)
         rows = (cursor + torch.arange(n)) % capacity
-        data = self._before_write(data, rows, capacity, batched=True)
+        data = self.prepare_write(data, rows, capacity, batched=True)
         if n > capacity:
             storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
         else:

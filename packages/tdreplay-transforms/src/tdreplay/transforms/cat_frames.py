@@ -215,7 +215,7 @@ class CatFrames(Transform):
         require_tensordict(self, data)
         last = self._boundaries(data)
         batch_dims = data.batch_dims
-        values = [self._get(data, key) for key in self.in_keys]
+        values = [self.read_entry(data, key) for key in self.in_keys]
         for key, value in zip(self.in_keys, values):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"CatFrames: entry {key!r} is a {type(value).__name__}, not a "

@@ -50,7 +50,7 @@ class _ImageTransform(Transform):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
-        images = [self._get(data, key) for key in self.in_keys]  # read all before writing
+        images = [self.read_entry(data, key) for key in self.in_keys]  # read all before writing
         results = [self._image(key, image) for key, image in zip(self.in_keys, images)]
         for key, result in zip(self.out_keys, results):
             data.set(key, result)

@@ -90,7 +90,7 @@ class RenameTransform(Transform):
 
     def _rename(self, data: TensorDictBase, sources: list[NestedKey],
                 targets: list[NestedKey]) -> TensorDictBase:
-        values = [self._get(data, key) for key in sources]
+        values = [self.read_entry(data, key) for key in sources]
         if not self.create_copy:
             for key in sources:
                 data.del_(key)
@@ -219,7 +219,7 @@ class SelectTransform(_KeyFilter):
     def _filter(self, data: TensorDictBase) -> TensorDictBase:
         if self.strict:
             for key in self.keys:
-                self._get(data, key)
+                self.read_entry(data, key)
         extra: list[NestedKey] = []
         if self.keep_rewards:
             extra.append(_REWARD_KEY)

@@ -130,7 +130,7 @@ class MultiStep(Transform):
         require_tensordict(self, data)
         done_entries = [prefix_next(k) for k in self.done_keys]
         last = time_flags(self, data, done_entries)  # validates shapes, needs one done entry
-        rewards = [self._get(data, key) for key in self.in_keys]
+        rewards = [self.read_entry(data, key) for key in self.in_keys]
         batch_dims = data.batch_dims
         for key, reward in zip(self.in_keys, rewards):
             if not isinstance(reward, torch.Tensor) or reward.shape[:batch_dims] != data.batch_size:

@@ -133,7 +133,7 @@ class ObservationNorm(Transform):
                 raise RuntimeError("ObservationNorm has several in_keys: pass key= to say which "
                                    "entry the stats come from.")
             key = self.in_keys[0]
-        value = self._get(require_tensordict(self, data), check_key(key, "key"))
+        value = self.read_entry(require_tensordict(self, data), check_key(key, "key"))
         dims = [reduce_dim] if isinstance(reduce_dim, int) else list(reduce_dim)
         if not dims or not all(isinstance(d, int) and -value.ndim <= d < value.ndim for d in dims):
             raise ValueError(f"ObservationNorm: reduce_dim={reduce_dim!r} must name dimensions "

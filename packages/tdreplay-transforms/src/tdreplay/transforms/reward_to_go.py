@@ -102,7 +102,7 @@ class Reward2GoTransform(Transform):
         """A shallow copy of ``data`` with the reward-to-go of the ``in_keys`` it holds
         (``KeyError`` if it holds none, or lacks the done flag)."""
         data = require_tensordict(self, data)
-        done = self._get(data, prefix_next(self.done_key))
+        done = self.read_entry(data, prefix_next(self.done_key))
         if done.ndim < 2 or not bool(done.any(-2).all()):
             raise RuntimeError(
                 f"Reward2GoTransform: a run of steps has no episode end in "

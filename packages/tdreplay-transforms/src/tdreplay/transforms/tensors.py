@@ -126,7 +126,7 @@ class CatTensors(Transform):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
-        values = [self._get(data, key) for key in self.in_keys]
+        values = [self.read_entry(data, key) for key in self.in_keys]
         if self.unsqueeze_if_needed:
             ndim = max(v.ndim for v in values)
             values = [v.reshape(v.shape + (1,) * (ndim - v.ndim)) for v in values]
@@ -200,7 +200,7 @@ class FlattenObservation(Transform):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         require_tensordict(self, data)
-        values = [self._get(data, key) for key in self.in_keys]
+        values = [self.read_entry(data, key) for key in self.in_keys]
         results = []
         for key, value in zip(self.in_keys, values):
             try:
@@ -282,7 +282,7 @@ class UnsqueezeTransform(Transform):
 
     def _unsqueeze(self, data: TensorDictBase, in_keys: list[NestedKey],
                    out_keys: list[NestedKey]) -> TensorDictBase:
-        values = [self._get(data, key) for key in in_keys]
+        values = [self.read_entry(data, key) for key in in_keys]
         for in_key, value in zip(in_keys, values):
             if not -value.ndim - 1 <= self.dim <= value.ndim:
                 raise DimOutOfRangeError(f"{type(self).__name__}: dim={self.dim} is out of "
@@ -297,7 +297,7 @@ class UnsqueezeTransform(Transform):
         """Squeeze ``dim`` of each entry. With ``need_singleton`` a non-singleton ``dim`` raises
         ``ValueError``; without, it leaves the entry as it is (TorchRL's ``squeeze(dim)``). A
         ``dim`` the entry does not have raises either way; nothing is set before the checks."""
-        values = [self._get(data, key) for key in in_keys]
+        values = [self.read_entry(data, key) for key in in_keys]
         for in_key, value in zip(in_keys, values):
             if not -value.ndim <= self.dim < value.ndim:
                 raise DimOutOfRangeError(f"{type(self).__name__}: entry {in_key!r} of shape "
@@ -443,7 +443,7 @@ class DTypeCastTransform(Transform):
         require_tensordict(self, data)
         if not self.in_keys:
             return self._cast_all(data, self.dtype_in, self.dtype_out)
-        values = [self._get(data, key) for key in self.in_keys]
+        values = [self.read_entry(data, key) for key in self.in_keys]
         for out_key, value in zip(self.out_keys, values):
             data.set(out_key, value.to(self.dtype_out))
         return data
@@ -456,7 +456,7 @@ class DTypeCastTransform(Transform):
             return data
         data = require_tensordict(self, data).copy()
         # (TorchRL's direction: out_keys_inv read, in_keys_inv written)
-        values = [self._get(data, key) for key in self.out_keys_inv]
+        values = [self.read_entry(data, key) for key in self.out_keys_inv]
         for in_key, value in zip(self.in_keys_inv, values):
             data.set(in_key, value.to(self.dtype_in))
         return data
@@ -540,7 +540,7 @@ class DeviceCastTransform(Transform):
               out_keys: list[NestedKey]) -> TensorDictBase:
         if not in_keys:
             return data.to(device)
-        values = [self._get(data, key) for key in in_keys]
+        values = [self.read_entry(data, key) for key in in_keys]
         if data.device is not None and data.device != device:
             # entries on several devices: a TensorDict with a device would move them back
             data.clear_device_()

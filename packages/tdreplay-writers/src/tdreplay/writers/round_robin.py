@@ -35,7 +35,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
     [[0, 0], [1, 1]]
     """
 
-    def _before_write(self, data: TensorDictBase, cursor: int | torch.Tensor, capacity: int,
+    def prepare_write(self, data: TensorDictBase, cursor: int | torch.Tensor, capacity: int,
                       batched: bool) -> TensorDictBase:
         """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``
         (``cursor``: the first row, or the rows themselves for ``write_at``): one slot per
