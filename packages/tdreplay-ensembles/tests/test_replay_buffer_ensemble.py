@@ -397,6 +397,28 @@ def test_update_priority_reaches_the_member_samplers():
     assert float((sample["index", "index"][0] == 3).float().mean()) > 0.95
 
 
+def test_update_priority_takes_the_priority_shapes_a_single_buffer_takes():
+    from tdreplay.samplers import PrioritizedSampler
+
+    members = [TensorDictReplayBuffer(storage=LazyTensorStorage(4),
+                                      sampler=PrioritizedSampler(4, alpha=1.0, beta=1.0))
+               for _ in range(2)]
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True)
+    for i, member in enumerate(members):
+        member.extend(_data(i, 4))
+    index = TensorDict(index=torch.tensor([[0, 1], [2, 3]]),
+                       buffer_ids=torch.tensor([[0, 0], [1, 1]]), batch_size=[2, 2])
+    rb.update_priority(index, torch.tensor([2.0]))  # [1] broadcasts, as on a single buffer
+    totals = [m.sampler.total_priority for m in members]  # (each with the sampler's eps)
+    assert totals == pytest.approx([2.0 + 2.0 + 1.0 + 1.0, 1.0 + 1.0 + 2.0 + 2.0])
+    rb.update_priority(index, torch.tensor([[[3.0], [3.0]], [[5.0], [5.0]]]))  # [2, 2, 1]
+    totals = [m.sampler.total_priority for m in members]
+    assert totals == pytest.approx([3.0 + 3.0 + 1.0 + 1.0, 1.0 + 1.0 + 5.0 + 5.0])
+    with pytest.raises(ValueError, match=r"priority must have the index's shape \(2, 2\)"):
+        rb.update_priority(index, torch.ones(3))
+    assert [m.sampler.total_priority for m in members] == totals
+
+
 def test_iteration_and_prefetch():
     rb = _ensemble(4, 4, batch_size=4, prefetch=2, sample_from_all=True)
     it = iter(rb)

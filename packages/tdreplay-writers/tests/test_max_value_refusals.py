@@ -89,11 +89,10 @@ def test_a_bad_batch_is_refused_even_when_no_row_ranks_high_enough(bad):
     assert rb.writer.state_dict()["age"] == writer_before["age"] + 2
 
 
-@pytest.mark.parametrize("saved_rows", [1, 9])
-def test_a_heap_that_does_not_rank_the_saved_rows_is_refused(saved_rows):
-    """A writer state of another storage state (fewer ranked rows: the next write landed on a
-    kept row, rank 20 replaced by rank 1; more: the next extend failed) is refused before the
-    buffer changes."""
+def test_a_heap_that_ranks_more_rows_than_the_saved_storage_is_refused():
+    """A writer state of another storage state that ranks rows the storage state does not hold
+    (the next extend failed) is refused before the buffer changes."""
+    saved_rows = 9
     full = make(4)
     full.extend(rows([10.0, 20.0, 30.0, 40.0]))
     other = make(10)
@@ -180,3 +179,28 @@ def test_an_item_that_grows_the_storage_drops_the_remembered_leaves():
     assert rb.add(grown) is not None  # kept: the storage gains 'extra'
     with pytest.raises(KeyError, match=r"missing \['extra'\]"):
         rb.add(_item(0.5))
+
+
+def test_a_storage_built_over_data_round_trips_with_its_free_rows():
+    """``TensorStorage(data)`` holds rows the heap does not rank: they are the writer's free
+    rows, before and after ``state_dict`` / ``load_state_dict`` (its own state was refused)."""
+    from tdreplay.storages import TensorStorage
+
+    def build():
+        data = TensorDict({"r": torch.zeros(4), "x": torch.full((4,), -1.0)}, [4])
+        return TensorDictReplayBuffer(storage=TensorStorage(data),
+                                      writer=TensorDictMaxValueWriter(rank_key="r"))
+
+    rb = build()
+    rb.extend(TensorDict({"r": torch.tensor([1.0, 2.0]), "x": torch.tensor([1.0, 2.0])}, [2]))
+    restored = build()
+    restored.load_state_dict(rb.state_dict())
+    rb.load_state_dict(rb.state_dict())
+    for buffer in (rb, restored):
+        assert buffer[:]["x"].tolist() == [1.0, 2.0, -1.0, -1.0]
+        ranks = torch.tensor([5.0, 0.5, 3.0])
+        more = TensorDict({"r": ranks, "x": ranks.clone()}, [3])
+        # rows 2 and 3 are free: 5.0 takes row 2; 0.5 would take row 3 and be evicted by 3.0 of
+        # the same batch, so 3.0 takes it (the writer's batch rule)
+        assert buffer.extend(more).tolist() == [2, -1, 3]
+        assert buffer[:]["x"].tolist() == [1.0, 2.0, 5.0, 3.0]

@@ -425,3 +425,24 @@ def test_a_restored_buffer_knows_the_row_the_writer_wrote_last(how, tmp_path):
     assert back.storage.last_written_row == 0
     assert back.sample()["desired_goal"].flatten().tolist() == [4.0] * 4
     assert rb.sample()["desired_goal"].flatten().tolist() == [4.0] * 4
+
+
+@pytest.mark.parametrize("storage", ["lazy_tensor", "list"])
+def test_rows_kept_of_a_batch_keep_their_non_tensor_entries(storage):
+    from tensordict import NonTensorStack
+
+    from tdreplay.storages import LazyTensorStorage
+
+    def batch(ranks, start):
+        td = TensorDict({"r": torch.tensor(ranks), "obs": torch.arange(float(len(ranks))) + start},
+                        [len(ranks)])
+        td["text"] = NonTensorStack(*[f"s{start + i}" for i in range(len(ranks))])
+        return td
+
+    make = LazyTensorStorage if storage == "lazy_tensor" else ListStorage
+    rb = TensorDictReplayBuffer(storage=make(2), writer=TensorDictMaxValueWriter(rank_key="r"))
+    assert rb.extend(batch([3.0, 1.0, 2.0], 0)).tolist() == [0, -1, 1]  # the middle one is not kept
+    assert rb[:]["text"] == ["s0", "s2"]
+    rb.extend(batch([0.5, 4.0], 10))  # 4.0 replaces the lowest kept row (rank 2.0, row 1)
+    assert rb[:]["obs"].tolist() == [0.0, 11.0]
+    assert rb[:]["text"] == ["s0", "s11"]

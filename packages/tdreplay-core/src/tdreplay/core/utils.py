@@ -53,8 +53,10 @@ __all__ = [
     "leading_dim",
     "normalize_keys",
     "patch_entries",
+    "range_tensor",
     "restore_attributes",
     "slice_leading",
+    "take_rows",
 ]
 
 
@@ -270,6 +272,62 @@ def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
         raise NotATensorDictError(f"{name} must be a TensorDict (or tensorclass), got "
                                   f"{type(data).__name__}.")
     return cast(TensorDictBase, data)
+
+
+def range_tensor(rows: range) -> torch.Tensor:
+    """``rows`` as an int64 tensor; an empty range as an empty tensor (``torch.arange`` refuses
+    bounds that do not follow the step's sign, e.g. the rows of an empty slice ``[5:2]``).
+
+    Examples
+    --------
+    >>> range_tensor(range(2, 8, 3)).tolist(), range_tensor(range(5, 2)).tolist()
+    ([2, 5], [])
+    """
+    if not len(rows):
+        return torch.empty(0, dtype=torch.long)
+    return torch.arange(rows.start, rows.stop, rows.step)
+
+
+def take_rows(data: Any, index: torch.Tensor) -> Any:
+    """The items ``index`` (a 1-d int64 tensor) of a batch along its first dim: a tensor, a
+    tensor collection, or a list / tuple / dict of them (a tuple's and a dict's parts are
+    batches themselves, a list's elements are its items).
+
+    Tensors, and TensorDicts of tensors, are read with ``index_select`` per leaf: advanced
+    indexing (``t[index]``) of a small batch runs a parallel kernel that costs up to 40x more
+    on a machine whose cores are busy (530 us against 13 us for 256 x 32 floats on 2 loaded
+    cores). A collection holding non-tensor entries (which ``apply`` would leave out) or of
+    another class is indexed whole, as ``data[index]`` reads it.
+
+    Examples
+    --------
+    >>> take_rows(torch.tensor([10, 11, 12]), torch.tensor([2, 0])).tolist()
+    [12, 10]
+    >>> from tensordict import NonTensorStack
+    >>> td = TensorDict({"x": torch.arange(3), "name": NonTensorStack("a", "b", "c")}, [3])
+    >>> rows = take_rows(td, torch.tensor([2, 0]))
+    >>> rows["x"].tolist(), list(rows["name"])
+    ([2, 0], ['c', 'a'])
+    >>> take_rows(({"a": torch.arange(3)}, ["p", "q", "r"]), torch.tensor([1]))
+    ({'a': tensor([1])}, ['q'])
+    """
+    if isinstance(data, torch.Tensor):
+        return data.index_select(0, index.to(data.device))
+    if is_tensor_collection(data):
+        if type(data) is TensorDict:
+            taken = data.apply(lambda leaf: leaf.index_select(0, index.to(leaf.device)),
+                               batch_size=[index.numel(), *data.batch_size[1:]])
+            if taken is not None and len(taken.keys(True)) == len(data.keys(True)):
+                return taken
+        return data[index]
+    if isinstance(data, list):
+        return [data[i] for i in index.tolist()]
+    if isinstance(data, tuple):
+        return tuple(take_rows(part, index) for part in data)
+    if isinstance(data, dict):
+        return {key: take_rows(value, index) for key, value in data.items()}
+    raise TypeError(f"cannot take rows of a batch of type {type(data).__name__} (expected "
+                    "tensors, tensor collections, lists, tuples or dicts of them).")
 
 
 def slice_leading(data: Any, sl: slice) -> Any:

@@ -99,6 +99,29 @@ def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int 
     return value
 
 
+def _priority_of_shape(priority: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``priority`` with the index's ``shape``: as it is, broadcast to it (a number, ``[1]``),
+    or without its size-1 dims (``[n, 1]`` for ``[n]``), as a single buffer takes it.
+
+    Examples
+    --------
+    >>> _priority_of_shape(torch.tensor([2.0]), torch.Size([3])).tolist()
+    [2.0, 2.0, 2.0]
+    >>> _priority_of_shape(torch.ones(3, 1), torch.Size([3])).shape
+    torch.Size([3])
+    """
+    if priority.shape == shape:
+        return priority
+    if [n for n in priority.shape if n != 1] == [n for n in shape if n != 1] \
+            and priority.numel() == shape.numel():
+        return priority.reshape(shape)
+    try:
+        return priority.broadcast_to(shape)
+    except RuntimeError:
+        raise ValueError(f"priority must have the index's shape {tuple(shape)} (or broadcast to "
+                         f"it), got {tuple(priority.shape)}.") from None
+
+
 class SamplerEnsemble(MembersShareable, Sampler):
     """The samplers of several buffers, and how a batch is spread over the buffers.
 
@@ -379,12 +402,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
                             f"(they take {list(self.update_keys)}).")
         extra = {key: value for key, value in extra.items() if value is not None}
         if is_tensor_collection(index):
-            priority = torch.as_tensor(priority)
-            if not priority.ndim:
-                priority = priority.expand(index.batch_size)
-            elif priority.shape != index.batch_size:
-                raise ValueError(f"priority must have the index's shape {tuple(index.batch_size)}, "
-                                 f"got {tuple(priority.shape)}.")
+            priority = _priority_of_shape(torch.as_tensor(priority), index.batch_size)
             for key, value in extra.items():
                 value = torch.as_tensor(value)
                 if value.shape != index.batch_size:

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Writer
-from tdreplay.core.utils import NestedKey, check_state_counter, normalize_keys
+from tdreplay.core.utils import NestedKey, check_state_counter, normalize_keys, take_rows
 
 _REDUCTIONS = ("sum", "mean", "max", "min", "median")
 
@@ -42,18 +42,6 @@ class NotATensorCollectionError(TypeError, RuntimeError):
     ...     print(type(err).__name__, isinstance(err, TypeError))
     NotATensorCollectionError True
     """
-
-
-def _take_rows(data: TensorDictBase, positions: list[int]) -> TensorDictBase:
-    """``data[positions]`` along the first dim (``index_select`` per leaf for a dense
-    TensorDict: advanced indexing is much slower when the CPU is busy)."""
-    index = torch.tensor(positions, dtype=torch.long)
-    if type(data) is TensorDict:
-        taken = data.apply(lambda x: x.index_select(0, index.to(x.device)),
-                           batch_size=[len(positions), *data.batch_size[1:]])
-        assert taken is not None  # apply returns a new TensorDict unless inplace=True
-        return taken
-    return data[index]
 
 
 class TensorDictMaxValueWriter(Writer):
@@ -101,6 +89,11 @@ class TensorDictMaxValueWriter(Writer):
       a row was not kept.
     - ``rb[index] = value`` bypasses the writer: the heap keeps the ranks the rows had when the
       writer wrote them.
+    - Rows the heap does not rank are free rows, written next whatever they hold: those of a
+      storage built over data (``TensorStorage(data)``), as TorchRL's writer writes there. A
+      restored buffer has the same free rows (its writer state ranks fewer rows than its
+      storage state holds); a writer state that ranks more rows than the storage state holds
+      is refused.
     - The writer changes its heap only after the storage accepted the write: data the storage
       rejects (wrong keys, shapes) leaves the heap, the write count and the storage unchanged.
     - Thread safety: the buffer calls the writer under its lock, so several threads may extend
@@ -283,7 +276,7 @@ class TensorDictMaxValueWriter(Writer):
                         # the whole batch lands on consecutive rows: one block copy
                         self.storage.set(slice(first, first + n), data)
                     else:
-                        self.storage.set(rows, _take_rows(data, positions))
+                        self.storage.set(rows, take_rows(data, torch.tensor(positions)))
             except BaseException:
                 self._undo(pushed, popped)
                 raise
@@ -386,14 +379,15 @@ class TensorDictMaxValueWriter(Writer):
         check_state_counter(state_dict["age"], "age", type(self).__name__)  # (write_count: base)
 
     def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
-        """``ValueError`` unless the saved heap ranks exactly the ``rows`` rows of the storage
-        state restored with it: a row without a rank would never be replaced, and the next
-        write would land on a kept row (one ranked, not there, fails the next ``extend``)."""
+        """``ValueError`` when the saved heap ranks more rows than the ``rows`` rows of the
+        storage state restored with it (a ranked row that is not there fails the next
+        ``extend``). Fewer is a storage built over data (``TensorStorage(data)``): its rows the
+        heap does not rank yet are the next ones written, as before the save."""
         kept = state_dict["heap_rows"].numel()
-        if kept != rows:
+        if kept > rows:
             raise ValueError(f"{type(self).__name__} state_dict ranks {kept} rows but the "
-                             f"storage state holds {rows}: the heap must rank every written "
-                             "row (a writer state saved with another storage state?).")
+                             f"storage state holds {rows}: a writer state saved with another "
+                             "storage state?")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
