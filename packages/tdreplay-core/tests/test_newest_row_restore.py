@@ -71,7 +71,10 @@ def test_a_restored_consuming_buffer_cuts_sequence_windows_where_the_saved_one_d
     rb.sample(4)
     rb.extend(_steps(4, 5))
     back = _restore(rb, _sequences, how, tmp_path)
-    assert [t.x.tolist() for t in back.query()] == [[4, 1, 2, 3]]
+    # time order, cut after the newest row (0): the writer's cursor (0) told row 3, and the
+    # query joined step 4 before steps 1-3
+    assert [t.x.tolist() for t in back.query()] == [t.x.tolist() for t in rb.query()] \
+        == [[1, 2, 3, 4]]
     original, restored = rb.sample(), back.sample()
     assert restored["x"].tolist() == original["x"].tolist() == [3, 4, 4]  # (was [4, 4, 1])
     assert restored["validity_mask"].tolist() == original["validity_mask"].tolist()

@@ -259,7 +259,7 @@ def test_h5_is_one_file_with_groups(tmp_path):
     storage = LazyTensorStorage(8, checkpointer=H5StorageCheckpointer(checkpoint_file="rb.h5"))
     storage.set(slice(0, 8), ted(8))
     storage.dumps(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rb.h5", "storage.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rb.h5", "seam.json", "storage.json"]
     with h5py.File(tmp_path / "rb.h5") as f:
         assert f["meta/step/t"][()].tolist() == list(range(8))
         assert "obs@explicit" in f["next"]

@@ -90,7 +90,8 @@ class QueryMixin:
 
     def query(self, predicate: Callable[[Trajectory], bool] | None = None, *,
               trajectory_key: Any = None) -> list[Trajectory]:
-        """The stored trajectories (oldest first) for which ``predicate`` holds, as
+        """The stored trajectories (oldest first; with ``ndim > 1``, lane by lane, oldest first
+        within each) for which ``predicate`` holds, as
         :class:`~tdreplay.core.query.Trajectory` objects, through the read-side transforms.
 
         ``predicate``: a :data:`~tdreplay.core.query.traj` predicate (only the entries it reads
@@ -141,10 +142,13 @@ class QueryMixin:
         return contents  # type: ignore[no-any-return]
 
     def _last_row(self, rows: int) -> int | None:
-        """The row written last, when the writer writes round-robin."""
-        if isinstance(self._writer, RoundRobinWriter):
-            return (self._writer.cursor - 1) % rows
-        return None
+        """The row written last, when the writer writes round-robin (in time order): where
+        the storage records its writer stopped (also for a buffer built on a written or
+        restored storage, whose new writer's cursor knows nothing of it), else the cursor."""
+        if not isinstance(self._writer, RoundRobinWriter):
+            return None
+        last = self._storage.last_written_row
+        return int(last) % rows if last is not None else (self._writer.cursor - 1) % rows
 
     def _trajectory_source(self, trajectory_key: Any) -> tuple[list[TensorDictBase], Runs]:
         """The lanes of stored steps (``[T]`` each, time-first) and the trajectories as

@@ -10,6 +10,7 @@ the storage's side: its ``checkpointer``, the hooks it registers there, and ``du
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 from collections.abc import Callable
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .storage import ListStorage, Storage
 
 # the two checkpointer classes are documented, and imported, with ``tdreplay.core``
-__all__ = ["CheckpointedStorage", "describe_checkpointer"]
+__all__ = ["SEAM_FILE", "SEAM_KEY", "CheckpointedStorage", "checked_seam", "describe_checkpointer"]
 
 StorageT = TypeVar("StorageT", bound="Storage")
 
@@ -268,15 +269,104 @@ def describe_checkpointer(value: Any) -> str:
     return type(value).__name__
 
 
+#: where a storage's own checkpoints keep its ``last_written_row`` (the ring's seam): the
+#: ``state_dict`` entry, and the file beside the checkpointer's files
+SEAM_KEY = "last_written_row"
+SEAM_FILE = "seam.json"
+
+
+def checked_seam(value: Any, max_size: int, where: str) -> int | None:
+    """``value`` (a saved ``last_written_row``) as ``None`` or a row in ``[0, max_size)``;
+    ``ValueError`` naming ``where`` otherwise.
+
+    Examples
+    --------
+    >>> checked_seam(3, 8, "state_dict['last_written_row']"), checked_seam(None, 8, "x")
+    (3, None)
+    >>> checked_seam(8, 8, "state_dict['last_written_row']")
+    Traceback (most recent call last):
+    ...
+    ValueError: state_dict['last_written_row'] must be None or a row in [0, 8), got 8.
+    """
+    if value is None:
+        return None
+    if not is_int(value) or not 0 <= int(value) < max_size:
+        raise ValueError(f"{where} must be None or a row in [0, {max_size}), got {value!r}.")
+    return int(value)
+
+
+def _state_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage's ``state_dict`` that also holds its ``last_written_row``."""
+
+    @functools.wraps(method)
+    def state_dict(self: Any) -> Any:
+        state = method(self)
+        if isinstance(state, dict):
+            state[SEAM_KEY] = self.last_written_row
+        return state
+
+    state_dict.keeps_seam = True  # type: ignore[attr-defined]
+    return state_dict
+
+
+def _load_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage's ``load_state_dict`` that restores the ``last_written_row`` saved with it
+    (checked before anything loads; a state saved without it, by TorchRL or an earlier version,
+    leaves the one the load sets)."""
+
+    @functools.wraps(method)
+    def load_state_dict(self: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = isinstance(state_dict, dict) and SEAM_KEY in state_dict
+        try:
+            seam = checked_seam(state_dict[SEAM_KEY], self.max_size,
+                                f"state_dict[{SEAM_KEY!r}]") if saved else None
+        except ValueError:
+            self.check_state_dict(state_dict)  # (the state of another capacity: named as such)
+            raise
+        out = method(self, state_dict, *args, **kwargs)
+        if saved:
+            self.last_written_row = seam
+        return out
+
+    load_state_dict.keeps_seam = True  # type: ignore[attr-defined]
+    return load_state_dict
+
+
 class CheckpointedStorage:
     """The checkpoint side of a :class:`~tdreplay.core.Storage`: its :attr:`checkpointer`,
-    the save / load hooks registered there, and ``dumps`` / ``loads`` through it."""
+    the save / load hooks registered there, and ``dumps`` / ``loads`` through it.
+
+    Every checkpoint of a storage alone keeps its ``last_written_row`` (where the ring is cut:
+    the newest row, followed by the oldest), as a buffer's checkpoint does: its
+    ``state_dict`` holds it (``"last_written_row"``; each storage class's ``state_dict`` and
+    ``load_state_dict`` are wrapped for it, whichever package defines them), ``dumps`` writes it
+    beside the checkpointer's files (``seam.json``). Without it, a buffer built on a restored
+    storage read a wrapped ring in slot order, and slices, queries and hindsight goals joined
+    its newest step to its oldest.
+    """
 
     _checkpointer: StorageCheckpointerBase[Any]
+    last_written_row: int | None
+    #: whether the storage's checkpoints keep its ``last_written_row`` (``False`` for a storage
+    #: of storages, e.g. ``StorageEnsemble``: each member keeps its own)
+    saves_seam: bool = True
 
     if TYPE_CHECKING:  # what the storage this is mixed into provides
         _restores: int
         def bump_revision(self) -> None: ...
+        @property
+        def max_size(self) -> int: ...
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # (runs before RevisionTracking's, which then wraps these as mutations: outermost)
+        super().__init_subclass__(**kwargs)
+        if not cls.saves_seam:
+            return
+        for name, wrap in (("state_dict", _state_with_seam), ("load_state_dict", _load_with_seam)):
+            method = cls.__dict__.get(name)  # the class's own (inherited ones are wrapped)
+            if callable(method) and not getattr(method, "keeps_seam", False) \
+                    and not getattr(method, "__isabstractmethod__", False):
+                setattr(cls, name, wrap(method))
 
     @property
     def checkpointer(self) -> StorageCheckpointerBase[Any]:
@@ -345,15 +435,28 @@ class CheckpointedStorage:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.checkpointer.dumps(self, path)
+        if self.saves_seam:
+            write_json(path / SEAM_FILE, {SEAM_KEY: self.last_written_row})
 
     def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
-        """Read and check ``path``; return a function that installs it (see the checkpointers)
-        and advances :attr:`revision`."""
-        install = self.checkpointer.prepare_load(self, Path(path))
+        """Read and check ``path``; return a function that installs it (see the checkpointers),
+        restores ``last_written_row`` (from ``seam.json``, when the checkpoint has one) and
+        advances :attr:`revision`."""
+        path = Path(path)
+        install = self.checkpointer.prepare_load(self, path)
+        saved = self.saves_seam and (path / SEAM_FILE).is_file()
+        if saved:
+            try:
+                seam = checked_seam(read_json(path / SEAM_FILE).get(SEAM_KEY), self.max_size,
+                                    f"{str(path / SEAM_FILE)!r} {SEAM_KEY}")
+            except ValueError as err:
+                raise CheckpointError(str(err)) from err
 
         def commit() -> None:
             try:
                 install()
+                if saved:
+                    self.last_written_row = seam
             finally:
                 self.bump_revision()
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .utils import as_long_tensor, is_int
+from .utils import as_long_tensor, is_int, range_tensor
 
 __all__ = ["StorageIndexing"]
 
@@ -132,7 +132,7 @@ class StorageIndexing:
         if isinstance(index, slice):
             stop = index.stop
             if stop is None or stop <= n:
-                return torch.arange(*index.indices(n))
+                return range_tensor(range(*index.indices(n)))  # (empty: rb[5:2] = [])
             cap = self.rows_capacity
             if cap is None:
                 cap = self.rows_capacity_for(value, batched=True) if value is not None else 0
@@ -142,7 +142,7 @@ class StorageIndexing:
             if step <= 0 or start > n:
                 raise IndexError(f"index {index} would write past the {n} written rows with a "
                                  "gap or backwards: use extend to add rows.")
-            return torch.arange(start, min(stop, cap), step)
+            return range_tensor(range(start, min(stop, cap), step))
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
             if index.ndim != 1 or index.shape[0] != n:  # as torch: a mask covers every row
                 raise IndexError(f"a boolean index must have one entry per written row ({n}), "
@@ -166,3 +166,4 @@ class StorageIndexing:
             self.set(slice(int(rows[0]), int(rows[-1]) + 1), value, set_cursor=False)
         else:
             self.set(rows, value, set_cursor=False)
+

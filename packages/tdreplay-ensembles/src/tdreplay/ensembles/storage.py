@@ -222,6 +222,8 @@ class StorageEnsemble(MembersShareable, Storage):
             storage.empty()
 
     # ---- state ----------------------------------------------------------------------------------
+    saves_seam = False  # (each member storage keeps its own last_written_row)
+
     def state_dict(self) -> dict[str, Any]:
         """``{"0": storages[0].state_dict(), ...}``."""
         return members_state_dict(self._storages)

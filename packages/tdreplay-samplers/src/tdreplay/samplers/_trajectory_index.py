@@ -540,6 +540,10 @@ class TrajectoryIndex(IndexStateMixin):
             else:
                 # flat ring: time follows slot order, cut after the newest written slot
                 newest = self.cut_after if self.cut_after is not None else self.newest_slot
+                if newest < 0 and storage.last_written_row is not None:
+                    # write order unknown here (a buffer built on a written or restored
+                    # storage): the storage records where its writer stopped
+                    newest = int(storage.last_written_row)
                 if filled == C and 0 <= newest < C:
                     self.n_end = newest + 1 + C
                 else:

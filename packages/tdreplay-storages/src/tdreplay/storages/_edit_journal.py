@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tdreplay.core.utils import range_tensor
+
 from ._keys import NestedKey, as_key, key_path
 
 __all__ = ["UNDO_FILE", "EditJournal", "Rows", "count_rows", "touched_rows"]
@@ -78,7 +80,8 @@ def touched_rows(index: Any, rows: int) -> Rows:
         return slice(0, rows)
     if isinstance(first, slice):
         start, stop, step = first.indices(rows)
-        return slice(start, max(start, stop)) if step == 1 else torch.arange(start, stop, step)
+        return slice(start, max(start, stop)) if step == 1 \
+            else range_tensor(range(start, stop, step))
     try:
         picked = torch.as_tensor(first).cpu()
     except (TypeError, ValueError, RuntimeError):

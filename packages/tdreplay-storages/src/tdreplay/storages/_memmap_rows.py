@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tdreplay.core.utils import as_long_tensor, check_flag
+from tdreplay.core.utils import as_long_tensor, check_flag, range_tensor
 
 from ._formats import DataFormat
 from ._layout import TensorLayout
@@ -84,7 +84,7 @@ class MemmapRowsMixin(SharedStateMixin):
         if layout is None or not written:
             return False
         flat = as_long_tensor(rows, name="index").reshape(-1) if not isinstance(rows, slice) \
-            else torch.arange(*rows.indices(layout.rows))
+            else range_tensor(range(*rows.indices(layout.rows)))
         if not flat.numel() or int(flat.min()) < 0 or int(flat.max()) >= written:
             return False
         with self._edit_guard() as guard:

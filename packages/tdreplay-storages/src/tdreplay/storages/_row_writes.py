@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorDictBase
 
-from tdreplay.core.utils import as_long_tensor
+from tdreplay.core.utils import as_long_tensor, range_tensor
 
 if TYPE_CHECKING:
     from ._layout import TensorLayout
@@ -52,11 +52,12 @@ def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
         return row + 1, row
     if isinstance(rows, slice):
         start, stop, step = rows.indices(cap)
+        stop = max(stop, start) if step == 1 else stop  # (an empty slice, e.g. [7:1]: no row)
         if step != 1:
-            rows = torch.arange(start, stop, step)
+            rows = range_tensor(range(start, stop, step))
         else:
             write_run(layout, start, stop, td, leaves)
-            return stop, (stop - 1 if stop > start else None)
+            return (stop, stop - 1) if stop > start else (None, None)
     rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
     src = layout.source_leaves(td, (rows.numel(), *layout.inner), leaves)
     before_write(layout, top + 1, top + 1)  # rows in any order: all below the top one

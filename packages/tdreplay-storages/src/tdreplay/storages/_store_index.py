@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from tdreplay.core.storage import written_slots
-from tdreplay.core.utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, is_int, range_tensor
 
 __all__ = ["read_index", "write_index"]
 
@@ -21,6 +19,7 @@ def write_index(rows: Any, n: int | None, max_size: int) -> tuple[Any, int, int]
 
     Examples
     --------
+    >>> import torch
     >>> write_index(torch.tensor([2, 3, 4]), 3, 10), write_index(7, None, 10)
     ((slice(2, 5, None), 4, 4), (7, 7, 7))
     """
@@ -32,7 +31,7 @@ def write_index(rows: Any, n: int | None, max_size: int) -> tuple[Any, int, int]
         return row, row, row
     if isinstance(rows, slice):
         start, stop, step = rows.indices(max_size)
-        tensor = torch.arange(start, stop, step)
+        tensor = range_tensor(range(start, stop, step))
         if rows.stop is not None and rows.stop > max_size:
             raise IndexError(f"rows {rows} reaches past max_size={max_size}.")
     else:
@@ -58,6 +57,7 @@ def read_index(slots: Any, n: int, capacity: int | None = None) -> Any:
 
     Examples
     --------
+    >>> import torch
     >>> read_index(torch.tensor([1, 2, 3]), 5), read_index(torch.tensor([3, 1]), 5)
     (slice(1, 4, None), tensor([3, 1]))
     """
@@ -70,7 +70,7 @@ def read_index(slots: Any, n: int, capacity: int | None = None) -> Any:
         start, stop, step = slots.indices(n)
         if step == 1:
             return slice(start, max(start, stop))
-        return torch.arange(start, stop, step)
+        return range_tensor(range(start, stop, step))
     slots = written_slots(slots, n, capacity)  # (a mask; negative slots: from the end)
     if slots.ndim == 1 and slots.numel() > 1:
         first, last = int(slots[0]), int(slots[-1])

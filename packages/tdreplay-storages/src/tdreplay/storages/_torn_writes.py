@@ -75,7 +75,7 @@ import numpy as np
 import torch
 
 from tdreplay.core.atomic_files import replace_file
-from tdreplay.core.utils import as_long_tensor, is_int
+from tdreplay.core.utils import as_long_tensor, is_int, range_tensor
 
 from ._edit_journal import UNDO_FILE, EditJournal, Rows
 from ._keys import NestedKey
@@ -220,7 +220,7 @@ class TornWrites:
             start, stop, step = rows.indices(capacity)
             if step == 1:
                 return start < min(stop, written) and self._record_range(start, stop)
-            rows = torch.arange(start, stop, step)
+            rows = range_tensor(range(start, stop, step))
         elif is_int(rows):
             row = int(rows) % capacity
             return row < written and self._record_range(row, row + 1)

@@ -538,7 +538,7 @@ class FlatStorageCheckpointer(_CompactingCheckpointer):
     ...     t = LazyTensorStorage(10, checkpointer=FlatStorageCheckpointer())
     ...     t.loads(d)
     >>> files
-    ['next.obs@explicit.bin', 'next.obs@mask.bin', 'obs.bin', 'storage.json']
+    ['next.obs@explicit.bin', 'next.obs@mask.bin', 'obs.bin', 'seam.json', 'storage.json']
     >>> bool((t[:]["next", "obs"] == obs[1:]).all())
     True
     """

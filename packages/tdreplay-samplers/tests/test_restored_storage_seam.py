@@ -1,0 +1,66 @@
+"""A storage restored alone (its own ``state_dict`` or ``dumps``) keeps where its ring is cut:
+slices, queries and the index of a buffer built on it never join the newest step to the
+oldest (``last_written_row`` was lost, and a slice ``(12, 3)`` came out of a ring whose newest
+step is 12 and oldest 3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import ListStorage, TensorDictReplayBuffer
+from tdreplay.samplers import SliceSampler
+from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
+
+STORAGES = {"lazy_tensor": LazyTensorStorage, "lazy_memmap": LazyMemmapStorage}
+
+
+def wrapped_storage(make):
+    rb = TensorDictReplayBuffer(storage=make(10))
+    rb.extend(TensorDict({"episode": torch.zeros(13, dtype=torch.long),
+                          "step": torch.arange(13)}, [13]))  # rows 0..2 hold steps 10..12
+    return rb.storage
+
+
+def restored(storage, make, how, tmp_path):
+    fresh = make(10)
+    if how == "state_dict":
+        fresh.load_state_dict(storage.state_dict())
+    else:
+        storage.dumps(tmp_path / "storage")
+        fresh.loads(tmp_path / "storage")
+    return fresh
+
+
+@pytest.mark.parametrize("kind", list(STORAGES))
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_restored_storage_keeps_its_seam(kind, how, tmp_path):
+    make = STORAGES[kind]
+    storage = restored(wrapped_storage(make), make, how, tmp_path)
+    assert storage.last_written_row == 2
+    rb = TensorDictReplayBuffer(storage=storage, sampler=SliceSampler(slice_len=2,
+                                                                      traj_key="episode"))
+    pairs = {tuple(p) for p in rb.sample(400)["step"].reshape(-1, 2).tolist()}
+    assert pairs == {(s, s + 1) for s in range(3, 12)}  # never (12, 3)
+    (trajectory,) = rb.query()
+    assert trajectory.data["step"].tolist() == list(range(3, 13))
+
+
+def test_a_list_storage_state_keeps_its_seam():
+    storage = ListStorage(3)
+    storage.set(torch.arange(3), ["a", "b", "c"])
+    storage.set(0, "d")
+    restored_storage = ListStorage(3)
+    restored_storage.load_state_dict(storage.state_dict())
+    assert restored_storage.last_written_row == 0
+
+
+def test_a_bad_saved_seam_is_refused_before_anything_loads():
+    storage = wrapped_storage(LazyTensorStorage)
+    state = storage.state_dict()
+    state["last_written_row"] = 10
+    fresh = LazyTensorStorage(10)
+    with pytest.raises(ValueError, match=r"state_dict\['last_written_row'\] must be None or a row"):
+        fresh.load_state_dict(state)
+    assert len(fresh) == 0
