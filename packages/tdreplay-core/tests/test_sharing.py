@@ -199,3 +199,35 @@ def test_shareable_declared_on_the_bases():
     RoundRobinWriter().check_shareable()
     with pytest.raises(NotShareableError, match="ListStorage"):
         ListStorage(4).check_shareable()
+
+
+def _empty_or_update(rb, what, queue):
+    try:
+        if what == "empty":
+            rb.empty()
+        else:
+            rb.update_priority(torch.tensor([0]), torch.tensor([5.0]))
+        queue.put("changed")
+    except NotShareableError as err:
+        queue.put(type(err).__name__)
+    queue.put(len(rb))
+
+
+@pytest.mark.parametrize("what", ["empty", "update_priority"])
+def test_a_forked_child_cannot_empty_or_update_what_it_cannot_share(what):
+    # (empty() cleared the child's copy, or the rows of a shared storage under the parent's
+    # priorities; priority updates stayed in the child: the learner's updates were lost)
+    from tdreplay.samplers import PrioritizedSampler
+
+    sampler = PrioritizedSampler(10, alpha=1.0, beta=1.0) if what == "update_priority" else None
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=sampler)
+    rb.extend([torch.tensor(0.0), torch.tensor(1.0)])
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_empty_or_update, args=(rb, what, queue))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    assert queue.get(timeout=10) == "NotShareableError"
+    assert queue.get(timeout=10) == 2  # the child's copy unchanged too
+    assert len(rb) == 2

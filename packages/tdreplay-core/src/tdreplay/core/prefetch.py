@@ -183,17 +183,20 @@ class Prefetcher(ForkGuard):
                 queue.append(future)
             future = queue.popleft()
             self._drew.pop(future, None)
-            try:
-                drawn = future.result()
-                # a job dropped after it was handed out draws nothing: draw now instead
-                fresh = drawn if drawn is not None else draw(batch_size, None)
-            except BaseException:
-                # the batches queued behind a failed one (e.g. sampled from an empty buffer)
-                # would fail too, or be stale: drop them so the next sample starts afresh
+        # waited for without the queue's lock: the job takes the buffer's lock to draw, and a
+        # thread holding that one (``rb.locked()``, then ``state_dict``) may need the queue's
+        try:
+            drawn = future.result()
+            # a job dropped after it was handed out draws nothing: draw now instead
+            fresh = drawn if drawn is not None else draw(batch_size, None)
+        except BaseException:
+            # the batches queued behind a failed one (e.g. sampled from an empty buffer)
+            # would fail too, or be stale: drop them so the next sample starts afresh
+            with self._lock:
                 self._clear_queue()
-                raise
-            assert fresh is not None  # draw(..., None) always draws
-            return fresh
+            raise
+        assert fresh is not None  # draw(..., None) always draws
+        return fresh
 
     # ---- across a fork (tdreplay.core.fork_safety; the buffer's lock is held meanwhile) -------
     def settled(self, timeout: float) -> bool:

@@ -667,6 +667,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priorities of ``index`` (prioritized samplers)."""
         with self._lock:
+            self._check_writing_process()  # (a forked child's priorities would stay its own)
             self._sampler.update_priority(index, priority, storage=self._storage)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -676,6 +677,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         would hold back or let through the calls on the new ones)."""
         check_flag(empty_write_count, "empty_write_count")
         with self._lock:
+            self._check_writing_process()  # a forked child empties only what is shared
             for writer in self._storage_writers():  # (a dataset's refuses: nothing changed)
                 writer.check_empty()
             self.clear_prefetch()
@@ -916,4 +918,5 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if anchored is not None:
             (index, priority), extra = anchored, {}
         with self._lock:
+            self._check_writing_process()
             self._sampler.update_priority(index, priority, storage=self._storage, **extra)
