@@ -74,3 +74,19 @@ def test_a_zeroed_state_file_is_refused(tmp_path):
     state.write_bytes(bytes(os.path.getsize(state)))
     with pytest.raises(DamagedStorageError, match="says nothing was written"):
         reopened(tmp_path)
+
+
+@pytest.mark.parametrize("existsok", [True, False])
+def test_a_missing_config_file_is_refused_and_the_state_kept(tmp_path, existsok):
+    # (the storage took the directory for a new one and zeroed its state file: the row count,
+    # cursor and write count of 20 committed rows were lost for good)
+    written(tmp_path)
+    state = (tmp_path / "tdreplay-memmap-state.bin").read_bytes()
+    config = tmp_path / "tdreplay-memmap.json"
+    saved = config.read_text()
+    config.unlink()
+    with pytest.raises(DamagedStorageError, match="tdreplay-memmap.json: its configuration"):
+        ReplayBuffer(storage=LazyMemmapStorage(100, scratch_dir=tmp_path, existsok=existsok))
+    assert (tmp_path / "tdreplay-memmap-state.bin").read_bytes() == state
+    config.write_text(saved)
+    assert reopened(tmp_path)[:]["y"].tolist() == list(range(ROWS))

@@ -84,6 +84,11 @@ class ScratchDirMixin:
                     "written (zeroed or replaced): its row count, cursor and write count are "
                     "lost, and opening it would show an empty buffer over its rows.")
             return
+        if (path / _LAYOUT_FILE).is_file():  # (a storage is created config first, layout last)
+            raise DamagedStorageError(
+                f"scratch_dir {str(path)!r} holds a laid-out storage ({_LAYOUT_FILE}) but no "
+                f"{_CONFIG_FILE}: its configuration file is missing. Nothing was changed; put "
+                f"the file back (or remove the directory to start afresh).")
         self._state = _SharedCounters(str(path / _STATE_FILE), create=True)
         replace_file(config_path, json.dumps(config).encode(), durable=False)
 

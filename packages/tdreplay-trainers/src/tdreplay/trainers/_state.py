@@ -4,6 +4,7 @@ modules) and how: a state dict, a ``.pt`` file, or an atomic checkpoint director
 from __future__ import annotations
 
 import copy
+import glob
 import os
 import pickle
 import re
@@ -215,8 +216,11 @@ class TrainerState:
     @staticmethod
     def save_file(state: Mapping[str, Any], path: Path) -> None:
         """``torch.save`` ``state`` (a :meth:`state_dict`) to ``path``, atomically (a temporary
-        file then a rename)."""
+        file then a rename). The temporary files of earlier saves that were killed before
+        their rename (each as large as the checkpoint) are removed first."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
             save_torch_file(state, tmp)
