@@ -45,16 +45,22 @@ def _extend(rb, queue):
         queue.put(str(err))
 
 
-def test_forked_child_using_a_list_storage_raises_instead_of_diverging():
-    rb = ReplayBuffer(storage=ListStorage(10))
-    rb.extend([torch.tensor(0.0)])
+def _in_forked_child(target, *args):
+    """Run ``target(*args, queue)`` in a forked child; the first thing it put in the queue."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_extend, args=(rb, queue))
+    child = ctx.Process(target=target, args=(*args, queue))
     child.start()
     child.join()
     assert child.exitcode == 0
-    assert queue.get(timeout=10).startswith("Cannot share a storage of type")
+    return queue.get(timeout=10), queue
+
+
+def test_forked_child_using_a_list_storage_raises_instead_of_diverging():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([torch.tensor(0.0)])
+    said, _ = _in_forked_child(_extend, rb)
+    assert said.startswith("Cannot share a storage of type")
     assert len(rb) == 1
     rb.extend([torch.tensor(2.0)])  # the parent itself goes on
     assert len(rb) == 2
@@ -222,12 +228,28 @@ def test_a_forked_child_cannot_empty_or_update_what_it_cannot_share(what):
     sampler = PrioritizedSampler(10, alpha=1.0, beta=1.0) if what == "update_priority" else None
     rb = ReplayBuffer(storage=ListStorage(10), sampler=sampler)
     rb.extend([torch.tensor(0.0), torch.tensor(1.0)])
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_empty_or_update, args=(rb, what, queue))
-    child.start()
-    child.join()
-    assert child.exitcode == 0
-    assert queue.get(timeout=10) == "NotShareableError"
+    said, queue = _in_forked_child(_empty_or_update, rb, what)
+    assert said == "NotShareableError"
     assert queue.get(timeout=10) == 2  # the child's copy unchanged too
     assert len(rb) == 2
+
+
+def test_a_rate_limited_buffer_is_not_shared(tmp_path):
+    # (a forked collector's inserts never reached the parent's limiter: the learner waited for
+    # them for good)
+    from tdreplay.core import SampleToInsertRatio
+    from tdreplay.storages import LazyMemmapStorage
+
+    def limited(storage):
+        limiter = SampleToInsertRatio(1.0, 2, error_buffer=(0.0, 100.0), timeout=0)
+        return ReplayBuffer(storage=storage, rate_limiter=limiter)
+
+    rb = limited(ListStorage(10))
+    with pytest.raises(NotShareableError, match="rate limiter .*RayReplayBuffer"):
+        rb.share()
+    assert not rb.shared
+    rb = limited(LazyMemmapStorage(10, scratch_dir=tmp_path / "rows"))  # (a shared storage)
+    rb.extend(torch.zeros(1))
+    said, _ = _in_forked_child(_extend, rb)
+    assert said.startswith("Cannot share a buffer with a rate limiter")
+    assert len(rb) == 1

@@ -87,6 +87,8 @@ class RateLimitedMixin(BufferStateMixin):
         if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter (MinSize, SampleToInsertRatio)"
                             f" or None, got {type(rate_limiter).__name__}.")
+        if rate_limiter is not None and getattr(self, "shared", False):
+            rate_limiter.check_shareable()  # (a shared buffer: its counts would stay here)
         self._rate_limiter = rate_limiter
 
     def can_sample(self, batch_size: int | None = None) -> bool:

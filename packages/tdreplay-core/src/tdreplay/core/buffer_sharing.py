@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .process_sharing import NotShareableError as NotShareableError  # where it was before
 from .process_sharing import sending_to_new_process as sending_to_new_process
+from .rate_limit import RateLimiter
 from .sampler import Sampler
 from .storage import Storage
 from .transform import Compose, Transform
@@ -95,6 +96,7 @@ class SharingMixin:
     _writer: Writer
     _transform: Compose
     _prefetch: int
+    _rate_limiter: RateLimiter | None
     _owner_pid: int | None = None  #: the process whose buffer this is (unset in an unpickled copy)
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
@@ -108,9 +110,9 @@ class SharingMixin:
         the buffer.
 
         Its transforms move their write state to shared memory (and are shared when appended
-        later); a sampler or writer that cannot be shared, or a prefetching buffer, is refused
-        with an error naming it. The storage is checked when the buffer goes to another
-        process: only a storage that shares its rows (``LazyMemmapStorage``,
+        later); a sampler, writer or rate limiter that cannot be shared, or a prefetching
+        buffer, is refused with an error naming it. The storage is checked when the buffer
+        goes to another process: only a storage that shares its rows (``LazyMemmapStorage``,
         ``LazyTensorStorage(shared_init=True)``) may. A buffer whose parts wait for its first
         use (``delayed_init``) is only marked: they are checked and shared when built.
 
@@ -129,6 +131,8 @@ class SharingMixin:
         if shared and self._prefetch:
             raise ValueError("Cannot share prefetched replay buffers. Pass prefetch=0 or "
                              "shared=False.")
+        if shared and self._rate_limiter is not None:
+            self._rate_limiter.check_shareable()
         if shared and self.initialized:
             self._sampler.check_shareable()
             self._writer.check_shareable()
@@ -154,11 +158,13 @@ class SharingMixin:
             share_transform(transform)
 
     def check_shareable(self) -> None:
-        """:class:`NotShareableError` naming the part (storage, sampler, writer) that cannot be
-        used by another process; what the buffer runs when it goes to one."""
+        """:class:`NotShareableError` naming the part (storage, sampler, writer, rate limiter)
+        that cannot be used by another process; what the buffer runs when it goes to one."""
         self._storage.check_shareable()
         self._sampler.check_shareable()
         self._writer.check_shareable()
+        if self._rate_limiter is not None:
+            self._rate_limiter.check_shareable()
 
     @classmethod
     def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:

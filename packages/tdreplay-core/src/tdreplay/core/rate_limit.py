@@ -30,6 +30,7 @@ from typing import Any
 
 from .checkpoint import CheckpointError, read_json, write_json
 from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
+from .process_sharing import SpawnChecked
 from .utils import check_required_count, restore_attributes
 
 __all__ = ["MinSize", "RateLimitTimeout", "RateLimiter", "SampleToInsertRatio"]
@@ -66,8 +67,13 @@ def _check_timeout(value: Any) -> float | None:
     return float(value)
 
 
-class RateLimiter(ForkGuard):
+class RateLimiter(SpawnChecked, ForkGuard):
     """Reverb's rate limiter: see the module docstring for the rule.
+
+    Its counts live in this process's memory: a buffer holding one is not shareable
+    (``share()``, a forked child's writes and a process being started refuse it with
+    :class:`~tdreplay.core.NotShareableError`), since another process's inserts and samples
+    would not count (a learner waiting for collectors in other processes waited for good).
 
     Parameters
     ----------
@@ -89,6 +95,13 @@ class RateLimiter(ForkGuard):
     >>> limiter.can_sample(1, size=0), limiter.can_insert(3, size=0)
     (False, True)
     """
+
+    shareable = False
+    not_shareable_message = (
+        "Cannot share a buffer with a rate limiter ({cls}) between processes: its insert and "
+        "sample counts live in this process's memory, so the other processes' writes and "
+        "samples would not count. Give each process its own rate-limited buffer, or use a "
+        "RayReplayBuffer, whose actor counts every process's calls.")
 
     def __init__(self, *, samples_per_insert: float, min_size_to_sample: int,
                  min_diff: float, max_diff: float, timeout: float | None = None) -> None:
