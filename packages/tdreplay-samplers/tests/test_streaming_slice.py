@@ -247,3 +247,9 @@ def test_storage_checks():
         rb.sample(2)
     with pytest.raises(ValueError, match="not divisible by slice_len=3"):
         _buffer().sample(4)
+
+
+def test_trajectory_key_is_an_alias_of_traj_key_as_on_the_other_slice_samplers():
+    assert StreamingSliceSampler(slice_len=2, trajectory_key="episode").traj_key == "episode"
+    with pytest.raises(ValueError, match="aliases of one argument"):
+        StreamingSliceSampler(slice_len=2, trajectory_key="episode", traj_key="other")

@@ -496,11 +496,13 @@ class ListStorage(Storage):
                 if rows_list and set_cursor:
                     self.last_written_row = rows_list[-1]
                 return
+        n = len(self._storage)
+        if any(r < 0 for r in rows_list):  # from the last written item, as TorchRL's list
+            rows_list = [r + n if -n <= r < 0 else r for r in rows_list]
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
             raise StorageIndexError(f"rows {bad[:5]} out of range for a ListStorage of "
-                                    f"max_size {self.max_size}.")
-        n = len(self._storage)
+                                    f"max_size {self.max_size} holding {n} items.")
         appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):
             self._raise_gap(appended[:5])

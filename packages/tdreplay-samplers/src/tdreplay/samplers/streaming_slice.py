@@ -51,11 +51,12 @@ class StreamingSliceSampler(SliceSampler):
     ----------
     slice_len : int
         Steps of every window and slice; the batch size must be divisible by it.
-    end_key, end_keys, traj_key, cache_values, truncated_key, strict_length, pad_output,
-    compile, span, use_gpu
-        As :class:`SliceSampler`; they apply to the uniform slices, and the trajectory ids and
-        end flags also cut the windows. ``strict_length``, ``pad_output`` and ``span`` only
-        change the uniform slices (windows are always ``slice_len`` steps).
+    end_key, end_keys, traj_key, trajectory_key, cache_values, truncated_key, strict_length,
+    pad_output, compile, span, use_gpu
+        As :class:`SliceSampler` (``trajectory_key``: an alias of ``traj_key``); they apply
+        to the uniform slices, and the trajectory ids and end flags also cut the windows.
+        ``strict_length``, ``pad_output`` and ``span`` only change the uniform slices
+        (windows are always ``slice_len`` steps).
     init_key : NestedKey or None
         Info entry marking the first step of every window and slice (OR-ed with the stored
         flags; nothing when the data has no such entry). ``None``: the stored flags are left
@@ -100,6 +101,7 @@ class StreamingSliceSampler(SliceSampler):
         end_key: NestedKey | None = None,
         end_keys: Sequence[NestedKey] | None = None,
         traj_key: NestedKey | None = None,
+        trajectory_key: NestedKey | None = None,
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
         init_key: NestedKey | None = INIT_KEY,
@@ -111,7 +113,8 @@ class StreamingSliceSampler(SliceSampler):
     ) -> None:
         length = check_required_count(slice_len, "slice_len", 1)
         super().__init__(slice_len=length, end_key=end_key,
-                         end_keys=end_keys, traj_key=traj_key, cache_values=cache_values,
+                         end_keys=end_keys, traj_key=traj_key, trajectory_key=trajectory_key,
+                         cache_values=cache_values,
                          truncated_key=truncated_key, init_key=init_key,
                          strict_length=strict_length, pad_output=pad_output, compile=compile,
                          span=span, use_gpu=use_gpu)

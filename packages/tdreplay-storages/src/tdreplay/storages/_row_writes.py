@@ -86,10 +86,11 @@ def write_run(layout: TensorLayout, start: int, stop: int, td: TensorDictBase,
     >>> write_run(layout, 1, 3, batch, layout.matching_leaves(batch))
     >>> layout.leaves[0][:, 0].tolist()
     [0.0, 1.0, 1.0, 0.0]
-    >>> write_run(layout, 0, 2, TensorDict({"a": torch.ones(2, 1)}, [2]), None)
+    >>> narrow = TensorDict({"a": torch.ones(2, 1)}, [2])
+    >>> write_run(layout, 0, 2, narrow, None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: entry 'a' has shape (2, 1), expected (2, 2) for this storage.
+    tdreplay.core.utils.ShapeMismatchError: entry 'a' has shape (2, 1), expected (2, 2) for ...
     """
     if lead is None:
         lead = (stop - start, *layout.inner)

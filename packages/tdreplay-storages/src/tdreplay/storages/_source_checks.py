@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core.checkpoint import CheckpointError
+from tdreplay.core.utils import ShapeMismatchError
 
 from ._casts import check_cast
 from ._key_tree import leaves_along_tree
@@ -230,8 +231,9 @@ class SourceCheck:
             for key, src, (shape, dtype) in zip(self.keys, out, expected):
                 check_source(key, src)
                 if src.shape != shape:
-                    raise ValueError(f"entry {key!r} has shape {tuple(src.shape)}, expected "
-                                     f"{tuple(shape)} for this storage.")
+                    raise ShapeMismatchError(  # (a ValueError, and TorchRL's RuntimeError)
+                        f"entry {key!r} has shape {tuple(src.shape)}, expected {tuple(shape)} "
+                        "for this storage.")
                 if src.dtype is not dtype:
                     check_cast(key, src, dtype)
         return out
