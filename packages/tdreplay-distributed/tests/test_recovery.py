@@ -12,6 +12,7 @@ from functools import partial
 import pytest
 import torch
 from distributed_workers import make_batch, retry_until
+from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
 from tdreplay.distributed import (
@@ -235,3 +236,37 @@ def test_sharded_prefetch_and_per_shard_options(ray_session):
         rb.shutdown()
     with pytest.raises(ValueError, match="one dict per shard"):
         ShardedReplayBuffer(num_shards=2, remote_config=[{}])
+
+
+@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
+def test_a_priority_update_after_a_shard_died_sets_it_aside(ray_session, how):
+    # (update_priority's check raised BufferActorDiedError and left the shard unmarked, so a
+    # learner retrying got the same error; the tensordict form set it aside, as documented)
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 10),
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=1.0,
+                             beta=1.0, batch_size=4, name=f"dying-{how}")
+    try:
+        rb.extend(TensorDict({"x": torch.arange(2.0)}, [2]))
+        rb.extend(TensorDict({"x": torch.arange(2.0)}, [2]))
+        ray_session.kill(rb.shards[1].actor)
+
+        def dead():
+            try:
+                len(rb.shards[1])
+            except BufferActorDiedError:
+                return
+            raise TimeoutError
+
+        _until(dead, accept=(TimeoutError,))
+        index, priority = torch.tensor([0, 1, 10, 11]), torch.tensor([5.0, 5.0, 7.0, 7.0])
+        with pytest.warns(ShardsUnavailableWarning, match="shard 1 is unavailable"):
+            if how == "update_priority":
+                rb.update_priority(index, priority)
+            else:
+                rb.update_tensordict_priority(TensorDict({"index": index, "td_error": priority},
+                                                         [4]))
+        assert rb.dead_shards == (1,)
+        state = rb.shards[0].state_dict()["_sampler"]["priorities"]
+        assert state[:2].tolist() == pytest.approx([5.0, 5.0])
+    finally:
+        rb.shutdown()

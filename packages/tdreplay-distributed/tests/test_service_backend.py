@@ -125,3 +125,21 @@ def test_sharded_update_if_present_routes_global_slots(ray_session) -> None:
                                  patch={"x": torch.zeros(3)})
     finally:
         rb.close()
+
+
+def test_sharded_update_if_present_takes_a_list_of_versions(ray_session) -> None:
+    # (a list, one version per record, went whole to every shard, which refused its shape)
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 3), writer=TRACKING,
+                             replay_buffer_cls=TensorDictReplayBuffer, batch_size=4)
+    try:
+        rb.extend(_td([0.0, 1.0]))   # shard 0: global slots 0, 1
+        rb.extend(_td([2.0, 3.0]))   # shard 1: global slots 3, 4
+        result = rb.update_if_present(index=torch.tensor([0, 1, 3, 4]),
+                                      generation=torch.zeros(4, dtype=torch.long),
+                                      patch={"x": torch.tensor([10.0, 11.0, 12.0, 13.0])},
+                                      version_key="version", version=[5, 5, 5, 5])
+        assert result.updated.tolist() == [True, True, True, True]
+        assert rb.shards[0][:]["version"].tolist() == [5, 5]
+        assert rb.shards[1][:]["x"].tolist() == [12.0, 13.0]
+    finally:
+        rb.close()

@@ -61,3 +61,15 @@ def test_bad_priority_shapes_and_dtypes_are_refused_before_any_shard(sharded, pr
     sharded.update_priority(index, torch.tensor([1.0, 2.0, 3.0]))  # broadcasts over rows
     after = priorities(sharded)  # slot 8 (shard 1, local 0) gets 3, slot 9 (local 1) gets 1
     assert [float(after[1][0]), float(after[1][1])] == pytest.approx([9.0, 1.0])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, 1e200])
+def test_a_tensordict_priority_update_refused_by_one_shard_updates_no_shard(sharded, bad):
+    # (shard 0 took its rows, 50.0 each, before shard 1 refused the NaN: "Nothing was updated")
+    before = priorities(sharded)
+    update = TensorDict({"index": torch.tensor([0, 1, 8, 9]),
+                         "td_error": torch.tensor([50.0, 50.0, bad, 1.0], dtype=torch.float64)},
+                        [4])
+    with pytest.raises(ValueError, match="priority"):
+        sharded.update_tensordict_priority(update)
+    assert all(torch.equal(a, b) for a, b in zip(before, priorities(sharded)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
@@ -136,7 +137,9 @@ def _restarted_by_ray() -> bool:
     """Whether this actor is a restart (``max_restarts``) of one that died."""
     if _own_actor_id() is None:  # built outside an actor (tests, tools)
         return False
-    return bool(import_ray().get_runtime_context().was_current_actor_reconstructed)
+    with warnings.catch_warnings():  # (Ray's property reads its own deprecated actor_id)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(import_ray().get_runtime_context().was_current_actor_reconstructed)
 
 
 def _own_node_id() -> str | None:

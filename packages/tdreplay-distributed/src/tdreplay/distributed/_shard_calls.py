@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from tdreplay.core.utils import restore_attributes
+from tdreplay.core.utils import leading_dim, restore_attributes
 
 from ._ray import wait_all
 from ._server import Mass
@@ -60,6 +60,19 @@ __all__ = ["ShardCalls"]
 
 Call = tuple[int, str, tuple[Any, ...]]
 
+
+
+#: rounds of top-up draws a batch waits for from shards that drew fewer items than it takes
+_TOP_UP_ROUNDS = 8
+
+
+def _items(data: Any, asked: int) -> int:
+    """How many items a shard's answer holds (``asked``, unless its sampler handed out fewer:
+    the last batch of an epoch without replacement)."""
+    try:
+        return min(asked, leading_dim(data))
+    except (TypeError, ValueError):
+        return asked
 
 class ShardCalls:
     """The clients of a sharded buffer's shards, and what their answers told."""
@@ -239,22 +252,35 @@ class ShardCalls:
         counts = torch.bincount(which, minlength=len(self.clients)).tolist()
         minimum = min(answers[k][2][1] for k in live)
         pieces: list[Piece] = []
-        short = []
-        asked_of = dict(zip(live, asked))
-        for k, n in asked_of.items():
+        missing: dict[int, int] = {}  # shard -> items the batch still takes from it
+        for k, n in zip(live, asked):
+            kept = 0
             if counts[k] and n:
                 data, info, mass, beta = answers[k]
                 if data is None:  # emptied since its mass was known
                     return None
-                pieces.append((k, data, info, mass[1], beta, n, min(n, counts[k])))
-            if counts[k] > n:
-                short.append((k, "sample_part", (counts[k] - n,)))
-        if short:  # shards that drew fewer items than the batch takes from them
-            more = self._answers(short, timeout)
+                drawn = _items(data, n)  # (fewer: an epoch without replacement ended)
+                kept = min(drawn, counts[k])
+                pieces.append((k, data, info, mass[1], beta, drawn, kept))
+            if counts[k] > kept:
+                missing[k] = counts[k] - kept
+        for _ in range(_TOP_UP_ROUNDS):  # shards that drew fewer items than the batch takes
+            if not missing:
+                break
+            more = self._answers([(k, "sample_part", (n,)) for k, n in missing.items()],
+                                 timeout)
             if more is None or any(more[k][0] is None for k in more):
                 return None
             for k, (data, info, mass, beta) in more.items():
                 minimum = min(minimum, mass[1])
-                n = counts[k] - asked_of[k]
-                pieces.append((k, data, info, mass[1], beta, n, n))
+                drawn = _items(data, missing[k])
+                kept = min(drawn, missing[k])
+                if kept:
+                    pieces.append((k, data, info, mass[1], beta, drawn, kept))
+                missing[k] -= kept
+                if not missing[k]:
+                    del missing[k]
+        if missing:
+            raise RuntimeError(f"shards {sorted(missing)} drew no items for "
+                               f"{_TOP_UP_ROUNDS} rounds while their masses say they hold some.")
         return which, pieces, minimum

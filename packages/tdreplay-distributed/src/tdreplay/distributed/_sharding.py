@@ -171,18 +171,23 @@ def check_unwritten(parts: Sequence[tuple[int, torch.Tensor, Any, Any]],
                          "Nothing was updated on any shard.")
 
 
-def check_every_shard(parts: Sequence[tuple[int, torch.Tensor, torch.Tensor, Any]],
-                      wait: Callable[[list[tuple[int, str, tuple[Any, ...]]], str], list[Any]],
-                      offsets: torch.Tensor) -> None:
-    """Have every shard of ``parts`` (``(shard, local slots, priorities, kwargs)``, from
+def check_every_shard(parts: Sequence[tuple[int, torch.Tensor, Any, Any]],
+                      ask: Callable[[list[tuple[int, str, tuple[Any, ...]]], str],
+                                    list[tuple[int, Any]]],
+                      offsets: torch.Tensor) -> list[tuple[int, torch.Tensor, Any, Any]]:
+    """Have every shard of ``parts`` (``(shard, local slots, priorities, kwargs)``, as from
     :func:`split_priority_update`) check its part of a priority update, changing nothing
     (``check_priority_update`` on the buffer actor): a shard's error (e.g. a priority that
-    overflows with its ``alpha``) raises, and unwritten slots raise ``IndexError`` naming
-    their global slots (:func:`check_unwritten`). ``wait`` sends ``(shard, method, args)``
-    calls at once and returns their results in order."""
+    overflows with its ``alpha``, a NaN) raises, and unwritten slots raise ``IndexError`` naming
+    their global slots (:func:`check_unwritten`). ``ask`` sends ``(shard, method, args)`` calls
+    at once and returns ``(shard, result)`` of the shards that answered (one found dead is set
+    aside). Returns the parts of the shards that answered: the update sends only those."""
     calls = [(k, "check_priority_update", (pack(local), pack(values)))
              for k, local, values, _ in parts]
-    check_unwritten(parts, wait(calls, "update_priority") if calls else [], offsets)
+    answered = dict(ask(calls, "update_priority")) if calls else {}
+    kept = [part for part in parts if part[0] in answered]
+    check_unwritten(kept, [answered[part[0]] for part in kept], offsets)
+    return kept
 
 
 def split_priority_rows(data: TensorDictBase, offsets: torch.Tensor

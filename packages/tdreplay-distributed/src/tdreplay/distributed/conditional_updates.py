@@ -10,6 +10,7 @@ from __future__ import annotations
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from tdreplay.core import ConditionalUpdateResult
@@ -221,6 +222,8 @@ class ShardedConditionalUpdateMixin:
             raise ValueError(f"index and generation must address the same records, got "
                              f"{records} indices and {captured.numel()} generations.")
         rows = _patch_rows(patch, torch.as_tensor(index).shape)
+        if isinstance(version, (list, tuple, np.ndarray)):  # (one per record, as a tensor is)
+            version = torch.as_tensor(version)
         per_record = isinstance(version, torch.Tensor) and version.numel() == records > 1
         calls, masks = [], []
         for k in range(len(self._offsets) - 1):

@@ -33,10 +33,10 @@ shard a client writes to is laid out, this costs nothing.
 ...                          replay_buffer_cls=TensorDictReplayBuffer)
 >>> rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, [2])).tolist()          # shard 0
 [0, 1]
->>> rb.extend(TensorDict({"obs": torch.zeros(2, 4)}, [2]))   # for shard 1, never written
+>>> rb.extend(TensorDict({"obs": torch.zeros(2, 4)}, [2]))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: entry 'obs' has shape (2, 4), expected (2, 3) for this storage.
+tdreplay.core.utils.ShapeMismatchError: entry 'obs' has shape (2, 4), expected (2, 3) for ...
 >>> len(rb.shards[1])                                        # nothing was written there
 0
 >>> good = TensorDict({"obs": torch.ones(2, 3)}, [2])
@@ -61,7 +61,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
-from tdreplay.core.utils import check_count, check_flag
+from tdreplay.core.utils import check_count, check_flag, check_required_count
 
 from ._draw_ahead import DrawAhead
 from ._ray import check_timeout, ensure_ray
@@ -173,8 +173,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         checkpoint_path: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-            raise ValueError(f"num_shards must be an int >= 1, got {num_shards!r}.")
+        num_shards = check_required_count(num_shards, "num_shards", 1)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got "
                             f"{type(generator).__name__}.")
@@ -312,6 +311,12 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         """``method(*args)`` on every shard at once; their results in shard order."""
         return self._wait([(k, method, args) for k in range(self.num_shards)], what or method)
 
+    def _ask_live(self, calls: list[tuple[int, str, tuple[Any, ...]]], what: str
+                  ) -> list[tuple[int, Any]]:
+        """``(shard, result)`` of the calls whose shard answered; a shard found dead is set
+        aside with a :class:`~tdreplay.distributed.ShardsUnavailableWarning`."""
+        return self._calls.tolerant(calls, what, self._call_timeout)
+
     def _check_every_shard_alive(self, what: str) -> None:
         """:class:`~tdreplay.distributed.BufferActorDiedError` (naming ``what``) unless every
         shard answers: asked before a call that changes every shard (``loads``, ``empty``,
@@ -383,7 +388,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         parts = [part for part in split_priority_update(index, priority, write_generation,
                                                         self._offsets)
                  if part[0] not in self._calls.dead]
-        check_every_shard(parts, self._wait, self._offsets)  # a refusal changes no shard
+        parts = check_every_shard(parts, self._ask_live, self._offsets)  # a refusal: no change
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
                  for k, local, values, kwargs in parts]
         for k, mass in self._calls.tolerant(calls, "update_priority", self._call_timeout):
@@ -392,10 +397,19 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
         self._calls.check_open("update_tensordict_priority")
-        data = priority_entries(data, self._clients[0].info)  # the shards are built alike
-        calls = [(k, "update_tensordict_priority", (pack(part),))
-                 for k, part in split_priority_rows(data, self._offsets)
+        info = self._clients[0].info  # the shards are built alike
+        data = priority_entries(data, info)
+        parts = [(k, part) for k, part in split_priority_rows(data, self._offsets)
                  if k not in self._calls.dead]
+        key = info.get("priority_key")
+        if key is not None and key in data.keys():  # (else every shard refuses alike)
+            # every shard checks its part first: a refusal (a NaN, a negative) changes no shard
+            checked = check_every_shard(
+                [(k, part.get("index"), part.get(key), None) for k, part in parts],
+                self._ask_live, self._offsets)
+            answered = {k for k, *_ in checked}
+            parts = [(k, part) for k, part in parts if k in answered]
+        calls = [(k, "update_tensordict_priority", (pack(part),)) for k, part in parts]
         for k, mass in self._calls.tolerant(calls, "update_tensordict_priority",
                                             self._call_timeout):
             self._calls.note_mass(k, mass)

@@ -66,10 +66,17 @@ class ShardedRecoveryMixin:
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore every shard from a :meth:`dumps` checkpoint of as many shards (none when a
-        shard is dead: ``BufferActorDiedError``; :meth:`respawn` restores the dead ones)."""
+        shard is dead: ``BufferActorDiedError``; :meth:`respawn` restores the dead ones).
+
+        Every shard's checkpoint is checked (files, sizes, CRCs) before any shard loads, as
+        :meth:`respawn` checks them: a damaged one raises ``CheckpointError`` with every shard
+        as it was (shard 0 was restored before shard 1's damaged file was found, and the buffer
+        left half old, half restored)."""
         root = resolve_location(path)
         check_manifest(root, self.num_shards)
         self._check_every_shard_alive("loads")
+        for k in range(self.num_shards):
+            check_checkpoint(join_location(root, f"shard-{k}"))
         self._ahead.clear()
         self._calls.forget_masses()
         self._wait([(k, "loads", (join_location(root, f"shard-{k}"),))
