@@ -35,7 +35,7 @@ from .tensors import (
 )
 from .vecnorm import VecNorm
 
-__version__ = "0.5.1"
+__version__ = "0.6.0"
 
 __all__ = [
     "BinarizeReward",
