@@ -28,6 +28,7 @@ FILES = [
     "{snap}/rng.pt",
     "{snap}/storage/items.pt",
     "{snap}/storage/storage.json",
+    "{snap}/storage/seam.json",
     "{snap}/sampler/component.json",
     "{snap}/sampler/state.pt",
     "{snap}/writer/component.json",

@@ -446,8 +446,12 @@ class CheckpointedStorage:
         install = self.checkpointer.prepare_load(self, path)
         saved = self.saves_seam and (path / SEAM_FILE).is_file()
         if saved:
+            found = read_json(path / SEAM_FILE)  # (CheckpointError naming it when unreadable)
+            if SEAM_KEY not in found:
+                raise CheckpointError(f"checkpoint file {str(path / SEAM_FILE)!r} lacks its "
+                                      f"{SEAM_KEY!r} entry.")
             try:
-                seam = checked_seam(read_json(path / SEAM_FILE).get(SEAM_KEY), self.max_size,
+                seam = checked_seam(found[SEAM_KEY], self.max_size,
                                     f"{str(path / SEAM_FILE)!r} {SEAM_KEY}")
             except ValueError as err:
                 raise CheckpointError(str(err)) from err
