@@ -407,8 +407,9 @@ def _checked_count(value: Any, name: str, minimum: int, kind: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INT_TYPES):
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} ({value!r}).")
     count = int(value)
-    if count < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {count}.")
+    if count < minimum:  # (TorchRL's refusals of a negative count say "non-negative")
+        raise ValueError(f"{name} must be >= {minimum}, got {count}"
+                         + (": a non-negative int." if minimum == 0 else "."))
     return count
 
 

@@ -46,7 +46,7 @@ def check_prefetch(prefetch: Any) -> int:
     >>> check_prefetch(-1)
     Traceback (most recent call last):
     ...
-    ValueError: prefetch must be >= 0, got -1.
+    ValueError: prefetch must be >= 0, got -1: a non-negative int.
     """
     return check_count(prefetch, "prefetch", 0) or 0
 
