@@ -31,6 +31,7 @@ from .process_sharing import sending_to_new_process
 from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage
+from .storage_checkpointer import checked_seam
 from .transform import Compose
 from .transform_state import (
     check_transform_state,
@@ -471,13 +472,9 @@ class BufferStateMixin:
     def _saved_newest_row(self, row: Any, name: str,
                           error: type[Exception] = ValueError) -> int | None:
         """``row``, a saved :attr:`~tdreplay.core.Storage.last_written_row` named ``name`` in
-        errors: ``None`` or a row of this buffer's storage."""
-        capacity = self._storage.rows_capacity
-        if row is None or (type(row) is int and row >= 0
-                           and (capacity is None or row < capacity)):
-            return row
-        raise error(f"{name} must be None or a row of the storage (0 to "
-                    f"{'its capacity' if capacity is None else capacity - 1}), got {row!r}.")
+        errors: ``None`` or a row of this buffer's storage (the rule of the storage's own
+        checkpoints, :func:`~tdreplay.core.storage_checkpointer.checked_seam`)."""
+        return checked_seam(row, self._storage.rows_capacity, name, error)
 
     def _set_newest_row(self, row: int | None) -> None:
         self._storage.last_written_row = row

@@ -275,9 +275,11 @@ SEAM_KEY = "last_written_row"
 SEAM_FILE = "seam.json"
 
 
-def checked_seam(value: Any, max_size: int, where: str) -> int | None:
-    """``value`` (a saved ``last_written_row``) as ``None`` or a row in ``[0, max_size)``;
-    ``ValueError`` naming ``where`` otherwise.
+def checked_seam(value: Any, rows: int | None, where: str,
+                 error: type[Exception] = ValueError) -> int | None:
+    """``value`` (a saved ``last_written_row``, named ``where`` in errors) if it is ``None`` or a
+    row of a storage of ``rows`` rows (``None``: not known yet); ``error`` otherwise. The one
+    rule for a storage's own checkpoints and a buffer's.
 
     Examples
     --------
@@ -286,13 +288,12 @@ def checked_seam(value: Any, max_size: int, where: str) -> int | None:
     >>> checked_seam(8, 8, "state_dict['last_written_row']")
     Traceback (most recent call last):
     ...
-    ValueError: state_dict['last_written_row'] must be None or a row in [0, 8), got 8.
+    ValueError: state_dict['last_written_row'] must be None or a row of the storage (0 to 7), got 8.
     """
-    if value is None:
-        return None
-    if not is_int(value) or not 0 <= int(value) < max_size:
-        raise ValueError(f"{where} must be None or a row in [0, {max_size}), got {value!r}.")
-    return int(value)
+    if value is None or (type(value) is int and value >= 0 and (rows is None or value < rows)):
+        return value
+    raise error(f"{where} must be None or a row of the storage (0 to "
+                f"{'its capacity' if rows is None else rows - 1}), got {value!r}.")
 
 
 def _state_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -318,7 +319,7 @@ def _load_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
     def load_state_dict(self: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
         saved = isinstance(state_dict, dict) and SEAM_KEY in state_dict
         try:
-            seam = checked_seam(state_dict[SEAM_KEY], self.max_size,
+            seam = checked_seam(state_dict[SEAM_KEY], self.rows_capacity or self.max_size,
                                 f"state_dict[{SEAM_KEY!r}]") if saved else None
         except ValueError:
             self.check_state_dict(state_dict)  # (the state of another capacity: named as such)
@@ -356,6 +357,8 @@ class CheckpointedStorage:
         def bump_revision(self) -> None: ...
         @property
         def max_size(self) -> int: ...
+        @property
+        def rows_capacity(self) -> int | None: ...
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # (runs before RevisionTracking's, which then wraps these as mutations: outermost)
@@ -450,11 +453,8 @@ class CheckpointedStorage:
             if SEAM_KEY not in found:
                 raise CheckpointError(f"checkpoint file {str(path / SEAM_FILE)!r} lacks its "
                                       f"{SEAM_KEY!r} entry.")
-            try:
-                seam = checked_seam(found[SEAM_KEY], self.max_size,
-                                    f"{str(path / SEAM_FILE)!r} {SEAM_KEY}")
-            except ValueError as err:
-                raise CheckpointError(str(err)) from err
+            seam = checked_seam(found[SEAM_KEY], self.rows_capacity or self.max_size,
+                                f"{str(path / SEAM_FILE)!r} {SEAM_KEY}", CheckpointError)
 
         def commit() -> None:
             try:

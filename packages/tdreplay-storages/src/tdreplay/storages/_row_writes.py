@@ -52,10 +52,10 @@ def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
         return row + 1, row
     if isinstance(rows, slice):
         start, stop, step = rows.indices(cap)
-        stop = max(stop, start) if step == 1 else stop  # (an empty slice, e.g. [7:1]: no row)
         if step != 1:
             rows = range_tensor(range(start, stop, step))
         else:
+            stop = max(stop, start)  # (an empty slice, e.g. [7:1]: no row)
             write_run(layout, start, stop, td, leaves)
             return (stop, stop - 1) if stop > start else (None, None)
     rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
