@@ -14,18 +14,18 @@ import os
 import uuid
 from pathlib import Path
 
-__all__ = ["fsync_directory", "replace_file"]
+__all__ = ["fsync_path", "replace_file"]
 
 
-def fsync_directory(path: str | os.PathLike[str]) -> None:
-    """Flush the entries of the directory ``path`` (a rename into it, a file created in it) to
-    disk, so that they survive a power loss.
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Flush the file or directory ``path`` to disk (a directory: its entries, e.g. a rename
+    into it), so that it survives a power loss.
 
     Examples
     --------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     fsync_directory(d)
+    ...     fsync_path(d)
     """
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -72,4 +72,4 @@ def replace_file(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
             os.unlink(tmp)
         raise
     if durable:
-        fsync_directory(target.parent)
+        fsync_path(target.parent)

@@ -42,6 +42,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from .atomic_files import fsync_path as _fsync_path  # (patched by tests as checkpoint._fsync_path)
+
 FORMAT_VERSION = 1
 POINTER_NAME = "tdreplay-checkpoint.json"
 MANIFEST_NAME = "manifest.json"
@@ -131,14 +133,6 @@ def _size_and_crc(file: Path, recorded: dict[str, tuple[int, int, int, int]]) ->
         return st.st_size, known[1]
     _fsync_path(file)
     return file.stat().st_size, _crc32(file)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _snapshot_files(root: Path) -> list[Path]:
