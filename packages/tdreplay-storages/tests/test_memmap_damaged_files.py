@@ -90,3 +90,71 @@ def test_a_missing_config_file_is_refused_and_the_state_kept(tmp_path, existsok)
     assert (tmp_path / "tdreplay-memmap-state.bin").read_bytes() == state
     config.write_text(saved)
     assert reopened(tmp_path)[:]["y"].tolist() == list(range(ROWS))
+
+
+def test_a_data_file_replaced_by_a_directory_is_refused(tmp_path):
+    written(tmp_path)
+    (tmp_path / "x.memmap").unlink()
+    (tmp_path / "x.memmap").mkdir()
+    with pytest.raises(DamagedStorageError, match=r"x\.memmap' .* is not a regular file"):
+        reopened(tmp_path)
+
+
+def test_a_missing_state_file_is_refused(tmp_path):
+    written(tmp_path)
+    (tmp_path / "tdreplay-memmap-state.bin").unlink()
+    with pytest.raises(DamagedStorageError, match="no state file .*tdreplay-memmap-state.bin"):
+        reopened(tmp_path)
+    assert not (tmp_path / "tdreplay-memmap-state.bin").exists()  # (nothing made in its place)
+
+
+def test_a_missing_state_file_of_a_storage_never_written_is_made_afresh(tmp_path):
+    ReplayBuffer(storage=LazyMemmapStorage(100, scratch_dir=tmp_path))  # (nothing laid out)
+    (tmp_path / "tdreplay-memmap-state.bin").unlink()
+    rb = reopened(tmp_path)
+    rb.extend(torch.arange(3.0))
+    assert rb[:].tolist() == [0.0, 1.0, 2.0]
+
+
+TORN = 4  # the state file's slot that records a write in flight (see _torn_writes)
+
+
+@pytest.mark.parametrize("value", [
+    0x7FF,  # a "range round the end" of 511 rows in a storage of 100
+    (5 << 33) | (2 << 2) | 3,  # a range that stops before it starts
+    -1, -4, 16,  # no kind of record at all
+    (1 << 4) | 1,  # a range record with other bits set
+])
+def test_a_damaged_record_of_a_write_in_flight_drops_no_row(tmp_path, value):
+    # (the reopen took the garbage for a write that died over rows [0, 511) and dropped every
+    # committed row: len 0)
+    written(tmp_path)
+    state = tmp_path / "tdreplay-memmap-state.bin"
+    counters = np.memmap(state, dtype=np.int64, mode="r+")
+    counters[TORN] = value
+    counters.flush()
+    del counters
+    before = state.read_bytes()
+    with pytest.raises(DamagedStorageError, match="records an unfinished write .* no writer"):
+        reopened(tmp_path)
+    assert state.read_bytes() == before
+    counters = np.memmap(state, dtype=np.int64, mode="r+")
+    counters[TORN] = 0  # (put right by hand: the rows were never touched)
+    counters.flush()
+    del counters
+    assert reopened(tmp_path)[:]["y"].tolist() == list(range(ROWS))
+
+
+def test_a_recovery_step_past_its_plan_is_refused(tmp_path):
+    from tdreplay.storages._torn_writes import PLAN_FILE
+    written(tmp_path)
+    counters = np.memmap(tmp_path / "tdreplay-memmap-state.bin", dtype=np.int64, mode="r+")
+    # a plan dropping row 3 of 20 (cursor 20: 16 moves of one row at most), then the record
+    # "moving, step 900" that no recovery of it reaches
+    header = [0x3165766F_6D726474, ROWS, ROWS, 1, 1, 3]
+    (tmp_path / PLAN_FILE).write_bytes(np.array(header, dtype=np.int64).tobytes())
+    counters[TORN] = (900 << 4) | 4
+    counters.flush()
+    del counters
+    with pytest.raises(DamagedStorageError, match="records step 900 of a recovery of 16 steps"):
+        reopened(tmp_path)

@@ -44,6 +44,7 @@ import torch
 from tdreplay.core.utils import range_tensor
 
 from ._keys import NestedKey, as_key, key_path
+from ._storage_errors import DamagedStorageError
 
 __all__ = ["UNDO_FILE", "EditJournal", "Rows", "count_rows", "touched_rows"]
 
@@ -272,8 +273,8 @@ class EditJournal:
                 counters: torch.Tensor | None = None) -> None:
         """Write back segments ``[first, count)`` of the file, newest first, into ``td``'s
         entries (and a load's old counters into ``counters``, the storage's shared counters as
-        a 1-D int64 tensor). ``RuntimeError`` when the file cannot be read whole (the rows
-        cannot be trusted)."""
+        a 1-D int64 tensor). :class:`DamagedStorageError` when the file cannot be read whole
+        (the rows cannot be trusted)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as err:
@@ -330,7 +331,7 @@ class EditJournal:
             else:
                 leaf.index_copy_(0, part.to(leaf.device), old)
 
-    def _damaged(self, err: BaseException) -> RuntimeError:
-        return RuntimeError(f"the undo journal of an unfinished in-place edit "
-                            f"({str(self.path)!r}) cannot be read ({err}): the storage's rows "
-                            "cannot be trusted.")
+    def _damaged(self, err: BaseException) -> DamagedStorageError:
+        return DamagedStorageError(f"the undo journal of an unfinished in-place edit "
+                                   f"({str(self.path)!r}) cannot be read ({err}): the "
+                                   "storage's rows cannot be trusted.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from ._edit_journal import UNDO_FILE
 from ._formats import KIND_TC, DataFormat
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path
 from ._memmap_shared import _STATE_FILE, _STATE_INIT, _STATE_LEN, _SharedCounters
+from ._storage_errors import DamagedStorageError
 from ._tensorclasses import classes_from_record, classes_record
 from ._torn_writes import PLAN_FILE, STAGE_FILE
 
@@ -76,16 +78,6 @@ def _remove_paths(paths: Any) -> None:
             pass  # not empty (someone else's files): left
 
 
-class DamagedStorageError(RuntimeError):
-    """The files of a memory-mapped storage reopened from its ``scratch_dir`` (``existsok=True``,
-    another process, a pickled copy) are not what its layout says: a data file missing or of
-    another size, a layout or config file that does not parse, counters past the capacity, or a
-    state file that lost them. Raised instead of mapping zeros where committed rows were.
-    """
-
-    __module__ = "tdreplay.storages.memmap_storage"  # where it is imported from (and named)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; :class:`DamagedStorageError` naming the file when it cannot
     be read or parsed (a file that is missing where its storage needs it included)."""
@@ -104,11 +96,16 @@ def _check_leaf_file(path: Path, shape: torch.Size, dtype: torch.dtype) -> None:
     ``dtype`` leaf (mapping it would create or zero-extend it: zeros where rows were)."""
     expected = shape.numel() * torch.empty((), dtype=dtype).element_size()
     try:
-        size = path.stat().st_size
+        stat = path.stat()
     except FileNotFoundError:
         raise DamagedStorageError(f"the data file {str(path)!r} of this memory-mapped storage "
                                   f"is missing (its layout maps {expected} bytes there): its "
                                   "rows are lost.") from None
+    size = stat.st_size
+    if not S_ISREG(stat.st_mode):
+        raise DamagedStorageError(f"the data file {str(path)!r} of this memory-mapped storage "
+                                  "is not a regular file (a directory or a device took its "
+                                  "place): its rows are lost.")
     if size < expected:
         raise DamagedStorageError(f"the data file {str(path)!r} of this memory-mapped storage "
                                   f"holds {size} bytes, its layout {expected}: it was "

@@ -22,10 +22,10 @@ from ._memmap_files import (
     _CREATING_FILE,
     _FORMAT,
     _LAYOUT_FILE,
-    DamagedStorageError,
     _read_json,
 )
 from ._memmap_shared import _STATE_FILE, _STATE_INIT, _SharedCounters
+from ._storage_errors import DamagedStorageError
 
 
 class ScratchDirInUseError(FileExistsError, RuntimeError):
@@ -75,7 +75,18 @@ class ScratchDirMixin:
                         f"scratch_dir {str(path)!r} holds a storage with {name}="
                         f"{found.get(name)!r}; this storage was built with {name}={config[name]!r}."
                     )
-            self._state = _SharedCounters(str(path / _STATE_FILE))
+            state_path = path / _STATE_FILE
+            if not state_path.is_file():
+                if (path / _LAYOUT_FILE).is_file():
+                    raise DamagedStorageError(
+                        f"scratch_dir {str(path)!r} holds a laid-out storage ({_LAYOUT_FILE}) "
+                        f"but no state file ({_STATE_FILE}): its row count, cursor and write "
+                        "count are lost. Nothing was changed; put the file back (or remove the "
+                        "directory to start afresh).")
+                # (nothing laid out: no row was written, and the counters start at zero)
+                self._state = _SharedCounters(str(state_path), create=True)
+                return
+            self._state = _SharedCounters(str(state_path))
             if not self._state.array[_STATE_INIT] and (path / _LAYOUT_FILE).is_file() \
                     and not (path / _CREATING_FILE).is_file():
                 raise DamagedStorageError(

@@ -16,7 +16,9 @@ still there when another writer or reader takes the lock means its writer died i
 that were not moved. :meth:`TornWrites.recover` then drops them:
 the surviving rows are moved, oldest first (from the writer's cursor round), to the front, the
 row count shrinks by the number of torn rows and the cursor points after the last survivor, so
-the ring goes on in the same order and no whole row is lost.
+the ring goes on in the same order and no whole row is lost. A record that no writer makes (a
+range longer than the storage, bits of no kind: a damaged state file) drops nothing and raises
+:class:`~._storage_errors.DamagedStorageError` (:meth:`TornWrites.check_record`).
 
 The recovery survives being killed too. Before a row moves, it writes its plan (the count, the
 cursor, the torn rows) to ``tdreplay-memmap-recovery.bin`` and replaces the record with "moving,
@@ -80,6 +82,7 @@ from tdreplay.core.utils import as_long_tensor, is_int, range_tensor
 from ._edit_journal import UNDO_FILE, EditJournal, Rows
 from ._keys import NestedKey
 from ._layout import TensorLayout
+from ._storage_errors import DamagedStorageError
 
 # slots of the shared state array (beside memmap_storage's _STATE_INIT .. _STATE_WRITES)
 STATE_LEN = 1
@@ -348,6 +351,7 @@ class TornWrites:
         value = int(self.state[STATE_TORN])
         if not value:
             return 0
+        self.check_record(value, 0 if layout is None else layout.rows)
         if not value & 7:  # an editor's (or loader's) record: the old values back, no row dropped
             self.edits.restore(None if layout is None else layout.td, value >> 4,
                                counters=self._counter_values())
@@ -365,12 +369,42 @@ class TornWrites:
         assert layout is not None  # (a plan is made from a layout)
         written, cursor, block, torn = plan
         steps = recovery_steps(written, cursor, torn, block)
+        if value >> 4 > len(steps):
+            raise DamagedStorageError(
+                f"the state file of the memory-mapped storage in {str(self.journal.parent)!r} "
+                f"records step {value >> 4} of a recovery of {len(steps)} steps: it is "
+                "damaged. Nothing was changed; restore the storage from a checkpoint.")
         self._run(layout, steps, value >> 4, bool(value & _STAGED))
         kept = written - len(torn)
         self.state[STATE_LEN] = kept  # (again, if a process died after this: the same values)
         self.state[STATE_CURSOR] = kept % layout.rows
         self._finish()
         return len(torn)
+
+    def check_record(self, value: int, capacity: int) -> None:
+        """Raise :class:`DamagedStorageError` when ``value`` (the record, non-zero) is not one
+        a writer, an editor or a recovery makes in a storage of ``capacity`` rows: a damaged
+        state file would otherwise have rows dropped (or old values written back) that no
+        write touched. Nothing is changed."""
+        kind = value & 3
+        if kind in (_PACKED, _RANGE):
+            start, stop = (value >> 33, (value >> 2) & (PACKED_ROWS * 2 - 1)) \
+                if kind == _PACKED else (int(self.state[STATE_TORN_START]),
+                                         int(self.state[STATE_TORN_STOP]))
+            # rows a write covers: at most the capacity, unless none of them is counted (a
+            # first write past the count; or no rows laid out yet)
+            well_formed = (value == _RANGE or kind == _PACKED) and 0 <= start < stop and (
+                not capacity or stop - start <= capacity or start >= self.state[STATE_LEN])
+        elif kind == _JOURNAL:
+            well_formed = value == _JOURNAL
+        else:  # a recovery's step, or the edits' segment count
+            well_formed = value > 0 and bool(value & (_MOVING | _UNDO))
+        if not well_formed:
+            raise DamagedStorageError(
+                f"the state file of the memory-mapped storage in "
+                f"{str(self.journal.parent)!r} records an unfinished write ({value:#x}) that "
+                "no writer makes: the file is damaged, and the rows it would name cannot be "
+                "told. Nothing was changed; restore the storage from a checkpoint.")
 
     def _plan(self, layout: TensorLayout | None) -> tuple[int, int, int, list[int]] | None:
         """Write the plan of the recovery of the recorded rows (``None``: nothing to move),
@@ -397,13 +431,14 @@ class TornWrites:
         try:
             data = np.fromfile(self.plan_file, dtype=np.int64)
         except (OSError, ValueError) as err:
-            raise RuntimeError(f"the plan of an unfinished recovery of torn rows "
-                               f"({str(self.plan_file)!r}) cannot be read: {err}") from err
+            raise DamagedStorageError(f"the plan of an unfinished recovery of torn rows "
+                                      f"({str(self.plan_file)!r}) cannot be read: {err}") \
+                from err
         if len(data) < _PLAN_HEADER or int(data[0]) != _PLAN_MAGIC \
                 or len(data) != _PLAN_HEADER + int(data[4]):
-            raise RuntimeError(f"the plan of an unfinished recovery of torn rows "
-                               f"({str(self.plan_file)!r}) is damaged: the storage's rows "
-                               "cannot be trusted.")
+            raise DamagedStorageError(f"the plan of an unfinished recovery of torn rows "
+                                      f"({str(self.plan_file)!r}) is damaged: the storage's "
+                                      "rows cannot be trusted.")
         written, cursor, block = (int(v) for v in data[1:4])
         return written, cursor, block, data[_PLAN_HEADER:].tolist()
 
@@ -467,8 +502,9 @@ def _unstage(stage: Any, leaves: list[torch.Tensor], moves: tuple[Move, ...]) ->
             while got < size:
                 read = stage.readinto(view[got:])
                 if not read:
-                    raise RuntimeError("the staging file of an unfinished recovery of torn "
-                                       "rows is short: the storage's rows cannot be trusted.")
+                    raise DamagedStorageError("the staging file of an unfinished recovery of "
+                                              "torn rows is short: the storage's rows cannot "
+                                              "be trusted.")
                 got += read
             rows = torch.frombuffer(buf, dtype=torch.uint8).view(leaf.dtype) \
                 .reshape(n, *leaf.shape[1:])

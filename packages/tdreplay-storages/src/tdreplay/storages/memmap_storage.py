@@ -58,11 +58,11 @@ from tdreplay.core.utils import check_flag
 
 from ._layout import leaf_keys
 from ._memmap_files import _CREATING_FILE, _LOCK_FILE, _TORN_FILE, MemmapFilesMixin, _leaf_filename
-from ._memmap_files import DamagedStorageError as DamagedStorageError  # (re-exported)
 from ._memmap_rows import MemmapRowsMixin
 from ._memmap_scratch import ScratchDirInUseError as ScratchDirInUseError  # (re-exported)
 from ._memmap_scratch import ScratchDirMixin, _remove_scratch_dir
 from ._memmap_shared import _STATE_INIT, _ProcessLock
+from ._storage_errors import DamagedStorageError as DamagedStorageError  # (re-exported)
 from ._tensorclasses import NestedClasses
 from ._torn_writes import TornWrites
 from .tensor_storage import LazyTensorStorage
