@@ -478,6 +478,59 @@ def test_member_extend_while_ensemble_samples():
     assert not errors and [len(b) for b in rb.buffers] == [61, 61]
 
 
+def test_a_thread_holding_a_member_samples_while_another_samples_the_ensemble():
+    # (the other thread held the ensemble's own lock while it waited for member 1, which the
+    # first held while it waited for the ensemble's lock: both waited for good)
+    rb = _ensemble(4, 4, sample_from_all=True, batch_size=4)
+    started, drawn = threading.Event(), []
+
+    def other():
+        started.set()
+        drawn.append(rb.sample())
+
+    def holder():
+        with rb[1].locked():
+            thread = threading.Thread(target=other, daemon=True)
+            thread.start()
+            started.wait(5)
+            for _ in range(20):  # (the other thread waits for member 1 in between)
+                drawn.append(rb.sample())
+        thread.join(10)
+
+    holding = threading.Thread(target=holder, daemon=True)
+    holding.start()
+    holding.join(30)
+    assert not holding.is_alive() and len(drawn) == 21
+    for batch in drawn:
+        _check_sample_matches_storage(batch)
+
+
+def test_the_ensemble_lock_enters_only_when_every_member_is_free():
+    rb = _ensemble(2, 2)
+    lock = rb.locked()
+    held = threading.Event()
+    leave = threading.Event()
+
+    def holder():
+        with rb[1].locked():
+            held.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    try:
+        assert lock.enter_if_free() is False
+        assert not rb[0].holds_lock() and rb[0].locked().enter_if_free()  # (none kept)
+        rb[0].locked().__exit__(None, None, None)
+    finally:
+        leave.set()
+        thread.join(10)
+    assert lock.enter_if_free() is True and rb[0].holds_lock() and rb[1].holds_lock()
+    lock.__exit__(None, None, None)
+    assert not rb.holds_lock()
+
+
 # ---- state and checkpoints -----------------------------------------------------------------------
 
 

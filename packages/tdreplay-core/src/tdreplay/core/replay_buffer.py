@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import warnings
-import weakref
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import torch
@@ -21,6 +18,7 @@ from .buffer_draw import DrawMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
 from .buffer_iteration import IterationMixin, NextBatchMixin
+from .buffer_lock import BufferLock, ReplayBufferLock
 from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
 from .buffer_rate_limit import RateLimitedMixin, drawn_items
@@ -29,7 +27,6 @@ from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin, check_shared_flag
 from .buffer_wiring import BufferWiringMixin
-from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from .prefetch import Prefetcher, note_drawn
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
@@ -46,99 +43,6 @@ from .utils import (
     restore_attributes,
 )
 from .writer import Writer
-
-
-class _BufferLock(ForkGuard):
-    """The buffer's lock: a re-entrant thread lock, plus the storage's ``process_lock`` if any.
-
-    A storage shared between processes (e.g. ``LazyMemmapStorage``) exposes a re-entrant
-    ``process_lock`` (``acquire()`` / ``release()``); holding it around the writer's read of its
-    cursor, the write and the counters' update makes an ``extend`` atomic across processes, and
-    a sample in one process never reads a row half-written by another.
-
-    Across a fork, the forking thread holds the thread lock (:mod:`~tdreplay.core.fork_safety`):
-    a forked child gets the buffer between two calls.
-    """
-
-    __slots__ = ("_thread_lock", "_buffer", "_held", "_owner", "__weakref__")
-
-    def __init__(self, buffer: ReplayBuffer) -> None:
-        self._thread_lock = threading.RLock()
-        # weak: the buffer holds its lock, and a cycle would keep the buffer (and its storage's
-        # memory) alive after its last reference goes, until a gc pass
-        self._buffer = weakref.ref(buffer)
-        #: what the thread inside (one at a time) took at each level of its ``with`` blocks
-        self._held: list[Any] = []
-        self._owner: int | None = None  # that thread's ident (None: no thread inside)
-        guard_forks(self)
-
-    @property
-    def held_here(self) -> bool:
-        """Whether the calling thread is inside the lock."""
-        return self._owner == threading.get_ident()
-
-    def share(self, thread_lock: Any) -> None:
-        """Hold ``thread_lock`` from now on: the lock of the buffers reading the same storage
-        (:mod:`~tdreplay.core.storage_readers`).
-
-        Called from inside the lock (``set_storage``), the calling thread moves to the new
-        lock at once: it takes ``thread_lock`` once per level it holds the old one and then
-        gives the old one back, so no other thread gets in between, and its exits release the
-        new lock. A thread that was waiting for the old lock finds, once it has it, that the
-        buffer has moved on, gives it back and waits for the new one (``__enter__``).
-        """
-        old = self._thread_lock
-        if thread_lock is old:
-            return
-        held = self._held  # (only the thread inside can be here: share runs under the lock)
-        for _ in held:
-            thread_lock.acquire()
-        self._thread_lock = thread_lock
-        self._held = [(thread_lock, process_lock) for _, process_lock in held]
-        for _ in held:
-            old.release()
-
-    def __enter__(self) -> _BufferLock:
-        while True:
-            thread_lock = self._thread_lock
-            thread_lock.acquire()
-            if thread_lock is self._thread_lock:
-                break
-            thread_lock.release()  # the buffer moved to another lock (share) while we waited
-        buffer = self._buffer()
-        process_lock = buffer.storage.process_lock if buffer is not None else None
-        if process_lock is not None:
-            try:
-                process_lock.acquire()
-            except BaseException:
-                thread_lock.release()
-                raise
-        if not self._held:
-            self._owner = threading.get_ident()
-        self._held.append((thread_lock, process_lock))
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        thread_lock, process_lock = self._held.pop()
-        if not self._held:
-            self._owner = None  # (before the lock goes: the next thread sets its own)
-        try:
-            if process_lock is not None:
-                process_lock.release()
-        finally:
-            thread_lock.release()
-
-    # ---- across a fork (ForkGuard) ---------------------------------------------------------------
-    def hold(self, timeout: float | None = None) -> bool:
-        return bool(self._thread_lock.acquire(timeout=timeout or 0))  # (0: without waiting)
-
-    def release(self) -> None:
-        self._thread_lock.release()
-
-    def reset_in_child(self, held: bool) -> None:
-        if not held and left_locked(self._thread_lock):
-            self._thread_lock = refusing_lock("This replay buffer")
-            self._held, self._owner = [], None
 
 
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
@@ -353,7 +257,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._rng: torch.Generator | None = generator
         if checkpointer is not None:
             check_instance(checkpointer, StorageCheckpointerBase, "checkpointer")
-        self._lock = _BufferLock(self)
+        self._lock = ReplayBufferLock(self)
         # read by every draw: an instance attribute (CPython 3.11 reads class defaults slowly)
         self._submitted_updates = None
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
@@ -397,7 +301,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """What turns the storage's items into a batch (set with :meth:`set_storage`)."""
         return self._collate_fn
 
-    def locked(self) -> AbstractContextManager[Any]:
+    def locked(self) -> BufferLock:
         """The buffer's lock, as a context manager: what ``extend``, ``sample`` and the other
         methods hold while they touch the storage, the sampler and the writer.
 
@@ -407,7 +311,10 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         (its worker needs the lock), and saving it waits only for the batches whose draw is
         over; a sample or a save that would wait for updates submitted with
         ``submit_update_if_present`` (their worker needs the lock too) raises
-        ``RuntimeError`` at once: call :meth:`synchronize` before taking the lock.
+        ``RuntimeError`` at once: call :meth:`synchronize` before taking the lock. Code that
+        takes several buffers' locks enters each with ``enter_if_free()`` (``False``: another
+        thread holds it; :class:`~tdreplay.core.buffer_lock.BufferLock`) and, when one is
+        busy, gives back the others before it waits.
 
         Examples
         --------
@@ -419,7 +326,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         >>> n
         2
         """
-        return self._lock
+        return cast(BufferLock, self._lock)
 
     def holds_lock(self) -> bool:
         """Whether the calling thread holds the buffer's lock (inside :meth:`locked`, or in
@@ -437,7 +344,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         >>> inside, rb.holds_lock()
         (True, False)
         """
-        return cast(_BufferLock, self._lock).held_here
+        return cast(ReplayBufferLock, self._lock).held_here
 
     @property
     def write_count(self) -> int:
@@ -704,7 +611,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         prefetched = state.pop("_prefetch_state", None)
         restore_attributes(self, state)
         self._owner_pid = os.getpid()  # a copy belongs to its process
-        self._lock = _BufferLock(self)
+        self._lock = ReplayBufferLock(self)
         if self._pending_parts is not None:  # pickled before its first use: waits again
             self._wait_for_first_use(self._pending_parts)
         else:  # the copy reads its own copy of the storage

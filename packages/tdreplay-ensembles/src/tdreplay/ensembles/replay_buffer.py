@@ -39,10 +39,14 @@ class _EnsembleLock(ForkGuard):
     """The ensemble's lock: its own re-entrant lock, then the lock of every member buffer.
 
     Holding the members' locks while the ensemble samples (or loads, or empties) means a
-    thread extending ``rb[i]`` never races with the ensemble reading buffer ``i``. Member locks
-    are taken in the order the buffers appear in the ensemble; ensembles that share buffers
-    should list them in the same order. Across a fork, the forking thread holds its own lock
-    (the members' locks guard themselves), see :mod:`tdreplay.core.fork_safety`.
+    thread extending ``rb[i]`` never races with the ensemble reading buffer ``i``. The locks
+    are taken all at once or not at all: each is entered only if it is free
+    (``enter_if_free``), and when one is busy the others are given back before waiting for it.
+    A thread inside one member's ``locked()`` that samples the ensemble while another thread
+    samples it therefore never deadlocks (waiting for the busy member while holding the
+    ensemble's own lock would), whatever order the threads took the locks in. Across a fork,
+    the forking thread holds its own lock (the members' locks guard themselves), see
+    :mod:`tdreplay.core.fork_safety`.
     """
 
     __slots__ = ("_own", "_members", "__weakref__")
@@ -64,18 +68,40 @@ class _EnsembleLock(ForkGuard):
             self._own = refusing_lock("This replay buffer ensemble")
 
     def __enter__(self) -> _EnsembleLock:
-        self._own.acquire()
+        while True:
+            busy = self._enter_all_free()
+            if busy is None:
+                return self
+            with busy:  # wait for it, holding nothing; then try them all again
+                pass
+
+    def enter_if_free(self) -> bool:
+        """Take the ensemble's lock and every member's if all are free (re-entrant for the
+        thread holding them); else take none and return ``False`` at once."""
+        return self._enter_all_free() is None
+
+    def _enter_all_free(self) -> Any:
+        """Enter every lock if all are free (``None``); else give back those entered and
+        return a busy one (a context manager to wait on)."""
+        if not self._own.acquire(blocking=False):
+            return self._own
         entered: list[ReplayBuffer] = []
         try:
             for rb in self._members:
-                rb.locked().__enter__()
+                lock = rb.locked()
+                if not lock.enter_if_free():
+                    self._leave(entered)
+                    return lock
                 entered.append(rb)
         except BaseException:
-            for rb in reversed(entered):
-                rb.locked().__exit__(None, None, None)
-            self._own.release()
+            self._leave(entered)
             raise
-        return self
+        return None
+
+    def _leave(self, entered: Sequence[ReplayBuffer]) -> None:
+        for rb in reversed(entered):
+            rb.locked().__exit__(None, None, None)
+        self._own.release()
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
