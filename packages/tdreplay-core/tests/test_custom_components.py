@@ -4,6 +4,9 @@ with ``sample``, each used by a ReplayBuffer."""
 
 from __future__ import annotations
 
+import collections
+
+import numpy as np
 import pytest
 import torch
 
@@ -106,3 +109,55 @@ def test_a_storage_must_still_say_how_it_empties():
 
     with pytest.raises(TypeError, match="empty"):
         NoEmpty(3)
+
+
+class CountingSampler(Sampler):
+    """Uniform draws, counting them per row in a numpy array (as a user might)."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.counts = np.zeros(rows, dtype=np.int64)
+
+    def sample(self, storage, batch_size):
+        index = torch.randint(len(storage), (batch_size,))
+        np.add.at(self.counts, index.numpy(), 1)
+        return index, {}
+
+    def state_dict(self):
+        return {"counts": self.counts}  # (numpy unless a caller made it a tensor)
+
+    def load_state_dict(self, state_dict):
+        self.counts = np.array(state_dict["counts"])
+
+
+def test_a_state_the_checkpoint_cannot_read_back_is_refused_before_it_is_written(tmp_path):
+    # (dumps committed a checkpoint whose sampler state torch.load(weights_only=True) refuses:
+    # every later loads failed with "state.pt is unreadable")
+    from tdreplay.core import ListStorage
+
+    rb = ReplayBuffer(storage=ListStorage(4), sampler=CountingSampler(4))
+    rb.extend([1, 2, 3])
+    rb.sampler.counts = torch.as_tensor(rb.sampler.counts)  # (a tensor: readable)
+    rb.dumps(tmp_path)
+    rb.sampler.counts = np.zeros(4, dtype=np.int64)
+    rb.extend([4])
+    with pytest.raises(TypeError, match=r"CountingSampler.state_dict\(\)\['counts'\] is a "
+                                        r"numpy.ndarray.*weights_only=True"):
+        rb.dumps(tmp_path)
+    restored = ReplayBuffer(storage=ListStorage(4), sampler=CountingSampler(4))
+    restored.loads(tmp_path)  # (the checkpoint before it, whole)
+    assert restored.storage[:] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("value, name", [
+    (collections.deque([1]), "collections.deque"), (np.int64(3), "numpy.int64"),
+    (frozenset({1}), "frozenset"), (range(3), "range"),
+])
+def test_loadable_state_names_the_entry(value, name):
+    from tdreplay.core.loadable_state import check_loadable_state
+
+    with pytest.raises(TypeError, match=rf"S\['a'\]\[1\]\['b'\] is a {name}, "):
+        check_loadable_state({"a": [0, {"b": value}]}, "S")
+    check_loadable_state({"a": [0, {"b": torch.ones(1)}], "c": (1.5, None, "x", b"y", {2}),
+                          "d": torch.Size([2]), "e": torch.float16, "f": collections.Counter()},
+                         "S")

@@ -41,7 +41,8 @@ class StateDictCheckpointMixin:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         write_json(path / "component.json", {"class": type(self).__name__})
-        save_torch_file(self.state_dict(), path / "state.pt")
+        save_torch_file(self.state_dict(), path / "state.pt",
+                        what=f"{type(self).__name__}.state_dict()")
 
     def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
         """Read and check the state in ``path``; return a function that installs it."""

@@ -526,8 +526,14 @@ class _CheckedWrites:
         self.file.flush()
 
 
-def save_torch_file(obj: Any, path: str | os.PathLike[str]) -> None:
+def save_torch_file(obj: Any, path: str | os.PathLike[str], *, what: str = "the state",
+                    weights_only: bool = True) -> None:
     """``torch.save(obj, path)`` for a file of a checkpoint.
+
+    A file read back with ``torch.load(weights_only=True)`` (``weights_only``, the default:
+    every state of a buffer's parts) is checked first: a value that reader refuses raises
+    ``TypeError`` naming it within ``what`` (:func:`~tdreplay.core.loadable_state.
+    check_loadable_state`), before anything is written.
 
     A failed write (a full disk, a file-size limit, an I/O error) raises the ``OSError`` it
     is, with its errno and ``path`` (torch's own error is a ``RuntimeError`` naming neither).
@@ -545,6 +551,10 @@ def save_torch_file(obj: Any, path: str | os.PathLike[str]) -> None:
     """
     import torch
 
+    from .loadable_state import check_loadable_state
+
+    if weights_only:
+        check_loadable_state(obj, what)
     path = Path(path)
     with open(path, "wb") as file:
         writes = _CheckedWrites(file)

@@ -383,7 +383,10 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's whole state (priorities, epoch, ...): empty here; a sampler that
-        keeps state returns it (what the buffer's ``state_dict`` / ``dumps`` save)."""
+        keeps state returns it (what the buffer's ``state_dict`` / ``dumps`` save). Its
+        values are tensors and plain Python values (``dumps`` reads it back with
+        ``torch.load(weights_only=True)`` and refuses a numpy array or a ``deque`` before
+        writing: :mod:`tdreplay.core.loadable_state`)."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -132,7 +132,7 @@ class StatefulParts:
             return []
         path.mkdir(parents=True, exist_ok=True)
         for name, state in self.state_dict().items():
-            save_torch_file(state, path / f"{name}.pt")
+            save_torch_file(state, path / f"{name}.pt", what=f"the state of {name!r}")
         return list(self.names)
 
     def prepare_load(self, path: Path, saved: list[str]) -> Callable[[], None]:

@@ -214,7 +214,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         items = self.apply_save_hooks(compact_views(storage.items()), path=path)
-        save_torch_file(items, path / "items.pt")
+        save_torch_file(items, path / "items.pt", weights_only=False)  # (any Python items)
         write_json(path / "storage.json", {"class": type(storage).__name__,
                                            "max_size": storage.max_size, "len": len(items)})
 

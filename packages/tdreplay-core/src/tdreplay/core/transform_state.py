@@ -102,7 +102,7 @@ def dump_transform_state(transform: Compose, snap: Path) -> None:
     """Write the transforms' state into checkpoint directory ``snap`` (when they have any)."""
     state = transform_state(transform)
     if state is not None:
-        save_torch_file(state, snap / TRANSFORM_FILE)
+        save_torch_file(state, snap / TRANSFORM_FILE, what="the transforms' state_dict()")
 
 
 def prepare_transform_load(transform: Compose, snap: Path) -> Callable[[], None]:

@@ -182,7 +182,7 @@ class TrainerState:
                 else:
                     state["modules"][name] = module.state_dict()
                     how[name] = "state_dict"
-            save_torch_file(state, snap / "trainer.pt")
+            save_torch_file(state, snap / "trainer.pt", what="the trainer's state")
             write_json(snap / "trainer.json", {"trainer": trainer_name, "modules": how})
 
     def loads(self, path: str | os.PathLike[str]) -> None:
@@ -223,7 +223,7 @@ class TrainerState:
             stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            save_torch_file(state, tmp)
+            save_torch_file(state, tmp, weights_only=False)  # (a .pt file: unpickled)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
