@@ -161,3 +161,38 @@ def test_loadable_state_names_the_entry(value, name):
     check_loadable_state({"a": [0, {"b": torch.ones(1)}], "c": (1.5, None, "x", b"y", {2}),
                           "d": torch.Size([2]), "e": torch.float16, "f": collections.Counter()},
                          "S")
+
+
+class EverySecondItem(Writer):
+    """Keeps every second item it is given; ``add`` returns ``None`` for the others, as
+    TorchRL's writers do for an item they do not keep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+        self.kept = 0
+
+    def add(self, data):
+        self.seen += 1
+        if self.seen % 2:
+            return None
+        row = self.kept % self.storage.max_size
+        self.storage.set(row, data)
+        self.kept += 1
+        return row
+
+    def extend(self, data):
+        return torch.tensor([row for item in data if (row := self.add(item)) is not None],
+                            dtype=torch.long)
+
+
+def test_an_item_the_writer_does_not_keep_adds_nothing():
+    # (rb.add raised TypeError "'NoneType' object cannot be interpreted as an integer" after
+    # the writer had counted the item)
+    from tdreplay.core import ListStorage
+
+    rb = ReplayBuffer(storage=ListStorage(4), writer=EverySecondItem(),
+                      sampler=FirstItems())
+    assert rb.add("a") is None and rb.add("b") == 0 and rb.add("c") is None
+    assert len(rb) == 1 and rb.storage[:] == ["b"] and rb.writer.seen == 3
+    assert rb.sample(1) == ["b"]

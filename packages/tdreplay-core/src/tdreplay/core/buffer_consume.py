@@ -122,7 +122,7 @@ class ConsumptionMixin:
         with self._lock:
             return self._sampler.sampleable_count(self._storage)
 
-    def _add_row(self, data: Any) -> int | torch.Tensor:
+    def _add_row(self, data: Any) -> int | torch.Tensor | None:
         """Write one item through the writer, into the sampler's oldest consumed slot if any;
         returns its row. The caller holds the lock."""
         if self._sampler.max_sample_count is not None:

@@ -399,6 +399,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             if self._readers.shared:  # other buffers read the storage (buffer_readers)
                 self._tell_readers_written(row)
             return row
+        if row is None:  # a writer that did not keep it (TorchRL's convention)
+            return None
         rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
         if not rows.numel():
             return None

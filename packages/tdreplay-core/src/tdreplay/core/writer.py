@@ -140,8 +140,9 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         return self._storage
 
     @abc.abstractmethod
-    def add(self, data: Any) -> int | torch.Tensor:
-        """Write one item; return its row."""
+    def add(self, data: Any) -> int | torch.Tensor | None:
+        """Write one item; return its row (``None``, or an empty tensor, for an item the
+        writer does not keep: the buffer's ``add`` then returns ``None``, as TorchRL's)."""
 
     @abc.abstractmethod
     def extend(self, data: Any) -> torch.Tensor:
