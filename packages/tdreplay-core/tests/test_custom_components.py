@@ -196,3 +196,38 @@ def test_an_item_the_writer_does_not_keep_adds_nothing():
     assert rb.add("a") is None and rb.add("b") == 0 and rb.add("c") is None
     assert len(rb) == 1 and rb.storage[:] == ["b"] and rb.writer.seen == 3
     assert rb.sample(1) == ["b"]
+
+
+class StrictDictStorage(DictStorage):
+    """Checks its state's keys exactly (as ListStorage does)."""
+
+    def state_dict(self):
+        return {"data": dict(self.data), "max_size": self.max_size}
+
+    def check_state_dict(self, state_dict):
+        if set(state_dict) != {"data", "max_size"}:
+            raise ValueError(f"unexpected keys {sorted(state_dict)}")
+
+    def load_state_dict(self, state_dict):
+        self.check_state_dict(state_dict)
+        self.data = dict(state_dict["data"])
+
+
+def test_a_storage_s_own_state_methods_see_only_its_own_entries():
+    # (the base added "last_written_row" to the state and passed it back to the class's own
+    # check_state_dict / load_state_dict: a storage checking its keys refused its own state)
+    storage = StrictDictStorage(4)
+    rb = _buffer(storage=storage)
+    rb.extend([torch.tensor(float(i)) for i in range(6)])
+    storage.last_written_row = 1  # (a wrapped ring: row 1 is the newest; this set records none)
+    state = storage.state_dict()
+    assert set(state) == {"data", "max_size", "last_written_row"} and state["last_written_row"] == 1
+    copy = StrictDictStorage(4)
+    copy.check_state_dict(state)
+    copy.load_state_dict(state)
+    assert copy.data == storage.data and copy.last_written_row == 1
+    restored = _buffer(storage=StrictDictStorage(4))
+    restored.load_state_dict(rb.state_dict())
+    assert restored.storage.data == storage.data
+    with pytest.raises(ValueError, match=r"last_written_row'\] must be None or a row"):
+        copy.check_state_dict({**state, "last_written_row": 9})

@@ -28,7 +28,6 @@ from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
 from .storage_checkpointer import (
-    SEAM_KEY,
     CheckpointedStorage,
     ListStorageCheckpointer,
     StorageCheckpointerBase,
@@ -643,7 +642,7 @@ class ListStorage(Storage):
         items = state_dict.get("storage")
         if not isinstance(items, list):
             raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
-        unknown = sorted(map(str, set(state_dict) - {*self.state_entries, SEAM_KEY}))
+        unknown = sorted(map(str, set(state_dict) - set(self.state_entries)))
         if unknown:  # (e.g. a CompressedListStorage's "codec": its items are compressed rows)
             raise ValueError(f"state_dict has entries {unknown} that a {type(self).__name__} "
                              "never saves: it is the state of another kind of storage.")

@@ -324,7 +324,7 @@ def _load_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
         except ValueError:
             self.check_state_dict(state_dict)  # (the state of another capacity: named as such)
             raise
-        out = method(self, state_dict, *args, **kwargs)
+        out = method(self, _without_seam(state_dict), *args, **kwargs)
         if saved:
             self.last_written_row = seam
         return out
@@ -333,14 +333,39 @@ def _load_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
     return load_state_dict
 
 
+def _without_seam(state_dict: Any) -> Any:
+    """``state_dict`` without the entry the wrappers add: a storage class's own methods see the
+    state its ``state_dict`` returned."""
+    if isinstance(state_dict, dict) and SEAM_KEY in state_dict:
+        return {key: value for key, value in state_dict.items() if key != SEAM_KEY}
+    return state_dict
+
+
+def _check_with_seam(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage's ``check_state_dict`` that checks the saved ``last_written_row`` too, after
+    the class's own checks of the rest."""
+
+    @functools.wraps(method)
+    def check_state_dict(self: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, _without_seam(state_dict), *args, **kwargs)
+        if isinstance(state_dict, dict) and SEAM_KEY in state_dict:
+            checked_seam(state_dict[SEAM_KEY], self.rows_capacity or self.max_size,
+                         f"state_dict[{SEAM_KEY!r}]")
+        return out
+
+    check_state_dict.keeps_seam = True  # type: ignore[attr-defined]
+    return check_state_dict
+
+
 class CheckpointedStorage:
     """The checkpoint side of a :class:`~tdreplay.core.Storage`: its :attr:`checkpointer`,
     the save / load hooks registered there, and ``dumps`` / ``loads`` through it.
 
     Every checkpoint of a storage alone keeps its ``last_written_row`` (where the ring is cut:
     the newest row, followed by the oldest), as a buffer's checkpoint does: its
-    ``state_dict`` holds it (``"last_written_row"``; each storage class's ``state_dict`` and
-    ``load_state_dict`` are wrapped for it, whichever package defines them), ``dumps`` writes it
+    ``state_dict`` holds it (``"last_written_row"``; each storage class's ``state_dict``,
+    ``check_state_dict`` and ``load_state_dict`` are wrapped for it, whichever package defines
+    them: the class's own methods never see the entry), ``dumps`` writes it
     beside the checkpointer's files (``seam.json``). Without it, a buffer built on a restored
     storage read a wrapped ring in slot order, and slices, queries and hindsight goals joined
     its newest step to its oldest.
@@ -365,7 +390,8 @@ class CheckpointedStorage:
         super().__init_subclass__(**kwargs)
         if not cls.saves_seam:
             return
-        for name, wrap in (("state_dict", _state_with_seam), ("load_state_dict", _load_with_seam)):
+        for name, wrap in (("state_dict", _state_with_seam), ("load_state_dict", _load_with_seam),
+                           ("check_state_dict", _check_with_seam)):
             method = cls.__dict__.get(name)  # the class's own (inherited ones are wrapped)
             if callable(method) and not getattr(method, "keeps_seam", False) \
                     and not getattr(method, "__isabstractmethod__", False):
