@@ -585,6 +585,36 @@ def test_bad_state_dict_is_refused_and_changes_nothing(backend):
     assert torch.equal(leaves(sampler), before)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("value", [math.inf, math.nan, -2.0])
+def test_a_damaged_set_priority_is_refused(backend, value):
+    # (an inf among the raw priorities of max_priority_within_buffer was loaded: max_priority
+    # inf, new rows written at 2.2e307 and drawn alone, with weights 0)
+    sampler, _ = make(backend, 8, 8, max_priority_within_buffer=True)
+    sampler.update_priority(torch.arange(8), torch.arange(8.0) + 1)
+    state = sampler.state_dict()
+    state["set_priorities"][2] = value
+    other, _ = make(backend, 8, 8, max_priority_within_buffer=True)
+    before = other.state_dict()
+    with pytest.raises(ValueError, match=r"set_priorities'\] holds NaN, infinite or negative"):
+        other.load_state_dict(state)
+    assert torch.equal(leaves(other), before["priorities"]) and other.max_priority == 1.0
+    state["set_priorities"][2] = -math.inf  # (a slot no update set: loads)
+    other.load_state_dict(state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_priority_set_inside_an_exclusion_is_kept(backend):
+    # (the block put the saved leaf back over the update: slot 0 ended at its old priority)
+    sampler, storage = make(backend, 8, 8, eps=0.0)
+    with sampler.excluded(torch.tensor([0, 1])):
+        index, _ = sampler.sample(storage, 256)
+        assert int(index.min()) >= 2
+        sampler.update_priority(torch.tensor([0, 2]), torch.tensor([50.0, 60.0]))
+    assert leaves(sampler).tolist() == [50.0, 1.0, 60.0] + [1.0] * 5
+    assert float(sampler.total_priority) == pytest.approx(50 + 1 + 60 + 5)
+
+
 def test_state_of_an_unused_sampler():
     sampler = PrioritizedSampler(5, 0.5, 0.5)
     state = sampler.state_dict()

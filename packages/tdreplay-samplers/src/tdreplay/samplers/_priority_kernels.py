@@ -414,9 +414,10 @@ def uniform(n: int, device: torch.device, generator: torch.Generator | None) -> 
 @contextmanager
 def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
     """Within the block, the sum tree holds ``0`` for ``slots`` (they cannot be drawn); their
-    stored priorities are put back after it. The min tree is not told of the zeros (the weight
-    normaliser stays the least stored priority), but is refreshed after the restore, in case an
-    update inside the block recomputed it from them."""
+    stored priorities are put back after it, except those set inside the block (an update or a
+    write gave the slot a priority again: that one stays). The min tree is not told of the
+    zeros (the weight normaliser stays the least stored priority), but is refreshed after the
+    restore, in case an update inside the block recomputed it from them."""
     slots = slots.to(state.device)
     sum_tree = state.sum_tree
     saved = sum_tree.get(slots)
@@ -424,7 +425,12 @@ def excluded(state: PriorityState, slots: torch.Tensor) -> Iterator[None]:
     try:
         yield
     finally:
-        sum_tree.update(slots, saved)
+        now = sum_tree.get(slots)
+        if isinstance(now, torch.Tensor):
+            kept: Any = torch.where(now != 0, now, torch.as_tensor(saved))
+        else:
+            kept = np.where(np.asarray(now) != 0, now, saved)
+        sum_tree.update(slots, kept)
         state.min_tree.refresh(slots)
 
 

@@ -321,6 +321,11 @@ def check_state_dict(state_dict: Any, within_buffer: bool, owner: str) -> None:
             raise ValueError("this sampler tracks the max priority within the buffer but "
                              "state_dict['set_priorities'] is not a float64 tensor of shape "
                              f"({cap},).")
+        # a raw priority set (>= 0, finite) or -inf where none was
+        if not bool(((set_priorities == -math.inf)
+                     | ((set_priorities >= 0) & (set_priorities < math.inf))).all()):
+            raise ValueError("state_dict['set_priorities'] holds NaN, infinite or negative "
+                             "values (a priority set is finite and >= 0; -inf: none).")
     elif set_priorities is not None:
         raise ValueError("state_dict comes from a sampler with max_priority_within_buffer=True "
                          "but this one has max_priority_within_buffer=False.")

@@ -465,7 +465,9 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
 
     def excluded(self, slots: torch.Tensor) -> AbstractContextManager[None]:
         """Within the block, ``slots`` cannot be drawn (their sampling mass is ``0``); their
-        priorities are restored after it. E.g. slots that cannot start a slice.
+        priorities are restored after it. E.g. slots that cannot start a slice. A priority set
+        inside the block (``update_priority``, a write) takes effect at once and is kept: that
+        slot can be drawn again. (The buffer holds its lock around its own uses.)
 
         Examples
         --------
