@@ -405,6 +405,17 @@ def test_stack_parts():
     assert stack_parts(["x", "y"]) == ["x", "y"]
 
 
+def test_parts_on_other_devices_stay_a_list():
+    # (a LazyTensorStorage member's batch is on the CPU, a ListStorage member's has no device:
+    # "RuntimeError: devices differ, got cpu and None")
+    on_cpu = TensorDict(obs=torch.zeros(2, 3), batch_size=[2], device="cpu")
+    anywhere = TensorDict(obs=torch.ones(2, 3), xz=torch.ones(2, 2), batch_size=[2])
+    parts = stack_parts([on_cpu, anywhere])
+    assert isinstance(parts, list) and parts[0] is on_cpu and parts[1] is anywhere
+    # (parts of the same entries stack densely, whatever their devices)
+    assert stack_parts([on_cpu, anywhere.exclude("xz")]).batch_size == torch.Size([2, 2])
+
+
 def test_storage_ensemble_revision_follows_its_storages():
     first, second = LazyTensorStorage(4), LazyTensorStorage(4)
     first.set(torch.arange(4), TensorDict({"x": torch.zeros(4)}, [4]))

@@ -17,7 +17,8 @@ def stack_parts(parts: list[Any]) -> Any:
     Tensors of one shape are stacked with :func:`torch.stack`. TensorDicts of one batch size are
     stacked densely when their entries agree and lazily otherwise (entries of other shapes, or
     present in some parts only, stay per part). Parts that cannot be stacked (TensorDicts of
-    other batch sizes, tensors of other shapes, other objects) are returned as the list.
+    other batch sizes, of other entries and devices, tensors of other shapes, other objects)
+    are returned as the list.
 
     Examples
     --------
@@ -30,9 +31,16 @@ def stack_parts(parts: list[Any]) -> Any:
     parts = list(parts)
     if not parts:
         return parts
-    if is_tensor_collection(parts[0]) and any(
-            not is_tensor_collection(p) or p.batch_size != parts[0].batch_size for p in parts):
+    first = parts[0]
+    if not is_tensor_collection(first):
+        return stack_items(parts)
+    if any(not is_tensor_collection(p) or p.batch_size != first.batch_size for p in parts):
         return parts
+    if any(p.device != first.device for p in parts):
+        try:  # (a dense stack takes parts on other devices; a lazy one, of other entries, not)
+            return stack_items(parts)
+        except RuntimeError:
+            return parts
     return stack_items(parts)
 
 
