@@ -21,6 +21,7 @@ from .revision import RevisionTracking
 from .sample_units import SampleUnit, Sequence, Transition
 from .sampler import BatchLargerThanBufferError, RandomSampler, Sampler, SamplerWithoutReplacement
 from .service_backends import register_service_backend, service_backend, transport_backend
+from .state_dict_checkpointer import StateDictCheckpointer
 from .storage import (
     ListStorage,
     ListStorageCheckpointer,
@@ -62,6 +63,7 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "Sequence",
+    "StateDictCheckpointer",
     "Storage",
     "StorageCheckpointerBase",
     "StorageIndexError",

@@ -27,6 +27,7 @@ from .collate import stack_items
 from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
+from .state_dict_checkpointer import StateDictCheckpointer
 from .storage_checkpointer import (
     CheckpointedStorage,
     ListStorageCheckpointer,
@@ -141,7 +142,7 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     """
 
     ndim: int = 1
-    _default_checkpointer: type[StorageCheckpointerBase[Any]] = StorageCheckpointerBase
+    _default_checkpointer: type[StorageCheckpointerBase[Any]] = StateDictCheckpointer
 
     def __init__(self, max_size: int,
                  checkpointer: StorageCheckpointerBase[Any] | None = None,

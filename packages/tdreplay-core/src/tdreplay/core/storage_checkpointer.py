@@ -74,7 +74,8 @@ class StorageCheckpointerBase(Generic[StorageT]):
         """Write ``storage``'s content into the directory ``path`` (which exists), for
         :meth:`loads` to read back; a checkpointer implements it (TorchRL's abstract
         method)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} implements no dumps(storage, path): "
+                                  "a storage checkpointer writes the storage's contents there.")
 
     # ---- hooks (TorchRL's register_save_hook / register_load_hook) ----------------------------
     def _hooks(self, attr: str) -> HookList:
