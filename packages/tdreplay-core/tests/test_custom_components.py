@@ -231,3 +231,42 @@ def test_a_storage_s_own_state_methods_see_only_its_own_entries():
     assert restored.storage.data == storage.data
     with pytest.raises(ValueError, match=r"last_written_row'\] must be None or a row"):
         copy.check_state_dict({**state, "last_written_row": 9})
+
+
+def test_a_storage_of_your_own_is_saved_by_its_state_dict(tmp_path):
+    # (dumps raised NotImplementedError('') unless the storage came with a checkpointer)
+    from tdreplay.core import CheckpointError, StateDictCheckpointer
+
+    rb = _buffer(storage=StrictDictStorage(4))
+    rb.extend([torch.tensor(float(i)) for i in range(6)])
+    assert isinstance(rb.storage.checkpointer, StateDictCheckpointer)
+    rb.dumps(tmp_path / "ckpt")
+    restored = _buffer(storage=StrictDictStorage(4))
+    restored.loads(tmp_path / "ckpt")
+    assert restored.storage.data == rb.storage.data and restored.write_count == 6
+    snapshot = next((tmp_path / "ckpt").glob("snapshot-*"))
+    other = _buffer(storage=DictStorage(4))  # (another class: refused, nothing changed)
+    other.extend([torch.tensor(9.0)])
+    with pytest.raises(CheckpointError, match="checkpoint storage is a StrictDictStorage, but "
+                                              "this buffer's storage is a DictStorage"):
+        other.loads(tmp_path / "ckpt")
+    assert other.storage.data == {0: torch.tensor(9.0)} and snapshot.is_dir()
+
+
+def test_a_tensordict_buffer_over_a_storage_that_reads_lists_says_what_to_give_it():
+    # (the sample came back as a list of TensorDicts without "index": a priority update from
+    # it did nothing, silently)
+    from tensordict import TensorDict
+
+    from tdreplay.core import TensorDictReplayBuffer, stack_items
+
+    data = TensorDict({"x": torch.arange(5.0)}, [5])
+    rb = TensorDictReplayBuffer(storage=DictStorage(8), batch_size=3)
+    rb.extend(data)
+    with pytest.raises(TypeError, match="sampled a list from its DictStorage, not a TensorDict"
+                                        ".*default_collate"):
+        rb.sample()
+    rb = TensorDictReplayBuffer(storage=DictStorage(8), batch_size=3, collate_fn=stack_items)
+    rb.extend(data)
+    sample = rb.sample()
+    assert sample["x"].tolist() == sample["index"].float().tolist()

@@ -751,6 +751,15 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
+            # (what the storage's own collate made, before a read transform: a collate_fn
+            # given to the buffer may make anything)
+            if not only_missing and self._collate_fn == self._storage.default_collate:
+                raise TypeError(
+                    f"{type(self).__name__} sampled a {type(data).__name__} from its "
+                    f"{type(self._storage).__name__}, not a TensorDict: the storage's get and "
+                    "default_collate made no TensorDict of the items, so the sample could not "
+                    "carry its index and priority weights. Give the storage a default_collate "
+                    "(e.g. tdreplay.core.stack_items) or pass collate_fn=.")
             return data
         batch = data.batch_size
         fields = _fields_of(data)
