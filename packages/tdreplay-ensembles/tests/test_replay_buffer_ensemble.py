@@ -388,7 +388,8 @@ def test_update_priority_reaches_the_member_samplers():
     sample = rb.sample(200)
     assert float((sample["index", "index"][0] == 3).float().mean()) > 0.95
     assert float((sample["index", "index"][1] == 6).float().mean()) > 0.95
-    with pytest.raises(ValueError, match="priority must have the index's shape"):
+    with pytest.raises(ValueError, match=r"priority of shape \(3,\) does not match index of "
+                                         r"shape \(2, 1\)"):
         rb.update_priority(favourite, torch.ones(3))
     for bad in (None, 0.5, torch.tensor([3])):  # not an ensemble index: named, nothing changed
         with pytest.raises(TypeError, match="index must be an ensemble index"):
@@ -414,8 +415,10 @@ def test_update_priority_takes_the_priority_shapes_a_single_buffer_takes():
     rb.update_priority(index, torch.tensor([[[3.0], [3.0]], [[5.0], [5.0]]]))  # [2, 2, 1]
     totals = [m.sampler.total_priority for m in members]
     assert totals == pytest.approx([3.0 + 3.0 + 1.0 + 1.0, 1.0 + 1.0 + 5.0 + 5.0])
-    with pytest.raises(ValueError, match=r"priority must have the index's shape \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"does not match index of shape \(2, 2\)"):
         rb.update_priority(index, torch.ones(3))
+    with pytest.raises(ValueError, match=r"priority must have the index's shape \(2, 2\)"):
+        rb.update_priority(index, torch.ones(2, 2, 3))  # (several per item: for one buffer)
     assert [m.sampler.total_priority for m in members] == totals
 
 

@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError
+from tdreplay.core.priority_shapes import priority_for_index
 from tdreplay.core.utils import take_rows
 
 from ._wire import pack
@@ -95,22 +96,8 @@ def priority_for_slots(index: Any, priority: Any, n: int) -> torch.Tensor:
     1 aside), broadcasts to it, or is its shape followed by trailing dims (as a sampler's
     ``update_priority``: never paired in flat order across other shapes)."""
     shape = torch.as_tensor(index).shape
-    priority = _as_priority(priority)
-    squeezed = [d for d in priority.shape if d != 1] == [d for d in shape if d != 1]
-    if priority.ndim == 0:
-        priority = priority.expand(n)
-    elif priority.shape[: len(shape)] == shape:
-        priority = priority.reshape(n, *priority.shape[len(shape):])
-    elif squeezed:
-        priority = priority.reshape(n)
-    elif priority.ndim <= len(shape) and all(p in (1, d) for p, d in
-                                              zip(priority.shape[::-1], shape[::-1])):
-        priority = priority.expand(shape).reshape(n)
-    else:
-        raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of "
-                         f"shape {tuple(shape)}: expected a scalar, the index shape (dims of "
-                         "size 1 aside), a shape that broadcasts to it, or the index shape "
-                         "followed by trailing dims. Nothing was updated.")
+    shaped = priority_for_index(_as_priority(priority), shape)
+    priority = shaped.reshape(n, *shaped.shape[len(shape):])
     if priority.dtype is torch.bool or priority.is_complex():
         raise TypeError(f"priority must hold real numbers, got dtype {priority.dtype}.")
     values = priority.double()

@@ -13,6 +13,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError, Sampler, Storage
 from tdreplay.core.checkpoint import save_torch_file
+from tdreplay.core.priority_shapes import priority_for_index
 from tdreplay.core.utils import check_batch_size, check_flag, check_instance
 
 from ._generators import (
@@ -100,8 +101,9 @@ def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int 
 
 
 def _priority_of_shape(priority: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """``priority`` with the index's ``shape``: as it is, broadcast to it (a number, ``[1]``),
-    or without its size-1 dims (``[n, 1]`` for ``[n]``), as a single buffer takes it.
+    """``priority`` with the index's ``shape``, as a single buffer takes it
+    (:func:`tdreplay.core.priority_shapes.priority_for_index`), without trailing dims: an
+    ensemble's parts take one priority per item.
 
     Examples
     --------
@@ -110,16 +112,11 @@ def _priority_of_shape(priority: torch.Tensor, shape: torch.Size) -> torch.Tenso
     >>> _priority_of_shape(torch.ones(3, 1), torch.Size([3])).shape
     torch.Size([3])
     """
-    if priority.shape == shape:
-        return priority
-    if [n for n in priority.shape if n != 1] == [n for n in shape if n != 1] \
-            and priority.numel() == shape.numel():
-        return priority.reshape(shape)
-    try:
-        return priority.broadcast_to(shape)
-    except RuntimeError:
+    shaped = priority_for_index(priority, shape)
+    if shaped.shape != shape:
         raise ValueError(f"priority must have the index's shape {tuple(shape)} (or broadcast to "
-                         f"it), got {tuple(priority.shape)}.") from None
+                         f"it), got {tuple(priority.shape)}.")
+    return shaped
 
 
 class SamplerEnsemble(MembersShareable, Sampler):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tdreplay.core.priority_shapes import priority_for_index
 from tdreplay.core.utils import as_long_tensor, check_flag
 
 __all__ = ["CPU", "REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
@@ -110,31 +111,11 @@ def reduce_priority(priority: torch.Tensor, n: int, reduction: str) -> torch.Ten
 
 
 def flat_priority(index: torch.Tensor, priority: Any) -> torch.Tensor:
-    """Priorities matching the flat ``index``: one per item, or ``[n, k]`` rows to reduce."""
-    priority = as_priority_tensor(priority)
+    """Priorities matching the flat ``index``: one per item, or ``[n, k]`` rows to reduce
+    (shapes as :func:`tdreplay.core.priority_shapes.priority_for_index` lays them out)."""
+    shaped = priority_for_index(as_priority_tensor(priority), index.shape)
     n = index.numel()
-    if priority.ndim == 0:
-        return priority.reshape(1).expand(n)
-    if priority.shape == index.shape:
-        return priority.reshape(-1)
-    if priority.ndim > index.ndim and priority.shape[: index.ndim] == index.shape:
-        return priority.reshape(n, -1)  # reduced after the checks
-    if _squeezed(priority.shape) == _squeezed(index.shape):  # e.g. [n, 1] for [n]
-        return priority.reshape(-1)
-    try:
-        if torch.broadcast_shapes(priority.shape, index.shape) == index.shape:
-            return priority.expand(index.shape).reshape(-1)
-    except RuntimeError:
-        pass
-    raise ValueError(f"priority of shape {tuple(priority.shape)} does not match index of shape "
-                     f"{tuple(index.shape)}: expected a scalar, the index shape (dims of size 1 "
-                     "aside), a shape that broadcasts to it, or the index shape followed by "
-                     "trailing dims to reduce. Nothing was updated.")
-
-
-def _squeezed(shape: torch.Size) -> tuple[int, ...]:
-    """``shape`` without its dims of size 1."""
-    return tuple(d for d in shape if d != 1)
+    return shaped.reshape(n) if shaped.ndim == index.ndim else shaped.reshape(n, -1)
 
 
 def leaf_values(priority: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
