@@ -270,3 +270,32 @@ def test_a_tensordict_buffer_over_a_storage_that_reads_lists_says_what_to_give_i
     rb.extend(data)
     sample = rb.sample()
     assert sample["x"].tolist() == sample["index"].float().tolist()
+
+
+class Pairs(Sampler):
+    """Draws ``batch_size`` pairs of consecutive slots: an index of shape ``[batch_size, 2]``."""
+
+    def sample(self, storage, batch_size):
+        start = torch.randint(len(storage) - 1, (batch_size, 1), generator=self.generator)
+        return start + torch.arange(2), {}
+
+
+def test_a_list_storage_read_at_a_multi_dim_index_gives_a_batch_of_its_shape():
+    # (ListStorage read the slots flat: the TensorDict batch was [6] for a [3, 2] index, and
+    # "index" was dropped with a warning)
+    from tensordict import TensorDict
+
+    from tdreplay.core import ListStorage, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=ListStorage(8), sampler=Pairs(), batch_size=3)
+    rb.extend(TensorDict({"x": torch.arange(5.0)}, [5]))
+    sample = rb.sample()
+    assert sample.batch_size == (3, 2) and sample["index"].shape == (3, 2)
+    assert sample["x"].tolist() == sample["index"].float().tolist()
+    storage = ListStorage(4)
+    storage.set(torch.arange(4), ["a", "b", "c", "d"])
+    assert storage.get(torch.tensor([[0, 1], [3, 2]])) == [["a", "b"], ["d", "c"]]
+    assert storage.default_collate(storage.get(torch.tensor([[0], [1]]))) == [["a"], ["b"]]
+    plain = ReplayBuffer(storage=ListStorage(4))
+    plain.extend([[torch.zeros(2), torch.ones(2)]])  # (an item that is a list stays one)
+    assert isinstance(plain.sample(2), list)

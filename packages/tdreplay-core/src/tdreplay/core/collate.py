@@ -20,12 +20,25 @@ def identity_collate(data: Any) -> Any:
     return data
 
 
+class ItemRows(list):  # type: ignore[type-arg]
+    """The items of one row of a multi-dim index, as a storage of objects reads them (nested
+    ``ItemRows`` for more dims): :func:`stack_items` stacks them row by row, then the rows, so
+    that the batch takes the index's shape. A plain list item stays an item.
+
+    Examples
+    --------
+    >>> stack_items([ItemRows([torch.zeros(2), torch.ones(2)])] * 3).shape
+    torch.Size([3, 2, 2])
+    """
+
+
 def stack_items(items: Any) -> Any:
     """Stack a list of items into a batch when they are stackable, else return the list.
 
     Tensors of one shape are stacked with :func:`torch.stack`; TensorDicts are stacked densely
     when their shapes agree and lazily otherwise; tuples/dicts of tensors (pytrees) are stacked
-    leaf by leaf. Anything else (strings, mixed objects) stays a list.
+    leaf by leaf; lists of items (read at a multi-dim index) are stacked row by row, then the
+    rows. Anything else (strings, mixed objects) stays a list.
 
     Examples
     --------
@@ -37,6 +50,11 @@ def stack_items(items: Any) -> Any:
     if not isinstance(items, list) or not items:
         return items
     first = items[0]
+    if type(first) is ItemRows:  # items read at a multi-dim index (ListStorage.get)
+        rows = [stack_items(row) for row in items]
+        if any(type(row) is ItemRows for row in rows):  # (a row that does not stack)
+            return items
+        return stack_items(rows)
     if isinstance(first, torch.Tensor):
         if all(isinstance(x, torch.Tensor) and x.shape == first.shape for x in items):
             return torch.stack(items)

@@ -23,7 +23,7 @@ from tensordict import LazyStackedTensorDict, is_tensor_collection
 from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
 
 from ._compilable import CompilableCount
-from .collate import stack_items
+from .collate import ItemRows, stack_items
 from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
 from .revision import RevisionTracking
@@ -40,6 +40,14 @@ from .utils import as_long_tensor, check_flag, is_int
 
 #: the capacity of a list storage built with ``max_size=None`` (TorchRL's "unlimited")
 UNBOUNDED = 2**63 - 1
+
+
+def _nested_items(items: list[Any], slots: list[Any]) -> list[Any]:
+    """``items`` at ``slots`` (nested lists of ints), in lists of the same shape whose rows
+    are :class:`~tdreplay.core.collate.ItemRows` (what ``default_collate`` stacks in that
+    shape)."""
+    return [ItemRows(_nested_items(items, row)) if isinstance(row, list) else items[row]
+            for row in slots]
 
 
 class StorageIndexError(IndexError, RuntimeError):
@@ -528,6 +536,8 @@ class ListStorage(Storage):
         if isinstance(index, slice):  # of the written items, as TorchRL's get (and storage[a:b])
             return self._storage[index]
         slots = written_slots(as_long_tensor(index, name="index"), n)  # (no boolean masks)
+        if slots.ndim > 1:  # items in the index's shape: lists of lists (the batch's shape)
+            return _nested_items(self._storage, slots.tolist())
         return [self._storage[s] for s in slots.reshape(-1).tolist()]
 
     def __getitem__(self, index: Any) -> Any:
