@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "SampleUnit": "tdreplay.core",
     "SamplerWithoutReplacement": "tdreplay.core",
     "Sequence": "tdreplay.core",
+    "StateDictCheckpointer": "tdreplay.core",
     "Storage": "tdreplay.core",
     "StorageCheckpointerBase": "tdreplay.core",
     "StorageIndexError": "tdreplay.core",
