@@ -615,6 +615,36 @@ def test_a_priority_set_inside_an_exclusion_is_kept(backend):
     assert float(sampler.total_priority) == pytest.approx(50 + 1 + 60 + 5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_alpha_that_overflows_the_trees_says_so(backend):
+    # (alpha 1 -> 2 lowered a priority of 1e200 to 2.2e307 without a word; an update of the
+    # same value at alpha 2 is refused)
+    sampler, _ = make(backend, 8, 4)
+    sampler.update_priority(torch.tensor([0]), torch.tensor([1e200], dtype=torch.float64))
+    with pytest.warns(UserWarning, match=r"alpha=2.0 raises priorities \[1e\+200\].*stored "
+                                         r"at that limit"):
+        sampler.alpha = 2.0
+    assert float(leaves(sampler)[0]) == pytest.approx(float(np.finfo(np.float64).max) / 8)
+    assert math.isfinite(float(sampler.total_priority))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_trees_that_grow_keep_a_finite_total(backend):
+    # (priorities at the limit of 8 slots summed to inf once the trees grew to 16: every draw
+    # then fell on slot 8)
+    sampler = PrioritizedSampler(8, alpha=1.0, beta=0.5, eps=0.0, backend=backend)
+    storage = storage_with(16, 16)
+    sampler.extend(torch.arange(8))
+    sampler.update_priority(torch.arange(8), torch.full((8,), 2.2e307, dtype=torch.float64))
+    with pytest.warns(UserWarning, match="grew to 16 slots.*lowered"):
+        sampler.extend(torch.arange(8, 16))
+    assert sampler.max_capacity == 16 and math.isfinite(float(sampler.total_priority))
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    index, _ = sampler.sample(storage, 4000)
+    # (the new slots took the max priority, lowered alike: every slot is as likely)
+    assert 1700 < int((index < 8).sum()) < 2300 and index.unique().numel() == 16
+
+
 def test_state_of_an_unused_sampler():
     sampler = PrioritizedSampler(5, 0.5, 0.5)
     state = sampler.state_dict()

@@ -226,7 +226,15 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
             stacklevel=3)
         return state
     base = _base_of_leaves(leaves[written], old_alpha)
-    rewritten = leaf_values(base - eps, new_alpha, eps).clamp_max_(leaf_limit(state.capacity))
+    rewritten = leaf_values(base - eps, new_alpha, eps)
+    limit = leaf_limit(state.capacity)
+    over = base[~(rewritten <= limit) & (leaves[written] < limit)]
+    if over.numel():  # (a leaf at the limit already was lowered to it)
+        warnings.warn(f"alpha={new_alpha} raises priorities {over[:5].tolist()} (plus eps) past "
+                      f"{limit:.4g}, the largest that {state.capacity} slots can sum in "
+                      "float64: they are stored at that limit (and do not come back if alpha "
+                      "is lowered again).", stacklevel=4)
+    rewritten.clamp_max_(limit)
     host["priorities"] = leaves.masked_scatter(written, rewritten)
     return new_state(state.capacity, state.backend, state.device, within_buffer=within_buffer,
                      host=host)
@@ -275,8 +283,17 @@ def grown(state: PriorityState, bounds: tuple[int, int] | None, *,
     if needed <= state.capacity or low < 0:  # negative slots: refused by the caller
         return state
     capacity = max(needed, 2 * state.capacity)
+    host = padded(export_state(state), capacity)
+    limit = leaf_limit(capacity)
+    over = host["priorities"] > limit
+    if bool(over.any()):  # (more slots, a lower limit: their sum must stay finite)
+        warnings.warn(f"the priority trees grew to {capacity} slots, whose stored priorities "
+                      f"must stay <= {limit:.4g} to sum in float64: slots "
+                      f"{over.nonzero().reshape(-1)[:5].tolist()} were lowered to it.",
+                      stacklevel=4)
+        host["priorities"] = host["priorities"].clamp_max(limit)
     return new_state(capacity, state.backend, state.device, within_buffer=within_buffer,
-                     host=padded(export_state(state), capacity))
+                     host=host)
 
 
 def check_state_dict(state_dict: Any, within_buffer: bool, owner: str) -> None:
