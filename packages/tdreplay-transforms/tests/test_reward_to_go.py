@@ -110,3 +110,13 @@ def test_missing_entries_and_mismatched_shapes_are_refused_naming_them():
 def test_gamma_outside_zero_one_is_refused(gamma, error):
     with pytest.raises(error, match="gamma"):
         Reward2GoTransform(gamma=gamma)
+
+
+def test_an_inverted_reward_to_go_is_refused():
+    # (append_transform(r2g, invert=True) was taken: each sample's rewards-to-go were computed
+    # over its random rows as if they were one episode; TorchRL refuses it with a ValueError)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=4)
+    with pytest.raises(ValueError, match="invert=True: Reward2GoTransform already works on "
+                                         "the write side"):
+        rb.append_transform(Reward2GoTransform(gamma=0.5, out_keys=["r2g"]), invert=True)
+    assert len(rb.transform) == 0

@@ -81,6 +81,10 @@ class Reward2GoTransform(Transform):
     tensor([1.5000, 1.0000, 1.7500, 1.5000, 1.0000])
     """
 
+    #: its work is on the write side, over whole episodes: inverted, it would compute
+    #: rewards-to-go over each sampled batch as if its rows were one run (TorchRL refuses it)
+    invertible = False
+
     def __init__(
         self,
         gamma: float | torch.Tensor = 1.0,
