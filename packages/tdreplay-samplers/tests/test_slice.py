@@ -112,10 +112,14 @@ def test_missing_keys_are_named() -> None:
     rb.extend(TensorDict({"obs": torch.zeros(10)}, [10]))
     with pytest.raises(KeyError, match=re.escape("end key ('terminal')")):
         rb.sample(4)
+    with pytest.raises(RuntimeError):  # (and TorchRL's RuntimeError: it was a KeyError only)
+        rb.sample(4)
     rb = make_rb(SliceSampler(num_slices=2))
     rb.extend(TensorDict({"obs": torch.zeros(10)}, [10]))
     with pytest.raises(KeyError, match=re.escape(
             "neither a trajectory key (('collector', 'traj_ids') or 'episode') nor an end key")):
+        rb.sample(4)
+    with pytest.raises(RuntimeError):
         rb.sample(4)
 
 

@@ -30,6 +30,12 @@ class MissingEndKeyError(MissingKeyError, RuntimeError):
     ``RuntimeError`` as TorchRL raises."""
 
 
+class MissingSignalsError(MissingKeyError, RuntimeError):
+    """A slice sampler found neither a trajectory key nor an end key in the storage: a
+    ``KeyError``, and a ``RuntimeError`` as TorchRL raises (``except RuntimeError`` written for
+    TorchRL keeps working)."""
+
+
 def missing_end_key(entries: StorageEntries, storage: Any, owner: str,
                     end_key: Any) -> MissingEndKeyError:
     """The error of a slice sampler given ``end_key`` alone when ``storage`` lacks it."""
@@ -57,7 +63,7 @@ def resolve_signals(entries: StorageEntries, storage: Any, owner: str, *,
     """The entries of ``storage`` that delimit trajectories.
 
     ``traj_key``: the trajectory key given (``None``: not given); ``end_keys``: the end keys
-    given, or the default end key. Raises :class:`MissingKeyError` when none is stored.
+    given, or the default end key. Raises :class:`MissingSignalsError` when none is stored.
     """
     def present(keys: tuple[Any, ...]) -> tuple[Any, ...] | None:
         found = tuple(k for k in keys if entries.has(storage, k))
@@ -69,7 +75,7 @@ def resolve_signals(entries: StorageEntries, storage: Any, owner: str, *,
         return traj, ends
     wanted = [key_name(traj_key)] if traj_key is not None \
         else [key_name(k) for k in AUTO_TRAJ_KEYS]
-    raise MissingKeyError(
+    raise MissingSignalsError(
         f"{owner} found neither a trajectory key ({' or '.join(wanted)}) nor an end key "
         f"({' or '.join(key_name(k) for k in end_keys)}) in the storage "
         f"({entries.describe(storage)}): pass traj_key=..., end_key=... or end_keys=... "
