@@ -299,3 +299,21 @@ def test_a_list_storage_read_at_a_multi_dim_index_gives_a_batch_of_its_shape():
     plain = ReplayBuffer(storage=ListStorage(4))
     plain.extend([[torch.zeros(2), torch.ones(2)]])  # (an item that is a list stays one)
     assert isinstance(plain.sample(2), list)
+
+
+@pytest.mark.parametrize("drawn, got", [
+    (torch.tensor([0, 1]), "a Tensor"), ((torch.tensor([0]), {}, 1), "a tuple of 3"),
+    ((torch.tensor([0]), [1]), "info of type list"),
+])
+def test_a_sampler_that_returns_no_draw_is_named(drawn, got):
+    # (IndexError "too many indices for tensor of dimension 0", or "list indices must be
+    # integers": nothing said which part was wrong)
+    class Returns(Sampler):
+        def sample(self, storage, batch_size):
+            return drawn
+
+    rb = _buffer(storage=DictStorage(4), sampler=Returns())
+    rb.extend([torch.tensor(1.0), torch.tensor(2.0)])
+    with pytest.raises(TypeError, match=rf"Returns.sample\(storage, batch_size\) must return "
+                                        rf"\(index, info\), info a dict, got {got}"):
+        rb.sample()

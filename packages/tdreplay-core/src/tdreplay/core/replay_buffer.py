@@ -63,6 +63,15 @@ def _emptied(item: Any, transformed: Any) -> bool:
     return bool(batch_size.numel() == 0 and batch_size != getattr(item, "batch_size", None))
 
 
+def _not_a_draw(sampler: Sampler, drawn: Any) -> TypeError:
+    """The error for what a sampler's ``sample`` returned when it is not ``(index, info)``."""
+    got = (f"a tuple of {len(drawn)}" if isinstance(drawn, tuple) and len(drawn) != 2
+           else f"info of type {type(drawn[1]).__name__}" if isinstance(drawn, tuple)
+           else f"a {type(drawn).__name__}")
+    return TypeError(f"{type(sampler).__name__}.sample(storage, batch_size) must return "
+                     f"(index, info), info a dict, got {got}.")
+
+
 def _flat(slots: torch.Tensor) -> torch.Tensor:
     """``slots`` as one dim (a 1-dim tensor as it is: a ``reshape`` view costs a dispatch)."""
     return slots if slots.ndim == 1 else slots.reshape(-1)
@@ -497,12 +506,15 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
             try:
-                index, info = self._sampler.sample(self._storage, batch_size)
+                drawn = self._sampler.sample(self._storage, batch_size)
             except IndexError:  # a slot the storage no longer holds: restored past the buffer?
                 if self._storage.restore_count == self._seen_restores:
                     raise
                 self._learn_restored_storage()
-                index, info = self._sampler.sample(self._storage, batch_size)
+                drawn = self._sampler.sample(self._storage, batch_size)
+            if not isinstance(drawn, tuple) or len(drawn) != 2 or not isinstance(drawn[1], dict):
+                raise _not_a_draw(self._sampler, drawn)
+            index, info = drawn
             if self._sample_unit is not None:
                 index, info = self._expand_anchors(index, info)
             generations = self._writer.sample_info(index)
