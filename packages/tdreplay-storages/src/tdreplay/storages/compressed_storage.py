@@ -476,7 +476,10 @@ class CompressedListStorage(ListStorage):
     def get(self, index: int | slice | torch.Tensor) -> Any:
         """Decompress the rows at ``index``: one batch of shape ``index.shape`` when they share
         a structure, else a list of rows (stacked lazily by :meth:`default_collate`)."""
-        rows = super().get(index)
+        if isinstance(index, torch.Tensor) and index.ndim > 1:
+            rows = super().get(index.reshape(-1))  # (flat: the batch takes the index's shape)
+        else:
+            rows = super().get(index)
         if isinstance(rows, CompressedRow):
             return self._decompress(rows, index)
         shape = tuple(index.shape) if isinstance(index, torch.Tensor) else (len(rows),)

@@ -86,6 +86,8 @@ class LazyStackStorage(ListStorage):
                 )
 
     def get(self, index: int | slice | torch.Tensor) -> Any:
+        if isinstance(index, torch.Tensor) and index.ndim > 1:
+            index = index.reshape(-1)  # (one lazy stack of the items, as before)
         items = super().get(index)
         return items if is_int(index) else self._stacked(items)
 
