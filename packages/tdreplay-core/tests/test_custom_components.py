@@ -317,3 +317,21 @@ def test_a_sampler_that_returns_no_draw_is_named(drawn, got):
     with pytest.raises(TypeError, match=rf"Returns.sample\(storage, batch_size\) must return "
                                         rf"\(index, info\), info a dict, got {got}"):
         rb.sample()
+
+
+@pytest.mark.parametrize("drawn", [[1, 0], np.array([1, 0])])
+def test_a_sampler_drawing_a_list_or_array_gives_a_sample_with_its_index(drawn):
+    # (the TensorDict sample had no "index": a priority update from it found nothing)
+    from tensordict import TensorDict
+
+    from tdreplay.core import ListStorage, TensorDictReplayBuffer
+
+    class Draws(Sampler):
+        def sample(self, storage, batch_size):
+            return drawn, {}
+
+    rb = TensorDictReplayBuffer(storage=ListStorage(4), sampler=Draws(), batch_size=2)
+    rb.extend(TensorDict({"x": torch.tensor([5.0, 6.0])}, [2]))
+    sample, info = rb.sample(return_info=True)
+    assert sample["index"].tolist() == [1, 0] and sample["index"].dtype == torch.long
+    assert sample["x"].tolist() == [6.0, 5.0] and info["index"].tolist() == [1, 0]

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
@@ -36,6 +37,7 @@ from .storage import Storage, StorageCheckpointerBase
 from .transform import Compose, Transform
 from .utils import (
     NotATensorDictError,
+    as_long_tensor,
     check_count,
     check_flag,
     check_instance,
@@ -515,6 +517,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             if not isinstance(drawn, tuple) or len(drawn) != 2 or not isinstance(drawn[1], dict):
                 raise _not_a_draw(self._sampler, drawn)
             index, info = drawn
+            if isinstance(index, np.ndarray) or (type(index) is list and index
+                                                 and isinstance(index[0], (int, np.integer))):
+                # (slots from a sampler of your own: the sample's "index" is an int64 tensor;
+                # an ensemble's list of parts stays one)
+                index = as_long_tensor(index, name="index")
             if self._sample_unit is not None:
                 index, info = self._expand_anchors(index, info)
             generations = self._writer.sample_info(index)
