@@ -7,9 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
+from .checkpoint import CheckpointError, load_torch_file, read_json, save_torch_file, write_json
 
 
 class StateDictCheckpointMixin:
@@ -56,10 +54,7 @@ class StateDictCheckpointMixin:
         file = path / "state.pt"
         if not file.is_file():
             raise CheckpointError(f"checkpoint file {str(file)!r} is missing.")
-        try:
-            state = torch.load(file, weights_only=True)
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: {err}") from err
+        state = load_torch_file(file)
         if not isinstance(state, dict):
             raise CheckpointError(f"checkpoint file {str(file)!r} does not hold a state dict.")
         try:

@@ -20,6 +20,7 @@ from ._installing import InstallRecord
 from ._prefetch_files import load_prefetched, save_prefetched
 from .checkpoint import (
     CheckpointError,
+    load_torch_file,
     open_checkpoint,
     read_json,
     save_torch_file,
@@ -524,10 +525,7 @@ class BufferStateMixin:
         against this buffer's generator before anything changes."""
         if not path.is_file():
             return None
-        try:
-            state = torch.load(path, weights_only=True)
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+        state = load_torch_file(path)
         try:
             if not isinstance(state, torch.Tensor):
                 raise TypeError(f"a {type(state).__name__}, not a tensor")

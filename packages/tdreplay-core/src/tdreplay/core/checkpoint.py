@@ -571,6 +571,28 @@ def save_torch_file(obj: Any, path: str | os.PathLike[str], *, what: str = "the 
         record_written_file(path, writes.crc)
 
 
+def load_torch_file(path: str | os.PathLike[str], *, weights_only: bool = True) -> Any:
+    """``torch.load(path, weights_only=weights_only)`` of a checkpoint's file: any file that
+    cannot be read is a damaged checkpoint (:class:`CheckpointError` naming it), the
+    counterpart of :func:`save_torch_file`. ``weights_only=False`` unpickles: load only
+    checkpoints you trust.
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_torch_file({"x": torch.arange(2)}, f"{d}/state.pt")
+    ...     load_torch_file(f"{d}/state.pt")
+    {'x': tensor([0, 1])}
+    """
+    import torch
+
+    try:
+        return torch.load(path, weights_only=weights_only)
+    except Exception as err:  # any unreadable file is a damaged checkpoint
+        raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
+
+
 def write_json(path: Path, obj: dict[str, Any]) -> None:
     """Write ``obj`` as JSON (helper for components' metadata files)."""
     path.write_text(json.dumps(obj, indent=1, sort_keys=True))

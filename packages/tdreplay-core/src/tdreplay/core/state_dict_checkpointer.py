@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
-
-from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
+from .checkpoint import CheckpointError, load_torch_file, read_json, save_torch_file, write_json
 from .storage_checkpointer import StorageCheckpointerBase
 
 if TYPE_CHECKING:
@@ -82,12 +80,7 @@ class StateDictCheckpointer(StorageCheckpointerBase["Storage"]):
             raise CheckpointError(f"checkpoint holds a {meta.get('class')} but this buffer has a "
                                   f"{type(storage).__name__} ({str(path / META_FILE)!r}).")
         file = path / STATE_FILE
-        try:
-            state: Any = torch.load(file, weights_only=False)  # (trusted checkpoints only)
-        except Exception as err:  # any unreadable file is a damaged checkpoint
-            raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: {err!r}") \
-                from err
-        state = self.apply_load_hooks(state)
+        state = self.apply_load_hooks(load_torch_file(file, weights_only=False))  # (trusted)
         try:
             storage.check_state_dict(state)
         except (ValueError, TypeError, KeyError) as err:

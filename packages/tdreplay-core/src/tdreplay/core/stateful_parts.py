@@ -22,9 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import torch
-
-from .checkpoint import CheckpointError, save_torch_file
+from .checkpoint import CheckpointError, load_torch_file, save_torch_file
 
 __all__ = ["StatefulPart", "StatefulParts"]
 
@@ -147,11 +145,7 @@ class StatefulParts:
                 raise CheckpointError(f"the checkpoint holds no state for the buffer's part "
                                       f"{name!r} (registered with register_stateful) in "
                                       f"{str(path)!r}; register it after loading instead.")
-            try:
-                states[name] = torch.load(file, weights_only=True)
-            except Exception as err:  # any unreadable file is a damaged checkpoint
-                raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: "
-                                      f"{err}") from err
+            states[name] = load_torch_file(file)
         try:
             self.check_state_dict(states)
         except ValueError as err:

@@ -32,9 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from .checkpoint import CheckpointError, save_torch_file
+from .checkpoint import CheckpointError, load_torch_file, save_torch_file
 from .transform import Compose
 
 __all__ = ["TRANSFORM_FILE", "check_transform_state", "dump_transform_state",
@@ -114,10 +112,7 @@ def prepare_transform_load(transform: Compose, snap: Path) -> Callable[[], None]
     if not file.is_file():
         raise CheckpointError(f"the checkpoint holds no state for the buffer's transforms with "
                               f"state ({str(file)!r} is missing).")
-    try:
-        state = torch.load(file, weights_only=True)
-    except Exception as err:  # any unreadable file is a damaged checkpoint
-        raise CheckpointError(f"checkpoint file {str(file)!r} is unreadable: {err}") from err
+    state = load_torch_file(file)
     try:
         return check_transform_state(transform, state)
     except ValueError as err:

@@ -228,7 +228,9 @@ def realphaed(state: PriorityState, old_alpha: float, new_alpha: float, eps: flo
     base = _base_of_leaves(leaves[written], old_alpha)
     rewritten = leaf_values(base - eps, new_alpha, eps)
     limit = leaf_limit(state.capacity)
-    over = base[~(rewritten <= limit) & (leaves[written] < limit)]
+    # (one pass in the common case: a scheduler changes alpha at every step)
+    over = base[~(rewritten <= limit) & (leaves[written] < limit)] \
+        if not float(rewritten.max()) <= limit else base[:0]
     if over.numel():  # (a leaf at the limit already was lowered to it)
         warnings.warn(f"alpha={new_alpha} raises priorities {over[:5].tolist()} (plus eps) past "
                       f"{limit:.4g}, the largest that {state.capacity} slots can sum in "
