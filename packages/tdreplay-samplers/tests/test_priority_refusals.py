@@ -136,7 +136,7 @@ def test_priorities_of_items_with_no_value_are_refused_naming_priority():
 
 @pytest.mark.parametrize(("backend", "validate"), ALL)
 @pytest.mark.parametrize(("index_shape", "priority_shape"),
-                         [((2, 3), (3, 2)), ((6,), (2, 3)), ((2, 3), (6,)), ((2, 3), (2,)),
+                         [((2, 3), (3, 2)), ((6,), (2, 3)), ((2, 3), (6,)), ((2, 3), (3, 1)),
                           ((4,), (2, 2)), ((2, 2), (4, 1))])
 def test_shapes_that_neither_match_nor_broadcast_are_refused(backend, validate, index_shape,
                                                               priority_shape):
@@ -153,6 +153,7 @@ def test_shapes_that_neither_match_nor_broadcast_are_refused(backend, validate, 
     (torch.tensor(5.0), [5.0] * 6),                                     # scalar: every index
     (torch.tensor([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0] * 2),               # broadcasts over rows
     (torch.tensor([[1.0], [2.0]]), [1.0] * 3 + [2.0] * 3),              # broadcasts over cols
+    (torch.tensor([1.0, 2.0]), [1.0] * 3 + [2.0] * 3),                  # one per slice
     (torch.arange(1.0, 7.0).reshape(2, 3, 1), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),  # trailing
     (torch.arange(1.0, 7.0).reshape(1, 2, 3), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),  # size-1 dims
 ])
@@ -160,6 +161,16 @@ def test_shapes_that_match_or_broadcast_pair_as_expected(backend, validate, prio
     sampler, storage = make(backend, validate, alpha=1.0)
     sampler.update_priority(torch.arange(6).reshape(2, 3), priority, storage=storage)
     assert sampler.state_dict()["priorities"][:6].tolist() == expected
+
+
+@pytest.mark.parametrize(("backend", "validate"), ALL)
+def test_one_priority_per_slice_of_a_square_index_goes_to_its_row(backend, validate):
+    """``[B]`` for an index of ``[B, T]`` with ``B == T``: before, it broadcast along ``T``
+    (slice 0 got the value of every slice's first step), as it never could when ``B != T``."""
+    sampler, storage = make(backend, validate, alpha=1.0, capacity=9, n=9)
+    sampler.update_priority(torch.arange(9).reshape(3, 3), torch.tensor([1.0, 2.0, 3.0]),
+                            storage=storage)
+    assert sampler.state_dict()["priorities"][:9].tolist() == [1.0] * 3 + [2.0] * 3 + [3.0] * 3
 
 
 @pytest.mark.parametrize(("backend", "validate"), ALL)
