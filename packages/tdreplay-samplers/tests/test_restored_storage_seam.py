@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
-from tdreplay.samplers import SliceSampler
+from tdreplay.samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 
 STORAGES = {"lazy_tensor": LazyTensorStorage, "lazy_memmap": LazyMemmapStorage}
@@ -64,3 +64,43 @@ def test_a_bad_saved_seam_is_refused_before_anything_loads():
     with pytest.raises(ValueError, match=r"state_dict\['last_written_row'\] must be None or a row"):
         fresh.load_state_dict(state)
     assert len(fresh) == 0
+
+
+def env_time_storage(make):
+    """A time-major ring of 4 rows x 2 environments written with 6 steps of each: rows 0, 1
+    hold steps 4, 5 (``last_written_row`` 1), rows 2, 3 steps 2, 3."""
+    storage = make(8, ndim=2)
+    rb = TensorDictReplayBuffer(storage=storage)
+    rb.extend(TensorDict({"episode": torch.zeros(2, 6, dtype=torch.long),
+                          "step": torch.arange(6).expand(2, 6).clone()}, [2, 6]))
+    return storage
+
+
+@pytest.mark.parametrize("kind", list(STORAGES))
+@pytest.mark.parametrize("how", ["new_buffer", "set_sampler", "bump_revision", "state_dict"])
+@pytest.mark.parametrize("sampler", ["slice", "without_replacement", "prioritized"])
+def test_a_multi_dim_ring_is_cut_after_its_newest_row(kind, how, sampler, tmp_path):
+    """The row ``last_written_row`` of a time-major storage was taken for a flat slot: a
+    sampler rebuilding its index (another buffer, ``set_sampler``, ``bump_revision``, a
+    restored storage) joined step 5 to step 2 and never drew (3, 4)."""
+    make = STORAGES[kind]
+    samplers = {"slice": lambda: SliceSampler(slice_len=2, traj_key="episode"),
+                "without_replacement": lambda: SliceSamplerWithoutReplacement(
+                    slice_len=2, traj_key="episode"),
+                "prioritized": lambda: PrioritizedSliceSampler(
+                    8, alpha=0.7, beta=0.5, slice_len=2, traj_key="episode")}
+    storage = env_time_storage(make)
+    if how == "state_dict":
+        restored_storage = make(8, ndim=2)
+        restored_storage.load_state_dict(storage.state_dict())
+        storage = restored_storage
+    assert storage.last_written_row == 1
+    rb = TensorDictReplayBuffer(storage=storage, sampler=samplers[sampler]())
+    if how == "set_sampler":
+        rb.sample(2)
+        rb.set_sampler(samplers[sampler]())
+    elif how == "bump_revision":
+        rb.sample(2)
+        storage.bump_revision()
+    pairs = {tuple(p) for _ in range(60) for p in rb.sample(4)["step"].reshape(-1, 2).tolist()}
+    assert pairs == {(2, 3), (3, 4), (4, 5)}  # never (5, 2)

@@ -389,9 +389,9 @@ class TrajectoryIndex(IndexStateMixin):
             # written by someone this index was not told of (another buffer sharing the
             # storage, another process): its write order is unknown
             self._forget_history()
-            newest = storage.last_written_row
+            newest = _newest_written_slot(storage, lanes)
             if not multi and newest is not None:
-                self.newest_slot = int(newest)  # cut the flat ring there, as the writer's cursor
+                self.newest_slot = newest  # cut the flat ring there, as the writer's cursor
         if storage is not self._storage_ref:
             if not self._trust_storage and self._storage_ref is not None:
                 self._forget_history()
@@ -540,10 +540,11 @@ class TrajectoryIndex(IndexStateMixin):
             else:
                 # flat ring: time follows slot order, cut after the newest written slot
                 newest = self.cut_after if self.cut_after is not None else self.newest_slot
-                if newest < 0 and storage.last_written_row is not None:
+                written = _newest_written_slot(storage, self.ring_lanes)
+                if newest < 0 and written is not None:
                     # write order unknown here (a buffer built on a written or restored
                     # storage): the storage records where its writer stopped
-                    newest = int(storage.last_written_row)
+                    newest = written
                 if filled == C and 0 <= newest < C:
                     self.n_end = newest + 1 + C
                 else:
@@ -599,6 +600,14 @@ class TrajectoryIndex(IndexStateMixin):
 def _slot_records(n_slots: int) -> np.ndarray:
     """The record of each of ``n_slots`` slots, ``-1`` (none) for now."""
     return np.full(n_slots, -1, dtype=slot_dtype(n_slots))
+
+
+def _newest_written_slot(storage: Any, lanes: int) -> int | None:
+    """The flat slot its writer wrote last (``None``: not recorded): the last lane of the
+    storage's :attr:`~tdreplay.core.Storage.last_written_row`, a row of ``lanes`` slots (one
+    per environment of a time-major storage; ``1`` for a flat one)."""
+    row = storage.last_written_row
+    return None if row is None else (int(row) + 1) * lanes - 1
 
 
 def _geometry(storage: Any) -> tuple[int, int, bool, int, int]:
