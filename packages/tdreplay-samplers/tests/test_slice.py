@@ -438,6 +438,30 @@ def test_prefilled_storage_and_static_signals() -> None:
         rb.sample(3)
 
 
+@pytest.mark.parametrize("how", ["extend", "storage.set", "extend, then bump_revision"])
+@pytest.mark.parametrize("static", ["ends", "trajectories"])
+def test_static_signals_alone_cut_the_ring_however_it_was_written(how, static) -> None:
+    """A full ring with static flags saying the last trajectory continues at slot 0: a buffer
+    that wrote the rows itself cut them after its newest write too (``(5, 0)`` never drawn),
+    one written around it or rebuilt did not, so the slices depended on how the rows came."""
+    signals = {"ends": torch.tensor([False, True, False, False, False, False]),
+               "trajectories": torch.tensor([7, 7, 8, 8, 8, 7])}
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6), sampler=SliceSampler(
+        slice_len=3, **{static: signals[static]}))
+    data = TensorDict({"step": torch.arange(6)}, [6])
+    if how == "storage.set":
+        rb.storage.set(torch.arange(6), data)
+    else:
+        rb.extend(data)
+    if how.endswith("bump_revision"):
+        rb.sample(3)
+        rb.storage.bump_revision()
+    seen = {tuple(rb.sample(3)["step"].tolist()) for _ in range(60)}
+    expected = {"ends": {(2, 3, 4), (3, 4, 5), (4, 5, 0), (5, 0, 1)},  # one of 2, 3, 4, 5, 0, 1
+                "trajectories": {(2, 3, 4), (5, 0, 1)}}  # 8: 2, 3, 4; 7: 5, 0, 1
+    assert seen == expected[static]
+
+
 # ---- multi-dimensional storages ------------------------------------------------------------
 def env_batch(B: int, T: int, t0: int, ids: torch.Tensor) -> TensorDict:
     return TensorDict({"ep": ids, "t": (torch.arange(T) + t0).expand(B, T),

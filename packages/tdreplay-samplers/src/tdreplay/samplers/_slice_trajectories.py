@@ -121,6 +121,8 @@ class TrajectorySyncMixin:
                                  f" describes {static.numel()} steps but the storage holds {n}.")
             if index.cut_after is None:  # O(steps): once, the flags never change
                 index.cut_after = static_cut(static, ends=self._static_ends is not None)
+            if index.pending:  # the flags alone cut the ring, never the newest write
+                index.forget_write_order()
         elif self._signals is None or index.pending or index.needs_rebuild:
             self._signals = self._resolve_signals(storage)
             restored = self._restored_signals

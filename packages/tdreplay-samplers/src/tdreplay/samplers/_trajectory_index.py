@@ -315,6 +315,11 @@ class TrajectoryIndex(IndexStateMixin):
         """Written steps changed in place: recompute the trajectories at the next sync."""
         self.needs_rebuild = True
 
+    def forget_write_order(self) -> None:
+        """Cut the ring where the data says, not after the newest write (a static dataset's
+        flags, which alone cut it): recompute the trajectories at the next sync."""
+        self._forget_history()
+
     _rebase = False  # the write order broke the ring: re-base (flat) or isolate chunks
 
     # ---- synchronisation -----------------------------------------------------------------------

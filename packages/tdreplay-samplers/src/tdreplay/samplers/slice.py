@@ -138,9 +138,11 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
         Boolean end flags of every written step (flat slot order), for static datasets whose
         flags are known up front. Exclusive with the keys and with ``trajectories``. On a full
         flat storage, a last flag that is ``False`` means the last trajectory continues at
-        slot 0.
+        slot 0: the flags alone cut the ring, not the newest written step (as TorchRL's),
+        however the rows were written.
     trajectories : torch.Tensor, optional
-        Integer trajectory ids of every written step, like ``ends``.
+        Integer trajectory ids of every written step, like ``ends`` (the last and first
+        slots' ids equal: that trajectory continues at slot 0).
     cache_values : bool
         Accepted for TorchRL compatibility. Trajectory boundaries are always cached and kept
         up to date by the writes, so this changes nothing.
