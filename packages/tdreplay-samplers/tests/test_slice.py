@@ -72,6 +72,24 @@ def test_argument_conflicts() -> None:
         SliceSampler(num_slices=2, span=(True, -1))
 
 
+@pytest.mark.parametrize("ends", [torch.tensor([0.0, float("nan"), 1.0]),
+                                  torch.tensor([0.0, 0.5, 1.0]), torch.tensor([-1, 0, 2])])
+def test_ends_that_are_not_flags_are_refused(ends) -> None:
+    """NaN, 0.5, -1 or 2 were taken as end flags (anything not 0 ended a trajectory)."""
+    with pytest.raises(ValueError, match=r"ends must hold end flags"):
+        SliceSampler(num_slices=2, ends=ends)
+
+
+def test_ends_of_zeros_and_ones_and_keys_with_empty_names() -> None:
+    sampler = SliceSampler(slice_len=2, ends=torch.tensor([0, 1, 0, 1]))
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler)
+    rb.extend(TensorDict({"step": torch.arange(4)}, [4]))
+    assert {tuple(rb.sample(2)["step"].tolist()) for _ in range(20)} == {(0, 1), (2, 3)}
+    for key in ("", ("next", "")):  # (an entry has a name)
+        with pytest.raises(TypeError, match="end_key must be a str or a tuple of str"):
+            SliceSampler(slice_len=2, end_key=key)
+
+
 def test_trajectory_key_alias() -> None:
     a = make_rb(SliceSampler(num_slices=2, traj_key=("meta", "ep")))
     b = make_rb(SliceSampler(num_slices=2, trajectory_key=("meta", "ep")))

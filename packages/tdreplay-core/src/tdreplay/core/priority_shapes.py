@@ -6,8 +6,8 @@ leading part of ``S`` (``[B]`` for an index of ``[B, T]``: one value per slice, 
 its steps, as TorchRL pairs a priority with the index's first dim); a shape that broadcasts
 to ``S``; or ``S`` followed by trailing dims (several values per item, which a sampler
 reduces with its ``reduction``). A leading part wins over broadcasting: ``[4]`` for an index
-of ``[4, 4]`` is one value per row, never one per column. :func:`priority_for_index` lays a priority out
-that way, for a single buffer's sampler, an ensemble and a sharded buffer alike.
+of ``[4, 4]`` is one value per row, never one per column. :func:`priority_for_index` lays a
+priority out that way, for a single buffer's sampler, an ensemble and a sharded buffer alike.
 """
 
 from __future__ import annotations

@@ -205,10 +205,19 @@ def check_static(value: Any, name: str) -> torch.Tensor | None:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(value).__name__}.")
     if name == "ends":
-        return value.reshape(-1).to(torch.bool).cpu()
+        return _end_flags(value)
     if value.dtype is torch.bool:
         raise TypeError(f"{name} must hold integer trajectory ids, got {value.dtype}.")
     return whole_ids(value.reshape(-1), name).cpu()
+
+
+def _end_flags(ends: torch.Tensor) -> torch.Tensor:
+    """``ends`` as flat bool flags on the CPU: bool, or numbers that are all 0 or 1."""
+    if ends.dtype is not torch.bool:
+        if ends.is_complex() or not ((ends == 0) | (ends == 1)).all():
+            raise ValueError(f"ends must hold end flags: bools, or numbers that are 0 or 1; got "
+                             f"{ends.dtype} values {ends.reshape(-1)[:5].tolist()}...")
+    return ends.reshape(-1).to(torch.bool).cpu()
 
 
 def static_cut(static: torch.Tensor, ends: bool) -> int:
