@@ -104,3 +104,36 @@ def test_a_multi_dim_ring_is_cut_after_its_newest_row(kind, how, sampler, tmp_pa
         storage.bump_revision()
     pairs = {tuple(p) for _ in range(60) for p in rb.sample(4)["step"].reshape(-1, 2).tolist()}
     assert pairs == {(2, 3), (3, 4), (4, 5)}  # never (5, 2)
+
+
+def episodes_of(length: int) -> TensorDictReplayBuffer:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=SliceSampler(
+        slice_len=3, traj_key="episode"))
+    rb.extend(TensorDict({"x": torch.arange(12), "episode": torch.arange(12) // length}, [12]))
+    rb.sample(3)
+    return rb
+
+
+@pytest.mark.parametrize("how", ["sampler", "buffer"])
+def test_a_sampler_state_saved_with_other_data_is_recomputed_from_the_storage(how):
+    """A slice sampler state of episodes of 6 loaded over episodes of 3 was taken as it was:
+    slices (1, 2, 3) and (7, 8, 9) crossed episodes."""
+    saved, rb = episodes_of(6), episodes_of(3)
+    if how == "sampler":
+        rb.sampler.load_state_dict(saved.sampler.state_dict())
+    else:
+        state = rb.state_dict()
+        state["_sampler"] = saved.sampler.state_dict()
+        rb.load_state_dict(state)
+    with pytest.warns(RuntimeWarning, match="saved trajectories are not those of the storage"):
+        rb.sample(3)
+    for _ in range(50):
+        episode = rb.sample(3)["episode"]
+        assert (episode == episode[0]).all()
+
+
+def test_a_sampler_state_saved_with_its_data_loads_without_a_warning(recwarn):
+    rb = episodes_of(3)
+    rb.sampler.load_state_dict(rb.sampler.state_dict())
+    rb.sample(3)
+    assert not [w for w in recwarn if "saved trajectories" in str(w.message)]

@@ -51,6 +51,7 @@ also remembers its record, to answer "how many steps follow this slot in its tra
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -389,6 +390,8 @@ class TrajectoryIndex(IndexStateMixin):
 
     def _sync(self, storage: Any, reader: Reader, revision: int) -> None:
         T, C, multi, lanes, length = _geometry(storage)
+        # a loaded (or unpickled) index meeting a storage: its trajectories are checked
+        loaded = storage is not self._storage_ref and self._trust_storage and bool(self.T)
         if (storage is self._storage_ref and not self.pending and not self.needs_rebuild
                 and self._seen_revision is not None and revision != self._seen_revision):
             # written by someone this index was not told of (another buffer sharing the
@@ -414,7 +417,29 @@ class TrajectoryIndex(IndexStateMixin):
             self._forget_history()
         if self.needs_rebuild:
             self._rebuild(storage, reader, length)
+        elif loaded:
+            self._check_loaded(storage, reader, revision)
         self._seen_revision = storage.revision
+
+    def _check_loaded(self, storage: Any, reader: Reader, revision: int) -> None:
+        """Recompute the trajectories of ``storage`` (``O(buffer)``, once per load) and keep
+        this loaded index only when it holds the same ones. Else (a state saved with other
+        data: its slices would cross trajectories) the storage's are taken, with a warning;
+        the record ids are new (an epoch of ``SliceSamplerWithoutReplacement`` starts
+        again)."""
+        fresh = TrajectoryIndex(track_slots=self.track_slots)
+        fresh.cut_after = self.cut_after
+        fresh._sync(storage, reader, revision)
+        if fresh.live_spans() == self.live_spans():
+            return
+        warnings.warn("the slice sampler's saved trajectories are not those of the storage it "
+                      "samples (was its state saved with other data?): they are recomputed "
+                      "from the storage.", RuntimeWarning, stacklevel=2)
+        numbering = self.numbering
+        restore_attributes(self, fresh._snapshot())
+        for name in _TABLES:
+            setattr(self, name, getattr(fresh, name))
+        self.numbering = max(numbering, fresh.numbering) + 1  # (the old ids name nothing)
 
     def _set_geometry(self, T: int, C: int, multi: bool) -> None:
         self.T, self.C, self.multi = T, C, multi
@@ -522,6 +547,11 @@ class TrajectoryIndex(IndexStateMixin):
         self._rebuild_tables(storage, reader, length)
         if np.array_equal(spans, self._record_spans()):
             self.numbering = numbering
+
+    def live_spans(self) -> set[tuple[int, int]]:
+        """``(first slot, length)`` of every live trajectory, whatever its record id."""
+        spans = self._record_spans()
+        return {(int(first), int(n)) for first, n in spans[spans[:, 0] >= 0]}
 
     def _record_spans(self) -> np.ndarray:
         """``(first slot, length)`` of every record id in use (``-1`` for free ids): which
