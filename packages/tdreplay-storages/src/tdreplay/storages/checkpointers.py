@@ -52,6 +52,7 @@ from tdreplay.core import (
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.file_room import reserve_file
 
+from ._codec_check import check_row_checksums, row_checksums
 from ._compressed_rows import CompressedRow, RowLayout
 from ._file_writes import memmap_by_writes, write_array_file, write_json_file
 from ._layout import (
@@ -804,6 +805,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             "max_size": source.max_size,
             "len": len(rows),
             "codec": source.codec.name,
+            "row_crc": row_checksums(rows, source.codec),  # (which codec: _codec_check)
             "layouts": [
                 {"kind": layout.kind, "batch_size": list(layout.batch_size),
                  "leaves": [{"key": None if key is None else list(key_path(key)),
@@ -860,6 +862,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             raise CheckpointError("checkpoint rows name structures that are not in its table.")
         rows = [CompressedRow(layouts[row_layouts[i]], blobs[offsets[i]: offsets[i + 1]])
                 for i in range(n)]
+        try:
+            check_row_checksums(rows, codec, meta.get("row_crc"), "storage.json 'row_crc'")
+        except ValueError as err:
+            raise CheckpointError(f"checkpoint in {str(path)!r}: {err}") from err
 
         def commit() -> None:
             target.replace_items(rows)

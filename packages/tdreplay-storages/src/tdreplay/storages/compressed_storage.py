@@ -27,6 +27,7 @@ from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
 from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
+from ._codec_check import check_row_checksums, row_checksums
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
 from ._source_checks import check_dense
@@ -260,7 +261,7 @@ class CompressedListStorage(ListStorage):
     _default_checkpointer = CompressedListStorageCheckpointer  # type: ignore[assignment]
     keeps_written_objects = False  # (it keeps compressed bytes of what it is given)
 
-    state_entries = ("storage", "codec", "max_size")
+    state_entries = ("storage", "codec", "max_size", "row_crc")
 
     def __init__(
         self,
@@ -556,9 +557,12 @@ class CompressedListStorage(ListStorage):
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The compressed rows (not decompressed), the codec name and ``max_size``."""
-        return {"storage": list(self._storage), "codec": self.codec.name,
-                "max_size": self.max_size}
+        """The compressed rows (not decompressed), the codec name, ``max_size`` and the
+        CRC-32 of the first row of each layout decompressed (``"row_crc"``: a storage with
+        another codec of the same name refuses the rows, see :func:`row_checksums`)."""
+        rows = list(self._storage)
+        return {"storage": rows, "codec": self.codec.name, "max_size": self.max_size,
+                "row_crc": row_checksums(rows, self.codec)}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Refuse a ``state_dict`` of another codec or capacity, with more rows than fit, or
@@ -587,6 +591,10 @@ class CompressedListStorage(ListStorage):
             raise ValueError(f"state_dict: {err}") from err
         super().check_state_dict(state_dict)  # max_size and the number of rows
         self._check_rows(rows, codec)
+        try:
+            check_row_checksums(rows, codec, state_dict.get("row_crc"), "state_dict['row_crc']")
+        except ValueError as err:
+            raise ValueError(f"state_dict: {err}") from err
 
     def codec_for(self, saved: Any) -> Codec | LeafCodec:
         """The codec that reads rows saved compressed with the codec named ``saved``: this

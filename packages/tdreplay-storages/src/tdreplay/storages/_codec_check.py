@@ -1,0 +1,93 @@
+"""Which codec compressed a checkpoint's rows, told by what they decompress to.
+
+A custom codec is named by its function's ``__qualname__`` only: two lambdas, or two scripts
+that each define ``compress``, share a name, and rows of one read with the other decompress to
+other bytes of the same size, which no size check sees. So a checkpoint records, for the first
+row of each layout, the CRC-32 of the bytes it decompresses to (:func:`row_checksums`); a
+storage loading it decompresses those rows with its own codec and refuses the checkpoint when
+one differs (:func:`check_row_checksums`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ._compressed_rows import CompressedRow, RowLayout
+
+__all__ = ["check_row_checksums", "row_checksums"]
+
+#: rows checked at most (the first of each layout, in row order)
+MAX_CHECKED = 16
+
+
+class RowCodec(Protocol):
+    name: str
+
+    def decompress_row(self, blob: bytes, layout: RowLayout) -> bytes: ...
+
+
+def row_checksums(rows: Sequence[CompressedRow], codec: RowCodec) -> list[list[int]]:
+    """``[[row, CRC-32 of its decompressed bytes]]`` for the first row of each layout (at most
+    :data:`MAX_CHECKED`).
+
+    Examples
+    --------
+    >>> from tdreplay.storages import CompressedListStorage
+    >>> import torch
+    >>> s = CompressedListStorage(4)
+    >>> s.set(torch.arange(2), torch.zeros(2, 3))
+    >>> row_checksums(s.items(), s.codec) == [[0, zlib.crc32(bytes(12))]]
+    True
+    """
+    checked: list[list[int]] = []
+    seen: set[int] = set()
+    for i, row in enumerate(rows):
+        if id(row.layout) in seen:
+            continue
+        seen.add(id(row.layout))
+        checked.append([i, zlib.crc32(codec.decompress_row(row.blob, row.layout))])
+        if len(checked) == MAX_CHECKED:
+            break
+    return checked
+
+
+def check_row_checksums(rows: Sequence[CompressedRow], codec: RowCodec, checksums: Any,
+                        name: str) -> None:
+    """``ValueError`` unless each ``[row, crc]`` of ``checksums`` (``None``: a checkpoint saved
+    before they were recorded, not checked) names a row of ``rows`` that ``codec``
+    decompresses to bytes of that CRC-32; ``name`` is the entry's, for the message.
+
+    Examples
+    --------
+    >>> from tdreplay.storages import CompressedListStorage
+    >>> import torch
+    >>> s = CompressedListStorage(4)
+    >>> s.set(torch.arange(2), torch.ones(2, 3))
+    >>> check_row_checksums(s.items(), s.codec, [[0, 1234]], "row_crc")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: row 0 decompresses to other bytes than it was saved from: this storage's ...
+    """
+    if checksums is None:
+        return
+    if not isinstance(checksums, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2
+            and all(type(x) is int for x in pair) and 0 <= pair[0] < len(rows)
+            for pair in checksums):
+        raise ValueError(f"{name} must be a list of [row, crc32] pairs naming rows of the "
+                         f"checkpoint, got {checksums!r:.200}.")
+    for i, crc in checksums:
+        row = rows[i]
+        try:
+            raw = codec.decompress_row(row.blob, row.layout)
+        except Exception as err:  # any codec failure: this codec did not compress the row
+            raise ValueError(f"row {i} does not decompress with the codec {codec.name!r} "
+                             f"({type(err).__name__}: {err}).") from err
+        if zlib.crc32(raw) != crc:
+            raise ValueError(
+                f"row {i} decompresses to other bytes than it was saved from: this storage's "
+                f"codec {codec.name!r} is not the one that compressed the rows (a codec of "
+                "your own is known by its function's name only; give the storage the "
+                "functions the checkpoint was written with).")
