@@ -119,3 +119,46 @@ def test_the_sigint_handler_in_place_is_restored(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert torch.equal(torch.tensor(rb[:]), torch.tensor([10, 11, 12]))
+
+
+class FailingStorage(ListStorage):
+    """A list storage whose next load raises ``error`` before changing anything, as a
+    memory-mapped storage whose files roll back on a full disk."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__(max_size)
+        self.next_load: BaseException | None = None
+
+    def _fail_once(self) -> None:
+        error, self.next_load = self.next_load, None
+        if error is not None:
+            raise error
+
+    def load_state_dict(self, state_dict):
+        self._fail_once()
+        super().load_state_dict(state_dict)
+
+    def replace_items(self, items):  # (what a checkpoint's load installs)
+        self._fail_once()
+        super().replace_items(items)
+
+
+@pytest.mark.parametrize("how", ["loads", "load_state_dict"])
+def test_a_first_part_failing_whole_leaves_a_buffer_that_may_be_saved(tmp_path, how):
+    """The storage's load (the first part) raised after rolling itself back: nothing was
+    installed, yet the buffer refused every save, and the remedy offered (``empty()``)
+    would have dropped its intact rows."""
+    source = ReplayBuffer(storage=FailingStorage(8))
+    source.extend([10, 11, 12])
+    rb = ReplayBuffer(storage=FailingStorage(8))
+    rb.extend([0, 1, 2, 3, 4])
+    rb.storage.next_load = OSError(28, "No space left on device")
+    with pytest.raises(OSError, match="No space left"):
+        if how == "loads":
+            source.dumps(tmp_path / "saved")
+            rb.loads(tmp_path / "saved")
+        else:
+            rb.load_state_dict(source.state_dict())
+    assert rb[:] == [0, 1, 2, 3, 4] and rb.write_count == 5
+    rb.dumps(tmp_path / "after")
+    assert rb.state_dict()["_storage"]["storage"] == [0, 1, 2, 3, 4]

@@ -9,9 +9,9 @@ mixes the checkpoint with its old state (the saved rows with the old write curso
   the main thread, where Python delivers signals), then delivers it: the restore is complete
   and the ``KeyboardInterrupt`` is raised after it;
 - an error raised by a part while installing (memory, a disk error under a memory-mapped
-  storage). :class:`InstallRecord` remembers it, and the buffer refuses to be saved
-  (``dumps`` / ``state_dict``) until a restore succeeds or it is emptied, so a "save on error"
-  handler never writes such a mixture over a good checkpoint.
+  storage) after another part was installed. :class:`InstallRecord` remembers it, and the
+  buffer refuses to be saved (``dumps`` / ``state_dict``) until a restore succeeds or it is
+  emptied, so a "save on error" handler never writes such a mixture over a good checkpoint.
 """
 
 from __future__ import annotations
@@ -98,20 +98,33 @@ class InstallRecord:
     RuntimeError: this buffer's last restore failed while installing (MemoryError: no room)...
     >>> record.install([lambda: None])
     >>> record.check_saveable()
+    >>> record.install([fail, lambda: None])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    MemoryError: no room
+    >>> record.check_saveable()  # (the first step failed: nothing was installed)
     """
 
     def __init__(self) -> None:
         self.failure: str | None = None
 
     def install(self, steps: Sequence[Callable[[], Any]]) -> None:
-        """Run ``steps`` in order with Ctrl-C held back; an error raised by one is recorded
-        (and raised), a run of them all clears the record."""
+        """Run ``steps`` in order with Ctrl-C held back; an error raised by one after another
+        step was installed is recorded (and raised), a run of them all clears the record.
+
+        Each step installs its part whole or not at all (a memory-mapped storage rolls its
+        files back), so an error raised by the first step leaves the buffer as it was: it is
+        raised, and the record stays as it was (a buffer whose restore changed nothing may
+        be saved)."""
         with interrupts_held():
+            done = 0
             try:
                 for step in steps:
                     step()
+                    done += 1
             except BaseException as err:
-                self.failure = f"{type(err).__name__}: {err}"
+                if done:
+                    self.failure = f"{type(err).__name__}: {err}"
                 raise
             self.failure = None
 
