@@ -87,6 +87,19 @@ def _stored_path(key: tuple[str, ...]) -> tuple[str, ...]:
     return key[:-2] + (key[-2] + key[-1],) if key[-1].startswith("@") else key
 
 
+def _h5_name(part: str) -> str:
+    """A key part as an HDF5 link name: ``/`` separates groups and ``.`` / ``""`` name none,
+    so ``%`` escapes them (and itself); the checkpoint's index records the name used.
+
+    Examples
+    --------
+    >>> [_h5_name(p) for p in ("obs", "a/b", ".", "", "5%")]
+    ['obs', 'a%2Fb', '%2E', '%00', '5%25']
+    """
+    name = part.replace("%", "%25").replace("/", "%2F")
+    return {"": "%00", ".": "%2E"}.get(name, name)
+
+
 def _dtype_from_str(name: str) -> torch.dtype:
     try:
         return dtype_from_str(name)
@@ -642,8 +655,9 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
     """Saves a tensor storage in one HDF5 file, TED-compacted.
 
     Groups mirror nested keys (``/next/obs``); compacted ``("next", key)`` entries are saved as
-    datasets ``key@explicit`` and ``key@mask``. Needs ``h5py``: install the ``h5`` extra
-    (``pip install 'tdreplay-storages[h5]'``).
+    datasets ``key@explicit`` and ``key@mask``. A key part that is no HDF5 name is escaped with
+    ``%`` (``"a/b"`` as ``a%2Fb``, ``"."`` as ``%2E``, ``""`` as ``%00``, ``%`` as ``%25``).
+    Needs ``h5py``: install the ``h5`` extra (``pip install 'tdreplay-storages[h5]'``).
 
     Parameters
     ----------
@@ -698,7 +712,7 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
                      + _H5_FILE_OVERHEAD + _H5_DATASET_OVERHEAD * len(arrays))
         with h5py.File(target, "w") as f:
             for i, (key, tensor) in enumerate(arrays.items()):
-                stored = _stored_path(key)
+                stored = tuple(map(_h5_name, _stored_path(key)))
                 array = _to_numpy(tensor)
                 # compression filters need at least one dimension
                 kwargs = self.h5_kwargs if array.ndim else {}
