@@ -92,13 +92,16 @@ def test_compilable_sampler_draws_written_slots() -> None:
 def test_compilable_set_refuses_rows_out_of_range() -> None:
     storage = LazyTensorStorage(4, compilable=True)
     storage.set(torch.tensor([0, 1]), torch.tensor([1, 2]))
-    storage.set(torch.tensor([-1]), torch.tensor([9]))  # counts from the end
-    assert len(storage) == 4 and storage[:].tolist() == [1, 2, 0, 9]
+    storage.set(torch.tensor([-1]), torch.tensor([9]))  # counts from the rows written
+    assert len(storage) == 2 and storage[:].tolist() == [1, 9]
     with pytest.raises(IndexError, match="out of range"):
         storage.set(torch.tensor([1, 4]), torch.tensor([7, 7]))
     with pytest.raises(IndexError, match="out of range"):
-        storage.set(torch.tensor([-5]), torch.tensor([7]))
-    assert storage[:].tolist() == [1, 2, 0, 9]  # unchanged
+        storage.set(torch.tensor([-3]), torch.tensor([7]))
+    assert storage[:].tolist() == [1, 9]  # unchanged
+    storage.set(torch.tensor([2, 3]), torch.tensor([3, 4]))
+    storage.set(torch.tensor([-1]), torch.tensor([8]))  # full: counts from the end
+    assert storage[:].tolist() == [1, 9, 3, 8]
 
 
 def _written_through(storage: str, capacity: int, compilable: bool) -> ReplayBuffer:

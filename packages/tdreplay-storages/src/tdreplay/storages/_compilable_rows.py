@@ -97,7 +97,8 @@ class CompilableRows:
         if not rows.numel():
             return True
         cap = layout.rows
-        rows = torch.where(rows < 0, rows + cap, rows)  # negative rows count from the end
+        # negative rows count from the rows written (from the end once full), as get(-1)
+        rows = torch.where(rows < 0, rows + len_tensor.to(rows.device), rows)
         if bool(((rows < 0) | (rows >= cap)).any()):  # a tensor test: no guard on the rows
             raise IndexError(f"rows out of range for a storage of {cap} rows.")
         layout.index_copy_rows(rows.to(self._device), src)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -54,6 +55,63 @@ def _wrapped(storage: Any, max_size: int | None,
                          f"but the storage passed has {slots} slots (batch shape "
                          f"{tuple(td.batch_size[:ndim])}).")
     return slots, td, DataFormat(kind, extra), classes_of(storage, td, kind)
+
+
+def _check_index_dtype(index: Any) -> None:
+    """``TypeError`` naming ``index`` for a tensor or array index of floats (a read took
+    ``1.7`` for row 1) or of ``uint8`` (torch reads it as a mask, a write took it for rows).
+
+    Examples
+    --------
+    >>> _check_index_dtype(torch.tensor([0, 2]))
+    >>> _check_index_dtype(np.array([1.7]))
+    Traceback (most recent call last):
+    ...
+    TypeError: index must hold int rows or be a bool mask, got float64 values.
+    """
+    dtype = getattr(index, "dtype", None)
+    if dtype is None or not isinstance(index, (torch.Tensor, np.ndarray)):
+        return
+    if isinstance(index, np.ndarray):
+        bad = dtype.kind not in "biu" or dtype == np.uint8
+    else:
+        bad = index.is_floating_point() or index.is_complex() or dtype is torch.uint8
+    if bad:
+        name = str(dtype).replace("torch.", "")
+        raise TypeError(f"index must hold int rows or be a bool mask, got {name} values.")
+
+
+def _negative_rows_from(cursor: Any, written: int, single: bool) -> Any:
+    """``cursor`` with its negative rows counted from the ``written`` rows of a storage that is
+    not full (``-1``: the last written row, as ``get(-1)`` and a list storage count it, not the
+    storage's last row, which would count the rows between as written); ``IndexError`` naming
+    ``cursor`` for one before the first row.
+
+    Examples
+    --------
+    >>> _negative_rows_from(-1, 5, single=True), _negative_rows_from(slice(-2, None), 5, False)
+    (4, slice(3, 5, 1))
+    >>> _negative_rows_from(torch.tensor([0, -1]), 5, single=False).tolist()
+    [0, 4]
+    """
+    def row(value: int) -> int:
+        if value < -written:
+            raise IndexError(f"cursor {value} is out of range: the storage holds {written} "
+                             "written rows (negative rows count from them).")
+        return value + written if value < 0 else value
+
+    if single:
+        return row(int(cursor)) if int(cursor) < 0 else cursor
+    if isinstance(cursor, slice):
+        start, stop = cursor.start, cursor.stop
+        if (start is None or start >= 0) and (stop is None or stop >= 0):
+            return cursor
+        return slice(*cursor.indices(written))  # (Python's slice of the written rows)
+    rows = as_long_tensor(cursor, name="cursor")
+    if rows.numel() and int(rows.min()) < 0:
+        row(int(rows.min()))  # (the check)
+        return torch.where(rows < 0, rows + written, rows)
+    return cursor
 
 
 def _rows_for(inner: Sequence[int], max_size: int) -> int:
@@ -304,13 +362,17 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                     except BaseException:
                         self._layout = layout  # a refused write adds nothing
                         raise
+        written = self._rows_written()
+        if written < layout.rows:  # (full: negative rows count from the end, as from len)
+            cursor = _negative_rows_from(cursor, written, single)
         top, last = layout.write(cursor, td, leaves, single)
-        if top is not None and top > self._rows_written():  # (a full buffer: no update)
+        if top is not None and top > written:  # (a full buffer: no update)
             self._set_rows_written(top)
         if last is not None and set_cursor:
             self.last_written_row = last
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        _check_index_dtype(index)
         layout = self._current_layout()
         if isinstance(index, tuple) and layout is not None:
             td, kind, _ = to_tensordict(value, batched=True, ndim=self.ndim)
@@ -364,6 +426,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
+        _check_index_dtype(index)
         return self._format.from_td(layout.read_index(self._rows_written(), index))
 
     def __len__(self) -> int:
