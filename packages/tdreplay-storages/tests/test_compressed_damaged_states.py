@@ -24,6 +24,14 @@ def filled(start=0):
     return rb
 
 
+def listed(rb):
+    """``rb.state_dict()`` with its rows as a list of ``CompressedRow`` (the form of states
+    saved by 0.6, still loaded), whose rows a test can damage one by one."""
+    state = rb.state_dict()
+    state["_storage"]["storage"] = list(rb.storage.items())
+    return state
+
+
 def with_layout(row, **changes):
     return row._replace(layout=row.layout._replace(**changes))
 
@@ -59,7 +67,7 @@ def contents(rb):
 @pytest.mark.parametrize("damage", list(DAMAGE))
 @pytest.mark.parametrize("row", [0, 6])
 def test_a_row_that_cannot_be_read_is_refused(damage, row):
-    state = filled().state_dict()
+    state = listed(filled())
     state["_storage"]["storage"][row] = DAMAGE[damage](state["_storage"]["storage"][row])
     dst = filled(start=50)
     before = (str(contents(dst)), dst.write_count)
@@ -69,7 +77,7 @@ def test_a_row_that_cannot_be_read_is_refused(damage, row):
 
 
 def test_the_first_row_of_a_layout_that_does_not_decompress_is_refused():
-    state = filled().state_dict()
+    state = listed(filled())
     state["_storage"]["storage"][0] = state["_storage"]["storage"][0]._replace(blob=b"not zlib")
     dst = filled(start=50)
     with pytest.raises(ValueError, match=r"\['storage'\]\[0\] cannot be read: it does not "):
@@ -99,7 +107,7 @@ def test_states_of_random_histories_load_and_read_alike(seed):
 
 def test_a_damaged_row_after_the_first_of_its_layout_is_named_when_read():
     # loading decompresses one row per layout: the others are read (and found damaged) later
-    state = filled().state_dict()
+    state = listed(filled())
     row = state["_storage"]["storage"][4]
     blob = bytearray(row.blob)
     blob[len(blob) // 2] ^= 0xFF  # a flipped byte: zlib's checksum refuses the row
@@ -119,7 +127,7 @@ def test_a_damaged_row_after_the_first_of_its_layout_is_named_when_read():
 def test_a_damaged_row_in_a_read_of_rows_of_several_layouts_is_named():
     rb = ReplayBuffer(storage=CompressedListStorage(4))
     rb.extend([torch.zeros(2), torch.ones(3), torch.full((2,), 2.0), torch.full((3,), 3.0)])
-    state = rb.state_dict()
+    state = listed(rb)
     row = state["_storage"]["storage"][3]  # the second row of its layout: not checked at load
     state["_storage"]["storage"][3] = row._replace(blob=row.blob[:-2])  # truncated
     twin = ReplayBuffer(storage=CompressedListStorage(4))
@@ -139,7 +147,7 @@ def test_every_single_byte_change_of_a_row_raises_when_read(codec):
         "decompression_fn": lambda t: zlib.decompress(t.numpy().tobytes())}
     rb = ReplayBuffer(storage=CompressedListStorage(4, **kwargs))
     rb.extend(torch.arange(256, dtype=torch.uint8).reshape(4, 64))
-    state = rb.state_dict()
+    state = listed(rb)
     row = state["_storage"]["storage"][2]  # not the first of its layout: loads unchecked
     twin = ReplayBuffer(storage=CompressedListStorage(4, **kwargs))
     for i in range(len(row.blob)):
@@ -149,3 +157,31 @@ def test_every_single_byte_change_of_a_row_raises_when_read(codec):
         twin.load_state_dict(state)
         with pytest.raises(ValueError, match="compressed row at slot 2 cannot be decompressed"):
             twin[2]
+
+
+def test_a_state_dict_loads_with_torch_load_weights_only(tmp_path):
+    """``torch.save(rb.state_dict())`` then ``torch.load`` (``weights_only=True``, torch's
+    default) failed on the ``CompressedRow`` class; the rows are saved as tensors and plain
+    values now, and read back alike."""
+    rb = filled()
+    torch.save(rb.state_dict(), tmp_path / "state.pt")
+    twin = filled(start=50)
+    twin.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert str(contents(twin)) == str(contents(rb)) and twin.write_count == rb.write_count
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda r: r.update(offsets=r["offsets"][:-1]), "offsets do not match its bytes"),
+    (lambda r: r.update(blobs=r["blobs"][:-1]), "offsets do not match its bytes"),
+    (lambda r: r.update(row_layouts=r["row_layouts"] + 5), "structures that are not in"),
+    (lambda r: r.update(layouts=[{"kind": "tensor"}]), "rows record is damaged"),
+    (lambda r: r.pop("blobs"), "rows record is damaged"),
+])
+def test_a_damaged_rows_record_is_refused_before_anything_changes(damage, match):
+    state = filled().state_dict()
+    damage(state["_storage"]["storage"])
+    dst = filled(start=50)
+    before = (str(contents(dst)), dst.write_count)
+    with pytest.raises(ValueError, match=match):
+        dst.load_state_dict(state)
+    assert (str(contents(dst)), dst.write_count) == before

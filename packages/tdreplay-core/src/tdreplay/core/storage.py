@@ -650,13 +650,13 @@ class ListStorage(Storage):
         if not isinstance(state_dict, dict):
             raise ValueError(f"{type(self).__name__} state_dict must be a dict, got "
                              f"{type(state_dict).__name__}.")
-        items = state_dict.get("storage")
-        if not isinstance(items, list):
-            raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
         unknown = sorted(map(str, set(state_dict) - set(self.state_entries)))
         if unknown:  # (e.g. a CompressedListStorage's "codec": its items are compressed rows)
             raise ValueError(f"state_dict has entries {unknown} that a {type(self).__name__} "
                              "never saves: it is the state of another kind of storage.")
+        items = state_dict.get("storage")
+        if not isinstance(items, list):
+            raise ValueError(f"{type(self).__name__} state_dict needs a 'storage' list.")
         if "max_size" in state_dict:
             max_size = state_dict["max_size"]
             if not is_int(max_size) or int(max_size) != self.max_size:

@@ -30,6 +30,7 @@ from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 from ._codec_check import check_row_checksums, row_checksums
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
+from ._row_records import rows_from_record, rows_record
 from ._source_checks import check_dense
 from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
 from .checkpointers import CompressedListStorageCheckpointer
@@ -211,6 +212,20 @@ def _mapping_entries(item: Mapping[Any, Any], prefix: tuple[str, ...]
         else:
             entries.append(((*prefix, name), value))
     return entries
+
+
+def _saved_rows(saved: Any) -> list[CompressedRow]:
+    """The rows of a ``state_dict``'s ``"storage"``: a record of :func:`rows_record`, or
+    (states saved by 0.6) a list of :class:`CompressedRow`; ``ValueError`` otherwise."""
+    if isinstance(saved, list) and all(isinstance(row, CompressedRow) for row in saved):
+        return saved
+    if isinstance(saved, dict):
+        try:
+            return rows_from_record(saved)
+        except ValueError as err:
+            raise ValueError(f"state_dict['storage']: {err}") from err
+    raise ValueError("CompressedListStorage state_dict needs a 'storage' record of its rows "
+                     f"(or a list of CompressedRow), got {type(saved).__name__}.")
 
 
 class CompressedListStorage(ListStorage):
@@ -557,12 +572,27 @@ class CompressedListStorage(ListStorage):
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The compressed rows (not decompressed), the codec name, ``max_size`` and the
-        CRC-32 of the first row of each layout decompressed (``"row_crc"``: a storage with
-        another codec of the same name refuses the rows, see :func:`row_checksums`)."""
+        """The compressed rows (not decompressed, as tensors and plain values: ``torch.load``
+        reads them with ``weights_only=True``), the codec name, ``max_size`` and the CRC-32 of
+        the first row of each layout decompressed (``"row_crc"``: a storage with another codec
+        of the same name refuses the rows, see :func:`row_checksums`).
+
+        Examples
+        --------
+        >>> import io
+        >>> s = CompressedListStorage(4)
+        >>> s.set(torch.arange(2), torch.arange(6).reshape(2, 3))
+        >>> buffer = io.BytesIO()
+        >>> torch.save(s.state_dict(), buffer)
+        >>> _ = buffer.seek(0)
+        >>> t = CompressedListStorage(4)
+        >>> t.load_state_dict(torch.load(buffer, weights_only=True))
+        >>> t.get(torch.tensor([1, 0])).tolist()
+        [[3, 4, 5], [0, 1, 2]]
+        """
         rows = list(self._storage)
-        return {"storage": rows, "codec": self.codec.name, "max_size": self.max_size,
-                "row_crc": row_checksums(rows, self.codec)}
+        return {"storage": rows_record(rows), "codec": self.codec.name,
+                "max_size": self.max_size, "row_crc": row_checksums(rows, self.codec)}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Refuse a ``state_dict`` of another codec or capacity, with more rows than fit, or
@@ -581,20 +611,21 @@ class CompressedListStorage(ListStorage):
         if not isinstance(state_dict, dict):
             raise ValueError(f"CompressedListStorage state_dict must be a dict, got "
                              f"{type(state_dict).__name__}.")
-        rows = state_dict.get("storage")
-        if not isinstance(rows, list) or not all(isinstance(r, CompressedRow) for r in rows):
-            raise ValueError("CompressedListStorage state_dict needs a 'storage' list of "
-                             "CompressedRow.")
+        rows = _saved_rows(state_dict.get("storage"))
         try:
             codec = self.codec_for(state_dict.get("codec"))
         except ValueError as err:
             raise ValueError(f"state_dict: {err}") from err
-        super().check_state_dict(state_dict)  # max_size and the number of rows
+        super().check_state_dict({**state_dict, "storage": rows})  # max_size, number of rows
         self._check_rows(rows, codec)
         try:
             check_row_checksums(rows, codec, state_dict.get("row_crc"), "state_dict['row_crc']")
         except ValueError as err:
             raise ValueError(f"state_dict: {err}") from err
+
+    def saved_rows(self, state_dict: dict[str, Any]) -> int:
+        saved = state_dict["storage"]
+        return len(saved) if isinstance(saved, list) else saved["row_layouts"].numel()
 
     def codec_for(self, saved: Any) -> Codec | LeafCodec:
         """The codec that reads rows saved compressed with the codec named ``saved``: this
@@ -648,7 +679,7 @@ class CompressedListStorage(ListStorage):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.check_state_dict(state_dict)
         codec = self.codec_for(state_dict["codec"])
-        self.replace_items(state_dict["storage"])
+        self.replace_items(_saved_rows(state_dict["storage"]))
         self.codec = codec  # (the other built-in codec, for a checkpoint of it)
 
     def replace_items(self, items: Sequence[Any]) -> None:
