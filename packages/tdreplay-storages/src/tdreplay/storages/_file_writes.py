@@ -20,8 +20,10 @@ fsynced, and takes 0.57-0.65 s so (this project's machine, ext4).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -32,10 +34,43 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
 from tdreplay.core.atomic_files import replace_file
-from tdreplay.core.checkpoint import record_written_file
+from tdreplay.core.checkpoint import named_write_error, record_written_file
 
 _CHUNK = 1 << 22  # bytes per write
 _SYNC_EVERY = 4  # chunks written between two background fdatasync calls
+
+
+#: the errors of a file that may not grow: a full disk, a file-size limit (``RLIMIT_FSIZE``,
+#: FAT32's 4 GiB), a full quota
+_NO_ROOM = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None))
+                     if code is not None)
+#: how torch reports a file it could not size ("unable to resize file <path> to the right
+#: size: File too large (27)")
+_TORCH_FILE_ERROR = re.compile(r"<(?P<file>[^<>]+)>[^<>]*?: (?P<strerror>[^:()]+) "
+                               r"\((?P<errno>\d+)\)")
+
+
+def torch_file_error(err: BaseException, what: str) -> OSError | None:
+    """The ``OSError`` (errno, message, file name) that torch's ``RuntimeError`` ``err``
+    reports, when it is a file that could not be sized for lack of room (``ENOSPC``,
+    ``EFBIG``, ``EDQUOT``); ``None`` for any other error. ``what`` says what the file was
+    for.
+
+    Examples
+    --------
+    >>> err = RuntimeError("unable to resize file </tmp/c/obs.memmap> to the right size: "
+    ...                    "File too large (27)")
+    >>> found = torch_file_error(err, "writing a checkpoint file")
+    >>> found.errno == errno.EFBIG, found.filename
+    (True, '/tmp/c/obs.memmap')
+    >>> torch_file_error(RuntimeError("shape mismatch"), "writing") is None
+    True
+    """
+    match = _TORCH_FILE_ERROR.search(str(err))
+    if match is None or int(match["errno"]) not in _NO_ROOM:
+        return None
+    code = int(match["errno"])
+    return OSError(code, f"{os.strerror(code)} ({what})", match["file"])
 
 
 def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) -> None:
@@ -53,13 +88,8 @@ def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) 
     except OSError as err:
         if err.filename is not None:
             raise
-        raise _naming(err, filename) from err
+        raise named_write_error(err, filename) from err
     record_written_file(filename, crc)
-
-
-def _naming(err: OSError, filename: Any) -> OSError:
-    """``err`` (a system error without a file name) naming ``filename``."""
-    return OSError(err.errno, f"{err.strerror} (writing a checkpoint file)", str(filename))
 
 
 def _write_and_sync(filename: str, raw: Any, syncer: ThreadPoolExecutor) -> int:
@@ -110,14 +140,15 @@ def write_array_file(path: Path, array: Any) -> None:
         finally:
             os.close(fd)
     except OSError as err:
-        raise _naming(err, path) from err
+        raise named_write_error(err, path) from err
 
 
 def memmap_by_writes(td: TensorDictBase, prefix: Path) -> None:
     """Save ``td`` under ``prefix`` in ``TensorDict.memmap``'s format with plain writes.
 
-    Raises ``OSError`` (``ENOSPC`` on a full disk) instead of dying of ``SIGBUS``; what was
-    written is left for the caller to remove.
+    Raises ``OSError`` naming the file (``ENOSPC`` on a full disk, ``EFBIG`` past a file-size
+    limit) instead of dying of ``SIGBUS`` (or torch's ``RuntimeError`` of a file it could not
+    size); what was written is left for the caller to remove.
 
     Examples
     --------
@@ -130,7 +161,13 @@ def memmap_by_writes(td: TensorDictBase, prefix: Path) -> None:
     ...     print(back["a"].tolist(), back["n", "b"].sum().item())
     [0, 1, 2, 3] 8.0
     """
-    layout = td.memmap_like(prefix, num_threads=0)
+    try:
+        layout = td.memmap_like(prefix, num_threads=0)
+    except RuntimeError as err:  # torch's report of a file it could not size (EFBIG...)
+        named = torch_file_error(err, "sizing a checkpoint file")
+        if named is None:
+            raise
+        raise named from err
     files = {}
     for key, leaf in layout.items(include_nested=True, leaves_only=True):
         if not isinstance(leaf, MemoryMappedTensor) or leaf.filename is None:
@@ -157,6 +194,9 @@ def write_json_file(path: Path, obj: Any) -> None:
     {'values': ['x', 1, None]}
     """
     raw = json.dumps(obj).encode()
-    replace_file(path, raw)
+    try:
+        replace_file(path, raw)
+    except OSError as err:
+        raise named_write_error(err, path) from err
     record_written_file(path, zlib.crc32(raw))
 

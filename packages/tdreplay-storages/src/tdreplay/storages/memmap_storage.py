@@ -56,6 +56,7 @@ from tdreplay.core import StorageCheckpointerBase
 from tdreplay.core.file_room import reserve_file
 from tdreplay.core.utils import check_flag
 
+from ._file_writes import torch_file_error
 from ._layout import leaf_keys
 from ._memmap_files import _CREATING_FILE, _LOCK_FILE, _TORN_FILE, MemmapFilesMixin, _leaf_filename
 from ._memmap_rows import MemmapRowsMixin
@@ -92,10 +93,12 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
         ``TypeError``; ``""`` raises ``ValueError``; a path naming a file (or below one)
         ``NotADirectoryError``.
     auto_cleanup : bool, optional
-        Remove the scratch directory when the storage is garbage-collected in the process
-        that created it, or when that process exits (normally, or on Ctrl+C / SIGINT).
-        Defaults to TorchRL's: ``True`` for a temporary directory, ``False`` for a
-        ``scratch_dir`` you give (your data is kept). :meth:`cleanup` removes it at once.
+        Remove the storage's files when the storage is garbage-collected in the process
+        that created it, or when that process exits (normally, or on Ctrl+C / SIGINT): only
+        the files it created, and ``scratch_dir`` when that leaves it empty (see
+        :meth:`cleanup`; a temporary directory it made goes whole). Defaults to TorchRL's:
+        ``True`` for a temporary directory, ``False`` for a ``scratch_dir`` you give (your
+        data is kept). :meth:`cleanup` removes them at once.
     device : str or torch.device
         Where sampled data is sent (the files themselves are on the CPU). ``"cpu"`` by default.
     ndim : int
@@ -182,8 +185,12 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
                     from e
         #: whether the scratch directory goes with the storage (see ``auto_cleanup``)
         self.auto_cleanup = scratch_dir is None if auto_cleanup is None else auto_cleanup
+        #: a temporary directory made for this storage: removed whole (a directory given
+        #: keeps what the storage did not create, see ``cleanup``)
+        self._made_scratch_dir = scratch_dir is None
         if self.auto_cleanup:  # at garbage collection or exit, in this process only
-            self._finalizer = weakref.finalize(self, _remove_scratch_dir, str(path), os.getpid())
+            self._finalizer = weakref.finalize(self, _remove_scratch_dir, str(path), os.getpid(),
+                                               self._made_scratch_dir)
         self._scratch_dir = path
         self._lock_obj = _ProcessLock(str(path / _LOCK_FILE))
         with self._lock_obj:
@@ -219,6 +226,10 @@ class LazyMemmapStorage(MemmapRowsMixin, ScratchDirMixin, MemmapFilesMixin, Lazy
             mmt = MemoryMappedTensor.empty(shape, dtype=dtype, filename=str(filename),
                                            existsok=True)
         except RuntimeError as err:  # torch reports a failed write of the file this way
+            # no room: a full disk (ENOSPC), a file-size limit or FAT32's 4 GiB (EFBIG)
+            named = torch_file_error(err, "creating a file of a memory-mapped storage")
+            if named is not None:
+                raise OSError(named.errno, named.strerror, str(filename)) from err
             if os.strerror(errno.ENOSPC) not in str(err):
                 raise
             raise OSError(errno.ENOSPC, f"cannot create {str(filename)!r} (memory-mapped "
