@@ -194,10 +194,13 @@ def _replace_pointer(root: Path, snapshot: str | None, manifest_crc32: int | Non
     body["crc32"] = _pointer_body_crc(body)
     tmp = root / _TMP_POINTER_NAME
     try:
-        with open(tmp, "w") as f:
-            f.write(json.dumps(body))
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(body))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise named_write_error(err, tmp) from err
         os.replace(tmp, root / POINTER_NAME)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -350,10 +353,13 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
                 size, crc = _size_and_crc(file, recorded)
                 files[file.relative_to(snap).as_posix()] = {"size": size, "crc32": crc}
             manifest = snap / MANIFEST_NAME
-            with open(manifest, "w") as f:
-                f.write(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(manifest, "w") as f:
+                    f.write(json.dumps({"format_version": FORMAT_VERSION, "files": files}))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as err:
+                raise named_write_error(err, manifest) from err
             for directory in sorted(p for p in snap.rglob("*") if p.is_dir()):
                 _fsync_path(directory)  # the entries of the components' own directories
             _fsync_path(snap)
@@ -593,9 +599,43 @@ def load_torch_file(path: str | os.PathLike[str], *, weights_only: bool = True) 
         raise CheckpointError(f"checkpoint file {str(path)!r} is unreadable: {err}") from err
 
 
+def named_write_error(err: OSError, path: str | os.PathLike[str]) -> OSError:
+    """A new ``OSError`` of ``err``'s errno (and subclass) for a failed write of the checkpoint
+    file ``path``, naming the file ``err`` names, else ``path`` (a write through a Python file
+    object past a file-size limit raises ``[Errno 27] File too large`` naming no file).
+
+    Examples
+    --------
+    >>> import errno
+    >>> named = named_write_error(OSError(errno.EFBIG, "File too large"), "/c/blobs.bin")
+    >>> named.errno == errno.EFBIG, named.filename, named.strerror
+    (True, '/c/blobs.bin', 'File too large (writing a checkpoint file)')
+    >>> type(named_write_error(OSError(errno.ENOENT, "No such file", "/c/x"), "/c/y")).__name__
+    'FileNotFoundError'
+    """
+    if err.errno is None:
+        return OSError(f"cannot write the checkpoint file {str(path)!r}: {err}")
+    if err.filename is not None:
+        return OSError(err.errno, err.strerror, err.filename)
+    return OSError(err.errno, f"{err.strerror} (writing a checkpoint file)", str(path))
+
+
 def write_json(path: Path, obj: dict[str, Any]) -> None:
-    """Write ``obj`` as JSON (helper for components' metadata files)."""
-    path.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    """Write ``obj`` as JSON (helper for components' metadata files). A failed write (a full
+    disk, a file-size limit) raises its ``OSError`` naming ``path``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_json(Path(d) / "meta.json", {"rows": 3})
+    ...     read_json(Path(d) / "meta.json")
+    {'rows': 3}
+    """
+    try:
+        path.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    except OSError as err:
+        raise named_write_error(err, path) from err
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -16,14 +16,17 @@ from typing import Any, Protocol
 
 from ._compressed_rows import CompressedRow, RowLayout
 
-__all__ = ["check_row_checksums", "row_checksums"]
+__all__ = ["RowCodec", "check_row_checksums", "row_checksums"]
 
 #: rows checked at most (the first of each layout, in row order)
 MAX_CHECKED = 16
 
 
 class RowCodec(Protocol):
-    name: str
+    """What the checks need of a codec: its name and :meth:`decompress_row`."""
+
+    @property
+    def name(self) -> str: ...
 
     def decompress_row(self, blob: bytes, layout: RowLayout) -> bytes: ...
 

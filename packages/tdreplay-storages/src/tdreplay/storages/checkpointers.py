@@ -49,11 +49,11 @@ from tdreplay.core import (
     Storage,
     StorageCheckpointerBase,
 )
-from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
+from tdreplay.core.checkpoint import CheckpointError, named_write_error, read_json, write_json
 from tdreplay.core.file_room import reserve_file
 
-from ._codec_check import check_row_checksums, row_checksums
-from ._compressed_rows import CompressedRow, RowLayout
+from ._codec_check import RowCodec, check_row_checksums, row_checksums
+from ._compressed_rows import CompressedRow
 from ._file_writes import memmap_by_writes, write_array_file, write_json_file
 from ._layout import (
     as_key,
@@ -64,7 +64,7 @@ from ._layout import (
     set_nested_batch_dims,
 )
 from ._object_values import add_non_tensor, non_tensor_keys, split_non_tensor
-from ._tensorclasses import classes_from_record, classes_record, inner_first
+from ._row_records import layout_from_record, layout_record
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -157,11 +157,6 @@ class TensorLayoutStorage(Protocol):
     def empty(self) -> None: ...
 
 
-class _NamedCodec(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
 @runtime_checkable
 class CompressedRowStorage(Protocol):
     """What :class:`CompressedListStorageCheckpointer` needs of a storage
@@ -179,9 +174,9 @@ class CompressedRowStorage(Protocol):
     @property
     def max_size(self) -> int: ...
 
-    codec: _NamedCodec
+    codec: RowCodec
 
-    def codec_for(self, saved: Any) -> _NamedCodec: ...
+    def codec_for(self, saved: Any) -> RowCodec: ...
 
     def items(self) -> list[Any]: ...
 
@@ -806,11 +801,14 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         layouts: dict[Any, int] = {}
         row_layouts = np.empty(len(rows), dtype=np.int32)
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        with open(path / "blobs.bin", "wb") as f:
-            for i, row in enumerate(rows):
-                row_layouts[i] = layouts.setdefault(row.layout, len(layouts))
-                f.write(row.blob)
-                offsets[i + 1] = offsets[i] + len(row.blob)
+        try:  # (a failed write names the file: see named_write_error)
+            with open(path / "blobs.bin", "wb") as f:
+                for i, row in enumerate(rows):
+                    row_layouts[i] = layouts.setdefault(row.layout, len(layouts))
+                    f.write(row.blob)
+                    offsets[i + 1] = offsets[i] + len(row.blob)
+        except OSError as err:
+            raise named_write_error(err, path / "blobs.bin") from err
         write_array_file(path / "offsets.bin", np.ascontiguousarray(offsets))
         write_array_file(path / "row_layouts.bin", np.ascontiguousarray(row_layouts))
         write_json(path / "storage.json", {
@@ -820,16 +818,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             "len": len(rows),
             "codec": source.codec.name,
             "row_crc": row_checksums(rows, source.codec),  # (which codec: _codec_check)
-            "layouts": [
-                {"kind": layout.kind, "batch_size": list(layout.batch_size),
-                 "leaves": [{"key": None if key is None else list(key_path(key)),
-                             "dtype": str(dtype), "shape": list(shape)}
-                            for key, dtype, shape in layout.leaves],
-                 # where the tensorclasses nested in the rows are defined (absent: none)
-                 **({"tensorclasses": classes_record(dict(layout.classes))}
-                    if layout.classes else {})}
-                for layout in layouts
-            ],
+            "layouts": [layout_record(layout) for layout in layouts],
         })
 
     def prepare_load(self, storage: Storage, path: Path) -> Callable[[], None]:
@@ -852,14 +841,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         except ValueError as err:
             raise CheckpointError(f"checkpoint {err}") from err
         try:
-            layouts = [
-                RowLayout(info["kind"], tuple(info["batch_size"]), tuple(
-                    (None if leaf["key"] is None else as_key(leaf["key"]),
-                     _dtype_from_str(leaf["dtype"]), tuple(leaf["shape"]))
-                    for leaf in info["leaves"]),
-                    inner_first(classes_from_record(info.get("tensorclasses"))))
-                for info in meta["layouts"]
-            ]
+            layouts = [layout_from_record(info) for info in meta["layouts"]]
             offsets = np.fromfile(path / "offsets.bin", dtype=np.int64)
             row_layouts = np.fromfile(path / "row_layouts.bin", dtype=np.int32)
             blobs = (path / "blobs.bin").read_bytes()
