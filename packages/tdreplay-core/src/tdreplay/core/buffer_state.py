@@ -309,54 +309,82 @@ class BufferStateMixin:
         submitted against, never the restored one.
         """
         self._await_submitted_updates()
+        with self._prefetcher.held(settle=False), self._lock:
+            steps = self._restore_steps(state_dict)
+            self.clear_prefetch()
+            self._install(steps)
+            self._tell_readers_restored()  # other buffers of the storage (buffer_readers)
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raise as :meth:`load_state_dict` would refuse ``state_dict`` (``TypeError`` /
+        ``ValueError`` naming the entry), changing nothing: every check it makes before the
+        buffer changes (each component's, :meth:`check_saved_parts`, the registered parts',
+        the transforms', the generator's and the prefetched batches'). A buffer made of others
+        (a sharded buffer's shards) checks each before any loads.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = rb.extend([1, 2])
+        >>> state = rb.state_dict()
+        >>> rb.check_state_dict(state)
+        >>> ReplayBuffer(storage=ListStorage(8)).check_state_dict(state)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict['_storage']: state_dict['max_size'] is 4 but this ListStorage ...
+        """
+        with self._lock:
+            self._restore_steps(state_dict)
+
+    def _restore_steps(self, state_dict: Any) -> list[Callable[[], Any]]:
+        """Check ``state_dict`` as a whole (nothing changes), then return the steps that
+        install it, in order (the caller holds the lock)."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
         missing = {"_storage", "_sampler", "_writer"} - set(state_dict)
         if missing:
             raise ValueError(f"state_dict is missing {sorted(missing)}.")
         prefetch_state = state_dict.get("_prefetch_state")
-        with self._prefetcher.held(settle=False), self._lock:
-            self._prefetcher.check_state(prefetch_state, self._storage.max_size)
-            for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
-                                    ("_writer", self._writer)):
-                try:
-                    component.check_state_dict(state_dict[part])
-                except (ValueError, TypeError, KeyError) as err:
-                    raise ValueError(f"state_dict[{part!r}]: {err}") from err
-            self.check_saved_parts(state_dict)
-            newest = self._saved_newest_row(state_dict.get("_last_written_row"),
-                                            "state_dict['_last_written_row']")
-            if self._stateful:
-                try:
-                    self._stateful.check_state_dict(state_dict.get("_stateful", {}))
-                except ValueError as err:
-                    raise ValueError(f"state_dict['_stateful']: {err}") from err
-            restore_transforms = check_transform_state(self._transform,
-                                                       state_dict.get("_transform"))
-            rng = self._generator_to_restore() if "_rng" in state_dict else None
-            if rng is not None:  # a None state in it too is refused
-                try:
-                    torch.Generator(device=rng.device).set_state(state_dict["_rng"])
-                except (TypeError, RuntimeError) as err:
-                    raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
-                                     f"generator: {err}") from err
-            self.clear_prefetch()
-            stateful = self._stateful
-            self._install([
-                lambda: self._storage.load_state_dict(state_dict["_storage"]),
-                lambda: self._sampler.load_state_dict(state_dict["_sampler"]),
-                lambda: self._writer.load_state_dict(state_dict["_writer"]),
-                *([lambda: self._set_newest_row(newest)] if "_last_written_row" in state_dict
-                  else []),  # (older states: the writer's cursor tells it)
-                # (checked above: a stateful part that may be missing is left as it is)
-                *([lambda: self._restore_generator(rng, state_dict["_rng"])]
-                  if rng is not None else []),
-                *([lambda: stateful.load_state_dict(state_dict.get("_stateful", {}))]
-                  if stateful else []),
-                restore_transforms,
-                lambda: self._prefetcher.restore(prefetch_state),
-            ])
-            self._tell_readers_restored()  # other buffers of the storage (buffer_readers)
+        self._prefetcher.check_state(prefetch_state, self._storage.max_size)
+        for part, component in (("_storage", self._storage), ("_sampler", self._sampler),
+                                ("_writer", self._writer)):
+            try:
+                component.check_state_dict(state_dict[part])
+            except (ValueError, TypeError, KeyError) as err:
+                raise ValueError(f"state_dict[{part!r}]: {err}") from err
+        self.check_saved_parts(state_dict)
+        newest = self._saved_newest_row(state_dict.get("_last_written_row"),
+                                        "state_dict['_last_written_row']")
+        if self._stateful:
+            try:
+                self._stateful.check_state_dict(state_dict.get("_stateful", {}))
+            except ValueError as err:
+                raise ValueError(f"state_dict['_stateful']: {err}") from err
+        restore_transforms = check_transform_state(self._transform,
+                                                   state_dict.get("_transform"))
+        rng = self._generator_to_restore() if "_rng" in state_dict else None
+        if rng is not None:  # a None state in it too is refused
+            try:
+                torch.Generator(device=rng.device).set_state(state_dict["_rng"])
+            except (TypeError, RuntimeError) as err:
+                raise ValueError(f"state_dict['_rng'] is not a state of this buffer's "
+                                 f"generator: {err}") from err
+        stateful = self._stateful
+        return [
+            lambda: self._storage.load_state_dict(state_dict["_storage"]),
+            lambda: self._sampler.load_state_dict(state_dict["_sampler"]),
+            lambda: self._writer.load_state_dict(state_dict["_writer"]),
+            *([lambda: self._set_newest_row(newest)] if "_last_written_row" in state_dict
+              else []),  # (older states: the writer's cursor tells it)
+            # (checked above: a stateful part that may be missing is left as it is)
+            *([lambda: self._restore_generator(rng, state_dict["_rng"])]
+              if rng is not None else []),
+            *([lambda: stateful.load_state_dict(state_dict.get("_stateful", {}))]
+              if stateful else []),
+            restore_transforms,
+            lambda: self._prefetcher.restore(prefetch_state),
+        ]
 
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
         """Raise ``ValueError`` naming the entry unless the saved parts of ``state_dict``
