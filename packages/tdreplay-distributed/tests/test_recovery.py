@@ -210,11 +210,19 @@ def test_new_items_get_the_global_max_priority(ray_session):
         rb.extend(make_batch(1, 0, 4))  # shard 1: gets 10, not its own max 1
         total, _, n, top = ray_session.get(rb.shards[1].actor.sampling_mass.remote())
         assert n == 4 and top == pytest.approx(10.0) and total == pytest.approx(40.0, rel=1e-6)
-        td = make_batch(2, 0, 2)
-        td["td_error"] = torch.tensor([3.0, 4.0])
-        rb.extend(td)  # shard 0 again: data with its own priorities keeps them
-        total, _, n, _ = ray_session.get(rb.shards[0].actor.sampling_mass.remote())
-        assert n == 6 and total == pytest.approx(47.0, rel=1e-6)
+    finally:
+        rb.shutdown()
+    # data with its own priorities keeps them (its batches all carry them: every shard of a
+    # sharded buffer holds the same entries)
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 50),
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer, alpha=1.0,
+                             beta=0.5, sampler_backend="torch", batch_size=10)
+    try:
+        first = make_batch(0, 0, 2).set("td_error", torch.tensor([1.0, 1.0]))
+        rb.update_priority(rb.extend(first), torch.full((2,), 10.0))  # shard 0
+        rb.extend(make_batch(2, 0, 2).set("td_error", torch.tensor([3.0, 4.0])))  # shard 1
+        total, _, n, _ = ray_session.get(rb.shards[1].actor.sampling_mass.remote())
+        assert n == 2 and total == pytest.approx(7.0, rel=1e-6)
     finally:
         rb.shutdown()
 

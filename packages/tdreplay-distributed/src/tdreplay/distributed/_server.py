@@ -182,6 +182,8 @@ class BufferServer(EditsServerMixin):
         self._error: BaseException | None = None
         self._channels: ChannelHost | None = None
         self._buffer: ReplayBuffer | None = None
+        #: states checked by :meth:`stage_state_dict`, by token, until loaded or dropped
+        self._staged: dict[str, dict[str, Any]] = {}
         try:
             kwargs = dict(spec)
             for name in COMPONENTS:
@@ -301,24 +303,57 @@ class BufferServer(EditsServerMixin):
             if not storage.initialized:
                 storage.set(torch.arange(0), unpack(template))
 
+    def _check_same_entries(self, data: Any) -> None:
+        """``KeyError`` naming the entries when ``data`` (a TensorDict batch) brings entries
+        this buffer's laid-out storage does not hold (nested keys included), before anything
+        is written. A sharded buffer asks it of every write: a lazy storage adds an entry a
+        batch brings, and a shard laid out with an entry the others lack would make every
+        later sample that joins their rows fail. Missing entries are left to the storage's
+        own check (it refuses them as a local buffer's does), and so are storages not laid
+        out or not holding TensorDicts, and buffers with transforms (whose written entries
+        are not the batch's)."""
+        if not is_tensor_collection(data) or self.buffer.transform.transforms:
+            return
+        laid_out, template = self.layout_template()
+        if not laid_out or template is None:
+            return
+        held = set(unpack(template).keys(include_nested=True, leaves_only=True))
+        given = set(data.keys(include_nested=True, leaves_only=True))
+        extra = sorted(map(str, given - held))
+        if extra:
+            missing = sorted(map(str, held - given))
+            raise KeyError(
+                f"data keys do not match the shards' storage: missing {missing}, unexpected "
+                f"{extra}. Every shard of a sharded buffer holds the same entries (a shard "
+                "that added one would hold a layout unlike the others', and samples joining "
+                "their rows would fail): write batches of the entries the buffer holds. "
+                "Nothing was written.")
+
     def extend(self, payload: Any, kwargs: dict[str, Any], timeout: float | None = None,
-               global_max: float | None = None, template: Any = None) -> Packed:
+               global_max: float | None = None, template: Any = None,
+               same_entries: bool = False) -> Packed:
         """``extend``; returns the slots and the buffer's :data:`Mass` after the write.
         ``timeout``: the most the rate limiter may wait; ``global_max``: see
-        :meth:`_lift_to`; ``template``: see :meth:`_lay_out_like`."""
+        :meth:`_lift_to`; ``template``: see :meth:`_lay_out_like`; ``same_entries``: see
+        :meth:`_check_same_entries`."""
         self._lay_out_like(template)
         data = self._received(payload)
+        if same_entries:
+            self._check_same_entries(data)
         with self._limited(timeout):
             slots = self.buffer.extend(data, **kwargs)
         self._lift_to(slots, data, global_max)
         return pack((slots, self._mass_if_known()))
 
     def add(self, payload: Any, timeout: float | None = None,
-            global_max: float | None = None, template: Any = None) -> Packed:
+            global_max: float | None = None, template: Any = None,
+            same_entries: bool = False) -> Packed:
         """``add``; returns the index and the :data:`Mass` (``template``: see
-        :meth:`_lay_out_like`)."""
+        :meth:`_lay_out_like`; ``same_entries``: see :meth:`_check_same_entries`)."""
         self._lay_out_like(template)
         data = self._received(payload)
+        if same_entries:
+            self._check_same_entries(data)
         with self._limited(timeout):
             index = self.buffer.add(data)
         self._lift_to(index, data, global_max)
@@ -455,6 +490,27 @@ class BufferServer(EditsServerMixin):
 
     def load_state_dict(self, payload: Any) -> None:
         self.buffer.load_state_dict(unpack(payload, copy=True))
+
+    def stage_state_dict(self, token: str, payload: Any) -> None:
+        """Check a state as ``load_state_dict`` checks it before changing anything (the
+        buffer's ``check_state_dict``), and keep it under ``token`` for
+        :meth:`load_staged_state_dict`; changes nothing. A sharded buffer's
+        ``load_state_dict`` stages every shard's part before any shard loads."""
+        state = unpack(payload, copy=True)
+        self.buffer.check_state_dict(state)
+        self._staged[token] = state
+
+    def load_staged_state_dict(self, token: str) -> None:
+        """``load_state_dict`` of the state :meth:`stage_state_dict` kept under ``token``."""
+        state = self._staged.pop(token, None)
+        if state is None:
+            raise RuntimeError(f"no state_dict staged under {token!r} (this actor was "
+                               "replaced since): nothing was loaded here.")
+        self.buffer.load_state_dict(state)
+
+    def drop_staged_state_dict(self, token: str) -> None:
+        """Forget the state staged under ``token`` (another shard refused its part)."""
+        self._staged.pop(token, None)
 
     def repr(self) -> str:
         return repr(self.buffer)

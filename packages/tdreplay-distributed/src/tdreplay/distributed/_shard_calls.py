@@ -1,9 +1,13 @@
 """``ShardCalls``: a sharded buffer's calls to its shards, sent at once, dead shards set aside.
 
 Every call goes to all the shards concerned before any answer is awaited, so the round trips
-overlap. A shard whose actor is dead (or restarted without its data, or unreachable) is set
-aside: reads and writes go on with the live shards, with a
-:class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`, until it is respawned.
+overlap. A shard whose actor is dead (or restarted by Ray without its data) is set aside:
+reads and writes go on with the live shards, with a
+:class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`, until it is respawned. A shard
+that is only *temporarily* unavailable (Ray is restarting its actor, ``max_restarts``, or it
+is unreachable) is skipped the same way for :data:`RETRY_UNAVAILABLE` seconds, then asked
+again: once it answers it is used as before (an actor restarted from its ``checkpoint_path``
+serves that checkpoint).
 
 Every answer of a call that may change a shard's sampling weights (writes, priority updates,
 ``empty``, draws) carries the shard's mass ``(sum, min, len, max priority)`` after the call
@@ -60,7 +64,11 @@ __all__ = ["ShardCalls"]
 
 Call = tuple[int, str, tuple[Any, ...]]
 
+#: seconds a shard that answered "temporarily unavailable" is skipped before it is asked again
+RETRY_UNAVAILABLE = 1.0
 
+#: tries of one sample while shards die or become unavailable under it (per shard)
+_DRAW_TRIES_PER_SHARD = 4
 
 #: rounds of top-up draws a batch waits for from shards that drew fewer items than it takes
 _TOP_UP_ROUNDS = 8
@@ -81,6 +89,9 @@ class ShardCalls:
         self.clients = clients
         #: shards found dead (until respawned)
         self.dead: set[int] = set()
+        #: shards found temporarily unavailable: the time (``time.monotonic``) until which
+        #: they are skipped; they are asked again after it, and used once they answer
+        self.unavailable: dict[int, float] = {}
         #: largest max priority any shard reported (``None``: not prioritized, or not known)
         self.max_priority: float | None = None
         #: each shard's latest :data:`~._server.Mass` (``None``: not heard of yet)
@@ -92,10 +103,11 @@ class ShardCalls:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_rng_lock"]
+        state["unavailable"] = {}  # (times of this process's clock: the copy asks again)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        restore_attributes(self, state)
+        restore_attributes(self, {"unavailable": {}, **state})
         self._rng_lock = threading.Lock()
 
     def forget_masses(self) -> None:
@@ -155,17 +167,43 @@ class ShardCalls:
         if value is not None and (self.max_priority is None or value > self.max_priority):
             self.max_priority = float(value)
 
+    def skipped(self) -> set[int]:
+        """Shards calls leave out now: the dead ones, and those found unavailable less than
+        :data:`RETRY_UNAVAILABLE` seconds ago."""
+        now = time.monotonic()
+        return self.dead | {k for k, until in self.unavailable.items() if until > now}
+
     def live(self) -> list[int]:
-        """Shards not known to be dead; :class:`BufferActorDiedError` when none is left."""
+        """Shards calls go to now (:meth:`skipped` aside); :class:`BufferActorDiedError` when
+        every shard is dead, :class:`RemoteBufferError` when the others are unavailable."""
         self.check_open("the call")
-        live = [k for k in range(len(self.clients)) if k not in self.dead]
-        if not live:
+        skipped = self.skipped()
+        live = [k for k in range(len(self.clients)) if k not in skipped]
+        if live:
+            return live
+        if len(self.dead) == len(self.clients):
             raise BufferActorDiedError(
-                f"every shard of the buffer is dead ({sorted(self.dead)}): respawn(path) it "
-                "from its last checkpoint.", actor="all shards")
-        return live
+                f"every shard of the buffer is dead ({sorted(self.dead)}). If the buffer was "
+                "closed (close() is for good), it is gone; else the client that created it "
+                "rebuilds them with respawn(path) from their last checkpoint (other clients "
+                "then call reconnect()).", actor="all shards")
+        raise RemoteBufferError(
+            f"no shard of the buffer can answer now: shards {sorted(self.dead)} are dead and "
+            f"{sorted(skipped - self.dead)} temporarily unavailable (restarting or "
+            "unreachable); the call may be retried.", actor="all shards")
+
+    def set_aside(self, shard: int, err: RemoteBufferError) -> None:
+        """Leave ``shard`` out after it failed with ``err``: for good (until respawned) when
+        its actor is dead (:meth:`mark_dead`), for :data:`RETRY_UNAVAILABLE` seconds when it
+        is temporarily unavailable (:meth:`mark_unavailable`)."""
+        if isinstance(err, BufferActorDiedError):
+            self.mark_dead(shard, err)
+        else:
+            self.mark_unavailable(shard, err)
 
     def mark_dead(self, shard: int, err: BaseException) -> None:
+        """Set ``shard`` aside until it is respawned, with a warning."""
+        self.unavailable.pop(shard, None)
         if shard not in self.dead:
             self.dead.add(shard)
             warnings.warn(ShardsUnavailableWarning(
@@ -174,6 +212,21 @@ class ShardCalls:
                 "from them only, and its items are not sampled until respawn(path) restores "
                 "it."), stacklevel=4)
 
+    def mark_unavailable(self, shard: int, err: BaseException) -> None:
+        """Skip ``shard`` for :data:`RETRY_UNAVAILABLE` seconds (warned once until it answers
+        again): Ray is restarting its actor, or it is unreachable."""
+        first = shard not in self.unavailable
+        self.unavailable[shard] = time.monotonic() + RETRY_UNAVAILABLE
+        if first:
+            warnings.warn(ShardsUnavailableWarning(
+                f"shard {shard} is temporarily unavailable ({err}); the buffer goes on "
+                "without it and asks it again: its items are sampled again once it answers."),
+                stacklevel=4)
+
+    def note_answer(self, shard: int) -> None:
+        """``shard`` answered: it is no longer skipped as unavailable."""
+        self.unavailable.pop(shard, None)
+
     def strict(self, calls: Sequence[Call], what: str, timeout: float | None) -> list[Any]:
         """Results of ``calls`` (``(shard, method, args)``) in order; any error raises."""
         self.check_open(what)
@@ -181,11 +234,12 @@ class ShardCalls:
                 for k, method, args in calls]
         return wait_all(refs, what=what, timeout=timeout)
 
-    def tolerant(self, calls: Sequence[Call], what: str, timeout: float | None
-                 ) -> list[tuple[int, Any]]:
+    def tolerant(self, calls: Sequence[Call], what: str, timeout: float | None, *,
+                 need_one: bool = True) -> list[tuple[int, Any]]:
         """``(shard, result)`` of the calls whose shard answered; a shard that is dead or
-        unavailable is set aside (see :meth:`mark_dead`). Timeouts and the buffers' own errors
-        raise, and so does a closed buffer (:meth:`check_open`)."""
+        unavailable is set aside (see :meth:`set_aside`). Timeouts and the buffers' own errors
+        raise, and so does a closed buffer (:meth:`check_open`); so does a call none of whose
+        shards answered when no shard is left (:meth:`live`), unless ``need_one`` is false."""
         self.check_open(what)
         submitted = [(k, self.clients[k].submit(method, *args))  # raises once closed
                      for k, method, args in calls]
@@ -198,23 +252,34 @@ class ShardCalls:
             except RemoteCallTimeoutError:
                 raise
             except RemoteBufferError as err:
-                self.mark_dead(k, err)
-        if calls and not results:
+                self.set_aside(k, err)
+            else:
+                self.note_answer(k)
+        if calls and not results and need_one:
             self.live()  # raises when no shard is left
         return results
 
     def sample(self, batch_size: int, generator: torch.Generator | None, offsets: torch.Tensor,
                timeout: float | None) -> tuple[Any, dict[str, Any]]:
         """A batch drawn over the live shards as one buffer would, in one round of calls (see
-        the module docstring). ``info["dead_shards"]`` lists the shards left out, if any."""
-        while True:
+        the module docstring). ``info["dead_shards"]`` lists the dead shards left out, if
+        any, ``info["unavailable_shards"]`` those left out as temporarily unavailable."""
+        for _ in range(_DRAW_TRIES_PER_SHARD * len(self.clients) + 2):
             drawn = self._draw(batch_size, generator, timeout)
             if drawn is not None:
                 break
+        else:
+            raise RemoteBufferError(
+                f"sample: the shards kept dying, emptying or becoming unavailable under "
+                f"{_DRAW_TRIES_PER_SHARD * len(self.clients) + 2} tries; the call may be "
+                "retried.", actor="all shards")
         which, pieces, minimum = drawn
         data, info = merge_samples(which, pieces, minimum, offsets)
         if self.dead:
             info["dead_shards"] = tuple(sorted(self.dead))
+        unavailable = self.skipped() - self.dead
+        if unavailable:
+            info["unavailable_shards"] = tuple(sorted(unavailable))
         return data, info
 
     def _answers(self, calls: list[Call], timeout: float | None) -> dict[int, Any] | None:

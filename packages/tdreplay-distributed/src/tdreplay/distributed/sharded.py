@@ -23,7 +23,10 @@ each shard has its own, so a shard not laid out yet is first laid out like a sha
 one of another schema is refused as the other shards' storages refuse it (``KeyError``,
 ``ValueError``, ``TypeError``), no row written anywhere (the first write of all goes to the
 lowest live shard, so racing writers cannot lay out two shards unlike each other). Once every
-shard a client writes to is laid out, this costs nothing.
+shard a client writes to is laid out, this costs nothing. A batch that brings an entry the
+shards do not hold is refused too (``KeyError``, nothing written), though a local
+``LazyTensorStorage`` would add it: a shard holding an entry the others lack would make every
+sample that joins their rows fail.
 
 >>> from functools import partial
 >>> from tensordict import TensorDict
@@ -47,7 +50,9 @@ tdreplay.core.utils.ShapeMismatchError: entry 'obs' has shape (2, 4), expected (
 Faults: a dead shard is set aside (:mod:`._shard_calls`): writes go to the live shards,
 samples come from them with a :class:`~tdreplay.distributed.errors.ShardsUnavailableWarning`
 (the distribution is then that of one buffer holding the live shards' items), and
-``respawn(path)`` rebuilds only the dead shards, restored from their checkpoints.
+``respawn(path)`` rebuilds only the dead shards (all of them when every shard is dead),
+restored from their checkpoints. A shard Ray is restarting (``max_restarts``) is left out
+only until it answers again.
 """
 
 from __future__ import annotations
@@ -186,6 +191,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         seeds = (torch.randint(0, 2**62, (num_shards,), generator=generator).tolist()
                  if generator is not None else [None] * num_shards)
         root = None if checkpoint_path is None else resolve_location(checkpoint_path)
+        self._checkpoint_path = root
 
         def start() -> None:
             placed = spread_over_nodes(configs, placement)
@@ -340,22 +346,26 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         return shard
 
     def _write(self, method: str, data: Any, *args: Any) -> tuple[int, Any]:
-        """``(shard, answer)`` of a write to the next live shard; a shard found dead is set
-        aside and the write goes to the next (a dead actor applied nothing). A shard not
-        known to be laid out checks the batch against a shard that is
-        (:meth:`~._shard_calls.ShardCalls.layout_for`)."""
+        """``(shard, answer)`` of a write to the next live shard; a shard found dead (or
+        temporarily unavailable) is set aside and the write goes to the next (a dead actor
+        applied nothing). A shard not known to be laid out checks the batch against a shard
+        that is (:meth:`~._shard_calls.ShardCalls.layout_for`), and every shard refuses a
+        batch whose entries differ from those it holds (``same_entries``, module docstring)."""
         self._calls.check_open(method)
+        failed: set[int] = set()
         while True:
             shard, template = self._calls.layout_for(self._next_shard(), self._call_timeout)
             client = self._clients[shard]
             try:
                 answer = unpack(client.call(method, pack(data), *args, client.limit_timeout,
-                                            self._calls.max_priority, template))
+                                            self._calls.max_priority, template, True))
             except RemoteBufferError as err:
-                if isinstance(err, TimeoutError):
-                    raise
-                self._calls.mark_dead(shard, err)
+                if isinstance(err, TimeoutError) or shard in failed:
+                    raise  # (every other shard is skipped too: nowhere else to write)
+                failed.add(shard)
+                self._calls.set_aside(shard, err)
                 continue
+            self._calls.note_answer(shard)
             self._calls.note_mass(shard, answer[-1])
             return shard, answer[0]
 
@@ -383,11 +393,19 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         ``priority``: a scalar, one per index, or one per index followed by trailing dims
         (reduced by the shards' samplers). Every shard checks its part before any shard
         changes (:func:`~._sharding.check_every_shard`); errors name global slots.
+
+        The part of a shard found dead (or temporarily unavailable) is dropped, with a
+        :class:`~tdreplay.distributed.ShardsUnavailableWarning`, while other shards live: its
+        items are not sampled until it is back. With no shard left (every one dead, or the
+        buffer closed) it raises :class:`~tdreplay.distributed.BufferActorDiedError`, as
+        ``len``, ``sample`` and ``extend`` do.
         """
         self._calls.check_open("update_priority")
+        self._calls.live()  # raises when no shard is left (dead, or the buffer was closed)
+        skipped = self._calls.skipped()
         parts = [part for part in split_priority_update(index, priority, write_generation,
                                                         self._offsets)
-                 if part[0] not in self._calls.dead]
+                 if part[0] not in skipped]
         parts = check_every_shard(parts, self._ask_live, self._offsets)  # a refusal: no change
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
                  for k, local, values, kwargs in parts]
@@ -395,12 +413,18 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
             self._calls.note_mass(k, mass)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from ``data[priority_key]`` at the global ``data["index"]``."""
+        """Update priorities from ``data[priority_key]`` at the global ``data["index"]``.
+
+        Dead shards are handled as by :meth:`update_priority`: their rows are dropped while
+        other shards live, and with none left it raises
+        :class:`~tdreplay.distributed.BufferActorDiedError`."""
         self._calls.check_open("update_tensordict_priority")
+        self._calls.live()  # raises when no shard is left (dead, or the buffer was closed)
         info = self._clients[0].info  # the shards are built alike
         data = priority_entries(data, info)
+        skipped = self._calls.skipped()
         parts = [(k, part) for k, part in split_priority_rows(data, self._offsets)
-                 if k not in self._calls.dead]
+                 if k not in skipped]
         key = info.get("priority_key")
         if key is not None and key in data.keys():  # (else every shard refuses alike)
             # every shard checks its part first: a refusal (a NaN, a negative) changes no shard

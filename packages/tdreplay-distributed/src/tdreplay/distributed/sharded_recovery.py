@@ -5,6 +5,8 @@ answers any call)."""
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._draw_ahead import DrawAhead
@@ -14,6 +16,7 @@ from ._sharding import check_manifest, write_manifest
 from ._wire import pack, unpack
 from .checkpoints import check_checkpoint, is_url, join_location, resolve_location
 from .client import ActorClient
+from .errors import RemoteBufferError
 
 __all__ = ["ShardedRecoveryMixin", "start_shards"]
 
@@ -24,6 +27,25 @@ class ShardedRecoveryMixin:
     _clients: list[ActorClient]
     _calls: ShardCalls
     _ahead: DrawAhead
+    _call_timeout: float | None
+    #: where ``dumps()`` / ``loads()`` go by default (the creator's ``checkpoint_path``)
+    _checkpoint_path: str | None = None
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """The buffer's ``checkpoint_path`` (shard ``k`` restores ``checkpoint_path/shard-k``
+        after a Ray restart; ``None``: not given, or an attached client)."""
+        return self._checkpoint_path
+
+    def _location(self, path: str | os.PathLike[str] | None) -> str:
+        """``path`` made absolute (a URL as is), or ``checkpoint_path`` when ``path`` is
+        ``None``; ``ValueError`` naming ``path`` when there is neither."""
+        if path is not None:
+            return resolve_location(path)
+        if self._checkpoint_path is None:
+            raise ValueError("no checkpoint path: pass path, or build the buffer with "
+                             "checkpoint_path=...")
+        return self._checkpoint_path
 
     @property
     def num_shards(self) -> int:
@@ -43,8 +65,10 @@ class ShardedRecoveryMixin:
 
         def _check_every_shard_alive(self, what: str) -> None: ...
 
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``.
+    def dumps(self, path: str | os.PathLike[str] | None = None) -> None:
+        """Checkpoint every shard under ``path/shard-<k>`` and write ``path/sharded.json``
+        (``path`` defaults to ``checkpoint_path``, as :meth:`RayReplayBuffer.dumps
+        <tdreplay.distributed.RayReplayBuffer.dumps>`: what shards restarted by Ray restore).
 
         ``path``: a path (made absolute here; the shards' actors write there, on their
         nodes: give a path every node mounts) or an fsspec URL, see
@@ -56,7 +80,7 @@ class ShardedRecoveryMixin:
         a shard dead nothing is saved (``BufferActorDiedError``): the checkpoint at ``path``
         stays the last one committed whole.
         """
-        root = resolve_location(path)
+        root = self._location(path)
         self._check_every_shard_alive("dumps")
         if not is_url(root):
             os.makedirs(root, exist_ok=True)
@@ -64,15 +88,16 @@ class ShardedRecoveryMixin:
                     for k in range(self.num_shards)], "dumps")
         write_manifest(root, self.num_shards)
 
-    def loads(self, path: str | os.PathLike[str]) -> None:
+    def loads(self, path: str | os.PathLike[str] | None = None) -> None:
         """Restore every shard from a :meth:`dumps` checkpoint of as many shards (none when a
         shard is dead: ``BufferActorDiedError``; :meth:`respawn` restores the dead ones).
+        ``path`` defaults to ``checkpoint_path``.
 
         Every shard's checkpoint is checked (files, sizes, CRCs) before any shard loads, as
         :meth:`respawn` checks them: a damaged one raises ``CheckpointError`` with every shard
         as it was (shard 0 was restored before shard 1's damaged file was found, and the buffer
         left half old, half restored)."""
-        root = resolve_location(path)
+        root = self._location(path)
         check_manifest(root, self.num_shards)
         self._check_every_shard_alive("loads")
         for k in range(self.num_shards):
@@ -92,22 +117,69 @@ class ShardedRecoveryMixin:
                 "shards": [unpack(s) for s in self._all("state_dict")]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of as many shards."""
+        """Restore a :meth:`state_dict` of as many shards, all of them or none.
+
+        Every shard first checks its part (its buffer's ``check_state_dict``: every check
+        its ``load_state_dict`` makes before it changes anything), and keeps it; only when
+        every shard accepted its part do they all load. A part refused
+        (e.g. of another capacity) raises its shard's error, naming the shard, and leaves
+        every shard as it was; a dead shard raises ``BufferActorDiedError`` before any part
+        is sent. (A shard that dies between the two steps raises ``BufferActorDiedError``
+        while the others load: :meth:`respawn` it, or load again.)
+        """
         if not isinstance(state_dict, dict) or state_dict.get("num_shards") != self.num_shards \
-                or len(state_dict.get("shards", ())) != self.num_shards:
+                or not isinstance(state_dict.get("shards"), (list, tuple)) \
+                or len(state_dict["shards"]) != self.num_shards:
             raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
                              f"{self.num_shards} shards.")
         self._check_every_shard_alive("load_state_dict")
+        token = uuid.uuid4().hex
+        try:
+            self._each_shard([(k, "stage_state_dict", (token, pack(sd)))
+                              for k, sd in enumerate(state_dict["shards"])],
+                             "load_state_dict (every shard checking its part first)")
+        except BaseException:
+            self._drop_staged(token)
+            raise
         self._ahead.clear()
         self._calls.forget_masses()
-        self._wait([(k, "load_state_dict", (pack(sd),))
-                    for k, sd in enumerate(state_dict["shards"])], "load_state_dict")
+        self._each_shard([(k, "load_staged_state_dict", (token,))
+                          for k in range(self.num_shards)], "load_state_dict")
+
+    def _each_shard(self, calls: list[tuple[int, str, tuple[Any, ...]]], what: str) -> None:
+        """Send ``calls`` at once and wait for every answer; the first error in shard order
+        is raised, its message prefixed with the shard that raised it."""
+        refs = [(k, self._clients[k].submit(method, *args)) for k, method, args in calls]
+        deadline = None if self._call_timeout is None \
+            else time.monotonic() + self._call_timeout
+        errors = []
+        for k, ref in refs:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                self._clients[k].wait(ref, what, timeout=remaining)
+            except Exception as err:  # noqa: BLE001 - raised below, after every answer
+                errors.append((k, err))
+        if errors:
+            k, err = errors[0]
+            if not isinstance(err, RemoteBufferError) and err.args \
+                    and isinstance(err.args[0], str):
+                err.args = (f"shard {k}: {err.args[0]}", *err.args[1:])
+            raise err
+
+    def _drop_staged(self, token: str) -> None:
+        """Best effort: the shards forget a state staged under ``token`` (a shard that is
+        gone kept nothing)."""
+        for client in self._clients:
+            try:
+                client.submit("drop_staged_state_dict", token)
+            except RemoteBufferError:
+                pass
 
     def respawn(self, path: str | os.PathLike[str] | None = None,
                 shards: list[int] | None = None) -> None:
         """Replace the dead shards' actors (``shards``: these ones; none dead: every shard),
         each restored from ``path/shard-k`` before it answers any call. The live shards keep
-        serving, with their newer writes.
+        serving, with their newer writes. With every shard dead, every shard is rebuilt.
         """
         root = None if path is None else resolve_location(path)
         if root is not None:
@@ -116,8 +188,11 @@ class ShardedRecoveryMixin:
         if not all(client.can_respawn for client in self._clients):
             raise RuntimeError("respawn() needs the creation arguments, which only the "
                                "client that created the buffer has.")
-        if shards is None:
-            self._live("length", what="finding the dead shards")
+        if shards is None:  # (every shard dead: they are all rebuilt, nothing is refused)
+            self._calls.tolerant([(k, "length", ()) for k in range(self.num_shards)
+                                  if k not in self._calls.dead],
+                                 "respawn (finding the dead shards)", self._call_timeout,
+                                 need_one=False)
             shards = sorted(self._calls.dead) or list(range(self.num_shards))
         restore = [None if root is None else join_location(root, f"shard-{k}") for k in shards]
         for location in restore:  # (every one, before any shard's actor is killed)
@@ -130,6 +205,8 @@ class ShardedRecoveryMixin:
         replace_lost_nodes([self._clients[k] for k in shards])
         start_shards([self._clients[k] for k in shards], restore)
         self._calls.dead.difference_update(shards)
+        for k in shards:
+            self._calls.note_answer(k)
         self._calls.forget_masses()
         self._ahead.clear()
 
@@ -138,6 +215,7 @@ class ShardedRecoveryMixin:
         for client in self._clients:
             client.reconnect()
         self._calls.dead.clear()
+        self._calls.unavailable.clear()
         self._calls.forget_masses()
 
     def shutdown(self) -> None:
