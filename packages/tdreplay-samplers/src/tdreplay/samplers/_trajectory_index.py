@@ -418,10 +418,10 @@ class TrajectoryIndex(IndexStateMixin):
         if self.needs_rebuild:
             self._rebuild(storage, reader, length)
         elif loaded:
-            self._check_loaded(storage, reader, revision)
+            self._check_loaded(storage, reader)
         self._seen_revision = storage.revision
 
-    def _check_loaded(self, storage: Any, reader: Reader, revision: int) -> None:
+    def _check_loaded(self, storage: Any, reader: Reader) -> None:
         """Recompute the trajectories of ``storage`` (``O(buffer)``, once per load) and keep
         this loaded index only when it holds the same ones. Else (a state saved with other
         data: its slices would cross trajectories) the storage's are taken, with a warning;
@@ -429,16 +429,14 @@ class TrajectoryIndex(IndexStateMixin):
         again)."""
         fresh = TrajectoryIndex(track_slots=self.track_slots)
         fresh.cut_after = self.cut_after
-        fresh._sync(storage, reader, revision)
+        fresh.sync(storage, reader)
         if fresh.live_spans() == self.live_spans():
             return
         warnings.warn("the slice sampler's saved trajectories are not those of the storage it "
                       "samples (was its state saved with other data?): they are recomputed "
                       "from the storage.", RuntimeWarning, stacklevel=2)
         numbering = self.numbering
-        restore_attributes(self, fresh._snapshot())
-        for name in _TABLES:
-            setattr(self, name, getattr(fresh, name))
+        restore_attributes(self, {name: getattr(fresh, name) for name in STATE_ATTRS})
         self.numbering = max(numbering, fresh.numbering) + 1  # (the old ids name nothing)
 
     def _set_geometry(self, T: int, C: int, multi: bool) -> None:
