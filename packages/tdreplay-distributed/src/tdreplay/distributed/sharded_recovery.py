@@ -160,11 +160,11 @@ class ShardedRecoveryMixin:
             except Exception as err:  # noqa: BLE001 - raised below, after every answer
                 errors.append((k, err))
         if errors:
-            k, err = errors[0]
-            if not isinstance(err, RemoteBufferError) and err.args \
-                    and isinstance(err.args[0], str):
-                err.args = (f"shard {k}: {err.args[0]}", *err.args[1:])
-            raise err
+            shard, first = errors[0]
+            if not isinstance(first, RemoteBufferError) and first.args \
+                    and isinstance(first.args[0], str):
+                first.args = (f"shard {shard}: {first.args[0]}", *first.args[1:])
+            raise first
 
     def _drop_staged(self, token: str) -> None:
         """Best effort: the shards forget a state staged under ``token`` (a shard that is
