@@ -7,6 +7,7 @@ the batch dims its nested levels have of their own (:func:`nested_batch_dims`,
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,8 +16,8 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_
 
 from tdreplay.core.checkpoint import CheckpointError
 
-__all__ = ["NestedDims", "NestedKey", "as_key", "is_key_index", "key_path", "leaf_keys",
-           "nested_batch_dims", "set_nested_batch_dims"]
+__all__ = ["NestedDims", "NestedKey", "as_key", "empty_levels", "is_key_index", "key_path",
+           "leaf_keys", "nested_batch_dims", "set_nested_batch_dims", "warn_empty_levels"]
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -38,6 +39,33 @@ def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
     """The leaf keys of ``td`` (nested ones as tuples; non-tensor entries included), sorted by
     their string form."""
     return sorted(td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf), key=str)
+
+
+def warn_empty_levels(td: TensorDictBase, storage: str) -> None:
+    """Warn (``UserWarning``) that ``storage`` (its class name) does not keep the empty
+    nested TensorDicts of ``td``, when it has some (TorchRL's tensor storages keep them)."""
+    dropped = empty_levels(td)
+    if dropped:
+        warnings.warn(
+            f"{storage}: entries {dropped} are empty TensorDicts, which this storage does not "
+            "keep (it stores tensors): what it reads back lacks them (TorchRL's keeps them; "
+            "a ListStorage or LazyStackStorage does too).", UserWarning, stacklevel=4)
+
+
+def empty_levels(td: TensorDictBase) -> list[NestedKey]:
+    """The keys of the nested TensorDicts of ``td`` that hold no entry at all (``"e":
+    TensorDict({}, [n])``), which a layout of leaves does not keep, sorted by their string form.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> empty_levels(TensorDict({"a": torch.zeros(2), "e": TensorDict({}, [2]),
+    ...                          "f": {"g": TensorDict({}, [2])}}, [2]))
+    [('f', 'g'), 'e']
+    """
+    return sorted((key for key, value in td.items(include_nested=True)
+                   if is_tensor_collection(value) and not _is_leaf(type(value))
+                   and next(iter(value.keys()), None) is None), key=str)
 
 
 def nested_batch_dims(td: TensorDictBase) -> NestedDims:

@@ -29,6 +29,7 @@ from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
 from ._codec_check import check_row_checksums, row_checksums
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
+from ._keys import warn_empty_levels
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
 from ._row_records import rows_from_record, rows_record
 from ._source_checks import check_dense
@@ -344,7 +345,14 @@ class CompressedListStorage(ListStorage):
         return self._device
 
     # ---- compression -------------------------------------------------------------------------
-    def _intern(self, layout: RowLayout) -> RowLayout:
+    def _intern(self, layout: RowLayout, data: Any = None) -> RowLayout:
+        """The one object of ``layout`` the rows of this structure share; a structure seen
+        first warns of the empty nested TensorDicts of ``data`` (a row keeps tensors)."""
+        known = self._layouts.get(layout)
+        if known is not None:
+            return known
+        if isinstance(data, TensorDictBase):
+            warn_empty_levels(data, type(self).__name__)
         return self._layouts.setdefault(layout, layout)
 
     def _layout(self, item: Any, lead: int) -> tuple[RowLayout, list[torch.Tensor]]:
@@ -384,7 +392,7 @@ class CompressedListStorage(ListStorage):
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = self._layout(item, 0)
-        return CompressedRow(self._intern(layout), self.codec.compress_row(tensors))
+        return CompressedRow(self._intern(layout, item), self.codec.compress_row(tensors))
 
     def _compress_rows(self, data: Any) -> list[CompressedRow]:
         """Compress each row of ``data`` (batched along dim 0).
@@ -404,7 +412,7 @@ class CompressedListStorage(ListStorage):
         if not dense or not isinstance(codec, Codec):  # a LeafCodec compresses leaf by leaf
             return [self._compress(item) for item in data.unbind(0)]
         n = len(data)
-        layout = self._intern(layout)
+        layout = self._intern(layout, data)
         parts = [t.detach().cpu().contiguous().reshape(n, math.prod(t.shape[1:]))
                  .view(torch.uint8) for t in tensors if math.prod(t.shape[1:])]
         raw = (torch.cat(parts, 1) if parts else torch.empty((n, 0), dtype=torch.uint8)).numpy()
