@@ -80,14 +80,21 @@ def test_ends_that_are_not_flags_are_refused(ends) -> None:
         SliceSampler(num_slices=2, ends=ends)
 
 
-def test_ends_of_zeros_and_ones_and_keys_with_empty_names() -> None:
+def test_ends_of_zeros_and_ones() -> None:
     sampler = SliceSampler(slice_len=2, ends=torch.tensor([0, 1, 0, 1]))
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler)
     rb.extend(TensorDict({"step": torch.arange(4)}, [4]))
     assert {tuple(rb.sample(2)["step"].tolist()) for _ in range(20)} == {(0, 1), (2, 3)}
-    for key in ("", ("next", "")):  # (an entry has a name)
-        with pytest.raises(TypeError, match="end_key must be a str or a tuple of str"):
-            SliceSampler(slice_len=2, end_key=key)
+
+
+def test_an_end_key_with_an_empty_name_cuts_as_torchrl_does() -> None:
+    """tensordict takes an entry named ``""`` and TorchRL's sampler an ``end_key=""``."""
+    done = torch.tensor([0, 0, 1, 1, 1, 0, 0, 1], dtype=torch.bool)[:, None]
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=SliceSampler(
+        slice_len=2, end_key=""))
+    rb.extend(TensorDict({"": done, "obs": torch.arange(8)}, [8]))
+    pairs = {tuple(rb.sample(2)["obs"].tolist()) for _ in range(60)}
+    assert pairs == {(0, 1), (1, 2), (5, 6), (6, 7)}
 
 
 def test_trajectory_key_alias() -> None:

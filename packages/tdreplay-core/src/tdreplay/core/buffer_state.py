@@ -320,7 +320,8 @@ class BufferStateMixin:
         ``ValueError`` naming the entry), changing nothing: every check it makes before the
         buffer changes (each component's, :meth:`check_saved_parts`, the registered parts',
         the transforms', the generator's and the prefetched batches'). A buffer made of others
-        (a sharded buffer's shards) checks each before any loads.
+        asks it of each before any loads (a sharded buffer's ``load_state_dict``, of every
+        shard's buffer).
 
         Examples
         --------

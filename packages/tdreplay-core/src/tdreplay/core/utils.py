@@ -474,10 +474,6 @@ def check_key(value: Any, name: str, *, optional: bool = False) -> NestedKey | N
     Traceback (most recent call last):
     ...
     TypeError: done_key must be a str or a tuple of str, got 5.
-    >>> check_key(("next", ""), "end_key")  # (no entry has an empty name)
-    Traceback (most recent call last):
-    ...
-    TypeError: end_key must be a str or a tuple of str, got ('next', '').
     """
     if value is None and optional:
         return None
@@ -487,8 +483,6 @@ def check_key(value: Any, name: str, *, optional: bool = False) -> NestedKey | N
         key = unravel_key(value)
         if not isinstance(key, str) and not (key and all(isinstance(k, str) for k in key)):
             raise TypeError("not a key")  # (unravel_key gives () for ("a", 5))
-        if "" in ((key,) if isinstance(key, str) else key):
-            raise TypeError("an empty name")
     except Exception:  # (tensordict raises several types for a malformed key)
         raise TypeError(f"{name} must be a str or a tuple of str"
                         f"{' or None' if optional else ''}, got {value!r}.") from None
