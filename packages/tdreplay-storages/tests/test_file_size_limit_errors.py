@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -37,11 +38,11 @@ CHILD = textwrap.dedent("""
     import json, os, resource, signal, sys, torch
     from tensordict import TensorDict
     from tdreplay.core import TensorDictReplayBuffer
-    from tdreplay.storages import (CompressedListStorage, FlatStorageCheckpointer,
-                                   LazyMemmapStorage, LazyTensorStorage,
-                                   NestedStorageCheckpointer)
+    from tdreplay.storages import LazyMemmapStorage
 
-    root, limit = sys.argv[1], int(sys.argv[2])
+    root, limit, tests = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    sys.path.insert(0, tests)
+    from test_file_size_limit_errors import BUILDERS  # (the storages the tests check)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
     def rows(n, start):
@@ -61,15 +62,8 @@ CHILD = textwrap.dedent("""
             resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,
                                                        resource.RLIM_INFINITY))
 
-    storages = {
-        "tensor": lambda: LazyTensorStorage(4000),
-        "flat": lambda: LazyTensorStorage(4000, checkpointer=FlatStorageCheckpointer()),
-        "nested": lambda: LazyTensorStorage(4000, checkpointer=NestedStorageCheckpointer()),
-        "memmap": lambda: LazyMemmapStorage(4000),
-        "compressed": lambda: CompressedListStorage(4000),
-    }
     out = {}
-    for name, build in storages.items():
+    for name, build in BUILDERS.items():
         rb = TensorDictReplayBuffer(storage=build())
         rb.extend(rows(10, 0))
         path = os.path.join(root, name)
@@ -96,7 +90,8 @@ CHILD = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def limited_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("fsize")
-    done = subprocess.run([sys.executable, "-c", CHILD, str(root), str(LIMIT)],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(root), str(LIMIT),
+                           os.path.dirname(os.path.abspath(__file__))],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
     return root, json.loads(done.stdout.strip().splitlines()[-1])

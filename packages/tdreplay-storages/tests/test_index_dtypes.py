@@ -38,3 +38,21 @@ def test_masks_and_int_rows_read_and_write_the_same_rows(index):
     read = rb[index]["v"].tolist()
     rb[index] = TensorDict({"v": torch.tensor([8, 9])}, [2])
     assert rb[index]["v"].tolist() == [8, 9] and sorted(read) == [0, 2]
+
+
+def test_tuple_parts_of_a_multi_dim_index_are_checked_and_empty_indices_pass():
+    """A float or uint8 part of a tuple index of an ``ndim=2`` storage was read as rows
+    (truncated) or as a mask; an empty float array (numpy's default dtype) selects nothing."""
+    storage = LazyTensorStorage(30, ndim=2)
+    storage.set(torch.arange(4), TensorDict({"a": torch.arange(12.0).reshape(4, 3)}, [4, 3]))
+    for index in [(np.array([1.7]), np.array([0])),
+                  (torch.tensor([0, 1, 2, 3], dtype=torch.uint8), torch.tensor([0, 0, 0]))]:
+        with pytest.raises(TypeError, match="index must hold int rows or be a bool mask"):
+            storage[index]
+    with pytest.raises(TypeError, match="index must hold int rows or be a bool mask"):
+        storage.set(torch.tensor([0], dtype=torch.uint8), TensorDict({"a": torch.ones(1, 3)},
+                                                                      [1, 3]))
+    assert storage[(np.array([1]), np.array([0]))]["a"].tolist() == [3.0]
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(TensorDict({"v": torch.arange(4)}, [4]))
+    assert rb[np.array([])].batch_size == (0,)

@@ -60,7 +60,8 @@ def _wrapped(storage: Any, max_size: int | None,
 
 def _check_index_dtype(index: Any) -> None:
     """``TypeError`` naming ``index`` for a tensor or array index of floats (a read took
-    ``1.7`` for row 1) or of ``uint8`` (torch reads it as a mask, a write took it for rows).
+    ``1.7`` for row 1) or of ``uint8`` (torch reads it as a mask, a write took it for rows),
+    also as a part of a tuple index; an empty one selects nothing and passes.
 
     Examples
     --------
@@ -70,13 +71,18 @@ def _check_index_dtype(index: Any) -> None:
     ...
     TypeError: index must hold int rows or be a bool mask, got float64 values.
     """
+    if type(index) is tuple:  # (an index per dim of a multi-dim storage)
+        for part in index:
+            _check_index_dtype(part)
+        return
     dtype = getattr(index, "dtype", None)
     if dtype is None or not isinstance(index, (torch.Tensor, np.ndarray)):
         return
     if isinstance(index, np.ndarray):
-        bad = dtype.kind not in "biu" or dtype == np.uint8
-    else:
-        bad = index.is_floating_point() or index.is_complex() or dtype is torch.uint8
+        bad = index.size > 0 and (dtype.kind not in "biu" or dtype == np.uint8)
+    else:  # (an empty index selects nothing, whatever its dtype: numpy's is float64)
+        bad = index.numel() > 0 and (index.is_floating_point() or index.is_complex()
+                                     or dtype is torch.uint8)
     if bad:
         name = str(dtype).replace("torch.", "")
         raise TypeError(f"index must hold int rows or be a bool mask, got {name} values.")
@@ -329,6 +335,8 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
+        if type(cursor) is torch.Tensor and cursor.dtype is torch.uint8:
+            _check_index_dtype(cursor)  # (rows, never a mask: refused as reads refuse it)
         if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
             check_flag(set_cursor, "set_cursor")
         if self._len_tensor is not None and self._set_compiled(cursor, data, set_cursor):
