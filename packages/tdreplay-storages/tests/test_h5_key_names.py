@@ -32,3 +32,15 @@ def test_keys_that_are_no_hdf5_names_round_trip(tmp_path, keys):
     restored.loads(tmp_path)
     for key, value in keys.items():
         assert restored[:][key].tolist() == [value] * 4, key
+
+
+def test_two_entries_of_one_hdf5_name_are_refused_naming_both(tmp_path):
+    """``("a", "@b")`` and ``"a@b"`` are both saved as ``a@b`` (a last part starting with
+    ``@`` names a compaction part): h5py raised 'name already exists', naming no entry."""
+    from tdreplay.core.checkpoint import CheckpointError
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(5, checkpointer=H5StorageCheckpointer()))
+    rb.extend(TensorDict({("a", "@b"): torch.zeros(3), "a@b": torch.ones(3)}, [3]))
+    with pytest.raises(CheckpointError, match=r"entries .* would both be saved as the HDF5 "
+                                              r"dataset 'a@b'"):
+        rb.dumps(tmp_path)

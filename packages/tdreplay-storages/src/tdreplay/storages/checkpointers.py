@@ -700,6 +700,15 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
         import h5py
 
         index = {}
+        stored_of = {key: tuple(map(_h5_name, _stored_path(key))) for key in arrays}
+        owner: dict[tuple[str, ...], tuple[str, ...]] = {}
+        for key, stored in stored_of.items():  # (before the file: h5py's error names none)
+            other = owner.setdefault(stored, key)
+            if other != key:
+                raise CheckpointError(
+                    f"entries {other!r} and {key!r} would both be saved as the HDF5 dataset "
+                    f"{'/'.join(stored)!r} (a last key part starting with '@' names a TED "
+                    "compaction part): rename one, or use another checkpointer.")
         target = path / self.checkpoint_file
         # the room for the uncompressed data (an upper bound), checked before HDF5 writes: it
         # crashes the process on some failed writes where this raises OSError (reserve_file)
@@ -707,7 +716,7 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
                      + _H5_FILE_OVERHEAD + _H5_DATASET_OVERHEAD * len(arrays))
         with h5py.File(target, "w") as f:
             for i, (key, tensor) in enumerate(arrays.items()):
-                stored = tuple(map(_h5_name, _stored_path(key)))
+                stored = stored_of[key]
                 array = _to_numpy(tensor)
                 # compression filters need at least one dimension
                 kwargs = self.h5_kwargs if array.ndim else {}
