@@ -28,6 +28,20 @@ def retry_until(call, accept: tuple[type[BaseException], ...], timeout: float):
             time.sleep(0.2)
 
 
+def until_dead(shard: Any, timeout: float = 60.0) -> None:
+    """Wait until the actor of a killed ``shard`` (a buffer client) answers as dead."""
+    from tdreplay.distributed import BufferActorDiedError
+
+    def dead() -> None:
+        try:
+            len(shard)
+        except BufferActorDiedError:
+            return
+        raise TimeoutError
+
+    retry_until(dead, (TimeoutError,), timeout)
+
+
 def make_batch(collector: int, seq: int, size: int, *, sleep: float = 0.0) -> TensorDict:
     """Batch ``seq`` of ``collector``: rows tagged with both and their row number.
 

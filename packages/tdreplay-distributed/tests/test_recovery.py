@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 import torch
-from distributed_workers import make_batch, retry_until
+from distributed_workers import make_batch, retry_until, until_dead
 from tensordict import TensorDict
 
 from tdreplay.core import ListStorage, TensorDictReplayBuffer
@@ -31,18 +31,6 @@ from tdreplay.storages import LazyTensorStorage
 
 def _until(call, accept=(RemoteBufferError,), timeout=60.0):
     return retry_until(call, accept, timeout)
-
-
-def _until_dead(shard) -> None:
-    """Wait until a killed shard's actor answers as dead."""
-    def dead():
-        try:
-            len(shard)
-        except BufferActorDiedError:
-            return
-        raise TimeoutError
-
-    _until(dead, accept=(TimeoutError,))
 
 
 def _restarting(tmp_path=None) -> RayReplayBuffer:
@@ -184,7 +172,7 @@ def test_one_dead_shard_leaves_the_others_serving_and_only_it_is_respawned(two_s
     rb.extend(make_batch(3, 0, 5))  # shard 0: newer than the checkpoint
     live_pid = rb.shards[0].actor_info["pid"]
     ray_session.kill(rb.shards[1].actor)
-    _until_dead(rb.shards[1])
+    until_dead(rb.shards[1])
     with pytest.warns(ShardsUnavailableWarning, match="shard 1 is unavailable"):
         data, info = _until(lambda: rb.sample(return_info=True), accept=())
     assert info["dead_shards"] == (1,) and rb.dead_shards == (1,)
@@ -261,7 +249,7 @@ def test_a_priority_update_after_a_shard_died_sets_it_aside(ray_session, how):
         rb.extend(TensorDict({"x": torch.arange(2.0)}, [2]))
         rb.extend(TensorDict({"x": torch.arange(2.0)}, [2]))
         ray_session.kill(rb.shards[1].actor)
-        _until_dead(rb.shards[1])
+        until_dead(rb.shards[1])
         index, priority = torch.tensor([0, 1, 10, 11]), torch.tensor([5.0, 5.0, 7.0, 7.0])
         with pytest.warns(ShardsUnavailableWarning, match="shard 1 is unavailable"):
             if how == "update_priority":

@@ -12,7 +12,7 @@ from functools import partial
 
 import pytest
 import torch
-from distributed_workers import make_batch, retry_until
+from distributed_workers import make_batch, until_dead
 from tensordict import TensorDict
 
 from tdreplay.core import TensorDictReplayBuffer
@@ -27,18 +27,6 @@ from tdreplay.storages import LazyTensorStorage
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::tdreplay.distributed.ShardsUnavailableWarning")
-
-
-def _until_dead(shard) -> None:
-    """Wait until a killed shard's actor answers as dead."""
-    def dead():
-        try:
-            len(shard)
-        except BufferActorDiedError:
-            return
-        raise TimeoutError
-
-    retry_until(dead, (TimeoutError,), 60.0)
 
 
 def _buffer(**kwargs) -> ShardedReplayBuffer:
@@ -60,7 +48,7 @@ def test_respawn_rebuilds_every_shard_when_all_are_dead(ray_session, tmp_path):
         for shard in rb.shards:
             ray_session.kill(shard.actor)
         for shard in rb.shards:
-            _until_dead(shard)
+            until_dead(shard)
         with pytest.raises(BufferActorDiedError, match="every shard of the buffer is dead"):
             len(rb)
         rb.respawn(tmp_path / "ckpt")
@@ -92,7 +80,7 @@ def test_priority_updates_raise_once_no_shard_is_left(ray_session, how):
         for shard in rb.shards:
             ray_session.kill(shard.actor)
         for shard in rb.shards:
-            _until_dead(shard)
+            until_dead(shard)
     else:
         user = rb.client() if how.startswith("client") else pickle.loads(pickle.dumps(rb))
         rb.close()
@@ -107,11 +95,31 @@ def test_priority_updates_raise_once_no_shard_is_left(ray_session, how):
         rb.close()
 
 
+@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
+def test_a_priority_update_of_one_shard_raises_when_no_shard_is_left(ray_session, how):
+    # (an index naming shard 0 only returned normally: shard 0 was marked dead, shard 1 was
+    # not asked, so the update was dropped as if other shards lived)
+    rb = _prioritized()
+    try:
+        for shard in rb.shards:
+            ray_session.kill(shard.actor)
+        for shard in rb.shards:
+            until_dead(shard)
+        update = {"update_priority": lambda: rb.update_priority(torch.tensor([0]), 2.0),
+                  "update_tensordict_priority": lambda: rb.update_tensordict_priority(
+                      TensorDict({"index": torch.tensor([0]), "td_error": torch.ones(1)},
+                                 [1]))}[how]
+        with pytest.raises(BufferActorDiedError, match="every shard of the buffer is dead"):
+            update()
+    finally:
+        rb.shutdown()
+
+
 def test_a_priority_update_still_drops_a_dead_shards_part_while_others_live(ray_session):
     rb = _prioritized()
     try:
         ray_session.kill(rb.shards[1].actor)
-        _until_dead(rb.shards[1])
+        until_dead(rb.shards[1])
         with pytest.warns(ShardsUnavailableWarning, match="shard 1"):
             rb.update_priority(torch.tensor([0, 20]), 3.0)
         assert rb.dead_shards == (1,)
@@ -137,6 +145,9 @@ def test_load_state_dict_refused_by_one_shard_changes_no_shard(ray_session):
         with pytest.raises(ValueError, match=r"shard 1: state_dict\['_storage'\].*max_size"):
             rb.load_state_dict(bad)
         assert _ids(rb) == before and len(rb) == 6
+        with pytest.raises(ValueError, match=r"entries \['bogus'\] that a ShardedReplayBuffer"):
+            rb.load_state_dict({**state, "bogus": 1})  # (was taken without a word)
+        assert _ids(rb) == before
         rb.load_state_dict(state)  # a good one loads into every shard
         assert _ids(rb) == [[1] * 5, [2] * 5] and len(rb) == 10
         assert rb.sample(32)["collector"].unique().tolist() == [1, 2]

@@ -227,6 +227,11 @@ class ShardCalls:
         """``shard`` answered: it is no longer skipped as unavailable."""
         self.unavailable.pop(shard, None)
 
+    def confirm_live(self, what: str, timeout: float | None) -> None:
+        """Raise as :meth:`live` does unless some shard answers now (a cheap ``length``): a
+        call whose own shards were all found dead does not tell whether the others live."""
+        self.tolerant([(k, "length", ()) for k in self.live()], what, timeout)
+
     def strict(self, calls: Sequence[Call], what: str, timeout: float | None) -> list[Any]:
         """Results of ``calls`` (``(shard, method, args)``) in order; any error raises."""
         self.check_open(what)

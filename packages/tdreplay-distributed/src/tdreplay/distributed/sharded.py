@@ -403,14 +403,16 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         self._calls.check_open("update_priority")
         self._calls.live()  # raises when no shard is left (dead, or the buffer was closed)
         skipped = self._calls.skipped()
-        parts = [part for part in split_priority_update(index, priority, write_generation,
-                                                        self._offsets)
-                 if part[0] not in skipped]
+        split = split_priority_update(index, priority, write_generation, self._offsets)
+        parts = [part for part in split if part[0] not in skipped]
         parts = check_every_shard(parts, self._ask_live, self._offsets)  # a refusal: no change
         calls = [(k, "update_priority", (pack(local), pack(values), pack(kwargs)))
                  for k, local, values, kwargs in parts]
-        for k, mass in self._calls.tolerant(calls, "update_priority", self._call_timeout):
+        answers = self._calls.tolerant(calls, "update_priority", self._call_timeout)
+        for k, mass in answers:
             self._calls.note_mass(k, mass)
+        if split and not answers:  # every shard concerned is gone: raise if no other is left
+            self._calls.confirm_live("update_priority", self._call_timeout)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from ``data[priority_key]`` at the global ``data["index"]``.
@@ -423,8 +425,8 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         info = self._clients[0].info  # the shards are built alike
         data = priority_entries(data, info)
         skipped = self._calls.skipped()
-        parts = [(k, part) for k, part in split_priority_rows(data, self._offsets)
-                 if k not in skipped]
+        split = split_priority_rows(data, self._offsets)
+        parts = [(k, part) for k, part in split if k not in skipped]
         key = info.get("priority_key")
         if key is not None and key in data.keys():  # (else every shard refuses alike)
             # every shard checks its part first: a refusal (a NaN, a negative) changes no shard
@@ -434,9 +436,11 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
             answered = {k for k, *_ in checked}
             parts = [(k, part) for k, part in parts if k in answered]
         calls = [(k, "update_tensordict_priority", (pack(part),)) for k, part in parts]
-        for k, mass in self._calls.tolerant(calls, "update_tensordict_priority",
-                                            self._call_timeout):
+        answers = self._calls.tolerant(calls, "update_tensordict_priority", self._call_timeout)
+        for k, mass in answers:
             self._calls.note_mass(k, mass)
+        if split and not answers:  # every shard concerned is gone: raise if no other is left
+            self._calls.confirm_live("update_tensordict_priority", self._call_timeout)
 
     # ---- sampling ----------------------------------------------------------------------------
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:

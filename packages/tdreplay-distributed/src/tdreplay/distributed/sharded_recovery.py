@@ -132,6 +132,10 @@ class ShardedRecoveryMixin:
                 or len(state_dict["shards"]) != self.num_shards:
             raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
                              f"{self.num_shards} shards.")
+        unknown = sorted(map(str, set(state_dict) - {"num_shards", "shards"}))
+        if unknown:
+            raise ValueError(f"state_dict has entries {unknown} that a ShardedReplayBuffer "
+                             "never saves: it is the state of something else.")
         self._check_every_shard_alive("load_state_dict")
         token = uuid.uuid4().hex
         try:
