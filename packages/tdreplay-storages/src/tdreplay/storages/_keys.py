@@ -64,7 +64,7 @@ def empty_levels(td: TensorDictBase) -> list[NestedKey]:
     [('f', 'g'), 'e']
     """
     return sorted((key for key, value in td.items(include_nested=True)
-                   if is_tensor_collection(value) and not _is_leaf(type(value))
+                   if isinstance(value, TensorDictBase) and not _is_leaf(type(value))
                    and next(iter(value.keys()), None) is None), key=str)
 
 
