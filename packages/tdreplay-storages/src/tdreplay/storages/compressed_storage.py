@@ -616,6 +616,11 @@ class CompressedListStorage(ListStorage):
         ...
         ValueError: state_dict['max_size'] is 8 but this CompressedListStorage has max_size=4: ...
         """
+        self._checked_state(state_dict)
+
+    def _checked_state(self, state_dict: Any) -> tuple[list[CompressedRow], Codec | LeafCodec]:
+        """The rows of ``state_dict`` (its record decoded once) and the codec that reads them,
+        after every check of :meth:`check_state_dict`."""
         if not isinstance(state_dict, dict):
             raise ValueError(f"CompressedListStorage state_dict must be a dict, got "
                              f"{type(state_dict).__name__}.")
@@ -630,6 +635,7 @@ class CompressedListStorage(ListStorage):
             check_row_checksums(rows, codec, state_dict.get("row_crc"), "state_dict['row_crc']")
         except ValueError as err:
             raise ValueError(f"state_dict: {err}") from err
+        return rows, codec
 
     def saved_rows(self, state_dict: dict[str, Any]) -> int:
         saved = state_dict["storage"]
@@ -685,9 +691,8 @@ class CompressedListStorage(ListStorage):
                 raise ValueError(f"state_dict['storage'][{i}] cannot be read: {problem}.")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.check_state_dict(state_dict)
-        codec = self.codec_for(state_dict["codec"])
-        self.replace_items(_saved_rows(state_dict["storage"]))
+        rows, codec = self._checked_state(state_dict)
+        self.replace_items(rows)
         self.codec = codec  # (the other built-in codec, for a checkpoint of it)
 
     def replace_items(self, items: Sequence[Any]) -> None:
