@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from tensordict import is_tensor_collection
+from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import (
     ListStorage,
@@ -280,6 +280,12 @@ class BufferServer(EditsServerMixin):
         write), and no rows of it: a TensorDict of its keys, row shapes and dtypes (``None``
         when it is not laid out or does not hold TensorDicts), what :meth:`_lay_out_like`
         lays another shard's storage out from."""
+        laid_out, template = self._no_rows()
+        return laid_out, None if template is None else pack(template)
+
+    def _no_rows(self) -> tuple[bool, TensorDictBase | None]:
+        """Whether the storage is laid out, and its rows ``[0:0]`` when they are a TensorDict
+        (``None`` otherwise): :meth:`layout_template` unpacked."""
         storage = self.buffer.storage
         if not storage.initialized:
             return False, None
@@ -287,7 +293,7 @@ class BufferServer(EditsServerMixin):
             template = storage[0:0]
         except Exception:  # noqa: BLE001 - a storage that cannot read no rows: nothing to copy
             return True, None
-        return True, pack(template) if is_tensor_collection(template) else None
+        return True, template if is_tensor_collection(template) else None
 
     def _lay_out_like(self, template: Any) -> None:
         """While this buffer's storage is not laid out (a lazy storage before its first
@@ -314,10 +320,10 @@ class BufferServer(EditsServerMixin):
         are not the batch's)."""
         if not is_tensor_collection(data) or self.buffer.transform.transforms:
             return
-        laid_out, template = self.layout_template()
-        if not laid_out or template is None:
+        _, template = self._no_rows()  # (not packed and unpacked at every write)
+        if template is None:
             return
-        held = set(unpack(template).keys(include_nested=True, leaves_only=True))
+        held = set(template.keys(include_nested=True, leaves_only=True))
         given = set(data.keys(include_nested=True, leaves_only=True))
         extra = sorted(map(str, given - held))
         if extra:
