@@ -48,6 +48,7 @@ from ._object_values import (
     non_tensor_keys,
     values_of,
 )
+from ._row_writes import slice_bound
 from ._tensorclasses import NestedClasses, nested_tensorclasses
 
 __all__ = ["ObjectLayout", "first_layout", "grown_layout", "wrapped_layout"]
@@ -163,15 +164,16 @@ class ObjectLayout(TensorLayout):
         return None
 
     def write(self, rows: Any, td: TensorDictBase, leaves: list[torch.Tensor] | None,
-              single: bool) -> tuple[int | None, int | None]:
+              single: bool, written: int | None = None) -> tuple[int | None, int | None]:
         """:meth:`~._layout.TensorLayout.write` of the tensors and the non-tensor entries of
         ``td``, every value checked before anything is written."""
         cap = self.rows
+        base = cap if written is None else written
         if single:
             lead: tuple[int, ...] = tuple(self.inner)
             where: Any = None
         elif isinstance(rows, slice):
-            where = range(*rows.indices(cap))
+            where = range(*rows.indices(slice_bound(rows, cap, base)))
             lead = (len(where), *self.inner)
         else:
             where = as_long_tensor(rows, name="rows").reshape(-1)
@@ -179,9 +181,9 @@ class ObjectLayout(TensorLayout):
         values = self._values_for(td, lead)
         tensors = td.exclude(*self.object_keys)
         top, last = super().write(rows, tensors, TensorLayout.matching_leaves(self, tensors),
-                                  single)
-        if single:  # (rows checked by the tensor write)
-            row = int(rows) % cap
+                                  single, written)
+        if single:  # (rows checked by the tensor write; negative ones count from ``base``)
+            row = int(rows) + base if int(rows) < 0 else int(rows)
             for key, new in values.items():
                 self.objects[key][row:row + 1] = new[None]
         elif isinstance(where, range) and where.step == 1:
@@ -189,7 +191,8 @@ class ObjectLayout(TensorLayout):
                 self.objects[key][where.start:where.stop] = new
         else:
             index = (torch.tensor(list(where), dtype=torch.long) if isinstance(where, range)
-                     else where).remainder(cap).cpu().numpy()
+                     else where)
+            index = torch.where(index < 0, index + base, index).cpu().numpy()
             for key, new in values.items():
                 self.objects[key][index] = new
         return top, last

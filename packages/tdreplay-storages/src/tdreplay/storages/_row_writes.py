@@ -19,16 +19,18 @@ from tdreplay.core.utils import as_long_tensor, range_tensor
 if TYPE_CHECKING:
     from ._layout import TensorLayout
 
-__all__ = ["before_write", "write_rows", "write_run"]
+__all__ = ["before_write", "slice_bound", "write_rows", "write_run"]
 
 
 def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
-               leaves: list[torch.Tensor] | None, single: bool) -> tuple[int | None, int | None]:
+               leaves: list[torch.Tensor] | None, single: bool,
+               written: int | None = None) -> tuple[int | None, int | None]:
     """Write ``td`` at ``rows`` of ``layout`` (one item at an int row, else a batch at a slice
-    or at row indices; negative rows count from the end) after checking it (its
-    ``source_leaves``, with ``leaves`` of its ``matching_leaves`` if known). Returns ``(top,
-    last)``: the row count the write reaches (``None`` when it writes no row) and the row
-    written last (``None``: none).
+    or at row indices) after checking it (its ``source_leaves``, with ``leaves`` of its
+    ``matching_leaves`` if known). Negative rows count from the ``written`` rows (``None``:
+    all of them, a full storage), as ``get(-1)`` counts them: ``-1`` is the last written row,
+    never a row past it. Returns ``(top, last)``: the row count the write reaches (``None``
+    when it writes no row) and the row written last (``None``: none).
 
     Examples
     --------
@@ -43,22 +45,26 @@ def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
     [1.0, 0.0, 0.0, 1.0, 0.0]
     """
     cap = layout.rows
+    base = cap if written is None else written
     if single:
         row = int(rows)
-        if not -cap <= row < cap:
-            raise IndexError(f"row {row} out of range for a storage of {cap} rows.")
-        row %= cap
+        if not -base <= row < cap:
+            raise _out_of_range(row, cap, base, f"row {row} out of range for a storage of "
+                                                f"{cap} rows.")
+        if row < 0:
+            row += base
         write_run(layout, row, row + 1, td, leaves, lead=layout.inner)
         return row + 1, row
     if isinstance(rows, slice):
-        start, stop, step = rows.indices(cap)
+        # (full: every bound counts from the end, no call on the hot path)
+        start, stop, step = rows.indices(cap if base == cap else slice_bound(rows, cap, base))
         if step != 1:
             rows = range_tensor(range(start, stop, step))
         else:
             stop = max(stop, start)  # (an empty slice, e.g. [7:1]: no row)
             write_run(layout, start, stop, td, leaves)
             return (stop, stop - 1) if stop > start else (None, None)
-    rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap)
+    rows, top = _rows_in_range(as_long_tensor(rows, name="rows").reshape(-1), cap, base)
     src = layout.source_leaves(td, (rows.numel(), *layout.inner), leaves)
     before_write(layout, top + 1, top + 1)  # rows in any order: all below the top one
     layout.index_copy_rows(rows.to(layout.device), src)
@@ -133,15 +139,34 @@ def before_write(layout: TensorLayout, start: int, stop: int) -> None:
     layout.unfilled_from = stop if stop < layout.rows else None
 
 
-def _rows_in_range(rows: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
-    """``rows`` (1-D) checked against ``cap`` rows, negative ones counted from the end, and the
-    highest row (``-1`` for no rows)."""
+def slice_bound(rows: slice, cap: int, written: int) -> int:
+    """The length ``rows`` (a slice) is taken of: the ``written`` rows when a bound of it is
+    negative (``[-2:]``: the last two written rows), else the ``cap`` rows (a slice past the
+    written rows writes new ones)."""
+    negative = (rows.start is not None and rows.start < 0) or \
+        (rows.stop is not None and rows.stop < 0)
+    return written if negative else cap
+
+
+def _out_of_range(value: int, cap: int, written: int, message: str) -> IndexError:
+    """The ``IndexError`` of row ``value``: ``message``, or for a negative row before the first
+    written one of a storage that is not full, one saying the rows count from the written."""
+    if value < 0 and written < cap:
+        return IndexError(f"cursor {value} is out of range: the storage holds {written} "
+                          "written rows (negative rows count from them).")
+    return IndexError(message)
+
+
+def _rows_in_range(rows: torch.Tensor, cap: int, written: int) -> tuple[torch.Tensor, int]:
+    """``rows`` (1-D) checked against ``cap`` rows, negative ones counted from the ``written``
+    rows, and the highest row (``-1`` for no rows)."""
     if not rows.numel():
         return rows, -1
     lo, top = (int(v) for v in torch.aminmax(rows))  # one pass for the check and the top row
-    if top >= cap or lo < -cap:
-        raise IndexError(f"rows out of range for a storage of {cap} rows.")
-    if lo < 0:  # negative rows count from the end
-        rows = rows % cap
+    if top >= cap or lo < -written:
+        raise _out_of_range(lo if lo < -written else top, cap, written,
+                            f"rows out of range for a storage of {cap} rows.")
+    if lo < 0:  # negative rows count from the written rows (from the end once full)
+        rows = torch.where(rows < 0, rows + written, rows)
         top = int(rows.max())
     return rows, top

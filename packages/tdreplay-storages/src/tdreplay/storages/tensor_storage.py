@@ -88,39 +88,6 @@ def _check_index_dtype(index: Any) -> None:
         raise TypeError(f"index must hold int rows or be a bool mask, got {name} values.")
 
 
-def _negative_rows_from(cursor: Any, written: int, single: bool) -> Any:
-    """``cursor`` with its negative rows counted from the ``written`` rows of a storage that is
-    not full (``-1``: the last written row, as ``get(-1)`` and a list storage count it, not the
-    storage's last row, which would count the rows between as written); ``IndexError`` naming
-    ``cursor`` for one before the first row.
-
-    Examples
-    --------
-    >>> _negative_rows_from(-1, 5, single=True), _negative_rows_from(slice(-2, None), 5, False)
-    (4, slice(3, 5, 1))
-    >>> _negative_rows_from(torch.tensor([0, -1]), 5, single=False).tolist()
-    [0, 4]
-    """
-    def row(value: int) -> int:
-        if value < -written:
-            raise IndexError(f"cursor {value} is out of range: the storage holds {written} "
-                             "written rows (negative rows count from them).")
-        return value + written if value < 0 else value
-
-    if single:
-        return row(int(cursor)) if int(cursor) < 0 else cursor
-    if isinstance(cursor, slice):
-        start, stop = cursor.start, cursor.stop
-        if (start is None or start >= 0) and (stop is None or stop >= 0):
-            return cursor
-        return slice(*cursor.indices(written))  # (Python's slice of the written rows)
-    rows = as_long_tensor(cursor, name="cursor")
-    if rows.numel() and int(rows.min()) < 0:
-        row(int(rows.min()))  # (the check)
-        return torch.where(rows < 0, rows + written, rows)
-    return cursor
-
-
 def _rows_for(inner: Sequence[int], max_size: int) -> int:
     """Row capacity of ``max_size`` slots in rows of shape ``inner``."""
     rows = max_size // max(math.prod(inner), 1)
@@ -373,9 +340,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                         self._layout = layout  # a refused write adds nothing
                         raise
         written = self._rows_written()
-        if written < layout.rows:  # (full: negative rows count from the end, as from len)
-            cursor = _negative_rows_from(cursor, written, single)
-        top, last = layout.write(cursor, td, leaves, single)
+        top, last = layout.write(cursor, td, leaves, single, written)  # (-1: last written row)
         if top is not None and top > written:  # (a full buffer: no update)
             self._set_rows_written(top)
         if last is not None and set_cursor:
