@@ -109,7 +109,7 @@ def test_write_past_capacity_is_runtime_and_index_error_and_writes_nothing():
     s = CompressedListStorage(5)
     with pytest.raises(RuntimeError):
         s.set(10, torch.randn(2, 2))
-    with pytest.raises(StorageIndexError, match="out of range"):
+    with pytest.raises(StorageIndexError, match="out of range for a CompressedListStorage"):
         s.set(10, torch.randn(2, 2))
     assert len(s) == 0
     with pytest.raises(IndexError):

@@ -165,3 +165,14 @@ def test_tensors_of_one_shape_are_stacked_other_items_stay_lists():
     items = LazyStackStorage(4)
     items.set(0, [torch.zeros(2), torch.ones(2)])
     assert isinstance(items.get(0), list) and len(items[0]) == 2
+
+
+def test_rows_out_of_range_are_refused_naming_this_storage():
+    from tdreplay.core import StorageIndexError
+
+    s = LazyStackStorage(4)
+    s.set([0, 1], TensorDict({"a": torch.zeros(2, 3)}, [2]))
+    with pytest.raises(StorageIndexError, match=r"rows \[7\] out of range for a LazyStackStorage"):
+        s.set(7, TensorDict({"a": torch.ones(3)}, []))
+    assert len(s) == 2
+    assert (s.get(1)["a"] == 0).all()

@@ -509,7 +509,7 @@ class ListStorage(Storage):
             rows_list = [r + n if -n <= r < 0 else r for r in rows_list]
         bad = [r for r in rows_list if not 0 <= r < self.max_size]
         if bad:
-            raise StorageIndexError(f"rows {bad[:5]} out of range for a ListStorage of "
+            raise StorageIndexError(f"rows {bad[:5]} out of range for a {type(self).__name__} of "
                                     f"max_size {self.max_size} holding {n} items.")
         appended = sorted({r for r in rows_list if r >= n})
         if appended != list(range(n, n + len(appended))):
