@@ -8,14 +8,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import (
-    ListStorage,
     ReplayBuffer,
     Sampler,
     Storage,
-    TensorDictReplayBuffer,
     Transform,
     Writer,
 )
@@ -26,6 +23,8 @@ from tdreplay.core.utils import check_flag, check_instance
 from ._member_state import MEMBER_BUFFERS, MemberBufferStates
 from ._members import select_members
 from .collate import PartsCollate, stack_parts
+from .priorities import EnsemblePrioritiesMixin
+from .reads import EnsembleReadsMixin
 from .routed_updates import RoutedUpdatesMixin
 from .routing import RoutedWritesMixin, check_routing, refuse_write
 from .sampler import SamplerEnsemble
@@ -134,19 +133,9 @@ def _check_collate_fns(collate_fns: Any, n: int) -> list[Callable[[Any], Any]] |
     return list(collate_fns)
 
 
-_TD_INFO_WRITER: list[TensorDictReplayBuffer] = []
-
-
-def _td_info_writer() -> TensorDictReplayBuffer:
-    """A TensorDictReplayBuffer whose ``attach_info`` writes a sampler's per-item info into a
-    TensorDict part as TensorDict buffers do (it reads only its arguments), made once."""
-    if not _TD_INFO_WRITER:
-        _TD_INFO_WRITER.append(TensorDictReplayBuffer(storage=ListStorage(1)))
-    return _TD_INFO_WRITER[0]
-
-
 class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMixin,
-                           EnsembleSharingMixin, ReplayBuffer):
+                           EnsembleSharingMixin, EnsembleReadsMixin, EnsemblePrioritiesMixin,
+                           ReplayBuffer):
     """An ensemble of replay buffers: one ``sample`` draws from several buffers at once.
 
     It composes a :class:`StorageEnsemble`, a :class:`SamplerEnsemble` and a
@@ -443,16 +432,6 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
             shared=self.shared,
         )
 
-    def _read_joined(self, positions: list[int], index: Any) -> Any:
-        """``index`` of the buffers at ``positions``, each part collated and transformed by its
-        buffer, joined, then transformed by the ensemble."""
-        with self._lock:
-            parts = [(i, self._storage_ensemble.storages[i][index]) for i in positions]
-        data = self._collate_fn(parts)
-        if len(self._transform):
-            data = self._transform(data)
-        return data
-
     def holds_lock(self) -> bool:
         """Whether the calling thread holds the lock of a member buffer (the ensemble's lock
         holds them all; see :meth:`ReplayBuffer.holds_lock`)."""
@@ -488,127 +467,6 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         for rb, member_mark in zip(self._rbs, members, strict=True):
             rb.undo_read_state(member_mark)
         super().undo_read_state(own)
-
-    def read_all_in_order(self, end: int | None = None) -> Any:
-        """Every buffer's contents in physical order (``rb[:, :end]``), joined."""
-        return self[slice(None), slice(None, end)]
-
-    def attach_info(self, data: Any, info: dict[str, Any], only_missing: bool = False) -> Any:
-        index = info.get("index")
-        if is_tensor_collection(data):
-            return self._attach_to(data, index, info, only_missing)
-        if isinstance(data, list) and index is not None:
-            # parts kept apart by collate_fn: each part gets its own slice of the index and info
-            part_indices = list(index.unbind(0)) if is_tensor_collection(index) else list(index)
-            if len(part_indices) == len(data):
-                return [self._attach_to(part, part_indices[j],
-                                        {k: v[j] for k, v in info.items() if k != "index"},
-                                        only_missing)
-                        for j, part in enumerate(data)]
-        return data
-
-    def _attach_to(self, data: Any, index: Any, info: dict[str, Any],
-                   only_missing: bool = False) -> Any:
-        if not is_tensor_collection(data):
-            return data
-        # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
-        # writes them; the ensemble index (a TensorDict) is written below
-        data = _td_info_writer().attach_info(data, info, only_missing)
-        if not isinstance(index, TensorDictBase):
-            return data
-        if only_missing and data.get("index", None) is not None:
-            return data
-        batch = data.batch_size
-        if batch[: index.batch_dims] != index.batch_size:
-            return data
-        if index.batch_size == batch:
-            index = index.copy()  # its own TensorDict over the same tensors; expand costs ~10x
-        else:
-            while index.batch_dims < len(batch):
-                index = index.unsqueeze(-1)
-            index = index.expand(batch)
-        if data.is_locked:
-            data = data.unlock_()
-        data.set("index", index)
-        return data
-
-    # ---- priorities -----------------------------------------------------------------------------
-    def update_priority(self, index: Any, priority: Any, *,
-                        write_generation: Any = None) -> None:
-        """Set the priorities of ``index``, an ensemble index (``sample["index"]``, or a list of
-        its parts), through each member's sampler (:meth:`SamplerEnsemble.update_priority`).
-
-        Every part's ``"buffer_ids"`` must hold integer ids of one member of the ensemble
-        (``TypeError`` for a non-integer dtype, ``IndexError`` for an id outside
-        ``[0, len(rb) - 1]``, which is never counted from the end, ``ValueError`` for a part
-        naming several members, each naming ``buffer_ids``), checked before any member's
-        priorities change: a refused index changes nothing. ``write_generation`` (the
-        sample's ``"write_generation"``, of the index's shape) lets each prioritized member
-        skip the rows overwritten since the sample, as a prioritized buffer's own update does.
-
-        Examples
-        --------
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
-        >>> from tdreplay.storages import LazyTensorStorage
-        >>> members = [TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.4,
-        ...                                              storage=LazyTensorStorage(4))
-        ...            for _ in range(2)]
-        >>> for member in members:
-        ...     _ = member.extend(TensorDict({"x": torch.zeros(4)}, [4]))
-        >>> rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
-        >>> s = rb.sample()
-        >>> _ = members[1].extend(TensorDict({"x": torch.ones(4)}, [4]))  # overwritten since
-        >>> rb.update_priority(s["index"], torch.full(s.shape, 10.0),
-        ...                    write_generation=s["write_generation"])
-        >>> round(members[1].sampler.total_priority, 3)  # its new rows keep priority 1 each
-        4.0
-        >>> members[0].sampler.total_priority > 4.0  # the other member's drawn rows: 10 each
-        True
-        """
-        extra = {} if write_generation is None else {"write_generation": write_generation}
-        with self._lock:
-            self._sampler.update_priority(index, priority, storage=self._storage, **extra)
-
-    def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from a sample: ``data[priority_key]`` (the members' common
-        ``priority_key``) at ``data["index"]``, with ``data["write_generation"]`` when present
-        (see :meth:`update_priority`); ``KeyError`` naming what is missing.
-
-        Examples
-        --------
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
-        >>> from tdreplay.storages import LazyTensorStorage
-        >>> members = [TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.4,
-        ...                                              storage=LazyTensorStorage(4))
-        ...            for _ in range(2)]
-        >>> for member in members:
-        ...     _ = member.extend(TensorDict({"x": torch.zeros(4)}, [4]))
-        >>> rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=4)
-        >>> sample = rb.sample()
-        >>> sample["td_error"] = torch.full(sample.shape, 5.0)
-        >>> rb.update_tensordict_priority(sample)
-        >>> members[0].sampler.total_priority > 4.0
-        True
-        """
-        keys = {getattr(rb, "priority_key", None) for rb in self._rbs}
-        if len(keys) != 1 or None in keys:
-            raise TypeError(f"update_tensordict_priority needs members that share one "
-                            f"priority_key (TensorDict buffers), got {sorted(map(str, keys))}; "
-                            "call update_priority(index, priority) instead.")
-        (key,) = keys
-        missing = [name for name in ("index", key) if data.get(name, None) is None]
-        if missing:
-            raise KeyError(f"update_tensordict_priority needs {missing} in data.")
-        index, priority = data.get("index"), data.get(key)
-        if isinstance(priority, torch.Tensor) and priority.ndim > len(index.batch_size) \
-                and all(size == 1 for size in priority.shape[len(index.batch_size):]):
-            priority = priority.reshape(index.batch_size)  # ([..., 1] as a member's method)
-        self.update_priority(index, priority,
-                             write_generation=data.get("write_generation", None))
 
     # ---- state ----------------------------------------------------------------------------------
     def check_saveable(self) -> None:
