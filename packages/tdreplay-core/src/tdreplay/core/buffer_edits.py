@@ -34,6 +34,8 @@ class InPlaceEditsMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
+        def _swap_entries(self, index: Any, entries: dict[Any, Any]
+                          ) -> tuple[Any, dict[Any, Any]]: ...
         def _check_writing_process(self) -> None: ...
         def _storage_writers(self) -> list[Writer]: ...
         def _tell_readers_edited(self, keys: Any) -> None: ...
@@ -76,7 +78,23 @@ class InPlaceEditsMixin:
         self[:end] = data
 
     def set_(self: SelfT, key: Any, value: Any) -> SelfT:
-        """Set entry ``key`` of every written row in place."""
+        """Set entry ``key`` of every written row in place; ``value`` is laid out as
+        ``rb[:][key]`` reads it (with ``dim_extend`` > 0, environments first: it is swapped
+        back into the storage's layout as ``rb[i] = x`` is) or broadcasts to it.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(6, ndim=2))  # dim_extend=1
+        >>> _ = rb.extend(TensorDict({"r": torch.zeros(2, 3)}, [2, 3]))  # 2 envs, 3 steps
+        >>> _ = rb.set_("r", torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+        >>> rb[:]["r"].tolist()
+        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+        """
+        value = self._swap_entries(slice(None), {key: value})[1][key]
         with self._lock:
             self._check_editable()
             self._storage.set_key(key, value)
@@ -85,18 +103,52 @@ class InPlaceEditsMixin:
         return self
 
     def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
-        """Set entry ``key`` at rows ``index`` in place."""
+        """Set entry ``key`` at ``index`` in place: ``index`` and ``value`` as for
+        ``rb[index][key]`` (with ``dim_extend`` > 0, ``index`` addresses that dimension).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
+        >>> _ = rb.extend(TensorDict({"r": torch.zeros(2, 3)}, [2, 3]))
+        >>> _ = rb.set_at_("r", torch.tensor([7.0, 8.0, 9.0]), 1)  # environment 1's steps
+        >>> rb[:]["r"].tolist()
+        [[0.0, 0.0, 0.0], [7.0, 8.0, 9.0]]
+        """
+        index, swapped = self._swap_entries(index, {key: value})
         with self._lock:
             self._check_editable()
-            self._storage.set_key(key, value, index)
+            self._storage.set_key(key, swapped[key], index)
             self._sampler.mark_edited([key])
             self._tell_readers_edited([key])
         return self
 
     def update_(self: SelfT, input_dict_or_td: Any, clone: bool = False, *,
                 keys_to_update: Any = None) -> SelfT:
-        """Update the written rows in place from a dict or TensorDict."""
+        """Update the written rows in place from a dict or TensorDict laid out as ``rb[:]``
+        reads them (see :meth:`set_`); ``keys_to_update``: only these entries.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tdreplay.core import ReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(4))
+        >>> _ = rb.extend(TensorDict({"r": torch.zeros(2), "d": torch.zeros(2)}, [2]))
+        >>> _ = rb.update_({"r": torch.tensor([1.0, 2.0]), "d": torch.ones(2)},
+        ...                keys_to_update=["r"])
+        >>> rb[:]["r"].tolist(), rb[:]["d"].tolist()
+        ([1.0, 2.0], [0.0, 0.0])
+        """
         check_flag(clone, "clone")
+        if isinstance(input_dict_or_td, dict):
+            input_dict_or_td = self._swap_entries(slice(None), input_dict_or_td)[1]
+        else:
+            input_dict_or_td = self._swap_value(slice(None), input_dict_or_td)[1]
         with self._lock:
             self._check_editable()
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
