@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_collection
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+)
 
 from tdreplay.core.checkpoint import CheckpointError
 
@@ -23,7 +29,9 @@ __all__ = ["NestedDims", "NestedKey", "as_key", "empty_levels", "is_key_index", 
 NestedKey = str | tuple[str, ...]
 #: The batch dims the nested TensorDicts of a layout have past their parent's, by path:
 #: ``{("agents",): (3,)}`` for an ``"agents"`` TensorDict of batch size ``[*outer, 3]`` (one
-#: entry per agent); levels without dims of their own are left out.
+#: entry per agent); levels without dims of their own are left out, except the empty ones
+#: (``{("e",): ()}`` for an ``"e"`` TensorDict without entries), which hold no leaf a layout
+#: would find them by.
 NestedDims = dict[tuple[str, ...], tuple[int, ...]]
 
 
@@ -42,14 +50,16 @@ def leaf_keys(td: TensorDictBase) -> list[NestedKey]:
 
 
 def warn_empty_levels(td: TensorDictBase, storage: str) -> None:
-    """Warn (``UserWarning``) that ``storage`` (its class name) does not keep the empty
-    nested TensorDicts of ``td``, when it has some (TorchRL's tensor storages keep them)."""
+    """Warn (``UserWarning``) that ``storage`` (its class name: a compressed storage, whose
+    rows keep tensors) does not keep the empty nested TensorDicts of ``td``, when it has
+    some (TorchRL's storages keep them, and so do tdreplay's other storages)."""
     dropped = empty_levels(td)
     if dropped:
         warnings.warn(
             f"{storage}: entries {dropped} are empty TensorDicts, which this storage does not "
             "keep (it stores tensors): what it reads back lacks them (TorchRL's keeps them; "
-            "a ListStorage or LazyStackStorage does too).", UserWarning, stacklevel=4)
+            "so do a ListStorage, a LazyStackStorage and the tensor storages).", UserWarning,
+            stacklevel=4)
 
 
 def empty_levels(td: TensorDictBase) -> list[NestedKey]:
@@ -79,6 +89,8 @@ def nested_batch_dims(td: TensorDictBase) -> NestedDims:
     >>> td = TensorDict({"agents": TensorDict({"obs": torch.zeros(4, 3, 5)}, [4, 3])}, [4])
     >>> nested_batch_dims(td)
     {('agents',): (3,)}
+    >>> nested_batch_dims(TensorDict({"a": torch.zeros(4), "e": TensorDict({}, [4])}, [4]))
+    {('e',): ()}
     """
     out: NestedDims = {}
     stack: list[tuple[tuple[str, ...], Any]] = [((), td)]  # (TensorDicts and tensorclasses)
@@ -90,7 +102,7 @@ def nested_batch_dims(td: TensorDictBase) -> NestedDims:
                 continue
             level = path + (name,)
             extra = tuple(value.batch_size[outer:])
-            if extra:
+            if extra or next(iter(value.keys()), None) is None:
                 out[level] = extra
             stack.append((level, value))
     return out
@@ -98,8 +110,9 @@ def nested_batch_dims(td: TensorDictBase) -> NestedDims:
 
 def set_nested_batch_dims(td: TensorDictBase, nested_dims: NestedDims) -> TensorDictBase:
     """``td`` (built level by level with its parent's batch size) with each nested
-    TensorDict given its own batch dims ``nested_dims`` back, in place; ``CheckpointError``
-    where its entries do not have them.
+    TensorDict given its own batch dims ``nested_dims`` back, in place, and the empty levels
+    (which no leaf brought back) made; ``CheckpointError`` where its entries do not have
+    them.
 
     Examples
     --------
@@ -107,7 +120,20 @@ def set_nested_batch_dims(td: TensorDictBase, nested_dims: NestedDims) -> Tensor
     >>> td = TensorDict({("agents", "obs"): torch.zeros(4, 3, 5)}, [4])
     >>> set_nested_batch_dims(td, {("agents",): (3,)})["agents"].batch_size
     torch.Size([4, 3])
+    >>> empty = set_nested_batch_dims(td, {("agents",): (3,), ("e",): ()})["e"]
+    >>> list(empty.keys()), empty.batch_size
+    ([], torch.Size([4]))
     """
+    for path in sorted(nested_dims, key=len):  # the empty levels (and theirs), outer first
+        node = td
+        for name in path:
+            child = node.get(name, None)
+            if child is None:
+                child = TensorDict({}, node.batch_size)
+                node.set(name, child)
+            elif _is_leaf(type(child)):
+                raise CheckpointError(f"checkpoint nested level {path} is missing.")
+            node = child
     for path in sorted(nested_dims, key=len, reverse=True):  # inner levels first
         node = td.get(as_key(path), None)
         if node is None or _is_leaf(type(node)):

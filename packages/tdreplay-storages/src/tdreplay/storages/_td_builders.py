@@ -7,6 +7,7 @@ calls on every sample (:func:`tensordict_builder`: the walk of the :mod:`tree of
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,12 +16,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from ._fast_tensordict import new_tensordict
-from ._key_tree import build_tree
+from ._key_tree import build_tree, tree_has_level
 from ._keys import NestedDims, NestedKey, leaf_keys, nested_batch_dims
 from ._source_checks import check_source
 from ._tensorclasses import NestedClasses
 
-__all__ = ["allocated_tensordict", "assemble", "tensordict_builder"]
+__all__ = ["allocated_tensordict", "assemble", "tensordict_builder", "with_empty_levels"]
 
 
 def assemble(tree: dict[str, Any], leaves: list[torch.Tensor], batch_size: torch.Size,
@@ -101,6 +102,8 @@ def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
     """
     nested_dims = nested_dims or {}
     classes = classes or {}
+    if not path:
+        tree = with_empty_levels(tree, nested_dims)
     entries: list[tuple[str, Any, Any]] = []
     for name, node in tree.items():
         if isinstance(node, dict):
@@ -114,6 +117,27 @@ def tensordict_builder(tree: dict[str, Any], device: torch.device | None,
             entries.append((name, None, node))
     # (a partial pickles with its layout)
     return partial(_build_tensordict, entries, device, construct)
+
+
+def with_empty_levels(tree: dict[str, Any], nested_dims: NestedDims) -> dict[str, Any]:
+    """``tree`` with a node for each level of ``nested_dims`` it lacks (the empty nested
+    TensorDicts, which no leaf's key names; see :data:`~._keys.NestedDims`), itself when
+    none is missing.
+
+    Examples
+    --------
+    >>> with_empty_levels({"a": 0}, {("f", "g"): ()})
+    {'a': 0, 'f': {'g': {}}}
+    """
+    missing = [path for path in nested_dims if not tree_has_level(tree, path)]
+    if not missing:
+        return tree
+    tree = copy.deepcopy(tree)
+    for path in missing:
+        node = tree
+        for name in path:
+            node = node.setdefault(name, {})
+    return tree
 
 
 def _build_tensorclass(cls: Any, build: Callable[[list[torch.Tensor], torch.Size], TensorDict],

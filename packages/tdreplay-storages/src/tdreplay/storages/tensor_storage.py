@@ -32,7 +32,6 @@ from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
 from ._entry_edits import NO_GUARD, EditGuard
 from ._formats import KIND_TC, DataFormat, to_tensordict
-from ._keys import warn_empty_levels
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
 from ._source_checks import check_storable_leaves
@@ -262,7 +261,6 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
             raise ValueError(f"data has {td.batch_dims} batch dims; a storage with "
                              f"ndim={self.ndim} needs at least {lead + self.ndim - 1}.")
         inner = td.batch_size[lead: lead + self.ndim - 1]
-        warn_empty_levels(td, type(self).__name__)
         shape = torch.Size([self.rows_capacity_for(td, batched), *inner])
         # compilable: zero-filled, so that writes need no check of the unfilled rows
         unfilled = self._lays_out_unfilled and self._len_tensor is None
