@@ -79,3 +79,10 @@ def test_dim_extend_0_edits_the_storage_layout():
     rb.set_("r", torch.arange(6.0).reshape(3, 2))
     assert torch.equal(rb[:]["r"], torch.arange(6.0).reshape(3, 2))
     assert torch.equal(rb.storage[:]["r"], torch.arange(6.0).reshape(3, 2))
+
+
+def test_an_edit_of_a_storage_never_written_says_so():
+    rb = ReplayBuffer(storage=LazyTensorStorage(12, ndim=2))
+    with pytest.raises(RuntimeError, match="the storage is empty: nothing to set"):
+        rb.set_("r", torch.zeros(2, 3))
+    assert len(rb) == 0

@@ -195,16 +195,24 @@ class ExtendDimMixin:
         for key, value in entries.items():
             if isinstance(value, torch.Tensor) and 0 < value.ndim:
                 if ranks is None:
-                    with self._lock:  # (an empty read: the entries' shapes alone)
-                        none = self._storage[:0]
-                    ranks = ({k: v.ndim for k, v in none.items(include_nested=True,
-                                                              leaves_only=True)}
-                             if is_tensor_collection(none) else {})
+                    ranks = self._entry_ranks()
                 rank = ranks.get(key if not isinstance(key, tuple) or len(key) > 1
                                  else key[0], value.ndim)
                 value = value.reshape((1,) * max(rank - value.ndim, 0) + value.shape)
             swapped[key] = _swap_read(value, self.dim_extend)
         return index, swapped
+
+    def _entry_ranks(self) -> dict[Any, int]:
+        """The number of dims of each entry of the stored rows (``{}`` for a storage never
+        written or not of TensorDicts: its own edit then says why it cannot edit)."""
+        with self._lock:
+            if not len(self._storage):
+                return {}
+            none = self._storage[:0]  # (an empty read: the entries' shapes alone)
+        if not is_tensor_collection(none):
+            return {}
+        return {key: value.ndim for key, value in none.items(include_nested=True,
+                                                             leaves_only=True)}
 
     def __getitem__(self, index: Any) -> Any:
         """The written items at ``index`` (an int, slice, tensor of slots, ...), collated and
