@@ -9,12 +9,36 @@ from typing import Any
 
 from .errors import BufferActorDiedError, RemoteBufferError, RemoteCallTimeoutError
 
-__all__ = ["KILL_WAIT", "RayLease", "call_error", "check_timeout", "ensure_ray", "import_ray",
-           "wait_all", "wait_dead"]
+__all__ = ["KILL_WAIT", "Deadline", "RayLease", "call_error", "check_timeout", "ensure_ray",
+           "import_ray", "wait_all", "wait_dead"]
 
 #: Seconds a killed actor may still answer before :func:`wait_dead` gives up (Ray kills it
 #: within milliseconds on a live cluster).
 KILL_WAIT = 30.0
+
+
+class Deadline:
+    """The time left of one ``timeout`` (seconds; ``None``: no limit) that several waits share,
+    counted from the deadline's creation.
+
+    Examples
+    --------
+    >>> Deadline(None).remaining() is None
+    True
+    >>> 0.0 <= Deadline(5.0).remaining() <= 5.0, Deadline(0.0).passed()
+    (True, True)
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or ``None`` without a limit."""
+        return None if self._end is None else max(self._end - time.monotonic(), 0.0)
+
+    def passed(self) -> bool:
+        """Whether no time is left."""
+        return self._end is not None and time.monotonic() >= self._end
 
 
 def import_ray() -> Any:
@@ -153,12 +177,11 @@ def wait_all(calls: Sequence[tuple[Any, str]], *, what: str, timeout: float | No
     """
     ray = import_ray()
     exceptions = ray.exceptions
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = Deadline(timeout)
     results = []
     for index, (ref, label) in enumerate(calls):
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            results.append(ray.get(ref, timeout=remaining))
+            results.append(ray.get(ref, timeout=deadline.remaining()))
         except exceptions.GetTimeoutError:
             for pending, _ in calls[index:]:
                 try:
@@ -182,10 +205,10 @@ def wait_dead(handle: Any, label: str) -> None:
     :class:`~tdreplay.distributed.RemoteCallTimeoutError` if it still answers after
     :data:`KILL_WAIT` seconds."""
     ray = import_ray()
-    deadline = time.monotonic() + KILL_WAIT
-    while time.monotonic() < deadline:
+    deadline = Deadline(KILL_WAIT)
+    while not deadline.passed():
         try:  # a no-op every Ray actor has
-            ray.get(handle.__ray_ready__.remote(), timeout=max(deadline - time.monotonic(), 0.0))
+            ray.get(handle.__ray_ready__.remote(), timeout=deadline.remaining())
         except ray.exceptions.RayActorError:
             return
         except ray.exceptions.GetTimeoutError:

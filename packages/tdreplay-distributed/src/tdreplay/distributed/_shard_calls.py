@@ -48,7 +48,7 @@ import torch
 
 from tdreplay.core.utils import leading_dim, restore_attributes
 
-from ._ray import wait_all
+from ._ray import Deadline, wait_all
 from ._server import Mass
 from ._sharding import Piece, ask_counts, draw_shards, known_total, merge_samples
 from ._wire import unpack
@@ -248,12 +248,12 @@ class ShardCalls:
         self.check_open(what)
         submitted = [(k, self.clients[k].submit(method, *args))  # raises once closed
                      for k, method, args in calls]
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = Deadline(timeout)
         results = []
         for k, ref in submitted:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                results.append((k, self.clients[k].wait(ref, what, timeout=remaining)))
+                results.append((k, self.clients[k].wait(ref, what,
+                                                        timeout=deadline.remaining())))
             except RemoteCallTimeoutError:
                 raise
             except RemoteBufferError as err:

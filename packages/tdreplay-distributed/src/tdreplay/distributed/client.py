@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from tdreplay.core import ReplayBuffer
 from tdreplay.core.utils import restore_attributes
 
-from ._ray import check_timeout, import_ray, wait_all, wait_dead
+from ._ray import Deadline, check_timeout, import_ray, wait_all, wait_dead
 from ._server import COMPONENTS, BufferServer, check_component_spec
 from .checkpoints import check_checkpoint
 from .errors import (
@@ -389,8 +389,8 @@ class ActorClient:
         if self._name is None or self._handle is None:
             return
         ray = import_ray()
-        deadline = None if self._start_timeout is None else time.monotonic() + self._start_timeout
-        while deadline is None or time.monotonic() < deadline:
+        deadline = Deadline(self._start_timeout)
+        while not deadline.passed():
             try:
                 current = ray.get_actor(self._name, namespace=self._namespace)
             except ValueError:

@@ -5,12 +5,11 @@ answers any call)."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._draw_ahead import DrawAhead
-from ._ray import import_ray
+from ._ray import Deadline, import_ray
 from ._shard_calls import ShardCalls
 from ._sharding import check_manifest, write_manifest
 from ._wire import pack, unpack
@@ -154,13 +153,11 @@ class ShardedRecoveryMixin:
         """Send ``calls`` at once and wait for every answer; the first error in shard order
         is raised, its message prefixed with the shard that raised it."""
         refs = [(k, self._clients[k].submit(method, *args)) for k, method, args in calls]
-        deadline = None if self._call_timeout is None \
-            else time.monotonic() + self._call_timeout
+        deadline = Deadline(self._call_timeout)
         errors = []
         for k, ref in refs:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                self._clients[k].wait(ref, what, timeout=remaining)
+                self._clients[k].wait(ref, what, timeout=deadline.remaining())
             except Exception as err:  # noqa: BLE001 - raised below, after every answer
                 errors.append((k, err))
         if errors:
