@@ -76,4 +76,19 @@ def test_dumps_loads(tmp_path):
     with pytest.raises(CheckpointError, match="transforms with state"):
         rb3.loads(tmp_path / "p")
     assert rb3.transform[0].n == 0
-    plain.loads(tmp_path / "c")  # a saved transform state is ignored without stateful ones
+    plain.extend([torch.tensor(9)])
+    with pytest.raises(CheckpointError, match="which this buffer does not have"):
+        plain.loads(tmp_path / "c")  # its reads would differ from the saved buffer's
+    assert len(plain) == 5 and int(plain[4]) == 9
+
+
+def test_a_saved_transform_state_is_refused_by_a_buffer_without_one():
+    rb = _rb(Count())
+    rb.sample(2)
+    plain = _rb()
+    plain.extend([torch.tensor(9)])
+    with pytest.raises(ValueError, match=r"state_dict\['_transform'\] holds the state of "
+                                         r"transforms with state .*which this buffer does "
+                                         r"not have"):
+        plain.load_state_dict(rb.state_dict())
+    assert len(plain) == 5 and int(plain[4]) == 9

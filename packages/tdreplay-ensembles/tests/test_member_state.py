@@ -82,6 +82,18 @@ def test_a_state_without_a_members_transform_state_is_refused(how):
     assert_same((buffer_snapshot(target), target.state_dict()), before)
 
 
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_members_transform_state_is_refused_by_a_member_without_one(how):
+    saved = _filled(_ensemble(member_transform=ObservationNorm(loc=5.0, scale=1.0,
+                                                               in_keys=["obs"])))
+    target = _filled(_ensemble())  # its member 0 would read other values than the saved one
+    before = (buffer_snapshot(target), target.state_dict())
+    error = ValueError if how == "state_dict" else CheckpointError
+    with pytest.raises(error, match="buffer 0.*which this buffer does not have"):
+        _restore(saved, target, how)
+    assert_same((buffer_snapshot(target), target.state_dict()), before)
+
+
 def test_a_damaged_member_transform_state_is_refused():
     rb = _filled(_ensemble(member_transform=VecNorm(in_keys=["obs"], decay=0.9)))
     state = rb.state_dict()

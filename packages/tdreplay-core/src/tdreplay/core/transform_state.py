@@ -5,7 +5,8 @@ A transform declares state with :attr:`~tdreplay.core.Transform.has_state` (e.g.
 :class:`~tdreplay.core.Compose` gathers them by position and class. A buffer whose transforms
 have state saves it under ``"_transform"`` (``transform.pt`` in a checkpoint directory) and
 refuses a state or checkpoint without it, or with the state of other transforms, before
-anything changes. A saved transform state is ignored by a buffer whose transforms have none.
+anything changes; so does a buffer whose transforms have no state, given a saved one (the
+buffer it restores would read other values than the saved one did, as TorchRL refuses it).
 
 Examples
 --------
@@ -85,6 +86,11 @@ def check_transform_state(transform: Compose, state: Any) -> Callable[[], None]:
     restores it. ``ValueError`` naming ``state_dict['_transform']`` otherwise, nothing
     changed."""
     if not transform.has_state:
+        if state is not None:
+            raise ValueError(
+                "state_dict['_transform'] holds the state of transforms with state "
+                f"({sorted(state) if isinstance(state, dict) else type(state).__name__}), "
+                "which this buffer does not have: append the same transforms before loading.")
         return lambda: None
     if state is None:
         raise ValueError("state_dict['_transform']: no saved state for the buffer's transforms "
@@ -106,9 +112,13 @@ def dump_transform_state(transform: Compose, snap: Path) -> None:
 def prepare_transform_load(transform: Compose, snap: Path) -> Callable[[], None]:
     """Read and check the transforms' state of checkpoint ``snap``; return a function that
     restores it (``CheckpointError`` otherwise, nothing changed)."""
-    if not transform.has_state:
-        return lambda: None
     file = snap / TRANSFORM_FILE
+    if not transform.has_state:
+        if file.is_file():
+            raise CheckpointError(
+                f"the checkpoint holds the state of transforms with state ({str(file)!r}), "
+                "which this buffer does not have: append the same transforms before loading.")
+        return lambda: None
     if not file.is_file():
         raise CheckpointError(f"the checkpoint holds no state for the buffer's transforms with "
                               f"state ({str(file)!r} is missing).")
