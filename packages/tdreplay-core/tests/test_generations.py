@@ -160,3 +160,24 @@ def test_update_if_present_needs_the_capability():
     with pytest.raises(RuntimeError, match="conditional"):
         rb.update_if_present(index=index, generation=rb.writer.generations_of(index),
                              patch={"obs": torch.zeros(4)})
+
+
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_restore_moves_the_stamps_past_the_handles_given_out(how, tmp_path):
+    saved = _rb(4)
+    saved.extend(_items(range(4)))  # stamps 0 0 0 0
+    live = _rb(4)
+    live.extend(_items(range(10, 16)))  # stamps 1 1 0 0
+    handles = live.writer.generations_of(torch.arange(4))
+    if how == "state_dict":
+        live.load_state_dict(saved.state_dict())
+    else:
+        saved.dumps(tmp_path)
+        live.loads(tmp_path)
+    after = live.writer.generations_of(torch.arange(4))
+    assert after.tolist() == [2, 2, 2, 2]  # past every stamp the live buffer gave out
+    assert not (after == handles).any()  # a handle taken before matches no restored row
+    assert [int(x) for x in live[:]] == [0, 1, 2, 3]
+    fresh = _rb(4)  # nothing given out: the saved stamps as they are
+    fresh.load_state_dict(saved.state_dict())
+    assert fresh.writer.generations_of(torch.arange(4)).tolist() == [0, 0, 0, 0]

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SlotGenerations", "check_generation_table"]
+__all__ = ["SlotGenerations", "after_stamps_of", "check_generation_table"]
 
 
 def check_generation_table(value: Any, capacity: int | None, owner: str) -> torch.Tensor:
@@ -34,6 +34,24 @@ def check_generation_table(value: Any, capacity: int | None, owner: str) -> torc
         raise ValueError(f"{where} has {value.numel()} rows but the storage holds "
                          f"{capacity}.")
     return value.detach().to("cpu", copy=True)
+
+
+def after_stamps_of(current: SlotGenerations, table: torch.Tensor) -> torch.Tensor:
+    """The stamps of ``table`` (a restored one) moved past every stamp of ``current`` (the
+    table they replace): a handle taken before the restore then matches no restored row, as
+    after :meth:`SlotGenerations.invalidate` (stamps only grow). ``-1`` (never written) stays.
+
+    Examples
+    --------
+    >>> live = SlotGenerations(torch.tensor([3, 0, -1]))
+    >>> after_stamps_of(live, torch.tensor([0, 2, -1, 1])).tolist()
+    [4, 6, -1, 5]
+    """
+    written = current.table
+    if not written.numel() or int(written.max()) < 0:
+        return table
+    offset = int(written.max()) + 1
+    return torch.where(table >= 0, table + offset, table)
 
 
 class SlotGenerations:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ._stateful import StateDictCheckpointMixin
-from .generations import SlotGenerations, check_generation_table
+from .generations import SlotGenerations, after_stamps_of, check_generation_table
 from .process_sharing import SpawnChecked
 from .storage import Storage
 from .utils import (
@@ -657,7 +657,9 @@ class RoundRobinWriter(Writer):
             if self._storage is None:
                 self._pending_generations = table
             else:
-                self._storage.slot_generations = SlotGenerations(table)
+                current = self._storage.slot_generations
+                self._storage.slot_generations = SlotGenerations(
+                    table if current is None else after_stamps_of(current, table))
 
     def _note_newest_row(self) -> None:
         """Tell the storage the row this writer wrote last, the ring's newest (what its writes

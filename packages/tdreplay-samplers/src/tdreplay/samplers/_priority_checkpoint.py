@@ -66,13 +66,19 @@ class PriorityStateDictMixin:
         backend, device = ((state.backend, state.device) if state is not None
                            else placement(self._req_backend, self._req_device))
         capacity = max(self._capacity, state_dict["max_capacity"])
-        host = padded(host_from_state_dict(state_dict, self._within_buffer), capacity)
+        host = host_from_state_dict(state_dict, self._within_buffer)
+        # never back: a generation handed out before the restore (a batch a learner still
+        # holds) must match no restored slot nor one written after, so the saved generations
+        # come after every one this sampler gave out
+        shift = self._clock
+        if shift:
+            saved = host["write_generation"]
+            host = {**host, "write_generation": torch.where(saved > 0, saved + shift, saved)}
+        host = padded(host, capacity)
         self._state = new_state(capacity, backend, device, within_buffer=self._within_buffer,
                                 host=host)
         self._capacity = capacity
-        # never back: a generation handed out before the restore must not match a slot
-        # written after it (the saved slots keep their own generations)
-        self._clock = max(self._clock, state_dict["write_clock"])
+        self._clock = shift + state_dict["write_clock"]
         self._alpha = float(state_dict["alpha"])
         self._beta = float(state_dict["beta"])
         self._alpha_tensor, self._beta_tensor = (
