@@ -269,6 +269,23 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         """
         return value
 
+    def rows_appended(self, first: int, count: int) -> None:
+        """The storage grew by ``count`` rows from row ``first`` through an index assignment
+        past its written rows (``rb[a:b] = x``, ``write_all``), not through this writer. The
+        base does nothing; a round-robin writer whose cursor stood at ``first`` moves past
+        them, so that its next write does not overwrite them while the storage has free rows
+        (:attr:`write_count` counts the rows of ``add`` and ``extend`` only, as before).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(8))
+        >>> _ = rb.extend([0, 1])
+        >>> rb[2:4] = [2, 3]  # two rows appended: the writer goes on after them
+        >>> rb.writer.cursor, rb.write_count, rb.extend([4]).tolist()
+        (4, 2, [4])
+        """
+
     def check_saved_rows(self, state_dict: dict[str, Any], rows: int) -> None:
         """Raise ``ValueError`` unless ``state_dict`` (accepted by :meth:`check_state_dict`)
         can go on writing into a storage restored with ``rows`` written rows; changes
@@ -525,6 +542,12 @@ class RoundRobinWriter(Writer):
         self._advance((cursor + n) % capacity, n)
         self._bump_generations(storage, rows, capacity)
         return rows
+
+    def rows_appended(self, first: int, count: int) -> None:
+        storage = self._storage
+        if storage is None or not count or self.cursor != first:
+            return
+        self._advance((first + count) % storage.rows_capacity, 0)
 
     def _advance(self, cursor: int, written: int) -> None:
         """Move the cursor to ``cursor`` (in its tensor for a ``compilable=True`` writer) and
