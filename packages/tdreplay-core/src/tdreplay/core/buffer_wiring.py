@@ -43,15 +43,38 @@ class BufferWiringMixin:
 
         def _read_storage(self, storage: Storage) -> None: ...
 
+        def _written_slots(self) -> torch.Tensor: ...
+
+        @staticmethod
+        def _relearn(sampler: Sampler, written: torch.Tensor) -> None: ...
+
     def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
                     ) -> Storage:
-        """Replace the storage; returns the previous one. ``collate_fn`` resets unless given."""
+        """Replace the storage; returns the previous one. ``collate_fn`` resets unless given.
+
+        The sampler forgets what it knew of the previous storage (priorities, an epoch, a
+        slice index) and takes the written slots of ``storage`` (each with the default
+        priority), as a buffer built over ``storage`` would; the writer goes on after its
+        written rows.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(4))
+        >>> _ = rb.extend([0, 1, 2, 3])
+        >>> filled = ListStorage(8)
+        >>> filled.set(range(5), [10, 11, 12, 13, 14])
+        >>> _ = rb.set_storage(filled)
+        >>> len(rb), sorted(set(rb.sample(200)))
+        (5, [10, 11, 12, 13, 14])
+        """
         check_instance(storage, Storage, "storage")
         self._check_parts(storage, self._sampler, self._writer)  # e.g. a consuming sampler
         with self._lock:
             previous = self._storage
             self._storage = storage
             self._read_storage(storage)  # (buffer_readers)
+            self._relearn(self._sampler, self._written_slots())
             self._writer.register_storage(storage)
             self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
             self.clear_prefetch()
