@@ -77,3 +77,27 @@ def test_a_failed_torch_file_write_raises_oserror_naming_the_file(tmp_path):
     rb.loads(path)
     assert rb[:] == [1, 2]
     assert torch.equal(part.x, torch.ones(100_000))
+
+
+SMALL_CHILD = textwrap.dedent("""
+    import json, resource, signal, sys, torch
+    from tdreplay.core.checkpoint import save_torch_file
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
+    try:  # a state small enough to stay in the file's buffer until it is closed
+        save_torch_file({"x": torch.arange(100)}, sys.argv[1])
+        out = {"raised": None}
+    except OSError as err:
+        out = {"raised": type(err).__name__, "errno": err.errno, "filename": err.filename}
+    print(json.dumps(out))
+""")
+
+
+def test_a_failure_when_the_buffered_bytes_are_written_names_the_file(tmp_path):
+    path = tmp_path / "state.pt"
+    done = subprocess.run([sys.executable, "-c", SMALL_CHILD, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"raised": "OSError", "errno": errno.EFBIG, "filename": str(path)}

@@ -562,17 +562,20 @@ def save_torch_file(obj: Any, path: str | os.PathLike[str], *, what: str = "the 
     if weights_only:
         check_loadable_state(obj, what)
     path = Path(path)
-    with open(path, "wb") as file:
-        writes = _CheckedWrites(file)
-        try:
-            torch.save(obj, writes)  # type: ignore[arg-type]  # (a file-like object)
-        except RuntimeError as err:
-            if writes.error is None:
-                raise
-            raise OSError(writes.error.errno, writes.error.strerror, str(path)) from err
-        file.flush()
-        os.fsync(file.fileno())
-        whole = os.fstat(file.fileno()).st_size == writes.size  # (written in order, once)
+    try:
+        with open(path, "wb") as file:
+            writes = _CheckedWrites(file)
+            try:
+                torch.save(obj, writes)  # type: ignore[arg-type]  # (a file-like object)
+            except RuntimeError as err:
+                if writes.error is None:
+                    raise
+                raise OSError(writes.error.errno, writes.error.strerror, str(path)) from err
+            file.flush()
+            os.fsync(file.fileno())
+            whole = os.fstat(file.fileno()).st_size == writes.size  # (written in order, once)
+    except OSError as err:  # (the buffered bytes written at flush or close name no file)
+        raise named_write_error(err, path) from err
     if whole:
         record_written_file(path, writes.crc)
 
