@@ -67,10 +67,11 @@ def test_generations_wrap_around_and_stale_updates_are_still_skipped(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_int64_generations_of_an_older_checkpoint_load_wrapped(backend):
-    sampler, storage = sampler_over(backend, 3)
-    state = sampler.state_dict()
+    saved, storage = sampler_over(backend, 3)
+    state = saved.state_dict()
     state["write_generation"] = torch.tensor([1, 2**40, GENERATION_PERIOD])
     state["write_clock"] = 2**40
+    sampler = PrioritizedSampler(3, alpha=1.0, beta=1.0, backend=backend)  # (no token out)
     sampler.load_state_dict(state)
     assert sampler.slot_generation(torch.arange(3)).tolist() == [1, 512, GENERATION_PERIOD]
     # an update carrying the wrapped generation it sampled is applied

@@ -214,6 +214,9 @@ def _run_history(cfg: dict, seed: int) -> int:
             how = pyrng.choice(["pickle", "deepcopy", "state_dict", "dumps"])
             rbs.append(_restore(rbs[0], how, cfg, used=pyrng.random() < 0.5))
             names.append(how)
+            # a batch carries the generation tokens of the buffer it was drawn from; one
+            # restored into a used buffer numbers its generations after those it gave out
+            samples = []
         elif op < 0.40 and cfg["assign"]:
             slot = pyrng.randrange(m.len)
             m.rewritten([slot])  # rb[i] = x: the priority kept (as TorchRL), a new generation
@@ -250,7 +253,8 @@ def _run_history(cfg: dict, seed: int) -> int:
             p_min = m.p_min()
             expected = [(m.leaf(i) / p_min) ** -m.beta for i in idx]
             assert first["priority_weight"].tolist() == pytest.approx(expected, rel=1e-5)
-            samples.append((idx, first["write_generation"].tolist(), [m.gen[i] for i in idx]))
+            samples.append((idx, [o["write_generation"].tolist() for o in outs],
+                            [m.gen[i] for i in idx]))
             for name, other in zip(names[1:], outs[1:]):
                 assert other["index"].tolist() == idx, name
                 assert torch.allclose(other["priority_weight"], first["priority_weight"],
@@ -274,9 +278,9 @@ def _run_history(cfg: dict, seed: int) -> int:
             if kind == "td":  # with the sample's generations: stale entries are skipped
                 priority = priority.float()
                 m.update(idx, priority.double().tolist(), model_gens)
-                for rb in rbs:
+                for rb, tokens in zip(rbs, gens, strict=True):
                     rb.update_tensordict_priority(TensorDict({
-                        "index": torch.tensor(idx), "write_generation": torch.tensor(gens),
+                        "index": torch.tensor(idx), "write_generation": torch.tensor(tokens),
                         "td_error": priority.clone()}, [n]))
             else:  # no generations: applied as given, the last duplicate wins
                 index = list(idx)

@@ -545,9 +545,10 @@ class RoundRobinWriter(Writer):
 
     def rows_appended(self, first: int, count: int) -> None:
         storage = self._storage
-        if storage is None or not count or self.cursor != first:
+        capacity = storage.rows_capacity if storage is not None else None
+        if not capacity or not count or self.cursor != first:
             return
-        self._advance((first + count) % storage.rows_capacity, 0)
+        self._advance((first + count) % capacity, 0)
 
     def _advance(self, cursor: int, written: int) -> None:
         """Move the cursor to ``cursor`` (in its tensor for a ``compilable=True`` writer) and
