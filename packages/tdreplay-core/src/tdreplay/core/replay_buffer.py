@@ -47,6 +47,12 @@ from .utils import (
 from .writer import Writer
 
 
+class _NoPriorityTensorDict(NotATensorDictError, AttributeError):
+    """``update_tensordict_priority`` of data that is not a TensorDict: also the
+    ``AttributeError`` TorchRL's raises there (it reads ``data.get``), so that ``except
+    AttributeError:`` written for TorchRL keeps working."""
+
+
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
     """``(compilable, delayed)``; ``TypeError`` naming the argument unless ``compilable`` is a
     bool or None (None, TorchRL's default: False) and ``delayed_init`` a bool or None (None:
@@ -826,7 +832,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not self._sampler.is_prioritized:
             return
         if not is_tensor_collection(data):
-            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+            raise _NoPriorityTensorDict(f"data must be a TensorDict, got {type(data).__name__}.")
         index = data.get("index", None)
         if index is None:
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "

@@ -36,7 +36,7 @@ from .storage_checkpointer import (
 )
 from .storage_indexing import StorageIndexing
 from .storage_readers import AttachableStorage
-from .utils import as_long_tensor, check_flag, is_int
+from .utils import ShapeMismatchError, as_long_tensor, check_flag, is_int
 
 #: the capacity of a list storage built with ``max_size=None`` (TorchRL's "unlimited")
 UNBOUNDED = 2**63 - 1
@@ -402,6 +402,27 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
 
 
+def _list_slice_rows(cursor: slice, written: int, max_size: int) -> range:
+    """The rows a slice names in a list storage holding ``written`` items, as ``get`` reads
+    it (TorchRL's list storages): an open end and negative bounds count from the written
+    items; a bound given past them stays (up to ``max_size``), so that a slice can append.
+
+    Examples
+    --------
+    >>> _list_slice_rows(slice(2, None), 4, 8), _list_slice_rows(slice(None, None, 2), 4, 8)
+    (range(2, 4), range(0, 4, 2))
+    >>> _list_slice_rows(slice(4, 6), 4, 8), _list_slice_rows(slice(-2, None), 4, 8)
+    (range(4, 6), range(2, 4))
+    """
+    start, stop, step = cursor.indices(written)
+    if step > 0:  # (a bound given past the written items appends; a reversed slice does not)
+        if cursor.start is not None and cursor.start >= written:
+            start = min(cursor.start, max_size)
+        if cursor.stop is not None and cursor.stop > written:
+            stop = min(cursor.stop, max_size)
+    return range(start, stop, step)
+
+
 class ListStorage(Storage):
     """A storage of arbitrary Python objects kept in a list.
 
@@ -477,10 +498,15 @@ class ListStorage(Storage):
             items = [data]
         else:
             if isinstance(cursor, slice):
-                rows_list = range(*cursor.indices(self.max_size))  # within [0, max_size)
+                rows_list = _list_slice_rows(cursor, len(self._storage), self.max_size)
             else:
                 rows_list = as_long_tensor(cursor, name="cursor").reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
+                if not (data.batch_dims if is_tensor_collection(data) else data.ndim):
+                    raise ShapeMismatchError(
+                        f"{type(self).__name__}.set with several rows needs data batched "
+                        f"along dim 0 (one item a row), got a {type(data).__name__} without "
+                        "dims: give one row (an int cursor) or a batch; nothing was written.")
                 items = list(data.unbind(0))
                 if isinstance(data, LazyStackedTensorDict):
                     # unbind hands back the stacked TensorDicts themselves: keep shallow copies,
