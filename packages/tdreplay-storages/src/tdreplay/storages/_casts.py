@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from ._keys import entry_label
+
 __all__ = ["check_cast", "dtype_from_str"]
 
 
@@ -39,7 +41,8 @@ def _limit(dtype: torch.dtype) -> float:
 
 
 def _refused(key: Any, src: torch.Tensor, dtype: torch.dtype, why: str) -> str:
-    return (f"entry {key!r}: {src.dtype} data written into the storage's {dtype} entry {why}; "
+    return (f"{entry_label(key)}: {src.dtype} data written into the storage's {dtype} entry "
+            f"{why}; "
             "the storage refuses lossy casts: convert the data first (e.g. "
             f"data.to({dtype}) where the loss is intended).")
 

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ._casts import check_cast
-from ._keys import NestedKey, is_key_index, key_path, leaf_keys
+from ._keys import TENSOR_KEY, NestedKey, is_key_index, key_path, leaf_keys
 from ._source_checks import check_dense
 
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ def fitting_value(key: NestedKey, value: Any, target: torch.Tensor) -> torch.Ten
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"value of shape {tuple(value.shape)} for key {key!r} does not fit its "
+        where = f"key {key!r}" if key != TENSOR_KEY else "the data"
+        raise ValueError(f"value of shape {tuple(value.shape)} for {where} does not fit its "
                          f"entry of shape {tuple(target.shape)} (nothing was written).")
     if value.dtype is not target.dtype:
         check_cast(key, value, target.dtype)  # refuses lossy casts, as writes do

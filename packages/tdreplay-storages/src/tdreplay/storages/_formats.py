@@ -23,6 +23,7 @@ from torch.utils._pytree import (  # noqa: PLC2701 (no public pytree in torch 2.
 from tdreplay.core.checkpoint import CheckpointError
 
 from ._fast_tensordict import new_tensordict
+from ._keys import TENSOR_KEY
 from ._ragged_stacks import RaggedStack, split_ragged
 
 KIND_TD = "tensordict"
@@ -33,8 +34,6 @@ KIND_TC = "tensorclass"
 KIND_LAZY_STACK = "lazy_stack"
 #: every kind of data a tensor storage holds
 KINDS = (KIND_TD, KIND_TENSOR, KIND_PYTREE, KIND_TC, KIND_LAZY_STACK)
-#: the key a tensor is kept under
-TENSOR_KEY = "_tensor"
 
 #: the tensorclasses storages of this process have held, by ``"module:qualname"``: how a
 #: checkpoint of a class that cannot be imported (defined in a function) finds it again. Only

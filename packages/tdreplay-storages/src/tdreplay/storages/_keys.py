@@ -22,8 +22,9 @@ from tensordict import (
 
 from tdreplay.core.checkpoint import CheckpointError
 
-__all__ = ["NestedDims", "NestedKey", "as_key", "empty_levels", "is_key_index", "key_path",
-           "leaf_keys", "nested_batch_dims", "set_nested_batch_dims", "warn_empty_levels"]
+__all__ = ["TENSOR_KEY", "NestedDims", "NestedKey", "as_key", "empty_levels", "entry_label",
+           "is_key_index", "key_path", "leaf_keys", "nested_batch_dims", "set_nested_batch_dims",
+           "warn_empty_levels"]
 
 #: A TensorDict key: a name, or a tuple of names for a nested entry.
 NestedKey = str | tuple[str, ...]
@@ -33,6 +34,22 @@ NestedKey = str | tuple[str, ...]
 #: (``{("e",): ()}`` for an ``"e"`` TensorDict without entries), which hold no leaf a layout
 #: would find them by.
 NestedDims = dict[tuple[str, ...], tuple[int, ...]]
+
+
+#: the key a tensor storage keeps the data of plain tensors under (no key of the user's)
+TENSOR_KEY = "_tensor"
+
+
+def entry_label(key: Any) -> str:
+    """How an error names the entry ``key``: ``"entry 'obs'"``, or ``"the data"`` for the
+    entry of a storage of plain tensors (:data:`TENSOR_KEY`, which the user never named).
+
+    Examples
+    --------
+    >>> entry_label("obs"), entry_label(("next", "obs")), entry_label(TENSOR_KEY)
+    ("entry 'obs'", "entry ('next', 'obs')", 'the data')
+    """
+    return "the data" if key == TENSOR_KEY else f"entry {key!r}"
 
 
 def _is_leaf(cls: type) -> bool:

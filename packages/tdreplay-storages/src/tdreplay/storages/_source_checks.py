@@ -18,7 +18,7 @@ from tdreplay.core.utils import ShapeMismatchError
 
 from ._casts import check_cast
 from ._key_tree import leaves_along_tree
-from ._keys import NestedKey, leaf_keys
+from ._keys import NestedKey, entry_label, leaf_keys
 
 __all__ = ["SourceCheck", "check_dense", "check_source", "check_storable",
            "check_storable_leaves", "copyable_sources", "storable_dtype"]
@@ -232,8 +232,8 @@ class SourceCheck:
                 check_source(key, src)
                 if src.shape != shape:
                     raise ShapeMismatchError(  # (a ValueError, and TorchRL's RuntimeError)
-                        f"entry {key!r} has shape {tuple(src.shape)}, expected {tuple(shape)} "
-                        "for this storage.")
+                        f"{entry_label(key)} has shape {tuple(src.shape)}, expected "
+                        f"{tuple(shape)} for this storage.")
                 if src.dtype is not dtype:
                     check_cast(key, src, dtype)
         return out

@@ -67,8 +67,8 @@ class LazyStackStorage(ListStorage):
             check_flag(set_cursor, "set_cursor")
         if is_int(cursor):
             self._check_stack_dim([data])
-        elif is_tensor_collection(data) or isinstance(data, torch.Tensor):
-            self._check_stack_dim([], item_dims=_dims(data) - 1)
+        elif (is_tensor_collection(data) or isinstance(data, torch.Tensor)) and _dims(data):
+            self._check_stack_dim([], item_dims=_dims(data) - 1)  # (no dims: ListStorage.set)
         elif isinstance(data, list):
             self._check_stack_dim(data)
         super().set(cursor, data, set_cursor=set_cursor)

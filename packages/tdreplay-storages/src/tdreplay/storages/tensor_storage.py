@@ -24,7 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
-from tdreplay.core.utils import as_long_tensor, check_flag, is_int
+from tdreplay.core.utils import ShapeMismatchError, as_long_tensor, check_flag, is_int
 
 from ._allocation import allocate_unfilled
 from ._checkpoint_rows import CheckpointRowsMixin
@@ -258,8 +258,9 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         the tensorclasses nested in it (``None``: those of ``td``)."""
         lead = int(batched)
         if td.batch_dims < lead + self.ndim - 1:
-            raise ValueError(f"data has {td.batch_dims} batch dims; a storage with "
-                             f"ndim={self.ndim} needs at least {lead + self.ndim - 1}.")
+            raise ShapeMismatchError(  # (a ValueError, and TorchRL's RuntimeError)
+                f"data has {td.batch_dims} batch dims; a storage with ndim={self.ndim} "
+                f"needs at least {lead + self.ndim - 1}{' (several rows: one a row)' * lead}.")
         inner = td.batch_size[lead: lead + self.ndim - 1]
         shape = torch.Size([self.rows_capacity_for(td, batched), *inner])
         # compilable: zero-filled, so that writes need no check of the unfilled rows
