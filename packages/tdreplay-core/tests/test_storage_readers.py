@@ -159,6 +159,8 @@ def test_set_storage_moves_the_buffer_to_the_new_storage() -> None:
     old, a, b, _, sb = _pair()
     new = ListStorage(8)
     b.set_storage(new)
+    assert sb.calls == [("empty", None)]  # its sampler takes the new (empty) storage's slots
+    sb.calls.clear()
     assert old.attached_buffers == [a]
     assert new.attached_buffers == [b]
     assert not old.readers.shared
