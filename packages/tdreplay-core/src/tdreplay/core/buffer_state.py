@@ -269,8 +269,14 @@ class BufferStateMixin:
         with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             copied = type(self).__new__(type(self))
             memo[id(self)] = copied
-            copied.__setstate__(copy.deepcopy(self._state_to_copy(), memo))
+            state = copy.deepcopy(self._state_to_copy(), memo)
+            self._settle_copied_state(state)
+            copied.__setstate__(state)
         return copied
+
+    def _settle_copied_state(self, state: dict[str, Any]) -> None:
+        """Adjust ``state``, this buffer's attributes deep-copied (its parts are the copy's),
+        before the copy takes them; nothing by default."""
 
     def _state_to_copy(self) -> dict[str, Any]:
         """The attributes a copy takes (the caller holds the lock), the batches drawn ahead
