@@ -120,11 +120,17 @@ def test_versions():
 def test_empty_invalidates_and_checkpoint_keeps_handles(tmp_path):
     rb, data, index, gen = _rb(storage=LazyMemmapStorage(6))
     rb.dumps(tmp_path / "c")
-    rb2, *_ = _rb(storage=LazyMemmapStorage(6))
+    fresh = TensorDictReplayBuffer(storage=LazyMemmapStorage(6), batch_size=3,
+                                   writer=RoundRobinWriter(track_generations=True))
+    fresh.loads(tmp_path / "c")  # a buffer that handed out no handle keeps the saved stamps
+    assert fresh.update_if_present(index=index, generation=gen,
+                                   patch={"obs": torch.zeros(6, 2)}).updated.all()
+    rb2, _, _, own = _rb(storage=LazyMemmapStorage(6))
     rb2.empty()
-    rb2.loads(tmp_path / "c")
-    assert rb2.update_if_present(index=index, generation=gen,
-                                 patch={"obs": torch.zeros(6, 2)}).updated.all()
+    rb2.loads(tmp_path / "c")  # its own handles, and those of the saved stamps, are stale now
+    for handles in (own, gen):
+        assert rb2.update_if_present(index=index, generation=handles,
+                                     patch={"obs": torch.zeros(6, 2)}).stale_count == 6
     rb.empty()
     rb.extend(data)
     assert rb.update_if_present(index=index, generation=gen,
