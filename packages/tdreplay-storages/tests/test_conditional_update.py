@@ -120,7 +120,7 @@ def test_versions():
 def test_empty_invalidates_and_checkpoint_keeps_handles(tmp_path):
     rb, data, index, gen = _rb(storage=LazyMemmapStorage(6))
     rb.dumps(tmp_path / "c")
-    fresh = TensorDictReplayBuffer(storage=LazyMemmapStorage(6), batch_size=3,
+    fresh = TensorDictReplayBuffer(storage=LazyTensorStorage(6), batch_size=3,
                                    writer=RoundRobinWriter(track_generations=True))
     fresh.loads(tmp_path / "c")  # a buffer that handed out no handle keeps the saved stamps
     assert fresh.update_if_present(index=index, generation=gen,
