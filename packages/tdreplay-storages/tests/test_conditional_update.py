@@ -13,7 +13,8 @@ from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
 
 
 def _rb(size=6, storage=None):
-    rb = TensorDictReplayBuffer(storage=storage or LazyTensorStorage(size), batch_size=3,
+    rb = TensorDictReplayBuffer(storage=storage if storage is not None else LazyTensorStorage(size),
+                                batch_size=3,
                                 writer=RoundRobinWriter(track_generations=True))
     data = TensorDict({"obs": torch.arange(size, dtype=torch.float32).unsqueeze(-1).expand(
         size, 2).clone(), "v": torch.full((size,), 5), "n": {"k": torch.zeros(size)}}, [size])
@@ -120,7 +121,7 @@ def test_versions():
 def test_empty_invalidates_and_checkpoint_keeps_handles(tmp_path):
     rb, data, index, gen = _rb(storage=LazyMemmapStorage(6))
     rb.dumps(tmp_path / "c")
-    fresh = TensorDictReplayBuffer(storage=LazyTensorStorage(6), batch_size=3,
+    fresh = TensorDictReplayBuffer(storage=LazyMemmapStorage(6), batch_size=3,
                                    writer=RoundRobinWriter(track_generations=True))
     fresh.loads(tmp_path / "c")  # a buffer that handed out no handle keeps the saved stamps
     assert fresh.update_if_present(index=index, generation=gen,
