@@ -175,9 +175,21 @@ def test_a_restore_moves_the_stamps_past_the_handles_given_out(how, tmp_path):
         saved.dumps(tmp_path)
         live.loads(tmp_path)
     after = live.writer.generations_of(torch.arange(4))
-    assert after.tolist() == [2, 2, 2, 2]  # past every stamp the live buffer gave out
+    assert after.tolist() == [2, 2, 1, 1]  # past each row's stamp the live buffer gave out
     assert not (after == handles).any()  # a handle taken before matches no restored row
     assert [int(x) for x in live[:]] == [0, 1, 2, 3]
     fresh = _rb(4)  # nothing given out: the saved stamps as they are
     fresh.load_state_dict(saved.state_dict())
     assert fresh.writer.generations_of(torch.arange(4)).tolist() == [0, 0, 0, 0]
+
+
+def test_stamps_grow_by_one_a_restore_of_a_buffer_rolling_back():
+    rb = _rb(4)
+    rb.extend(_items(range(4)))
+    for _ in range(100):
+        rb.load_state_dict(rb.state_dict())
+    stamps = rb.writer.generations_of(torch.arange(4))
+    assert stamps.tolist() == [100, 100, 100, 100]
+    handle = rb.writer.generations_of(torch.arange(4))
+    rb.load_state_dict(rb.state_dict())
+    assert not (rb.writer.generations_of(torch.arange(4)) == handle).any()

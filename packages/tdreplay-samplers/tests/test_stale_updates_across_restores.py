@@ -51,3 +51,22 @@ def test_a_fresh_buffer_keeps_the_saved_generations():
     held["td_error"] = torch.full((6,), 50.0)  # the saved rows are the rows it drew
     restored.update_tensordict_priority(held)
     assert restored.sampler.total_priority > saved.sampler.total_priority + 40
+
+
+def test_a_buffer_rolling_back_to_its_own_checkpoints_keeps_small_generations(tmp_path):
+    rb = _buffer()
+    for _ in range(100):  # each restore moves the generations by one, not by the clock
+        rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+        sample = rb.sample()
+        sample["td_error"] = torch.rand(6) + 0.1
+        rb.update_tensordict_priority(sample)
+        rb.dumps(tmp_path)
+        rb.loads(tmp_path)
+    generations = rb.state_dict()["_sampler"]["write_generation"]
+    assert 0 < int(generations.max()) < 1_000
+    fresh = _buffer()
+    fresh.loads(tmp_path)  # the last checkpoint loads
+    held = fresh.sample()
+    held["td_error"] = torch.full((6,), 50.0)
+    fresh.update_tensordict_priority(held)
+    assert fresh.sampler.total_priority > 50

@@ -37,21 +37,26 @@ def check_generation_table(value: Any, capacity: int | None, owner: str) -> torc
 
 
 def after_stamps_of(current: SlotGenerations, table: torch.Tensor) -> torch.Tensor:
-    """The stamps of ``table`` (a restored one) moved past every stamp of ``current`` (the
-    table they replace): a handle taken before the restore then matches no restored row, as
-    after :meth:`SlotGenerations.invalidate` (stamps only grow). ``-1`` (never written) stays.
+    """The stamps of ``table`` (a restored one) for the rows ``current`` (the table they
+    replace) stamped: past the row's current stamp (a restore rewrites the row), so that no
+    handle taken before the restore matches it, as after :meth:`SlotGenerations.invalidate`;
+    a saved stamp that is already past it stays (handles of the saved buffer's records keep
+    matching). Rows ``current`` never stamped keep the saved stamps. One more per restore,
+    whatever the number of restores.
 
     Examples
     --------
     >>> live = SlotGenerations(torch.tensor([3, 0, -1]))
     >>> after_stamps_of(live, torch.tensor([0, 2, -1, 1])).tolist()
-    [4, 6, -1, 5]
+    [4, 2, -1, 1]
     """
-    written = current.table
-    if not written.numel() or int(written.max()) < 0:
-        return table
-    offset = int(written.max()) + 1
-    return torch.where(table >= 0, table + offset, table)
+    live = current.table
+    size = max(live.numel(), table.numel())
+    saved = torch.full((size,), -1, dtype=torch.int64)
+    saved[:table.numel()] = table
+    now = torch.full((size,), -1, dtype=torch.int64)
+    now[:live.numel()] = live
+    return torch.where(now >= 0, torch.maximum(saved, now + 1), saved)
 
 
 class SlotGenerations:

@@ -66,22 +66,43 @@ class PriorityStateDictMixin:
         backend, device = ((state.backend, state.device) if state is not None
                            else placement(self._req_backend, self._req_device))
         capacity = max(self._capacity, state_dict["max_capacity"])
-        host = host_from_state_dict(state_dict, self._within_buffer)
-        # never back: a generation handed out before the restore (a batch a learner still
-        # holds) must match no restored slot nor one written after, so the saved generations
-        # come after every one this sampler gave out
-        shift = self._clock
-        if shift:
-            saved = host["write_generation"]
-            host = {**host, "write_generation": torch.where(saved > 0, saved + shift, saved)}
-        host = padded(host, capacity)
+        host = padded(host_from_state_dict(state_dict, self._within_buffer), capacity)
+        if state is not None and self._clock:
+            host = {**host, "write_generation": _past_handed_out(
+                host["write_generation"], state.generation, capacity)}
         self._state = new_state(capacity, backend, device, within_buffer=self._within_buffer,
                                 host=host)
         self._capacity = capacity
-        self._clock = shift + state_dict["write_clock"]
+        # never back: a generation handed out before the restore must not match a slot
+        # written after it
+        self._clock = max(self._clock, state_dict["write_clock"],
+                          int(host["write_generation"].max()))
         self._alpha = float(state_dict["alpha"])
         self._beta = float(state_dict["beta"])
         self._alpha_tensor, self._beta_tensor = (
             value.detach().clone() if isinstance(value, torch.Tensor) else None
             for value in (state_dict["alpha"], state_dict["beta"]))
         self._eps = float(state_dict["eps"])
+
+
+def _past_handed_out(saved: torch.Tensor, live: torch.Tensor, capacity: int) -> torch.Tensor:
+    """The saved write generations of a restore into a sampler that handed some out, moved
+    past them: every written slot's by the least shift that puts each slot this sampler had
+    written past its current generation (a batch drawn before the restore, which a learner
+    may still hold, carries at most the current one: its update is skipped, as the restored
+    slot holds another row). One shift keeps their order; a sampler restoring its own last
+    checkpoint moves them by one, however many restores follow each other.
+
+    Examples
+    --------
+    >>> _past_handed_out(torch.tensor([5, 1, 0, 3]), torch.tensor([2, 4, 7, 0]), 4).tolist()
+    [9, 5, 0, 7]
+    """
+    now = torch.zeros(capacity, dtype=torch.long)
+    known = min(capacity, live.numel())
+    now[:known] = live[:known].to("cpu", torch.long)
+    both = (now > 0) & (saved > 0)
+    if not bool(both.any()):
+        return saved
+    shift = max(int((now[both] - saved[both]).max()) + 1, 0)
+    return torch.where(saved > 0, saved + shift, saved)
