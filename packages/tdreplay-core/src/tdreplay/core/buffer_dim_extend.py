@@ -182,38 +182,6 @@ class ExtendDimMixin:
         index, swap = self._along_dim_extend(index)
         return index, _swap_read(value, self.dim_extend) if swap else value
 
-    def _swap_entries(self, index: Any, entries: dict[Any, Any]) -> tuple[Any, dict[Any, Any]]:
-        """``entries`` (values by key) to write at ``index`` in place, laid out as ``rb[index]``
-        reads them, as a storage index and values in the storage's layout. A tensor of fewer
-        dims than its entry broadcasts as it would against ``rb[index][key]`` (from its last
-        dims), so it is given the leading dims of size 1 it lacks before the swap."""
-        index, swap = self._along_dim_extend(index)
-        if not swap:
-            return index, entries
-        ranks = None
-        swapped = {}
-        for key, value in entries.items():
-            if isinstance(value, torch.Tensor) and 0 < value.ndim:
-                if ranks is None:
-                    ranks = self._entry_ranks()
-                rank = ranks.get(key if not isinstance(key, tuple) or len(key) > 1
-                                 else key[0], value.ndim)
-                value = value.reshape((1,) * max(rank - value.ndim, 0) + value.shape)
-            swapped[key] = _swap_read(value, self.dim_extend)
-        return index, swapped
-
-    def _entry_ranks(self) -> dict[Any, int]:
-        """The number of dims of each entry of the stored rows (``{}`` for a storage never
-        written or not of TensorDicts: its own edit then says why it cannot edit)."""
-        with self._lock:
-            if not len(self._storage):
-                return {}
-            none = self._storage[:0]  # (an empty read: the entries' shapes alone)
-        if not is_tensor_collection(none):
-            return {}
-        return {key: value.ndim for key, value in none.items(include_nested=True,
-                                                             leaves_only=True)}
-
     def __getitem__(self, index: Any) -> Any:
         """The written items at ``index`` (an int, slice, tensor of slots, ...), collated and
         passed through the read transforms, as TorchRL's ``rb[index]``.

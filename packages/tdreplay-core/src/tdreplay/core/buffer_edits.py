@@ -34,8 +34,6 @@ class InPlaceEditsMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def _write_side(self, data: Any) -> Any: ...
         def _swap_value(self, index: Any, value: Any) -> tuple[Any, Any]: ...
-        def _swap_entries(self, index: Any, entries: dict[Any, Any]
-                          ) -> tuple[Any, dict[Any, Any]]: ...
         def _check_writing_process(self) -> None: ...
         def _storage_writers(self) -> list[Writer]: ...
         def _tell_readers_edited(self, keys: Any) -> None: ...
@@ -83,9 +81,9 @@ class InPlaceEditsMixin:
         self[:end] = data
 
     def set_(self: SelfT, key: Any, value: Any) -> SelfT:
-        """Set entry ``key`` of every written row in place; ``value`` is laid out as
-        ``rb[:][key]`` reads it (with ``dim_extend`` > 0, environments first: it is swapped
-        back into the storage's layout as ``rb[i] = x`` is) or broadcasts to it.
+        """Set entry ``key`` of every written row in place: ``value`` is laid out as the
+        storage holds the rows (``rb.storage[:][key]``; for an ``ndim=2`` storage time-major
+        ``[T, envs]``, not ``rb[:]``'s ``[envs, T]``), as TorchRL's ``set_``.
 
         Examples
         --------
@@ -93,13 +91,12 @@ class InPlaceEditsMixin:
         >>> from tensordict import TensorDict
         >>> from tdreplay.core import ReplayBuffer
         >>> from tdreplay.storages import LazyTensorStorage
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(6, ndim=2))  # dim_extend=1
-        >>> _ = rb.extend(TensorDict({"r": torch.zeros(2, 3)}, [2, 3]))  # 2 envs, 3 steps
-        >>> _ = rb.set_("r", torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8))
+        >>> _ = rb.extend(TensorDict({"r": torch.zeros(3)}, [3]))
+        >>> _ = rb.set_("r", torch.tensor([1.0, 2.0, 3.0]))
         >>> rb[:]["r"].tolist()
-        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+        [1.0, 2.0, 3.0]
         """
-        value = self._swap_entries(slice(None), {key: value})[1][key]
         with self._lock:
             self._check_editable()
             self._storage.set_key(key, value)
@@ -108,8 +105,8 @@ class InPlaceEditsMixin:
         return self
 
     def set_at_(self: SelfT, key: Any, value: Any, index: Any) -> SelfT:
-        """Set entry ``key`` at ``index`` in place: ``index`` and ``value`` as for
-        ``rb[index][key]`` (with ``dim_extend`` > 0, ``index`` addresses that dimension).
+        """Set entry ``key`` at storage rows ``index`` in place (``rb.storage[:]``'s
+        layout, as :meth:`set_`).
 
         Examples
         --------
@@ -117,24 +114,23 @@ class InPlaceEditsMixin:
         >>> from tensordict import TensorDict
         >>> from tdreplay.core import ReplayBuffer
         >>> from tdreplay.storages import LazyTensorStorage
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
-        >>> _ = rb.extend(TensorDict({"r": torch.zeros(2, 3)}, [2, 3]))
-        >>> _ = rb.set_at_("r", torch.tensor([7.0, 8.0, 9.0]), 1)  # environment 1's steps
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8))
+        >>> _ = rb.extend(TensorDict({"r": torch.zeros(3)}, [3]))
+        >>> _ = rb.set_at_("r", torch.tensor([7.0]), torch.tensor([1]))
         >>> rb[:]["r"].tolist()
-        [[0.0, 0.0, 0.0], [7.0, 8.0, 9.0]]
+        [0.0, 7.0, 0.0]
         """
-        index, swapped = self._swap_entries(index, {key: value})
         with self._lock:
             self._check_editable()
-            self._storage.set_key(key, swapped[key], index)
+            self._storage.set_key(key, value, index)
             self._sampler.mark_edited([key])
             self._tell_readers_edited([key])
         return self
 
     def update_(self: SelfT, input_dict_or_td: Any, clone: bool = False, *,
                 keys_to_update: Any = None) -> SelfT:
-        """Update the written rows in place from a dict or TensorDict laid out as ``rb[:]``
-        reads them (see :meth:`set_`); ``keys_to_update``: only these entries.
+        """Update the written rows in place from a dict or TensorDict laid out as the
+        storage holds them (see :meth:`set_`); ``keys_to_update``: only these entries.
 
         Examples
         --------
@@ -150,10 +146,6 @@ class InPlaceEditsMixin:
         ([1.0, 2.0], [0.0, 0.0])
         """
         check_flag(clone, "clone")
-        if isinstance(input_dict_or_td, dict):
-            input_dict_or_td = self._swap_entries(slice(None), input_dict_or_td)[1]
-        else:
-            input_dict_or_td = self._swap_value(slice(None), input_dict_or_td)[1]
         with self._lock:
             self._check_editable()
             self._storage.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
