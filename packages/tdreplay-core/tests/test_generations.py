@@ -193,3 +193,13 @@ def test_stamps_grow_by_one_a_restore_of_a_buffer_rolling_back():
     handle = rb.writer.generations_of(torch.arange(4))
     rb.load_state_dict(rb.state_dict())
     assert not (rb.writer.generations_of(torch.arange(4)) == handle).any()
+
+
+def test_a_state_saved_untracked_makes_the_handles_stale():
+    saved = _rb(4, track=False)
+    saved.extend(_items(range(4)))
+    live = _rb(4)
+    index = live.extend(_items(range(100, 104)))
+    handles = live.writer.generations_of(index)
+    live.load_state_dict(saved.state_dict())
+    assert not (live.writer.generations_of(index) == handles).any()

@@ -193,7 +193,8 @@ def test_bare_parts_copy_in_process():
     for clone_storage, clone_writer, clone_sampler in (
             copy.deepcopy((storage, writer, _Unshareable())),
             pickle.loads(pickle.dumps((storage, writer, _Unshareable())))):
-        assert clone_storage[:] == storage[:] == ["c", "b"] and clone_writer.write_count == 1
+        # (the writer appends after the storage's written rows)
+        assert clone_storage[:] == storage[:] == ["a", "b", "c"] and clone_writer.write_count == 1
         assert clone_writer.storage is clone_storage and type(clone_sampler) is _Unshareable
 
 

@@ -93,8 +93,8 @@ def test_add_and_index_assignment_tell_the_other_sampler() -> None:
     a[0] = 70
     assert sb.calls == [("extend", [0]), ("extend", [1]), ("mark_update", [0])]
     assert sa.calls == [("add", 0), ("add", 1), ("mark_update", [0])]
-    b.add(9)  # and the other way round (b's writer has a cursor of its own, as TorchRL's)
-    assert sa.calls[-1] == ("extend", [0])
+    b.add(9)  # and the other way round; b's writer appends after the written rows (TorchRL's
+    assert sa.calls[-1] == ("extend", [2])  # own cursor would overwrite row 0: a free row left)
 
 
 def test_empty_empties_the_other_sampler_and_restarts_its_writer() -> None:

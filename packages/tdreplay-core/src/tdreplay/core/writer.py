@@ -510,10 +510,21 @@ class RoundRobinWriter(Writer):
         """
         return data
 
+    @staticmethod
+    def _next_row(storage: Storage, capacity: int, cursor: int) -> int:
+        """The row the next write starts at: after the storage's written rows while it has
+        free ones, else the cursor's. They are one row but where the storage changed past
+        this writer (emptied, restored with more or fewer rows, filled by another writer or
+        buffer): going on at the cursor would overwrite rows while free ones are left, or
+        count rows the change removed as written again, with their old contents."""
+        numel = storage.row_numel
+        written = len(storage) // numel if numel else 0
+        return written if written < capacity else cursor % capacity
+
     def add(self, data: Any) -> int:
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
-        row = self.cursor % capacity
+        row = self._next_row(storage, capacity, self.cursor)
         storage.set(row, self.prepare_write(data, row, capacity, batched=False))
         self._advance((row + 1) % capacity, 1)
         self._bump_generations(storage, row, capacity)
@@ -527,7 +538,8 @@ class RoundRobinWriter(Writer):
         if n == 0:  # (before the capacity: an unwritten lazy storage cannot lay out [])
             return torch.empty(0, dtype=torch.long)
         capacity = storage.rows_capacity_for(data, batched=True)
-        cursor = int(self._counters[0]) % capacity  # (the cursor: no tensor of its own here)
+        # (the cursor: no tensor of its own here)
+        cursor = self._next_row(storage, capacity, int(self._counters[0]))
         data = self.prepare_write(data, cursor, capacity, batched=True)
         if cursor + n <= capacity:
             storage.set(slice(cursor, cursor + n), data)
@@ -684,6 +696,10 @@ class RoundRobinWriter(Writer):
                 current = self._storage.slot_generations
                 self._storage.slot_generations = SlotGenerations(
                     table if current is None else after_stamps_of(current, table))
+        elif self._storage is not None and self._storage.slot_generations is not None:
+            # a state saved untracked: the restored rows are other records than the stamps
+            # say, so no handle taken before matches them (as after empty)
+            self._storage.slot_generations.invalidate()
 
     def _note_newest_row(self) -> None:
         """Tell the storage the row this writer wrote last, the ring's newest (what its writes
