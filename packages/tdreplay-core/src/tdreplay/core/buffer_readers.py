@@ -147,13 +147,15 @@ class StorageReadersMixin:
 
     def _tell_readers_restored(self) -> None:
         """After a restore through this buffer: its sampler knows the restored storage, the
-        other buffers' samplers learn its written slots anew."""
+        other buffers' samplers learn its written slots anew and drop the batches they drew
+        ahead (of rows the restore replaced)."""
         self._seen_restores = self._storage.restore_count
         others = self._readers.others(self)
         if not others:
             return
         written = self._written_slots()
         for other in others:
+            other.clear_prefetch()
             self._relearn(other.sampler, written)
 
     def _learn_restored_storage(self) -> None:

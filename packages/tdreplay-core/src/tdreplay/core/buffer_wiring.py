@@ -123,8 +123,10 @@ class BufferWiringMixin:
         """Use ``generator`` for every random draw of the sampler."""
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
-        self._rng = generator
-        self._sampler.set_rng(generator)
+        with self._lock:  # (batches drawn ahead came from the previous generator)
+            self._rng = generator
+            self._sampler.set_rng(generator)
+            self.clear_prefetch()
 
     def append_transform(self: SelfT, transform: Transform | Callable[[Any], Any], *,
                          invert: bool = False) -> SelfT:
@@ -147,7 +149,9 @@ class BufferWiringMixin:
         check_flag(invert, "invert")
         transform = as_transform(transform)
         self._share_new_transform(transform)  # a shared buffer shares it (buffer_sharing)
-        self._transform.append(InvertedTransform(transform) if invert else transform)
+        with self._lock:  # (batches drawn ahead went through the transforms before)
+            self._transform.append(InvertedTransform(transform) if invert else transform)
+            self.clear_prefetch()
         return self
 
     def insert_transform(self: SelfT, index: int, transform: Transform | Callable[[Any], Any], *,
@@ -156,6 +160,8 @@ class BufferWiringMixin:
         check_flag(invert, "invert")
         transform = as_transform(transform)
         self._share_new_transform(transform)
-        self._transform.insert(index, InvertedTransform(transform) if invert else transform)
+        with self._lock:
+            self._transform.insert(index, InvertedTransform(transform) if invert else transform)
+            self.clear_prefetch()
         return self
 
