@@ -402,24 +402,27 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
 
 
-def _list_slice_rows(cursor: slice, written: int, max_size: int) -> range:
-    """The rows a slice names in a list storage holding ``written`` items, as ``get`` reads
-    it (TorchRL's list storages): an open end and negative bounds count from the written
-    items; a bound given past them stays (up to ``max_size``), so that a slice can append.
+def _list_slice_rows(cursor: slice, written: int, max_size: int, count: int) -> range:
+    """The rows a slice names in a list storage holding ``written`` items, given ``count``
+    items to write, as TorchRL's list storages (a Python list's slice assignment) take it: an
+    open end and negative bounds count from the written items; a slice of step 1 that reaches
+    past them appends what is left of the ``count`` items (up to ``max_size``). It never
+    drops items: fewer items than the written rows it covers are refused by the caller.
 
     Examples
     --------
-    >>> _list_slice_rows(slice(2, None), 4, 8), _list_slice_rows(slice(None, None, 2), 4, 8)
+    >>> _list_slice_rows(slice(2, None), 4, 8, 2), _list_slice_rows(slice(None, None, 2), 4, 8, 2)
     (range(2, 4), range(0, 4, 2))
-    >>> _list_slice_rows(slice(4, 6), 4, 8), _list_slice_rows(slice(-2, None), 4, 8)
-    (range(4, 6), range(2, 4))
+    >>> _list_slice_rows(slice(4, None), 4, 8, 2), _list_slice_rows(slice(2, None), 4, 8, 3)
+    (range(4, 6), range(2, 5))
+    >>> _list_slice_rows(slice(-1, None), 4, 8, 2), _list_slice_rows(slice(4, 12), 4, 8, 2)
+    (range(3, 5), range(4, 6))
     """
     start, stop, step = cursor.indices(written)
-    if step > 0:  # (a bound given past the written items appends; a reversed slice does not)
-        if cursor.start is not None and cursor.start >= written:
-            start = min(cursor.start, max_size)
-        if cursor.stop is not None and cursor.stop > written:
-            stop = min(cursor.stop, max_size)
+    if step > 0 and cursor.start is not None and cursor.start >= written:
+        start = min(cursor.start, max_size)  # (a gap: refused by the caller)
+    if step == 1 and (cursor.stop is None or cursor.stop > written):
+        return range(start, max(stop, min(start + count, max_size)))
     return range(start, stop, step)
 
 
@@ -497,9 +500,7 @@ class ListStorage(Storage):
             rows_list = [int(cursor)]
             items = [data]
         else:
-            if isinstance(cursor, slice):
-                rows_list = _list_slice_rows(cursor, len(self._storage), self.max_size)
-            else:
+            if not isinstance(cursor, slice):
                 rows_list = as_long_tensor(cursor, name="cursor").reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 if not (data.batch_dims if is_tensor_collection(data) else data.ndim):
@@ -520,6 +521,9 @@ class ListStorage(Storage):
                     f"TensorDict batched along dim 0, got {type(data).__name__} (tuples are "
                     "pytrees, which ListStorage does not split: use a list of items)."
                 )
+            if isinstance(cursor, slice):
+                rows_list = _list_slice_rows(cursor, len(self._storage), self.max_size,
+                                             len(items))
             if len(items) != len(rows_list):
                 raise ValueError(f"got {len(items)} items for {len(rows_list)} rows.")
             if isinstance(rows_list, range) and rows_list.step == 1:
