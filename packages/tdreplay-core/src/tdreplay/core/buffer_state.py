@@ -94,6 +94,7 @@ class BufferStateMixin:
     _batch_size: int | None
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
+    _reset_count_seen: int | None  # (ReplayBuffer: the reset count its prefetched batches know)
     _stateful: StatefulParts | None = None  # created by the first register_stateful
     #: whether the last restore failed while installing (made by the first restore)
     _install_record: InstallRecord | None = None
@@ -276,7 +277,14 @@ class BufferStateMixin:
 
     def _settle_copied_state(self, state: dict[str, Any]) -> None:
         """Adjust ``state``, this buffer's attributes deep-copied (its parts are the copy's),
-        before the copy takes them; nothing by default."""
+        before the copy takes them. A deep copy's storage is a storage of its own (a
+        memory-mapped one counts its making as a restore): the batches it drew ahead are of
+        the rows it copied, unless this buffer's were already of replaced rows (then a count
+        it never has: its next sample drops them)."""
+        count = state["_storage"].shared_reset_count()
+        if count is not None:
+            current = self._reset_count_seen == self._storage.shared_reset_count()
+            state["_reset_count_seen"] = count if current else -1
 
     def _state_to_copy(self) -> dict[str, Any]:
         """The attributes a copy takes (the caller holds the lock), the batches drawn ahead

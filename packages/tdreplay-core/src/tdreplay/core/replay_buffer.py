@@ -646,16 +646,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._prefetcher = Prefetcher(self._prefetch, on_clear=self.clear_prefetch)
         self._prefetcher.restore(prefetched)
 
-    def _settle_copied_state(self, state: dict[str, Any]) -> None:
-        # a deep copy's storage is a storage of its own (a memory-mapped one counts its
-        # making as a restore): the batches it drew ahead are of the rows it copied, unless
-        # this buffer's were already of replaced rows (then a count it never has: its next
-        # sample drops them)
-        count = state["_storage"].shared_reset_count()
-        if count is not None:
-            current = self._reset_count_seen == self._storage.shared_reset_count()
-            state["_reset_count_seen"] = count if current else -1
-
     def __del__(self) -> None:
         prefetcher = getattr(self, "_prefetcher", None)  # (a buffer whose __init__ failed)
         if prefetcher is not None:
