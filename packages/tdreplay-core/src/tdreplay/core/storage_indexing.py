@@ -44,6 +44,23 @@ class StorageIndexing:
         return 1
 
     @property
+    def rows_written(self) -> int:
+        """Rows written along the leading dimension (``len(self)`` slots over
+        :attr:`row_numel`): where a round-robin writer goes on while the storage has free
+        rows.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.set(range(3), [1, 2, 3])
+        >>> s.rows_written
+        3
+        """
+        numel = self.row_numel
+        return len(self) // numel if numel else 0
+
+    @property
     def initialized(self) -> bool:
         """Whether the storage layout exists (lazy storages lay out on the first write)."""
         return True

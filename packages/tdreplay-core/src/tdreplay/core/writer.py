@@ -517,8 +517,7 @@ class RoundRobinWriter(Writer):
         this writer (emptied, restored with more or fewer rows, filled by another writer or
         buffer): going on at the cursor would overwrite rows while free ones are left, or
         count rows the change removed as written again, with their old contents."""
-        numel = storage.row_numel
-        written = len(storage) // numel if numel else 0
+        written = storage.rows_written
         return written if written < capacity else cursor % capacity
 
     def add(self, data: Any) -> int:

@@ -240,6 +240,10 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         layout = self._current_layout()
         return 1 if layout is None else layout.row_numel
 
+    @property
+    def rows_written(self) -> int:
+        return self._rows_written()  # (0 before the layout: nothing written)
+
     def rows_capacity_for(self, data: Any, batched: bool) -> int:
         layout = self._current_layout()
         if layout is not None:
