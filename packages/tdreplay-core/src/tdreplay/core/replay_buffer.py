@@ -41,16 +41,11 @@ from .utils import (
     check_count,
     check_flag,
     check_instance,
+    ensure_update_tensordict,
     leading_dim,
     restore_attributes,
 )
 from .writer import Writer
-
-
-class _NoPriorityTensorDict(NotATensorDictError, AttributeError):
-    """``update_tensordict_priority`` of data that is not a TensorDict: also the
-    ``AttributeError`` TorchRL's raises there (it reads ``data.get``), so that ``except
-    AttributeError:`` written for TorchRL keeps working."""
 
 
 def _check_flags(compilable: Any, delayed_init: Any, transform_factory: Any) -> tuple[bool, bool]:
@@ -831,8 +826,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         """
         if not self._sampler.is_prioritized:
             return
-        if not is_tensor_collection(data):
-            raise _NoPriorityTensorDict(f"data must be a TensorDict, got {type(data).__name__}.")
+        data = ensure_update_tensordict(data)
         index = data.get("index", None)
         if index is None:
             raise KeyError("update_tensordict_priority needs an 'index' entry in data (samples "

@@ -265,6 +265,30 @@ class NotATensorDictError(TypeError, ValueError):
     """
 
 
+class NotATensorDictUpdateError(NotATensorDictError, AttributeError):
+    """``update_tensordict_priority`` of data that is not a TensorDict: a
+    :class:`NotATensorDictError` and the ``AttributeError`` TorchRL's raises there (it reads
+    ``data.get``), so that ``except AttributeError:`` written for TorchRL keeps working.
+
+    Examples
+    --------
+    >>> try:
+    ...     ensure_update_tensordict(None)
+    ... except AttributeError as err:  # what a TorchRL program catches
+    ...     print(type(err).__name__, isinstance(err, TypeError))
+    NotATensorDictUpdateError True
+    """
+
+
+def ensure_update_tensordict(data: Any) -> TensorDictBase:
+    """Raise a :class:`NotATensorDictUpdateError` unless ``data`` (what a priority update
+    reads) is a tensor collection."""
+    if not is_tensor_collection(data):
+        raise NotATensorDictUpdateError(f"data must be a TensorDict, got "
+                                        f"{type(data).__name__}.")
+    return cast(TensorDictBase, data)
+
+
 def ensure_tensordict(data: Any, name: str = "data") -> TensorDictBase:
     """Raise a :class:`NotATensorDictError` naming ``name`` unless ``data`` is a tensor
     collection."""

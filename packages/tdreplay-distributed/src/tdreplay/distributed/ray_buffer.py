@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase
 
 from tdreplay.core import ReplayBuffer, Sampler, Storage, Writer
 from tdreplay.core.buffer_iteration import NextBatchMixin
-from tdreplay.core.utils import check_count, check_flag
+from tdreplay.core.utils import check_count, check_flag, ensure_update_tensordict
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
@@ -55,8 +55,7 @@ def priority_entries(data: Any, info: Mapping[str, Any]) -> TensorDictBase:
     """``data`` reduced to what a priority update reads: ``index``, the priority entry and the
     entries the remote sampler asks back (``update_keys``), as ``info`` (a buffer actor's
     description) names them."""
-    if not is_tensor_collection(data):
-        raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+    data = ensure_update_tensordict(data)
     present = data.keys()
     keys = [k for k in ("index", info.get("priority_key"), *info.get("update_keys", ()))
             if k is not None and k in present]

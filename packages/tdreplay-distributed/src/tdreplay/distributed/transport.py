@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdreplay.core.utils import ensure_update_tensordict
+
 from ._channel import ERROR, Channel, ChannelClosedError, describe, error_of, tensordict_of
 
 __all__ = ["TRANSPORTS", "DistributedBufferClient", "TransportMixin", "check_transport"]
@@ -227,8 +229,7 @@ class DistributedBufferClient:
                                    timeout: float | None = None) -> None:
         """The served buffer's ``update_tensordict_priority(data)``; only ``index``, the
         priority entry and ``write_generation`` travel."""
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        data = ensure_update_tensordict(data)
         keys = [k for k in ("index", self._buffer.priority_key, "write_generation")
                 if k is not None and k in data.keys()]
         part = data.select(*keys)
