@@ -43,6 +43,8 @@ class BufferWiringMixin:
 
         def _read_storage(self, storage: Storage) -> None: ...
 
+        shared: bool
+
         def _written_slots(self) -> torch.Tensor: ...
 
         @staticmethod
@@ -99,6 +101,8 @@ class BufferWiringMixin:
         the buffer keeps its sampler.
         """
         check_instance(sampler, Sampler, "sampler")
+        if self.shared:  # (as the constructor of a shared buffer refuses it)
+            sampler.check_shareable()
         self._check_sampler_batch_size(sampler)
         self._check_parts(self._storage, sampler, self._writer)  # consuming: no prefetch, ...
         with self._lock:
@@ -112,6 +116,8 @@ class BufferWiringMixin:
     def set_writer(self, writer: Writer) -> Writer:
         """Replace the writer; returns the previous one."""
         check_instance(writer, Writer, "writer")
+        if self.shared:
+            writer.check_shareable()
         self._check_parts(self._storage, self._sampler, writer)
         with self._lock:
             previous = self._writer
