@@ -49,12 +49,11 @@ class InPlaceEditsMixin:
             rows = self._storage.index_to_rows(index, value)
             slots = self._storage.rows_to_slots(rows).reshape(-1)
             value = self._writer.prepare_assignment(value, slots)  # (the writer's own entries)
-            written = len(self._storage)
+            written = self._storage.rows_written
             self._storage[index] = value
-            if len(self._storage) > written:  # rows appended past the written ones (write_all)
-                numel = self._storage.row_numel or 1
-                self._writer.rows_appended(written // numel,
-                                           (len(self._storage) - written) // numel)
+            appended = self._storage.rows_written - written
+            if appended > 0:  # rows past the written ones (write_all)
+                self._writer.rows_appended(written, appended)
             generations = self._storage.slot_generations  # (tracked by a writer)
             if generations is not None:  # a rewritten row is another record
                 generations.bump(rows, self._storage.rows_capacity)

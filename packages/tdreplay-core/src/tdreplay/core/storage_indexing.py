@@ -144,8 +144,7 @@ class StorageIndexing:
         """
         if isinstance(index, tuple):
             index = index[0] if index else slice(None)
-        numel = self.row_numel
-        n = len(self) // numel if numel else 0
+        n = self.rows_written
         if isinstance(index, slice):
             stop = index.stop
             if stop is None or stop <= n:

@@ -373,8 +373,7 @@ class RoundRobinWriter(Writer):
         super().register_storage(storage)
         shared = self._counters is not self._own_counters
         self._cursor_tensor = None if shared else self._own_cursor_tensor
-        numel = storage.row_numel
-        written = len(storage) // numel if numel else 0
+        written = storage.rows_written
         if self.cursor > written:
             self.cursor = written
         pending, self._pending_generations = self._pending_generations, None

@@ -305,11 +305,12 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
     # ---- writing ---------------------------------------------------------------------------------
     def set(self, cursor: int | slice | torch.Tensor | Sequence[int], data: Any, *,
             set_cursor: bool = True) -> None:
-        if type(cursor) is torch.Tensor and cursor.dtype is torch.uint8:
-            _check_index_dtype(cursor)  # (rows, never a mask: refused as reads refuse it)
-        elif isinstance(cursor, torch.Tensor) and cursor.dtype is torch.bool:
-            # a mask of the written rows (or of every row), as get reads it: those it marks
-            cursor = written_slots(cursor, self._rows_written(), self.rows_capacity)
+        if isinstance(cursor, torch.Tensor):  # (one check on extend's path: a slice)
+            if cursor.dtype is torch.bool:  # a mask of the written rows (or of every row),
+                # as get reads it: those it marks
+                cursor = written_slots(cursor, self._rows_written(), self.rows_capacity)
+            elif type(cursor) is torch.Tensor and cursor.dtype is torch.uint8:
+                _check_index_dtype(cursor)  # (rows, never a mask: refused as reads refuse it)
         if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
             check_flag(set_cursor, "set_cursor")
         if self._len_tensor is not None and self._set_compiled(cursor, data, set_cursor):
