@@ -131,8 +131,10 @@ class StorageReadersMixin:
             other.writer.empty(empty_write_count)
 
     #: the storage's ``restore_count`` this buffer's sampler knows of (a restore through the
-    #: buffer, or one of the buffers of the storage, tells it; one past them, at next sample)
-    _seen_restores: int = 0
+    #: buffer, or one of the buffers of the storage, tells it; one past them, at next sample);
+    #: ``None`` for a sampler set onto the buffer (``set_sampler``), which may know the slots
+    #: of another storage
+    _seen_restores: int | None = 0
 
     def _written_slots(self) -> torch.Tensor:
         slots = torch.arange(len(self._storage))  # written slots: the first len(storage)

@@ -33,6 +33,7 @@ class BufferWiringMixin:
     _transform: Compose
     _collate_fn: Callable[[Any], Any]
     _lock: AbstractContextManager[Any]
+    _seen_restores: int | None
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
@@ -94,6 +95,10 @@ class BufferWiringMixin:
     def set_sampler(self, sampler: Sampler) -> Sampler:
         """Replace the sampler; returns the previous one.
 
+        The sampler is taken as it is (its priorities, its epoch): when it draws a slot the
+        storage does not hold (a sampler used with another storage), it learns the storage's
+        written slots anew, as after a restore made past the buffer.
+
         A sampler that needs a batch size known in advance (e.g.
         ``SamplerWithoutReplacement(drop_last=True)``) is refused with a ``ValueError`` by a
         buffer built without ``batch_size``, a consuming sampler by a buffer that prefetches
@@ -108,6 +113,7 @@ class BufferWiringMixin:
         with self._lock:
             previous = self._sampler
             self._sampler = sampler
+            self._seen_restores = None  # (it may draw another storage's slots: see _sample)
             if self._rng is not None:
                 sampler.set_rng(self._rng)
             self.clear_prefetch()

@@ -510,7 +510,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 return None  # queued for prefetch, then dropped: draw nothing
             try:
                 drawn = self._sampler.sample(self._storage, batch_size)
-            except IndexError:  # a slot the storage no longer holds: restored past the buffer?
+            except IndexError:  # a slot the storage no longer holds: restored or emptied past
+                # the buffer, or a sampler set onto it from another buffer?
                 if self._storage.restore_count == self._seen_restores:
                     raise
                 self._learn_restored_storage()
@@ -613,6 +614,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._storage.empty()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
+            self._seen_restores = self._storage.restore_count  # (the sampler knows: emptied)
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
             if self._install_record is not None:  # (nothing of a half-restored state is left)

@@ -20,10 +20,10 @@ __all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
 #: that each call advances :attr:`RevisionTracking.revision`
 MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_state_dict",
                     "replace_items", "install")
-#: the mutating methods that restore a storage: each call also advances
-#: :attr:`RevisionTracking.restore_count` (as ``Storage.loads`` does, whichever methods its
-#: checkpointer calls)
-RESTORING_METHODS = frozenset({"load_state_dict"})
+#: the mutating methods that replace every row of a storage (a restore, an ``empty``): each call
+#: also advances :attr:`RevisionTracking.restore_count` (as ``Storage.loads`` does, whichever
+#: methods its checkpointer calls)
+RESTORING_METHODS = frozenset({"load_state_dict", "empty"})
 
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,18 +100,22 @@ class RevisionTracking:
 
     @property
     def restore_count(self) -> int:
-        """How many times the storage was restored (``load_state_dict``, ``loads``), in this
-        process. A buffer compares it with the count it knows of: after a restore made past it
-        (``rb.storage.loads(path)``), a sampler that draws a slot the storage no longer holds
-        learns the written slots anew.
+        """How many times the storage's rows were replaced wholesale in this process: restored
+        (``load_state_dict``, ``loads``) or emptied (``empty``). A buffer compares it with the
+        count it knows of: after a restore or an ``empty`` made past it
+        (``rb.storage.loads(path)``, ``rb.storage.empty()``), a sampler that draws a slot the
+        storage no longer holds learns the written slots anew. Only comparisons for equality
+        are meaningful.
 
         Examples
         --------
         >>> from tdreplay.core import ListStorage
         >>> s = ListStorage(4)
         >>> s.load_state_dict({"storage": [1, 2], "max_size": 4})
-        >>> s.restore_count
-        1
+        >>> restored = s.restore_count
+        >>> s.empty()
+        >>> restored != s.restore_count != 0
+        True
         """
         return self._restores
 
