@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .utils import as_long_tensor, is_int, range_tensor
+from .utils import as_long_tensor, is_int, leading_dim, range_tensor
 
 __all__ = ["StorageIndexing"]
 
@@ -139,14 +139,30 @@ class StorageIndexing:
         where ``rb[i]`` reads: ``-1`` is the last written row and ``rb[:]`` all written rows.
         Integer indices must address written rows (``extend`` adds rows); a slice with an
         explicit stop past them (``write_all`` of more rows than are written) reaches up to the
-        capacity, without leaving a gap. ``value`` (what is being written) lays out a lazy
-        storage's capacity before its first write.
+        capacity, without leaving a gap. A slice without a stop takes as many rows from its
+        start as ``value`` has (``rb[n:] = items`` appends them, as a list's slice assignment
+        and TorchRL's list storages do); fewer rows than it covers are refused by ``set``.
+        ``value`` (what is being written) lays out a lazy storage's capacity before its first
+        write.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(8)
+        >>> s.set(range(3), ["a", "b", "c"])
+        >>> s.index_to_rows(slice(2, None), ["C", "d", "e"]).tolist()
+        [2, 3, 4]
+        >>> s[2:] = ["C", "d", "e"]
+        >>> s[:]
+        ['a', 'b', 'C', 'd', 'e']
         """
         if isinstance(index, tuple):
             index = index[0] if index else slice(None)
         n = self.rows_written
         if isinstance(index, slice):
             stop = index.stop
+            if stop is None and value is not None and index.step in (None, 1):
+                stop = _open_stop(index.start, n, value)  # (past n: appends, as a list's)
             if stop is None or stop <= n:
                 return range_tensor(range(*index.indices(n)))  # (empty: rb[5:2] = [])
             cap = self.rows_capacity
@@ -183,3 +199,15 @@ class StorageIndexing:
         else:
             self.set(rows, value, set_cursor=False)
 
+
+
+def _open_stop(start: int | None, written: int, value: Any) -> int | None:
+    """The stop of a slice ``start:`` written with ``value``: its start plus the rows of
+    ``value`` where that reaches past the ``written`` rows, else ``None`` (the written rows
+    from ``start``; also for a value without a leading dim, written to every row)."""
+    try:
+        count = leading_dim(value)
+    except (ValueError, TypeError):  # one item for every row of the slice
+        return None
+    first = 0 if start is None else (max(start + written, 0) if start < 0 else start)
+    return first + count if first + count > written else None
