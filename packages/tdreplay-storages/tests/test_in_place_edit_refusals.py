@@ -61,3 +61,19 @@ def test_update_writes_the_keys_asked_for_and_skips_unknown_ones(rb):
     assert rb[:]["next", "r"].tolist() == [2.0] * 6
     rb.storage.update_(TensorDict({"next": {"r": torch.ones(6)}}, [6]), keys_to_update=["next"])
     assert rb[:]["next", "r"].tolist() == [1.0] * 6
+
+
+@pytest.mark.parametrize("extra", [{"unknown": torch.ones(6)},
+                                   {("next", "unknown"): torch.ones(6)}])
+@pytest.mark.parametrize("through", ["buffer", "storage"])
+def test_update_refuses_an_entry_the_storage_lacks_and_writes_nothing(rb, extra, through):
+    # it was skipped without a word: its values were lost (TorchRL raises KeyError for one
+    # such entry)
+    before = snapshot(rb)
+    target = rb if through == "buffer" else rb.storage
+    with pytest.raises(KeyError, match="input_dict_or_td has entries .*unknown.* does not hold"):
+        target.update_(TensorDict({"act": torch.full((6,), 9), **extra}, [6]))
+    assert (rb[:] == before).all()
+    target.update_(TensorDict({"act": torch.full((6,), 9), **extra}, [6]),
+                   keys_to_update=["act"])  # left out: the entries asked for are written
+    assert rb[:]["act"].tolist() == [9] * 6

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 
 from ._casts import check_cast
 from ._keys import TENSOR_KEY, NestedKey, is_key_index, key_path, leaf_keys
@@ -188,7 +188,10 @@ def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,
     """The values ``update_`` writes into the written ``rows`` of ``layout``: each entry of
     ``data`` the storage has (and ``keys_to_update`` names, a name standing for the entries
     under it), checked by :func:`fitting_value`; every one checked before the caller writes
-    any. Entries the storage lacks are skipped, as ``TensorDict.update_`` skips them.
+    any. An entry the storage lacks (among those ``keys_to_update`` names) is refused with a
+    ``KeyError`` naming it, before anything is written: its values would be lost without a word
+    (TorchRL refuses one such entry, ``TensorDict.update_``'s ``KeyError``, but skips it among
+    others).
 
     Examples
     --------
@@ -204,9 +207,18 @@ def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,
         raise TypeError(f"update_ expects a TensorDict or a dict, got {type(data).__name__}.")
     chosen = None if keys_to_update is None else [key_path(k) for k in keys_to_update]
     values = {}
+    unknown = []
     for key in leaf_keys(data):
         path = key_path(key)
-        if key in layout.key_set and (
-                chosen is None or any(path[:len(c)] == c for c in chosen)):
+        if chosen is not None and not any(path[:len(c)] == c for c in chosen):
+            continue
+        if key in layout.key_set:
             values[key] = fitting_value(key, data.get(key), rows.get(key))
+        elif key not in layout.object_key_set and not is_tensor_collection(data.get(key)):
+            unknown.append(key)  # (an empty nested TensorDict writes nothing)
+    if unknown:
+        raise KeyError(
+            f"update_: input_dict_or_td has entries {unknown} the storage does not hold (it "
+            f"holds {sorted(layout.key_set | layout.object_key_set, key=str)}); nothing was "
+            "updated. Write new entries with extend, or leave them out (keys_to_update).")
     return values
