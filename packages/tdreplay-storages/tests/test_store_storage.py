@@ -23,6 +23,7 @@ from tdreplay.core import (  # noqa: E402
     ReplayBuffer,
     TensorDictReplayBuffer,
 )
+from tdreplay.core.utils import DataKindMismatchError  # noqa: E402
 from tdreplay.samplers import (  # noqa: E402
     PrioritizedSampler,
     SamplerWithoutReplacement,
@@ -390,7 +391,8 @@ def test_empty_forgets_the_rows(make):
 @pytest.mark.parametrize(("rows_arg", "data", "error", "match"), [
     (slice(2, 4), "text", TypeError, "data is a str"),
     (slice(2, 4), {"obs": torch.zeros(2)}, TypeError, "data is a dict"),
-    (slice(2, 4), torch.zeros(2), TypeError, "holds tensordict data; data is tensor"),
+    # (also a ValueError / RuntimeError, as TorchRL raises)
+    (slice(2, 4), torch.zeros(2), DataKindMismatchError, "holds tensordict data; data is tensor"),
     (torch.tensor([2, 11]), rows(2), IndexError, "rows must lie in"),
     (torch.tensor([-1, 2]), rows(2), IndexError, "rows must lie in"),
     (12, rows(1)[0], IndexError, "rows 12 is out of range"),

@@ -36,6 +36,7 @@ NestedKey = str | tuple[str, ...]
 __all__ = [
     "INT_TYPES",
     "NestedKey",
+    "DataKindMismatchError",
     "NotATensorDictError",
     "ShapeMismatchError",
     "as_long_tensor",
@@ -248,6 +249,20 @@ class ShapeMismatchError(ValueError, RuntimeError):
     --------
     >>> issubclass(ShapeMismatchError, ValueError), issubclass(ShapeMismatchError, RuntimeError)
     (True, True)
+    """
+
+
+class DataKindMismatchError(TypeError, ValueError, RuntimeError):
+    """Data of another kind than a storage holds (a dict or a tensor written where
+    TensorDicts are stored, another tensorclass, ...): a ``TypeError``, and the ``ValueError``
+    or ``RuntimeError`` TorchRL raises there depending on the kinds (``except`` clauses
+    written for TorchRL keep working).
+
+    Examples
+    --------
+    >>> [issubclass(DataKindMismatchError, kind) for kind in (TypeError, ValueError,
+    ...                                                         RuntimeError)]
+    [True, True, True]
     """
 
 

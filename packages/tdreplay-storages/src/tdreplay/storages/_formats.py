@@ -21,6 +21,7 @@ from torch.utils._pytree import (  # noqa: PLC2701 (no public pytree in torch 2.
 )
 
 from tdreplay.core.checkpoint import CheckpointError
+from tdreplay.core.utils import DataKindMismatchError
 
 from ._fast_tensordict import new_tensordict
 from ._keys import TENSOR_KEY
@@ -217,11 +218,12 @@ class DataFormat:
                 f"{'' if extra is None else extra}: every item of a tensor storage has the "
                 "same shapes (use LazyStackStorage for items of any shape).")
         if kind != self.kind:
-            raise TypeError(f"this storage holds {self.kind} data; got {kind} data.")
+            raise DataKindMismatchError(f"this storage holds {self.kind} data; got {kind} "
+                                        "data.")
         if kind == KIND_TC:
             name = getattr(self.tensorclass, "__name__", None)
-            raise TypeError(f"this storage holds {name} tensorclass data; got "
-                            f"{extra.__name__}.")
+            raise DataKindMismatchError(f"this storage holds {name} tensorclass data; got "
+                                        f"{extra.__name__}.")
         raise ValueError(f"data has pytree structure {extra}, but this storage holds "
                          f"{self.treespec}.")
 

@@ -17,6 +17,7 @@ from tensordict import (
 )
 
 from tdreplay.core.checkpoint import CheckpointError
+from tdreplay.core.utils import DataKindMismatchError
 
 from ._casts import check_cast, dtype_from_str
 from ._formats import (
@@ -147,12 +148,13 @@ class StoreSchema:
         New entries are accepted (added to the store, zero-filled in the other rows, as
         TorchRL's store adds them); missing ones are not (the rows would keep old values)."""
         if other.kind != self.kind:
-            raise TypeError(f"this StoreStorage holds {self.kind} data; {what} is {other.kind} "
-                            "data.")
+            raise DataKindMismatchError(f"this StoreStorage holds {self.kind} data; {what} is "
+                                        f"{other.kind} data.")
         if other.tensorclass is not self.tensorclass:
-            raise TypeError(f"this StoreStorage holds tensorclass "
-                            f"{getattr(self.tensorclass, '__name__', None)}; {what} is a "
-                            f"{getattr(other.tensorclass, '__name__', None)}.")
+            raise DataKindMismatchError(
+                f"this StoreStorage holds tensorclass "
+                f"{getattr(self.tensorclass, '__name__', None)}; {what} is a "
+                f"{getattr(other.tensorclass, '__name__', None)}.")
         if other.row_batch != self.row_batch:
             raise ValueError(f"{what} has rows of batch shape {other.row_batch}, expected "
                              f"{self.row_batch} for this StoreStorage.")
