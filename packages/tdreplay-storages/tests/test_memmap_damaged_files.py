@@ -158,3 +158,35 @@ def test_a_recovery_step_past_its_plan_is_refused(tmp_path):
     del counters
     with pytest.raises(DamagedStorageError, match="records step 900 of a recovery of 16 steps"):
         reopened(tmp_path)
+
+
+@pytest.mark.parametrize("size", [8, 40, 71, 80])
+def test_a_state_file_cut_short_or_grown_is_refused(tmp_path, size):
+    # cut to 8 bytes it was zero-extended as an older version's file: the row count read 0
+    # and the next write went to row 0 over the committed rows
+    written(tmp_path)
+    state = tmp_path / "tdreplay-memmap-state.bin"
+    with open(state, "r+b") as f:
+        f.truncate(size)
+    with pytest.raises(DamagedStorageError, match=rf"holds {size} bytes, not the 72"):
+        reopened(tmp_path)
+    assert os.path.getsize(state) == size  # left as it was
+
+
+def test_a_state_file_of_an_older_version_reopens_with_its_rows(tmp_path):
+    written(tmp_path)
+    state = tmp_path / "tdreplay-memmap-state.bin"
+    with open(state, "r+b") as f:  # 8 counters, before the reset count
+        f.truncate(64)
+    rb = reopened(tmp_path)
+    assert rb[:]["x"].tolist() == [float(i) for i in range(1, ROWS + 1)]
+    assert os.path.getsize(state) == 72
+
+
+def test_a_config_file_missing_a_setting_is_named(tmp_path):
+    # it was read as max_size=None: "holds a storage with max_size=None"
+    written(tmp_path)
+    config = tmp_path / "tdreplay-memmap.json"
+    config.write_text(config.read_text().replace('"max_size"', '"max_s<ze"'))
+    with pytest.raises(DamagedStorageError, match=r"tdreplay-memmap.json has no 'max_size'"):
+        reopened(tmp_path)

@@ -129,6 +129,11 @@ class ScratchDirMixin:
                 )
             found = _read_json(config_path)
             for name in ("format", "max_size", "ndim"):
+                if name not in found:
+                    raise DamagedStorageError(
+                        f"scratch_dir {str(path)!r}: its {_CONFIG_FILE} has no {name!r} (the "
+                        "file is damaged). Nothing was changed; put the file back (or remove "
+                        "the directory to start afresh).")
                 if found.get(name) != config[name]:
                     raise ValueError(
                         f"scratch_dir {str(path)!r} holds a storage with {name}="

@@ -33,6 +33,7 @@ from tdreplay.core import RevisionTracking
 from tdreplay.core.atomic_files import replace_file
 
 from ._shared_edits import SharedEdit
+from ._storage_errors import DamagedStorageError
 from ._torn_writes import STATE_TORN, TornWrites
 
 try:  # POSIX
@@ -51,6 +52,7 @@ _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py
 _STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
 _STATE_RESETS = 8  # Storage.shared_reset_count(): empties and restores, by every process
 _STATE_SIZE = 9
+_OLDER_STATE_SIZE = 8  # (before 0.2.1: no reset count)
 
 
 class _SharedCounters:
@@ -71,9 +73,18 @@ class _SharedCounters:
                 "exists (one built without scratch_dir removes its temporary directory when "
                 "it is freed). To keep a buffer, save it with rb.dumps(path) (or state_dict) "
                 "and load that, or give the storage a scratch_dir.")
-        elif os.path.getsize(self.path) < _STATE_SIZE * 8:  # (made by an older version)
-            with open(self.path, "r+b") as f:  # the counters added since start at 0
-                f.truncate(_STATE_SIZE * 8)
+        else:
+            size = os.path.getsize(self.path)
+            if size == _OLDER_STATE_SIZE * 8:  # (made by an older version)
+                with open(self.path, "r+b") as f:  # the counters added since start at 0
+                    f.truncate(_STATE_SIZE * 8)
+            elif size != _STATE_SIZE * 8:  # cut short (or grown): counters lost or unknown
+                raise DamagedStorageError(
+                    f"the state file {self.path} holds {size} bytes, not the "
+                    f"{_STATE_SIZE * 8} of a storage's counters (nor the "
+                    f"{_OLDER_STATE_SIZE * 8} of an older version's): its row count, cursor and "
+                    "write count are lost. Nothing was changed; put the file back (or remove "
+                    "the directory to start afresh).")
         # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
         # Python-level __getitem__ (len() and every write read these counters)
         self.array = np.memmap(self.path, dtype=np.int64, mode="r+",
