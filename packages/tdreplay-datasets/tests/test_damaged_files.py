@@ -205,3 +205,22 @@ def test_a_good_dataset_is_unchanged_by_loading(cartpole, root, converted):
     data = load(cartpole, root, download=False, split_trajs=True)
     assert data.sample()["mask"].shape[0] == 4
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("at", [i / 16 for i in range(1, 16)])
+def test_a_block_of_zeros_in_the_hdf5_is_refused_naming_it_or_read(cartpole, minari_dir, root,
+                                                                   at):
+    # HDF5 structures zeroed in the middle: h5py raised a bare RuntimeError ("free block size
+    # is zero?") for some offsets, naming no file
+    path = source_dir(minari_dir, cartpole) / "main_data.hdf5"
+    data = bytearray(path.read_bytes())
+    start = int(len(data) * at)
+    data[start:start + 4096] = bytes(min(4096, len(data) - start))
+    path.write_bytes(bytes(data))
+    try:
+        loaded = load(cartpole, root)
+    except ValueError as err:
+        assert f"'{path}' is damaged or not a Minari dataset file" in str(err)
+        assert not root.exists()
+    else:  # (zeros where only data was: read as zeros, as h5py reads them)
+        assert len(loaded) > 0

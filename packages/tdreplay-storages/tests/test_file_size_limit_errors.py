@@ -142,7 +142,7 @@ def test_a_first_memmap_write_past_the_limit_raises_oserror_and_changes_nothing(
 
 
 def test_an_unrelated_torch_error_is_not_taken_for_a_file_error():
-    from tdreplay.storages._file_writes import torch_file_error
+    from tdreplay.core.file_room import torch_file_error
 
     assert torch_file_error(RuntimeError("unable to mmap 8 bytes from file <x>: Cannot "
                                          "allocate memory (12)"), "w") is None

@@ -11,14 +11,75 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 from tensordict import MemoryMappedTensor, TensorDictBase
 
-__all__ = ["reserve_file", "reserve_mapped_files"]
+__all__ = ["mapped_like", "reserve_file", "reserve_mapped_files", "torch_file_error"]
 
 #: errors of a file system that cannot allocate in advance (the file is sized already)
 _CANNOT_RESERVE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+#: the errors of a file that may not grow: a full disk, a file-size limit (``RLIMIT_FSIZE``,
+#: FAT32's 4 GiB), a full quota
+_NO_ROOM = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None))
+                     if code is not None)
+#: how torch reports a file it could not size ("unable to resize file <path> to the right
+#: size: File too large (27)")
+_TORCH_FILE_ERROR = re.compile(r"<(?P<file>[^<>]+)>[^<>]*?: (?P<strerror>[^:()]+) "
+                               r"\((?P<errno>\d+)\)")
+
+
+def torch_file_error(err: BaseException, what: str) -> OSError | None:
+    """The ``OSError`` (errno, message, file name) that torch's ``RuntimeError`` ``err``
+    reports, when it is a file that could not be sized for lack of room (``ENOSPC``,
+    ``EFBIG``, ``EDQUOT``); ``None`` for any other error. ``what`` says what the file was
+    for.
+
+    Examples
+    --------
+    >>> err = RuntimeError("unable to resize file </tmp/c/obs.memmap> to the right size: "
+    ...                    "File too large (27)")
+    >>> found = torch_file_error(err, "writing a checkpoint file")
+    >>> found.errno == errno.EFBIG, found.filename
+    (True, '/tmp/c/obs.memmap')
+    >>> torch_file_error(RuntimeError("shape mismatch"), "writing") is None
+    True
+    """
+    match = _TORCH_FILE_ERROR.search(str(err))
+    if match is None or int(match["errno"]) not in _NO_ROOM:
+        return None
+    code = int(match["errno"])
+    return OSError(code, f"{os.strerror(code)} ({what})", match["file"])
+
+
+def mapped_like(data: TensorDictBase, prefix: str | os.PathLike[str], what: str
+                ) -> TensorDictBase:
+    """``data.memmap_like(prefix)`` (files of ``data``'s shapes and dtypes under ``prefix``)
+    with the room for every file taken (:func:`reserve_mapped_files`): a full disk or a
+    file-size limit raises ``OSError`` naming the file (``ENOSPC``, ``EFBIG``; ``what`` says
+    what the files are for) where torch raises a ``RuntimeError`` when it cannot size a file,
+    and a write through the mapping would die of ``SIGBUS``.
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> from tensordict import TensorDict
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     files = mapped_like(TensorDict({"x": torch.ones(4, 2)}, [4]), d, "a dataset")
+    ...     print(files["x"].shape, float(files["x"].sum()))
+    torch.Size([4, 2]) 0.0
+    """
+    try:
+        mapped = data.memmap_like(Path(prefix), num_threads=0)
+    except RuntimeError as err:  # torch's report of a file it could not size (EFBIG...)
+        named = torch_file_error(err, what)
+        if named is None:
+            raise
+        raise named from err
+    reserve_mapped_files(mapped)
+    return mapped
 
 
 def reserve_file(path: str | os.PathLike[str], nbytes: int) -> None:

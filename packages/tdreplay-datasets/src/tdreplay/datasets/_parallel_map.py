@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
-from tdreplay.core.file_room import reserve_mapped_files
+from tdreplay.core.file_room import mapped_like
 from tdreplay.core.utils import check_count
 
 # set in each worker process by _init_worker
@@ -121,8 +121,8 @@ def parallel_map_to_memmap(
     start, stop = bounds[0]
     first = _call(fn, source[_index(dim, start, stop)].clone())
     one = first[_index(dim, 0, 1)]
-    out = one.expand(source.batch_size).memmap_like(prefix, num_threads=0)
-    reserve_mapped_files(out)  # (a full disk: ENOSPC here, not SIGBUS in a write)
+    # (a full disk, a file-size limit: OSError naming the file here, not SIGBUS in a write)
+    out = mapped_like(one.expand(source.batch_size), prefix, "the output of a preprocessing")
     if out.is_locked:
         out.unlock_()
     out[_index(dim, start, stop)] = first

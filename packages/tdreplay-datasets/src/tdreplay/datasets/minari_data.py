@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tdreplay.core import Sampler, Transform, Writer, split_trajectories
-from tdreplay.core.file_room import reserve_mapped_files
+from tdreplay.core.file_room import mapped_like
 from tdreplay.core.utils import check_count, check_flag, check_instance
 
 from ._files import publish, remove_dir, remove_empty_dirs, staging_dir
@@ -184,13 +184,18 @@ def _unreadable(dataset_id: str, where: Path, err: Exception) -> ValueError:
                       f"a Minari dataset file ({type(err).__name__}: {err}).")
 
 
+#: what reading a damaged Minari file raises: h5py's errors are OSError, ValueError, KeyError,
+#: TypeError, and RuntimeError for some damaged HDF5 structures ("free block size is zero?")
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+
+
 def _open_minari(dataset_id: str, where: Path) -> Any:
     """``minari.MinariDataset(where)``; a damaged file is a ``ValueError`` naming it."""
     import minari
 
     try:
         return minari.MinariDataset(where)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except _UNREADABLE as err:
         raise _unreadable(dataset_id, where, err) from err
 
 
@@ -202,7 +207,7 @@ def _episodes(dataset: Any, dataset_id: str, where: Path | None) -> Iterator[Any
             episode = next(episodes)
         except StopIteration:
             return
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except _UNREADABLE as err:
             if where is None:
                 raise
             raise _unreadable(dataset_id, where, err) from err
@@ -288,8 +293,8 @@ def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = No
                 continue
             if data is None:
                 layout = leaf_layout(td)
-                data = td[0].expand(total).memmap_like(dest / _DATA, num_threads=0)
-                reserve_mapped_files(data)  # (a full disk: ENOSPC here, not SIGBUS below)
+                # (a full disk, a file-size limit: OSError naming the file, not SIGBUS below)
+                data = mapped_like(td[0].expand(total), dest / _DATA, "a converted dataset")
             elif leaf_layout(td) != layout:
                 raise ValueError(
                     f"episode {episode.id} of the Minari dataset {dataset_id!r} has entries "
@@ -715,8 +720,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                 split["mask"], torch.arange(rows, dtype=torch.int64)[:, None],
                 torch.zeros((), dtype=torch.int64)))
             built = scratch / "converted"
-            files = split.memmap_like(built / _DATA, num_threads=0)
-            reserve_mapped_files(files)  # (a full disk: ENOSPC here, not SIGBUS in the copy)
+            files = mapped_like(split, built / _DATA, "a dataset split by trajectory")
             files.update_(split)
             del files
             _write_marker(built, {**meta, "split_trajs": True, "max_len": max_len,

@@ -20,10 +20,8 @@ fsynced, and takes 0.57-0.65 s so (this project's machine, ext4).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -35,42 +33,10 @@ from tensordict import MemoryMappedTensor, TensorDictBase
 
 from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import named_write_error, record_written_file
+from tdreplay.core.file_room import torch_file_error
 
 _CHUNK = 1 << 22  # bytes per write
 _SYNC_EVERY = 4  # chunks written between two background fdatasync calls
-
-
-#: the errors of a file that may not grow: a full disk, a file-size limit (``RLIMIT_FSIZE``,
-#: FAT32's 4 GiB), a full quota
-_NO_ROOM = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None))
-                     if code is not None)
-#: how torch reports a file it could not size ("unable to resize file <path> to the right
-#: size: File too large (27)")
-_TORCH_FILE_ERROR = re.compile(r"<(?P<file>[^<>]+)>[^<>]*?: (?P<strerror>[^:()]+) "
-                               r"\((?P<errno>\d+)\)")
-
-
-def torch_file_error(err: BaseException, what: str) -> OSError | None:
-    """The ``OSError`` (errno, message, file name) that torch's ``RuntimeError`` ``err``
-    reports, when it is a file that could not be sized for lack of room (``ENOSPC``,
-    ``EFBIG``, ``EDQUOT``); ``None`` for any other error. ``what`` says what the file was
-    for.
-
-    Examples
-    --------
-    >>> err = RuntimeError("unable to resize file </tmp/c/obs.memmap> to the right size: "
-    ...                    "File too large (27)")
-    >>> found = torch_file_error(err, "writing a checkpoint file")
-    >>> found.errno == errno.EFBIG, found.filename
-    (True, '/tmp/c/obs.memmap')
-    >>> torch_file_error(RuntimeError("shape mismatch"), "writing") is None
-    True
-    """
-    match = _TORCH_FILE_ERROR.search(str(err))
-    if match is None or int(match["errno"]) not in _NO_ROOM:
-        return None
-    code = int(match["errno"])
-    return OSError(code, f"{os.strerror(code)} ({what})", match["file"])
 
 
 def _write_all(filename: str, tensor: torch.Tensor, syncer: ThreadPoolExecutor) -> None:

@@ -53,10 +53,9 @@ import torch
 from tensordict import MemoryMappedTensor
 
 from tdreplay.core import StorageCheckpointerBase
-from tdreplay.core.file_room import reserve_file
+from tdreplay.core.file_room import reserve_file, torch_file_error
 from tdreplay.core.utils import check_flag
 
-from ._file_writes import torch_file_error
 from ._layout import leaf_keys
 from ._memmap_files import _CREATING_FILE, _LOCK_FILE, _TORN_FILE, MemmapFilesMixin, _leaf_filename
 from ._memmap_rows import MemmapRowsMixin
