@@ -274,6 +274,27 @@ def test_priorities_follow_the_loss_in_a_training_loop(batches, loss_module, wat
         torch.testing.assert_close(priority, td_error.double())
 
 
+def test_iterate_ends_the_optimisation_steps_of_a_batch_at_the_end_of_an_epoch(batches,
+                                                                               loss_module):
+    """The hook's StopIteration at the end of an epoch ends that batch's optimisation steps,
+    as TorchRL's trainer takes it; it ended ``train()`` after two steps."""
+    rb = buffer(100, sampler=SamplerWithoutReplacement(), batch_size=4)
+    drawn = []
+    trainer = Trainer(collector=batches(3, frames=6), optim_steps_per_batch=3,
+                      loss_module=loss_module,
+                      optimizer=torch.optim.SGD(loss_module.parameters(), lr=0.05),
+                      progress_bar=False)
+    hook = ReplayBufferTrainer(rb, iterate=True)
+    hook.register(trainer)
+    trainer.register_op("post_loss", lambda sub: drawn.append(len(sub)))
+    trainer.train()
+    assert len(rb) == 18
+    # batch 1: 6 rows -> 4, 2, the epoch ends; batch 2: 12 rows -> 4, 4, 4 (a new epoch);
+    # batch 3: that epoch ends at its first draw (no step), the next batch would begin another
+    assert drawn == [4, 2, 4, 4, 4]
+    assert trainer.optim_count == 5
+
+
 def test_state_dict_and_directory_checkpoint_restore_the_buffer(tmp_path):
     sampler = ProportionalSampler(20)
     rb = buffer(20, sampler=sampler)

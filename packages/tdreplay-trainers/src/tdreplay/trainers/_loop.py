@@ -87,12 +87,21 @@ def run_optim_steps(batch: TensorDictBase, steps: int, *, ops: OpRegistry,
                     loss_module: Callable[[TensorDictBase], TensorDictBase],
                     progress: Progress, log: ScalarLog) -> None:
     """``pre_optim_steps``, then ``steps`` optimisation steps on ``batch``; logs the mean of
-    every scalar entry of the losses (see ``Trainer.optim_steps``)."""
+    every scalar entry of the losses (see ``Trainer.optim_steps``). A ``process_optim_batch``
+    hook that raises ``StopIteration`` or gives ``None`` (an epoch of the replay buffer is over:
+    ``ReplayBufferTrainer(iterate=True)``) ends this batch's steps, as in TorchRL."""
     ops.run_plain("pre_optim_steps")
     sums: dict[str, float] = {}
+    done = 0
     for _ in range(steps):
+        try:
+            sub_batch = ops.run_data("process_optim_batch", batch)
+        except StopIteration:
+            break
+        if sub_batch is None:
+            break
         progress.optim_count += 1
-        sub_batch = ops.run_data("process_optim_batch", batch)
+        done += 1
         losses = loss_module(sub_batch)
         if not is_tensor_collection(losses) or not loss_keys(losses):
             got = list(losses.keys()) if is_tensor_collection(losses) else losses
@@ -106,6 +115,6 @@ def run_optim_steps(batch: TensorDictBase, steps: int, *, ops: OpRegistry,
         for key, value in losses.items():
             if isinstance(key, str) and isinstance(value, torch.Tensor) and value.numel() == 1:
                 sums[key] = sums.get(key, 0.0) + float(value)
-    if steps:
-        means: dict[str, Any] = {k: v / steps for k, v in sums.items()}
+    if done:
+        means: dict[str, Any] = {k: v / done for k, v in sums.items()}
         log.log(optim_steps=progress.optim_count, **means)
