@@ -171,8 +171,10 @@ def resolve_num_workers(num_workers: int | None) -> int:
 
 
 def load_memmap(path: Path) -> TensorDict:
-    """The memmap TensorDict saved under ``path``, unlocked."""
-    td = TensorDict.load_memmap(path)
+    """The memmap TensorDict saved under ``path``, unlocked, its files mapped copy-on-write
+    (``mode="r"``): what a buffer writes into it (a restore, ``storage.set``) changes this
+    process's view only, never the files other buffers and later runs read."""
+    td = TensorDict.load_memmap(path, mode="r")
     if td.is_locked:
         td.unlock_()
     return td

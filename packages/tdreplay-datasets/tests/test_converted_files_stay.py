@@ -1,0 +1,53 @@
+"""What a dataset buffer is made to hold (a restore of another buffer's state or checkpoint, a
+write into its storage) never reaches the converted files: they were mapped shared, so
+``loads`` / ``load_state_dict`` / ``storage.set`` rewrote the dataset on disk, and every later
+buffer of that dataset read the other rows (the cache is not checked against the Minari
+source again). The files are now mapped copy-on-write."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tdreplay.datasets import MinariExperienceReplay
+
+
+def load(dataset_id: str, root: Path, **kwargs) -> MinariExperienceReplay:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return MinariExperienceReplay(dataset_id, 4, root=root, load_from_local_minari=True,
+                                      **kwargs)
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("split_trajs", [False, True])
+@pytest.mark.parametrize("how", ["load_state_dict", "loads", "storage.set"])
+def test_a_restore_or_write_into_a_dataset_buffer_leaves_its_files(cartpole, root, tmp_path,
+                                                                   split_trajs, how):
+    data = load(cartpole, root, split_trajs=split_trajs)
+    before = files(root)
+    original = data[:]["action"].clone()
+    other = data.state_dict()
+    other["_storage"]["storage"]["action"] = 1 - other["_storage"]["storage"]["action"]
+    if how == "load_state_dict":
+        data.load_state_dict(other)
+    elif how == "loads":
+        twin = load(cartpole, root, split_trajs=split_trajs)
+        twin.load_state_dict(other)  # (this process's view of the files)
+        twin.dumps(tmp_path / "ckpt")
+        data.loads(tmp_path / "ckpt")
+    else:
+        rows = data.storage[0:2].clone()
+        rows["action"] = 1 - rows["action"]
+        data.storage.set(slice(0, 2), rows)
+    changed = data[:]["action"]
+    assert not torch.equal(changed, original)  # the buffer holds what it was given
+    assert files(root) == before  # the files do not
+    assert torch.equal(load(cartpole, root, split_trajs=split_trajs)[:]["action"], original)
