@@ -10,8 +10,11 @@ from tdreplay.core import (
     ListStorage,
     RandomSampler,
     RoundRobinWriter,
+    TensorDictReplayBuffer,
 )
 from tdreplay.ensembles import (
+    ReplayBufferEnsemble,
+    SampleFromAllConflictError,
     SamplerEnsemble,
     StorageEnsemble,
     StorageEnsembleCheckpointer,
@@ -302,6 +305,22 @@ def test_sampler_ensemble_setters_and_indexing():
         everything.p = [1, 1]
     with pytest.raises(RuntimeError, match="not written through"):
         everything.extend(torch.tensor([0]))
+
+
+@pytest.mark.parametrize("build", [
+    lambda s: SamplerEnsemble(*s, p=[0.5, 0.5], sample_from_all=True),
+    lambda s: SamplerEnsemble(*s, sample_from_all=True, num_buffer_sampled=3),
+    lambda s: setattr(SamplerEnsemble(*s, sample_from_all=True), "p", [1, 1]),
+    lambda s: ReplayBufferEnsemble(
+        TensorDictReplayBuffer(storage=LazyTensorStorage(5)),
+        TensorDictReplayBuffer(storage=LazyTensorStorage(5)), p=[0.2, 0.8],
+        sample_from_all=True),
+])
+def test_sample_from_all_conflicts_are_the_runtime_error_torchrl_raises(build):
+    # a plain ValueError: an except RuntimeError written for TorchRL missed it
+    with pytest.raises(SampleFromAllConflictError) as caught:
+        build((RandomSampler(), RandomSampler()))
+    assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, ValueError)
 
 
 def test_sampler_ensemble_stacks_member_info():

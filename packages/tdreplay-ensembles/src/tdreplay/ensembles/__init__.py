@@ -8,7 +8,7 @@ by the ensemble.
 
 from .collate import stack_parts
 from .replay_buffer import ReplayBufferEnsemble
-from .sampler import SamplerEnsemble
+from .sampler import SampleFromAllConflictError, SamplerEnsemble
 from .storage import StorageEnsemble, StorageEnsembleCheckpointer
 from .writer import WriterEnsemble
 
@@ -16,6 +16,7 @@ __version__ = "0.6.2"
 
 __all__ = [
     "ReplayBufferEnsemble",
+    "SampleFromAllConflictError",
     "SamplerEnsemble",
     "StorageEnsemble",
     "StorageEnsembleCheckpointer",

@@ -85,6 +85,22 @@ def _split_state(state_dict: Any) -> tuple[Any, Any]:
     return members, state_dict.get(GENERATORS)
 
 
+class SampleFromAllConflictError(ValueError, RuntimeError):
+    """``sample_from_all=True`` given with ``p`` or a ``num_buffer_sampled`` other than the
+    number of buffers: a ``ValueError``, and the ``RuntimeError`` TorchRL raises for ``p``
+    (``except RuntimeError:`` written for TorchRL keeps working).
+
+    Examples
+    --------
+    >>> from tdreplay.core import RandomSampler
+    >>> try:
+    ...     SamplerEnsemble(RandomSampler(), RandomSampler(), p=[0.5, 0.5], sample_from_all=True)
+    ... except RuntimeError as err:
+    ...     print(type(err).__name__)
+    SampleFromAllConflictError
+    """
+
+
 def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int | None:
     if value is None:
         return None
@@ -95,8 +111,9 @@ def _check_num_buffer_sampled(value: Any, n: int, sample_from_all: bool) -> int 
         raise ValueError(f"num_buffer_sampled must be a positive int (the number of parts of a "
                          f"batch), got {value}.")
     if sample_from_all and value != n:
-        raise ValueError(f"sample_from_all=True samples every buffer ({n}); num_buffer_sampled="
-                         f"{value} contradicts it (leave it None).")
+        raise SampleFromAllConflictError(
+            f"sample_from_all=True samples every buffer ({n}); num_buffer_sampled={value} "
+            "contradicts it (leave it None).")
     return value
 
 
@@ -193,9 +210,9 @@ class SamplerEnsemble(MembersShareable, Sampler):
                 raise TypeError(f"samplers[{i}] is a SamplerEnsemble: ensembles do not nest.")
         sample_from_all = check_flag(sample_from_all, "sample_from_all")
         if sample_from_all and p is not None:
-            raise ValueError("p and sample_from_all=True cannot be used together: sample_from_all "
-                             "takes one part from every buffer, p weights a random draw of "
-                             "buffers.")
+            raise SampleFromAllConflictError(
+                "p and sample_from_all=True cannot be used together: sample_from_all takes one "
+                "part from every buffer, p weights a random draw of buffers.")
         n = len(samplers)
         self._p = _check_p(p, n)
         self._num_buffer_sampled = _check_num_buffer_sampled(num_buffer_sampled, n, sample_from_all)
@@ -230,7 +247,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
     @p.setter
     def p(self, value: Sequence[float] | torch.Tensor | str | None) -> None:
         if value is not None and self._sample_from_all:
-            raise ValueError("p cannot be set while sample_from_all=True.")
+            raise SampleFromAllConflictError("p cannot be set while sample_from_all=True.")
         self._p = _check_p(value, len(self._samplers))
 
     @property
