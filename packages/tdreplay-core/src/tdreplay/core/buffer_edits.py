@@ -17,6 +17,7 @@ from tensordict import is_tensor_collection
 
 from .sampler import Sampler
 from .storage import Storage
+from .transform_state import write_side_undone_on_failure
 from .utils import check_flag, leading_dim
 from .writer import Writer
 
@@ -39,6 +40,7 @@ class InPlaceEditsMixin:
         def _tell_readers_edited(self, keys: Any) -> None: ...
         def _tell_readers_rewritten(self, slots: Any) -> None: ...
 
+    @write_side_undone_on_failure
     def __setitem__(self, index: Any, value: Any) -> None:
         # along dim_extend, as TorchRL's (tdreplay.core.buffer_dim_extend)
         index, value = self._swap_value(index, self._write_side(value))

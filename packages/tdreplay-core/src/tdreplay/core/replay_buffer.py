@@ -35,6 +35,7 @@ from .sampler import Sampler
 from .service_backends import ServiceBackendMixin, ServiceDispatch
 from .storage import Storage, StorageCheckpointerBase
 from .transform import Compose, Transform
+from .transform_state import write_side_undone_on_failure
 from .utils import (
     NotATensorDictError,
     as_long_tensor,
@@ -369,6 +370,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             data = self._transform.inv(data)
         return data
 
+    @write_side_undone_on_failure
     def add(self, data: Any) -> int | torch.Tensor | None:
         """Add one item; returns the slot (or slots, for ``ndim > 1``) where it lives.
 
@@ -424,6 +426,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
 
+    @write_side_undone_on_failure
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Write a batch; returns the slots written, one entry per row of the batch (``-1``
         for a row the writer did not keep, e.g. ``TensorDictMaxValueWriter``'s, as TorchRL).
@@ -680,6 +683,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         super().__init__(**kwargs)
         self.priority_key = priority_key
 
+    @write_side_undone_on_failure
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
                ) -> torch.Tensor:
         """Write a batch of TensorDicts (left as it is, as TorchRL's); for prioritized samplers,
@@ -752,6 +756,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return priority if checked is None else checked
         return priority
 
+    @write_side_undone_on_failure
     def add(self, data: TensorDictBase) -> int | torch.Tensor | None:
         if not is_tensor_collection(data):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "

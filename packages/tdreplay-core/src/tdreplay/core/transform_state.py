@@ -29,15 +29,19 @@ Examples
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .checkpoint import CheckpointError, load_torch_file, save_torch_file
 from .transform import Compose
 
 __all__ = ["TRANSFORM_FILE", "check_transform_state", "dump_transform_state",
-           "prepare_transform_load", "transform_mark", "transform_state", "undo_transforms"]
+           "prepare_transform_load", "transform_mark", "transform_state", "undo_transforms",
+           "write_side_undone_on_failure"]
+
+WriteT = TypeVar("WriteT", bound=Callable[..., Any])
 
 #: the file of a checkpoint directory holding the transforms' state
 TRANSFORM_FILE = "transform.pt"
@@ -79,6 +83,53 @@ def undo_transforms(transform: Compose, mark: dict[str, Any] | None) -> None:
     """Put back the state :func:`transform_mark` copied (nothing when it copied none)."""
     if mark is not None:
         transform.load_state_dict(mark)
+
+
+def write_side_undone_on_failure(write: WriteT) -> WriteT:
+    """``write`` (a buffer's ``add`` / ``extend`` / ``rb[i] = x``) that puts back the state of
+    the buffer's transforms when it raises: its write-side transforms ran first and may have
+    changed their state (``VecNorm``'s statistics took the batch in, ``MultiStepTransform``
+    swapped the steps it holds back for the batch's) for a batch the storage, the writer or a
+    later transform then refused. A buffer without transforms with state pays one check.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tdreplay.core import Compose, ReplayBuffer, Transform
+    >>> class Count(Transform):
+    ...     has_state = True
+    ...     def __init__(self): super().__init__(); self.n = 0
+    ...     def inv(self, x): self.n += 1; return x
+    ...     def state_dict(self): return {"n": self.n}
+    ...     def check_state_dict(self, state): int(state["n"])
+    ...     def load_state_dict(self, state): self.n = state["n"]
+    >>> def at_most_two(batch):
+    ...     if len(batch) > 2:
+    ...         raise ValueError("at most two rows")
+    ...     return batch
+    >>> rb, count = ReplayBuffer(), Count()
+    >>> _ = rb.append_transform(at_most_two, invert=True)
+    >>> _ = rb.append_transform(count)  # (its inverse runs first on writes)
+    >>> _ = rb.extend(torch.zeros(2, 3))
+    >>> try:
+    ...     rb.extend(torch.zeros(5, 3))  # refused by the transform after it
+    ... except ValueError:
+    ...     pass
+    >>> count.n, len(rb)  # the refused batch is not counted
+    (1, 2)
+    """
+    @functools.wraps(write)
+    def undone_on_failure(self: Any, *args: Any, **kwargs: Any) -> Any:
+        transform = self._transform
+        if not transform.transforms or not transform.has_state:
+            return write(self, *args, **kwargs)
+        mark = transform_mark(transform)
+        try:
+            return write(self, *args, **kwargs)
+        except BaseException:
+            undo_transforms(transform, mark)
+            raise
+    return undone_on_failure  # type: ignore[return-value]
 
 
 def check_transform_state(transform: Compose, state: Any) -> Callable[[], None]:

@@ -1,0 +1,82 @@
+"""A write the storage, the writer or a later transform refuses leaves the state of the
+write-side transforms as it was: their inverse ran first, so ``VecNorm`` had folded the refused
+batch into its statistics, and ``MultiStepTransform`` had swapped the steps it holds back for
+the refused batch's (those steps were lost, and the refused rows stored at the next write; a
+refused batch with another dtype made every later write fail)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.storages import LazyTensorStorage
+from tdreplay.transforms import MultiStepTransform, VecNorm
+
+
+def steps(start: int, n: int) -> TensorDict:
+    t = torch.arange(start, start + n)
+    return TensorDict({"t": t, ("next", "t"): t + 1, ("next", "reward"): torch.ones(n),
+                       ("next", "done"): torch.zeros(n, dtype=torch.bool)}, [n])
+
+
+def at_most_4_rows(td):
+    if td.shape[0] > 4:
+        raise ValueError("batch too large")
+    return td
+
+
+def test_multistep_keeps_its_held_steps_when_a_later_transform_refuses():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100))
+    rb.append_transform(at_most_4_rows, invert=True)
+    rb.append_transform(MultiStepTransform(n_steps=2, gamma=0.5))  # its inverse runs first
+    rb.extend(steps(0, 4))  # writes t=0, 1; holds 2, 3
+    with pytest.raises(ValueError, match="batch too large"):
+        rb.extend(steps(100, 6))
+    assert len(rb) == 2
+    rb.extend(steps(4, 2))
+    assert rb[:]["t"].tolist() == [0, 1, 2, 3]
+    assert rb[:]["next", "t"].tolist() == [2, 3, 4, 5]
+
+
+def test_multistep_is_not_stuck_after_the_storage_refuses_a_batch():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.9))
+    rb.extend(steps(0, 4))
+    bad = steps(4, 4)
+    bad["t"] = bad["t"].double() + 0.5  # a lossy cast: refused by the storage
+    with pytest.raises(TypeError):
+        rb.extend(bad)
+    assert rb.extend(steps(4, 4)).tolist() == [1, 2, 3, 4]  # every later write failed
+    assert rb[:]["t"].tolist() == [0, 1, 2, 3, 4]
+
+
+def _normalized_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    rb.append_transform(VecNorm(in_keys=["obs"], decay=0.9), invert=True)
+    rb.extend(TensorDict({"obs": torch.randn(4, 3), "r": torch.zeros(4, 1)}, [4]))
+    return rb
+
+
+def _flat_state(state) -> torch.Tensor:
+    """Every tensor of a (nested) state dict, flattened in key order."""
+    if isinstance(state, torch.Tensor):
+        return state.reshape(-1).double()
+    return torch.cat([_flat_state(state[key]) for key in sorted(state, key=str)])
+
+
+@pytest.mark.parametrize("how", ["extend", "add", "setitem"])
+def test_vecnorm_statistics_do_not_take_a_refused_write(how):
+    rb = _normalized_buffer()
+    before = _flat_state(rb.state_dict()["_transform"]).clone()
+    stored = rb[:]["obs"].clone()
+    with pytest.raises(ValueError):  # the entry "r" has another shape: refused
+        if how == "extend":
+            rb.extend(TensorDict({"obs": torch.randn(4, 3) + 100, "r": torch.zeros(4, 2)}, [4]))
+        elif how == "add":
+            rb.add(TensorDict({"obs": torch.randn(3) + 100, "r": torch.zeros(2)}, []))
+        else:
+            rb[0] = TensorDict({"obs": torch.randn(3) + 100, "r": torch.zeros(2)}, [])
+    assert torch.equal(_flat_state(rb.state_dict()["_transform"]), before)
+    assert torch.equal(rb[:]["obs"], stored) and len(rb) == 4
