@@ -80,3 +80,16 @@ def test_vecnorm_statistics_do_not_take_a_refused_write(how):
             rb[0] = TensorDict({"obs": torch.randn(3) + 100, "r": torch.zeros(2)}, [])
     assert torch.equal(_flat_state(rb.state_dict()["_transform"]), before)
     assert torch.equal(rb[:]["obs"], stored) and len(rb) == 4
+
+
+def test_empty_drops_the_steps_multistep_held_back():
+    # they came back after the empty: the first write joined them to the new run (t = 2, 3,
+    # 4 stored before 100, with n-step targets taken from the new steps)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.5))
+    rb.extend(steps(0, 5))
+    rb.empty()
+    assert rb.transform[0].held is None
+    rb.extend(steps(100, 4))
+    assert rb[:]["t"].tolist() == [100]
+    assert rb[:]["next", "t"].tolist() == [103]

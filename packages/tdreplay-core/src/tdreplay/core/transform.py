@@ -136,6 +136,17 @@ class Transform:
                 "that supports shared replay-buffer write state.")
         return self
 
+    def empty(self) -> None:
+        """Forget the items written through the transform that it holds and has not handed to
+        the storage yet; ``rb.empty()`` calls it. The base holds none. ``MultiStepTransform``
+        drops the steps it holds back, which the first write after the empty would otherwise
+        join (as steps of the same run) to the new steps.
+
+        Examples
+        --------
+        >>> Transform().empty()  # nothing held
+        """
+
     # ---- per-tensor hooks ------------------------------------------------------------------------
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return value
@@ -250,6 +261,9 @@ class InvertedTransform(Transform):
     def share_memory_(self) -> Transform:
         self.transform.share_memory_()
         return self
+
+    def empty(self) -> None:
+        self.transform.empty()
 
     @property
     def has_state(self) -> bool:  # type: ignore[override]
@@ -382,6 +396,11 @@ class Compose(Transform):
         self.check_state_dict(state_dict)
         for name, t in self._stateful().items():
             t.load_state_dict(state_dict[name])
+
+    def empty(self) -> None:
+        """:meth:`Transform.empty` of every transform."""
+        for transform in self.transforms:
+            transform.empty()
 
     def append(self, transform: Transform | Callable[[Any], Any]) -> None:
         """Add a transform at the end.

@@ -138,6 +138,12 @@ class MultiStepTransform(Transform):
         """The steps held back for the next write (raw, as written), ``None`` before any."""
         return self._held
 
+    def empty(self) -> None:
+        """Drop the steps held back (``rb.empty()`` calls it): the next write starts a new
+        run, as the steps written after an empty are not the continuation of those before."""
+        with self._lock:
+            self._held = None
+
     def _multistep(self) -> MultiStep:
         ends = [self.done_key, *(k for k in self.done_keys if k != self.done_key)]
         return MultiStep(self.gamma, self.n_steps, reward_keys=self.reward_keys,
