@@ -1,7 +1,9 @@
 """``RewardScaling`` / ``ObservationNorm`` refuse at construction the ``loc`` / ``scale``
 their saved states refuse (non-finite, not broadcasting together): built with them, a buffer
 saved a checkpoint (``dumps``, ``state_dict``) that no buffer built the same way could load.
-``RewardClipping`` keeps an integer reward's dtype, as TorchRL's."""
+``RewardClipping`` gives torch's promoted dtype, as TorchRL's: int bounds keep an integer reward
+integer, float bounds make it float (it was cast back to the integer dtype, which clipped at
+the bounds rounded)."""
 
 from __future__ import annotations
 
@@ -48,6 +50,14 @@ def test_clipping_keeps_an_integer_reward_integer(dtype):
     assert out.dtype == dtype and out.tolist() == [-1, 0, 1]
     half = RewardClipping(-1.0, 1.0)(TensorDict({"reward": reward.half()}, [3]))["reward"]
     assert half.dtype == torch.float16
+
+
+def test_float_bounds_of_an_integer_reward_give_floats_as_torchrl():
+    # cast back to int64, RewardClipping(-1.5, 1.5) clipped at -1 and 1
+    reward = torch.tensor([-3, -2, -1, 0, 1, 2])
+    out = RewardClipping(-1.5, 1.5)(TensorDict({"reward": reward}, [6]))["reward"]
+    assert out.dtype == torch.get_default_dtype()
+    assert out.tolist() == [-1.5, -1.5, -1.0, 0.0, 1.0, 1.5]
 
 
 @pytest.mark.parametrize("cls", [RewardScaling, ObservationNorm])

@@ -117,19 +117,24 @@ class RewardClipping(Transform):
         if clamp_min is None and clamp_max is None:
             raise ValueError("RewardClipping needs clamp_min or clamp_max (or both).")
         super().__init__(*_reward_keys(in_keys, out_keys))
-        self.clamp_min = None if clamp_min is None else as_tensor_arg(self, clamp_min,
-                                                                      "clamp_min")
-        self.clamp_max = None if clamp_max is None else as_tensor_arg(self, clamp_max,
-                                                                      "clamp_max")
+        self.clamp_min = None if clamp_min is None else self._bound(clamp_min, "clamp_min")
+        self.clamp_max = None if clamp_max is None else self._bound(clamp_max, "clamp_max")
         if self.clamp_min is not None and self.clamp_max is not None \
                 and bool((self.clamp_min > self.clamp_max).any()):
             raise ValueError(f"RewardClipping: clamp_min={clamp_min} is larger than "
                              f"clamp_max={clamp_max}.")
 
+    def _bound(self, value: Any, name: str) -> torch.Tensor:
+        """A bound as a tensor of its own kind, as TorchRL's ``torch.as_tensor``: an int bound
+        keeps an integer reward integer, a float one makes it float (``clamp``'s promotion)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return torch.tensor(value)
+        return as_tensor_arg(self, value, name)
+
     def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        clipped = reward.clamp(self.clamp_min, self.clamp_max)
-        # (float bounds promote an integer reward: it keeps its dtype, as TorchRL's in place)
-        return clipped if clipped.dtype == reward.dtype else clipped.to(reward.dtype)
+        # (the dtype of torch's type promotion, as TorchRL's: RewardClipping(-1.5, 1.5) of an
+        # integer reward gives floats clipped at +-1.5, not integers clipped at +-1)
+        return reward.clamp(self.clamp_min, self.clamp_max)
 
     def __repr__(self) -> str:
         def show(x: torch.Tensor | None) -> Any:
