@@ -5,6 +5,7 @@
 """
 
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -114,3 +115,19 @@ def test_an_item_of_another_batch_shape_is_refused_and_nothing_changes():
     with pytest.raises(ValueError, match="shape"):
         rb.add(traj(0, steps=5))
     assert len(rb) == 1 and rb.write_count == 1
+
+
+@pytest.mark.parametrize("make", [ReplayBuffer, TensorDictReplayBuffer])
+def test_add_of_one_step_of_every_environment_to_an_ndim2_storage_does_not_warn(make):
+    # one row of an ndim=2 storage is a step of every environment: added as it should be, it
+    # was told to use extend(), which refuses it (dim_extend=1, one batch dim)
+    rb = make(storage=LazyTensorStorage(12, ndim=2))
+    rb.extend(TensorDict({"t": torch.zeros(3, 2)}, [3, 2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        slots = rb.add(TensorDict({"t": torch.ones(3)}, [3]))
+    assert slots.tolist() == [6, 7, 8] and rb.storage[2]["t"].tolist() == [1.0, 1.0, 1.0]
+    # more dims than a row: warned (then refused: rows hold [3] steps of no dims of their own)
+    with pytest.warns(UserWarning, match="stores it as one item"), pytest.raises(ValueError):
+        rb.add(TensorDict({"t": torch.ones(3, 2)}, [3, 2]))
+    assert len(rb) == 9

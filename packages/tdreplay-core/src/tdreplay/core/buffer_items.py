@@ -55,11 +55,13 @@ def as_batch(data: Any) -> Any:
     return list(data)
 
 
-def warn_if_batched_item(data: Any) -> None:
+def warn_if_batched_item(data: Any, row_dims: int = 0) -> None:
     """Warn (``UserWarning``, as TorchRL) when ``add`` gets a TensorDict with a batch size:
     it is stored as one item with its batch dims (a sample of ``n`` has batch size
     ``[n, *data.batch_size]``), which is right for a trajectory kept whole and wrong for a batch
-    of transitions meant for ``extend``.
+    of transitions meant for ``extend``. ``row_dims``: the dims one row of the storage spans
+    besides the first (``ndim - 1``: a step of every environment of an ``ndim=2`` storage is
+    one row, added as it should be), which the warning leaves out.
 
     Examples
     --------
@@ -67,10 +69,11 @@ def warn_if_batched_item(data: Any) -> None:
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     warn_if_batched_item(TensorDict(batch_size=[2]))
-    >>> "extend()" in str(caught[0].message)
-    True
+    ...     warn_if_batched_item(TensorDict(batch_size=[3]), row_dims=1)  # a row of 3 envs
+    >>> len(caught), "extend()" in str(caught[0].message)
+    (1, True)
     """
-    if is_tensor_collection(data) and data.batch_dims:
+    if is_tensor_collection(data) and data.batch_dims > row_dims:
         warnings.warn(
             f"Using `add()` with a TensorDict that has batch_size={tuple(data.batch_size)} "
             "stores it as one item with its batch dims; use `extend()` to store each of its "

@@ -381,7 +381,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         an empty ``[0, storage.ndim]`` tensor of slots, as TorchRL's; an item the
         writer does not keep (``TensorDictMaxValueWriter``, ranked too low) gives ``None``, as
         TorchRL's."""
-        warn_if_batched_item(data)
+        warn_if_batched_item(data, self._storage.ndim - 1)
         data = self._write_side_item(data)
         if data is None:
             return self._nothing_added()
@@ -762,7 +762,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not is_tensor_collection(data):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
                                       f"{type(data).__name__}.")
-        warn_if_batched_item(data)
+        warn_if_batched_item(data, self._storage.ndim - 1)
         priority = self._priority_to_write(data, None)
         item = self._write_side_item(self._without_bookkeeping(data))
         if item is None:  # dropped by a write-side transform
