@@ -74,8 +74,11 @@ def test_constructor_checks_its_arguments():
         ReplayBufferTrainer(buffer())
     with pytest.raises(ValueError, match="batch_size"):
         ReplayBufferTrainer(buffer(), batch_size=0)
-    with pytest.raises(ValueError, match="flatten_tensordicts"):
-        ReplayBufferTrainer(buffer(), batch_size=2, flatten_tensordicts=True, max_dims=[4])
+    # TorchRL's takes max_dims with flatten_tensordicts=True and ignores it: accepted, said
+    with pytest.warns(UserWarning, match="max_dims has no effect with flatten_tensordicts"):
+        flat = ReplayBufferTrainer(buffer(), batch_size=2, flatten_tensordicts=True,
+                                   max_dims=[4])
+    assert flat.extend(collected()).batch_size == torch.Size([6])  # flattened, not padded
     with pytest.raises(ValueError, match="max_dims"):
         ReplayBufferTrainer(buffer(), batch_size=2, max_dims=[0, 3])
     assert ReplayBufferTrainer(buffer(batch_size=5)).batch_size is None

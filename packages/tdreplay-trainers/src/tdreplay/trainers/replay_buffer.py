@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,8 @@ class ReplayBufferTrainer(TrainerHookBase):
         (``("next", "truncated")``, and ``("next", "done")`` with it, where the batch has them),
         so the rows of two environments never read as one trajectory. Default ``False``.
     max_dims : sequence of int, optional
-        Only when ``flatten_tensordicts`` is False: pad each batch dimension ``d`` at its end up
+        Only when ``flatten_tensordicts`` is False (with it, accepted with a ``UserWarning`` and
+        not used, as TorchRL's ignores it): pad each batch dimension ``d`` at its end up
         to ``max_dims[d]`` (``-1``: leave that dimension as it is), so batches of varying shape
         fit one storage. Padded frames are zeros (a mask entry is False there).
     iterate : bool
@@ -101,9 +103,10 @@ class ReplayBufferTrainer(TrainerHookBase):
             raise ValueError("batch_size is None and the replay buffer has no batch_size: set "
                              "one of them.")
         if max_dims is not None:
-            if flatten_tensordicts:
-                raise ValueError("max_dims pads unflattened batches; it cannot be combined with "
-                                 "flatten_tensordicts=True.")
+            if flatten_tensordicts:  # (TorchRL's takes it and ignores it, without a word)
+                warnings.warn("max_dims has no effect with flatten_tensordicts=True: batches are "
+                              "flattened, not padded (as TorchRL's ReplayBufferTrainer takes "
+                              "it).", UserWarning, stacklevel=2)
             if isinstance(max_dims, (str, bytes)) or not isinstance(max_dims, Sequence):
                 raise TypeError(f"max_dims must be a sequence of ints (one per batch dim), got "
                                 f"{type(max_dims).__name__}.")
