@@ -91,5 +91,6 @@ def test_a_sampler_giving_more_than_asked_is_refused():
             return torch.zeros(batch_size + 1, dtype=torch.long), {}
 
     rb = _ensemble(3, 3, sampler=Greedy, num_buffer_sampled=1)
-    with pytest.raises(RuntimeError, match="gave 3 items for a request of 2"):
+    with pytest.raises(RuntimeError, match=r"gave 3 items for a request of 2 \(Greedy hands "
+                                           r"out several rows an item, as the frame-stacking"):
         rb.sample(2)

@@ -358,8 +358,12 @@ class SamplerEnsemble(MembersShareable, Sampler):
             index = torch.as_tensor(index, dtype=torch.long)
             got = index.shape[0] if index.ndim else 1
             if not got or got > remaining:
+                more = (f" ({type(sampler).__name__} hands out several rows an item, as the "
+                        "frame-stacking sampler of CatFrames.make_rb_transform_and_sampler "
+                        "does: an ensemble takes one row an item from its members)"
+                        if got > remaining else "")
                 raise RuntimeError(f"the sampler of buffer {member} gave {got} items for a "
-                                   f"request of {remaining}.")
+                                   f"request of {remaining}{more}.")
             indices.append(index.reshape(got, *index.shape[1:]))
             infos.append(info)
             remaining -= got
