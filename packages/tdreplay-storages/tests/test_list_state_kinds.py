@@ -24,7 +24,7 @@ def test_a_compressed_storage_state_is_refused(kind):
     rb = TensorDictReplayBuffer(storage=kind(32), batch_size=4)
     rb.extend(_rows(12))
     before = rb.state_dict()
-    with pytest.raises(ValueError, match=r"_storage.*\['codec', 'row_crc'\].*another kind of storage"):
+    with pytest.raises(ValueError, match=r"_storage.*\['blob_crc', 'codec', 'row_crc'\].*another kind of storage"):
         rb.load_state_dict(source.state_dict())
     assert len(rb) == 12 and rb.write_count == 12
     assert torch.equal(rb[:]["obs"], _rows(12)["obs"])

@@ -5,7 +5,9 @@ that each define ``compress``, share a name, and rows of one read with the other
 other bytes of the same size, which no size check sees. So a checkpoint records, for the first
 row of each layout, the CRC-32 of the bytes it decompresses to (:func:`row_checksums`); a
 storage loading it decompresses those rows with its own codec and refuses the checkpoint when
-one differs (:func:`check_row_checksums`).
+one differs (:func:`check_row_checksums`). The CRC-32 of every row's compressed bytes
+(:func:`blob_checksums`) is recorded too: a state whose bytes were damaged is refused whole
+when it is loaded (:func:`check_blob_checksums`), not row by row as the rows are read.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import torch
+
 from ._compressed_rows import CompressedRow, RowLayout
 
-__all__ = ["RowCodec", "check_row_checksums", "row_checksums"]
+__all__ = ["RowCodec", "blob_checksums", "check_blob_checksums", "check_row_checksums",
+           "row_checksums"]
 
 #: rows checked at most (the first of each layout, in row order)
 MAX_CHECKED = 16
@@ -94,3 +99,42 @@ def check_row_checksums(rows: Sequence[CompressedRow], codec: RowCodec, checksum
                 f"codec {codec.name!r} is not the one that compressed the rows (a codec of "
                 "your own is known by its function's name only; give the storage the "
                 "functions the checkpoint was written with).")
+
+
+def blob_checksums(rows: Sequence[CompressedRow]) -> torch.Tensor:
+    """The CRC-32 of each row's compressed bytes, an int64 tensor (a state's ``"blob_crc"``).
+
+    Examples
+    --------
+    >>> rows = [CompressedRow(RowLayout("tensor", (), ((None, torch.uint8, (2,)),)), b"ab")]
+    >>> blob_checksums(rows).tolist() == [zlib.crc32(b"ab")]
+    True
+    """
+    return torch.tensor([zlib.crc32(row.blob) for row in rows], dtype=torch.int64)
+
+
+def check_blob_checksums(rows: Sequence[CompressedRow], checksums: Any, name: str) -> None:
+    """``ValueError`` naming the first row whose compressed bytes do not have the CRC-32
+    ``checksums`` records (``None``: a state saved before they were recorded, not checked);
+    ``name`` is the entry's, for the message.
+
+    Examples
+    --------
+    >>> rows = [CompressedRow(RowLayout("tensor", (), ((None, torch.uint8, (2,)),)), b"ab")]
+    >>> check_blob_checksums(rows, blob_checksums(rows), "blob_crc")
+    >>> check_blob_checksums(rows, torch.tensor([0]), "blob_crc")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: row 0: its compressed bytes are damaged (their CRC-32 is not the one ...
+    """
+    if checksums is None:
+        return
+    if not isinstance(checksums, torch.Tensor) or checksums.dtype != torch.int64 \
+            or checksums.shape != (len(rows),):
+        raise ValueError(f"{name} must be an int64 tensor of one CRC-32 a row ({len(rows)}), "
+                         f"got {checksums!r:.200}.")
+    found = blob_checksums(rows)
+    bad = (found != checksums).nonzero()
+    if bad.numel():
+        raise ValueError(f"row {int(bad[0])}: its compressed bytes are damaged (their CRC-32 "
+                         f"is not the one {name} records).")

@@ -27,7 +27,12 @@ from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
 from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 
-from ._codec_check import check_row_checksums, row_checksums
+from ._codec_check import (
+    blob_checksums,
+    check_blob_checksums,
+    check_row_checksums,
+    row_checksums,
+)
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._keys import warn_empty_levels
 from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
@@ -277,7 +282,7 @@ class CompressedListStorage(ListStorage):
     _default_checkpointer = CompressedListStorageCheckpointer  # type: ignore[assignment]
     keeps_written_objects = False  # (it keeps compressed bytes of what it is given)
 
-    state_entries = ("storage", "codec", "max_size", "row_crc")
+    state_entries = ("storage", "codec", "max_size", "row_crc", "blob_crc")
 
     def __init__(
         self,
@@ -581,9 +586,10 @@ class CompressedListStorage(ListStorage):
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The compressed rows (not decompressed, as tensors and plain values: ``torch.load``
-        reads them with ``weights_only=True``), the codec name, ``max_size`` and the CRC-32 of
+        reads them with ``weights_only=True``), the codec name, ``max_size``, the CRC-32 of
         the first row of each layout decompressed (``"row_crc"``: a storage with another codec
-        of the same name refuses the rows, see :func:`row_checksums`).
+        of the same name refuses the rows, see :func:`row_checksums`) and of every row's
+        compressed bytes (``"blob_crc"``: a state with damaged bytes is refused whole).
 
         Examples
         --------
@@ -600,7 +606,8 @@ class CompressedListStorage(ListStorage):
         """
         rows = list(self._storage)
         return {"storage": rows_record(rows), "codec": self.codec.name,
-                "max_size": self.max_size, "row_crc": row_checksums(rows, self.codec)}
+                "max_size": self.max_size, "row_crc": row_checksums(rows, self.codec),
+                "blob_crc": blob_checksums(rows)}
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Refuse a ``state_dict`` of another codec or capacity, with more rows than fit, or
@@ -630,6 +637,10 @@ class CompressedListStorage(ListStorage):
         except ValueError as err:
             raise ValueError(f"state_dict: {err}") from err
         super().check_state_dict({**state_dict, "storage": rows})  # max_size, number of rows
+        try:
+            check_blob_checksums(rows, state_dict.get("blob_crc"), "state_dict['blob_crc']")
+        except ValueError as err:
+            raise ValueError(f"state_dict['storage']: {err}") from err
         self._check_rows(rows, codec)
         try:
             check_row_checksums(rows, codec, state_dict.get("row_crc"), "state_dict['row_crc']")
