@@ -93,3 +93,24 @@ def test_empty_drops_the_steps_multistep_held_back():
     rb.extend(steps(100, 4))
     assert rb[:]["t"].tolist() == [100]
     assert rb[:]["next", "t"].tolist() == [103]
+
+
+def test_a_batch_of_another_width_is_named_by_vecnorm_and_multistep():
+    # torch's "The size of tensor a (3) must match the size of tensor b (5)" / "Sizes of
+    # tensors must match except in dimension 0", naming neither the entry nor the transform
+    rb = _normalized_buffer()
+    with pytest.raises(ValueError, match=r"VecNorm: the batch's 'obs' has items of shape "
+                                         r"\(5,\), its running statistics \(3,\)"):
+        rb.extend(TensorDict({"obs": torch.zeros(4, 5), "r": torch.zeros(4, 1)}, [4]))
+    assert len(rb) == 4
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.9))
+    wide = steps(0, 4)
+    wide["x"] = torch.zeros(4, 1)
+    rb.extend(wide)
+    wider = steps(4, 4)
+    wider["x"] = torch.zeros(4, 2)
+    with pytest.raises(ValueError, match=r"MultiStepTransform: entry 'x' of the data has steps "
+                                         r"of shape \(2,\), the held steps \(1,\)"):
+        rb.extend(wider)
+    assert len(rb) == 1 and rb.transform[0].held["x"].shape == (3, 1)

@@ -176,6 +176,15 @@ class MultiStepTransform(Transform):
                 f"{sorted(map(str, keys))}) does not continue the held steps (batch_size "
                 f"{tuple(held.batch_size)}, keys {sorted(map(str, held.keys(True, True)))}): "
                 "only the time dimension (the last) may differ.")
+        for key in sorted(keys, key=str):
+            before, now = held.get(key), data.get(key)
+            if isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor) and (
+                    before.shape[held.batch_dims:] != now.shape[data.batch_dims:]):
+                raise ValueError(
+                    f"MultiStepTransform: entry {key!r} of the data has steps of shape "
+                    f"{tuple(now.shape[data.batch_dims:])}, the held steps "
+                    f"{tuple(before.shape[held.batch_dims:])}: only the time dimension (the "
+                    "last) may differ.")
         return cast(TensorDictBase, torch.cat([held, data], -1))  # (a TensorDict)
 
     # ---- state ---------------------------------------------------------------------------------

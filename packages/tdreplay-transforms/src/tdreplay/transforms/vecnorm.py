@@ -253,6 +253,11 @@ class VecNorm(Transform):
         """``stats`` updated with ``value`` (``n`` items), as new tensors; ``ValueError``
         naming ``key`` when they would not be finite."""
         total, ssq, count = stats
+        if value.shape[value.ndim - total.ndim:] != total.shape or value.ndim < total.ndim:
+            raise ValueError(f"VecNorm: the batch's {key!r} has items of shape "
+                             f"{tuple(value.shape[value.ndim - total.ndim:])}, its running "
+                             f"statistics {tuple(total.shape)}: refused, the statistics are "
+                             "unchanged.")
         wide = _widened(value, total)
         total = (total * self.decay + _sum_left(wide, total)).to(total.dtype)
         ssq = (ssq * self.decay + _sum_left(wide.pow(2), ssq)).to(ssq.dtype)
