@@ -114,3 +114,42 @@ def test_a_batch_of_another_width_is_named_by_vecnorm_and_multistep():
                                          r"of shape \(2,\), the held steps \(1,\)"):
         rb.extend(wider)
     assert len(rb) == 1 and rb.transform[0].held["x"].shape == (3, 1)
+
+
+def test_a_refused_write_does_not_undo_another_threads_write():
+    # the state put back was copied before the refused write began, outside any lock: a
+    # write by another thread in between was undone with it (its 4 rows stored, not counted)
+    import threading
+
+    started, other_done = threading.Event(), threading.Event()
+
+    def gate(td):
+        if threading.current_thread().name == "refused":
+            started.set()
+            other_done.wait(0.5)  # (the other write waits for this one to end)
+            raise ValueError("refused")
+        return td
+
+    vecnorm = VecNorm(in_keys=["obs"], decay=1.0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(50))
+    rb.append_transform(gate, invert=True)
+    rb.append_transform(vecnorm, invert=True)
+    rb.extend(TensorDict({"obs": torch.zeros(4, 1)}, [4]))
+
+    def refused():
+        with pytest.raises(ValueError, match="refused"):
+            rb.extend(TensorDict({"obs": torch.full((4, 1), 100.0)}, [4]))
+
+    def written():
+        started.wait(5)
+        rb.extend(TensorDict({"obs": torch.full((4, 1), 5.0)}, [4]))
+        other_done.set()
+
+    threads = [threading.Thread(target=refused, name="refused"), threading.Thread(target=written)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    state = vecnorm.state_dict()
+    assert len(rb) == 8
+    assert (float(state["obs_count"].sum()), float(state["obs_sum"].sum())) == (8.0, 20.0)

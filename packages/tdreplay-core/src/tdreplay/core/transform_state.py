@@ -90,7 +90,10 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
     the buffer's transforms when it raises: its write-side transforms ran first and may have
     changed their state (``VecNorm``'s statistics took the batch in, ``MultiStepTransform``
     swapped the steps it holds back for the batch's) for a batch the storage, the writer or a
-    later transform then refused. A buffer without transforms with state pays one check.
+    later transform then refused. A buffer without transforms with state pays one check; one
+    with them runs such writes one at a time, under its lock (without a rate limiter, whose gate
+    waits outside the lock: there, concurrent writes through transforms with state are not
+    serialised).
 
     Examples
     --------
@@ -123,13 +126,23 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
         transform = self._transform
         if not transform.transforms or not transform.has_state:
             return write(self, *args, **kwargs)
-        mark = transform_mark(transform)
-        try:
-            return write(self, *args, **kwargs)
-        except BaseException:
-            undo_transforms(transform, mark)
-            raise
+        if self._rate_limiter is not None:  # (its gate may wait for samples: not under the lock)
+            return _undone_on_failure(transform, write, self, args, kwargs)
+        # one write at a time through the transforms and into the storage: the state put back
+        # is the one this write began from, with no other thread's write in between to undo
+        with self._lock:
+            return _undone_on_failure(transform, write, self, args, kwargs)
     return undone_on_failure  # type: ignore[return-value]
+
+
+def _undone_on_failure(transform: Compose, write: Callable[..., Any], buffer: Any,
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    mark = transform_mark(transform)
+    try:
+        return write(buffer, *args, **kwargs)
+    except BaseException:
+        undo_transforms(transform, mark)
+        raise
 
 
 def check_transform_state(transform: Compose, state: Any) -> Callable[[], None]:
