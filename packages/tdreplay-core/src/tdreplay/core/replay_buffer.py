@@ -618,7 +618,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._writer.empty(empty_write_count)
             self._sampler.empty()
             self._seen_restores = self._storage.restore_count  # (the sampler knows: emptied)
-            self._transform.empty()  # (steps a MultiStepTransform held back)
+            self._transform.drop_held_items()  # (steps a MultiStepTransform held back)
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
             if self._install_record is not None:  # (nothing of a half-restored state is left)

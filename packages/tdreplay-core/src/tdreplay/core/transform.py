@@ -136,7 +136,7 @@ class Transform:
                 "that supports shared replay-buffer write state.")
         return self
 
-    def empty(self) -> None:
+    def drop_held_items(self) -> None:
         """Forget the items written through the transform that it holds and has not handed to
         the storage yet; ``rb.empty()`` calls it. The base holds none. ``MultiStepTransform``
         drops the steps it holds back, which the first write after the empty would otherwise
@@ -144,7 +144,7 @@ class Transform:
 
         Examples
         --------
-        >>> Transform().empty()  # nothing held
+        >>> Transform().drop_held_items()  # nothing held
         """
 
     # ---- per-tensor hooks ------------------------------------------------------------------------
@@ -262,8 +262,8 @@ class InvertedTransform(Transform):
         self.transform.share_memory_()
         return self
 
-    def empty(self) -> None:
-        self.transform.empty()
+    def drop_held_items(self) -> None:
+        self.transform.drop_held_items()
 
     @property
     def has_state(self) -> bool:  # type: ignore[override]
@@ -397,10 +397,10 @@ class Compose(Transform):
         for name, t in self._stateful().items():
             t.load_state_dict(state_dict[name])
 
-    def empty(self) -> None:
-        """:meth:`Transform.empty` of every transform."""
+    def drop_held_items(self) -> None:
+        """:meth:`Transform.drop_held_items` of every transform."""
         for transform in self.transforms:
-            transform.empty()
+            transform.drop_held_items()
 
     def append(self, transform: Transform | Callable[[Any], Any]) -> None:
         """Add a transform at the end.

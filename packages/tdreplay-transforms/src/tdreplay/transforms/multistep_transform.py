@@ -138,7 +138,7 @@ class MultiStepTransform(Transform):
         """The steps held back for the next write (raw, as written), ``None`` before any."""
         return self._held
 
-    def empty(self) -> None:
+    def drop_held_items(self) -> None:
         """Drop the steps held back (``rb.empty()`` calls it): the next write starts a new
         run, as the steps written after an empty are not the continuation of those before."""
         with self._lock:
