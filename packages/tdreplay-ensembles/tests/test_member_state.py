@@ -265,3 +265,26 @@ def test_a_half_restored_member_is_not_saved_through_the_ensemble(tmp_path):
     assert not (tmp_path / "mixed").exists()
     member.load_state_dict(state)  # restored: saveable again, through the ensemble too
     ensemble.dumps(tmp_path / "ok")
+
+
+def test_empty_drops_the_steps_a_members_multistep_transform_holds_back():
+    # the ensemble emptied the members' storages, not their transforms: a member's held
+    # steps were joined to the first steps written after the empty
+    from tdreplay.transforms import MultiStepTransform
+
+    def steps(start):
+        obs, flags = torch.arange(start, start + 4.0).unsqueeze(-1), torch.zeros(4, 1, dtype=bool)
+        return TensorDict({"obs": obs, "next": {"obs": obs + 1, "reward": torch.ones(4, 1),
+                                                "done": flags, "terminated": flags,
+                                                "truncated": flags}}, [4])
+
+    multistep = MultiStepTransform(n_steps=2, gamma=0.9)
+    member = TensorDictReplayBuffer(storage=LazyTensorStorage(20), transform=multistep)
+    other = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    ensemble = ReplayBufferEnsemble(member, other, batch_size=2)
+    member.extend(steps(0))
+    other.extend(steps(0))
+    ensemble.empty()
+    assert multistep.held is None and len(member) == 0
+    member.extend(steps(100))
+    assert member[:]["obs"].flatten().tolist() == [100.0, 101.0]

@@ -494,6 +494,14 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
                 raise ValueError(f"state_dict['_writer'][{str(i)!r}]: {err}") from err
 
     # ---- lifecycle ------------------------------------------------------------------------------
+    def empty(self, empty_write_count: bool = True) -> None:
+        """As :meth:`ReplayBuffer.empty <tdreplay.core.ReplayBuffer.empty>`; the items the
+        members' transforms hold back (a member's ``MultiStepTransform``) are dropped too."""
+        with self._lock:
+            super().empty(empty_write_count)
+            for rb in self._rbs:
+                rb.transform.drop_held_items()
+
     def clear_prefetch(self) -> None:
         super().clear_prefetch()
         for rb in self._rbs:
