@@ -4,7 +4,7 @@ the keys before the bad one were written, then the call raised)."""
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from tdreplay.core import TensorDictReplayBuffer
 from tdreplay.storages import LazyMemmapStorage, LazyTensorStorage
@@ -64,7 +64,8 @@ def test_update_writes_the_keys_asked_for_and_skips_unknown_ones(rb):
 
 
 @pytest.mark.parametrize("extra", [{"unknown": torch.ones(6)},
-                                   {("next", "unknown"): torch.ones(6)}])
+                                   {("next", "unknown"): torch.ones(6)},
+                                   {"unknown": NonTensorStack(*map(NonTensorData, "abcdef"))}])
 @pytest.mark.parametrize("through", ["buffer", "storage"])
 def test_update_refuses_an_entry_the_storage_lacks_and_writes_nothing(rb, extra, through):
     # it was skipped without a word: its values were lost (TorchRL raises KeyError for one

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase, is_non_tensor, is_tensor_collection
 
 from ._casts import check_cast
 from ._keys import TENSOR_KEY, NestedKey, is_key_index, key_path, leaf_keys
@@ -214,7 +214,8 @@ def checked_updates(layout: TensorLayout, rows: TensorDictBase, data: Any,
             continue
         if key in layout.key_set:
             values[key] = fitting_value(key, data.get(key), rows.get(key))
-        elif key not in layout.object_key_set and not is_tensor_collection(data.get(key)):
+        elif key not in layout.object_key_set and (
+                is_non_tensor(value := data.get(key)) or not is_tensor_collection(value)):
             unknown.append(key)  # (an empty nested TensorDict writes nothing)
     if unknown:
         raise KeyError(
