@@ -51,3 +51,23 @@ def test_a_restore_or_write_into_a_dataset_buffer_leaves_its_files(cartpole, roo
     assert not torch.equal(changed, original)  # the buffer holds what it was given
     assert files(root) == before  # the files do not
     assert torch.equal(load(cartpole, root, split_trajs=split_trajs)[:]["action"], original)
+
+
+def test_a_copy_of_a_dataset_buffer_written_in_this_process_warns(cartpole, root):
+    # the copy maps the files: rows restored or written here (copy-on-write) are not in it
+    import pickle
+
+    data = load(cartpole, root)
+    twin = pickle.loads(pickle.dumps(data))  # nothing written: no warning
+    assert torch.equal(twin[:]["action"], data[:]["action"])
+    rows = data.storage[0:2].clone()
+    rows["action"] = 1 - rows["action"]
+    data.storage.set(slice(0, 2), rows)
+    with pytest.warns(UserWarning, match="not in its files, which the copy being made reads"):
+        copy = pickle.loads(pickle.dumps(data))
+    assert not torch.equal(copy[:]["action"], data[:]["action"])  # (what the warning says)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pickle.dumps(copy)  # the copy's rows are its files'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,23 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
             batch_size=batch_size,
             generator=generator,
         )
+        self._files_revision = self._storage.revision  # (the rows are the files')
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the buffer (a copy maps the dataset's files again); a ``UserWarning`` when
+        rows were written or restored into it in this process: they live in this process's
+        copy-on-write pages, not in the files, and the copy reads the files."""
+        if self._storage.revision != self._files_revision:
+            warnings.warn(
+                f"{type(self).__name__}: rows were written or restored into this dataset "
+                "buffer in this process (storage.set, load_state_dict, loads): they are not in "
+                "its files, which the copy being made reads. Save the buffer with dumps / "
+                "state_dict to carry them.", UserWarning, stacklevel=2)
+        return super().__getstate__()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._files_revision = self._storage.revision  # (a copy reads the files)
 
     @property
     def data_path(self) -> Path:
