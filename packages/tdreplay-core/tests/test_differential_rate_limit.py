@@ -30,6 +30,7 @@ import math
 import random
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -107,7 +108,8 @@ def test_an_ndim_2_storage_counts_inserts_in_items():
     assert len(rb) == 6
     rb.sample(4)  # counts 4 items
     assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (6, 4)
-    with pytest.warns(UserWarning, match="one item with its batch dims"):
+    with warnings.catch_warnings():  # (one row of the storage: not told to use extend)
+        warnings.simplefilter("error")
         rb.add(TensorDict({"x": torch.arange(2)}, [2]))  # one row of the 2 lanes: 2 items
     assert len(rb) == rb.rate_limiter.inserts == 8
 

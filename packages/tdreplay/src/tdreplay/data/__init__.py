@@ -168,6 +168,7 @@ _EXPORTS: dict[str, str] = {
     "gSDENoise": "tdreplay.transforms",
     # tdreplay.ensembles
     "ReplayBufferEnsemble": "tdreplay.ensembles",
+    "SampleFromAllConflictError": "tdreplay.ensembles",
     "SamplerEnsemble": "tdreplay.ensembles",
     "StorageEnsemble": "tdreplay.ensembles",
     "StorageEnsembleCheckpointer": "tdreplay.ensembles",
