@@ -17,7 +17,8 @@ from typing import Any
 
 from tensordict import MemoryMappedTensor, TensorDictBase
 
-__all__ = ["mapped_like", "reserve_file", "reserve_mapped_files", "torch_file_error"]
+__all__ = ["mapped_like", "reserve_file", "reserve_mapped_files", "sized_like",
+           "torch_file_error"]
 
 #: errors of a file system that cannot allocate in advance (the file is sized already)
 _CANNOT_RESERVE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
@@ -71,15 +72,34 @@ def mapped_like(data: TensorDictBase, prefix: str | os.PathLike[str], what: str
     ...     print(files["x"].shape, float(files["x"].sum()))
     torch.Size([4, 2]) 0.0
     """
+    mapped = sized_like(data, prefix, what)
+    reserve_mapped_files(mapped)
+    return mapped
+
+
+def sized_like(data: TensorDictBase, prefix: str | os.PathLike[str], what: str
+               ) -> TensorDictBase:
+    """``data.memmap_like(prefix)``: sized, sparse files of ``data``'s shapes and dtypes
+    (``meta.json`` with them), nothing reserved (for files filled with plain writes, which
+    report a full disk themselves); ``OSError`` naming the file (``what``: what the files are
+    for) where torch's ``RuntimeError`` says it could not size one (:func:`torch_file_error`).
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> from tensordict import TensorDict
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     files = sized_like(TensorDict({"x": torch.ones(3)}, [3]), d, "a checkpoint")
+    ...     print(files["x"].tolist())
+    [0.0, 0.0, 0.0]
+    """
     try:
-        mapped = data.memmap_like(Path(prefix), num_threads=0)
+        return data.memmap_like(Path(prefix), num_threads=0)
     except RuntimeError as err:  # torch's report of a file it could not size (EFBIG...)
         named = torch_file_error(err, what)
         if named is None:
             raise
         raise named from err
-    reserve_mapped_files(mapped)
-    return mapped
 
 
 def reserve_file(path: str | os.PathLike[str], nbytes: int) -> None:

@@ -33,7 +33,7 @@ from tensordict import MemoryMappedTensor, TensorDictBase
 
 from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import named_write_error, record_written_file
-from tdreplay.core.file_room import torch_file_error
+from tdreplay.core.file_room import sized_like
 
 _CHUNK = 1 << 22  # bytes per write
 _SYNC_EVERY = 4  # chunks written between two background fdatasync calls
@@ -127,13 +127,7 @@ def memmap_by_writes(td: TensorDictBase, prefix: Path) -> None:
     ...     print(back["a"].tolist(), back["n", "b"].sum().item())
     [0, 1, 2, 3] 8.0
     """
-    try:
-        layout = td.memmap_like(prefix, num_threads=0)
-    except RuntimeError as err:  # torch's report of a file it could not size (EFBIG...)
-        named = torch_file_error(err, "sizing a checkpoint file")
-        if named is None:
-            raise
-        raise named from err
+    layout = sized_like(td, prefix, "sizing a checkpoint file")
     files = {}
     for key, leaf in layout.items(include_nested=True, leaves_only=True):
         if not isinstance(leaf, MemoryMappedTensor) or leaf.filename is None:
