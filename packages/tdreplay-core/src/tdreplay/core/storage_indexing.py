@@ -160,17 +160,17 @@ class StorageIndexing:
             index = index[0] if index else slice(None)
         n = self.rows_written
         if isinstance(index, slice):
+            step = 1 if index.step is None else index.step
+            start = 0 if index.start is None else index.start
+            start = max(start + n, 0) if start < 0 else start
             stop = index.stop
-            if stop is None and value is not None and index.step in (None, 1):
-                stop = _open_stop(index.start, n, value)  # (past n: appends, as a list's)
+            if stop is None and value is not None and step == 1:
+                stop = _open_stop(start, n, value)  # (past n: appends, as a list's)
             if stop is None or stop <= n:
                 return range_tensor(range(*index.indices(n)))  # (empty: rb[5:2] = [])
             cap = self.rows_capacity
             if cap is None:
                 cap = self.rows_capacity_for(value, batched=True) if value is not None else 0
-            step = 1 if index.step is None else index.step
-            start = 0 if index.start is None else index.start
-            start = max(start + n, 0) if start < 0 else start
             if step <= 0 or start > n:
                 raise IndexError(f"index {index} would write past the {n} written rows with a "
                                  "gap or backwards: use extend to add rows.")
@@ -201,13 +201,13 @@ class StorageIndexing:
 
 
 
-def _open_stop(start: int | None, written: int, value: Any) -> int | None:
-    """The stop of a slice ``start:`` written with ``value``: its start plus the rows of
-    ``value`` where that reaches past the ``written`` rows, else ``None`` (the written rows
-    from ``start``; also for a value without a leading dim, written to every row)."""
+def _open_stop(start: int, written: int, value: Any) -> int | None:
+    """The stop of a slice ``start:`` (its first row) written with ``value``: ``start`` plus
+    the rows of ``value`` where that reaches past the ``written`` rows, else ``None`` (the
+    written rows from ``start``; also for a value without a leading dim, written to every
+    row)."""
     try:
         count = leading_dim(value)
     except (ValueError, TypeError):  # one item for every row of the slice
         return None
-    first = 0 if start is None else (max(start + written, 0) if start < 0 else start)
-    return first + count if first + count > written else None
+    return start + count if start + count > written else None
