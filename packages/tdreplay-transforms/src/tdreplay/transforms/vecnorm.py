@@ -253,7 +253,7 @@ class VecNorm(Transform):
         """``stats`` updated with ``value`` (``n`` items), as new tensors; ``ValueError``
         naming ``key`` when they would not be finite."""
         total, ssq, count = stats
-        if value.shape[value.ndim - total.ndim:] != total.shape or value.ndim < total.ndim:
+        if value.ndim < total.ndim or value.shape[value.ndim - total.ndim:] != total.shape:
             raise ValueError(f"VecNorm: the batch's {key!r} has items of shape "
                              f"{tuple(value.shape[value.ndim - total.ndim:])}, its running "
                              f"statistics {tuple(total.shape)}: refused, the statistics are "
