@@ -136,17 +136,6 @@ class StorageReadersMixin:
     #: of another storage
     _seen_restores: int | None = 0
 
-    def _written_slots(self) -> torch.Tensor:
-        slots = torch.arange(len(self._storage))  # written slots: the first len(storage)
-        return slots[self._storage.valid_slots_mask(slots)]
-
-    @staticmethod
-    def _relearn(sampler: Sampler, written: torch.Tensor) -> None:
-        """``sampler`` forgets what it knew and takes ``written`` as the storage's slots."""
-        sampler.empty()
-        if written.numel():
-            sampler.extend(written)
-
     def _tell_readers_restored(self) -> None:
         """After a restore through this buffer: its sampler knows the restored storage, the
         other buffers' samplers learn its written slots anew and drop the batches they drew
@@ -155,10 +144,9 @@ class StorageReadersMixin:
         others = self._readers.others(self)
         if not others:
             return
-        written = self._written_slots()
         for other in others:
             other.clear_prefetch()
-            self._relearn(other.sampler, written)
+            other.sampler.learn_written_slots(self._storage)
 
     def _learn_restored_storage(self) -> None:
         """The storage was restored past this buffer (``rb.storage.load_state_dict`` /
@@ -167,4 +155,4 @@ class StorageReadersMixin:
         learns the written slots anew, as after a restore through another buffer of the
         storage. The lock is held."""
         self._seen_restores = self._storage.restore_count
-        self._relearn(self._sampler, self._written_slots())
+        self._sampler.learn_written_slots(self._storage)

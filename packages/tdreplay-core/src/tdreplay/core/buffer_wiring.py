@@ -77,7 +77,7 @@ class BufferWiringMixin:
             previous = self._storage
             self._storage = storage
             self._read_storage(storage)  # (buffer_readers)
-            self._relearn(self._sampler, self._written_slots())
+            self._sampler.learn_written_slots(storage)
             self._writer.register_storage(storage)
             self._collate_fn = collate_fn if collate_fn is not None else storage.default_collate
             self.clear_prefetch()

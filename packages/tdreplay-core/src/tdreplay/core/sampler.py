@@ -381,6 +381,28 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     def empty(self) -> None:
         """Forget everything about written slots (called by ``ReplayBuffer.empty``)."""
 
+    def learn_written_slots(self, storage: Storage) -> None:
+        """Forget everything about written slots (:meth:`empty`), then take the slots
+        ``storage`` holds as written (:meth:`extend`; a prioritized sampler gives them its
+        maximum priority). What a buffer does when its sampler is out of step with its
+        storage: a storage set onto it, or restored or emptied past it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, SamplerWithoutReplacement
+        >>> storage = ListStorage(8)
+        >>> storage.set(range(3), ["a", "b", "c"])
+        >>> sampler = SamplerWithoutReplacement()
+        >>> sampler.learn_written_slots(storage)
+        >>> sorted(sampler.sample(storage, 3)[0].tolist())
+        [0, 1, 2]
+        """
+        self.empty()
+        slots = torch.arange(len(storage))  # written slots: the first len(storage)
+        written = slots[storage.valid_slots_mask(slots)]
+        if written.numel():
+            self.extend(written)
+
     def state_dict(self) -> dict[str, Any]:
         """The sampler's whole state (priorities, epoch, ...): empty here; a sampler that
         keeps state returns it (what the buffer's ``state_dict`` / ``dumps`` save). Its

@@ -218,6 +218,9 @@ class SamplerEnsemble(MembersShareable, Sampler):
         self._num_buffer_sampled = _check_num_buffer_sampled(num_buffer_sampled, n, sample_from_all)
         self._sample_from_all = sample_from_all
         self._samplers: tuple[Sampler, ...] = tuple(samplers)
+        # each member storage's restore_count its sampler is known to be in step with (see
+        # _draw_member): a member emptied or restored past the ensemble is learnt anew
+        self._seen_restores = [0] * len(self._samplers)
         #: Whether any member sampler is prioritized (fixed: the members are).
         self.is_prioritized = any(sampler.is_prioritized for sampler in self._samplers)
         #: The sample entries any member hands back with a priority update (e.g.
@@ -354,7 +357,7 @@ class SamplerEnsemble(MembersShareable, Sampler):
         sampler = self._samplers[member]
         indices, infos, remaining = [], [], count
         while remaining:
-            index, info = sampler.sample(storage, remaining)
+            index, info = self._member_sample(member, storage, remaining)
             index = torch.as_tensor(index, dtype=torch.long)
             got = index.shape[0] if index.ndim else 1
             if not got or got > remaining:
@@ -370,6 +373,22 @@ class SamplerEnsemble(MembersShareable, Sampler):
         if len(indices) == 1:
             return indices[0], infos[0]
         return torch.cat(indices), _cat_infos(infos, [i.shape[0] for i in indices])
+
+    def _member_sample(self, member: int, storage: Storage, count: int
+                       ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Buffer ``member``'s sampler's draw. One that draws a slot its storage no longer
+        holds, after the storage was emptied or restored past the ensemble (``rb.storage.
+        empty()`` / ``load_state_dict``: its ``restore_count`` moved), learns the written
+        slots anew and draws again, as a buffer's own sample does."""
+        sampler = self._samplers[member]
+        try:
+            return sampler.sample(storage, count)
+        except IndexError:
+            if storage.restore_count == self._seen_restores[member]:
+                raise  # out of step for another reason: written past the sampler
+        self._seen_restores[member] = storage.restore_count
+        sampler.learn_written_slots(storage)
+        return sampler.sample(storage, count)
 
     def draw_mark(self) -> list[tuple[Sampler, Any]]:
         """The marks of the members whose draws change state (each member once): what
