@@ -66,6 +66,23 @@ def test_empty_drops_prefetched_batches():
         assert all(v >= 100 for v in rb.sample().tolist())  # nothing from before empty()
 
 
+@pytest.mark.parametrize("reset", ["empty", "load_state_dict"])
+def test_a_storage_reset_past_the_buffer_drops_prefetched_batches(reset):
+    # rb.storage.empty() / rb.storage.load_state_dict(...): the three batches queued before
+    # were handed out, of rows the storage no longer held
+    rb = make(prefetch=3)
+    rb.extend(scalars(0, 10))
+    rb.sample()
+    assert rb._prefetcher.queued == 3
+    if reset == "empty":
+        rb.storage.empty()
+        rb.storage.set(range(10), scalars(100, 110))
+    else:
+        rb.storage.load_state_dict({"storage": scalars(100, 110), "max_size": 100})
+    for _ in range(4):
+        assert all(v >= 100 for v in rb.sample().tolist())  # nothing from before the reset
+
+
 class SlowSampler(RandomSampler):
     def sample(self, storage, batch_size):
         time.sleep(0.02)

@@ -52,7 +52,7 @@ class StorageReadersMixin:
         self._readers.discard(self)
         storage.attach(self)
         self._readers = storage.readers
-        self._seen_restores = storage.restore_count  # (its sampler is taken as it is)
+        self._know_restores_of(storage)  # (its sampler is taken as it is)
         cast(_SharableLock, self._lock).share(self._readers.lock)
 
     def mark_update(self, index: Any) -> None:
@@ -135,12 +135,20 @@ class StorageReadersMixin:
     #: ``None`` for a sampler set onto the buffer (``set_sampler``), which may know the slots
     #: of another storage
     _seen_restores: int | None = 0
+    #: the storage's ``restore_count`` when the batches drawn ahead (``prefetch``) were
+    #: queued: a reset past the buffer drops them at the next sample
+    _restores_seen_by_queue: int = 0
+
+    def _know_restores_of(self, storage: Storage) -> None:
+        """The sampler and the batches drawn ahead are in step with ``storage`` now (after
+        it was read, emptied or restored through this buffer)."""
+        self._seen_restores = self._restores_seen_by_queue = storage.restore_count
 
     def _tell_readers_restored(self) -> None:
         """After a restore through this buffer: its sampler knows the restored storage, the
         other buffers' samplers learn its written slots anew and drop the batches they drew
         ahead (of rows the restore replaced)."""
-        self._seen_restores = self._storage.restore_count
+        self._know_restores_of(self._storage)
         others = self._readers.others(self)
         if not others:
             return

@@ -575,14 +575,17 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         return self._draw(batch_size)
 
     def _drop_batches_of_replaced_rows(self) -> None:
-        """Drop the batches drawn ahead when another process has emptied or restored the
-        storage since (``Storage.shared_reset_count``): their rows are gone. This process's
-        own ``empty`` and restores drop them at once."""
+        """Drop the batches drawn ahead when the storage was emptied or restored since, past
+        this buffer (``rb.storage.empty()``, ``rb.storage.loads(path)``:
+        ``Storage.restore_count``) or by another process (``Storage.shared_reset_count``):
+        their rows are gone. The buffer's own ``empty`` and restores drop them at once."""
         count = self._storage.shared_reset_count()
-        if count != self._reset_count_seen:
-            if self._reset_count_seen is not None:
-                self.clear_prefetch()
+        restores = self._storage.restore_count
+        if count != self._reset_count_seen or restores != self._restores_seen_by_queue:
+            if self._reset_count_seen is not None or restores != self._restores_seen_by_queue:
+                self.clear_prefetch()  # (a first sample knows no count yet: nothing queued)
             self._reset_count_seen = count
+            self._restores_seen_by_queue = restores
 
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
@@ -617,7 +620,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._storage.empty()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
-            self._seen_restores = self._storage.restore_count  # (the sampler knows: emptied)
+            self._know_restores_of(self._storage)  # (the sampler knows: emptied)
             self._transform.drop_held_items()  # (steps a MultiStepTransform held back)
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()
