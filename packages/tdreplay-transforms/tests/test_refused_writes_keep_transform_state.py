@@ -153,3 +153,18 @@ def test_a_refused_write_does_not_undo_another_threads_write():
     state = vecnorm.state_dict()
     assert len(rb) == 8
     assert (float(state["obs_count"].sum()), float(state["obs_sum"].sum())) == (8.0, 20.0)
+
+
+def test_an_empty_through_another_buffer_of_the_storage_drops_the_held_steps():
+    # two buffers over one storage: the other buffer's empty() reached this one's sampler
+    # and writer but not its MultiStepTransform, whose held steps (t = 2, 3, 4) were joined
+    # to the next run as above
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.5))
+    other = TensorDictReplayBuffer(storage=rb.storage)
+    rb.extend(steps(0, 5))
+    other.empty()
+    assert rb.transform[0].held is None
+    rb.extend(steps(100, 4))
+    assert rb[:]["t"].tolist() == [100]
+    assert rb[:]["next", "t"].tolist() == [103]

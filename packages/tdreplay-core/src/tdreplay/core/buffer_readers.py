@@ -129,6 +129,7 @@ class StorageReadersMixin:
             other.clear_prefetch()
             other.sampler.empty()
             other.writer.empty(empty_write_count)
+            other.transform.drop_held_items()  # (steps a MultiStepTransform held back)
 
     #: the storage's ``restore_count`` this buffer's sampler knows of (a restore through the
     #: buffer, or one of the buffers of the storage, tells it; one past them, at next sample);
