@@ -71,3 +71,22 @@ def test_a_copy_of_a_dataset_buffer_written_in_this_process_warns(cartpole, root
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pickle.dumps(copy)  # the copy's rows are its files'
+
+
+def test_a_deep_copy_of_a_dataset_buffer_maps_its_files(cartpole, root):
+    # copy.deepcopy raised torch's RuntimeError (a memory-mapped tensor cannot be deep-copied)
+    import copy
+
+    data = load(cartpole, root)
+    data.sampler.set_rng(torch.Generator().manual_seed(3))
+    twin = copy.deepcopy(data)
+    assert torch.equal(twin[:]["action"], data[:]["action"])
+    assert twin.sampler is not data.sampler and twin.storage is not data.storage
+    assert torch.equal(twin.sample()["index"], data.sample()["index"])  # same draws
+    rows = data.storage[0:2].clone()
+    rows["action"] = 1 - rows["action"]
+    data.storage.set(slice(0, 2), rows)
+    with pytest.warns(UserWarning, match="not in its files, which the copy being made reads"):
+        copied = copy.deepcopy(data)
+    assert not torch.equal(copied[:]["action"], data[:]["action"])  # (what the warning says)
+    assert torch.equal(copied[:]["action"], twin[:]["action"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -122,6 +123,29 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._files_revision = self._storage.revision  # (a copy reads the files)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BaseDatasetExperienceReplay:
+        """``copy.deepcopy``: a buffer of its own (sampler, writer, generator, transforms)
+        that maps the dataset's files again, as a pickled copy does; the files are never
+        written, so the two share them safely. Rows written or restored into this buffer in
+        this process are not in the files: the copy warns, as :meth:`__getstate__` says
+        (the memory-mapped tensors of the files cannot be deep-copied one by one: torch
+        raised ``RuntimeError``).
+
+        Examples
+        --------
+        >>> import copy, tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     data = TensorDict({"x": torch.arange(6.0)}, [6]).memmap(tmp)
+        ...     rb = BaseDatasetExperienceReplay(data, batch_size=2)
+        ...     twin = copy.deepcopy(rb)
+        ...     print(twin[:]["x"].tolist(), twin.sampler is rb.sampler)
+        [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] False
+        """
+        copied: BaseDatasetExperienceReplay = pickle.loads(pickle.dumps(self))
+        memo[id(self)] = copied
+        return copied
 
     @property
     def data_path(self) -> Path:
