@@ -11,8 +11,9 @@ buffer with numba trees, a twin with torch trees and the restored copies, in loc
 every step they are compared with a Python model of the documented behaviour:
 
 * stored priority ``p_i = max((q_i + eps) ** alpha, tiny)``; new items get the max priority
-  (the largest ever set by an update, or with ``max_priority_within_buffer`` the largest set by
-  an update among the items still stored; ``1`` before any); an update whose generation is
+  (the largest ever set by an update, or with ``max_priority_within_buffer`` the largest
+  among the items still stored, those the write overwrites left out; ``1`` before any); an
+  update whose generation is
   stale is dropped; the last duplicate wins;
 * ``total_priority`` and ``min_priority`` equal the model's sum and min, ``max_priority`` its
   max, the write generations order the writes as the model's clock does;
@@ -88,23 +89,22 @@ class _Model:
         self.n, self.alpha, self.beta, self.eps = cfg["n"], cfg["alpha"], cfg["beta"], cfg["eps"]
         self.within = cfg["within"]
         self.q: dict[int, float] = {}  # slot -> raw priority
-        self.by_update: dict[int, bool] = {}  # slot -> set by an update
         self.gen: dict[int, int] = {}
         self.clock = 0
         self.max_ever: float | None = None
         self.cursor = self.len = 0
 
-    def default(self) -> float:
-        if self.within:
-            values = [self.q[s] for s in self.q if self.by_update[s]]
+    def default(self, leaving: frozenset[int] = frozenset()) -> float:
+        if self.within:  # every item still stored counts, those the write overwrites leave
+            values = [self.q[s] for s in self.q if s not in leaving]
             return max(values) if values else 1.0
         return self.max_ever if self.max_ever is not None else 1.0
 
     def written(self, slots: list[int]) -> None:
-        default = self.default()
+        default = self.default(frozenset(slots))
         self.clock += 1
         for s in slots:
-            self.q[s], self.by_update[s], self.gen[s] = default, False, self.clock
+            self.q[s], self.gen[s] = default, self.clock
 
     def rewritten(self, slots: list[int]) -> None:
         """Index assignment: the slots keep their priority and get a new write generation."""
@@ -126,12 +126,11 @@ class _Model:
         for j, (s, p) in enumerate(zip(index, values)):
             if gens is not None and self.gen[s] != gens[j]:
                 continue  # stale: the slot was written since it was sampled
-            self.q[s], self.by_update[s] = p, True
+            self.q[s] = p
             self.max_ever = p if self.max_ever is None else max(self.max_ever, p)
 
     def reset(self) -> None:
         self.q.clear()
-        self.by_update.clear()
         self.gen.clear()
         self.cursor = self.len = 0
         self.max_ever = None

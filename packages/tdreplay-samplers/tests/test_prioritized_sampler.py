@@ -225,11 +225,31 @@ def test_max_priority_within_buffer(backend):
     assert sampler.max_priority == 9.0
     sampler.update_priority(torch.tensor([1]), torch.tensor([1.0]))
     assert sampler.max_priority == 3.0  # the 9 is gone from the buffer
-    sampler.extend(torch.tensor([2]))  # the 3 is overwritten; the new item gets it...
-    assert leaves(sampler)[2] == 3.0
-    assert sampler.max_priority == 2.0  # ...but only priorities set by updates count
+    sampler.extend(torch.tensor([2]))  # the 3 leaves first: the new item gets the max of the
+    assert leaves(sampler)[2] == 2.0  # items still in the buffer
+    assert sampler.max_priority == 2.0
+    sampler.update_priority(torch.tensor([0]), torch.tensor([0.5]))
+    assert sampler.max_priority == 2.0  # the new item holds 2 (it counted for nothing before)
+    sampler.extend(torch.tensor([3]))
+    assert leaves(sampler)[3] == 2.0
     sampler.empty()
     assert sampler.max_priority == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_priority_within_buffer_counts_the_items_holding_the_default(backend):
+    # 500 warm-up items at the default 1, one learner update of 32 of them to 0.01: the 100
+    # new items got 0.01 (only priorities set by updates counted), 0.3% of the draws instead
+    # of the 17.6% TorchRL gives them
+    sampler, storage = make(backend, 600, 500, eps=0.0, max_priority_within_buffer=True)
+    sampler.update_priority(torch.arange(0, 320, 10), torch.full((32,), 0.01))
+    assert sampler.max_priority == 1.0  # 468 items still hold 1
+    sampler.extend(torch.arange(500, 600))
+    storage.set(range(500, 600), list(range(500, 600)))
+    assert leaves(sampler)[500:].tolist() == [1.0] * 100
+    counts = frequencies(sampler, storage, 8 * 4096)
+    fresh = float(counts[500:].sum() / counts.sum())
+    assert fresh == pytest.approx(100 / (468 + 32 * 0.01 + 100), abs=0.02)  # 0.176
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

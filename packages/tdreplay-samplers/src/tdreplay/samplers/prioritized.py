@@ -108,8 +108,9 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
     max_priority_within_buffer : bool
         New items get the current max priority. ``False``: the largest priority ever passed to
         :meth:`update_priority` (``1`` before the first update). ``True``: the largest priority
-        set by :meth:`update_priority` among the items still in the buffer (``1`` if none),
-        so it falls when those items are updated or overwritten.
+        among the items still in the buffer, whether set by :meth:`update_priority` or given
+        when the item was written (``1`` if none), so it falls when those items are updated
+        down or overwritten (the items a write overwrites leave before the new ones get it).
     device : str or torch.device, optional
         Where the trees live; by default where the storage lives (see the module docstring).
     backend : {"numba", "torch"}, optional
@@ -328,8 +329,25 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         placed = self._placed(index)
         if placed is not None:
             state, index, generation = placed
-            kernels_for(state).extend(state, index, new_item_leaf(state, self._alpha, self._eps),
-                                      generation)
+            self._write_new_items(state, index, generation)
+
+    def _write_new_items(self, state: PriorityState, slots: torch.Tensor,
+                         generation: int) -> None:
+        """Give the (checked, placed) ``slots`` the default priority and the write generation
+        ``generation``. Tracking the max within the buffer, the items the slots held leave it
+        first (the new items get the max of the items still in the buffer), and the new items
+        hold the default priority as theirs, counted in that max as a priority set by an
+        update is (as TorchRL reads the max back from its tree): a later low update of
+        another item does not become the priority of every new item while older items still
+        hold a higher one."""
+        kernels = kernels_for(state)
+        if state.max_tree is None:
+            kernels.extend(state, slots, new_item_leaf(state, self._alpha, self._eps), generation)
+            return
+        state.max_tree.update(slots, math.inf)  # (the max tree holds -q: +inf is "none")
+        raw = default_priority(state)
+        kernels.extend(state, slots, new_item_leaf(state, self._alpha, self._eps), generation)
+        state.max_tree.update(slots, -raw)
 
     def mark_update(self, index: torch.Tensor, *, storage: Storage | None = None) -> None:
         """``rb.mark_update(index)`` (TorchRL's ``mark_update``): the slots ``index`` get the
@@ -402,8 +420,7 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
         state, flat, generation = placed
         fresh = state.generation.index_select(0, flat) == 0
         if bool(fresh.any()):  # (a device read)
-            kernels_for(state).extend(state, flat[fresh],
-                                      new_item_leaf(state, self._alpha, self._eps), generation)
+            self._write_new_items(state, flat[fresh], generation)
         state.generation.index_fill_(0, flat, generation)
 
     def extend_with_priority(self, index: torch.Tensor, priority: Any, *,
@@ -435,7 +452,7 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
             kernels.extend_prioritized(state, index, priority, generation)
             return
         # device trees, or priorities to convert again: the extend's write, then the update
-        kernels.extend(state, index, new_item_leaf(state, self._alpha, self._eps), generation)
+        self._write_new_items(state, index, generation)
         self.update_priority(index, priority, storage=storage)
 
     def _placed(self, slots: Any) -> tuple[PriorityState, torch.Tensor, int] | None:
