@@ -1,7 +1,10 @@
 """Damaged ensemble state_dicts are refused before anything changes: a member writer's cursor
-past its storage's saved rows, a member storage's damaged entry; real states all load."""
+past its storage's saved rows, a member sampler's slots past them, a member storage's damaged
+entry; real states all load."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -93,3 +96,21 @@ def test_states_of_random_histories_load_and_read_alike(seed):
             write(m, 3, 500)
             write(t, 3, 500)
         assert contents(twin) == contents(rb)
+
+
+def test_a_member_sampler_state_past_its_saved_rows_is_refused():
+    # (a sampler state of another buffer: every sample of that member raised IndexError)
+    from tdreplay.samplers import PrioritizedSampler
+
+    def filled(ids):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8),
+                                    sampler=PrioritizedSampler(8, 1.0, 1.0))
+        rb.extend(TensorDict({"id": torch.tensor(list(ids))}, [len(ids)]))
+        return rb
+
+    ensemble = ReplayBufferEnsemble(filled(range(4)), filled(range(10, 14)), batch_size=4)
+    state = copy.deepcopy(ensemble.state_dict())
+    state["_sampler"]["1"] = copy.deepcopy(filled(range(6)).state_dict()["_sampler"])
+    with pytest.raises(ValueError, match=r"state_dict\['_sampler'\]\['1'\]: .*slots \[4, 5\]"):
+        ensemble.load_state_dict(state)
+    assert ensemble[1][:]["id"].tolist() == [10, 11, 12, 13]

@@ -48,6 +48,50 @@ from .writer import RoundRobinWriter, Writer
 _IN_THIS_PROCESS = ("_lock", "_prefetcher", "_owner_pid", "_next_batches", "_readers")
 
 
+def check_saved_parts_fit(storage: Storage, writer: Writer, sampler: Sampler,
+                          state_dict: dict[str, Any], member: str | None = None) -> None:
+    """Raise ``ValueError`` naming the entry unless the saved states of a buffer's parts
+    (``state_dict["_storage"]``, ``["_writer"]``, ``["_sampler"]``, each accepted by its
+    part's ``check_state_dict``) fit together: the writer can go on writing into the rows the
+    storage state holds (:meth:`Writer.check_saved_rows
+    <tdreplay.core.Writer.check_saved_rows>`) and the sampler draws no slot past them
+    (:meth:`Sampler.check_saved_slots <tdreplay.core.Sampler.check_saved_slots>`; storages of
+    one dim, where a row is a slot). ``member``: the key of each part's state under the
+    entries, for a buffer made of others (an ensemble's member ``"0"``).
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, RandomSampler, RoundRobinWriter
+    >>> storage, writer = ListStorage(4), RoundRobinWriter()
+    >>> writer.register_storage(storage)
+    >>> state = {"_storage": {"storage": [1, 2], "max_size": 4},
+    ...          "_writer": {"cursor": 3, "write_count": 3}, "_sampler": {}}
+    >>> check_saved_parts_fit(storage, writer, RandomSampler(), state)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: state_dict['_writer']: RoundRobinWriter state_dict['cursor'] is 3 but ...
+    """
+    def part(name: str) -> tuple[Any, str]:
+        saved = state_dict[name] if member is None else state_dict[name][member]
+        where = f"state_dict[{name!r}]" + ("" if member is None else f"[{member!r}]")
+        return saved, where
+
+    saved_storage, _ = part("_storage")
+    rows = storage.saved_rows(saved_storage)
+    if rows is None:
+        return
+    checks: list[tuple[str, Callable[[Any], None]]] = [
+        ("_writer", lambda saved: writer.check_saved_rows(saved, rows))]
+    if storage.ndim == 1:  # (a row is a slot)
+        checks.append(("_sampler", lambda saved: sampler.check_saved_slots(saved, rows)))
+    for name, check in checks:
+        saved, where = part(name)
+        try:
+            check(saved)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from err
+
+
 def tell_save_hooks(storage: Storage, writer: Writer) -> None:
     """Give the save hooks that declare TorchRL's ``shift`` / ``is_full`` attributes where the
     next write goes and whether the storage is full, before they see the saved contents.
@@ -406,8 +450,10 @@ class BufferStateMixin:
         (each accepted by its part's ``check_state_dict``) fit together: the writer can go on
         writing into the rows the storage state holds (:meth:`Storage.saved_rows
         <tdreplay.core.Storage.saved_rows>`, :meth:`Writer.check_saved_rows
-        <tdreplay.core.Writer.check_saved_rows>`). :meth:`load_state_dict` calls it before
-        anything loads; a buffer made of others (an ensemble) checks each of them.
+        <tdreplay.core.Writer.check_saved_rows>`) and the sampler draws none past them
+        (:meth:`Sampler.check_saved_slots <tdreplay.core.Sampler.check_saved_slots>`):
+        :func:`check_saved_parts_fit`. :meth:`load_state_dict` calls it before anything
+        loads; a buffer made of others (an ensemble) checks each of them.
 
         Examples
         --------
@@ -422,12 +468,7 @@ class BufferStateMixin:
         ...
         ValueError: state_dict['_writer']: RoundRobinWriter state_dict['cursor'] is 3 but ...
         """
-        rows = self._storage.saved_rows(state_dict["_storage"])
-        if rows is not None:
-            try:
-                self._writer.check_saved_rows(state_dict["_writer"], rows)
-            except ValueError as err:
-                raise ValueError(f"state_dict['_writer']: {err}") from err
+        check_saved_parts_fit(self._storage, self._writer, self._sampler, state_dict)
 
     def _components(self) -> dict[str, Any]:
         return {"storage": self._storage, "sampler": self._sampler, "writer": self._writer}

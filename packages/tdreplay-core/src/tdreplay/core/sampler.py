@@ -403,6 +403,20 @@ class Sampler(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         if written.numel():
             self.extend(written)
 
+    def check_saved_slots(self, state_dict: dict[str, Any], slots: int) -> None:
+        """Raise ``ValueError`` unless ``state_dict`` (accepted by :meth:`check_state_dict`)
+        fits a storage restored with ``slots`` written slots (``0 .. slots - 1``); changes
+        nothing. A buffer's ``load_state_dict`` calls it before anything loads
+        (:meth:`ReplayBuffer.check_saved_parts
+        <tdreplay.core.ReplayBuffer.check_saved_parts>`). The base accepts any; a sampler
+        that keeps state per slot refuses a state that holds slots past them (it would draw
+        slots the storage lacks at every sample).
+
+        Examples
+        --------
+        >>> RandomSampler().check_saved_slots({}, slots=0)
+        """
+
     def state_dict(self) -> dict[str, Any]:
         """The sampler's whole state (priorities, epoch, ...): empty here; a sampler that
         keeps state returns it (what the buffer's ``state_dict`` / ``dumps`` save). Its

@@ -17,6 +17,7 @@ from tdreplay.core import (
     Writer,
 )
 from tdreplay.core.buffer_draw import reads_undone_on_failure
+from tdreplay.core.buffer_state import check_saved_parts_fit
 from tdreplay.core.fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from tdreplay.core.utils import check_flag, check_instance
 
@@ -482,16 +483,10 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
 
     def check_saved_parts(self, state_dict: dict[str, Any]) -> None:
         """As :meth:`ReplayBuffer.check_saved_parts`, member by member: a member writer's
-        cursor past its storage's saved rows is refused (``ValueError`` naming the member)."""
-        storages, writers = state_dict["_storage"], state_dict["_writer"]
+        cursor past its storage's saved rows, or a member sampler's slots past them, is refused
+        (``ValueError`` naming the member)."""
         for i, rb in enumerate(self._rbs):
-            rows = rb.storage.saved_rows(storages[str(i)])
-            if rows is None:
-                continue
-            try:
-                rb.writer.check_saved_rows(writers[str(i)], rows)
-            except ValueError as err:
-                raise ValueError(f"state_dict['_writer'][{str(i)!r}]: {err}") from err
+            check_saved_parts_fit(rb.storage, rb.writer, rb.sampler, state_dict, member=str(i))
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:

@@ -59,6 +59,31 @@ class PriorityStateDictMixin:
         """Raise ``ValueError`` unless ``state_dict`` can be loaded into this sampler."""
         check_state_dict(state_dict, self._within_buffer, type(self).__name__)
 
+    def check_saved_slots(self, state_dict: dict[str, Any], slots: int) -> None:
+        """Raise ``ValueError`` when ``state_dict`` (accepted by :meth:`check_state_dict`)
+        holds a priority for a slot past the ``slots`` written slots of the storage state it
+        is restored with (each sample would draw slots the storage lacks).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tdreplay.samplers import PrioritizedSampler
+        >>> s = PrioritizedSampler(8, alpha=0.7, beta=0.5)
+        >>> s.extend(torch.arange(6))
+        >>> s.check_saved_slots(s.state_dict(), slots=6)
+        >>> s.check_saved_slots(s.state_dict(), slots=3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: PrioritizedSampler state_dict holds priorities for slots [3, 4, 5], past ...
+        """
+        written = (state_dict["priorities"] > 0) | (state_dict["write_generation"] != 0)
+        past = written[slots:].nonzero().reshape(-1) + slots
+        if past.numel():
+            shown = past[:8].tolist() + (["..."] if past.numel() > 8 else [])
+            raise ValueError(f"{type(self).__name__} state_dict holds priorities for slots "
+                             f"{shown}, past the {slots} written slots of the storage state it "
+                             "is restored with (a sampler state of another buffer?).")
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; checks everything before changing anything."""
         self.check_state_dict(state_dict)
