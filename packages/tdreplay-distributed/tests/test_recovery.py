@@ -262,3 +262,38 @@ def test_a_priority_update_after_a_shard_died_sets_it_aside(ray_session, how):
         assert state[:2].tolist() == pytest.approx([5.0, 5.0])
     finally:
         rb.shutdown()
+
+
+def test_respawn_without_a_path_restores_checkpoint_path(ray_session, tmp_path):
+    # respawn() ignored checkpoint_path: the new actor started empty (the 3 rows saved lost)
+    rb = RayReplayBuffer(storage=partial(ListStorage, 10), checkpoint_path=tmp_path / "ckpt")
+    try:
+        rb.respawn()  # nothing saved there yet: a new empty buffer
+        assert len(rb) == 0
+        rb.extend([1, 2, 3])
+        rb.dumps()
+        rb.extend([4])  # after the checkpoint: lost with the actor
+        ray_session.kill(rb.actor)
+        until_dead(rb)
+        rb.respawn()
+        assert list(rb[:]) == [1, 2, 3]
+    finally:
+        rb.shutdown()
+
+
+def test_sharded_respawn_without_a_path_restores_checkpoint_path(ray_session, tmp_path):
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 100),
+                             replay_buffer_cls=TensorDictReplayBuffer,
+                             checkpoint_path=tmp_path / "ckpt")
+    try:
+        for collector in range(2):
+            rb.extend(make_batch(collector, 0, 10))  # shard k holds collector k
+        rb.dumps()
+        rb.extend(make_batch(3, 0, 5))  # shard 0: newer than the checkpoint, kept
+        ray_session.kill(rb.shards[1].actor)
+        until_dead(rb.shards[1])
+        with pytest.warns(ShardsUnavailableWarning, match="shard 1 is unavailable"):
+            rb.respawn()  # the dead shard, from checkpoint_path/shard-1
+        assert [len(s) for s in rb.shards] == [15, 10]
+    finally:
+        rb.shutdown()

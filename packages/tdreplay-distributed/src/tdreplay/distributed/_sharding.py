@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import CheckpointError
+from tdreplay.core.checkpoint import CheckpointNotFoundError
 from tdreplay.core.priority_shapes import priority_for_index
 from tdreplay.core.utils import take_rows
 
@@ -327,9 +328,12 @@ def write_manifest(root: str, num_shards: int) -> None:
 
 def check_manifest(root: str, num_shards: int) -> None:
     """``CheckpointError`` unless ``root`` (a path or a URL) holds a sharded checkpoint of
-    ``num_shards``."""
+    ``num_shards`` (``CheckpointNotFoundError``, a ``FileNotFoundError``: none there)."""
     try:
         manifest = json.loads(read_text(join_location(root, MANIFEST)))
+    except FileNotFoundError as err:
+        raise CheckpointNotFoundError(f"{root} holds no sharded checkpoint (no {MANIFEST}): "
+                                      f"{err}") from err
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{root} holds no readable sharded checkpoint ({MANIFEST}): "
                               f"{err}") from err

@@ -28,8 +28,8 @@ from tdreplay.core import CheckpointError, ReplayBuffer
 from tdreplay.core.atomic_files import replace_file
 from tdreplay.core.checkpoint import CheckpointNotFoundError, open_checkpoint
 
-__all__ = ["POINTER", "check_checkpoint", "is_url", "join_location", "load_checkpoint",
-           "read_text", "resolve_location", "save_checkpoint", "write_text"]
+__all__ = ["POINTER", "check_checkpoint", "checkpoint_if_any", "is_url", "join_location",
+           "load_checkpoint", "read_text", "resolve_location", "save_checkpoint", "write_text"]
 
 #: the object that names the snapshot in force at a URL
 POINTER = "LATEST"
@@ -177,6 +177,32 @@ def check_checkpoint(location: str) -> None:
     else:
         with open_checkpoint(location):  # (verified under its lock: no save removes it meanwhile)
             pass
+
+
+def checkpoint_if_any(location: str | None) -> str | None:
+    """``location`` when it holds a committed checkpoint (checked as :func:`check_checkpoint`
+    checks it), ``None`` when ``location`` is ``None`` or holds none yet; a damaged one
+    raises its ``CheckpointError``. What a respawn without a path restores: the buffer's
+    ``checkpoint_path``, once something was saved there.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     print(checkpoint_if_any(d + "/never-saved"))
+    ...     ReplayBuffer(storage=ListStorage(4)).dumps(d + "/saved")
+    ...     print(checkpoint_if_any(d + "/saved") == d + "/saved")
+    None
+    True
+    """
+    if location is None:
+        return None
+    try:
+        check_checkpoint(location)
+    except CheckpointNotFoundError:
+        return None
+    return location
 
 
 def load_checkpoint(buffer: ReplayBuffer, location: str) -> None:

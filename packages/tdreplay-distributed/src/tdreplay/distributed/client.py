@@ -328,12 +328,12 @@ class ActorClient:
         (and restored from ``restore_from``: the actor answers no call before)."""
         self.finish_spawn(self.start_spawn(restore_from))
 
-    def respawn(self, restore_from: str | None = None) -> None:
+    def respawn(self, restore_from: str | None = None, checked: bool = False) -> None:
         """Kill the actor if alive, wait until its name is free, start a new one restored from
         ``restore_from`` before it answers any call (a client that reconnects meanwhile waits).
-        The checkpoint is checked first (:func:`~.checkpoints.check_checkpoint`): a missing or
-        damaged one is refused before the actor is killed."""
-        if restore_from is not None:
+        The checkpoint is checked first (:func:`~.checkpoints.check_checkpoint`; ``checked``:
+        the caller did): a missing or damaged one is refused before the actor is killed."""
+        if restore_from is not None and not checked:
             check_checkpoint(restore_from)
         self.shutdown()
         self.wait_name_released()

@@ -20,7 +20,7 @@ from tdreplay.core.utils import check_count, check_flag, ensure_update_tensordic
 
 from ._ray import ensure_ray
 from ._wire import pack, unpack
-from .checkpoints import resolve_location
+from .checkpoints import checkpoint_if_any, resolve_location
 from .client import ActorClient, check_name
 from .conditional_updates import RemoteConditionalUpdateMixin
 from .handle import ClientHandleMixin
@@ -258,7 +258,8 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         self._client.reconnect()
 
     def respawn(self, path: str | os.PathLike[str] | None = None) -> None:
-        """Replace the actor by a new one built like it, restored from ``path`` if given.
+        """Replace the actor by a new one built like it, restored from ``path``; without one,
+        from ``checkpoint_path`` once something was saved there (else it starts empty).
 
         The checkpoint at ``path`` is checked first (every file against its size and
         CRC-32): a missing or damaged one is refused and the actor keeps serving. Then the old
@@ -280,7 +281,10 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         if not client.can_respawn:
             raise RuntimeError("respawn() needs the creation arguments, which only the client "
                                "that created the buffer has (this one was attached).")
-        client.respawn(None if path is None else resolve_location(path))
+        if path is not None:
+            client.respawn(resolve_location(path))
+        else:  # (checked here: a damaged checkpoint_path is refused, nothing changed)
+            client.respawn(checkpoint_if_any(self._checkpoint_path), checked=True)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Kill the actor (no restart); every client's later calls raise

@@ -8,6 +8,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from tdreplay.core.checkpoint import CheckpointNotFoundError
+
 from ._draw_ahead import DrawAhead
 from ._ray import Deadline, import_ray
 from ._shard_calls import ShardCalls
@@ -179,12 +181,19 @@ class ShardedRecoveryMixin:
     def respawn(self, path: str | os.PathLike[str] | None = None,
                 shards: list[int] | None = None) -> None:
         """Replace the dead shards' actors (``shards``: these ones; none dead: every shard),
-        each restored from ``path/shard-k`` before it answers any call. The live shards keep
-        serving, with their newer writes. With every shard dead, every shard is rebuilt.
+        each restored from ``path/shard-k`` before it answers any call (without ``path``, from
+        ``checkpoint_path/shard-k`` once something was saved there; else they start empty).
+        The live shards keep serving, with their newer writes. With every shard dead, every
+        shard is rebuilt.
         """
-        root = None if path is None else resolve_location(path)
+        root = resolve_location(path) if path is not None else self._checkpoint_path
         if root is not None:
-            check_manifest(root, self.num_shards)
+            try:
+                check_manifest(root, self.num_shards)
+            except CheckpointNotFoundError:
+                if path is not None:
+                    raise
+                root = None  # (nothing saved at checkpoint_path yet)
         self._check_not_closed()
         if not all(client.can_respawn for client in self._clients):
             raise RuntimeError("respawn() needs the creation arguments, which only the "
