@@ -286,6 +286,29 @@ def test_shards_without_replacement_fill_every_batch_across_their_epochs(ray_ses
         rb.close()
 
 
+def test_shards_without_replacement_never_repeat_an_item_within_a_batch(ray_session):
+    # the shard counts were multinomial: a shard asked for more items than its epoch had
+    # left started a new epoch to top the batch up, and repeated items (20 in 40 batches;
+    # a batch of all 10 items held one twice and missed two)
+    from tdreplay.core import SamplerWithoutReplacement
+
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 20), batch_size=6,
+                             sampler=SamplerWithoutReplacement,
+                             replay_buffer_cls=TensorDictReplayBuffer,
+                             generator=torch.Generator().manual_seed(0))
+    try:
+        rb.extend(TensorDict({"id": torch.arange(7)}, [7]))
+        rb.extend(TensorDict({"id": torch.arange(100, 103)}, [3]))
+        written = set(range(7)) | {100, 101, 102}
+        for _ in range(40):
+            ids = rb.sample()["id"].tolist()
+            assert len(ids) == 6 and len(set(ids)) == 6 and set(ids) <= written
+        whole = rb.sample(10)["id"].tolist()  # every item, once
+        assert sorted(whole) == sorted(written)
+    finally:
+        rb.close()
+
+
 def test_loads_of_a_checkpoint_with_a_damaged_shard_changes_no_shard(ray_session, tmp_path):
     # (shard 0 was restored before shard 1's damaged file was found: the buffer was left half
     # old, half restored, and shard 0's live rows were gone)

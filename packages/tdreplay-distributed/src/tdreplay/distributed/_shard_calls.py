@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from tdreplay.core.utils import leading_dim, restore_attributes
+from tdreplay.core.utils import leading_dim, restore_attributes, take_rows
 
 from ._ray import Deadline, wait_all
 from ._server import Mass
@@ -71,7 +71,9 @@ RETRY_UNAVAILABLE = 1.0
 _DRAW_TRIES_PER_SHARD = 4
 
 #: rounds of top-up draws a batch waits for from shards that drew fewer items than it takes
+#: (without replacement, a new epoch's items the batch holds already are set aside: more)
 _TOP_UP_ROUNDS = 8
+_DISTINCT_TOP_UP_ROUNDS = 64
 
 
 def _items(data: Any, asked: int) -> int:
@@ -81,6 +83,26 @@ def _items(data: Any, asked: int) -> int:
         return min(asked, leading_dim(data))
     except (TypeError, ValueError):
         return asked
+
+def _without_taken(data: Any, info: dict[str, Any], drawn: int, pieces: list[Piece],
+                   shard: int) -> tuple[Any, dict[str, Any], int]:
+    """A shard's top-up draw (``drawn`` items of a new epoch without replacement) less the
+    items the batch already took from that shard (its earlier ``pieces``): ``(data, info,
+    items left)``. A draw whose ``info["index"]`` does not name one slot per item is kept."""
+    index = info.get("index")
+    if not isinstance(index, torch.Tensor) or index.shape != (drawn,):
+        return data, info, drawn
+    taken = [piece[2]["index"][:piece[6]] for piece in pieces if piece[0] == shard]
+    if not taken:
+        return data, info, drawn
+    fresh = (~torch.isin(index, torch.cat(taken))).nonzero().reshape(-1)
+    if fresh.numel() == drawn:
+        return data, info, drawn
+    info = {key: value.index_select(0, fresh) if isinstance(value, torch.Tensor)
+            and value.ndim and value.shape[0] == drawn else value
+            for key, value in info.items()}
+    return take_rows(data, fresh), info, int(fresh.numel())
+
 
 class ShardCalls:
     """The clients of a sharded buffer's shards, and what their answers told."""
@@ -301,6 +323,8 @@ class ShardCalls:
         it (a shard died or was emptied meanwhile): the next try uses what was learnt."""
         live = self.live()
         independent = all(self.clients[k].info.get("independent_draws") for k in live)
+        # (without replacement: no item twice in a batch, as one buffer draws it)
+        distinct = all(self.clients[k].info.get("finite_epochs") for k in live)
         if not independent and not known_total(self.masses, live) > 0:
             for k, mass in self.tolerant([(k, "sampling_mass", ()) for k in live], "sample",
                                          timeout):
@@ -311,7 +335,7 @@ class ShardCalls:
             if independent:
                 asked = ask_counts(batch_size, [self.masses[k] for k in live])
             else:
-                which = draw_shards(batch_size, self.masses, live, generator)
+                which = draw_shards(batch_size, self.masses, live, generator, distinct)
                 asked = [int((which == k).sum()) for k in live]
         answers = self._answers([(k, "sample_part", (n,)) for k, n in zip(live, asked)], timeout)
         if answers is None:
@@ -334,7 +358,8 @@ class ShardCalls:
                 pieces.append((k, data, info, mass[1], beta, drawn, kept))
             if counts[k] > kept:
                 missing[k] = counts[k] - kept
-        for _ in range(_TOP_UP_ROUNDS):  # shards that drew fewer items than the batch takes
+        rounds = _DISTINCT_TOP_UP_ROUNDS if distinct else _TOP_UP_ROUNDS
+        for _ in range(rounds):  # shards that drew fewer items than the batch takes
             if not missing:
                 break
             more = self._answers([(k, "sample_part", (n,)) for k, n in missing.items()],
@@ -344,6 +369,8 @@ class ShardCalls:
             for k, (data, info, mass, beta) in more.items():
                 minimum = min(minimum, mass[1])
                 drawn = _items(data, missing[k])
+                if distinct:  # a new epoch of the shard: not the items the batch holds
+                    data, info, drawn = _without_taken(data, info, drawn, pieces, k)
                 kept = min(drawn, missing[k])
                 if kept:
                     pieces.append((k, data, info, mass[1], beta, drawn, kept))
@@ -352,5 +379,5 @@ class ShardCalls:
                     del missing[k]
         if missing:
             raise RuntimeError(f"shards {sorted(missing)} drew no items for "
-                               f"{_TOP_UP_ROUNDS} rounds while their masses say they hold some.")
+                               f"{rounds} rounds while their masses say they hold some.")
         return which, pieces, minimum

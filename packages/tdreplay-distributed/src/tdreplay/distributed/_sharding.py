@@ -250,9 +250,21 @@ def ask_counts(batch_size: int, masses: Sequence[Any]) -> list[int]:
 
 
 def draw_shards(batch_size: int, masses: Sequence[Any], live: Sequence[int],
-                generator: torch.Generator | None) -> torch.Tensor:
+                generator: torch.Generator | None, distinct: bool = False) -> torch.Tensor:
     """The shard of each of ``batch_size`` positions, drawn in proportion to the masses of
-    the ``live`` shards (others weigh 0); ``RuntimeError`` when they are all empty."""
+    the ``live`` shards (others weigh 0); ``RuntimeError`` when they are all empty.
+
+    ``distinct`` (samplers without replacement, whose mass is their number of items): the
+    positions take distinct items of the shards together, so no shard is asked for more
+    items than it holds (a shard's count is hypergeometric, not multinomial), as one buffer
+    draws a batch of distinct items; a batch larger than all the items is drawn as without
+    ``distinct``.
+
+    >>> which = draw_shards(6, [(2.0, 1.0, 2, None), (4.0, 1.0, 4, None)], [0, 1], None,
+    ...                     distinct=True)
+    >>> torch.bincount(which, minlength=2).tolist()  # every item of both shards
+    [2, 4]
+    """
     sums = torch.zeros(len(masses), dtype=torch.float64)
     for k in live:
         if masses[k] is not None:
@@ -261,7 +273,21 @@ def draw_shards(batch_size: int, masses: Sequence[Any], live: Sequence[int],
     if not total > 0:
         raise RuntimeError("Cannot sample from an empty storage: no shard holds an item yet, "
                            "extend the buffer first.")
+    items = int(total)
+    if distinct and items == total and batch_size <= items:
+        items_drawn = _distinct_below(items, batch_size, generator)
+        return torch.bucketize(items_drawn, torch.cumsum(sums, 0).long(), right=True)
     return torch.multinomial(sums / total, batch_size, replacement=True, generator=generator)
+
+
+def _distinct_below(total: int, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` distinct integers of ``[0, total)``, uniformly, in random order: redrawn until
+    distinct (a batch is far smaller than the buffer, so few redraws), then shuffled."""
+    chosen = torch.randint(total, (n,), generator=generator).unique()
+    while chosen.numel() < n:
+        more = torch.randint(total, (n - chosen.numel(),), generator=generator)
+        chosen = torch.cat([chosen, more]).unique()
+    return chosen[torch.randperm(n, generator=generator)]
 
 
 def head(data: Any, n: int) -> Any:
