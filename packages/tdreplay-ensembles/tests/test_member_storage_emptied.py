@@ -71,3 +71,23 @@ def test_a_member_sampler_drawing_missing_slots_without_a_reset_still_raises():
     ens = ReplayBufferEnsemble(member, other, batch_size=4, sample_from_all=True)
     with pytest.raises(IndexError):
         ens.sample()
+
+
+@pytest.mark.parametrize("reset", ["empty", "load_state_dict"])
+def test_a_prefetching_ensemble_drops_batches_of_a_member_emptied_or_restored(reset):
+    # the three batches drawn ahead still held the member's old rows (ids 0-15)
+    members = [TensorDictReplayBuffer(storage=LazyTensorStorage(16)) for _ in range(2)]
+    members[0].extend(_rows(16, 0))
+    members[1].extend(_rows(16, 1000))
+    other = TensorDictReplayBuffer(storage=LazyTensorStorage(16))
+    other.extend(_rows(16, 8000))
+    saved = copy.deepcopy(other.state_dict())
+    ens = ReplayBufferEnsemble(*members, batch_size=16, prefetch=3, sample_from_all=True)
+    ens.sample()
+    if reset == "empty":
+        members[0].empty()
+        members[0].extend(_rows(16, 8000))
+    else:
+        members[0].load_state_dict(saved)
+    for _ in range(4):
+        assert bool((ens.sample()["id"][0] >= 8000).all())

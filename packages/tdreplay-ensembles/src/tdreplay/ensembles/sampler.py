@@ -500,6 +500,15 @@ class SamplerEnsemble(MembersShareable, Sampler):
         for sampler in self._samplers:
             sampler.empty()
 
+    def learn_written_slots(self, storage: Storage) -> None:
+        """Each member sampler learns the written slots of its storage of ``storage`` (a
+        :class:`StorageEnsemble`); see :meth:`Sampler.learn_written_slots
+        <tdreplay.core.Sampler.learn_written_slots>`."""
+        check_instance(storage, StorageEnsemble, "storage")
+        for member, (sampler, part) in enumerate(zip(self._samplers, storage.storages)):
+            sampler.learn_written_slots(part)
+            self._seen_restores[member] = part.restore_count
+
     # ---- indexing -------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Sampler | SamplerEnsemble:
         """``ensemble[i]``: the i-th sampler; a slice, sequence or 1-D tensor: a

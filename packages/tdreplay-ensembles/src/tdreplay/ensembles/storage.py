@@ -217,6 +217,24 @@ class StorageEnsemble(MembersShareable, Storage):
         """
         return super().revision + sum(storage.revision for storage in self._storages)
 
+    @property
+    def restore_count(self) -> int:
+        """Restores and empties of the ensemble and of its storages: a member emptied or
+        restored through its own buffer (``rb[0].empty()``) moves it too, so the ensemble
+        drops the batches it drew ahead of the rows that member no longer holds.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> first, second = ListStorage(4), ListStorage(4)
+        >>> ensemble = StorageEnsemble(first, second)
+        >>> before = ensemble.restore_count
+        >>> second.empty()
+        >>> ensemble.restore_count != before
+        True
+        """
+        return super().restore_count + sum(storage.restore_count for storage in self._storages)
+
     def empty(self) -> None:
         for storage in self._storages:
             storage.empty()
