@@ -504,7 +504,8 @@ class SamplerEnsemble(MembersShareable, Sampler):
         """Each member sampler learns the written slots of its storage of ``storage`` (a
         :class:`StorageEnsemble`); see :meth:`Sampler.learn_written_slots
         <tdreplay.core.Sampler.learn_written_slots>`."""
-        check_instance(storage, StorageEnsemble, "storage")
+        if not isinstance(storage, StorageEnsemble):
+            raise TypeError(f"storage must be a StorageEnsemble, got {type(storage).__name__}.")
         for member, (sampler, part) in enumerate(zip(self._samplers, storage.storages)):
             sampler.learn_written_slots(part)
             self._seen_restores[member] = part.restore_count
