@@ -244,3 +244,29 @@ def test_a_sample_a_full_storage_cannot_allow_raises_at_once(limiter):
                                          r"can hold \(max_size=4\)"):
         rb.sample()
     assert limiter.samples == 0
+
+
+def test_a_sample_inside_locked_that_would_wait_raises_at_once():
+    # it waited for writes that wait for the lock it held: forever with timeout=None (here
+    # the whole timeout, then RateLimitTimeout)
+    rb = ReplayBuffer(storage=ListStorage(100), batch_size=4, rate_limiter=MinSize(8, timeout=3))
+    rb.extend(list(range(4)))
+    with rb.locked():
+        with pytest.raises(RuntimeError, match=r"inside rb.locked\(\).*Nothing was drawn"):
+            rb.sample()
+        rb.extend(list(range(4, 8)))  # (allowed: MinSize waits for no sample)
+        assert len(rb.sample()) == 4  # allowed now: drawn under the lock
+    assert rb.rate_limiter.samples == 4
+
+
+def test_a_write_inside_locked_that_would_wait_raises_at_once():
+    rb = ReplayBuffer(storage=ListStorage(100),
+                      rate_limiter=SampleToInsertRatio(1.0, 1, (0.0, 4.0), timeout=3))
+    rb.extend([0, 1, 2, 3])
+    with rb.locked():
+        with pytest.raises(RuntimeError, match=r"inside rb.locked\(\).*Nothing was written"):
+            rb.extend([4, 5])
+        assert len(rb) == 4
+        rb.sample(2)
+        rb.extend([4, 5])  # allowed now
+    assert len(rb) == 6 and rb.rate_limiter.inserts == 6

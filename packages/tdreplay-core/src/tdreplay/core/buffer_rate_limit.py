@@ -43,6 +43,24 @@ def _behind(gate: AbstractContextManager[Callable[[], None]],
         written()
 
 
+_SAMPLE_IN_LOCKED = (
+    "sample() inside rb.locked(): the rate limiter does not allow this sample now, and no "
+    "write can let it through while this thread holds the buffer's lock (writes wait for "
+    "it). Nothing was drawn: sample outside locked(), or ask rb.can_sample() first.")
+_WRITE_IN_LOCKED = (
+    "a write inside rb.locked(): the rate limiter does not allow it until more samples are "
+    "drawn, which wait for the buffer's lock this thread holds. Nothing was written: write "
+    "outside locked().")
+
+
+@contextmanager
+def _refusing_waits(limiter: RateLimiter, gate: AbstractContextManager[Any],
+                    reason: str) -> Iterator[Any]:
+    """``gate`` (a limiter's), raising ``RuntimeError(reason)`` where it would wait."""
+    with limiter.refusing_waits(reason), gate as passed:
+        yield passed
+
+
 def drawn_items(index: Any, requested: int) -> int:
     """The number of items a batch drawn for ``requested`` holds, from its ``index``: fewer
     at the end of a finite sampler's epoch, told by a flat ``[n]`` index of ``n`` slots; any
@@ -118,16 +136,22 @@ class RateLimitedMixin(BufferStateMixin):
                 f"{limiter.min_size_to_sample} is more than the storage can hold (max_size="
                 f"{self._storage.max_size}). Use a larger storage or a smaller "
                 "min_size_to_sample.")
-        return limiter.sampling(batch_size, self.__len__)
+        gate = limiter.sampling(batch_size, self.__len__)
+        if self.holds_lock():  # (rb.locked(): no write could let a wait through)
+            return _refusing_waits(limiter, gate, _SAMPLE_IN_LOCKED)
+        return gate
 
     def _write_lock(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's
         lock, taken behind the limiter's gate when there is a limiter (without one, the lock
         itself: no gate to enter and leave on every write)."""
-        if self._rate_limiter is None:
+        limiter = self._rate_limiter
+        if limiter is None:
             return self._lock
-        return _behind(self._rate_limiter.inserting(self._items_in(data, single),
-                                                    self.__len__), self._lock)
+        gate = limiter.inserting(self._items_in(data, single), self.__len__)
+        if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
+            gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)
+        return _behind(gate, self._lock)
 
     def _items_in(self, data: Any, single: bool) -> int:
         """The items a write of ``data`` adds (the limiter counts items, as ``len`` does): a

@@ -193,6 +193,29 @@ class RateLimiter(SpawnChecked, ForkGuard):
         finally:
             self._local.timeout = previous
 
+    @contextmanager
+    def refusing_waits(self, reason: str) -> Iterator[None]:
+        """Within the block, a call of this thread that the limiter does not allow now raises
+        ``RuntimeError(reason)`` at once instead of waiting: what a buffer does for a call
+        made while its thread holds the buffer's lock (``rb.locked()``), where no other
+        thread's write or sample could ever let it through.
+
+        Examples
+        --------
+        >>> limiter = MinSize(4)
+        >>> with limiter.refusing_waits("no"), limiter.sampling(2, size=lambda: 1):
+        ...     pass  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        RuntimeError: no
+        """
+        previous = getattr(self._local, "refuse", None)
+        self._local.refuse = reason
+        try:
+            yield
+        finally:
+            self._local.refuse = previous
+
     def _timeout(self) -> float | None:
         cap: float | None = getattr(self._local, "timeout", None)
         if cap is None or self.timeout is None:
@@ -204,6 +227,9 @@ class RateLimiter(SpawnChecked, ForkGuard):
         time."""
         timeout = self._timeout()
         deadline = None if timeout is None else time.monotonic() + timeout
+        refuse = getattr(self._local, "refuse", None)
+        if refuse is not None and not allowed():
+            raise RuntimeError(refuse)
         while not allowed():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
