@@ -364,6 +364,22 @@ class RoundRobinWriter(Writer):
 
         That happens when a used writer gets a fresh or smaller storage (``set_storage``,
         ``set_writer``): writing at the old cursor would leave unwritten rows in between.
+        A new writer (nothing written, cursor ``0``) on a storage that holds rows (restored
+        alone, ``storage.loads(path)``, or filled by another buffer) goes on after its newest
+        row (:attr:`~tdreplay.core.Storage.last_written_row`; after its written rows when the
+        storage does not know it), so that its first writes replace the oldest rows, not the
+        newest (TorchRL's writer starts at row 0).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> storage.set(range(4), ["a", "b", "c", "d"])
+        >>> storage.set(0, "e")  # the ring's newest row is 0
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(storage)
+        >>> writer.cursor
+        1
 
         A ``compilable=True`` writer keeps its cursor in a tensor of its own, except on a
         storage whose counters are shared between processes (``shared_writer_counters()``):
@@ -376,6 +392,10 @@ class RoundRobinWriter(Writer):
         written = storage.rows_written
         if self.cursor > written:
             self.cursor = written
+        elif written and self.cursor == 0 and self.write_count == 0:
+            newest, capacity = storage.last_written_row, storage.rows_capacity
+            if capacity:
+                self.cursor = (newest + 1 if newest is not None else written) % capacity
         pending, self._pending_generations = self._pending_generations, None
         # a storage shared with another buffer carries the live stamps and wins
         if storage.slot_generations is None and (pending is not None or self._track_generations):
