@@ -22,8 +22,9 @@ from tdreplay.core import (
     service_backend,
     transport_backend,
 )
-from tdreplay.distributed import RayReplayBuffer
-from tdreplay.distributed._channel import Channel, ChannelClosedError
+from tdreplay.core.utils import ShapeMismatchError
+from tdreplay.distributed import RayReplayBuffer, RemoteBufferError
+from tdreplay.distributed._channel import Channel, ChannelClosedError, error_of
 from tdreplay.distributed._channel_host import ChannelHost
 from tdreplay.distributed.transport import DistributedBufferClient, check_transport
 from tdreplay.samplers import PrioritizedSampler
@@ -99,6 +100,23 @@ def test_the_host_answers_with_the_buffer_and_returns_its_errors():
     sample = dict(zip((tuple(path) for path, _, _ in reply["entries"]), leaves, strict=True))
     assert torch.equal(sample[("obs",)], sample[("index",)].float())
     channel.send({"op": "close"})
+
+
+def test_an_error_of_a_subclass_keeps_its_class_over_the_channel():
+    # ShapeMismatchError (a ValueError) arrived as RuntimeError("ShapeMismatchError: ..."), which
+    # an `except ValueError:` does not catch
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, [2]))
+    host = ChannelHost(lambda: rb, "127.0.0.1")
+    channel = Channel.connect(host.open(10.0), timeout=10.0)
+    channel.send({"op": "extend", "entries": [[["obs"], "torch.float32", [2, 4]]],
+                  "batch_size": [2]}, [torch.zeros(2, 4)])
+    reply, _, kind = channel.receive()
+    err = error_of(reply)
+    assert kind == 1 and type(err) is ShapeMismatchError and isinstance(err, ValueError)
+    assert "(2, 4)" in str(err) and len(rb) == 2
+    channel.send({"op": "close"})
+    assert issubclass(ChannelClosedError, RemoteBufferError)  # a remote call's failure
 
 
 def test_a_request_that_is_not_one_ends_its_channel_only():

@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from datetime import timedelta
@@ -38,21 +39,31 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["ERROR", "MESSAGE", "Channel", "ChannelClosedError", "describe", "error_of",
-           "tensordict_of"]
+from .errors import RemoteBufferError
+
+__all__ = ["ERROR", "MESSAGE", "Channel", "ChannelClosedError", "describe", "error_description",
+           "error_of", "tensordict_of"]
 
 #: header kinds
 MESSAGE, ERROR = 0, 1
-#: the errors a reply can carry by name (anything else arrives as a RuntimeError)
+#: the built-in errors a reply can carry by name: the error's own class when it is one of
+#: tdreplay's (rebuilt from its module and name), else the first of these it derives from
+#: (anything else arrives as a RuntimeError)
 _ERRORS: dict[str, type[Exception]] = {
-    cls.__name__: cls for cls in (ValueError, KeyError, TypeError, IndexError, RuntimeError)}
+    cls.__name__: cls for cls in (
+        FileNotFoundError, TimeoutError, NotImplementedError, KeyError, IndexError,
+        LookupError, OSError, TypeError, ValueError, AttributeError, RuntimeError)}
 _DTYPES = {str(dtype): dtype for dtype in (
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
     torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
 
 
-class ChannelClosedError(RuntimeError):
-    """The other end left, or a send or receive waited longer than the channel's timeout."""
+class ChannelClosedError(RemoteBufferError):
+    """The other end left, or a send or receive waited longer than the channel's timeout (a
+    :class:`~tdreplay.distributed.RemoteBufferError`, as every failure of a remote call)."""
+
+    def __init__(self, message: str, *, actor: str = "the distributed transport's peer") -> None:
+        super().__init__(message, actor=actor)
 
 
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -81,13 +92,58 @@ def tensordict_of(entries: list[list[Any]], tensors: list[torch.Tensor],
     return td
 
 
+def error_description(err: BaseException) -> dict[str, Any]:
+    """What a reply of kind :data:`ERROR` says of ``err``: its class (module and name), the
+    built-in errors it derives from, and its message."""
+    return {"type": type(err).__name__, "module": type(err).__module__,
+            "bases": [cls.__name__ for cls in type(err).__mro__ if cls.__name__ in _ERRORS
+                      and cls.__module__ == "builtins"],
+            # (a KeyError's str quotes its message: its argument travels as it is)
+            "message": err.args[0] if len(err.args) == 1 and isinstance(err.args[0], str)
+            else str(err)}
+
+
 def error_of(description: dict[str, Any]) -> Exception:
-    """The exception a reply of kind :data:`ERROR` describes."""
-    cls = _ERRORS.get(description.get("type", ""), RuntimeError)
+    """The exception a reply of kind :data:`ERROR` describes: of its own class when that is
+    one of tdreplay's that takes a message, else of the first built-in error it derives from
+    (its class named in the message), as :func:`error_description` described it.
+
+    Examples
+    --------
+    >>> from tdreplay.core.utils import ShapeMismatchError
+    >>> err = error_of(error_description(ShapeMismatchError("entry 'obs' has shape (2, 4)")))
+    >>> type(err).__name__, isinstance(err, ValueError)
+    ('ShapeMismatchError', True)
+    >>> class Custom(KeyError): pass
+    >>> err = error_of(error_description(Custom("x")))
+    >>> type(err).__name__, err.args[0]
+    ('KeyError', 'Custom: x')
+    """
+    name = str(description.get("type", ""))
     message = str(description.get("message", ""))
-    if cls is RuntimeError and description.get("type") != "RuntimeError":
-        message = f"{description.get('type')}: {message}"
+    own = _tdreplay_error(str(description.get("module", "")), name)
+    if own is not None:
+        try:
+            return own(message)
+        except TypeError:  # (an error class whose constructor takes more)
+            pass
+    bases = [base for base in description.get("bases", [name]) if base in _ERRORS]
+    cls = _ERRORS[bases[0]] if bases else RuntimeError
+    if cls.__name__ != name:
+        message = f"{name}: {message}"
     return cls(message)
+
+
+def _tdreplay_error(module: str, name: str) -> type[Exception] | None:
+    """The exception class ``name`` of ``module`` when it is one of tdreplay's modules
+    (nothing else is imported on a peer's word)."""
+    if not (module == "tdreplay" or module.startswith("tdreplay.")):
+        return None
+    try:
+        cls = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
 
 
 class Channel:
@@ -163,4 +219,4 @@ class Channel:
         return description, tensors, kind
 
     def send_error(self, err: BaseException) -> None:
-        self.send({"type": type(err).__name__, "message": str(err)}, kind=ERROR)
+        self.send(error_description(err), kind=ERROR)
