@@ -228,3 +228,45 @@ def test_a_shard_restarted_by_ray_is_used_again_once_it_answers(ray_session, tmp
         assert rb.extend(make_batch(3, 1, 1)).tolist() == [14]  # and shard 1 again
     finally:
         rb.shutdown()
+
+
+def test_a_sample_written_back_is_stored_without_its_bookkeeping(ray_session):
+    # the entry check took the sample's index, priority_weight and write_generation for new
+    # entries (KeyError), where a local buffer and a RayReplayBuffer leave them out
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 10),
+                             alpha=1.0, beta=1.0, batch_size=4,
+                             replay_buffer_cls=TensorDictPrioritizedReplayBuffer)
+    try:
+        rb.extend(TensorDict({"id": torch.arange(5)}, [5]))
+        rb.extend(TensorDict({"id": torch.arange(100, 105)}, [5]))
+        sample = rb.sample()
+        assert {"index", "priority_weight"} <= set(sample.keys())
+        rb.extend(sample)
+        assert len(rb) == 14 and set(rb.sample(64).keys()) >= {"id"}
+        stored = torch.cat([s[torch.arange(len(s))]["id"] for s in rb.shards])
+        assert sorted(stored.tolist()) == sorted(list(range(5)) + list(range(100, 105))
+                                                 + sample["id"].tolist())
+    finally:
+        rb.close()
+
+
+def test_close_stops_the_threads_drawing_ahead(ray_session):
+    # each closed buffer kept its prefetch threads until collected, and draws still running
+    # at close() hit the killed actors (warning to "respawn it")
+    import threading
+    import warnings
+
+    def drawing_threads() -> int:
+        return sum(t.name.startswith("tdreplay-draw-ahead") for t in threading.enumerate())
+
+    before = drawing_threads()
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 10),
+                             batch_size=2, prefetch=2, replay_buffer_cls=TensorDictReplayBuffer)
+    rb.extend(TensorDict({"id": torch.arange(6)}, [6]))
+    rb.sample()
+    assert drawing_threads() > before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no draw runs against the killed actors
+        rb.close()
+        time.sleep(0.5)
+    assert drawing_threads() == before

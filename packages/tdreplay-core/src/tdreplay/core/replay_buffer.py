@@ -736,14 +736,26 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 f"{self.priority_key!r} cannot be matched to the rows written, which get the "
                 "max priority instead.", stacklevel=3)
 
+    @property
+    def bookkeeping_keys(self) -> tuple[str, ...]:
+        """The entries a write leaves out of its data: ``index`` (where a row lives) and the
+        sampler's and writer's per-item info (e.g. ``priority_weight``), bookkeeping of a
+        previous write or sample, never stored as data (a sample written back, or an item
+        added twice, has the storage's keys).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> TensorDictReplayBuffer(storage=ListStorage(4)).bookkeeping_keys
+        ('index',)
+        """
+        return ("index", *self._sampler.info_keys, *self._writer.info_keys)
+
     def _without_bookkeeping(self, td: TensorDictBase, present: Any = None) -> TensorDictBase:
-        """``td`` without ``index`` (where a row lives) and the sampler's and writer's per-item
-        info (e.g. priority weights): bookkeeping of a previous write or sample, never stored as
-        data (a sample written back, or an item added twice, has the storage's keys).
-        ``present``: ``td.keys()`` when the caller has it already."""
+        """``td`` without its :attr:`bookkeeping_keys`. ``present``: ``td.keys()`` when the
+        caller has it already."""
         present = td.keys() if present is None else present
-        bookkeeping = [k for k in ("index", *self._sampler.info_keys, *self._writer.info_keys)
-                       if k in present]
+        bookkeeping = [k for k in self.bookkeeping_keys if k in present]
         return td.exclude(*bookkeeping) if bookkeeping else td
 
     def _priority_to_write(self, data: TensorDictBase, update_priority: bool | None) -> Any:
