@@ -68,3 +68,24 @@ class DrawAhead:
         """Drop the draws queued (what they were drawn from changed)."""
         with self._lock:
             self._queue.clear()
+
+    def close(self) -> None:
+        """Drop the draws queued, wait for those running and stop the threads (a later
+        :meth:`next` starts them again); what a buffer being closed does first, so that no
+        draw runs against actors it kills.
+
+        Examples
+        --------
+        >>> ahead = DrawAhead(2)
+        >>> ahead.next("key", lambda: 1)
+        1
+        >>> ahead.close(); ahead.queued
+        0
+        """
+        with self._lock:
+            executor, self._executor = self._executor, None
+            for future in self._queue:
+                future.cancel()
+            self._queue.clear()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)

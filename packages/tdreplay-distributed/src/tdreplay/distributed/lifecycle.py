@@ -73,11 +73,16 @@ class ClosableBuffer:
         ...
         tdreplay.distributed.errors.BufferActorDiedError: length failed: ... was closed...
         """
+        self._stop_drawing_ahead()
         for client in self._actor_clients():
             client.close()
         if self._lease is not None:
             self._lease.release()
             self._lease = None
+
+    def _stop_drawing_ahead(self) -> None:
+        """Stop the threads drawing batches ahead (``prefetch``), before the actors go: none
+        here; a buffer with such threads overrides it."""
 
     @property
     def closed(self) -> bool:

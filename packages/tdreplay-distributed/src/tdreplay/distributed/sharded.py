@@ -497,6 +497,9 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         """
         self._ahead.clear()
 
+    def _stop_drawing_ahead(self) -> None:
+        self._ahead.close()
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self._name!r}, num_shards={self.num_shards}, "
                 f"write_strategy={self.write_strategy!r}, batch_size={self.batch_size})")
