@@ -224,6 +224,18 @@ def test_errors_of_the_buffer_come_back_with_their_type(ray_session):
         rb.close()
 
 
+def test_a_client_adds_one_item_and_reads_dim_extend_as_torchrls(served):
+    # DistributedBufferClient had no add and no dim_extend (TorchRL's client has both)
+    client = served.client()
+    before = len(client)
+    slot = client.add(batch(500, 1)[0])
+    assert isinstance(slot, int) and len(client) == before + 1
+    assert served[slot]["x"].item() == 500
+    assert client.dim_extend == served.dim_extend == 0
+    with pytest.raises(ValueError, match="fixed extend layout"):
+        client.extend(batch(600, 3))  # (a client that adds writes batches of one)
+
+
 def test_a_client_sent_to_a_ray_task_opens_its_own_channel(served, ray_session):
     client = served.client()
     client.extend(batch(0, 8))  # this process's channel is open

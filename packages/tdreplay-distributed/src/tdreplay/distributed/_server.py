@@ -477,6 +477,12 @@ class BufferServer(EditsServerMixin):
         return self.buffer.write_count
 
     # ---- configuration -----------------------------------------------------------------------
+    def get_dim_extend(self) -> int:
+        return int(self.buffer.dim_extend)
+
+    def set_dim_extend(self, value: Any) -> None:
+        self.buffer.dim_extend = value  # (checked by the buffer: ValueError naming it)
+
     def configure(self, method: str, payload: Any) -> None:
         """``buffer.<method>(*args, **kwargs)`` of a configuration call (``payload`` packs
         ``(args, kwargs)``); ``ValueError`` for any other method name."""

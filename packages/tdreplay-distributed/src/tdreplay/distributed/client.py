@@ -265,6 +265,11 @@ class ActorClient:
         timeout = self._call_timeout if timeout is _DEFAULT else timeout
         return wait_all([(ref, self._label)], what=what, timeout=timeout)[0]
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The Ray options the actor was started with (``{}`` on an attached client)."""
+        return dict(self._options)
+
     def call(self, method: str, *args: Any) -> Any:
         """``method(*args)`` on the actor, within :attr:`call_timeout`; errors as in
         :func:`~._ray.wait_all`."""

@@ -340,6 +340,45 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         return self._client.info.get("priority_key")
 
     @property
+    def dim_extend(self) -> int:
+        """The remote buffer's ``dim_extend`` (the batch dim ``extend`` writes along); setting
+        it accepts the value it has and refuses another, as a local buffer's (TorchRL's).
+
+        Examples
+        --------
+        >>> from functools import partial
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> from tdreplay.distributed import RayReplayBuffer
+        >>> rb = RayReplayBuffer(storage=partial(LazyTensorStorage, 8, ndim=2))
+        >>> rb.dim_extend, rb.is_alive, rb.has_gpu  # (2 dims: the last batch dim)
+        (1, True, False)
+        >>> rb.dim_extend = 0  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        RuntimeError: dim_extend cannot be reset (it is 1, got 0). Please create a new ...
+        >>> rb.close(); rb.is_alive
+        False
+        """
+        return int(self._client.call("get_dim_extend"))
+
+    @dim_extend.setter
+    def dim_extend(self, value: int) -> None:
+        self._client.drop_prefetched()  # (drawn before the change)
+        self._client.call("set_dim_extend", value)
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether this buffer is open (:meth:`close` not called), as TorchRL's
+        ``is_alive``."""
+        return not self.closed
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the actor was given GPUs (``remote_config={"num_gpus": ...}``), as
+        TorchRL's; ``False`` on an attached client, which does not know."""
+        return bool(self._client.options.get("num_gpus", 0))
+
+    @property
     def max_size(self) -> int:
         """Slots of the remote buffer's storage."""
         return int(self._client.info["max_size"])

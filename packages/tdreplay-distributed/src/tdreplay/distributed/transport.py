@@ -208,6 +208,24 @@ class DistributedBufferClient:
         self._extend_layout = layout
         return tensors[0]
 
+    def add(self, data: TensorDictBase, *, timeout: float | None = None) -> int:
+        """Write one item (a TensorDict without batch dims): :meth:`extend` of it as a batch
+        of one, as TorchRL's client; returns its slot. The layout rule of :meth:`extend`
+        holds: a client that adds writes batches of one."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"the distributed transport adds TensorDicts, got "
+                            f"{type(data).__name__}.")
+        return int(self.extend(data.unsqueeze(0), timeout=timeout).reshape(-1)[0])
+
+    @property
+    def dim_extend(self) -> int:
+        """The served buffer's ``dim_extend`` (read and set through its Ray handle)."""
+        return int(self._buffer.dim_extend)
+
+    @dim_extend.setter
+    def dim_extend(self, value: int) -> None:
+        self._buffer.dim_extend = value
+
     def sample(self, batch_size: int | None = None, *, timeout: float | None = None
                ) -> TensorDict:
         """A batch of ``batch_size`` (default: the buffer's), the size of this client's first
