@@ -73,3 +73,15 @@ def test_a_tensordict_priority_update_refused_by_one_shard_updates_no_shard(shar
     with pytest.raises(ValueError, match="priority"):
         sharded.update_tensordict_priority(update)
     assert all(torch.equal(a, b) for a, b in zip(before, priorities(sharded)))
+
+
+def test_a_rate_limiter_is_refused_with_its_own_reason():
+    # the message began with "generator is given once ...", which never applies (generator is
+    # a parameter of its own)
+    from functools import partial
+
+    from tdreplay.core import ListStorage, MinSize
+
+    with pytest.raises(TypeError, match=r"^rate_limiter is not supported on sharded buffers"):
+        ShardedReplayBuffer(num_shards=2, storage=partial(ListStorage, 4),
+                            rate_limiter=MinSize(2))

@@ -182,10 +182,9 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got "
                             f"{type(generator).__name__}.")
-        if "generator" in kwargs or "rate_limiter" in kwargs:
-            raise TypeError("generator is given once for the sharded buffer (it seeds the "
-                            "shards); a rate_limiter is not supported on sharded buffers (one "
-                            "per shard would limit each shard apart): use a RayReplayBuffer.")
+        if "rate_limiter" in kwargs:  # (generator is a parameter: it never reaches kwargs)
+            raise TypeError("rate_limiter is not supported on sharded buffers (one per shard "
+                            "would limit each shard apart): use a RayReplayBuffer.")
         configs = _shard_configs(remote_config, num_shards)
         self._configure(name, write_strategy, call_timeout, generator, prefetch)
         seeds = (torch.randint(0, 2**62, (num_shards,), generator=generator).tolist()
