@@ -579,13 +579,12 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         this buffer (``rb.storage.empty()``, ``rb.storage.loads(path)``:
         ``Storage.restore_count``) or by another process (``Storage.shared_reset_count``):
         their rows are gone. The buffer's own ``empty`` and restores drop them at once."""
-        count = self._storage.shared_reset_count()
-        restores = self._storage.restore_count
-        if count != self._reset_count_seen or restores != self._restores_seen_by_queue:
-            if self._reset_count_seen is not None or restores != self._restores_seen_by_queue:
-                self.clear_prefetch()  # (a first sample knows no count yet: nothing queued)
-            self._reset_count_seen = count
-            self._restores_seen_by_queue = restores
+        count, restores = self._storage.shared_reset_count(), self._storage.restore_count
+        # (a first sample knows no shared count yet: nothing was queued)
+        if restores != self._restores_seen_by_queue or (
+                self._reset_count_seen is not None and count != self._reset_count_seen):
+            self.clear_prefetch()
+        self._reset_count_seen, self._restores_seen_by_queue = count, restores
 
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
