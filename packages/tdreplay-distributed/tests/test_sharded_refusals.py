@@ -85,3 +85,19 @@ def test_a_rate_limiter_is_refused_with_its_own_reason():
     with pytest.raises(TypeError, match=r"^rate_limiter is not supported on sharded buffers"):
         ShardedReplayBuffer(num_shards=2, storage=partial(ListStorage, 4),
                             rate_limiter=MinSize(2))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 15, 16])
+def test_distinct_shard_draws_never_ask_a_shard_for_more_than_it_holds(n):
+    # (a batch of nearly all the items redrew its last ones for about n rounds: 16,000 of
+    # 16,000 took 24 s)
+    from tdreplay.distributed._sharding import draw_shards
+
+    masses = [(6.0, 1.0, 6, None), (10.0, 1.0, 10, None)]
+    g = torch.Generator().manual_seed(n)
+    for _ in range(50):
+        counts = torch.bincount(draw_shards(n, masses, [0, 1], g, distinct=True),
+                                minlength=2).tolist()
+        assert sum(counts) == n and counts[0] <= 6 and counts[1] <= 10
+    whole = draw_shards(16_000, [(8000.0, 1.0, 8000, None)] * 2, [0, 1], g, distinct=True)
+    assert torch.bincount(whole).tolist() == [8000, 8000]

@@ -281,8 +281,12 @@ def draw_shards(batch_size: int, masses: Sequence[Any], live: Sequence[int],
 
 
 def _distinct_below(total: int, n: int, generator: torch.Generator | None) -> torch.Tensor:
-    """``n`` distinct integers of ``[0, total)``, uniformly, in random order: redrawn until
-    distinct (a batch is far smaller than the buffer, so few redraws), then shuffled."""
+    """``n`` distinct integers of ``[0, total)``, uniformly, in random order: the first ``n``
+    of a permutation when they are more than half of them, else redrawn until distinct (a
+    few rounds: each draw repeats one drawn before with probability below 1/2), then
+    shuffled."""
+    if 2 * n > total:
+        return torch.randperm(total, generator=generator)[:n]
     chosen = torch.randint(total, (n,), generator=generator).unique()
     while chosen.numel() < n:
         more = torch.randint(total, (n - chosen.numel(),), generator=generator)
