@@ -48,3 +48,23 @@ def test_a_tensor_storage_loaded_alone_from_its_checkpoint(kind, tmp_path):
     rb = ReplayBuffer(storage=storage)
     rb.extend(torch.tensor([8, 9]))
     assert rb.storage.get(torch.arange(5)).tolist() == [5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("how", ["set_storage", "set_writer"])
+def test_a_used_writer_given_a_restored_ring_replaces_its_oldest_rows(how):
+    # the writer's cursor from its former storage (1) fitted in the rows, and was kept: the
+    # write replaced 5, the newest row, instead of 2, the oldest
+    source = ReplayBuffer(storage=ListStorage(4))
+    source.extend([0, 1, 2, 3, 4, 5])  # [4, 5, 2, 3]: row 1 is the newest
+    storage = ListStorage(4)
+    storage.load_state_dict(source.storage.state_dict())
+    used = ReplayBuffer(storage=ListStorage(4))
+    used.extend([100])  # its writer's cursor: 1
+    if how == "set_storage":
+        used.set_storage(storage)
+        rb = used
+    else:
+        rb = ReplayBuffer(storage=storage)
+        rb.set_writer(used.writer)
+    rb.extend([9])
+    assert list(rb.storage) == [4, 5, 9, 3]

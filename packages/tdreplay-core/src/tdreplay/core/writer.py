@@ -364,11 +364,12 @@ class RoundRobinWriter(Writer):
 
         That happens when a used writer gets a fresh or smaller storage (``set_storage``,
         ``set_writer``): writing at the old cursor would leave unwritten rows in between.
-        A new writer (nothing written, cursor ``0``) on a storage that holds rows (restored
-        alone, ``storage.loads(path)``, or filled by another buffer) goes on after its newest
-        row (:attr:`~tdreplay.core.Storage.last_written_row`; after its written rows when the
-        storage does not know it), so that its first writes replace the oldest rows, not the
-        newest (TorchRL's writer starts at row 0).
+        A new writer (nothing written, cursor ``0``), or a used one given another storage,
+        on a storage that holds rows (restored alone, ``storage.loads(path)``, or filled by
+        another buffer) goes on after its newest row
+        (:attr:`~tdreplay.core.Storage.last_written_row`; a new writer after its written rows
+        when the storage does not know it), so that its first writes replace the oldest rows,
+        not the newest (TorchRL's writer starts at row 0, or keeps its cursor).
 
         Examples
         --------
@@ -386,16 +387,21 @@ class RoundRobinWriter(Writer):
         there it keeps it with them, as every writer does, so that the buffers and processes
         writing to that storage never write over each other's rows.
         """
+        previous = self._storage
         super().register_storage(storage)
         shared = self._counters is not self._own_counters
         self._cursor_tensor = None if shared else self._own_cursor_tensor
         written = storage.rows_written
-        if self.cursor > written:
+        newest, capacity = storage.last_written_row, storage.rows_capacity
+        fresh = self.cursor == 0 and self.write_count == 0
+        if written and capacity and (fresh or (storage is not previous and not shared)) \
+                and (newest is not None or fresh):
+            # a new writer (or shared counters nobody wrote through), or a storage new to it:
+            # after the storage's newest row (its cursor from another storage means nothing
+            # here; shared counters written through are the storage's own)
+            self.cursor = (newest + 1 if newest is not None else written) % capacity
+        elif self.cursor > written:
             self.cursor = written
-        elif written and self.cursor == 0 and self.write_count == 0:
-            newest, capacity = storage.last_written_row, storage.rows_capacity
-            if capacity:
-                self.cursor = (newest + 1 if newest is not None else written) % capacity
         pending, self._pending_generations = self._pending_generations, None
         # a storage shared with another buffer carries the live stamps and wins
         if storage.slot_generations is None and (pending is not None or self._track_generations):
