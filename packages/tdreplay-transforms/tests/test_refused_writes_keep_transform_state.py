@@ -168,3 +168,23 @@ def test_an_empty_through_another_buffer_of_the_storage_drops_the_held_steps():
     rb.extend(steps(100, 4))
     assert rb[:]["t"].tolist() == [100]
     assert rb[:]["next", "t"].tolist() == [103]
+
+
+@pytest.mark.parametrize("reset", ["empty", "load_state_dict"])
+def test_a_storage_reset_past_the_buffer_drops_the_held_steps(reset):
+    # rb.storage.empty() / rb.storage.load_state_dict(...): the held steps (t = 2, 3, 4) were
+    # joined to the next run, as before rb.empty() dropped them
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.5))
+    rb.extend(steps(0, 5))
+    if reset == "empty":
+        rb.storage.empty()
+    else:
+        other = TensorDictReplayBuffer(storage=LazyTensorStorage(100),
+                                       transform=MultiStepTransform(n_steps=3, gamma=0.5))
+        other.extend(steps(500, 4))  # row t = 500 (the others held)
+        rb.storage.load_state_dict(other.storage.state_dict())
+    rb.extend(steps(100, 4))
+    kept = [] if reset == "empty" else [500]
+    assert rb[:]["t"].tolist() == kept + [100]
+    assert rb[:]["next", "t"].tolist()[len(kept):] == [103]

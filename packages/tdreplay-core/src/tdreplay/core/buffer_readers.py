@@ -27,6 +27,7 @@ import torch
 from .sampler import Sampler
 from .storage import Storage
 from .storage_readers import StorageReaders
+from .transform import Compose
 from .utils import as_long_tensor
 from .writer import Writer
 
@@ -44,6 +45,7 @@ class StorageReadersMixin:
     _storage: Storage
     _sampler: Sampler
     _writer: Writer
+    _transform: Compose
     _readers: StorageReaders = _NO_READERS
     _lock: AbstractContextManager[Any]  # (the buffer's lock: it can share a thread lock)
 
@@ -139,11 +141,26 @@ class StorageReadersMixin:
     #: the storage's ``restore_count`` when the batches drawn ahead (``prefetch``) were
     #: queued: a reset past the buffer drops them at the next sample
     _restores_seen_by_queue: int = 0
+    #: the storage's ``restore_count`` the items the write-side transforms hold back belong
+    #: to: a reset past the buffer drops them at the next write
+    _restores_seen_by_transforms: int = 0
 
     def _know_restores_of(self, storage: Storage) -> None:
-        """The sampler and the batches drawn ahead are in step with ``storage`` now (after
-        it was read, emptied or restored through this buffer)."""
+        """The sampler, the batches drawn ahead and the items the transforms hold back are in
+        step with ``storage`` now (after it was read, emptied or restored through this
+        buffer)."""
         self._seen_restores = self._restores_seen_by_queue = storage.restore_count
+        self._restores_seen_by_transforms = storage.restore_count
+
+    def _drop_held_items_of_replaced_rows(self) -> None:
+        """Before a write through transforms with state: the items they hold back (a
+        ``MultiStepTransform``'s steps) are dropped when the storage was emptied or restored
+        past this buffer since (``rb.storage.empty()``), as ``rb.empty()`` drops them: they
+        would be joined to the steps written after the reset."""
+        restores = self._storage.restore_count
+        if restores != self._restores_seen_by_transforms:
+            self._transform.drop_held_items()
+            self._restores_seen_by_transforms = restores
 
     def _tell_readers_restored(self) -> None:
         """After a restore through this buffer: its sampler knows the restored storage, the
@@ -156,6 +173,7 @@ class StorageReadersMixin:
         for other in others:
             other.clear_prefetch()
             other.sampler.learn_written_slots(self._storage)
+            other.transform.drop_held_items()  # (they would join the rows it replaced)
 
     def _learn_restored_storage(self) -> None:
         """The storage was restored past this buffer (``rb.storage.load_state_dict`` /

@@ -127,10 +127,12 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
         if not transform.transforms or not transform.has_state:
             return write(self, *args, **kwargs)
         if self._rate_limiter is not None:  # (its gate may wait for samples: not under the lock)
+            self._drop_held_items_of_replaced_rows()
             return _undone_on_failure(transform, write, self, args, kwargs)
         # one write at a time through the transforms and into the storage: the state put back
         # is the one this write began from, with no other thread's write in between to undo
         with self._lock:
+            self._drop_held_items_of_replaced_rows()
             return _undone_on_failure(transform, write, self, args, kwargs)
     return undone_on_failure  # type: ignore[return-value]
 
