@@ -516,6 +516,8 @@ def test_respawn_from_a_missing_checkpoint_keeps_the_live_buffer(single, tmp_pat
 @pytest.mark.timeout(120)
 def test_calls_after_a_failed_respawn_say_the_actor_is_gone(single, tmp_path):
     rb, _ = single
+    rb.dumps()  # to checkpoint_path, which respawn() restores
+    saved = len(rb)
     # a whole checkpoint, of another kind of buffer: it passes the check, the new actor
     # refuses it (the old one is gone by then)
     other = ReplayBuffer(storage=ListStorage(N))
@@ -526,5 +528,5 @@ def test_calls_after_a_failed_respawn_say_the_actor_is_gone(single, tmp_path):
     for call in (lambda: len(rb), lambda: rb.extend(_td([1.0])), lambda: rb.dumps(tmp_path / "c")):
         with pytest.raises(BufferActorDiedError, match="respawn"):
             call()
-    rb.respawn(None)  # a new, empty actor serves again
-    assert len(rb) == 0
+    rb.respawn()  # a new actor, restored from checkpoint_path, serves again
+    assert len(rb) == saved

@@ -206,7 +206,7 @@ def test_dumps_loads_and_state_dict_restore_every_shard(sharded, tmp_path):
     sharded.extend(_rows(torch.arange(2)))
     sharded.load_state_dict(state)
     assert [len(shard) for shard in sharded.shards] == [3, 3, 3]
-    with pytest.raises(CheckpointError, match="no readable sharded checkpoint"):
+    with pytest.raises(CheckpointError, match="holds no sharded checkpoint"):
         sharded.loads(tmp_path / "nothing-here")
     with pytest.raises(ValueError, match="3 shards"):
         sharded.load_state_dict({"num_shards": 2, "shards": state["shards"][:2]})
