@@ -71,25 +71,21 @@ def check_saved_parts_fit(storage: Storage, writer: Writer, sampler: Sampler,
     ...
     ValueError: state_dict['_writer']: RoundRobinWriter state_dict['cursor'] is 3 but ...
     """
-    def part(name: str) -> tuple[Any, str]:
-        saved = state_dict[name] if member is None else state_dict[name][member]
-        where = f"state_dict[{name!r}]" + ("" if member is None else f"[{member!r}]")
-        return saved, where
+    def saved(name: str) -> Any:
+        return state_dict[name] if member is None else state_dict[name][member]
 
-    saved_storage, _ = part("_storage")
-    rows = storage.saved_rows(saved_storage)
+    rows = storage.saved_rows(saved("_storage"))
     if rows is None:
         return
-    checks: list[tuple[str, Callable[[Any], None]]] = [
-        ("_writer", lambda saved: writer.check_saved_rows(saved, rows))]
-    if storage.ndim == 1:  # (a row is a slot)
-        checks.append(("_sampler", lambda saved: sampler.check_saved_slots(saved, rows)))
-    for name, check in checks:
-        saved, where = part(name)
-        try:
-            check(saved)
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from err
+    name = "_writer"
+    try:
+        writer.check_saved_rows(saved(name), rows)
+        name = "_sampler"
+        if storage.ndim == 1:  # (a row is a slot)
+            sampler.check_saved_slots(saved(name), rows)
+    except ValueError as err:
+        where = f"state_dict[{name!r}]" + ("" if member is None else f"[{member!r}]")
+        raise ValueError(f"{where}: {err}") from err
 
 
 def tell_save_hooks(storage: Storage, writer: Writer) -> None:

@@ -393,12 +393,11 @@ class RoundRobinWriter(Writer):
         self._cursor_tensor = None if shared else self._own_cursor_tensor
         written = storage.rows_written
         newest, capacity = storage.last_written_row, storage.rows_capacity
-        fresh = self.cursor == 0 and self.write_count == 0
-        if written and capacity and (fresh or (storage is not previous and not shared)) \
-                and (newest is not None or fresh):
-            # a new writer (or shared counters nobody wrote through), or a storage new to it:
-            # after the storage's newest row (its cursor from another storage means nothing
-            # here; shared counters written through are the storage's own)
+        fresh = self.cursor == 0 and self.write_count == 0  # (or shared counters unused)
+        # a storage new to a used writer: its cursor from the other storage means nothing
+        # here (shared counters written through are the storage's own)
+        moved = newest is not None and storage is not previous and not shared
+        if written and capacity and (fresh or moved):  # after the storage's newest row
             self.cursor = (newest + 1 if newest is not None else written) % capacity
         elif self.cursor > written:
             self.cursor = written

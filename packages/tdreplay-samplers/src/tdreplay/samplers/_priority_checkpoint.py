@@ -24,6 +24,7 @@ from ._priority_state import (
     placement,
     to_state_dict,
 )
+from ._priority_values import shown_slots
 
 __all__ = ["PriorityStateDictMixin"]
 
@@ -79,7 +80,7 @@ class PriorityStateDictMixin:
         written = (state_dict["priorities"] > 0) | (state_dict["write_generation"] != 0)
         past = written[slots:].nonzero().reshape(-1) + slots
         if past.numel():
-            shown = past[:8].tolist() + (["..."] if past.numel() > 8 else [])
+            shown = shown_slots(past)
             raise ValueError(f"{type(self).__name__} state_dict holds priorities for slots "
                              f"{shown}, past the {slots} written slots of the storage state it "
                              "is restored with (a sampler state of another buffer?).")

@@ -15,7 +15,7 @@ from tdreplay.core.utils import as_long_tensor, check_flag
 __all__ = ["CPU", "REDUCTIONS", "TINY", "HostPriority", "as_priority_tensor", "check_options",
            "check_priority_values", "check_real", "check_slots", "check_stored_priority",
            "flat_priority", "host_bounds", "host_priority", "leaf_limit", "leaf_values",
-           "prepare_update", "reduce_priority", "slots_on"]
+           "prepare_update", "reduce_priority", "shown_slots", "slots_on"]
 
 #: Accepted ``reduction`` names.
 REDUCTIONS = ("max", "min", "sum", "mean", "median")
@@ -304,3 +304,13 @@ def slots_on(slots: torch.Tensor, capacity: int, device: torch.device,
     if not checked and slots.device.type == "cpu":
         check_slots(slots, capacity)
     return slots
+
+
+def shown_slots(slots: torch.Tensor) -> list[Any]:
+    """The first 8 of ``slots`` (1-D), and ``"..."`` when there are more: how an error names
+    the slots it refuses.
+
+    >>> shown_slots(torch.arange(10))
+    [0, 1, 2, 3, 4, 5, 6, 7, '...']
+    """
+    return slots[:8].tolist() + (["..."] if slots.numel() > 8 else [])

@@ -64,6 +64,7 @@ from ._priority_values import (
     HostPriority,
     check_options,
     host_bounds,
+    shown_slots,
     slots_on,
 )
 from .without_replacement import check_replacement
@@ -382,7 +383,7 @@ class PrioritizedSampler(PriorityExponentsMixin, PriorityStateDictMixin, Priorit
                 written = storage.valid_slots_mask(slots)
                 if not bool(written.all()):  # (a device read for device slots)
                     bad = slots[~written].unique()
-                    shown = bad[:8].tolist() + (["..."] if bad.numel() > 8 else [])
+                    shown = shown_slots(bad)
                     count = len(storage)
                     held = f", 0 to {count - 1}" if count else ""
                     raise IndexError(f"mark_update: index holds slots that are not written in "
