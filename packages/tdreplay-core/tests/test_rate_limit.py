@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import sys
 import threading
 import time
 
@@ -270,3 +271,36 @@ def test_a_write_inside_locked_that_would_wait_raises_at_once():
         rb.sample(2)
         rb.extend([4, 5])  # allowed now
     assert len(rb) == 6 and rb.rate_limiter.inserts == 6
+
+
+def test_a_consuming_buffer_with_a_limiter_takes_writes_and_samples_from_two_threads():
+    # the limiter asked len(rb) (which takes the buffer's lock with a ConsumingSampler) while
+    # holding its condition, and a write counted its items under the buffer's lock: the two
+    # threads waited for each other for good within a few hundred calls
+    from tdreplay.core.consuming import ConsumingSampler
+
+    rb = ReplayBuffer(storage=ListStorage(10_000), sampler=ConsumingSampler(),
+                      rate_limiter=MinSize(1, timeout=30))
+    drawn: list[int] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: the interleavings that deadlocked)
+    try:
+        def collector() -> None:
+            for i in range(0, 3000, 2):
+                rb.extend([i, i + 1])
+
+        def learner() -> None:
+            while len(drawn) < 1500:
+                drawn.extend(rb.sample(1))
+
+        threads = [threading.Thread(target=collector, daemon=True),
+                   threading.Thread(target=learner, daemon=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(drawn) == len(set(drawn)) == 1500  # each item consumed once
+    assert len(rb) == 1500

@@ -10,6 +10,7 @@ a writer out, and a write waiting for samples never keeps a learner out.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 from tensordict import is_tensor_collection
 
 from .buffer_state import BufferStateMixin
-from .rate_limit import RateLimiter
+from .rate_limit import InsertDeferred, RateLimiter
 from .utils import leading_dim
 
 
@@ -152,6 +153,25 @@ class RateLimitedMixin(BufferStateMixin):
         if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
             gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)
         return _behind(gate, self._lock)
+
+    def _write_whole_under_lock(self, write: Callable[[], Any]) -> Any:
+        """Run ``write`` (a write through transforms with state, which takes the buffer's lock
+        before the transforms run and puts their state back if it raises) with the limiter's
+        gate passed under that lock: where the gate would wait, the write is undone and the
+        lock released for the wait, then the write runs again from the transforms on. A
+        checkpoint or an ``empty()`` made meanwhile thus never sees transforms that hold a
+        waiting write's items, and concurrent writes through them run one at a time. The
+        limiter's timeout counts from the first try."""
+        limiter = self._rate_limiter
+        if limiter is None or self.holds_lock():  # (rb.locked(): a gate that would wait raises)
+            return write()
+        started = time.monotonic()
+        while True:
+            try:
+                with limiter.deferring_inserts():
+                    return write()
+            except InsertDeferred as deferred:
+                limiter.wait_for_insert(deferred.num_inserts, self.__len__, started)
 
     def _items_in(self, data: Any, single: bool) -> int:
         """The items a write of ``data`` adds (the limiter counts items, as ``len`` does): a

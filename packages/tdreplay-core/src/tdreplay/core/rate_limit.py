@@ -33,7 +33,8 @@ from .fork_safety import ForkGuard, guard_forks, left_locked, refusing_lock
 from .process_sharing import SpawnChecked
 from .utils import check_required_count, restore_attributes
 
-__all__ = ["MinSize", "RateLimitTimeout", "RateLimiter", "SampleToInsertRatio"]
+__all__ = ["InsertDeferred", "MinSize", "RateLimitTimeout", "RateLimiter",
+           "SampleToInsertRatio"]
 
 SizeFn = Callable[[], int]
 
@@ -52,6 +53,15 @@ class RateLimitTimeout(TimeoutError):
 
     def __reduce__(self) -> Any:  # keeps the keyword arguments across processes (Ray)
         return (_rebuild_timeout, (str(self), self.operation, self.timeout))
+
+
+class InsertDeferred(Exception):  # noqa: N818 (a signal to retry, not an error a user sees)
+    """An insert that a limiter does not allow now, raised instead of waiting inside
+    :meth:`RateLimiter.deferring_inserts`; ``num_inserts``: its items. Nothing was counted."""
+
+    def __init__(self, num_inserts: int) -> None:
+        super().__init__(f"an insert of {num_inserts} items is not allowed now")
+        self.num_inserts = num_inserts
 
 
 def _rebuild_timeout(message: str, operation: str, timeout: float) -> RateLimitTimeout:
@@ -216,31 +226,87 @@ class RateLimiter(SpawnChecked, ForkGuard):
         finally:
             self._local.refuse = previous
 
+    @contextmanager
+    def deferring_inserts(self) -> Iterator[None]:
+        """Within the block, an insert of this thread that the limiter does not allow now
+        raises :class:`InsertDeferred` at once instead of waiting: what a buffer does for a
+        write through transforms with state, which runs whole under the buffer's lock (so that
+        a checkpoint sees the transforms' state and the storage of one moment) and waits with
+        :meth:`wait_for_insert` after putting the transforms back and releasing the lock.
+
+        Examples
+        --------
+        >>> limiter = SampleToInsertRatio(1.0, 1, (0.0, 2.0), timeout=0)
+        >>> with limiter.inserting(2, size=lambda: 0) as written:
+        ...     written()
+        >>> try:
+        ...     with limiter.deferring_inserts(), limiter.inserting(1, size=lambda: 2):
+        ...         pass
+        ... except InsertDeferred as deferred:
+        ...     print(deferred.num_inserts, limiter.inserts)
+        1 2
+        """
+        previous = getattr(self._local, "deferring", False)
+        self._local.deferring = True
+        try:
+            yield
+        finally:
+            self._local.deferring = previous
+
+    def wait_for_insert(self, num_inserts: int, size: SizeFn,
+                        started: float | None = None) -> None:
+        """Wait until inserting ``num_inserts`` items is allowed, counting nothing (the
+        insert itself still passes :meth:`inserting`); the timeout runs from ``started`` (a
+        ``time.monotonic()`` reading; now by default), so that retries of one write share it.
+        :class:`RateLimitTimeout` when not allowed in time.
+
+        Examples
+        --------
+        >>> MinSize(1, timeout=0).wait_for_insert(5, size=lambda: 0)
+        """
+        with self._once_allowed("insert", lambda size: self.can_insert(num_inserts, size), size,
+                                f"inserting {num_inserts} items", started):
+            pass
+
     def _timeout(self) -> float | None:
         cap: float | None = getattr(self._local, "timeout", None)
         if cap is None or self.timeout is None:
             return self.timeout if cap is None else cap
         return min(cap, self.timeout)
 
-    def _wait(self, operation: str, allowed: Callable[[], bool], what: str) -> None:
-        """Wait (holding ``_cond``) until ``allowed()``; :class:`RateLimitTimeout` if not in
-        time."""
+    @contextmanager
+    def _once_allowed(self, operation: str, allowed: Callable[[int], bool], size: SizeFn,
+                      what: str, started: float | None = None,
+                      deferred: BaseException | None = None) -> Iterator[None]:
+        """Hold ``_cond`` once ``allowed(size())``; :class:`RateLimitTimeout` if not in time
+        (counted from ``started``, a ``time.monotonic()`` reading; now by default), and at
+        once ``deferred`` (when given) or this thread's refusal (:meth:`refusing_waits`) where
+        it would wait. ``size()`` is read without ``_cond``: it may take the buffer's lock,
+        which a writer holds when it counts its items (:meth:`inserting`)."""
         timeout = self._timeout()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic() if started is None else started
+        deadline = None if timeout is None else started + timeout
         refuse = getattr(self._local, "refuse", None)
-        if refuse is not None and not allowed():
-            raise RuntimeError(refuse)
-        while not allowed():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                how = "(non-blocking: timeout=0)" if not timeout else f"within {timeout} s"
-                raise RateLimitTimeout(
-                    f"the rate limiter did not allow {what} {how}: inserts={self._inserts}, "
-                    f"samples={self._samples}, {self!r}. Nothing was done; retry later, or "
-                    "let the other side (collectors or learners) catch up.",
-                    operation=operation, timeout=float(timeout or 0.0))
-            # wake now and then: the buffer's size may change without a notification (empty)
-            self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+        while True:
+            current = size()
+            with self._cond:
+                if allowed(current):
+                    yield
+                    return
+                if deferred is not None:
+                    raise deferred
+                if refuse is not None:
+                    raise RuntimeError(refuse)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    how = "(non-blocking: timeout=0)" if not timeout else f"within {timeout} s"
+                    raise RateLimitTimeout(
+                        f"the rate limiter did not allow {what} {how}: inserts={self._inserts}, "
+                        f"samples={self._samples}, {self!r}. Nothing was done; retry later, or "
+                        "let the other side (collectors or learners) catch up.",
+                        operation=operation, timeout=float(timeout or 0.0))
+                # wake now and then: the buffer's size may change without a notification (empty)
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
 
     @contextmanager
     def sampling(self, num_samples: int, size: SizeFn) -> Iterator[Callable[[int], None]]:
@@ -269,9 +335,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
                 f"a batch of {num_samples} is never allowed by {self!r}: the difference "
                 f"max_diff - min_diff ({self.max_diff - self.min_diff}) must be at least the "
                 "batch size (widen error_buffer, or sample smaller batches).")
-        with self._cond:
-            self._wait("sample", lambda: self.can_sample(num_samples, size()),
-                       f"sampling {num_samples} items")
+        with self._once_allowed("sample", lambda size: self.can_sample(num_samples, size),
+                                size, f"sampling {num_samples} items"):
             self._samples += num_samples
             self._cond.notify_all()  # inserts waiting for samples may go on
         counted = num_samples
@@ -325,9 +390,11 @@ class RateLimiter(SpawnChecked, ForkGuard):
                 f"{num_inserts} * samples_per_insert exceeds the most max_diff allows from the "
                 "lowest difference samples reach (insert smaller batches, or widen max_diff - "
                 "min_diff: SampleToInsertRatio's error_buffer). Nothing was written.")
-        with self._cond:
-            self._wait("insert", lambda: self.can_insert(num_inserts, size()),
-                       f"inserting {num_inserts} items")
+        # (deferring_inserts: the caller waits, without its lock)
+        deferred = InsertDeferred(num_inserts) if getattr(self._local, "deferring", False) \
+            else None
+        with self._once_allowed("insert", lambda size: self.can_insert(num_inserts, size), size,
+                                f"inserting {num_inserts} items", deferred=deferred):
             self._pending_inserts += num_inserts
         counted = False
 

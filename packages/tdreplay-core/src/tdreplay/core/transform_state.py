@@ -91,9 +91,8 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
     changed their state (``VecNorm``'s statistics took the batch in, ``MultiStepTransform``
     swapped the steps it holds back for the batch's) for a batch the storage, the writer or a
     later transform then refused. A buffer without transforms with state pays one check; one
-    with them runs such writes one at a time, under its lock (without a rate limiter, whose gate
-    waits outside the lock: there, concurrent writes through transforms with state are not
-    serialised).
+    with them runs such writes one at a time, under its lock (a rate limiter's gate too: where
+    it would wait, the write is undone and waits without the lock, then runs again).
 
     Examples
     --------
@@ -126,14 +125,15 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
         transform = self._transform
         if not transform.transforms or not transform.has_state:
             return write(self, *args, **kwargs)
-        if self._rate_limiter is not None:  # (its gate may wait for samples: not under the lock)
-            self._drop_held_items_of_replaced_rows()
-            return _undone_on_failure(transform, write, self, args, kwargs)
-        # one write at a time through the transforms and into the storage: the state put back
-        # is the one this write began from, with no other thread's write in between to undo
-        with self._lock:
-            self._drop_held_items_of_replaced_rows()
-            return _undone_on_failure(transform, write, self, args, kwargs)
+
+        def write_once() -> Any:
+            # one write at a time through the transforms and into the storage: the state put
+            # back is the one this write began from, with no other thread's write in between
+            with self._lock:
+                self._drop_held_items_of_replaced_rows()
+                return _undone_on_failure(transform, write, self, args, kwargs)
+        # a rate limiter's gate, passed under the lock, waits without it (buffer_rate_limit)
+        return self._write_whole_under_lock(write_once)
     return undone_on_failure  # type: ignore[return-value]
 
 
