@@ -304,3 +304,52 @@ def test_a_consuming_buffer_with_a_limiter_takes_writes_and_samples_from_two_thr
     assert not any(thread.is_alive() for thread in threads)
     assert len(drawn) == len(set(drawn)) == 1500  # each item consumed once
     assert len(rb) == 1500
+
+
+def test_a_sample_let_through_before_an_empty_waits_for_min_size_again():
+    # the gate let the sample through with 8 items; an empty() and 4 new items came before
+    # its draw, which drew from 4 items (below min_size_to_sample), or from none: "Cannot
+    # sample from an empty storage"
+    rb = ReplayBuffer(storage=ListStorage(100), batch_size=4, rate_limiter=MinSize(8, timeout=30))
+    rb.extend(list(range(8)))
+    drawn: list[list[int]] = []
+    with rb.locked():
+        thread = threading.Thread(target=lambda: drawn.append(rb.sample()))
+        thread.start()
+        time.sleep(0.3)  # through the gate, waiting for the lock
+        rb.empty()
+        rb.extend([100, 101, 102, 103])
+    time.sleep(0.3)
+    assert thread.is_alive() and not drawn  # back at the gate: 4 items, fewer than 8
+    rb.extend([200, 201, 202, 203])
+    thread.join(30)
+    assert len(drawn[0]) == 4 and set(drawn[0]) <= {100, 101, 102, 103, 200, 201, 202, 203}
+    # the counts the empty set to 0 hold this sample once, not a correction of the first try
+    assert rb.rate_limiter.samples == 4 and rb.rate_limiter.inserts == 8
+
+
+def test_a_reset_while_a_sample_is_counted_leaves_the_new_counts_alone():
+    limiter = MinSize(1, timeout=0)
+    with pytest.raises(KeyError), limiter.sampling(3, size=lambda: 5):
+        limiter.reset()  # (a buffer's empty() meanwhile)
+        raise KeyError("the draw failed")
+    assert limiter.samples == 0  # not -3
+    with limiter.sampling(3, size=lambda: 5) as drew:
+        limiter.reset()
+        drew(1)
+    assert limiter.samples == 0
+
+
+def test_a_sample_inside_another_buffers_locked_that_would_wait_raises_at_once():
+    # two buffers of one storage share its lock: inside one's locked(), a sample of the other
+    # that the limiter refuses waited its whole timeout for writes that need that lock
+    storage = ListStorage(100)
+    first = ReplayBuffer(storage=storage)
+    second = ReplayBuffer(storage=storage, batch_size=4, rate_limiter=MinSize(8, timeout=20))
+    first.extend(list(range(4)))
+    with first.locked():
+        assert second.holds_lock()
+        # (a wait would end in RateLimitTimeout after 20 s)
+        with pytest.raises(RuntimeError, match=r"inside rb.locked\(\).*Nothing was drawn"):
+            second.sample()
+    assert not second.holds_lock() and second.rate_limiter.samples == 0

@@ -9,10 +9,8 @@ batch goes through the rate limiter's gate, as ``sample`` does.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from .buffer_rate_limit import drawn_items
 from .prefetch import Drawn
 from .sampler import Sampler
 
@@ -28,8 +26,7 @@ class IterationMixin:
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any: ...
         def _sampler_is_finite(self) -> bool: ...
-        def _limit_samples(self, batch_size: int
-                           ) -> AbstractContextManager[Callable[[int], None]]: ...
+        def _limited_draw(self, batch_size: int, draw: Callable[[int], Drawn]) -> Drawn: ...
         def _draw(self, batch_size: int) -> Drawn: ...
 
     def __iter__(self) -> Iterator[Any]:
@@ -42,9 +39,7 @@ class IterationMixin:
             while True:
                 yield self.sample()
         while True:  # (through the rate limiter's gate, as sample)
-            with self._limit_samples(batch_size) as drew:
-                data, info = self._draw(batch_size)
-                drew(drawn_items(info.get("index"), batch_size))
+            data, _ = self._limited_draw(batch_size, self._draw)
             yield data
             if self._sampler.ran_out:
                 return

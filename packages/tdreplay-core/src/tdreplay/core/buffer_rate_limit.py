@@ -62,6 +62,12 @@ def _refusing_waits(limiter: RateLimiter, gate: AbstractContextManager[Any],
         yield passed
 
 
+class BelowMinSize(Exception):  # noqa: N818 (a signal to go back to the gate, never a user's)
+    """Raised by a draw (under the buffer's lock) that finds the buffer below the limiter's
+    ``min_size_to_sample``: emptied (or consumed) after the gate let the sample through. The
+    sample goes back to the gate (:meth:`RateLimitedMixin._limited_draw`)."""
+
+
 def drawn_items(index: Any, requested: int) -> int:
     """The number of items a batch drawn for ``requested`` holds, from its ``index``: fewer
     at the end of a finite sampler's epoch, told by a flat ``[n]`` index of ``n`` slots; any
@@ -141,6 +147,27 @@ class RateLimitedMixin(BufferStateMixin):
         if self.holds_lock():  # (rb.locked(): no write could let a wait through)
             return _refusing_waits(limiter, gate, _SAMPLE_IN_LOCKED)
         return gate
+
+    def _limited_draw(self, batch_size: int, draw: Callable[[int], Any]) -> Any:
+        """``draw(batch_size)`` (a ``(batch, info)`` pair) behind the limiter's sample gate,
+        counted as the items it drew; a draw that finds the buffer below
+        ``min_size_to_sample`` (:class:`BelowMinSize`: emptied or consumed since the gate let
+        it through) goes back to the gate, uncounted."""
+        while True:
+            try:
+                with self._limit_samples(batch_size) as drew:
+                    drawn = draw(batch_size)
+                    drew(drawn_items(drawn[1].get("index"), batch_size))
+                    return drawn
+            except BelowMinSize:
+                continue
+
+    def _check_min_size(self) -> None:
+        """:class:`BelowMinSize` when the buffer holds fewer items than the limiter's
+        ``min_size_to_sample``; called by a draw under the buffer's lock."""
+        limiter = self._rate_limiter
+        if limiter is not None and self.__len__() < limiter.min_size_to_sample:
+            raise BelowMinSize
 
     def _write_lock(self, data: Any, single: bool = False) -> AbstractContextManager[Any]:
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's

@@ -129,6 +129,9 @@ class RateLimiter(SpawnChecked, ForkGuard):
         self._samples = 0
         #: inserts let through whose writes have not succeeded yet (see :meth:`inserting`)
         self._pending_inserts = 0
+        #: how many times the counts were set (reset, restored): a sample counted before
+        #: leaves them as they are when it fails or draws fewer (see :meth:`sampling`)
+        self._counts_set = 0
         self._cond = threading.Condition()
         self._local = threading.local()
         guard_forks(self)
@@ -144,6 +147,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
         restore_attributes(self, state)
         if "_pending_inserts" not in state:  # (pickled before it counted them)
             self._pending_inserts = 0
+        if "_counts_set" not in state:  # (pickled by a release before 0.6.6)
+            self._counts_set = 0
         self._cond = threading.Condition()
         self._local = threading.local()
         guard_forks(self)
@@ -339,12 +344,16 @@ class RateLimiter(SpawnChecked, ForkGuard):
                                 size, f"sampling {num_samples} items"):
             self._samples += num_samples
             self._cond.notify_all()  # inserts waiting for samples may go on
+            # counts set after this (a reset, a restore) hold none of its items: a failed or
+            # shorter draw then leaves them as they are
+            counts_set = self._counts_set
         counted = num_samples
 
         def drew(count: int) -> None:
             nonlocal counted
             with self._cond:
-                self._samples -= counted - count
+                if self._counts_set == counts_set:
+                    self._samples -= counted - count
                 counted = count
                 self._cond.notify_all()
 
@@ -352,7 +361,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
             yield drew
         except BaseException:
             with self._cond:
-                self._samples -= counted
+                if self._counts_set == counts_set:
+                    self._samples -= counted
                 self._cond.notify_all()
             raise
 
@@ -440,6 +450,7 @@ class RateLimiter(SpawnChecked, ForkGuard):
         with self._cond:
             self._inserts = int(state_dict["inserts"])
             self._samples = int(state_dict["samples"])
+            self._counts_set += 1
             self._cond.notify_all()
 
     def dumps(self, path: str | Path) -> None:

@@ -22,7 +22,7 @@ from .buffer_iteration import IterationMixin, NextBatchMixin
 from .buffer_lock import BufferLock, ReplayBufferLock
 from .buffer_parts import PartsMixin, check_transform_args, delays_init
 from .buffer_query import QueryMixin
-from .buffer_rate_limit import RateLimitedMixin, drawn_items
+from .buffer_rate_limit import RateLimitedMixin
 from .buffer_read_path import ReadPathMixin
 from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
@@ -343,7 +343,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
 
     def holds_lock(self) -> bool:
         """Whether the calling thread holds the buffer's lock (inside :meth:`locked`, or in
-        one of the buffer's own calls).
+        one of the buffer's own calls), or that of another buffer of its storage, which
+        shares it.
 
         A prefetching buffer sampled inside :meth:`locked` draws the batch itself instead of
         waiting for its worker (which needs the lock); an ensemble holds its members' locks.
@@ -357,7 +358,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         >>> inside, rb.holds_lock()
         (True, False)
         """
-        return cast(ReplayBufferLock, self._lock).held_here
+        if cast(ReplayBufferLock, self._lock).held_here:
+            return True
+        readers = self._readers
+        return readers.shared and any(cast(ReplayBufferLock, other.locked()).held_here
+                                      for other in readers.others(self))
 
     @property
     def write_count(self) -> int:
@@ -511,6 +516,8 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         with self._lock:
             if prefetch_epoch is not None and prefetch_epoch != self._prefetcher.epoch:
                 return None  # queued for prefetch, then dropped: draw nothing
+            if self._rate_limiter is not None:  # (emptied since its gate let the sample in?)
+                self._check_min_size()
             try:
                 drawn = self._sampler.sample(self._storage, batch_size)
             except IndexError:  # a slot the storage no longer holds: restored or emptied past
@@ -558,9 +565,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if self._rate_limiter is None and not self._prefetch:  # the common case, no gate
             data, info = self._draw(bs)
         else:
-            with self._limit_samples(bs) as drew:
-                data, info = self._next_batch(bs)
-                drew(drawn_items(info.get("index"), bs))  # (an epoch's last batch: fewer)
+            data, info = self._limited_draw(bs, self._next_batch)
         return (data, info) if return_info else data
 
     def _next_batch(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
