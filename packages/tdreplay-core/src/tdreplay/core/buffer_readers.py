@@ -175,6 +175,15 @@ class StorageReadersMixin:
             other.sampler.learn_written_slots(self._storage)
             other.transform.drop_held_items()  # (they would join the rows it replaced)
 
+    def _catch_up_with_storage(self) -> None:
+        """Before a save (lock held): a storage emptied or restored past this buffer since
+        its sampler last knew it (``rb.storage.empty()`` / ``load_state_dict``) is learnt now,
+        as the next sample would learn it, so that the saved sampler state fits the saved
+        storage (else it held slots the storage state does not: a state no buffer loads)."""
+        seen = self._seen_restores
+        if seen is not None and self._storage.restore_count != seen:
+            self._learn_restored_storage()
+
     def _learn_restored_storage(self) -> None:
         """The storage was restored past this buffer (``rb.storage.load_state_dict`` /
         ``loads``, as TorchRL programs do) and the sampler drew a slot it no longer holds

@@ -150,6 +150,8 @@ class BufferStateMixin:
 
         def _tell_readers_restored(self) -> None: ...
 
+        def _catch_up_with_storage(self) -> None: ...
+
         def check_shareable(self) -> None: ...
 
         def set_rng(self, generator: torch.Generator) -> None: ...
@@ -252,6 +254,7 @@ class BufferStateMixin:
         """
         with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
+            self._catch_up_with_storage()  # (reset past the buffer: buffer_readers)
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
@@ -490,6 +493,7 @@ class BufferStateMixin:
         """
         with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
+            self._catch_up_with_storage()
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
