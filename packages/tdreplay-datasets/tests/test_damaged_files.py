@@ -200,6 +200,15 @@ def test_damaged_minari_metadata_is_refused_naming_it(cartpole, minari_dir, root
     assert not root.exists()
 
 
+def test_a_missing_minari_metadata_is_refused_naming_it(cartpole, minari_dir, root):
+    # (the error named main_data.hdf5 as damaged: Minari reads nothing without metadata.json)
+    path = source_dir(minari_dir, cartpole) / "metadata.json"
+    path.unlink()
+    with pytest.raises(ValueError, match=f"its metadata.json is missing \\('{path}'\\)"):
+        load(cartpole, root)
+    assert not root.exists()
+
+
 def test_a_good_dataset_is_unchanged_by_loading(cartpole, root, converted):
     before = snapshot(root)
     data = load(cartpole, root, download=False, split_trajs=True)

@@ -507,6 +507,15 @@ def test_a_root_that_is_not_a_path_is_refused_naming_it(cartpole, bad_root):
         MinariExperienceReplay(cartpole, 4, root=bad_root, load_from_local_minari=True)
 
 
+def test_a_root_that_is_a_file_is_refused_naming_it(cartpole, tmp_path):
+    # (it raised NotADirectoryError for '<file>/<dataset id>' from deep inside the conversion)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a directory")
+    with pytest.raises(NotADirectoryError, match=r"root must be a directory.*notes\.txt'\."):
+        MinariExperienceReplay(cartpole, 4, root=a_file, load_from_local_minari=True)
+    assert a_file.read_text() == "not a directory"
+
+
 @pytest.mark.parametrize("dataset_id", ["../escape-v0", "a//b-v0", "/abs/x-v0", "a/./b", ""])
 def test_bad_dataset_ids(dataset_id, root):
     with pytest.raises((ValueError, TypeError), match="dataset_id"):

@@ -142,3 +142,36 @@ def check_empty_destination(dest: Path, name: str) -> None:
     if any(dest.iterdir()):
         raise FileExistsError(f"{name} {str(dest)!r} is not empty: pass a new or empty "
                               "directory.")
+
+
+#: what identifies one version of a file: ``(inode, size, mtime_ns)``; a conversion writes new
+#: files and renames them into place, so a new version differs in each
+FileVersion = tuple[int, int, int]
+
+
+def file_versions(data: object) -> dict[str, FileVersion]:
+    """The files behind the memory-mapped leaves of TensorDict ``data`` and their versions
+    (nothing for leaves in memory)."""
+    versions: dict[str, FileVersion] = {}
+    for leaf in data.values(include_nested=True, leaves_only=True):  # type: ignore[attr-defined]
+        name = getattr(leaf, "filename", None)
+        if name and name not in versions:
+            versions[name] = _version_of(name)
+    return versions
+
+
+def _version_of(name: str) -> FileVersion:
+    stat = os.stat(name)
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def changed_files(versions: dict[str, FileVersion]) -> list[str]:
+    """Those of the files ``versions`` lists that are gone or were replaced since."""
+    changed = []
+    for name, version in versions.items():
+        try:
+            if _version_of(name) != version:
+                changed.append(name)
+        except OSError:
+            changed.append(name)
+    return changed

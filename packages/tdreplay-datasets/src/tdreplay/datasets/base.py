@@ -18,7 +18,15 @@ from tdreplay.core.utils import check_count, check_flag
 from tdreplay.storages import TensorStorage
 from tdreplay.writers import ImmutableDatasetWriter
 
-from ._files import check_empty_destination, publish, remove_dir, staging_dir
+from ._files import (
+    FileVersion,
+    changed_files,
+    check_empty_destination,
+    file_versions,
+    publish,
+    remove_dir,
+    staging_dir,
+)
 from ._parallel_map import load_memmap, parallel_map_to_memmap, resolve_num_workers
 
 
@@ -107,6 +115,24 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
             generator=generator,
         )
         self._files_revision = self._storage.revision  # (the rows are the files')
+        #: the files the data maps, as they were when mapped: a copy (which maps them again)
+        #: and preprocess's workers refuse files replaced since (a new conversion)
+        self._mapped_versions = file_versions(data)
+
+    def _check_files_unchanged(self, what: str) -> None:
+        """``RuntimeError`` naming the files the data maps that were replaced or removed
+        since this buffer mapped them: ``what`` (a copy, workers) would read them by path."""
+        changed = changed_files(self._mapped_versions)
+        if changed:
+            raise RuntimeError(_files_replaced(type(self).__name__, changed, what))
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle as :meth:`__getstate__` says; the copy checks, before it maps the files
+        again, that they are the ones this buffer maps (a conversion of the same dataset
+        since replaced them: the copy would read other data than this buffer)."""
+        reduced = super().__reduce_ex__(protocol)
+        assert isinstance(reduced, tuple)  # (object's reduce of a class with __getstate__)
+        return (_copy_of_dataset, (type(self), self._mapped_versions), *reduced[2:])
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the buffer (a copy maps the dataset's files again); a ``UserWarning`` when
@@ -123,6 +149,8 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._files_revision = self._storage.revision  # (a copy reads the files)
+        if "_mapped_versions" not in state:  # (pickled by a release before 0.6.3)
+            self._mapped_versions = file_versions(self._data)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BaseDatasetExperienceReplay:
         """``copy.deepcopy``: a buffer of its own (sampler, writer, generator, transforms)
@@ -240,6 +268,7 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
             source = source[:num_frames]
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
+        self._check_workers_read_these_rows(workers, mp_start_method)
         with staging_dir(dest) as scratch:
             parallel_map_to_memmap(
                 fn, source, scratch / "data", dim=dim, num_workers=workers, chunksize=chunksize,
@@ -248,3 +277,40 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
                 raise FileExistsError(f"dest {str(dest)!r} was filled by someone else while "
                                       "preprocessing.")
         return TensorStorage(load_memmap(dest))
+
+    def _check_workers_read_these_rows(self, workers: int, start_method: str | None) -> None:
+        """Refuse a :meth:`preprocess` whose worker processes would read other rows than this
+        buffer: they map the files by path (a worker started by ``fork`` reads this
+        process's pages), so rows written or restored into the buffer in this process
+        (``spawn`` / ``forkserver`` workers) or files replaced since it mapped them (any
+        worker) would be mixed with the rows chunk 0 reads here."""
+        if not workers:
+            return
+        self._check_files_unchanged(f"preprocess's {workers} worker processes")
+        method = start_method or multiprocessing.get_start_method(allow_none=True) \
+            or multiprocessing.get_context().get_start_method()
+        if method != "fork" and self._storage.revision != self._files_revision:
+            raise RuntimeError(
+                f"{type(self).__name__}.preprocess: rows were written or restored into this "
+                "dataset buffer in this process (storage.set, load_state_dict, loads); the "
+                f"{workers} worker processes ({method!r} start method) would read the files "
+                "instead, and the result would mix both. Use num_workers=0 or "
+                "mp_start_method='fork'. Nothing was written.")
+
+
+def _files_replaced(buffer: str, changed: list[str], what: str) -> str:
+    shown = ", ".join(repr(name) for name in changed[:3]) + (" ..." if len(changed) > 3 else "")
+    return (f"{buffer}: the dataset's files were replaced or removed since this buffer mapped "
+            f"them ({shown}: a new conversion of the same dataset?), and {what} would read "
+            "them by path, i.e. other data than this buffer holds. Build a new buffer over "
+            "the files as they are now, or save this one with dumps to carry its rows.")
+
+
+def _copy_of_dataset(cls: type[BaseDatasetExperienceReplay],
+                     versions: dict[str, FileVersion]) -> BaseDatasetExperienceReplay:
+    """The object a pickled dataset buffer is rebuilt into (its state set after), once the
+    files it maps are found to be those the pickled buffer mapped."""
+    changed = changed_files(versions)
+    if changed:
+        raise RuntimeError(_files_replaced(cls.__name__, changed, "a copy of it"))
+    return cls.__new__(cls)

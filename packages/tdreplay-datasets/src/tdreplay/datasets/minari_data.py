@@ -178,6 +178,10 @@ def _data_files(where: Path) -> str:
 def _unreadable(dataset_id: str, where: Path, err: Exception) -> ValueError:
     """The error for a Minari dataset whose files cannot be read, naming them."""
     culprit = where / _MINARI_META
+    if not culprit.is_file() and where.is_dir():  # (minari: "No data found in data path")
+        return ValueError(f"cannot read the Minari dataset {dataset_id!r}: its {_MINARI_META} "
+                          f"is missing ({str(culprit)!r}), without which Minari reads none of "
+                          f"its data files ({type(err).__name__}: {err}).")
     named = repr(str(culprit)) if isinstance(err, json.JSONDecodeError) and culprit.is_file() \
         else _data_files(where)
     return ValueError(f"cannot read the Minari dataset {dataset_id!r}: {named} is damaged or not "
@@ -540,6 +544,9 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"root must be a str, a path or None, got {type(root).__name__}.")
         self.root = Path(root).expanduser() if root is not None else default_root()
+        if self.root.exists() and not self.root.is_dir():
+            raise NotADirectoryError(f"root must be a directory (the converted datasets live "
+                                     f"under it), got the file {str(self.root)!r}.")
         self.split_trajs = split_trajs
         self.load_from_local_minari = load_from_local_minari
 

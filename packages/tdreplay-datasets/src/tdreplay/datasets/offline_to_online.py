@@ -167,7 +167,8 @@ class OfflineToOnlineReplayBuffer:
     ValueError
         Both or neither of ``online_storage`` / ``online_capacity``; ``offline_fraction``
         outside ``(0, 1)``; ``dataset_kwargs`` with a dataset that is not a string; no
-        ``batch_size`` for a string dataset; a batch size or capacity that is not positive.
+        ``batch_size`` for a string dataset; a batch size or capacity that is not positive;
+        an ``online_storage`` that is the offline dataset's own storage.
     TypeError
         An argument of the wrong type (a bool or a string ``offline_fraction``, an
         ``online_storage`` that is no :class:`~tdreplay.core.Storage`, an offline dataset
@@ -278,6 +279,11 @@ online_size=10, batch_size=8)
 
         if online_storage is None:
             online_storage = LazyTensorStorage(capacity)
+        elif online_storage is getattr(offline_dataset, "storage", None):
+            raise ValueError(
+                "online_storage is the offline dataset's own storage: the online writes would "
+                "overwrite the dataset's rows, and its offline draws return them. Pass a "
+                "storage of its own (or online_capacity).")
         online: ReplayBuffer
         if isinstance(offline_dataset, TensorDictReplayBuffer):
             online = TensorDictReplayBuffer(storage=online_storage)
