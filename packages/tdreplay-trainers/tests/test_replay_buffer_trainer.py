@@ -123,6 +123,23 @@ def test_flattening_without_a_mask_ends_each_environments_row(flag_shape):
     assert batch["next", "truncated"].sum() == 0 and batch["next", "done"].sum() == 1
 
 
+@pytest.mark.parametrize("flag_shape", [(2, 3), (2, 3, 1)])
+def test_flattening_with_a_mask_ends_each_run_of_valid_steps(flag_shape):
+    """With the collector's mask, the masked rows ran into each other (a MultiStepTransform
+    after the hook added the next environment's rewards): the last valid step of each run is
+    marked truncated and done, the steps the mask drops being gone."""
+    rb = buffer()
+    batch = collected(mask=[[True, True, False], [True, False, True]])
+    batch["next", "truncated"] = torch.zeros(flag_shape, dtype=torch.bool)
+    batch["next", "done"] = torch.zeros(flag_shape, dtype=torch.bool)
+    written = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(batch)
+    for td in (written, rb[:]):
+        assert td["frame"].tolist() == [0, 1, 3, 5]
+        assert td["next", "truncated"].reshape(-1).tolist() == [0, 1, 1, 1]
+        assert td["next", "done"].reshape(-1).tolist() == [0, 1, 1, 1]
+    assert not batch["next", "truncated"].any() and not batch["next", "done"].any()
+
+
 def test_flattening_without_truncated_flags_marks_nothing():
     rb = buffer()
     batch = collected()
@@ -275,6 +292,40 @@ def test_priorities_follow_the_loss_in_a_training_loop(batches, loss_module, wat
     for (index, priority), (seen_index, td_error) in zip(sampler.updates, losses_seen):
         assert torch.equal(index, seen_index)
         torch.testing.assert_close(priority, td_error.double())
+
+
+def test_a_loss_output_named_index_cannot_send_priorities_to_other_slots(batches):
+    """A loss returning a per-sample "index" of its own replaced the sample's before
+    post_loss: the priority update went to those slots (all to slot 0 here)."""
+    sampler = ProportionalSampler(100)
+    rb = buffer(100, sampler=sampler)
+    model = torch.nn.Linear(1, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def loss(sub):
+        out = model(sub["x"]).squeeze(-1)
+        return TensorDict({"loss_a": out.pow(2).mean(), "td_error": out.detach().abs(),
+                           "index": torch.zeros(sub.shape[0], dtype=torch.long)}, [])
+
+    trainer = Trainer(collector=batches(1, frames=8), optim_steps_per_batch=1, loss_module=loss,
+                      optimizer=torch.optim.SGD(model.parameters(), lr=0.5), progress_bar=False)
+    ReplayBufferTrainer(rb, batch_size=4).register(trainer)
+    with pytest.raises(ValueError, match="returned an 'index' entry other than the sample's"):
+        trainer.train()
+    assert sampler.updates == []  # no priority moved
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))  # no step
+
+    def echoing_loss(sub):  # the sample's own index, passed through: fine
+        out = model(sub["x"]).squeeze(-1)
+        return TensorDict({"loss_a": out.pow(2).mean(), "td_error": out.detach().abs(),
+                           "index": sub["index"].clone()}, [])
+
+    trainer = Trainer(collector=batches(1, frames=8), optim_steps_per_batch=1,
+                      loss_module=echoing_loss,
+                      optimizer=torch.optim.SGD(model.parameters(), lr=0.5), progress_bar=False)
+    ReplayBufferTrainer(buffer(100, sampler=sampler), batch_size=4).register(trainer)
+    trainer.train()
+    assert len(sampler.updates) == 1
 
 
 def test_iterate_ends_the_optimisation_steps_of_a_batch_at_the_end_of_an_epoch(batches,

@@ -123,9 +123,10 @@ def test_pre_optim_steps_runs_once_per_batch_after_init_random_frames(batches, l
     trainer.register_op("pre_optim_steps", lambda: at.append((trainer.collected_frames,
                                                               trainer.optim_count)))
     trainer.train()
-    # frames 4 and 8 are not > 8: no optimisation for the first two batches
-    assert at == [(12, 0), (16, 3), (20, 6)]
-    assert trainer.optim_count == 9
+    # 4 frames are not 8 yet: no optimisation for the first batch; from 8 on, as TorchRL's
+    # (it started at 12: one batch of optimisation fewer)
+    assert at == [(8, 0), (12, 3), (16, 6), (20, 9)]
+    assert trainer.optim_count == 12
 
 
 # ---- process_optim_batch -----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 
 from tdreplay.core import CheckpointError, ListStorage, TensorDictReplayBuffer
-from tdreplay.trainers import Trainer
+from tdreplay.trainers import OptimizerHook, Trainer
 
 
 class Counter:
@@ -323,3 +323,10 @@ def test_seed_and_save_file_of_a_wrong_kind_are_refused_naming_them(loss_module)
     with pytest.raises(TypeError, match="save_trainer_file must be a str, a path or None, got int"):
         Trainer(collector=[], loss_module=loss_module, optim_steps_per_batch=0,
                 save_trainer_file=5, progress_bar=False)
+
+
+@pytest.mark.parametrize("key", [5, "", ("grad", "norm")])
+def test_optimizer_hook_refuses_a_grad_norm_key_that_is_not_a_name(loss_module, key):
+    # (it was taken, and the first call stepped the weights before tensordict's KeyError)
+    with pytest.raises(TypeError, match="grad_norm_key must be a non-empty str"):
+        OptimizerHook(torch.optim.SGD(loss_module.parameters(), lr=0.1), grad_norm_key=key)

@@ -25,6 +25,9 @@ __all__ = ["MASK_KEY", "check_trainer_arguments", "count_frames", "run_optim_ste
 #: Entry of a collected batch that marks its valid frames (only those are counted).
 MASK_KEY = ("collector", "mask")
 
+#: The sample's slots, which the priority update after the loss reads.
+_INDEX_KEY = "index"
+
 
 def check_trainer_arguments(*, collector: Any, total_frames: Any, frame_skip: Any,
                             optim_steps_per_batch: Any, loss_module: Any, logger: Any,
@@ -73,13 +76,23 @@ def count_frames(batch: TensorDictBase, frame_skip: int) -> int:
 
 
 def _attach_sample_outputs(sub_batch: TensorDictBase, losses: TensorDictBase) -> None:
-    """Write the loss's per-sample outputs (e.g. new priorities) into the sub-batch."""
+    """Write the loss's per-sample outputs (e.g. new priorities) into the sub-batch; an
+    ``index`` output other than the sample's own is refused (the priority update after the
+    loss would go to its slots)."""
     if not is_tensor_collection(sub_batch) or not sub_batch.batch_dims:
         return
     shape = sub_batch.batch_size
     for key, value in losses.items():
         if (isinstance(key, str) and not key.startswith(LOSS_PREFIX)
                 and isinstance(value, torch.Tensor) and value.shape[: len(shape)] == shape):
+            if key == _INDEX_KEY and _INDEX_KEY in sub_batch.keys():
+                if not torch.equal(value, sub_batch.get(_INDEX_KEY)):
+                    raise ValueError(
+                        f"the loss returned an {_INDEX_KEY!r} entry other than the sample's: "
+                        f"{_INDEX_KEY!r} says which slots the priority update after the loss "
+                        "goes to. Give that output another name. The optimizer step was "
+                        "not taken.")
+                continue
             sub_batch.set(key, value.detach())
 
 

@@ -122,6 +122,9 @@ class OptimizerHook(TrainerHookBase):
                 )
         if clip_norm is not None and (isinstance(clip_norm, bool) or not clip_norm > 0):
             raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}.")
+        if not isinstance(grad_norm_key, str) or not grad_norm_key:
+            raise TypeError(f"grad_norm_key must be a non-empty str (the losses' entry that gets "
+                            f"the gradient norm), got {grad_norm_key!r}.")
         self.optimizer = optimizer
         self.loss_components = None if loss_components is None else list(loss_components)
         self.clip_grad_norm = clip_grad_norm

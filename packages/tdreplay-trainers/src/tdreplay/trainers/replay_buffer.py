@@ -136,7 +136,7 @@ class ReplayBufferTrainer(TrainerHookBase):
             raise ValueError(f"{MASK_KEY} must be a bool tensor of the batch's shape "
                              f"{tuple(batch.batch_size)}, got {mask.dtype} of shape "
                              f"{tuple(mask.shape)}.")
-        return batch[mask]
+        return _rows_cut(batch, mask)[mask]
 
     def _pad(self, batch: TensorDictBase, max_dims: tuple[int, ...]) -> TensorDictBase:
         if len(max_dims) != batch.batch_dims:
@@ -231,21 +231,27 @@ class ReplayBufferTrainer(TrainerHookBase):
                 f"replay_buffer={type(self.replay_buffer).__name__})")
 
 
-def _rows_cut(batch: TensorDictBase) -> TensorDictBase:
+def _rows_cut(batch: TensorDictBase, mask: torch.Tensor | None = None) -> TensorDictBase:
     """``batch`` (``[envs, T]``, time last) with the last step of each environment's row
     marked truncated (and done, which is terminated or truncated), in copies of those entries
-    (``batch`` itself unchanged), so that flattened, each row still ends a trajectory. A batch
-    without a ``("next", "truncated")`` entry is returned as it is, as TorchRL does (a done
-    flag alone would read as a termination)."""
+    (``batch`` itself unchanged), so that flattened, each row still ends a trajectory. With a
+    ``mask`` (the collector's, of the batch's shape), the last step of each run of valid steps
+    is marked: the steps the mask drops are not there to end it. A batch without a
+    ``("next", "truncated")`` entry is returned as it is, as TorchRL does (a done flag alone
+    would read as a termination)."""
     truncated = batch.get(("next", "truncated"), None)
     if batch.batch_dims < 2 or not isinstance(truncated, torch.Tensor):
         return batch
-    last_step = (slice(None),) * (batch.batch_dims - 1) + (-1,)
+    if mask is None:
+        ends: Any = (slice(None),) * (batch.batch_dims - 1) + (-1,)  # each row's last step
+    else:  # a valid step whose next one in its row is not (or is the row's last)
+        ends = mask.clone()
+        ends[..., :-1] &= ~mask[..., 1:]
     out = batch.copy()  # (shallow: the entries set below are new tensors)
     for key in (("next", "truncated"), ("next", "done")):
         flag = batch.get(key, None)
         if isinstance(flag, torch.Tensor):
             flag = flag.clone()
-            flag[last_step] = True
+            flag[ends] = True
             out.set(key, flag)
     return out

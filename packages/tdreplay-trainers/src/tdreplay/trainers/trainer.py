@@ -39,7 +39,7 @@ class Trainer(CheckpointMethods):
         batch = batch_process(batch)              # ops may return a new batch
         frames += number of valid frames * frame_skip
         pre_steps_log(batch)                      # ops return a dict of values to log, or None
-        if frames > collector.init_random_frames (0 when absent):
+        if frames >= collector.init_random_frames (0 when absent; TorchRL's test):
             pre_optim_steps()
             repeat optim_steps_per_batch times:
                 sub_batch = process_optim_batch(batch)   # ops may return a new sub-batch
@@ -341,7 +341,7 @@ class Trainer(CheckpointMethods):
                 frames = count_frames(batch, self.frame_skip)
                 progress.collected_frames += frames
                 ops.run_log("pre_steps_log", batch, log.log)
-                if progress.collected_frames > init_random_frames:
+                if progress.collected_frames >= init_random_frames:
                     self.optim_steps(batch)
                 ops.run_plain("post_steps")
                 ops.run_log("post_steps_log", batch, log.log)
