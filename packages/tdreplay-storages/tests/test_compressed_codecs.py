@@ -5,8 +5,11 @@ codec that cannot be read here are refused naming it, and nothing changes."""
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
+from tensordict import TensorDict
 
 from tdreplay.core import CheckpointError
 from tdreplay.storages import CompressedListStorage, compressed_storage
@@ -74,3 +77,21 @@ def test_rows_of_a_custom_codec_are_still_refused(tmp_path):
     # and a storage with functions of its own does not take the built-in codecs' rows
     with pytest.raises(ValueError, match="compressed with 'zlib'"):
         custom.load_state_dict(saved_with("zlib").state_dict())
+
+
+def test_a_decompression_fn_returning_another_shape_is_named_not_the_bytes():
+    # the message ended "its bytes are damaged", blaming the stored data for the function
+    def compress(t):
+        return torch.frombuffer(bytearray(zlib.compress(t.contiguous().numpy().tobytes())),
+                                dtype=torch.uint8)
+
+    def flat(blob, meta):  # forgets the reshape to meta["shape"]
+        return torch.frombuffer(bytearray(zlib.decompress(bytes(blob.numpy()))),
+                                dtype=meta["dtype"])
+
+    storage = CompressedListStorage(10, compression_fn=compress, decompression_fn=flat)
+    storage.set(torch.arange(2), TensorDict({"p": torch.zeros(2, 2, 3, dtype=torch.uint8)}, [2]))
+    with pytest.raises(ValueError, match=r"decompression_fn returned torch.uint8 \(6,\) for "
+                                         r"entry 'p'.*metadata\['shape'\]") as err:
+        storage.get(torch.arange(2))
+    assert "damaged" not in str(err.value)

@@ -21,7 +21,7 @@ import torch
 from ._compressed_rows import RowLayout, itemsize
 from ._layout import dtype_from_str
 
-__all__ = ["LeafCodec", "takes_metadata", "tensor_bytes"]
+__all__ = ["DecompressionFnError", "LeafCodec", "takes_metadata", "tensor_bytes"]
 
 _BYTES, _TENSOR = 0, 1
 _HEADER = struct.Struct("<BQ")  # kind, payload bytes
@@ -55,8 +55,13 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
     >>> tensor_bytes(torch.tensor([1, 2], dtype=torch.int16))
     b'\\x01\\x00\\x02\\x00'
     """
-    flat = tensor.detach().contiguous().cpu().reshape(-1)
+    flat = tensor.detach().resolve_conj().contiguous().cpu().reshape(-1)  # (conj: by values)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+class DecompressionFnError(ValueError):
+    """A user's ``decompression_fn`` returned a tensor of another shape or dtype than the
+    entry written: the function is wrong, not the stored bytes."""
 
 
 def _frame(value: Any) -> bytes:
@@ -147,8 +152,10 @@ class LeafCodec:
                     or tuple(out.shape) != tuple(shape)):
                 got = (f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor)
                        else type(out).__name__)
-                raise ValueError(f"decompression_fn returned {got} for entry {key!r}, which "
-                                 f"was written as {dtype} {tuple(shape)}.")
+                raise DecompressionFnError(
+                    f"decompression_fn returned {got} for entry {key!r}, which was written as "
+                    f"{dtype} {tuple(shape)}: it must return the tensor of metadata['shape'] "
+                    "and metadata['dtype'].")
             raw = tensor_bytes(out)
             assert len(raw) == math.prod(shape) * itemsize(dtype)
             parts.append(raw)

@@ -35,7 +35,7 @@ from ._codec_check import (
 )
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._keys import warn_empty_levels
-from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
+from ._leaf_codec import DecompressionFnError, LeafCodec, takes_metadata, tensor_bytes
 from ._row_records import rows_from_record, rows_record
 from ._source_checks import check_dense
 from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
@@ -418,7 +418,7 @@ class CompressedListStorage(ListStorage):
             return [self._compress(item) for item in data.unbind(0)]
         n = len(data)
         layout = self._intern(layout, data)
-        parts = [t.detach().cpu().contiguous().reshape(n, math.prod(t.shape[1:]))
+        parts = [t.detach().cpu().resolve_conj().contiguous().reshape(n, math.prod(t.shape[1:]))
                  .view(torch.uint8) for t in tensors if math.prod(t.shape[1:])]
         raw = (torch.cat(parts, 1) if parts else torch.empty((n, 0), dtype=torch.uint8)).numpy()
         compress = codec.compress
@@ -443,6 +443,8 @@ class CompressedListStorage(ListStorage):
             except Exception as err:  # any codec failure: the row's bytes are damaged
                 where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[first + i])}"
                          if slots is not None else f"row {i} of the {len(rows)} read")
+                if isinstance(err, DecompressionFnError):  # (the user's function, not the bytes)
+                    raise ValueError(f"the compressed row at {where}: {err}") from err
                 raise ValueError(f"the compressed row at {where} cannot be decompressed "
                                  f"({type(err).__name__}: {err}): its bytes are damaged."
                                  ) from err
