@@ -60,6 +60,18 @@ class TestRename:
         td2 = sample_td()
         assert no_inv.inv(td2) is td2
 
+    def test_a_rename_on_extend_only_as_torchrl(self):
+        # it was refused ("needs at least one key to rename") though in_keys_inv names one
+        t = RenameTransform(in_keys=[], out_keys=[], in_keys_inv=["stored"], out_keys_inv=["obs"])
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), transform=t)
+        rb.extend(sample_td())
+        stored = rb.storage[:]
+        assert "stored" in stored.keys() and "obs" not in stored.keys()
+        assert torch.equal(stored["stored"], torch.arange(4.0))
+        assert "obs" not in rb.sample(2).keys()  # (no rename on sample)
+        with pytest.raises(ValueError, match="at least one key to rename"):
+            RenameTransform(in_keys=[], out_keys=[])
+
     def test_missing_key_names_it_and_changes_nothing(self):
         td = sample_td()
         before = leaf_keys(td)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.storages import LazyTensorStorage
 from tdreplay.transforms import MultiStep, MultiStepTransform
 
@@ -92,6 +92,38 @@ def test_buffer_writes_each_step_once_n_steps_late():
     assert rb[:]["s"].tolist() == [0, 1, 2, 3]
     assert rb[:]["next", "s"].tolist() == [3, 4, 5, 6]
     assert rb.sample(2)["s"].shape == (2,)                        # samples are left as they are
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, TensorDictReplayBuffer])
+def test_steps_added_one_at_a_time_as_torchrl(buffer_class):
+    # rb.add(step) was refused ("write steps with extend"); TorchRL's ReplayBuffer.add writes
+    # the step through the transform with a time dimension of one (its TensorDictReplayBuffer
+    # raises)
+    rb = buffer_class(storage=LazyTensorStorage(20),
+                      transform=MultiStepTransform(n_steps=2, gamma=0.5))
+    results = [rb.add(step) for step in chunk(0, 5)]
+    assert [r.shape for r in results[:2]] == [(0, 1), (0, 1)]  # no window complete yet
+    assert results[2:] == [0, 1, 2]
+    assert rb[:]["s"].tolist() == [0, 1, 2]
+    assert rb[:]["next", "s"].tolist() == [2, 3, 4]
+    assert rb[:]["next", "reward"].flatten().tolist() == [1 + 0.5 * 2, 2 + 0.5 * 3, 3 + 0.5 * 4]
+    # the same as the stream written in one extend
+    whole = TensorDictReplayBuffer(storage=LazyTensorStorage(20),
+                                   transform=MultiStepTransform(n_steps=2, gamma=0.5))
+    whole.extend(chunk(0, 5))
+    assert (rb[:] == whole[:]).all()
+    assert rb.transform[0].held["s"].tolist() == [3, 4]
+
+
+def test_a_step_added_after_n_steps_was_lowered_completing_two_windows_is_refused():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20),
+                                transform=MultiStepTransform(n_steps=3, gamma=0.5))
+    rb.extend(chunk(0, 4))  # holds 1, 2, 3
+    rb.transform[0].n_steps = 1
+    with pytest.raises(ValueError, match="completes 3 windows.*write it with extend"):
+        rb.add(chunk(4, 5)[0])
+    assert len(rb) == 1 and rb.transform[0].held["s"].tolist() == [1, 2, 3]
+    assert rb.extend(chunk(4, 5)).tolist() == [1, 2, 3]
 
 
 def test_two_dim_storage_of_envs():
@@ -178,8 +210,8 @@ def test_bad_state_is_refused_and_changes_nothing(state, error, name):
 def test_refused_writes_change_nothing():
     rb = make_buffer()
     rb.extend(chunk(0, 5))
-    with pytest.raises(ValueError, match="time dimension"):
-        rb.add(chunk(5, 6)[0])
+    with pytest.raises(ValueError, match="does not continue the held steps"):
+        rb.add(chunk(5, 6)[0].exclude(("next", "terminated")))
     with pytest.raises(ValueError, match="does not continue the held steps"):
         rb.extend(chunk(5, 8).exclude(("next", "terminated")))
     with pytest.raises(ValueError, match="does not continue the held steps"):

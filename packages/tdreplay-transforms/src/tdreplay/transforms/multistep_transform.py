@@ -153,19 +153,27 @@ class MultiStepTransform(Transform):
     def inv(self, data: TensorDictBase) -> TensorDictBase | None:
         """The n-step transitions of the held steps and ``data`` whose windows are complete
         (``None`` when none is); holds the last ``n_steps`` steps. Nothing changes when
-        ``data`` is refused."""
+        ``data`` is refused. A step without a time dimension (``rb.add(step)``, as TorchRL's
+        ``ReplayBuffer.add`` writes) is a write of one step: the one transition it completes
+        comes back without the time dimension."""
         require_tensordict(self, data)
-        if not data.batch_dims:
-            raise ValueError("MultiStepTransform: the data needs a time dimension (the last "
-                             "batch dimension); write steps with extend, not one by one with "
-                             "add.")
+        one_step = not data.batch_dims  # (rb.add(step): a write of one step, as TorchRL's)
+        if one_step:
+            data = data.unsqueeze(-1)
         with self._lock:
             total = data.clone(False) if self._held is None else self._join(self._held, data)
             n = self.n_steps
+            ready = total.batch_size[-1] - n
+            if one_step and ready > 1:  # (n_steps lowered since the held steps were written)
+                raise ValueError(
+                    f"MultiStepTransform: this step completes {ready} windows (n_steps was "
+                    f"lowered to {n} after {total.batch_size[-1] - 1} steps were held), more "
+                    "than the one item add() writes: write it with extend.")
             self._held = total[..., -n:].clone()
-            if total.batch_size[-1] <= n:
+            if ready <= 0:
                 return None  # nothing to write yet (TorchRL's ``None``)
-            return self._multistep()(total.clone(False))[..., : total.batch_size[-1] - n]
+            out = self._multistep()(total.clone(False))[..., :ready]
+            return out.squeeze(-1) if one_step else out
 
     @staticmethod
     def _join(held: TensorDictBase, data: TensorDictBase) -> TensorDictBase:
