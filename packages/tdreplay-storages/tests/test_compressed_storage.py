@@ -144,7 +144,7 @@ def test_bad_arguments():
 def test_non_tensor_rows_are_refused_and_nothing_changes():
     s = CompressedListStorage(5)
     s.set(torch.arange(2), torch.zeros(2, 3))
-    with pytest.raises(TypeError, match="tensors, TensorDicts and dicts of tensors"):
+    with pytest.raises(TypeError, match="tensors, TensorDicts, tensorclasses and dicts of tensors"):
         s.set(torch.arange(2, 4), ["a", "b"])
     with pytest.raises(IndexError):
         s.set(torch.tensor([4]), torch.zeros(1, 3))  # a gap: rows are filled in order

@@ -22,7 +22,8 @@ class RowLayout(NamedTuple):
     leaf, in the order their bytes are concatenated (``key`` is ``None`` for a tensor row);
     ``classes`` the tensorclasses nested in a TensorDict row (``td["obs"]`` an ``Obs``), as
     ``(path, class)`` pairs, inner levels first, which the row is read back with (``()``:
-    none).
+    none); ``root`` the tensorclass of a row written as one (a TensorDict row read back as
+    that class; ``None``: a TensorDict).
 
     Examples
     --------
@@ -41,6 +42,7 @@ class RowLayout(NamedTuple):
     batch_size: tuple[int, ...]
     leaves: tuple[tuple[Any, torch.dtype, tuple[int, ...]], ...]
     classes: tuple[tuple[tuple[str, ...], type], ...] = ()
+    root: type | None = None
 
     @property
     def nbytes(self) -> int:
@@ -140,6 +142,9 @@ def layout_problem(layout: Any) -> str | None:
 
 def _classes_problem(layout: RowLayout, keys: list[tuple[str, ...]]) -> str | None:
     """What makes ``layout.classes`` unusable (``None``: nothing); ``keys``: its leaf keys."""
+    if layout.root is not None and (layout.kind != "tensordict"
+                                    or not is_tensorclass(layout.root)):
+        return f"root {layout.root!r} is not the tensorclass of a TensorDict row"
     classes = layout.classes
     if not isinstance(classes, tuple):
         return f"classes {classes!r} is not a tuple"

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ._compressed_rows import CompressedRow, RowLayout
+from ._formats import hold_tensorclass, resolve_tensorclass
 from ._layout import as_key, dtype_from_str, key_path
 from ._tensorclasses import classes_from_record, classes_record, inner_first
 
@@ -41,7 +42,10 @@ def layout_record(layout: RowLayout) -> dict[str, Any]:
                        for key, dtype, shape in layout.leaves],
             # where the tensorclasses nested in the rows are defined (absent: none)
             **({"tensorclasses": classes_record(dict(layout.classes))}
-               if layout.classes else {})}
+               if layout.classes else {}),
+            # the tensorclass of rows written as one (absent: TensorDict rows)
+            **({"tensorclass": hold_tensorclass(layout.root)}
+               if layout.root is not None else {})}
 
 
 def layout_from_record(info: dict[str, Any]) -> RowLayout:
@@ -51,7 +55,8 @@ def layout_from_record(info: dict[str, Any]) -> RowLayout:
         (None if leaf["key"] is None else as_key(leaf["key"]), dtype_from_str(leaf["dtype"]),
          tuple(leaf["shape"]))
         for leaf in info["leaves"]),
-        inner_first(classes_from_record(info.get("tensorclasses"))))
+        inner_first(classes_from_record(info.get("tensorclasses"))),
+        None if info.get("tensorclass") is None else resolve_tensorclass(info["tensorclass"]))
 
 
 def rows_record(rows: Sequence[CompressedRow]) -> dict[str, Any]:

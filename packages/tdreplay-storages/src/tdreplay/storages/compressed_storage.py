@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+    is_tensorclass,
+)
 
 from tdreplay.core import ListStorage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
@@ -368,6 +375,9 @@ class CompressedListStorage(ListStorage):
         if isinstance(item, torch.Tensor):
             check_dense("data", item)
             return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
+        root, nested = None, item
+        if is_tensorclass(item) and not isinstance(item, (NonTensorData, NonTensorStack)):
+            root, item = type(item), item.to_tensordict()  # (read back as its class)
         if isinstance(item, TensorDictBase):
             kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
             for key, value in item.non_tensor_items(include_nested=True):
@@ -379,8 +389,8 @@ class CompressedListStorage(ListStorage):
         elif isinstance(item, Mapping) and lead == 0:
             kind, batch_size, entries = "dict", (), _mapping_entries(item, ())
         else:
-            raise TypeError(f"CompressedListStorage stores tensors, TensorDicts and dicts of "
-                            f"tensors, got {type(item).__name__}.")
+            raise TypeError(f"CompressedListStorage stores tensors, TensorDicts, tensorclasses "
+                            f"and dicts of tensors, got {type(item).__name__}.")
         for key, value in entries:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
@@ -390,10 +400,11 @@ class CompressedListStorage(ListStorage):
         entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
         leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
         # tensorclasses nested in a TensorDict row (only rows with nested keys may hold some)
-        classes = (inner_first(nested_tensorclasses(item))
+        classes = (inner_first(nested_tensorclasses(nested))
                    if kind == "tensordict" and any(type(key) is tuple for key, _ in entries)
                    else ())
-        return RowLayout(kind, batch_size, leaves, classes), [value for _, value in entries]
+        return (RowLayout(kind, batch_size, leaves, classes, root),
+                [value for _, value in entries])
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = self._layout(item, 0)
@@ -472,7 +483,9 @@ class CompressedListStorage(ListStorage):
             source[key] = tensor
         out = TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
         if layout.classes:  # tensorclasses nested in the rows: read back as they were written
-            return with_classes(out, layout.classes)
+            out = with_classes(out, layout.classes)
+        if layout.root is not None:  # rows written as a tensorclass
+            return layout.root.from_tensordict(out)
         return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
