@@ -191,6 +191,9 @@ def test_state_before_any_write():
     ({"held": 3, "batch_size": [2]}, TypeError, "held"),
     ({"held": {"s": torch.zeros(2)}, "batch_size": []}, ValueError, "batch_size"),
     ({"held": {"s": torch.zeros(2)}, "batch_size": [3]}, ValueError, "held"),
+    # held steps no write can continue (it loaded, then every extend was refused)
+    ({"held": {"s": torch.zeros(3), "next": {"s": torch.ones(3)}}, "batch_size": [3]},
+     ValueError, r"lack the reward entries \[\('next', 'reward'\)\]"),
 ])
 def test_bad_state_is_refused_and_changes_nothing(state, error, name):
     t = MultiStepTransform(2, 0.9)
@@ -220,6 +223,18 @@ def test_refused_writes_change_nothing():
         MultiStepTransform(2, 0.9).inv(chunk(0, 4).exclude(("next", "reward")))
     assert len(rb) == 2 and rb.transform[0].held["s"].tolist() == [2, 3, 4]
     assert rb.extend(chunk(5, 6)).tolist() == [2]
+
+
+def test_a_new_non_tensor_entry_is_refused_naming_the_held_steps():
+    # (tensordict's raw KeyError "tensordict 1 has keys [...]": non-tensor entries were not
+    # among the keys compared)
+    rb = make_buffer()
+    rb.extend(chunk(0, 5))
+    with_text = chunk(5, 8)
+    with_text["note"] = "text"
+    with pytest.raises(ValueError, match=r"'note'.*does not continue the held steps"):
+        rb.extend(with_text)
+    assert len(rb) == 2 and rb.transform[0].held["s"].tolist() == [2, 3, 4]
 
 
 def test_held_steps_are_copies():

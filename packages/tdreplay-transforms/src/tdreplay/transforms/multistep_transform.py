@@ -177,12 +177,12 @@ class MultiStepTransform(Transform):
 
     @staticmethod
     def _join(held: TensorDictBase, data: TensorDictBase) -> TensorDictBase:
-        keys = set(data.keys(True, True))
-        if held.batch_size[:-1] != data.batch_size[:-1] or set(held.keys(True, True)) != keys:
+        keys = _entry_keys(data)
+        if held.batch_size[:-1] != data.batch_size[:-1] or _entry_keys(held) != keys:
             raise ValueError(
                 f"MultiStepTransform: the data (batch_size {tuple(data.batch_size)}, keys "
                 f"{sorted(map(str, keys))}) does not continue the held steps (batch_size "
-                f"{tuple(held.batch_size)}, keys {sorted(map(str, held.keys(True, True)))}): "
+                f"{tuple(held.batch_size)}, keys {sorted(map(str, _entry_keys(held)))}): "
                 "only the time dimension (the last) may differ.")
         for key in sorted(keys, key=str):
             before, now = held.get(key), data.get(key)
@@ -215,8 +215,7 @@ class MultiStepTransform(Transform):
         with self._lock:
             self._held = held
 
-    @staticmethod
-    def _held_of(state: Any) -> TensorDictBase | None:
+    def _held_of(self, state: Any) -> TensorDictBase | None:
         if not isinstance(state, Mapping):
             raise TypeError(f"MultiStepTransform.load_state_dict: state_dict must be a mapping, "
                             f"got {type(state).__name__}.")
@@ -234,10 +233,17 @@ class MultiStepTransform(Transform):
             raise ValueError(f"MultiStepTransform.load_state_dict: state_dict['batch_size'] "
                              f"must be a non-empty list of sizes, got {batch_size!r}.")
         try:
-            return TensorDict(dict(held), batch_size=list(batch_size))
+            steps = TensorDict(dict(held), batch_size=list(batch_size))
         except (RuntimeError, ValueError, TypeError) as err:
             raise ValueError(f"MultiStepTransform.load_state_dict: state_dict['held'] does not "
                              f"make steps of batch_size {list(batch_size)}: {err}") from err
+        present = set(steps.keys(True, True))
+        missing = [key for key in (("next", *((k,) if isinstance(k, str) else k))
+                                   for k in self.reward_keys) if key not in present]
+        if missing:  # (no later write could continue them: every one would be refused)
+            raise ValueError(f"MultiStepTransform.load_state_dict: the held steps lack the "
+                             f"reward entries {missing} (reward_keys {self.reward_keys}).")
+        return steps
 
     # ---- copies --------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -252,3 +258,9 @@ class MultiStepTransform(Transform):
 
     def __repr__(self) -> str:
         return f"MultiStepTransform(n_steps={self.n_steps}, gamma={self.gamma})"
+
+
+def _entry_keys(data: TensorDictBase) -> set[Any]:
+    """The leaf keys of ``data``, non-tensor entries (a string) included."""
+    return set(data.keys(True, True)) | {key for key, _ in
+                                         data.non_tensor_items(include_nested=True)}
