@@ -390,3 +390,17 @@ def test_one_thread_extends_while_another_samples_and_updates(backend):
     state = rb.sampler.state_dict()
     assert bool((state["priorities"] > 0).all())
     assert int(state["write_generation"].max()) == state["write_clock"]
+
+
+def test_a_bad_priority_entry_is_named_in_the_error():
+    # ("priority must be finite and >= 0" did not say which entry of the data it read)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=4,
+                                sampler=PrioritizedSampler(8, alpha=0.7, beta=0.5),
+                                priority_key="td_error")
+    rb.extend(TensorDict({"x": torch.arange(8.0)}, [8]))
+    sample = rb.sample()
+    total = rb.sampler.total_priority
+    sample["td_error"] = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"data\['td_error'\]: priority must be finite"):
+        rb.update_tensordict_priority(sample)
+    assert rb.sampler.total_priority == total  # nothing updated

@@ -883,4 +883,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             (index, priority), extra = anchored, {}
         with self._lock:
             self._check_writing_process()
-            self._sampler.update_priority(index, priority, storage=self._storage, **extra)
+            try:
+                self._sampler.update_priority(index, priority, storage=self._storage, **extra)
+            except ValueError as err:  # (the sampler's message says "priority": name the entry)
+                err.args = (f"data[{self.priority_key!r}]: {err}", *err.args[1:])
+                raise
