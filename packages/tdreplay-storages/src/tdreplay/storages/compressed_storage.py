@@ -484,8 +484,9 @@ class CompressedListStorage(ListStorage):
         out = TensorDict(source, batch_size=(*shape, *layout.batch_size), device=self._device)
         if layout.classes:  # tensorclasses nested in the rows: read back as they were written
             out = with_classes(out, layout.classes)
-        if layout.root is not None:  # rows written as a tensorclass
-            return layout.root.from_tensordict(out)
+        root: Any = layout.root  # (a tensorclass: its from_tensordict)
+        if root is not None:  # rows written as a tensorclass
+            return root.from_tensordict(out)
         return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
