@@ -178,11 +178,14 @@ class StorageReadersMixin:
     def _catch_up_with_storage(self) -> None:
         """Before a save (lock held): a storage emptied or restored past this buffer since
         its sampler last knew it (``rb.storage.empty()`` / ``load_state_dict``) is learnt now,
-        as the next sample would learn it, so that the saved sampler state fits the saved
-        storage (else it held slots the storage state does not: a state no buffer loads)."""
+        as the next sample would learn it, and the writer attaches to it again (a round-robin
+        cursor past its rows moves back to their end, where its next write goes), so that the
+        saved sampler and writer states fit the saved storage (else they held slots, or a
+        cursor, past its rows: a state no buffer loads)."""
         seen = self._seen_restores
         if seen is not None and self._storage.restore_count != seen:
             self._learn_restored_storage()
+            self._writer.register_storage(self._storage)
 
     def _learn_restored_storage(self) -> None:
         """The storage was restored past this buffer (``rb.storage.load_state_dict`` /

@@ -650,7 +650,7 @@ class RoundRobinWriter(Writer):
         self.cursor = 0
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"cursor": self._saved_cursor(), "write_count": self.write_count}
+        state: dict[str, Any] = {"cursor": self.cursor, "write_count": self.write_count}
         if self._track_generations:
             gens = self._storage.slot_generations if self._storage is not None else None
             state["generation"] = (gens.table if gens is not None
@@ -658,17 +658,6 @@ class RoundRobinWriter(Writer):
             if state["generation"] is None:
                 del state["generation"]
         return state
-
-    def _saved_cursor(self) -> int:
-        """The cursor a state saves: the row the next write goes to (:meth:`_next_row`), which
-        is the cursor unless the storage was emptied or restored with fewer rows past this
-        writer (its saved cursor would then point past the saved rows, a state no buffer
-        loads)."""
-        cursor, storage = self.cursor, self._storage
-        capacity = storage.rows_capacity if storage is not None else None
-        if storage is None or not capacity:  # (not laid out yet: nothing written)
-            return cursor
-        return self._next_row(storage, capacity, cursor)
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Refuse a ``state_dict`` whose ``cursor`` is not in ``[0, capacity)`` of the
