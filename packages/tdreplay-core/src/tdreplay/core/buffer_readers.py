@@ -24,6 +24,7 @@ from typing import Any, Protocol, cast
 
 import torch
 
+from .buffer_lock import ReplayBufferLock
 from .sampler import Sampler
 from .storage import Storage
 from .storage_readers import StorageReaders
@@ -174,6 +175,13 @@ class StorageReadersMixin:
             other.clear_prefetch()
             other.sampler.learn_written_slots(self._storage)
             other.transform.drop_held_items()  # (they would join the rows it replaced)
+
+    def _holds_a_readers_lock(self) -> bool:
+        """Whether the calling thread is inside the lock of another buffer of the storage
+        (``other.locked()``), which this buffer shares."""
+        readers = self._readers
+        return readers.shared and any(cast(ReplayBufferLock, other.locked()).held_here
+                                      for other in readers.others(self))
 
     def _catch_up_with_storage(self) -> None:
         """Before a save (lock held): a storage emptied or restored past this buffer since

@@ -43,6 +43,7 @@ from .utils import (
     check_flag,
     check_instance,
     ensure_update_tensordict,
+    errors_named,
     leading_dim,
     restore_attributes,
 )
@@ -358,11 +359,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         >>> inside, rb.holds_lock()
         (True, False)
         """
-        if cast(ReplayBufferLock, self._lock).held_here:
-            return True
-        readers = self._readers
-        return readers.shared and any(cast(ReplayBufferLock, other.locked()).held_here
-                                      for other in readers.others(self))
+        return cast(ReplayBufferLock, self._lock).held_here or self._holds_a_readers_lock()
 
     @property
     def write_count(self) -> int:
@@ -883,8 +880,5 @@ class TensorDictReplayBuffer(ReplayBuffer):
             (index, priority), extra = anchored, {}
         with self._lock:
             self._check_writing_process()
-            try:
+            with errors_named(f"data[{self.priority_key!r}]"):  # (the sampler's say "priority")
                 self._sampler.update_priority(index, priority, storage=self._storage, **extra)
-            except ValueError as err:  # (the sampler's message says "priority": name the entry)
-                err.args = (f"data[{self.priority_key!r}]: {err}", *err.args[1:])
-                raise

@@ -18,7 +18,8 @@ ValueError: batch_size must be a positive int, got 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterator, Mapping, Sequence, Sized
+from contextlib import contextmanager
 from typing import Any, Literal, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
@@ -50,6 +51,7 @@ __all__ = [
     "check_state_counter",
     "check_whole_numbers",
     "ensure_tensordict",
+    "errors_named",
     "is_int",
     "leading_dim",
     "normalize_keys",
@@ -59,6 +61,27 @@ __all__ = [
     "slice_leading",
     "take_rows",
 ]
+
+
+@contextmanager
+def errors_named(what: str) -> Iterator[None]:
+    """A ``ValueError`` raised in the block gets ``what`` (the argument or entry the callee
+    read under another name) before its message; its class is kept.
+
+    Examples
+    --------
+    >>> try:
+    ...     with errors_named("data['td_error']"):
+    ...         raise ValueError("priority must be finite")
+    ... except ValueError as err:
+    ...     print(err)
+    data['td_error']: priority must be finite
+    """
+    try:
+        yield
+    except ValueError as err:
+        err.args = (f"{what}: {err}", *err.args[1:])
+        raise
 
 
 def is_int(index: object) -> TypeGuard[int | np.integer[Any] | torch.Tensor]:

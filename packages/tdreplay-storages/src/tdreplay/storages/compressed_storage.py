@@ -241,6 +241,46 @@ def _saved_rows(saved: Any) -> list[CompressedRow]:
                      f"(or a list of CompressedRow), got {type(saved).__name__}.")
 
 
+def _row_layout(item: Any, lead: int) -> tuple[RowLayout, list[torch.Tensor]]:
+    """Layout of the rows of ``item`` and its leaves in blob order.
+
+    ``lead`` leading dimensions of ``item`` are the batch (0 for one row, 1 for a batch).
+    """
+    if isinstance(item, torch.Tensor):
+        check_dense("data", item)
+        return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
+    root, nested = None, item
+    if is_tensorclass(item) and not isinstance(item, (NonTensorData, NonTensorStack)):
+        root, item = type(item), item.to_tensordict()  # (read back as its class)
+    if isinstance(item, TensorDictBase):
+        kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
+        for key, value in item.non_tensor_items(include_nested=True):
+            # (leaves_only keys skip them: they would be dropped without a word)
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
+                            "CompressedListStorage compresses tensors only.")
+        entries = [(key, item.get(key))
+                   for key in item.keys(include_nested=True, leaves_only=True)]
+    elif isinstance(item, Mapping) and lead == 0:
+        kind, batch_size, entries = "dict", (), _mapping_entries(item, ())
+    else:
+        raise TypeError(f"CompressedListStorage stores tensors, TensorDicts, tensorclasses "
+                        f"and dicts of tensors, got {type(item).__name__}.")
+    for key, value in entries:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
+                            "CompressedListStorage compresses tensors only.")
+        check_dense(f"entry {key!r}", value)
+    # widest dtypes first: every leaf then starts at a multiple of its item size
+    entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
+    leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
+    # tensorclasses nested in a TensorDict row (only rows with nested keys may hold some)
+    classes = (inner_first(nested_tensorclasses(nested))
+               if kind == "tensordict" and any(type(key) is tuple for key, _ in entries)
+               else ())
+    return (RowLayout(kind, batch_size, leaves, classes, root),
+            [value for _, value in entries])
+
+
 class CompressedListStorage(ListStorage):
     """A list storage that keeps every row compressed and decompresses only sampled rows.
 
@@ -367,47 +407,8 @@ class CompressedListStorage(ListStorage):
             warn_empty_levels(data, type(self).__name__)
         return self._layouts.setdefault(layout, layout)
 
-    def _layout(self, item: Any, lead: int) -> tuple[RowLayout, list[torch.Tensor]]:
-        """Layout of the rows of ``item`` and its leaves in blob order.
-
-        ``lead`` leading dimensions of ``item`` are the batch (0 for one row, 1 for a batch).
-        """
-        if isinstance(item, torch.Tensor):
-            check_dense("data", item)
-            return RowLayout("tensor", (), ((None, item.dtype, tuple(item.shape[lead:])),)), [item]
-        root, nested = None, item
-        if is_tensorclass(item) and not isinstance(item, (NonTensorData, NonTensorStack)):
-            root, item = type(item), item.to_tensordict()  # (read back as its class)
-        if isinstance(item, TensorDictBase):
-            kind, batch_size = "tensordict", tuple(item.batch_size[lead:])
-            for key, value in item.non_tensor_items(include_nested=True):
-                # (leaves_only keys skip them: they would be dropped without a word)
-                raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
-                                "CompressedListStorage compresses tensors only.")
-            entries = [(key, item.get(key))
-                       for key in item.keys(include_nested=True, leaves_only=True)]
-        elif isinstance(item, Mapping) and lead == 0:
-            kind, batch_size, entries = "dict", (), _mapping_entries(item, ())
-        else:
-            raise TypeError(f"CompressedListStorage stores tensors, TensorDicts, tensorclasses "
-                            f"and dicts of tensors, got {type(item).__name__}.")
-        for key, value in entries:
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"entry {key!r} is a {type(value).__name__}: "
-                                "CompressedListStorage compresses tensors only.")
-            check_dense(f"entry {key!r}", value)
-        # widest dtypes first: every leaf then starts at a multiple of its item size
-        entries.sort(key=lambda kv: (-kv[1].element_size(), str(kv[0])))
-        leaves = tuple((key, value.dtype, tuple(value.shape[lead:])) for key, value in entries)
-        # tensorclasses nested in a TensorDict row (only rows with nested keys may hold some)
-        classes = (inner_first(nested_tensorclasses(nested))
-                   if kind == "tensordict" and any(type(key) is tuple for key, _ in entries)
-                   else ())
-        return (RowLayout(kind, batch_size, leaves, classes, root),
-                [value for _, value in entries])
-
     def _compress(self, item: Any) -> CompressedRow:
-        layout, tensors = self._layout(item, 0)
+        layout, tensors = _row_layout(item, 0)
         return CompressedRow(self._intern(layout, item), self.codec.compress_row(tensors))
 
     def _compress_rows(self, data: Any) -> list[CompressedRow]:
@@ -422,7 +423,7 @@ class CompressedListStorage(ListStorage):
         codec = self.codec
         if dense and isinstance(codec, Codec):
             try:
-                layout, tensors = self._layout(data, 1)
+                layout, tensors = _row_layout(data, 1)
             except TypeError:  # a non-tensor entry: the per-row path raises naming it
                 dense = False
         if not dense or not isinstance(codec, Codec):  # a LeafCodec compresses leaf by leaf
