@@ -140,6 +140,19 @@ def test_flattening_with_a_mask_ends_each_run_of_valid_steps(flag_shape):
     assert not batch["next", "truncated"].any() and not batch["next", "done"].any()
 
 
+def test_flattening_a_masked_batch_of_one_environment_ends_the_runs_before_gaps():
+    rb = buffer()
+    batch = collected(n_envs=1, steps=6)[0]  # a [T] batch
+    batch["collector", "mask"] = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    batch["next", "truncated"] = torch.zeros(6, 1, dtype=torch.bool)
+    batch["next", "done"] = torch.zeros(6, 1, dtype=torch.bool)
+    written = ReplayBufferTrainer(rb, batch_size=2, flatten_tensordicts=True).extend(batch)
+    assert written["frame"].tolist() == [0, 1, 3, 4, 5]
+    # step 1 is followed by the dropped step 2; step 5 goes on in the next batch
+    assert written["next", "truncated"].flatten().tolist() == [0, 1, 0, 0, 0]
+    assert written["next", "done"].flatten().tolist() == [0, 1, 0, 0, 0]
+
+
 def test_flattening_without_truncated_flags_marks_nothing():
     rb = buffer()
     batch = collected()

@@ -236,17 +236,21 @@ def _rows_cut(batch: TensorDictBase, mask: torch.Tensor | None = None) -> Tensor
     marked truncated (and done, which is terminated or truncated), in copies of those entries
     (``batch`` itself unchanged), so that flattened, each row still ends a trajectory. With a
     ``mask`` (the collector's, of the batch's shape), the last step of each run of valid steps
-    is marked: the steps the mask drops are not there to end it. A batch without a
-    ``("next", "truncated")`` entry is returned as it is, as TorchRL does (a done flag alone
-    would read as a termination)."""
+    is marked: the steps the mask drops are not there to end it (in a ``[T]`` batch of one
+    environment, all but the batch's last step, which the next batch continues). A batch
+    without a ``("next", "truncated")`` entry is returned as it is, as TorchRL does (a done
+    flag alone would read as a termination)."""
     truncated = batch.get(("next", "truncated"), None)
-    if batch.batch_dims < 2 or not isinstance(truncated, torch.Tensor):
+    if not batch.batch_dims or not isinstance(truncated, torch.Tensor) \
+            or (mask is None and batch.batch_dims < 2):
         return batch
     if mask is None:
         ends: Any = (slice(None),) * (batch.batch_dims - 1) + (-1,)  # each row's last step
     else:  # a valid step whose next one in its row is not (or is the row's last)
         ends = mask.clone()
         ends[..., :-1] &= ~mask[..., 1:]
+        if batch.batch_dims == 1:  # (one environment: its last step goes on in the next batch)
+            ends[-1] = False
     out = batch.copy()  # (shallow: the entries set below are new tensors)
     for key in (("next", "truncated"), ("next", "done")):
         flag = batch.get(key, None)
