@@ -302,8 +302,10 @@ def _files_replaced(buffer: str, changed: list[str], what: str) -> str:
     shown = ", ".join(repr(name) for name in changed[:3]) + (" ..." if len(changed) > 3 else "")
     return (f"{buffer}: the dataset's files were replaced or removed since this buffer mapped "
             f"them ({shown}: a new conversion of the same dataset?), and {what} would read "
-            "them by path, i.e. other data than this buffer holds. Build a new buffer over "
-            "the files as they are now, or save this one with dumps to carry its rows.")
+            "them by path, i.e. possibly other data than this buffer holds (any rewrite of a "
+            "file counts, by inode, size and modification time: a touch too, or a conversion "
+            "of the same data elsewhere). Build a new buffer over the files as they are now, "
+            "or save this one with dumps to carry its rows.")
 
 
 def _copy_of_dataset(cls: type[BaseDatasetExperienceReplay],
