@@ -106,3 +106,35 @@ def test_update_tensordict_priority_takes_a_trailing_unit_dim_as_members_do():
     sample["td_error"] = torch.full((*sample.shape, 1), 100.0)
     rb.update_tensordict_priority(sample)
     assert _totals(members) == [_updated(sample, 0), _updated(sample, 1)]
+
+
+@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
+def test_rows_of_a_member_emptied_and_refilled_since_the_sample_are_skipped(how):
+    # the whole update raised IndexError ("not among its 2 written slots") and the other
+    # member's priorities were lost with it; a buffer's own update skips such rows
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    members[1].empty()
+    members[1].extend(TensorDict({"x": torch.full((2,), 9.0)}, [2]))  # rows 0, 1 anew
+    if how == "update_priority":
+        rb.update_priority(sample["index"], torch.full(sample.shape, 100.0),
+                           write_generation=sample["write_generation"])
+    else:
+        sample["td_error"] = torch.full(sample.shape, 100.0)
+        rb.update_tensordict_priority(sample)
+    assert _totals(members) == [_updated(sample, 0), 2.0]  # member 1's new rows kept
+
+
+def test_a_uniform_member_emptied_since_the_sample_does_not_refuse_the_update():
+    from tdreplay.core import TensorDictReplayBuffer
+
+    prioritized = _members()[0]
+    uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+    uniform.extend(TensorDict({"x": torch.ones(4)}, [4]))
+    rb = ReplayBufferEnsemble(prioritized, uniform, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    uniform.empty()
+    uniform.extend(TensorDict({"x": torch.ones(1)}, [1]))
+    rb.update_priority(sample["index"], torch.full(sample.shape, 100.0))
+    assert round(prioritized.sampler.total_priority, 3) == _updated(sample, 0)

@@ -469,10 +469,13 @@ class SamplerEnsemble(MembersShareable, Sampler):
             member = None if storages is None else storages[buffer_id]
             part_priority = torch.as_tensor(priority[position]).expand(slots.shape)
             checked = sampler.check_priority(part_priority)
-            if member is not None:
-                _check_written(slots, member, buffer_id)
             part_extra = {key: torch.as_tensor(value[position]).reshape(slots.shape)
                           for key, value in extra.items() if key in sampler.update_keys}
+            # (rows the member's sampler tells stale by what the sample handed back, e.g. its
+            # write_generation, it skips itself, as a buffer's own update does; a sampler
+            # without priorities updates nothing)
+            if member is not None and sampler.is_prioritized and not part_extra:
+                _check_written(slots, member, buffer_id)
             updates.append((sampler, slots, part_priority if checked is None else checked,
                             member, part_extra))
         for sampler, slots, part_priority, member, part_extra in updates:
