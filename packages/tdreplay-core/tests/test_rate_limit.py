@@ -353,3 +353,24 @@ def test_a_sample_inside_another_buffers_locked_that_would_wait_raises_at_once()
         with pytest.raises(RuntimeError, match=r"inside rb.locked\(\).*Nothing was drawn"):
             second.sample()
     assert not second.holds_lock() and second.rate_limiter.samples == 0
+
+
+def test_a_storage_emptied_past_the_buffer_resets_the_counts_as_empty_does():
+    # the counts of the items gone held every later write back (inserts at max_diff) and
+    # every sample (fewer than min_size_to_sample items): stuck for good with timeout=None
+    rb = ReplayBuffer(storage=ListStorage(100),
+                      rate_limiter=SampleToInsertRatio(1.0, 1, (0.0, 4.0), timeout=0))
+    rb.extend([0, 1, 2, 3])
+    with pytest.raises(RateLimitTimeout):
+        rb.extend([4])
+    rb.storage.empty()
+    rb.extend([10, 11])  # allowed again: counted from 0
+    assert rb.rate_limiter.inserts == 2 and rb.rate_limiter.samples == 0
+    assert sorted(rb.sample(2)) in ([10, 10], [10, 11], [11, 11])
+    # the buffer's own restore keeps the counts it loads
+    state = rb.state_dict()
+    other = ReplayBuffer(storage=ListStorage(100),
+                         rate_limiter=SampleToInsertRatio(1.0, 1, (0.0, 4.0), timeout=0))
+    other.load_state_dict(state)
+    other.extend([12])
+    assert other.rate_limiter.inserts == 3 and other.rate_limiter.samples == 2

@@ -101,6 +101,7 @@ class RateLimitedMixin(BufferStateMixin):
     """
 
     _rate_limiter: RateLimiter | None = None
+    _restores_seen_by_limiter: int  # (StorageReadersMixin's)
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -132,9 +133,21 @@ class RateLimitedMixin(BufferStateMixin):
             return True
         return self._rate_limiter.can_sample(batch_size, len(self))
 
+    def _limiter_in_step(self) -> RateLimiter | None:
+        """The rate limiter, its counts set to 0 when the storage was emptied or restored past
+        the buffer since they were counted (``rb.storage.empty()``; the counts of the items
+        gone held every later call back for good), as ``rb.empty()`` sets them."""
+        limiter = self._rate_limiter
+        if limiter is not None:
+            restores = self._storage.restore_count
+            if restores != self._restores_seen_by_limiter:
+                self._restores_seen_by_limiter = restores
+                limiter.reset()
+        return limiter
+
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:
         """The gate of a sample of ``batch_size`` (waits, counts; see the limiter)."""
-        limiter = self._rate_limiter
+        limiter = self._limiter_in_step()
         if limiter is None:
             return _NO_LIMIT
         if limiter.min_size_to_sample > self._storage.max_size:  # (it would wait for good)
@@ -173,7 +186,7 @@ class RateLimitedMixin(BufferStateMixin):
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's
         lock, taken behind the limiter's gate when there is a limiter (without one, the lock
         itself: no gate to enter and leave on every write)."""
-        limiter = self._rate_limiter
+        limiter = self._limiter_in_step()
         if limiter is None:
             return self._lock
         gate = limiter.inserting(self._items_in(data, single), self.__len__)

@@ -145,13 +145,17 @@ class StorageReadersMixin:
     #: the storage's ``restore_count`` the items the write-side transforms hold back belong
     #: to: a reset past the buffer drops them at the next write
     _restores_seen_by_transforms: int = 0
+    #: the storage's ``restore_count`` the rate limiter's counts belong to: a reset past the
+    #: buffer sets them to 0 at the next call through the limiter, as ``rb.empty()`` does
+    _restores_seen_by_limiter: int = 0
 
     def _know_restores_of(self, storage: Storage) -> None:
-        """The sampler, the batches drawn ahead and the items the transforms hold back are in
-        step with ``storage`` now (after it was read, emptied or restored through this
-        buffer)."""
+        """The sampler, the batches drawn ahead, the items the transforms hold back and the
+        rate limiter's counts are in step with ``storage`` now (after it was read, emptied or
+        restored through this buffer)."""
         self._seen_restores = self._restores_seen_by_queue = storage.restore_count
-        self._restores_seen_by_transforms = storage.restore_count
+        self._restores_seen_by_transforms = self._restores_seen_by_limiter = \
+            storage.restore_count
 
     def _drop_held_items_of_replaced_rows(self) -> None:
         """Before a write through transforms with state: the items they hold back (a
