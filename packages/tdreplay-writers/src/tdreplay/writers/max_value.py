@@ -252,7 +252,19 @@ class TensorDictMaxValueWriter(Writer):
         heapq.heapify(restored)
         self._heap = restored
 
+    def _fit_to_storage(self) -> None:
+        """When the storage holds fewer rows than the heap ranks (emptied or restored past this
+        writer: ``rb.storage.empty()``), the heap keeps only the rows it still holds, ranked
+        lowest (their values are unknown to it), so that writes fill the free rows first, then
+        replace those; else the rows past the storage's end were written as if still held
+        (rows emptied came back) and the writer's state fit no storage state."""
+        held = self.storage.rows_written
+        if held < len(self._heap):
+            self._heap = [(-math.inf, row, row - held) for row in range(held)]
+            heapq.heapify(self._heap)
+
     def _write(self, data: Any, rank: torch.Tensor, capacity: int, single: bool) -> torch.Tensor:
+        self._fit_to_storage()
         written, pushed, popped = self._plan(rank, capacity)
         n = rank.numel()
         # batch order: rows sorted by the batch position they hold
@@ -289,9 +301,11 @@ class TensorDictMaxValueWriter(Writer):
         return rows
 
     def register_storage(self, storage: Any) -> None:
-        """Attach ``storage`` (an item it has not checked is checked again)."""
+        """Attach ``storage`` (an item it has not checked is checked again; rows past its
+        written ones are forgotten, see :meth:`_fit_to_storage`)."""
         super().register_storage(storage)
         self._checked_item = None
+        self._fit_to_storage()
 
     def _check_unwritten(self, data: Any, single: bool) -> None:
         """None of ``data``'s rows ranks high enough: the storage still checks it (keys,
