@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import ListStorage, ReplayBuffer
+from tdreplay.core import ListStorage, ReplayBuffer, TensorDictReplayBuffer
 from tdreplay.ensembles import ReplayBufferEnsemble
 from tdreplay.samplers import TensorDictPrioritizedReplayBuffer
 from tdreplay.storages import LazyTensorStorage
@@ -81,16 +81,19 @@ def test_update_tensordict_priority_names_what_is_missing():
     assert _totals(members) == [4.0, 4.0]
 
 
-def test_a_mixed_ensemble_carries_the_prioritized_members_write_generations():
-    # (a uniform member gives none: the merged info was a list, the sample had no
-    # "write_generation", and the prioritized member's new rows took the stale priorities)
-    from tdreplay.core import TensorDictReplayBuffer
-
+def _prioritized_and_uniform():
+    """A prioritized member, a uniform one, their ensemble and a sample of it."""
     prioritized = _members()[0]
     uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
     uniform.extend(TensorDict({"x": torch.ones(4)}, [4]))
     rb = ReplayBufferEnsemble(prioritized, uniform, sample_from_all=True, batch_size=8)
-    sample = rb.sample()
+    return prioritized, uniform, rb, rb.sample()
+
+
+def test_a_mixed_ensemble_carries_the_prioritized_members_write_generations():
+    # (a uniform member gives none: the merged info was a list, the sample had no
+    # "write_generation", and the prioritized member's new rows took the stale priorities)
+    prioritized, _, rb, sample = _prioritized_and_uniform()
     assert sample["write_generation"].shape == (2, 4)
     assert (sample["write_generation"][1] == -1).all()  # the uniform part: none
     prioritized.extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))  # every row
@@ -127,13 +130,7 @@ def test_rows_of_a_member_emptied_and_refilled_since_the_sample_are_skipped(how)
 
 
 def test_a_uniform_member_emptied_since_the_sample_does_not_refuse_the_update():
-    from tdreplay.core import TensorDictReplayBuffer
-
-    prioritized = _members()[0]
-    uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
-    uniform.extend(TensorDict({"x": torch.ones(4)}, [4]))
-    rb = ReplayBufferEnsemble(prioritized, uniform, sample_from_all=True, batch_size=8)
-    sample = rb.sample()
+    prioritized, uniform, rb, sample = _prioritized_and_uniform()
     uniform.empty()
     uniform.extend(TensorDict({"x": torch.ones(1)}, [1]))
     rb.update_priority(sample["index"], torch.full(sample.shape, 100.0))
