@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import is_tensor_collection
@@ -186,9 +186,9 @@ class RateLimitedMixin(BufferStateMixin):
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's
         lock, taken behind the limiter's gate when there is a limiter (without one, the lock
         itself: no gate to enter and leave on every write)."""
-        limiter = self._limiter_in_step()
-        if limiter is None:
+        if self._rate_limiter is None:  # (no call on the common path)
             return self._lock
+        limiter = cast(RateLimiter, self._limiter_in_step())
         gate = limiter.inserting(self._items_in(data, single), self.__len__)
         if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
             gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)
