@@ -34,18 +34,24 @@ def _updated(sample, part):
     return 100.0 * drawn + (4 - drawn)
 
 
-@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
-def test_rows_overwritten_since_the_sample_keep_their_priority(how):
-    members = _members()
-    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
-    sample = rb.sample()
-    members[1].extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))  # every row of member 1
+def _update_to_100(rb, sample, how):
+    """Set the sampled rows' priorities to 100 with the sample's write generations, through
+    ``update_priority`` or ``update_tensordict_priority``."""
     if how == "update_priority":
         rb.update_priority(sample["index"], torch.full(sample.shape, 100.0),
                            write_generation=sample["write_generation"])
     else:
         sample["td_error"] = torch.full(sample.shape, 100.0)
         rb.update_tensordict_priority(sample)
+
+
+@pytest.mark.parametrize("how", ["update_priority", "update_tensordict_priority"])
+def test_rows_overwritten_since_the_sample_keep_their_priority(how):
+    members = _members()
+    rb = ReplayBufferEnsemble(*members, sample_from_all=True, batch_size=8)
+    sample = rb.sample()
+    members[1].extend(TensorDict({"x": torch.full((4,), 9.0)}, [4]))  # every row of member 1
+    _update_to_100(rb, sample, how)
     # member 0's drawn rows updated, member 1's new rows kept
     assert _totals(members) == [_updated(sample, 0), 4.0]
 
@@ -120,12 +126,7 @@ def test_rows_of_a_member_emptied_and_refilled_since_the_sample_are_skipped(how)
     sample = rb.sample()
     members[1].empty()
     members[1].extend(TensorDict({"x": torch.full((2,), 9.0)}, [2]))  # rows 0, 1 anew
-    if how == "update_priority":
-        rb.update_priority(sample["index"], torch.full(sample.shape, 100.0),
-                           write_generation=sample["write_generation"])
-    else:
-        sample["td_error"] = torch.full(sample.shape, 100.0)
-        rb.update_tensordict_priority(sample)
+    _update_to_100(rb, sample, how)
     assert _totals(members) == [_updated(sample, 0), 2.0]  # member 1's new rows kept
 
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, cast
+from typing import Any
 
 import torch
 from tensordict import is_tensor_collection
@@ -133,23 +133,21 @@ class RateLimitedMixin(BufferStateMixin):
             return True
         return self._rate_limiter.can_sample(batch_size, len(self))
 
-    def _limiter_in_step(self) -> RateLimiter | None:
-        """The rate limiter, its counts set to 0 when the storage was emptied or restored past
-        the buffer since they were counted (``rb.storage.empty()``; the counts of the items
-        gone held every later call back for good), as ``rb.empty()`` sets them."""
-        limiter = self._rate_limiter
-        if limiter is not None:
-            restores = self._storage.restore_count
-            if restores != self._restores_seen_by_limiter:
-                self._restores_seen_by_limiter = restores
-                limiter.reset()
-        return limiter
+    def _counts_in_step(self, limiter: RateLimiter) -> None:
+        """Set ``limiter``'s counts to 0 when the storage was emptied or restored past the
+        buffer since they were counted (``rb.storage.empty()``; the counts of the items gone
+        held every later call back for good), as ``rb.empty()`` sets them."""
+        restores = self._storage.restore_count
+        if restores != self._restores_seen_by_limiter:
+            self._restores_seen_by_limiter = restores
+            limiter.reset()
 
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:
         """The gate of a sample of ``batch_size`` (waits, counts; see the limiter)."""
-        limiter = self._limiter_in_step()
+        limiter = self._rate_limiter
         if limiter is None:
             return _NO_LIMIT
+        self._counts_in_step(limiter)
         if limiter.min_size_to_sample > self._storage.max_size:  # (it would wait for good)
             raise ValueError(
                 f"a sample is never allowed by {limiter!r}: min_size_to_sample="
@@ -186,9 +184,10 @@ class RateLimitedMixin(BufferStateMixin):
         """What a write of ``data`` (a batch, or one item with ``single``) holds: the buffer's
         lock, taken behind the limiter's gate when there is a limiter (without one, the lock
         itself: no gate to enter and leave on every write)."""
-        if self._rate_limiter is None:  # (no call on the common path)
+        limiter = self._rate_limiter
+        if limiter is None:
             return self._lock
-        limiter = cast(RateLimiter, self._limiter_in_step())
+        self._counts_in_step(limiter)
         gate = limiter.inserting(self._items_in(data, single), self.__len__)
         if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
             gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)

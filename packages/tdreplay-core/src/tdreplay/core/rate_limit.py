@@ -201,12 +201,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
         """Within the block, this thread's calls wait at most ``timeout`` s, and never longer
         than the limiter's own ``timeout`` (``None``: no further cap); used by a buffer served
         to remote callers, whose calls have their own deadline."""
-        previous = getattr(self._local, "timeout", None)
-        self._local.timeout = _check_timeout(timeout)
-        try:
+        with self._thread_setting("timeout", _check_timeout(timeout)):
             yield
-        finally:
-            self._local.timeout = previous
 
     @contextmanager
     def refusing_waits(self, reason: str) -> Iterator[None]:
@@ -224,12 +220,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
         ...
         RuntimeError: no
         """
-        previous = getattr(self._local, "refuse", None)
-        self._local.refuse = reason
-        try:
+        with self._thread_setting("refuse", reason):
             yield
-        finally:
-            self._local.refuse = previous
 
     @contextmanager
     def deferring_inserts(self) -> Iterator[None]:
@@ -251,12 +243,8 @@ class RateLimiter(SpawnChecked, ForkGuard):
         ...     print(deferred.num_inserts, limiter.inserts)
         1 2
         """
-        previous = getattr(self._local, "deferring", False)
-        self._local.deferring = True
-        try:
+        with self._thread_setting("deferring", True):
             yield
-        finally:
-            self._local.deferring = previous
 
     def wait_for_insert(self, num_inserts: int, size: SizeFn,
                         started: float | None = None) -> None:
@@ -272,6 +260,17 @@ class RateLimiter(SpawnChecked, ForkGuard):
         with self._once_allowed("insert", lambda size: self.can_insert(num_inserts, size), size,
                                 f"inserting {num_inserts} items", started):
             pass
+
+    @contextmanager
+    def _thread_setting(self, name: str, value: Any) -> Iterator[None]:
+        """This thread's setting ``name`` (read by the gates: ``timeout``, ``refuse``,
+        ``deferring``) is ``value`` within the block, then what it was."""
+        previous = getattr(self._local, name, None)
+        setattr(self._local, name, value)
+        try:
+            yield
+        finally:
+            setattr(self._local, name, previous)
 
     def _timeout(self) -> float | None:
         cap: float | None = getattr(self._local, "timeout", None)
