@@ -101,7 +101,6 @@ class RateLimitedMixin(BufferStateMixin):
     """
 
     _rate_limiter: RateLimiter | None = None
-    _restores_seen_by_limiter: int  # (StorageReadersMixin's)
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -133,21 +132,11 @@ class RateLimitedMixin(BufferStateMixin):
             return True
         return self._rate_limiter.can_sample(batch_size, len(self))
 
-    def _counts_in_step(self, limiter: RateLimiter) -> None:
-        """Set ``limiter``'s counts to 0 when the storage was emptied or restored past the
-        buffer since they were counted (``rb.storage.empty()``; the counts of the items gone
-        held every later call back for good), as ``rb.empty()`` sets them."""
-        restores = self._storage.restore_count
-        if restores != self._restores_seen_by_limiter:
-            self._restores_seen_by_limiter = restores
-            limiter.reset()
-
     def _limit_samples(self, batch_size: int) -> AbstractContextManager[Any]:
         """The gate of a sample of ``batch_size`` (waits, counts; see the limiter)."""
         limiter = self._rate_limiter
         if limiter is None:
             return _NO_LIMIT
-        self._counts_in_step(limiter)
         if limiter.min_size_to_sample > self._storage.max_size:  # (it would wait for good)
             raise ValueError(
                 f"a sample is never allowed by {limiter!r}: min_size_to_sample="
@@ -187,7 +176,6 @@ class RateLimitedMixin(BufferStateMixin):
         limiter = self._rate_limiter
         if limiter is None:
             return self._lock
-        self._counts_in_step(limiter)
         gate = limiter.inserting(self._items_in(data, single), self.__len__)
         if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
             gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)

@@ -10,21 +10,24 @@ buffer makes to the storage is then passed on to the other buffers' samplers, un
   newest steps of the ring);
 - slots an index assignment (``rb[i] = ...``) rewrote: ``Sampler.mark_update(slots)``;
 - entries edited in place: ``Sampler.mark_edited(keys)``;
-- ``empty()``: ``Sampler.empty()``, and their writers start again from the first row
-  (``Writer.empty``: a cursor left further would write past the rows of the emptied storage,
-  bringing back rows from before the ``empty``) and drop the batches drawn ahead;
-- a restore (``load_state_dict``, ``loads``): ``Sampler.empty()``, then ``Sampler.extend`` of
-  every written slot (the whole contents are new to them).
+- ``empty()`` and a restore (``load_state_dict``, ``loads``), through a buffer or made past
+  them on the storage itself (``rb.storage.empty()``): the storage runs it under the lock and
+  tells every buffer but the one making it (:meth:`StorageReadersMixin._rows_replaced_past`):
+  their samplers learn the written slots anew (none after an ``empty``), their writers attach
+  again (a cursor left further would write past the rows of the emptied storage, bringing back
+  rows from before the ``empty``), the batches they drew ahead and the items their transforms
+  hold back are dropped, their rate limiters count from 0.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from .buffer_lock import ReplayBufferLock
+from .rate_limit import RateLimiter
 from .sampler import Sampler
 from .storage import Storage
 from .storage_readers import StorageReaders
@@ -49,13 +52,18 @@ class StorageReadersMixin:
     _transform: Compose
     _readers: StorageReaders = _NO_READERS
     _lock: AbstractContextManager[Any]  # (the buffer's lock: it can share a thread lock)
+    _rate_limiter: RateLimiter | None
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides
+        def clear_prefetch(self) -> None: ...
 
     def _read_storage(self, storage: Storage) -> None:
         """Attach to ``storage`` (leaving the storage read before) and hold its readers' lock."""
         self._readers.discard(self)
         storage.attach(self)
         self._readers = storage.readers
-        self._know_restores_of(storage)  # (its sampler is taken as it is)
+        self._readers.add(self, on_rows_replaced=self._rows_replaced_past)
+        self._sampler_taken_as_is = False
         cast(_SharableLock, self._lock).share(self._readers.lock)
 
     def mark_update(self, index: Any) -> None:
@@ -128,57 +136,35 @@ class StorageReadersMixin:
         return [self._writer, *(other.writer for other in self._readers.others(self))]
 
     def _tell_readers_emptied(self, empty_write_count: bool) -> None:
+        """After this buffer's ``empty`` (the storage told the others: :meth:`_rows_replaced_past`):
+        their writers forget their write count too when ``empty_write_count``, as this one's."""
         for other in self._readers.others(self):
-            other.clear_prefetch()
-            other.sampler.empty()
             other.writer.empty(empty_write_count)
-            other.transform.drop_held_items()  # (steps a MultiStepTransform held back)
 
-    #: the storage's ``restore_count`` this buffer's sampler knows of (a restore through the
-    #: buffer, or one of the buffers of the storage, tells it; one past them, at next sample);
-    #: ``None`` for a sampler set onto the buffer (``set_sampler``), which may know the slots
-    #: of another storage
-    _seen_restores: int | None = 0
-    #: the storage's ``restore_count`` when the batches drawn ahead (``prefetch``) were
-    #: queued: a reset past the buffer drops them at the next sample
-    _restores_seen_by_queue: int = 0
-    #: the storage's ``restore_count`` the items the write-side transforms hold back belong
-    #: to: a reset past the buffer drops them at the next write
-    _restores_seen_by_transforms: int = 0
-    #: the storage's ``restore_count`` the rate limiter's counts belong to: a reset past the
-    #: buffer sets them to 0 at the next call through the limiter, as ``rb.empty()`` does
-    _restores_seen_by_limiter: int = 0
+    #: whether the sampler was set onto the buffer as it was (``set_sampler``): it may know the
+    #: slots of another storage, and learns this one's at the first slot it draws that the
+    #: storage does not hold (see ``_sample``)
+    _sampler_taken_as_is: bool = False
 
-    def _know_restores_of(self, storage: Storage) -> None:
-        """The sampler, the batches drawn ahead, the items the transforms hold back and the
-        rate limiter's counts are in step with ``storage`` now (after it was read, emptied or
-        restored through this buffer)."""
-        self._seen_restores = self._restores_seen_by_queue = storage.restore_count
-        self._restores_seen_by_transforms = self._restores_seen_by_limiter = \
-            storage.restore_count
-
-    def _drop_held_items_of_replaced_rows(self) -> None:
-        """Before a write through transforms with state: the items they hold back (a
-        ``MultiStepTransform``'s steps) are dropped when the storage was emptied or restored
-        past this buffer since (``rb.storage.empty()``), as ``rb.empty()`` drops them: they
-        would be joined to the steps written after the reset."""
-        restores = self._storage.restore_count
-        if restores != self._restores_seen_by_transforms:
-            self._transform.drop_held_items()
-            self._restores_seen_by_transforms = restores
-
-    def _tell_readers_restored(self) -> None:
-        """After a restore through this buffer: its sampler knows the restored storage, the
-        other buffers' samplers learn its written slots anew and drop the batches they drew
-        ahead (of rows the restore replaced)."""
-        self._know_restores_of(self._storage)
-        others = self._readers.others(self)
-        if not others:
+    def _rows_replaced_past(self, storage: Storage) -> None:
+        """Every row of ``storage`` was replaced past this buffer, under its lock: emptied or
+        restored directly (``rb.storage.empty()``, ``rb.storage.loads(path)``, as TorchRL
+        programs do) or through another buffer of the storage. What knew the old rows follows
+        at once, as after the buffer's own restore: the sampler learns the written slots anew,
+        the writer attaches again (a round-robin cursor past the rows moves back to their end),
+        the batches drawn ahead and the items the write-side transforms hold back (a
+        ``MultiStepTransform``'s steps) are dropped, and the rate limiter's counts start again
+        from 0, as ``rb.empty()`` sets them."""
+        if storage is not self._storage:  # (a storage this buffer has left)
             return
-        for other in others:
-            other.clear_prefetch()
-            other.sampler.learn_written_slots(self._storage)
-            other.transform.drop_held_items()  # (they would join the rows it replaced)
+        self.clear_prefetch()
+        self._sampler.learn_written_slots(storage)
+        self._sampler_taken_as_is = False
+        self._writer.register_storage(storage)
+        self._transform.drop_held_items()
+        limiter = self._rate_limiter
+        if limiter is not None:
+            limiter.reset()
 
     def _holds_a_readers_lock(self) -> bool:
         """Whether the calling thread is inside the lock of another buffer of the storage
@@ -186,24 +172,3 @@ class StorageReadersMixin:
         readers = self._readers
         return readers.shared and any(cast(ReplayBufferLock, other.locked()).held_here
                                       for other in readers.others(self))
-
-    def _catch_up_with_storage(self) -> None:
-        """Before a save (lock held): a storage emptied or restored past this buffer since
-        its sampler last knew it (``rb.storage.empty()`` / ``load_state_dict``) is learnt now,
-        as the next sample would learn it, and the writer attaches to it again (a round-robin
-        cursor past its rows moves back to their end, where its next write goes), so that the
-        saved sampler and writer states fit the saved storage (else they held slots, or a
-        cursor, past its rows: a state no buffer loads)."""
-        seen = self._seen_restores
-        if seen is not None and self._storage.restore_count != seen:
-            self._learn_restored_storage()
-            self._writer.register_storage(self._storage)
-
-    def _learn_restored_storage(self) -> None:
-        """The storage was restored past this buffer (``rb.storage.load_state_dict`` /
-        ``loads``, as TorchRL programs do) and the sampler drew a slot it no longer holds
-        (a prioritized sampler raised at every sample): the sampler forgets what it knew and
-        learns the written slots anew, as after a restore through another buffer of the
-        storage. The lock is held."""
-        self._seen_restores = self._storage.restore_count
-        self._sampler.learn_written_slots(self._storage)

@@ -33,6 +33,7 @@ from .sampler import Sampler
 from .stateful_parts import StatefulPart, StatefulParts
 from .storage import Storage
 from .storage_checkpointer import checked_seam
+from .storage_readers import StorageReaders
 from .transform import Compose
 from .transform_state import (
     check_transform_state,
@@ -148,9 +149,7 @@ class BufferStateMixin:
 
         def _await_submitted_updates(self) -> None: ...
 
-        def _tell_readers_restored(self) -> None: ...
-
-        def _catch_up_with_storage(self) -> None: ...
+        _readers: StorageReaders
 
         def check_shareable(self) -> None: ...
 
@@ -254,7 +253,6 @@ class BufferStateMixin:
         """
         with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
-            self._catch_up_with_storage()  # (reset past the buffer: buffer_readers)
             out: dict[str, Any] = {
                 "_storage": self._storage.state_dict(),
                 "_sampler": self._sampler.state_dict(),
@@ -370,7 +368,6 @@ class BufferStateMixin:
             steps = self._restore_steps(state_dict)
             self.clear_prefetch()
             self._install(steps)
-            self._tell_readers_restored()  # other buffers of the storage (buffer_readers)
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Raise as :meth:`load_state_dict` would refuse ``state_dict`` (``TypeError`` /
@@ -493,7 +490,6 @@ class BufferStateMixin:
         """
         with self._prefetcher.held(settle=True, lock_held=self.holds_lock()), self._lock:
             self.check_saveable()
-            self._catch_up_with_storage()
             tell_save_hooks(self._storage, self._writer)
             with write_checkpoint(path) as snap:
                 meta = {"buffer": type(self).__name__, "len": len(self),
@@ -552,7 +548,6 @@ class BufferStateMixin:
                 commits.append(lambda: self._restore_generator(rng, rng_state))
             commits.append(lambda: self._prefetcher.restore(prefetched))
             self._install(commits)
-            self._tell_readers_restored()
 
     def _saved_newest_row(self, row: Any, name: str,
                           error: type[Exception] = ValueError) -> int | None:
@@ -570,7 +565,8 @@ class BufferStateMixin:
         (:mod:`~tdreplay.core._installing`)."""
         if self._install_record is None:
             self._install_record = InstallRecord()
-        self._install_record.install(steps)
+        with self._readers.replaced_by(self):  # (the storage tells the others: buffer_readers)
+            self._install_record.install(steps)
 
     def check_saveable(self) -> None:
         """Raise ``RuntimeError`` when this buffer must not be saved: its last restore

@@ -33,7 +33,7 @@ class BufferWiringMixin:
     _transform: Compose
     _collate_fn: Callable[[Any], Any]
     _lock: AbstractContextManager[Any]
-    _seen_restores: int | None
+    _sampler_taken_as_is: bool
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def clear_prefetch(self) -> None: ...
@@ -113,7 +113,7 @@ class BufferWiringMixin:
         with self._lock:
             previous = self._sampler
             self._sampler = sampler
-            self._seen_restores = None  # (it may draw another storage's slots: see _sample)
+            self._sampler_taken_as_is = True  # (it may draw another storage's slots: _sample)
             if self._rng is not None:
                 sampler.set_rng(self._rng)
             self.clear_prefetch()

@@ -517,11 +517,12 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
                 self._check_min_size()
             try:
                 drawn = self._sampler.sample(self._storage, batch_size)
-            except IndexError:  # a slot the storage no longer holds: restored or emptied past
-                # the buffer, or a sampler set onto it from another buffer?
-                if self._storage.restore_count == self._seen_restores:
+            except IndexError:  # a slot the storage does not hold: a sampler set onto the
+                # buffer from another storage? (set_sampler: it learns this one's)
+                if not self._sampler_taken_as_is:
                     raise
-                self._learn_restored_storage()
+                self._sampler_taken_as_is = False
+                self._sampler.learn_written_slots(self._storage)
                 drawn = self._sampler.sample(self._storage, batch_size)
             if not isinstance(drawn, tuple) or len(drawn) != 2 or not isinstance(drawn[1], dict):
                 raise _not_a_draw(self._sampler, drawn)
@@ -577,16 +578,14 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         return self._draw(batch_size)
 
     def _drop_batches_of_replaced_rows(self) -> None:
-        """Drop the batches drawn ahead when the storage was emptied or restored since, past
-        this buffer (``rb.storage.empty()``, ``rb.storage.loads(path)``:
-        ``Storage.restore_count``) or by another process (``Storage.shared_reset_count``):
-        their rows are gone. The buffer's own ``empty`` and restores drop them at once."""
-        count, restores = self._storage.shared_reset_count(), self._storage.restore_count
+        """Drop the batches drawn ahead when another process has emptied or restored the
+        storage since (``Storage.shared_reset_count``): their rows are gone. A reset in this
+        process drops them at once (:mod:`~tdreplay.core.buffer_readers`)."""
+        count = self._storage.shared_reset_count()
         # (a first sample knows no shared count yet: nothing was queued)
-        if restores != self._restores_seen_by_queue or (
-                self._reset_count_seen is not None and count != self._reset_count_seen):
+        if self._reset_count_seen is not None and count != self._reset_count_seen:
             self.clear_prefetch()
-        self._reset_count_seen, self._restores_seen_by_queue = count, restores
+        self._reset_count_seen = count
 
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
@@ -618,10 +617,11 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             for writer in self._storage_writers():  # (a dataset's refuses: nothing changed)
                 writer.check_empty()
             self.clear_prefetch()
-            self._storage.empty()
+            with self._readers.replaced_by(self):  # (the others are told: buffer_readers)
+                self._storage.empty()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
-            self._know_restores_of(self._storage)  # (the sampler knows: emptied)
+            self._sampler_taken_as_is = False
             self._transform.drop_held_items()  # (steps a MultiStepTransform held back)
             if self._rate_limiter is not None:
                 self._rate_limiter.reset()

@@ -10,8 +10,9 @@ integer increment per mutating call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
@@ -21,21 +22,21 @@ __all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
 MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_state_dict",
                     "replace_items", "install")
 #: the mutating methods that replace every row of a storage (a restore, an ``empty``): each call
-#: also advances :attr:`RevisionTracking.restore_count` (as ``Storage.loads`` does, whichever
-#: methods its checkpointer calls)
+#: also advances :attr:`RevisionTracking.restore_count` and tells the buffers reading the storage
+#: (as ``Storage.loads`` does, whichever methods its checkpointer calls)
 RESTORING_METHODS = frozenset({"load_state_dict", "empty"})
 
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` that advances the revision when it returns or raises (a refused write changed
-    nothing, but one that failed half-way may have: observers re-read either way).
+    nothing, but one that failed half-way may have: observers re-read either way); a method of
+    :data:`RESTORING_METHODS` runs inside :meth:`RevisionTracking._replacing_rows`.
 
     Only the outermost override advances it: a subclass's ``set`` that calls ``super().set``
     runs two wrapped methods, and the inner one (not what ``type(self)`` resolves ``set`` to)
     leaves the bump to the outer one, so one call advances the revision once (a shared
     storage's bump takes a process lock)."""
     name = method.__name__
-    restores = name in RESTORING_METHODS
 
     @functools.wraps(method)
     def mutate(self: RevisionTracking, *args: Any, **kwargs: Any) -> Any:
@@ -45,11 +46,20 @@ def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         finally:
             self.bump_revision()
-            if restores:
-                self._restores += 1
 
-    mutate.advances_revision = True  # type: ignore[attr-defined]
-    return mutate
+    @functools.wraps(method)
+    def replace_rows(self: RevisionTracking, *args: Any, **kwargs: Any) -> Any:
+        if getattr(type(self), name) is not replace_rows:  # (as mutate)
+            return method(self, *args, **kwargs)
+        with self._replacing_rows():
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.bump_revision()
+
+    wrapped = replace_rows if name in RESTORING_METHODS else mutate
+    wrapped.advances_revision = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 class RevisionTracking:
@@ -101,11 +111,10 @@ class RevisionTracking:
     @property
     def restore_count(self) -> int:
         """How many times the storage's rows were replaced wholesale in this process: restored
-        (``load_state_dict``, ``loads``) or emptied (``empty``). A buffer compares it with the
-        count it knows of: after a restore or an ``empty`` made past it
-        (``rb.storage.loads(path)``, ``rb.storage.empty()``), a sampler that draws a slot the
-        storage no longer holds learns the written slots anew. Only comparisons for equality
-        are meaningful.
+        (``load_state_dict``, ``loads``) or emptied (``empty``). Something that keeps data
+        derived from the rows and is not told of such a reset (the buffers reading the storage
+        are: :class:`~tdreplay.core.storage_readers.StorageReaders`) compares it with the count
+        it knows of. Only comparisons for equality are meaningful.
 
         Examples
         --------
@@ -118,6 +127,16 @@ class RevisionTracking:
         True
         """
         return self._restores
+
+    @contextlib.contextmanager
+    def _replacing_rows(self) -> Iterator[None]:
+        """Around a call that replaces every row (``empty``, a restore): counted in
+        :attr:`restore_count` when it returns or raises (``Storage`` also tells the buffers
+        reading the storage)."""
+        try:
+            yield
+        finally:
+            self._restores += 1
 
     def bump_revision(self) -> None:
         """Advance :attr:`revision`: what the storage holds changed by a way the storage's own

@@ -12,10 +12,11 @@ sees from the sampling side (``index`` in samples, ``update_priority``) is in sl
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import io
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -261,6 +262,30 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
     @abc.abstractmethod
     def empty(self) -> None:
         """Forget every written item (``ReplayBuffer.empty`` calls it under the buffer lock)."""
+
+    @contextlib.contextmanager
+    def _replacing_rows(self) -> Iterator[None]:
+        """Around a call that replaces every row (``empty``, a restore): it runs under the lock
+        of the buffers reading the storage (none reads a row half-replaced), which then hear
+        of it (:meth:`~tdreplay.core.storage_readers.StorageReaders.tell_rows_replaced`), and
+        it counts in :attr:`restore_count`."""
+        readers = self._readers  # (None: no buffer reads the storage)
+        if readers is None:
+            with super()._replacing_rows():
+                yield
+            return
+        with readers.lock:
+            outermost = not self._rows_being_replaced  # (a restore that calls load_state_dict)
+            self._rows_being_replaced = True
+            try:
+                with super()._replacing_rows():
+                    yield
+            finally:
+                if outermost:
+                    self._rows_being_replaced = False
+                    readers.tell_rows_replaced(self)
+
+    _rows_being_replaced = False  # (set under the readers' lock by _replacing_rows)
 
     #: A re-entrant lock shared between processes (``acquire()`` / ``release()``), for storages
     #: whose rows other processes write too (e.g. ``LazyMemmapStorage``); the buffer holds it

@@ -14,6 +14,7 @@ import functools
 import os
 import pickle
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -379,7 +380,7 @@ class CheckpointedStorage:
     saves_seam: bool = True
 
     if TYPE_CHECKING:  # what the storage this is mixed into provides
-        _restores: int
+        def _replacing_rows(self) -> AbstractContextManager[None]: ...
         def bump_revision(self) -> None: ...
         @property
         def max_size(self) -> int: ...
@@ -484,21 +485,19 @@ class CheckpointedStorage:
                                 f"{str(path / SEAM_FILE)!r} {SEAM_KEY}", CheckpointError)
 
         def commit() -> None:
-            try:
-                install()
-                if saved:
-                    self.last_written_row = seam
-            finally:
-                self.bump_revision()
+            with self._replacing_rows():  # (restore_count; the buffers reading it are told)
+                try:
+                    install()
+                    if saved:
+                        self.last_written_row = seam
+                finally:
+                    self.bump_revision()
 
         return commit
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Restore the contents written by :meth:`dumps`."""
-        try:
-            self.prepare_load(path)()
-        finally:
-            self._restores += 1  # (restore_count: whichever methods the checkpointer calls)
+        self.prepare_load(path)()
 
     save = dumps
     dump = dumps

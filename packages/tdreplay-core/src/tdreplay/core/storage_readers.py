@@ -10,7 +10,10 @@ buffers of one storage then
   slots changed (:mod:`~tdreplay.core.buffer_readers`), as TorchRL's writers tell every
   attached buffer. A prioritized sampler gives the rewritten slots the max priority, a slice
   sampler takes them into its trajectories. Without it, the other buffer's prioritized sampler
-  would keep drawing a rewritten slot with the old item's priority.
+  would keep drawing a rewritten slot with the old item's priority;
+- hear of a reset made past them (``rb.storage.empty()``, ``rb.storage.loads(path)``): it runs
+  under their lock, and each buffer's sampler, writer, batches drawn ahead, held-back items and
+  rate-limiter counts follow at once (:meth:`StorageReaders.tell_rows_replaced`).
 
 Buffers are held by weak reference (a buffer gone is no longer told) and the readers are not
 pickled: a copy of a storage has none until a buffer takes it (a copied buffer attaches to its
@@ -19,8 +22,10 @@ copy of the storage).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["AttachableStorage", "StorageReaders"]
@@ -29,7 +34,7 @@ _CREATING = threading.Lock()  # one StorageReaders per storage, however many thr
 
 
 class StorageReaders:
-    """The buffers reading one storage and the lock they share.
+    """The buffers reading one storage, the lock they share, and who hears of a reset.
 
     Examples
     --------
@@ -40,7 +45,7 @@ class StorageReaders:
     (True, True)
     """
 
-    __slots__ = ("lock", "shared", "_refs")
+    __slots__ = ("lock", "shared", "_entries", "_replacer")
 
     def __init__(self) -> None:
         #: the re-entrant lock every buffer of the storage holds to write or read it
@@ -48,32 +53,63 @@ class StorageReaders:
         #: whether more than one buffer was attached (a buffer gone may leave it ``True``:
         #: :meth:`others` then finds no one to tell)
         self.shared = False
-        self._refs: list[weakref.ref[Any]] = []
+        # (each buffer, by weak reference, with its rows-replaced hook or None)
+        self._entries: list[tuple[weakref.ref[Any], weakref.WeakMethod[Any] | None]] = []
+        self._replacer: Any = None  # the buffer replacing the rows itself (replaced_by)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (StorageReaders, ())  # a copy of the storage is read by no buffer yet
 
-    def add(self, buffer: Any) -> None:
-        """Count ``buffer`` among the readers (once)."""
+    def add(self, buffer: Any, on_rows_replaced: Callable[[Any], None] | None = None) -> None:
+        """Count ``buffer`` among the readers (once); ``on_rows_replaced(storage)``, a method of
+        ``buffer``, is called when the storage's rows are replaced past it
+        (:meth:`tell_rows_replaced`)."""
         with self.lock:
-            self._refs = [ref for ref in self._refs if ref() is not None]
-            if not any(ref() is buffer for ref in self._refs):
-                self._refs.append(weakref.ref(buffer))
-            self.shared = len(self._refs) > 1
+            self._entries = [entry for entry in self._entries if entry[0]() is not None]
+            known = next((i for i, (ref, _) in enumerate(self._entries) if ref() is buffer), None)
+            if on_rows_replaced is None and known is not None:
+                return  # (attached already: keep its hook)
+            hook = None if on_rows_replaced is None else weakref.WeakMethod(on_rows_replaced)
+            entry = (weakref.ref(buffer), hook)
+            if known is None:
+                self._entries.append(entry)
+            else:
+                self._entries[known] = entry
+            self.shared = len(self._entries) > 1
 
     def discard(self, buffer: Any) -> None:
         """Stop counting ``buffer`` (it took another storage)."""
         with self.lock:
-            self._refs = [ref for ref in self._refs if ref() not in (None, buffer)]
-            self.shared = len(self._refs) > 1
+            self._entries = [entry for entry in self._entries
+                             if entry[0]() not in (None, buffer)]
+            self.shared = len(self._entries) > 1
 
     def buffers(self) -> list[Any]:
         """The buffers reading the storage, in the order they attached."""
-        return [buffer for buffer in (ref() for ref in self._refs) if buffer is not None]
+        return [buffer for buffer in (ref() for ref, _ in self._entries) if buffer is not None]
 
     def others(self, buffer: Any) -> list[Any]:
         """The buffers reading the storage besides ``buffer``."""
         return [other for other in self.buffers() if other is not buffer]
+
+    @contextlib.contextmanager
+    def replaced_by(self, buffer: Any) -> Iterator[None]:
+        """While ``buffer`` replaces the storage's rows itself (its ``empty``, its restore),
+        with the lock held: it is not told of it (:meth:`tell_rows_replaced`), the others are."""
+        previous, self._replacer = self._replacer, buffer
+        try:
+            yield
+        finally:
+            self._replacer = previous
+
+    def tell_rows_replaced(self, storage: Any) -> None:
+        """Every row of ``storage`` was replaced (emptied or restored; the lock is held): call
+        the hook of each buffer reading it (but the one that replaced them, which knows), so
+        that its sampler, writer, batches drawn ahead and held-back items follow at once."""
+        for ref, hook_ref in list(self._entries):
+            hook = hook_ref() if hook_ref is not None else None
+            if hook is not None and ref() is not self._replacer:
+                hook(storage)
 
 
 class AttachableStorage:

@@ -1,0 +1,136 @@
+"""A storage emptied or restored past its buffers (``rb.storage.empty()``,
+``rb.storage.loads(path)``, ``rb.storage.load_state_dict``, as TorchRL programs do) runs under
+their lock and tells each of them at once: no sample reads a row half-replaced, and the
+sampler, writer, rate limiter and batches drawn ahead follow before the next call."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer, SamplerWithoutReplacement
+from tdreplay.core.rate_limit import SampleToInsertRatio
+
+
+def _epochs() -> ReplayBuffer:
+    return ReplayBuffer(storage=ListStorage(10), batch_size=3, sampler=SamplerWithoutReplacement())
+
+
+def _restore_past(rb: ReplayBuffer, how: str, tmp_path) -> None:
+    """Fill ``rb`` with 9 rows, then restore its storage, past it, to 3 rows."""
+    source = ListStorage(10)
+    source.set(range(3), [0, 1, 2])
+    source.dumps(tmp_path / "storage")
+    rb.extend(list(range(10, 19)))
+    if how == "loads":
+        rb.storage.loads(tmp_path / "storage")
+    else:
+        rb.storage.load_state_dict(source.state_dict())
+
+
+@pytest.mark.parametrize("how", ["loads", "load_state_dict"])
+def test_the_sampler_knows_the_restored_rows_before_the_next_sample(how, tmp_path):
+    rb = _epochs()
+    rb.extend(list(range(20, 29)))
+    rb.sample()  # (an epoch begun over 9 rows)
+    _restore_past(rb, how, tmp_path)
+    assert sorted(rb.sampler.state_dict()["perm"].tolist()) in ([], [0, 1, 2])
+    assert sorted(rb.sample()) == [0, 1, 2]  # an epoch of the restored rows
+    rb.extend([50, 51])
+    assert rb[:] == [0, 1, 2, 50, 51]
+
+
+def test_a_rate_limiter_counts_from_zero_right_after_an_empty_past_the_buffer():
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
+    rb.set_rate_limiter(SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2,
+                                            error_buffer=4.0))
+    rb.extend(list(range(4)))
+    rb.sample()
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (4, 2)
+    rb.storage.empty()
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (0, 0)
+    assert not rb.can_sample()
+
+
+def test_prefetched_batches_of_rows_gone_are_dropped_at_the_reset():
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2, prefetch=2)
+    rb.extend(list(range(6)))
+    rb.sample()
+    rb.storage.empty()
+    assert rb.stats()["prefetch_queue_size"] == 0
+    rb.extend([100, 101, 102])
+    for _ in range(5):
+        assert set(rb.sample()) <= {100, 101, 102}
+
+
+def test_every_buffer_of_the_storage_is_told_once_per_restore(tmp_path):
+    learnt: list[int] = []
+
+    class Counting(RandomSampler):
+        def learn_written_slots(self, storage):
+            learnt.append(len(storage))
+            super().learn_written_slots(storage)
+
+    storage = ListStorage(8)
+    a = ReplayBuffer(storage=storage, sampler=Counting())
+    b = ReplayBuffer(storage=storage, sampler=Counting())
+    a.extend([1, 2, 3])
+    storage.dumps(tmp_path / "ckpt")  # (its checkpointer's load calls load_state_dict)
+    b.extend([4])
+    storage.loads(tmp_path / "ckpt")
+    assert learnt == [3, 3]  # a and b, once each, the 3 restored rows
+    learnt.clear()
+    a.load_state_dict(a.state_dict())  # through a: a loads its own sampler state, b is told
+    assert learnt == [3]
+
+
+def test_a_storage_read_by_no_buffer_or_by_another_object_still_resets():
+    storage = ListStorage(4)
+    storage.set(range(2), ["a", "b"])
+    storage.empty()
+    assert len(storage) == 0
+    storage.attach(object.__new__(type("Reader", (), {})))  # (TorchRL lets any object attach)
+    storage.set(range(2), ["a", "b"])
+    storage.empty()
+    assert len(storage) == 0
+
+
+class _PausingSampler(RandomSampler):
+    """Stops inside its draw (the buffer's lock held) until told to go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = threading.Event()
+        self.go_on = threading.Event()
+        self.pause = False
+
+    def sample(self, storage, batch_size):
+        drawn = super().sample(storage, batch_size)
+        if self.pause:
+            self.inside.set()
+            assert self.go_on.wait(30)
+        return drawn
+
+
+def test_an_empty_from_another_thread_waits_for_the_sample_it_meets():
+    # the storage's empty() took no buffer lock: it ran between a sample's draw and its read,
+    # which raised IndexError for slots the storage no longer held
+    sampler = _PausingSampler()
+    rb = ReplayBuffer(storage=ListStorage(10), sampler=sampler, batch_size=4)
+    rb.extend(list(range(8)))
+    sampler.pause = True
+    got: list[object] = []
+    sampling = threading.Thread(target=lambda: got.append(rb.sample()))
+    sampling.start()
+    assert sampler.inside.wait(30)
+    emptying = threading.Thread(target=rb.storage.empty)
+    emptying.start()
+    emptying.join(timeout=0.3)
+    assert emptying.is_alive()  # waits for the sample's lock
+    sampler.go_on.set()
+    sampling.join(30)
+    emptying.join(30)
+    assert not sampling.is_alive() and not emptying.is_alive()
+    assert len(got) == 1 and len(got[0]) == 4 and set(got[0]) <= set(range(8))
+    assert len(rb) == 0
