@@ -60,6 +60,50 @@ def test_dumps_and_loads_through_the_hooks(tmp_path):
     assert bool((restored.storage[:] == rb.storage[:]).all())
 
 
+def _hooked_buffer() -> TensorDictReplayBuffer:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
+    rb.register_save_hook(TED2Flat())
+    rb.register_load_hook(Flat2TED())
+    return rb
+
+
+def test_an_emptied_buffer_saves_and_loads_empty(tmp_path):
+    # it raised "cannot reshape tensor of 0 elements" at dumps: an emptied buffer never saved
+    rb = _hooked_buffer()
+    rb.extend(_rows())
+    rb.empty()
+    rb.dumps(tmp_path)
+    restored = _hooked_buffer()
+    restored.extend(_rows(4, ends=(1,)))
+    restored.loads(tmp_path)
+    assert len(restored) == 0
+    restored.extend(_rows(3, ends=(2,)))
+    assert restored.storage[:]["obs"].tolist() == [0.0, 1.0, 2.0]
+    flat = TED2Flat()(_rows()[:0])
+    assert flat["storage_rows"].item() == 0 and flat["obs"].shape == (0,)
+    back = Flat2TED()(flat)
+    assert back.batch_size == (0,) and ("next", "obs") in back.keys(True, True)
+    assert "action" in back.keys() and ("next", "action") not in back.keys(True, True)
+
+
+@pytest.mark.parametrize("entry", ["root", ("root", "x"), "traj_ends", "storage_rows", "shift",
+                                   "is_full", ("shift", "y")])
+def test_an_entry_named_as_the_format_own_is_refused_at_dumps(entry, tmp_path):
+    # saved, it came back renamed (("root", "x") -> "x"), overwritten or missing, no error
+    rb = _hooked_buffer()
+    rows = _rows(4, ends=(1,))
+    rows.set(entry, torch.arange(4))
+    rb.extend(rows)
+    with pytest.raises(ValueError, match="the flat format keeps its own") as refused:
+        rb.dumps(tmp_path)
+    assert repr(entry if isinstance(entry, str) else entry) in str(refused.value)
+    hook = TED2Flat(shift_key="ring_shift", is_full_key="ring_full")
+    if entry in ("shift", "is_full", ("shift", "y")):  # other names for the format's own: saved
+        flat = hook(rows)
+        assert bool((Flat2TED(shift_key="ring_shift", is_full_key="ring_full")(flat)
+                     == rows).all())
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="ndim=1"):
         TED2Flat()(_rows().reshape(3, 3))

@@ -46,9 +46,24 @@ def _key_argument(keys: Any, name: str) -> set[Any]:
 
 def _ends(done: torch.Tensor, rows: int) -> torch.Tensor:
     """One flag per row: the row ends a trajectory (any done flag set, or the last row)."""
+    if rows == 0:  # (an emptied storage)
+        return torch.zeros(0, dtype=torch.bool)
     ends = done.reshape(rows, -1).any(-1)
     ends[-1] = True
     return ends
+
+
+def _parts(key: Any) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _clashing(keys: set[Any], reserved: list[Any]) -> list[Any]:
+    """The ``keys`` of the data that one of the flat format's own entries (``reserved``) would
+    overwrite or hold: the same key, or one nested in the other."""
+    def clash(key: Any, own: Any) -> bool:
+        a, b = _parts(key), _parts(own)
+        return a[:len(b)] == b or b[:len(a)] == a
+    return sorted((key for key in keys if any(clash(key, own) for own in reserved)), key=str)
 
 
 def _repeats_the_next_root(value: torch.Tensor, root: torch.Tensor, ends: torch.Tensor) -> bool:
@@ -142,11 +157,18 @@ class TED2Flat(_TEDKeys):
         root = steps.exclude("next")
         root_keys = _key_set(root.keys(True, True))
         special = self.done_keys | self.reward_keys
+        clashing = _clashing(root_keys - special, ["root", self.shift_key, self.is_full_key,
+                                                   _ROWS, _ENDS])
+        if clashing:  # (saved, they would come back renamed, overwritten or missing)
+            raise ValueError(f"TED2Flat: the data has entries {clashing} where the flat format "
+                             f"keeps its own ('root', {self.shift_key!r}, {self.is_full_key!r},"
+                             f" {_ROWS!r}, {_ENDS!r}): rename them, or pass other shift_key / "
+                             "is_full_key.")
         out = TensorDict(batch_size=[])
         compacted = set()  # root entries stored with their "next" twins
         for key in _key_set(nxt.keys(True, True)):
             value = nxt.get(key)
-            if key in special or key not in root_keys \
+            if key in special or key not in root_keys or rows == 0 \
                     or not _repeats_the_next_root(value, root.get(key), ends):
                 # kept whole: an end flag or reward, an entry without a root twin, or one
                 # that is not TED (``value`` of a step is not the root value of the step
@@ -218,7 +240,7 @@ class Flat2TED(_TEDKeys):
                 steps.set(key, value)
             elif key in special:
                 steps.set(("next", *parts), value)
-            elif value.shape[0] == rows + int(ends.sum()):
+            elif rows and value.shape[0] == rows + int(ends.sum()):  # (stored with its twin)
                 steps.set(key, value[slot])
                 steps.set(("next", *parts), value[after])
             else:
