@@ -420,12 +420,14 @@ class RoundRobinWriter(Writer):
     def generations_of(self, index: Any) -> torch.Tensor:
         if not self._track_generations:
             return super().generations_of(index)
+        coordinates = isinstance(index, tuple)  # (its first component names the row)
         index = _index_tensor(index)
         gens = self._storage.slot_generations if self._storage is not None else None
         if gens is None:
             return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
         numel = self.storage.row_numel
-        rows = torch.div(index, numel, rounding_mode="floor") if numel > 1 else index
+        rows = index if coordinates or numel == 1 else \
+            torch.div(index, numel, rounding_mode="floor")
         return torch.where(index >= 0, gens.of(rows), torch.full_like(index, -1))
 
     supports_write_at = True

@@ -51,8 +51,9 @@ _STATE_WRITES = 3  # write count    }
 _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
 _STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
 _STATE_RESETS = 8  # Storage.shared_reset_count(): empties and restores, by every process
-_STATE_SIZE = 9
-_OLDER_STATE_SIZE = 8  # (before 0.2.1: no reset count)
+_STATE_LAST_ROW = 9  # Storage.last_written_row + 1 (-1: None; 0: not recorded, an older file)
+_STATE_SIZE = 10
+_OLDER_STATE_SIZES = (8, 9)  # (before 0.2.1: no reset count; storages before 0.6.6: no last row)
 
 
 class _SharedCounters:
@@ -75,14 +76,15 @@ class _SharedCounters:
                 "and load that, or give the storage a scratch_dir.")
         else:
             size = os.path.getsize(self.path)
-            if size == _OLDER_STATE_SIZE * 8:  # (made by an older version)
+            if size in [n * 8 for n in _OLDER_STATE_SIZES]:  # (made by an older version)
                 with open(self.path, "r+b") as f:  # the counters added since start at 0
                     f.truncate(_STATE_SIZE * 8)
             elif size != _STATE_SIZE * 8:  # cut short (or grown): counters lost or unknown
                 raise DamagedStorageError(
                     f"the state file {self.path} holds {size} bytes, not the "
                     f"{_STATE_SIZE * 8} of a storage's counters (nor the "
-                    f"{_OLDER_STATE_SIZE * 8} of an older version's): its row count, cursor and "
+                    f"{' or '.join(str(n * 8) for n in _OLDER_STATE_SIZES)} of an older "
+                    "version's): its row count, cursor and "
                     "write count are lost. Nothing was changed; put the file back (or remove "
                     "the directory to start afresh).")
         # a plain ndarray view of the shared mapping: indexing it skips np.memmap's
@@ -262,19 +264,27 @@ class SharedStateMixin(RevisionTracking):
     @property
     def last_written_row(self) -> int | None:
         """:attr:`~tdreplay.core.Storage.last_written_row` for every process that maps this
-        storage: the row before the shared writer cursor once a writer keeping its counters
-        here (:meth:`shared_writer_counters`) has written, in any process; else the row this
-        object's own writes reached (a writer that keeps no shared counters)."""
-        own = self._own_last_written_row
+        storage, kept in the shared state file: the row the last write that records it
+        reached (``set_cursor=True``), in any process and by any writer. A state file of an
+        older version, which did not record it: the row before the shared writer cursor once
+        a writer keeping its counters here has written."""
         state = self._state
-        if state is None or not state.view[_STATE_WRITES]:
-            return own
+        if state is None:  # (during __init__)
+            return self._own_last_written_row
+        recorded: int = state.view[_STATE_LAST_ROW]
+        if recorded:
+            return None if recorded < 0 else recorded - 1
         rows = self.rows_capacity
-        return own if not rows else (int(state.view[_STATE_CURSOR]) - 1) % rows
+        if not state.view[_STATE_WRITES] or not rows:
+            return self._own_last_written_row
+        return (int(state.view[_STATE_CURSOR]) - 1) % rows
 
     @last_written_row.setter
     def last_written_row(self, row: int | None) -> None:
         self._own_last_written_row = row
+        state = self._state
+        if state is not None:
+            state.view[_STATE_LAST_ROW] = -1 if row is None else int(row) + 1
 
     @property
     def revision(self) -> int:

@@ -310,13 +310,19 @@ class TensorDictMaxValueWriter(Writer):
     def _check_unwritten(self, data: Any, single: bool) -> None:
         """None of ``data``'s rows ranks high enough: the storage still checks it (keys,
         shapes, dtypes) by writing none of its rows, so that whether bad data is refused does
-        not depend on its ranks (nothing changes either way). An item of the same leaves as the
+        not depend on its ranks (nothing changes either way; an entry the storage does not
+        hold yet is not checked: a row that ranks high enough adds it, or is refused by a
+        storage that takes no new entries). An item of the same leaves as the
         last one it accepted so (the common refused ``add``) is not checked again: the check
         costs several times the rest of an ``add``."""
         signature = _item_leaves(data) if single else None
         if signature is not None and signature == self._checked_item:
             return
         empty = (data.unsqueeze(0) if single else data)[:0]
+        stored = self.storage.get(torch.empty(0, dtype=torch.long)) if len(self.storage) else None
+        if isinstance(stored, TensorDictBase):  # entries the storage lacks are not checked: a
+            # write of none of the rows would add them to a lazy storage (TorchRL's adds none)
+            empty = empty.select(*stored.keys(True, True), strict=False)
         self.storage.set(torch.empty(0, dtype=torch.long), empty, set_cursor=False)
         self._checked_item = signature
 

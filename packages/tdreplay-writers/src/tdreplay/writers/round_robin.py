@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensorclass
 
 from tdreplay.core import RoundRobinWriter
 from tdreplay.core.utils import ensure_tensordict
@@ -40,7 +40,10 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
         """Shallow copy of ``data`` with the slots it is about to occupy under ``"index"``
         (``cursor``: the first row, or the rows themselves for ``write_at``): one slot per
         row, per step of a row in a storage of ``ndim > 1``, expanded over the dims an item
-        has beyond those (as TorchRL's ``expand_as_right``)."""
+        has beyond those (as TorchRL's ``expand_as_right``). A tensorclass is written as it
+        is, as TorchRL's: its fields are its class's, and ``index`` is none of them."""
+        if is_tensorclass(data):
+            return data
         n = data.batch_size[0] if batched else 1
         rows = (cursor if isinstance(cursor, torch.Tensor)
                 else (cursor + torch.arange(n)) % capacity)
@@ -90,7 +93,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
                              "value's batch holding that many items).")
         return _stamped(value, slots.reshape(batch[:lead]))
 
-    # TensorDicts (or tensorclasses, converted) only, checked before anything else
+    # TensorDicts (or tensorclasses, written without the entry) only, checked before anything
     def add(self, data: Any) -> int:
         return super().add(ensure_tensordict(data))
 
