@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -264,14 +264,13 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     # ---- sampling --------------------------------------------------------------------------------
     def _steps(self) -> TensorDictBase:
-        steps: TensorDictBase | None = self._storage[:] if self._storage.shape is not None \
-            else None
-        if steps is None or not is_tensor_collection(steps):
-            raise TypeError(f"HERReplayBuffer needs a tensor storage of TensorDicts (e.g. "
-                            f"LazyTensorStorage) to read goals and trajectory ends; its "
-                            f"{type(self._storage).__name__} holds "
-                            f"{type(steps).__name__ if steps is not None else 'no tensors'}.")
-        return steps
+        steps = self._storage[:]  # (a LazyStackStorage's rows: one lazy stack of them)
+        if not is_tensor_collection(steps):
+            raise TypeError(f"HERReplayBuffer needs a storage of TensorDicts (e.g. "
+                            f"LazyTensorStorage, LazyStackStorage) to read goals and trajectory"
+                            f" ends; its {type(self._storage).__name__} holds "
+                            f"{type(steps).__name__} rows.")
+        return cast(TensorDictBase, steps)
 
     def _check_keys(self, steps: TensorDictBase) -> None:
         missing = [f"{name}={key!r}" for name, key in (
