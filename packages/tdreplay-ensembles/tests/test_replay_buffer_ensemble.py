@@ -197,6 +197,17 @@ def test_indexing_returns_buffers_and_sub_ensembles():
     assert single.sample(4)["index", "buffer_ids"].tolist() == [[0, 0], [0, 0]]
 
 
+@pytest.mark.parametrize("index", [[], slice(3, None), torch.tensor([], dtype=torch.long)])
+def test_an_index_of_no_buffer_is_refused_naming_it(index):
+    # it raised "ReplayBufferEnsemble needs replay buffers, or all of storages, samplers and
+    # writers": the constructor's arguments, not the index given
+    rb = _ensemble(2, 3, 4)
+    with pytest.raises(IndexError, match="selects none of the 3 buffers"):
+        rb[index]
+    with pytest.raises(IndexError, match="selects none of the 3 samplers"):
+        rb.sampler[index]
+
+
 def test_read_across_buffers_joins_parts():
     rb = _ensemble(3, 3, transform=AddOffset(0.25))
     both = rb[:, 0:2]

@@ -69,8 +69,14 @@ class TestRename:
         assert "stored" in stored.keys() and "obs" not in stored.keys()
         assert torch.equal(stored["stored"], torch.arange(4.0))
         assert "obs" not in rb.sample(2).keys()  # (no rename on sample)
-        with pytest.raises(ValueError, match="at least one key to rename"):
-            RenameTransform(in_keys=[], out_keys=[])
+
+    def test_no_key_to_rename_is_a_no_op_as_torchrl(self):
+        # it was refused ("needs at least one key to rename"); TorchRL's renames nothing
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4),
+                                    transform=RenameTransform(in_keys=[], out_keys=[]))
+        rb.extend(sample_td())
+        assert sorted(rb.storage[:].keys()) == sorted(sample_td().keys())
+        assert sorted(rb.sample(2).keys()) == sorted([*sample_td().keys(), "index"])
 
     def test_missing_key_names_it_and_changes_nothing(self):
         td = sample_td()

@@ -27,6 +27,15 @@ from .routing import check_member_ids
 ENSEMBLE_FILE = "ensemble.json"
 
 
+def _some(positions: list[int], index: Any, n: int, kind: str) -> list[int]:
+    """``positions``, unless ``index`` selected none (``IndexError``: an ensemble of no member
+    would hold nothing to read or sample)."""
+    if not positions:
+        raise IndexError(f"index {index!r} selects none of the {n} {kind}: a smaller ensemble "
+                         "needs at least one.")
+    return positions
+
+
 def select_members(index: Any, n: int, kind: str) -> int | list[int]:
     """Resolve ``index`` against ``n`` members: an int position, or a list of positions.
 
@@ -47,7 +56,7 @@ def select_members(index: Any, n: int, kind: str) -> int | list[int]:
     if isinstance(index, (int, np.integer)):
         return select_one(int(index), n, kind)
     if isinstance(index, slice):
-        return list(range(n))[index]
+        return _some(list(range(n))[index], index, n, kind)
     if isinstance(index, torch.Tensor):
         if index.ndim != 1 or index.is_floating_point() or index.dtype is torch.bool:
             raise TypeError(f"{kind} are indexed by a 1-D integer tensor, got a tensor of shape "
@@ -64,7 +73,7 @@ def select_members(index: Any, n: int, kind: str) -> int | list[int]:
             if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{kind} are indexed by integers, got {item!r} in {index!r}.")
             positions.append(select_one(int(item), n, kind))
-        return positions
+        return _some(positions, index, n, kind)
     raise TypeError(f"{kind} are indexed by an int, a slice, a sequence of ints or a 1-D integer "
                     f"tensor, got {type(index).__name__}.")
 

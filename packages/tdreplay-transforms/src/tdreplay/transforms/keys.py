@@ -78,9 +78,6 @@ class RenameTransform(Transform):
         super().__init__(keys_arg(in_keys, "in_keys"), keys_arg(out_keys, "out_keys"),
                          keys_arg(in_keys_inv, "in_keys_inv"),
                          keys_arg(out_keys_inv, "out_keys_inv"))
-        if not self.in_keys and not self.in_keys_inv:  # (a rename on write only: TorchRL's too)
-            raise ValueError("RenameTransform needs at least one key to rename (in_keys, or "
-                             "in_keys_inv for a rename on extend).")
         # two entries renamed to one name: all but the last would be dropped silently
         for name, targets in (("out_keys", self.out_keys), ("in_keys_inv", self.in_keys_inv)):
             repeated = [key for i, key in enumerate(targets) if key in targets[:i]]
