@@ -22,6 +22,7 @@ from tdreplay.core import NotShareableError
 from tdreplay.core.checkpoint import CheckpointError, read_json, write_json
 from tdreplay.core.process_sharing import SpawnChecked
 
+from ._repeated_members import check_repeated_entries, check_repeated_record, repeat_record
 from .routing import check_member_ids
 
 ENSEMBLE_FILE = "ensemble.json"
@@ -158,6 +159,7 @@ def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str)
                          f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
     for i, member in enumerate(members):
         member.check_state_dict(state_dict[str(i)])
+    check_repeated_entries(members, state_dict, kind)  # (a member listed twice: one state)
 
 
 def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], kind: str) -> None:
@@ -184,7 +186,8 @@ def dump_members(members: Sequence[Any], path: Path, kind: str) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_json(path / ENSEMBLE_FILE, {"kind": kind,
-                                      "members": [type(m).__name__ for m in members]})
+                                      "members": [type(m).__name__ for m in members],
+                                      "same_as": repeat_record(members)})
     for i, member in enumerate(members):
         member.dumps(path / str(i))
 
@@ -210,6 +213,7 @@ def prepare_members(members: Sequence[Any], path: Path, kind: str) -> Callable[[
         if was != now:
             raise CheckpointError(f"checkpoint {kind} member {i} is a {was}, but this {kind}'s "
                                   f"member {i} is a {now}.")
+    check_repeated_record(members, meta.get("same_as"), repr(str(path)), kind)
     commits = [member.prepare_load(path / str(i)) for i, member in enumerate(members)]
 
     def commit() -> None:
