@@ -600,11 +600,15 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         """
         self._prefetcher.clear()
 
-    def update_priority(self, index: Any, priority: Any) -> None:
-        """Set the priorities of ``index`` (prioritized samplers)."""
+    def update_priority(self, index: Any, priority: Any, *, write_generation: Any = None) -> None:
+        """Set the priorities of ``index`` (prioritized samplers). ``write_generation`` (the
+        ``info["write_generation"]`` of the sample the priorities were computed for) is passed
+        on to the sampler, which skips the slots overwritten since that sample."""
+        kwargs: dict[str, Any] = ({} if write_generation is None
+                                  else {"write_generation": write_generation})
         with self._lock:
             self._check_writing_process()  # (a forked child's priorities would stay its own)
-            self._sampler.update_priority(index, priority, storage=self._storage)
+            self._sampler.update_priority(index, priority, storage=self._storage, **kwargs)
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:

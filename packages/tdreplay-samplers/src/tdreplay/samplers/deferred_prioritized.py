@@ -148,9 +148,9 @@ class DeferredPrioritizedSampler(Sampler):
         learner's."""
         if not self.in_learner:
             raise RuntimeError(
-                "cannot sample with prioritized replay in a worker process: the priority trees "
-                "of a buffer built with sync=False live in the process that built it (the "
-                "learner); sample and update priorities there.")
+                "a worker process cannot sample, update priorities or read the priority trees "
+                "of a buffer built with sync=False: they live in the process that built it "
+                "(the learner); do that there.")
         assert self._prioritized is not None
         return self._prioritized
 

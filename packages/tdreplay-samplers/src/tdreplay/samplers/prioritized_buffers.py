@@ -108,18 +108,6 @@ class _PriorityUpdates(ReplayBuffer):
         self._follow_writes()
         return previous
 
-    def update_priority(self, index: Any, priority: Any, *, write_generation: Any = None) -> None:
-        """Set the priorities of the slots ``index`` (see
-        :meth:`PrioritizedSampler.update_priority`).
-
-        ``write_generation`` (``info["write_generation"]`` of the sample the priorities were
-        computed for) lets the sampler skip slots overwritten since that sample.
-        """
-        kwargs: dict[str, Any] = ({} if write_generation is None
-                                  else {"write_generation": write_generation})
-        with self.locked():
-            self.sampler.update_priority(index, priority, storage=self.storage, **kwargs)
-
 
 class PrioritizedReplayBuffer(_PriorityUpdates, ReplayBuffer):
     """A :class:`~tdreplay.core.ReplayBuffer` with proportional prioritized sampling.
