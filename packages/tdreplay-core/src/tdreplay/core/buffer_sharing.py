@@ -98,9 +98,13 @@ class SharingMixin:
     _prefetch: int
     _rate_limiter: RateLimiter | None
     _owner_pid: int | None = None  #: the process whose buffer this is (unset in an unpickled copy)
+    #: the storage's ``shared_reset_count()`` when the batches drawn ahead were queued
+    _reset_count_seen: int | None = None
 
     if TYPE_CHECKING:  # what the buffer this is mixed into provides
         def locked(self) -> Any: ...
+
+        def clear_prefetch(self) -> None: ...
 
         @property
         def initialized(self) -> bool: ...
@@ -141,6 +145,16 @@ class SharingMixin:
         if self._owner_pid is None:
             self._owner_pid = os.getpid()
         return self
+
+    def _drop_batches_of_replaced_rows(self) -> None:
+        """Drop the batches drawn ahead when another process has emptied or restored the
+        storage since (``Storage.shared_reset_count``): their rows are gone. A reset in this
+        process drops them at once (:mod:`~tdreplay.core.buffer_readers`)."""
+        count = self._storage.shared_reset_count()
+        # (a first sample knows no shared count yet: nothing was queued)
+        if self._reset_count_seen is not None and count != self._reset_count_seen:
+            self.clear_prefetch()
+        self._reset_count_seen = count
 
     def _check_writing_process(self) -> None:
         """:class:`NotShareableError` at the first write of a forked child into a buffer it

@@ -135,7 +135,7 @@ class BufferStateMixin:
     _batch_size: int | None
     _lock: AbstractContextManager[Any]
     _prefetcher: Prefetcher
-    _reset_count_seen: int | None  # (ReplayBuffer: the reset count its prefetched batches know)
+    _reset_count_seen: int | None  # (SharingMixin: the reset count its prefetched batches know)
     _stateful: StatefulParts | None = None  # created by the first register_stateful
     #: whether the last restore failed while installing (made by the first restore)
     _install_record: InstallRecord | None = None

@@ -230,9 +230,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
     #: Entry of a sampled TensorDict that ``update_tensordict_priority`` reads (``None``: the
     #: buffer does not take priorities from its data; ``TensorDictReplayBuffer`` sets one).
     priority_key: str | None = None
-    #: the storage's ``shared_reset_count()`` when the batches drawn ahead were queued
-    _reset_count_seen: int | None = None
-
     def __init__(
         self,
         *,
@@ -577,16 +574,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         # batches queued stay queued, in order, for the samples after the lock is let go)
         return self._draw(batch_size)
 
-    def _drop_batches_of_replaced_rows(self) -> None:
-        """Drop the batches drawn ahead when another process has emptied or restored the
-        storage since (``Storage.shared_reset_count``): their rows are gone. A reset in this
-        process drops them at once (:mod:`~tdreplay.core.buffer_readers`)."""
-        count = self._storage.shared_reset_count()
-        # (a first sample knows no shared count yet: nothing was queued)
-        if self._reset_count_seen is not None and count != self._reset_count_seen:
-            self.clear_prefetch()
-        self._reset_count_seen = count
-
     def _sampler_is_finite(self) -> bool:
         return self._sampler.finite_epochs
 
@@ -601,14 +588,12 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._prefetcher.clear()
 
     def update_priority(self, index: Any, priority: Any, *, write_generation: Any = None) -> None:
-        """Set the priorities of ``index`` (prioritized samplers). ``write_generation`` (the
-        ``info["write_generation"]`` of the sample the priorities were computed for) is passed
-        on to the sampler, which skips the slots overwritten since that sample."""
-        kwargs: dict[str, Any] = ({} if write_generation is None
-                                  else {"write_generation": write_generation})
+        """Set the priorities of ``index`` (prioritized samplers); ``write_generation`` (the
+        sample's ``info["write_generation"]``) lets the sampler skip slots rewritten since."""
+        extra = {} if write_generation is None else {"write_generation": write_generation}
         with self._lock:
             self._check_writing_process()  # (a forked child's priorities would stay its own)
-            self._sampler.update_priority(index, priority, storage=self._storage, **kwargs)
+            self._sampler.update_priority(index, priority, storage=self._storage, **extra)
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def empty(self, empty_write_count: bool = True) -> None:
