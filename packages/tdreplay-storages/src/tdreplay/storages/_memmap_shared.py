@@ -34,7 +34,7 @@ from tdreplay.core.atomic_files import replace_file
 
 from ._shared_edits import SharedEdit
 from ._storage_errors import DamagedStorageError
-from ._torn_writes import STATE_TORN, TornWrites
+from ._torn_writes import STATE_TORN, STATE_TORN_WRITES, TornWrites
 
 try:  # POSIX
     import fcntl
@@ -52,7 +52,8 @@ _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py
 _STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
 _STATE_RESETS = 8  # Storage.shared_reset_count(): empties and restores, by every process
 _STATE_LAST_ROW = 9  # Storage.last_written_row + 1 (-1: None; 0: not recorded, an older file)
-_STATE_SIZE = 10
+_STATE_TORN_WRITES = STATE_TORN_WRITES  # 10: the write count + 1 when a write's record was made
+_STATE_SIZE = 11
 _OLDER_STATE_SIZES = (8, 9)  # (before 0.2.1: no reset count; storages before 0.6.6: no last row)
 
 

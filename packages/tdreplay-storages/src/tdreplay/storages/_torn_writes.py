@@ -91,6 +91,10 @@ STATE_WRITES = 3
 STATE_TORN = 4  # 0: no write in flight over counted rows, else what it covers (kind = low 2 bits)
 STATE_TORN_START = 5
 STATE_TORN_STOP = 6
+#: the writer's write count + 1 when a write's record was made (0: none made, by an older
+#: version): a write count moved since means the write returned and its writer's counters
+#: moved, so its rows are whole and counted, not torn
+STATE_TORN_WRITES = 10
 
 _NONE, _RANGE, _JOURNAL, _PACKED = 0, 1, 2, 3
 #: a recovery under way (kind bits 0): bit 3 set once the step's sources are staged, the
@@ -219,6 +223,7 @@ class TornWrites:
         of this lock hold are settled first (the record is theirs until then)."""
         if self.state[STATE_TORN]:
             self.settle_hold()
+        self.state[STATE_TORN_WRITES] = self.state[STATE_WRITES] + 1  # (before the record)
         if isinstance(rows, slice):
             start, stop, step = rows.indices(capacity)
             if step == 1:
@@ -276,6 +281,7 @@ class TornWrites:
     # ---- in-place edits (under the process lock) -------------------------------------------
     def record_rows(self, start: int, stop: int) -> None:
         """Record rows ``[start, stop)`` (a write under way, kept until the hold ends)."""
+        self.state[STATE_TORN_WRITES] = self.state[STATE_WRITES] + 1  # (before the record)
         if 0 <= start < PACKED_ROWS and stop < 2 * PACKED_ROWS:
             self.counters.array[STATE_TORN] = packed_range(start, stop)
         else:
@@ -358,6 +364,9 @@ class TornWrites:
             self.edits.forget()  # (what this process held of it)
             self._finish()
             return 0
+        if value & 3 and self._write_returned():  # whole rows its counters count: kept
+            self._finish()
+            return 0
         if value & 3:  # a writer's record: plan the moves first
             plan = self._plan(layout)
             if plan is None:  # no counted row torn: nothing moves
@@ -380,6 +389,14 @@ class TornWrites:
         self.state[STATE_CURSOR] = kept % layout.rows
         self._finish()
         return len(torn)
+
+    def _write_returned(self) -> bool:
+        """Whether the write a writer's record names returned and its writer's counters moved
+        (the write count differs from the one recorded with it: a process killed later in
+        the hold, inside ``rb.locked()``). Its rows were copied whole before the counters
+        moved, so dropping them would lose a committed write."""
+        recorded = int(self.state[STATE_TORN_WRITES])
+        return recorded != 0 and int(self.state[STATE_WRITES]) != recorded - 1
 
     def check_record(self, value: int, capacity: int) -> None:
         """Raise :class:`DamagedStorageError` when ``value`` (the record, non-zero) is not one
