@@ -53,6 +53,23 @@ def test_a_rate_limiter_counts_from_zero_right_after_an_empty_past_the_buffer():
     assert not rb.can_sample()
 
 
+def test_a_refused_restore_tells_no_one_and_counts_nothing():
+    # the buffers were told of a load_state_dict that raised before changing anything: their
+    # samplers relearnt the rows (priorities lost), their rate limiters counted from 0
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
+    rb.set_rate_limiter(SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2,
+                                            error_buffer=4.0))
+    rb.extend(list(range(4)))
+    rb.sample()
+    restores = rb.storage.restore_count
+    bad = {**rb.storage.state_dict(), "max_size": "nope"}
+    with pytest.raises(ValueError, match="max_size"):
+        rb.storage.load_state_dict(bad)
+    assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (4, 2)
+    assert rb.storage.restore_count == restores
+    assert rb[:] == [0, 1, 2, 3]
+
+
 def test_prefetched_batches_of_rows_gone_are_dropped_at_the_reset():
     rb = ReplayBuffer(storage=ListStorage(10), batch_size=2, prefetch=2)
     rb.extend(list(range(6)))

@@ -137,6 +137,7 @@ class RateLimitedMixin(BufferStateMixin):
         limiter = self._rate_limiter
         if limiter is None:
             return _NO_LIMIT
+        self._follow_untold_resets()
         if limiter.min_size_to_sample > self._storage.max_size:  # (it would wait for good)
             raise ValueError(
                 f"a sample is never allowed by {limiter!r}: min_size_to_sample="
@@ -176,6 +177,7 @@ class RateLimitedMixin(BufferStateMixin):
         limiter = self._rate_limiter
         if limiter is None:
             return self._lock
+        self._follow_untold_resets()
         gate = limiter.inserting(self._items_in(data, single), self.__len__)
         if self.holds_lock():  # (rb.locked(): no sample could let a wait through)
             gate = _refusing_waits(limiter, gate, _WRITE_IN_LOCKED)

@@ -166,6 +166,33 @@ class StorageReadersMixin:
         if limiter is not None:
             limiter.reset()
 
+    #: the ``restore_count`` of a storage that does not tell its readers of its resets
+    #: (``Storage.tells_readers_of_resets`` false: a ``StorageEnsemble``) this buffer followed
+    _restores_followed: int = 0
+
+    def _follow_untold_resets(self) -> None:
+        """Before a call through the gate, the prefetch queue or the write-side transforms:
+        when the storage does not tell its readers of its resets (a ``StorageEnsemble``, whose
+        members tell their own buffers) and was emptied or restored past this buffer since
+        (a member's ``rb[0].empty()``), drop the batches drawn ahead and the items the
+        transforms hold back, and count the rate limiter from 0, as a told buffer does at once.
+        (The sampler follows such resets itself: ``SamplerEnsemble``.)"""
+        storage = self._storage
+        if storage.tells_readers_of_resets:
+            return
+        restores = storage.restore_count
+        if restores != self._restores_followed:
+            self._restores_followed = restores
+            self.clear_prefetch()
+            self._transform.drop_held_items()
+            if self._rate_limiter is not None:
+                self._rate_limiter.reset()
+
+    def _followed_own_reset(self) -> None:
+        """After this buffer's own ``empty`` or restore: its parts are in step (a restored
+        rate limiter keeps the counts it was given)."""
+        self._restores_followed = self._storage.restore_count
+
     def _holds_a_readers_lock(self) -> bool:
         """Whether the calling thread is inside the lock of another buffer of the storage
         (``other.locked()``), which this buffer shares."""

@@ -151,6 +151,10 @@ class BufferStateMixin:
 
         _readers: StorageReaders
 
+        def _followed_own_reset(self) -> None: ...
+
+        def _follow_untold_resets(self) -> None: ...
+
         def check_shareable(self) -> None: ...
 
         def set_rng(self, generator: torch.Generator) -> None: ...
@@ -567,6 +571,7 @@ class BufferStateMixin:
             self._install_record = InstallRecord()
         with self._readers.replaced_by(self):  # (the storage tells the others: buffer_readers)
             self._install_record.install(steps)
+        self._followed_own_reset()
 
     def check_saveable(self) -> None:
         """Raise ``RuntimeError`` when this buffer must not be saved: its last restore

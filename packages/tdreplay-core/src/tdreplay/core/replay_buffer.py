@@ -568,6 +568,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         prefetches batches of that size from an endless sampler, else drawn now."""
         if (self._prefetch and batch_size == (self._batch_size or batch_size)
                 and not self._sampler_is_finite() and not self.holds_lock()):
+            self._follow_untold_resets()
             self._drop_batches_of_replaced_rows()
             return self._prefetcher.next(batch_size, self._sample_ahead)
         # (inside locked(): the worker drawing ahead needs the lock, so draw here; the
@@ -608,6 +609,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self.clear_prefetch()
             with self._readers.replaced_by(self):  # (the others are told: buffer_readers)
                 self._storage.empty()
+            self._followed_own_reset()
             self._writer.empty(empty_write_count)
             self._sampler.empty()
             self._sampler_taken_as_is = False

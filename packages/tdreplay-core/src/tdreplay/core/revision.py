@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["MUTATING_METHODS", "RESTORING_METHODS", "RevisionTracking"]
+__all__ = ["MUTATING_METHODS", "REFUSALS", "RESTORING_METHODS", "RevisionTracking"]
 
 #: the methods that change what a storage holds: a class that defines one gets it wrapped so
 #: that each call advances :attr:`RevisionTracking.revision`
@@ -25,6 +25,9 @@ MUTATING_METHODS = ("set", "__setitem__", "set_key", "update_", "empty", "load_s
 #: also advances :attr:`RevisionTracking.restore_count` and tells the buffers reading the storage
 #: (as ``Storage.loads`` does, whichever methods its checkpointer calls)
 RESTORING_METHODS = frozenset({"load_state_dict", "empty"})
+#: what a storage raises when it refuses what it is given, before it changes anything (bad input
+#: leaves it as it was): a restoring call that raises one replaced no row
+REFUSALS = (ValueError, TypeError, KeyError, IndexError)
 
 
 def _advancing_revision(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,12 +134,16 @@ class RevisionTracking:
     @contextlib.contextmanager
     def _replacing_rows(self) -> Iterator[None]:
         """Around a call that replaces every row (``empty``, a restore): counted in
-        :attr:`restore_count` when it returns or raises (``Storage`` also tells the buffers
-        reading the storage)."""
+        :attr:`restore_count` unless it was refused (raised one of :data:`REFUSALS`, which
+        change nothing); ``Storage`` also tells the buffers reading the storage."""
         try:
             yield
-        finally:
+        except REFUSALS:
+            raise
+        except BaseException:  # (failed half-way: rows may have changed)
             self._restores += 1
+            raise
+        self._restores += 1
 
     def bump_revision(self) -> None:
         """Advance :attr:`revision`: what the storage holds changed by a way the storage's own

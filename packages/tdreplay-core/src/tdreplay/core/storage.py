@@ -27,7 +27,7 @@ from ._compilable import CompilableCount
 from .collate import ItemRows, stack_items
 from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
-from .revision import RevisionTracking
+from .revision import REFUSALS, RevisionTracking
 from .state_dict_checkpointer import StateDictCheckpointer
 from .storage_checkpointer import (
     CheckpointedStorage,
@@ -268,24 +268,38 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         """Around a call that replaces every row (``empty``, a restore): it runs under the lock
         of the buffers reading the storage (none reads a row half-replaced), which then hear
         of it (:meth:`~tdreplay.core.storage_readers.StorageReaders.tell_rows_replaced`), and
-        it counts in :attr:`restore_count`."""
+        it counts in :attr:`restore_count`. A call refused before it changed anything (one of
+        :data:`~tdreplay.core.revision.REFUSALS`) tells no one."""
         readers = self._readers  # (None: no buffer reads the storage)
-        if readers is None:
+        if readers is None or not self.tells_readers_of_resets:
             with super()._replacing_rows():
                 yield
             return
         with readers.lock:
             outermost = not self._rows_being_replaced  # (a restore that calls load_state_dict)
             self._rows_being_replaced = True
+            replaced = False
             try:
                 with super()._replacing_rows():
                     yield
+                replaced = True
+            except REFUSALS:
+                raise
+            except BaseException:  # (failed half-way: rows may have changed)
+                replaced = True
+                raise
             finally:
                 if outermost:
                     self._rows_being_replaced = False
-                    readers.tell_rows_replaced(self)
+                    if replaced:
+                        readers.tell_rows_replaced(self)
 
     _rows_being_replaced = False  # (set under the readers' lock by _replacing_rows)
+    #: whether a reset of this storage (``empty``, a restore) runs under the lock of the
+    #: buffers reading it and tells each of them at once. A storage made of other storages
+    #: (``StorageEnsemble``) says ``False``: each member tells its own buffers, and the buffer
+    #: reading the whole follows the resets from :attr:`restore_count`, at its next call
+    tells_readers_of_resets: bool = True
 
     #: A re-entrant lock shared between processes (``acquire()`` / ``release()``), for storages
     #: whose rows other processes write too (e.g. ``LazyMemmapStorage``); the buffer holds it

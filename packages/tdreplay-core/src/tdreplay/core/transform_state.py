@@ -130,6 +130,7 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
             # one write at a time through the transforms and into the storage: the state put
             # back is the one this write began from, with no other thread's write in between
             with self._lock:
+                self._follow_untold_resets()  # (a storage of storages: buffer_readers)
                 return _undone_on_failure(transform, write, self, args, kwargs)
         # a rate limiter's gate, passed under the lock, waits without it (buffer_rate_limit)
         return self._write_whole_under_lock(write_once)

@@ -241,6 +241,9 @@ class StorageEnsemble(MembersShareable, Storage):
 
     # ---- state ----------------------------------------------------------------------------------
     saves_seam = False  # (each member storage keeps its own last_written_row)
+    #: each member storage tells its own buffers of its resets, under their locks; the
+    #: ensemble's buffer follows them from restore_count (its lock is its members' locks)
+    tells_readers_of_resets = False
 
     def state_dict(self) -> dict[str, Any]:
         """``{"0": storages[0].state_dict(), ...}``."""
