@@ -21,6 +21,8 @@ buffer makes to the storage is then passed on to the other buffers' samplers, un
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -134,6 +136,32 @@ class StorageReadersMixin:
         ``empty`` or an in-place edit through this buffer changes the items of (each may
         refuse: ``Writer.check_empty`` / ``Writer.check_edit``, a dataset's writer does)."""
         return [self._writer, *(other.writer for other in self._readers.others(self))]
+
+    @property
+    def restored_together(self) -> tuple[Any, ...]:
+        """The buffers whose states this buffer's restores (``load_state_dict``, ``loads``)
+        and ``empty`` set along with its own: a ``ReplayBufferEnsemble``'s members. Their
+        storages do not tell them of those resets (their new state comes with them), as a
+        buffer's own storage does not tell the buffer; other buffers of those storages are
+        told. A buffer alone has none.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> ReplayBuffer(storage=ListStorage(4)).restored_together
+        ()
+        """
+        return ()
+
+    @contextlib.contextmanager
+    def _replacing_rows_itself(self) -> Iterator[None]:
+        """While this buffer empties or restores its storage (the lock held): the storage, and
+        those of :attr:`restored_together`, tell the other buffers reading them, not these."""
+        with contextlib.ExitStack() as replacing:
+            replacing.enter_context(self._readers.replaced_by(self))
+            for member in self.restored_together:
+                replacing.enter_context(member.storage.readers.replaced_by(member))
+            yield
 
     def _tell_readers_emptied(self, empty_write_count: bool) -> None:
         """After this buffer's ``empty`` (the storage told the others: :meth:`_rows_replaced_past`):

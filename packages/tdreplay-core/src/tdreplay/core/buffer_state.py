@@ -153,6 +153,8 @@ class BufferStateMixin:
 
         def _followed_own_reset(self) -> None: ...
 
+        def _replacing_rows_itself(self) -> AbstractContextManager[None]: ...
+
         def _follow_untold_resets(self) -> None: ...
 
         def check_shareable(self) -> None: ...
@@ -569,7 +571,7 @@ class BufferStateMixin:
         (:mod:`~tdreplay.core._installing`)."""
         if self._install_record is None:
             self._install_record = InstallRecord()
-        with self._readers.replaced_by(self):  # (the storage tells the others: buffer_readers)
+        with self._replacing_rows_itself():  # (the storage tells the others: buffer_readers)
             self._install_record.install(steps)
         self._followed_own_reset()
 

@@ -607,7 +607,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             for writer in self._storage_writers():  # (a dataset's refuses: nothing changed)
                 writer.check_empty()
             self.clear_prefetch()
-            with self._readers.replaced_by(self):  # (the others are told: buffer_readers)
+            with self._replacing_rows_itself():  # (the others are told: buffer_readers)
                 self._storage.empty()
             self._followed_own_reset()
             self._writer.empty(empty_write_count)

@@ -45,7 +45,7 @@ class StorageReaders:
     (True, True)
     """
 
-    __slots__ = ("lock", "shared", "_entries", "_replacer")
+    __slots__ = ("lock", "shared", "_entries", "_replacers")
 
     def __init__(self) -> None:
         #: the re-entrant lock every buffer of the storage holds to write or read it
@@ -55,7 +55,7 @@ class StorageReaders:
         self.shared = False
         # (each buffer, by weak reference, with its rows-replaced hook or None)
         self._entries: list[tuple[weakref.ref[Any], weakref.WeakMethod[Any] | None]] = []
-        self._replacer: Any = None  # the buffer replacing the rows itself (replaced_by)
+        self._replacers: tuple[Any, ...] = ()  # the buffers replacing the rows (replaced_by)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (StorageReaders, ())  # a copy of the storage is read by no buffer yet
@@ -94,13 +94,15 @@ class StorageReaders:
 
     @contextlib.contextmanager
     def replaced_by(self, buffer: Any) -> Iterator[None]:
-        """While ``buffer`` replaces the storage's rows itself (its ``empty``, its restore),
-        with the lock held: it is not told of it (:meth:`tell_rows_replaced`), the others are."""
-        previous, self._replacer = self._replacer, buffer
+        """While ``buffer`` replaces the storage's rows itself (its ``empty``, its restore, or
+        those of an ensemble it is a member of), with the lock held: it is not told of it
+        (:meth:`tell_rows_replaced`), the others are."""
+        previous = self._replacers
+        self._replacers = (*previous, buffer)
         try:
             yield
         finally:
-            self._replacer = previous
+            self._replacers = previous
 
     def tell_rows_replaced(self, storage: Any) -> None:
         """Every row of ``storage`` was replaced (emptied or restored; the lock is held): call
@@ -108,7 +110,8 @@ class StorageReaders:
         that its sampler, writer, batches drawn ahead and held-back items follow at once."""
         for ref, hook_ref in list(self._entries):
             hook = hook_ref() if hook_ref is not None else None
-            if hook is not None and ref() is not self._replacer:
+            buffer = ref()
+            if hook is not None and not any(buffer is by for by in self._replacers):
                 hook(storage)
 
 

@@ -402,8 +402,12 @@ class RoundRobinWriter(Writer):
         elif self.cursor > written:
             self.cursor = written
         pending, self._pending_generations = self._pending_generations, None
-        # a storage shared with another buffer carries the live stamps and wins
-        if storage.slot_generations is None and (pending is not None or self._track_generations):
+        # a storage shared with another buffer carries the live stamps and wins; attached
+        # again to the same storage (restored past the buffer: its stamps were dropped), the
+        # table comes with the next write (a new one here would shift the stamps a writer
+        # state loaded next brings)
+        if storage.slot_generations is None and (pending is not None or (
+                self._track_generations and storage is not previous)):
             storage.slot_generations = SlotGenerations(pending)
 
     def _bump_generations(self, storage: Storage, rows: torch.Tensor | int, capacity: int

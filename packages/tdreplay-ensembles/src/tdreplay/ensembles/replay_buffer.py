@@ -347,6 +347,20 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         return self._rbs
 
     @property
+    def restored_together(self) -> tuple[ReplayBuffer, ...]:
+        """The member buffers: the ensemble's restores and ``empty`` set their states (see
+        :attr:`ReplayBuffer.restored_together <tdreplay.core.ReplayBuffer.restored_together>`).
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage, ReplayBuffer
+        >>> a, b = ReplayBuffer(storage=ListStorage(4)), ReplayBuffer(storage=ListStorage(4))
+        >>> ReplayBufferEnsemble(a, b).restored_together == (a, b)
+        True
+        """
+        return self._rbs
+
+    @property
     def collate_fn(self) -> Callable[[list[Any]], Any]:
         """The function joining the parts of a batch."""
         return self._parts.join
@@ -494,8 +508,11 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         members' transforms hold back (a member's ``MultiStepTransform``) are dropped too."""
         with self._lock:
             super().empty(empty_write_count)
-            for rb in self._rbs:
+            for rb in self._rbs:  # (what their storages, emptied with the ensemble, do not
+                # tell them: restored_together)
                 rb.transform.drop_held_items()
+                if rb.rate_limiter is not None:
+                    rb.rate_limiter.reset()
 
     def clear_prefetch(self) -> None:
         super().clear_prefetch()

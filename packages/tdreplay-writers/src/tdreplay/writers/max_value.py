@@ -320,9 +320,12 @@ class TensorDictMaxValueWriter(Writer):
             return
         empty = (data.unsqueeze(0) if single else data)[:0]
         stored = self.storage.get(torch.empty(0, dtype=torch.long)) if len(self.storage) else None
-        if isinstance(stored, TensorDictBase):  # entries the storage lacks are not checked: a
-            # write of none of the rows would add them to a lazy storage (TorchRL's adds none)
-            empty = empty.select(*stored.keys(True, True), strict=False)
+        known = set(stored.keys(True, True)) if isinstance(stored, TensorDictBase) else None
+        if known is not None and known <= set(empty.keys(True, True)):
+            # entries the storage lacks are not checked: a write of none of the rows would add
+            # them to a lazy storage (TorchRL's adds none). (With an entry missing, the
+            # storage refuses the whole, naming both, and adds nothing.)
+            empty = empty.select(*known)
         self.storage.set(torch.empty(0, dtype=torch.long), empty, set_cursor=False)
         self._checked_item = signature
 
