@@ -22,7 +22,6 @@ buffer makes to the storage is then passed on to the other buffers' samplers, un
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -153,15 +152,15 @@ class StorageReadersMixin:
         """
         return ()
 
-    @contextlib.contextmanager
-    def _replacing_rows_itself(self) -> Iterator[None]:
-        """While this buffer empties or restores its storage (the lock held): the storage, and
-        those of :attr:`restored_together`, tell the other buffers reading them, not these."""
-        with contextlib.ExitStack() as replacing:
-            replacing.enter_context(self._readers.replaced_by(self))
-            for member in self.restored_together:
-                replacing.enter_context(member.storage.readers.replaced_by(member))
-            yield
+    def _replacing_rows_itself(self) -> AbstractContextManager[Any]:
+        """What this buffer holds while it empties or restores its storage (the lock held):
+        the storage, and those of :attr:`restored_together`, tell the other buffers reading
+        them, not these."""
+        replacing = contextlib.ExitStack()
+        replacing.enter_context(self._readers.replaced_by(self))
+        for member in self.restored_together:
+            replacing.enter_context(member.storage.readers.replaced_by(member))
+        return replacing
 
     def _tell_readers_emptied(self, empty_write_count: bool) -> None:
         """After this buffer's ``empty`` (the storage told the others: :meth:`_rows_replaced_past`):
