@@ -19,6 +19,7 @@ from tdreplay.core import ReplayBuffer
 from tdreplay.storages import LazyMemmapStorage
 from tdreplay.storages import _torn_writes as torn_writes
 from tdreplay.storages._layout import TensorLayout
+from tdreplay.storages._memmap_shared import _STATE_SIZE
 
 CAP = 10
 
@@ -43,7 +44,7 @@ def read_ids(storage: LazyMemmapStorage) -> list[int]:
 # ---- the moves, in one process: interrupted at every copy, then finished ---------------------
 class Counters:
     def __init__(self) -> None:
-        self.array = np.zeros(8, dtype=np.int64)
+        self.array = np.zeros(_STATE_SIZE, dtype=np.int64)  # (the shared state array)
 
 
 class Interrupted(Exception):
