@@ -41,13 +41,19 @@ def test_the_sampler_knows_the_restored_rows_before_the_next_sample(how, tmp_pat
     assert rb[:] == [0, 1, 2, 50, 51]
 
 
-def test_a_rate_limiter_counts_from_zero_right_after_an_empty_past_the_buffer():
+def _limited() -> ReplayBuffer:
+    """A rate-limited buffer that counted 4 inserts and 2 samples."""
     rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
     rb.set_rate_limiter(SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2,
                                             error_buffer=4.0))
     rb.extend(list(range(4)))
     rb.sample()
     assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (4, 2)
+    return rb
+
+
+def test_a_rate_limiter_counts_from_zero_right_after_an_empty_past_the_buffer():
+    rb = _limited()
     rb.storage.empty()
     assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (0, 0)
     assert not rb.can_sample()
@@ -56,11 +62,7 @@ def test_a_rate_limiter_counts_from_zero_right_after_an_empty_past_the_buffer():
 def test_a_refused_restore_tells_no_one_and_counts_nothing():
     # the buffers were told of a load_state_dict that raised before changing anything: their
     # samplers relearnt the rows (priorities lost), their rate limiters counted from 0
-    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
-    rb.set_rate_limiter(SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2,
-                                            error_buffer=4.0))
-    rb.extend(list(range(4)))
-    rb.sample()
+    rb = _limited()
     restores = rb.storage.restore_count
     bad = {**rb.storage.state_dict(), "max_size": "nope"}
     with pytest.raises(ValueError, match="max_size"):

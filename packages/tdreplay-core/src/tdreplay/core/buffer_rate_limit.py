@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import is_tensor_collection
@@ -101,6 +101,9 @@ class RateLimitedMixin(BufferStateMixin):
     """
 
     _rate_limiter: RateLimiter | None = None
+
+    if TYPE_CHECKING:  # what the buffer this is mixed into provides (buffer_readers)
+        def _follow_untold_resets(self) -> None: ...
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
