@@ -43,7 +43,11 @@ def test_the_sampler_knows_the_restored_rows_before_the_next_sample(how, tmp_pat
 
 def _limited() -> ReplayBuffer:
     """A rate-limited buffer that counted 4 inserts and 2 samples."""
-    rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
+    return _limited_on(ListStorage(10))
+
+
+def _limited_on(storage: ListStorage) -> ReplayBuffer:
+    rb = ReplayBuffer(storage=storage, batch_size=2)
     rb.set_rate_limiter(SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2,
                                             error_buffer=4.0))
     rb.extend(list(range(4)))
@@ -70,6 +74,22 @@ def test_a_refused_restore_tells_no_one_and_counts_nothing():
     assert (rb.rate_limiter.inserts, rb.rate_limiter.samples) == (4, 2)
     assert rb.storage.restore_count == restores
     assert rb[:] == [0, 1, 2, 3]
+
+
+def test_a_buffer_whose_part_raises_at_the_reset_keeps_no_other_from_hearing_of_it():
+    # the first buffer's sampler raised while it learnt the emptied storage: the buffers
+    # attached after it were not told (their rate limiters kept the counts of rows gone)
+    class Failing(RandomSampler):
+        def learn_written_slots(self, storage):
+            raise RuntimeError("learn_written_slots failed")
+
+    storage = ListStorage(10)
+    first = ReplayBuffer(storage=storage, sampler=Failing())
+    second = _limited_on(storage)
+    with pytest.raises(RuntimeError, match="learn_written_slots failed"):
+        storage.empty()
+    assert len(storage) == 0 and len(first) == 0
+    assert (second.rate_limiter.inserts, second.rate_limiter.samples) == (0, 0)
 
 
 def test_prefetched_batches_of_rows_gone_are_dropped_at_the_reset():

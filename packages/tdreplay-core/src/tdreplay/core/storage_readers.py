@@ -107,12 +107,20 @@ class StorageReaders:
     def tell_rows_replaced(self, storage: Any) -> None:
         """Every row of ``storage`` was replaced (emptied or restored; the lock is held): call
         the hook of each buffer reading it (but the one that replaced them, which knows), so
-        that its sampler, writer, batches drawn ahead and held-back items follow at once."""
+        that its sampler, writer, batches drawn ahead and held-back items follow at once. A
+        hook that raises does not keep the others from being told: the first error is raised
+        once every buffer has heard of it."""
+        failed: Exception | None = None
         for ref, hook_ref in list(self._entries):
             hook = hook_ref() if hook_ref is not None else None
             buffer = ref()
             if hook is not None and not any(buffer is by for by in self._replacers):
-                hook(storage)
+                try:
+                    hook(storage)
+                except Exception as err:  # noqa: BLE001 - raised below, once all are told
+                    failed = failed or err
+        if failed is not None:
+            raise failed
 
 
 class AttachableStorage:
