@@ -61,8 +61,7 @@ class StorageReadersMixin:
     def _read_storage(self, storage: Storage) -> None:
         """Attach to ``storage`` (leaving the storage read before) and hold its readers' lock."""
         self._readers.discard(self)
-        storage.attach(self)
-        self._readers = storage.readers
+        self._readers = storage.readers  # (what storage.attach(self) adds to, with the hook)
         self._readers.add(self, on_rows_replaced=self._rows_replaced_past)
         self._sampler_taken_as_is = False
         cast(_SharableLock, self._lock).share(self._readers.lock)
@@ -184,14 +183,18 @@ class StorageReadersMixin:
         from 0, as ``rb.empty()`` sets them."""
         if storage is not self._storage:  # (a storage this buffer has left)
             return
-        self.clear_prefetch()
         self._sampler.learn_written_slots(storage)
         self._sampler_taken_as_is = False
         self._writer.register_storage(storage)
+        self._forget_replaced_rows()
+
+    def _forget_replaced_rows(self) -> None:
+        """Drop the batches drawn ahead and the items the write-side transforms hold back, and
+        count the rate limiter from 0: all of them were of rows a reset replaced."""
+        self.clear_prefetch()
         self._transform.drop_held_items()
-        limiter = self._rate_limiter
-        if limiter is not None:
-            limiter.reset()
+        if self._rate_limiter is not None:
+            self._rate_limiter.reset()
 
     #: the ``restore_count`` of a storage that does not tell its readers of its resets
     #: (``Storage.tells_readers_of_resets`` false: a ``StorageEnsemble``) this buffer followed
@@ -210,10 +213,7 @@ class StorageReadersMixin:
         restores = storage.restore_count
         if restores != self._restores_followed:
             self._restores_followed = restores
-            self.clear_prefetch()
-            self._transform.drop_held_items()
-            if self._rate_limiter is not None:
-                self._rate_limiter.reset()
+            self._forget_replaced_rows()
 
     def _followed_own_reset(self) -> None:
         """After this buffer's own ``empty`` or restore: its parts are in step (a restored

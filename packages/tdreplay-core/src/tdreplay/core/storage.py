@@ -27,7 +27,7 @@ from ._compilable import CompilableCount
 from .collate import ItemRows, stack_items
 from .item_memory import compact_views, compacted_for_saving
 from .process_sharing import StorageSpawnChecked
-from .revision import REFUSALS, RevisionTracking
+from .revision import RevisionTracking
 from .state_dict_checkpointer import StateDictCheckpointer
 from .storage_checkpointer import (
     CheckpointedStorage,
@@ -278,20 +278,14 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
         with readers.lock:
             outermost = not self._rows_being_replaced  # (a restore that calls load_state_dict)
             self._rows_being_replaced = True
-            replaced = False
+            restores = self._restores
             try:
-                with super()._replacing_rows():
+                with super()._replacing_rows():  # (counts it unless it was refused)
                     yield
-                replaced = True
-            except REFUSALS:
-                raise
-            except BaseException:  # (failed half-way: rows may have changed)
-                replaced = True
-                raise
             finally:
                 if outermost:
                     self._rows_being_replaced = False
-                    if replaced:
+                    if self._restores != restores:
                         readers.tell_rows_replaced(self)
 
     _rows_being_replaced = False  # (set under the readers' lock by _replacing_rows)

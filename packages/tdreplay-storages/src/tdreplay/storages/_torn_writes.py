@@ -77,6 +77,7 @@ import numpy as np
 import torch
 
 from tdreplay.core.atomic_files import replace_file
+from tdreplay.core.revision import REFUSALS
 from tdreplay.core.utils import as_long_tensor, is_int, range_tensor
 
 from ._edit_journal import UNDO_FILE, EditJournal, Rows
@@ -126,8 +127,6 @@ def packed_range(start: int, stop: int) -> int:
 #: write count)
 LOAD_COUNTERS = (STATE_LEN, STATE_CURSOR, STATE_WRITES)
 
-#: exceptions a storage raises while checking data, before it writes anything
-_REFUSALS = (ValueError, KeyError, TypeError, IndexError)
 
 #: ``(source row, destination row, rows, reversed)``: rows ``[source, source + rows)`` go to
 #: ``[destination, destination + rows)``, in reverse order when ``reversed``
@@ -273,7 +272,7 @@ class TornWrites:
     def failed(self, err: BaseException, layout: TensorLayout | None) -> None:
         """A write over recorded rows raised ``err``: a refusal (raised while checking the
         data, before any copy) clears the record, anything else drops the recorded rows."""
-        if isinstance(err, _REFUSALS):
+        if isinstance(err, REFUSALS):  # (raised while checking data, before any copy)
             self.end()
         else:
             self.recover(layout)
