@@ -37,6 +37,22 @@ def test_gate_and_info() -> None:
     assert info["staleness"].dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+def test_large_versions_gate_exactly(dtype: torch.dtype) -> None:
+    # versions above 2**24 (a frame counter): float32 rounded 10**8 + k to 10**8, so every item
+    # had staleness 0 and the cutoff let all of them through
+    base = 10**8
+    s = StalenessAwareSampler(max_staleness=2)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=s, batch_size=6)
+    rb.extend(TensorDict({"policy_version": torch.arange(base, base + 8, dtype=dtype)}, [8]))
+    s.consumer_version = base + 7
+    assert s.versions(rb.storage).tolist() == list(range(base, base + 8))
+    index, info = s.sample(rb.storage, 3)  # the three fresh items, each once
+    assert sorted(index.tolist()) == [5, 6, 7]
+    assert sorted(info["staleness"].tolist()) == [0.0, 1.0, 2.0]
+    assert info["staleness"].dtype == torch.float32
+
+
 def test_weighting_prefers_fresh() -> None:
     s = StalenessAwareSampler(staleness_weight_fn=lambda st: (st == 0).float() * 9 + 1)
     rb = _rb(s, [0, 5], size=20)

@@ -199,7 +199,8 @@ class StalenessAwareSampler(Sampler):
 
     # ---- sampling ----------------------------------------------------------------------------
     def versions(self, storage: Storage) -> torch.Tensor:
-        """The policy version of every written slot (flat, float), read from ``storage``."""
+        """The policy version of every written slot (flat, int64: exact for any count, where
+        float32 would round versions above 2**24), read from ``storage``."""
         data = storage.default_collate(storage[:])
         versions = data.get(self.version_key, None) if is_tensor_collection(data) else None
         if not isinstance(versions, torch.Tensor):
@@ -207,7 +208,7 @@ class StalenessAwareSampler(Sampler):
                            "storage. Make sure data written to the buffer contains this key "
                            "(e.g., by adding the PolicyVersion transform to the environment "
                            "or enabling policy-version tracking on the collector).")
-        return versions.reshape(len(storage), -1)[:, 0].float()
+        return versions.reshape(len(storage), -1)[:, 0].to(torch.int64)
 
     def _fresh_enough(self, staleness: torch.Tensor) -> torch.Tensor:
         """Slots whose ``staleness`` is within :attr:`max_staleness` (an error if none is)."""
@@ -236,8 +237,11 @@ class StalenessAwareSampler(Sampler):
         """Draw ``batch_size`` fresh-enough slots of positive weight, weighted by freshness."""
         check_batch_size(batch_size)
         check_not_empty(storage)
+        # exact in int64: the cutoff compares whole numbers; the weight function and info get
+        # float staleness, as TorchRL's (small numbers then, exact)
         staleness = self._consumer_version - self.versions(storage)
         valid = self._fresh_enough(staleness)
+        staleness = staleness.float()
         weights = self._weights(staleness[valid])
         drawable = weights > 0
         if not bool(drawable.any()):
