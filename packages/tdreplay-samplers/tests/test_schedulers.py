@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tdreplay.core import CheckpointError, ListStorage, RandomSampler, ReplayBuffer
+from tdreplay.core import ListStorage, RandomSampler, ReplayBuffer
 from tdreplay.samplers import (
     LambdaScheduler,
     LinearScheduler,
     ParameterScheduler,
     PrioritizedSampler,
     SchedulerList,
+    StalenessAwareSampler,
     StepScheduler,
     TensorDictPrioritizedReplayBuffer,
 )
@@ -205,12 +206,60 @@ def test_scheduler_state_in_buffer_checkpoint(tmp_path: Path) -> None:
     assert rb2.sampler.alpha == pytest.approx(rb.sampler.alpha) == pytest.approx(0.4)
     assert rb2.sampler.beta == pytest.approx(rb.sampler.beta) == pytest.approx(0.8)
 
-    # a checkpoint without a scheduler the buffer has is refused, nothing changes
-    plain = _rb()
+    # a checkpoint saved before the schedulers were added loads (as TorchRL's, whose
+    # schedulers are outside the checkpoint): the buffer's state is the saved one, the
+    # schedulers stay where they were and their next step goes on from there
+    plain = _rb(alpha=0.6, beta=0.2)
     plain.dumps(tmp_path / "plain")
-    with pytest.raises(CheckpointError, match="scheduler.alpha"):
-        rb2.loads(tmp_path / "plain")
-    assert alpha2.step_count == 4 and rb2.sampler.alpha == pytest.approx(0.4)
+    rb2.loads(tmp_path / "plain")
+    assert (alpha2.step_count, beta2.step_count) == (4, 4)
+    assert rb2.sampler.alpha == pytest.approx(0.6) and rb2.sampler.beta == pytest.approx(0.2)
+    alpha2.step()
+    assert alpha2.step_count == 5 and rb2.sampler.alpha == pytest.approx(0.3)  # 0.8 - 5 * 0.1
+    # the same through state_dict
+    rb3 = _rb()
+    LinearScheduler(rb3, "alpha", final_value=0.0, num_steps=8)
+    rb3.load_state_dict(plain.state_dict())
+    assert rb3.sampler.alpha == pytest.approx(0.6)
+
+
+def test_int_parameter_gets_the_nearest_int() -> None:
+    # StalenessAwareSampler refuses a float max_staleness / consumer_version: each scheduled
+    # value is set as the nearest int (TorchRL sets floats; tdreplay raised TypeError)
+    s = StalenessAwareSampler(max_staleness=2)
+    linear = LinearScheduler(s, "max_staleness", 10, 5)
+    seen = []
+    for _ in range(6):
+        linear.step()
+        seen.append(s.max_staleness)
+    assert seen == [4, 5, 7, 8, 10, 10] and all(type(v) is int for v in seen)
+    step = StepScheduler(s, "consumer_version", 1, mode="additive")
+    step.step()
+    step.step()
+    assert s.consumer_version == 2 and step.step_count == 2
+    # a rollback of a SchedulerList sets the int back
+    s.consumer_version = 5
+    halving = StepScheduler(s, "consumer_version", 0.5)
+    refused = StepScheduler(PrioritizedSampler(4, 0.5, 0.5), "alpha", -1.0, mode="additive")
+    with pytest.raises(ValueError, match="alpha"):
+        SchedulerList([halving, refused]).step()
+    assert s.consumer_version == 5 and halving.step_count == 0
+    # a float parameter is left a float, and an int parameter that takes floats gets them
+
+    class Tempered(RandomSampler):
+        temperature = 1
+
+    t = Tempered()
+    LinearScheduler(t, "temperature", 0.0, 4).step()
+    assert t.temperature == 0.75
+
+
+def test_lambda_returning_no_number_names_lambda_fn() -> None:
+    s = PrioritizedSampler(8, alpha=0.7, beta=0.5)
+    sch = LambdaScheduler(s, "beta", lambda n: None)
+    with pytest.raises(TypeError, match=r"lambda_fn\(1\) must be a real number"):
+        sch.step()
+    assert sch.step_count == 0 and s.beta == 0.5
 
 
 def test_step_is_thread_safe_under_the_buffer_lock() -> None:

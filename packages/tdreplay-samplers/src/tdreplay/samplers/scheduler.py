@@ -16,9 +16,16 @@ Checkpoints. A scheduler built on a buffer registers itself with it
 (:meth:`~tdreplay.core.ReplayBuffer.register_stateful`, under ``"scheduler.<param_name>"``),
 so that ``rb.state_dict()`` / ``rb.dumps(path)`` save how far it has gone and
 ``rb.load_state_dict`` / ``rb.loads`` restore it: a run resumed from a checkpoint goes on
-annealing where it stopped. A scheduler built on a bare sampler saves nothing by itself; register
-it with ``rb.register_stateful(name, scheduler)``. Its own :meth:`~ParameterScheduler.state_dict`
-holds plain numbers and tensors.
+annealing where it stopped. A checkpoint saved before the scheduler was added (it holds no
+state for it) still loads and leaves the scheduler as it is (its step count: its next step
+sets the parameter as if there had been no load), as TorchRL's, whose schedulers are not part
+of the buffer's checkpoint. A scheduler built on a bare sampler saves
+nothing by itself; register it with ``rb.register_stateful(name, scheduler)``. Its own
+:meth:`~ParameterScheduler.state_dict` holds plain numbers and tensors.
+
+A parameter that holds an int and refuses a float (``TypeError``; e.g. ``max_staleness`` of
+a :class:`~tdreplay.samplers.StalenessAwareSampler`) is set to the nearest int of each
+scheduled value instead (halves round up); other parameters get the value as it is.
 
 Thread safety: a scheduler built on a buffer changes the parameter under the buffer's lock, so a
 sample drawn meanwhile in another thread sees the old or the new value, never a mix.
@@ -217,7 +224,10 @@ class ParameterScheduler(abc.ABC):
         self.sampler = sampler
         self.param_name = param_name
         self.min_value, self.max_value = _bounds(min_value, max_value)
-        self.initial_value = _as_value(getattr(sampler, param_name), param_name)
+        start = getattr(sampler, param_name)
+        self.initial_value = _as_value(start, param_name)
+        #: the parameter held an int: a value it refuses as a float is set rounded (step())
+        self.whole_numbers = is_int(start) and not isinstance(start, torch.Tensor)
         self.step_count = 0
         if self._buffer is not None:
             name = f"scheduler.{param_name}"
@@ -264,6 +274,26 @@ class ParameterScheduler(abc.ABC):
             return value.clamp(self.min_value, self.max_value)
         return min(max(float(value), self.min_value), self.max_value)
 
+    def set_value(self, value: Value) -> None:
+        """Set the sampler's parameter to ``value`` (no step, no clipping); the nearest int
+        when the parameter held one and refuses a float (see the module docstring).
+
+        Examples
+        --------
+        >>> from tdreplay.samplers import StalenessAwareSampler
+        >>> sampler = StalenessAwareSampler(max_staleness=2)
+        >>> LinearScheduler(sampler, "max_staleness", 10, num_steps=4).set_value(6.5)
+        >>> sampler.max_staleness
+        7
+        """
+        try:
+            setattr(self.sampler, self.param_name, value)
+        except TypeError:
+            if not self.whole_numbers or isinstance(value, torch.Tensor) \
+                    or not math.isfinite(value):
+                raise
+            setattr(self.sampler, self.param_name, math.floor(value + 0.5))
+
     def _locked(self) -> AbstractContextManager[Any]:
         return self._buffer.locked() if self._buffer is not None else nullcontext()
 
@@ -274,8 +304,7 @@ class ParameterScheduler(abc.ABC):
         the scheduler stays where it was.
         """
         with self._locked():
-            value = self._clip(self.compute(self.step_count + 1))
-            setattr(self.sampler, self.param_name, value)
+            self.set_value(self._clip(self.compute(self.step_count + 1)))
             self.step_count += 1
 
     # ---- state ---------------------------------------------------------------------------------
@@ -285,6 +314,10 @@ class ParameterScheduler(abc.ABC):
         return {"step_count": self.step_count,
                 "initial_value": initial.clone() if isinstance(initial, torch.Tensor) else initial,
                 "min_value": self.min_value, "max_value": self.max_value}
+
+    #: a checkpoint without this scheduler's state (saved before it was added) loads, leaving
+    #: it as it is (see :class:`~tdreplay.core.stateful_parts.StatefulParts`)
+    missing_ok: ClassVar[bool] = True
 
     #: TorchRL's ``state_dict`` keys (its scheduler's ``__dict__``) and the keys of
     #: :meth:`state_dict` they hold; subclasses add theirs.
@@ -401,7 +434,10 @@ class LambdaScheduler(ParameterScheduler):
         super().__init__(obj, param_name, min_value, max_value)
 
     def compute(self, step_count: int) -> Value:
-        return self.initial_value * self.lambda_fn(step_count)
+        """The initial value times ``lambda_fn(step_count)``; ``TypeError`` naming
+        ``lambda_fn`` when it returns something other than a real number."""
+        factor = _as_value(self.lambda_fn(step_count), f"lambda_fn({step_count})")
+        return self.initial_value * factor
 
 
 class LinearScheduler(ParameterScheduler):
@@ -618,7 +654,7 @@ class SchedulerList:
                 stepped.append(before)
         except BaseException:
             for scheduler, state, value in reversed(stepped):
-                setattr(scheduler.sampler, scheduler.param_name, value)  # (accepted before)
+                scheduler.set_value(value)  # (accepted before)
                 scheduler.load_state_dict(state)
             raise
 
