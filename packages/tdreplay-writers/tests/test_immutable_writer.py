@@ -62,8 +62,11 @@ def test_empty_is_refused_and_the_buffer_keeps_its_items():
         rb.writer.empty()
     assert len(rb) == 4 and rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
     # a buffer reading the same storage is not emptied either (its empty would empty both)
+    # (the error says the refusal is another buffer's: the caller emptied a plain buffer)
     other = TensorDictReplayBuffer(storage=rb.storage, batch_size=2)
-    with pytest.raises(RuntimeError, match="Cannot empty an immutable dataset"):
+    with pytest.raises(RuntimeError, match=r"another buffer reading this buffer's storage "
+                       r"\(TensorDictReplayBuffer with a ImmutableDatasetWriter\) refuses the "
+                       r"empty: Cannot empty an immutable dataset"):
         other.empty()
     assert len(rb) == len(other) == 4
 
@@ -83,6 +86,7 @@ def test_in_place_edits_are_refused_and_change_nothing(edit):
         edit(rb)
     assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
     other = TensorDictReplayBuffer(storage=rb.storage)  # (another buffer over the dataset)
-    with pytest.raises(RuntimeError, match="Cannot edit an immutable dataset"):
+    with pytest.raises(RuntimeError, match="another buffer .* refuses the edit: Cannot edit an "
+                       "immutable dataset"):
         edit(other)
     assert rb[:]["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -22,6 +22,7 @@ buffer makes to the storage is then passed on to the other buffers' samplers, un
 from __future__ import annotations
 
 import contextlib
+import operator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -129,11 +130,22 @@ class StorageReadersMixin:
         for other in self._readers.others(self):
             other.sampler.mark_edited(keys)
 
-    def _storage_writers(self) -> list[Writer]:
-        """This buffer's writer and those of the other buffers reading its storage: what an
-        ``empty`` or an in-place edit through this buffer changes the items of (each may
-        refuse: ``Writer.check_empty`` / ``Writer.check_edit``, a dataset's writer does)."""
-        return [self._writer, *(other.writer for other in self._readers.others(self))]
+    def _check_storage_writers(self, action: str) -> None:
+        """Ask this buffer's writer, then those of the other buffers reading its storage,
+        whether ``action`` (``"empty"`` or ``"edit"``: ``Writer.check_empty`` /
+        ``Writer.check_edit``) may change the storage's items; each may refuse (a dataset's
+        writer does), before anything changes. A refusal by another buffer's writer says
+        which buffer refused."""
+        check = operator.methodcaller(f"check_{action}")
+        check(self._writer)
+        for other in self._readers.others(self):
+            try:
+                check(other.writer)
+            except RuntimeError as err:
+                raise RuntimeError(
+                    f"another buffer reading this buffer's storage ({type(other).__name__} "
+                    f"with a {type(other.writer).__name__}) refuses the {action}: {err}"
+                ) from err
 
     @property
     def restored_together(self) -> tuple[Any, ...]:

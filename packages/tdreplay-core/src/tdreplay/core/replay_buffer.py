@@ -604,8 +604,7 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         check_flag(empty_write_count, "empty_write_count")
         with self._lock:
             self._check_writing_process()  # a forked child empties only what is shared
-            for writer in self._storage_writers():  # (a dataset's refuses: nothing changed)
-                writer.check_empty()
+            self._check_storage_writers("empty")  # (a dataset's refuses: nothing changed)
             self.clear_prefetch()
             with self._replacing_rows_itself():  # (the others are told: buffer_readers)
                 self._storage.empty()
