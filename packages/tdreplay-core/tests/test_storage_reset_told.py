@@ -173,3 +173,32 @@ def test_an_empty_from_another_thread_waits_for_the_sample_it_meets():
     assert not sampling.is_alive() and not emptying.is_alive()
     assert len(got) == 1 and len(got[0]) == 4 and set(got[0]) <= set(range(8))
     assert len(rb) == 0
+
+
+@pytest.mark.parametrize("how", ["storage", "other buffer", "loads"])
+def test_a_used_writer_goes_on_after_the_newest_restored_row(how, tmp_path):
+    # a full ring [5, 6, 3, 4] whose newest row is 1 restored past a writer at cursor 3: it
+    # wrote row 3 (the restored 4, not the oldest 3) and cut the ring after 100 (6 -> 3);
+    # TorchRL's writer keeps its cursor the same way
+    storage = ListStorage(4)
+    rb, other = ReplayBuffer(storage=storage), ReplayBuffer(storage=storage)
+    rb.extend([0, 1, 2])
+    source = ListStorage(4)
+    source.set(range(4), [1, 2, 3, 4])
+    source.set(range(2), [5, 6])
+    assert source.last_written_row == 1
+    if how == "storage":
+        storage.load_state_dict(source.state_dict())
+    elif how == "other buffer":
+        saved = ReplayBuffer(storage=source)
+        saved.writer.load_state_dict({"cursor": 2, "write_count": 6})
+        other.load_state_dict(saved.state_dict())
+    else:
+        source.dumps(tmp_path / "ring")
+        storage.loads(tmp_path / "ring")
+    assert rb.writer.cursor == 2 and rb.writer.write_count == 3
+    assert rb.extend([100]).tolist() == [2]
+    assert rb[:] == [5, 6, 100, 4] and storage.last_written_row == 2
+    # emptied past it: back to row 0
+    storage.empty()
+    assert rb.writer.cursor == 0 and rb.extend([7]).tolist() == [0]

@@ -189,7 +189,8 @@ class StorageReadersMixin:
         restored directly (``rb.storage.empty()``, ``rb.storage.loads(path)``, as TorchRL
         programs do) or through another buffer of the storage. What knew the old rows follows
         at once, as after the buffer's own restore: the sampler learns the written slots anew,
-        the writer attaches again (a round-robin cursor past the rows moves back to their end),
+        the writer follows (``Writer.rows_replaced``: a round-robin cursor goes on after the
+        newest row, a max-value writer ranks the new rows),
         the batches drawn ahead and the items the write-side transforms hold back (a
         ``MultiStepTransform``'s steps) are dropped, and the rate limiter's counts start again
         from 0, as ``rb.empty()`` sets them."""
@@ -197,7 +198,7 @@ class StorageReadersMixin:
             return
         self._sampler.learn_written_slots(storage)
         self._sampler_taken_as_is = False
-        self._writer.register_storage(storage)
+        self._writer.rows_replaced(storage)
         self._forget_replaced_rows()
 
     def _forget_replaced_rows(self) -> None:

@@ -120,6 +120,28 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         shared = storage.shared_writer_counters()
         self._counters = shared if shared is not None else self._own_counters
 
+    def rows_replaced(self, storage: Storage) -> None:
+        """Every row of ``storage`` (this writer's) was replaced past this writer: emptied or
+        restored on the storage itself (``rb.storage.loads(path)``) or through another buffer
+        reading it. The buffer calls this at once, under its lock; the writer's state about
+        the old rows must follow the new ones. The base attaches the storage again
+        (:meth:`register_storage`); writers that keep more (a cursor, the ranks of the rows
+        they keep) override it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(storage)
+        >>> _ = writer.extend([1, 2, 3])
+        >>> storage.empty()                # past the writer
+        >>> writer.rows_replaced(storage)  # (what a buffer of the storage calls)
+        >>> writer.cursor
+        0
+        """
+        self.register_storage(storage)
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         if state["_counters"] is not state["_own_counters"]:
@@ -409,6 +431,35 @@ class RoundRobinWriter(Writer):
         if storage.slot_generations is None and (pending is not None or (
                 self._track_generations and storage is not previous)):
             storage.slot_generations = SlotGenerations(pending)
+
+    def rows_replaced(self, storage: Storage) -> None:
+        """The rows of ``storage`` were replaced past this writer (see
+        :meth:`Writer.rows_replaced`): the cursor goes on after the storage's newest row
+        (:attr:`~tdreplay.core.Storage.last_written_row`), as for a new writer, so that the next
+        writes replace the oldest of the restored rows, not the row the cursor reached among
+        the old ones (TorchRL's writer keeps its cursor). Counters shared between processes
+        are the storage's own, restored with it.
+
+        Examples
+        --------
+        >>> from tdreplay.core import ListStorage
+        >>> storage = ListStorage(4)
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(storage)
+        >>> _ = writer.extend([1, 2, 3])   # cursor 3
+        >>> restored = ListStorage(4)
+        >>> restored.set(range(4), ["a", "b", "c", "d"])
+        >>> restored.set(0, "e")           # a full ring whose newest row is 0
+        >>> storage.load_state_dict(restored.state_dict())
+        >>> writer.rows_replaced(storage)
+        >>> writer.cursor                  # the oldest row, "b"
+        1
+        """
+        self.register_storage(storage)
+        newest, capacity = storage.last_written_row, storage.rows_capacity
+        if self._counters is self._own_counters and storage.rows_written and capacity \
+                and newest is not None:
+            self.cursor = (newest + 1) % capacity
 
     def _bump_generations(self, storage: Storage, rows: torch.Tensor | int, capacity: int
                           ) -> None:

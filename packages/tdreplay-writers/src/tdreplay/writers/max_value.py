@@ -307,6 +307,53 @@ class TensorDictMaxValueWriter(Writer):
         self._checked_item = None
         self._fit_to_storage()
 
+    def rows_replaced(self, storage: Any) -> None:
+        """The rows of ``storage`` were replaced past this writer (emptied or restored on the
+        storage itself, or through another buffer reading it): the heap ranks the rows the
+        storage holds now, read from their ``rank_key`` entries, so that a new row replaces
+        the lowest of them (the heap kept the ranks of the rows gone: a row better than every
+        restored one was refused, or a worse one replaced a better). When the ranks cannot be
+        read (no ``rank_key`` entry, a NaN among them), every row ranks lowest. TorchRL's
+        writer keeps its heap.
+
+        Examples
+        --------
+        >>> from tdreplay.core import TensorDictReplayBuffer
+        >>> from tdreplay.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(2)
+        >>> rb = TensorDictReplayBuffer(storage=storage,
+        ...                             writer=TensorDictMaxValueWriter(rank_key="r"))
+        >>> _ = rb.extend(TensorDict({"r": torch.tensor([10.0, 20.0])}, [2]))
+        >>> saved = TensorDictReplayBuffer(storage=LazyTensorStorage(2))
+        >>> _ = saved.extend(TensorDict({"r": torch.tensor([1.0, 2.0])}, [2]))
+        >>> storage.load_state_dict(saved.storage.state_dict())  # past rb: rb is told
+        >>> rb.writer.ranks.tolist()
+        [1.0, 2.0]
+        >>> rb.extend(TensorDict({"r": torch.tensor([5.0])}, [1])).tolist()  # replaces r=1
+        [0]
+        """
+        super().rows_replaced(storage)
+        held = storage.rows_written
+        ranks = self._stored_ranks(storage, held)
+        self._heap = [(rank, row, row - held) for row, rank in enumerate(ranks)]
+        heapq.heapify(self._heap)
+
+    def _stored_ranks(self, storage: Any, held: int) -> list[float]:
+        """The rank of each of the first ``held`` rows of ``storage``, or ``-inf`` for all of
+        them when they cannot be read."""
+        if not held:
+            return []
+        try:
+            rows = storage.get(slice(0, held))
+            if isinstance(rows, list):
+                rows = storage.default_collate(rows)
+            ranks = self._ranks(rows, batched=True)
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            return [-math.inf] * held
+        if ranks.numel() != held:
+            return [-math.inf] * held
+        return ranks.tolist()
+
     def _check_unwritten(self, data: Any, single: bool) -> None:
         """None of ``data``'s rows ranks high enough: the storage still checks it (keys,
         shapes, dtypes) by writing none of its rows, so that whether bad data is refused does
