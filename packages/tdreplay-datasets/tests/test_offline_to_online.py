@@ -470,7 +470,8 @@ def annealed(**kwargs) -> OfflineToOnlineReplayBuffer:
 def test_state_dict_round_trip_keeps_online_data_and_both_fractions():
     rb = annealed()
     state = rb.state_dict()
-    assert set(state) == {"online_buffer", "offline_fraction", "base_offline_fraction"}
+    assert set(state) == {"online_buffer", "offline_fraction", "base_offline_fraction",
+                          "offline_sampler"}
     assert state["offline_fraction"] == pytest.approx(0.45)
     assert state["base_offline_fraction"] == 0.6
     again = make(offline_fraction=0.2, batch_size=8)
@@ -528,6 +529,58 @@ def test_dumps_loads_round_trip_samples_the_same(tmp_path):
     assert again.offline_fraction == 0.6  # base restored
 
 
+def _offline_with(sampler) -> OfflineToOnlineReplayBuffer:
+    offline = TensorDictReplayBuffer(storage=LazyTensorStorage(40), sampler=sampler)
+    offline.extend(TensorDict({"obs": torch.arange(40.0)}, [40]))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=50, offline_fraction=0.5,
+                                     batch_size=8)
+    rb.extend(online_td(20))
+    return rb
+
+
+@pytest.mark.parametrize("how", ["dumps", "state_dict"])
+def test_a_restored_buffer_goes_on_with_the_offline_epoch(tmp_path, how):
+    # (only the online buffer and the fractions were saved: a restored buffer began a new
+    # offline epoch, drawing again rows the saved one had drawn and skipping others)
+    rb = _offline_with(SamplerWithoutReplacement())
+    for _ in range(3):
+        rb.sample()  # 12 of the 40 offline rows of this epoch
+    again = _offline_with(SamplerWithoutReplacement())
+    if how == "dumps":
+        rb.dumps(tmp_path / "ckpt")
+        again.loads(tmp_path / "ckpt")
+    else:
+        again.load_state_dict(rb.state_dict())
+    rest = [rb.sample()["obs"][:4].tolist() for _ in range(7)]
+    assert [again.sample()["obs"][:4].tolist() for _ in range(7)] == rest
+    assert sorted(sum(rest, [])) == sorted(set(sum(rest, [])))  # 28 rows, none twice
+
+
+def test_offline_priorities_come_back_and_a_state_that_does_not_fit_is_refused(tmp_path):
+    from tdreplay.samplers import PrioritizedSampler
+
+    rb = _offline_with(PrioritizedSampler(40, 1.0, 1.0))
+    rb.offline_buffer.update_priority(torch.arange(8), torch.full((8,), 50.0))
+    rb.dumps(tmp_path / "ckpt")
+    again = _offline_with(PrioritizedSampler(40, 1.0, 1.0))
+    again.loads(tmp_path / "ckpt")
+    assert again.offline_buffer.sampler.max_priority == 50.0
+    assert torch.equal(again.offline_buffer.sampler.state_dict()["priorities"],
+                       rb.offline_buffer.sampler.state_dict()["priorities"])
+    # a checkpoint of another offline sampler: refused, nothing changes
+    other = _offline_with(SamplerWithoutReplacement())
+    other.extend(online_td(3, start=7000))
+    before = (state_of(other), other.offline_buffer.sampler.state_dict())
+    with pytest.raises(CheckpointError, match="offline_sampler.pt"):
+        other.loads(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match=r"state_dict\['offline_sampler'\]"):
+        other.load_state_dict(rb.state_dict())
+    after = (state_of(other), other.offline_buffer.sampler.state_dict())
+    assert after[0] == before[0] and after[1].keys() == before[1].keys()
+    assert all(torch.equal(torch.as_tensor(after[1][k]), torch.as_tensor(before[1][k]))
+               for k in before[1])
+
+
 def test_dumps_writes_one_atomic_checkpoint_with_the_fractions(tmp_path):
     rb = annealed()
     rb.dumps(tmp_path / "ckpt")
@@ -536,7 +589,7 @@ def test_dumps_writes_one_atomic_checkpoint_with_the_fractions(tmp_path):
     meta = json.loads((snapshots[0] / "offline_to_online.json").read_text())
     assert meta == {"format": 1, "kind": "OfflineToOnlineReplayBuffer",
                     "offline_fraction": pytest.approx(0.45), "base_offline_fraction": 0.6,
-                    "online_buffer": "TensorDictReplayBuffer"}
+                    "offline_sampler": True, "online_buffer": "TensorDictReplayBuffer"}
     assert (snapshots[0] / "online" / "tdreplay-checkpoint.json").is_file()
     # a second save replaces the first
     rb.extend(online_td(2, start=7000))

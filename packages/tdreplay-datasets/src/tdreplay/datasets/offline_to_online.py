@@ -26,6 +26,13 @@ from tdreplay.core.checkpoint import open_checkpoint, read_json, write_checkpoin
 from tdreplay.core.utils import check_batch_size, check_instance, check_required_count
 from tdreplay.storages import LazyTensorStorage
 
+from ._offline_state import (
+    check_offline_sampler_state,
+    load_offline_sampler_state,
+    offline_sampler_state,
+    read_offline_sampler_state,
+    write_offline_sampler_state,
+)
 from .registry import load_dataset
 
 __all__ = ["OfflineToOnlineReplayBuffer", "prefill_replay_buffer"]
@@ -192,10 +199,11 @@ class OfflineToOnlineReplayBuffer:
       anything is concatenated. TensorDicts and tensors are concatenated with ``torch.cat``,
       lists by list concatenation; other samples raise ``TypeError``.
     - **Checkpoints**: :meth:`state_dict` / :meth:`load_state_dict` and :meth:`dumps` /
-      :meth:`loads` save and restore the online buffer and the offline fraction (annealed and
-      base); TorchRL's class has none. The offline dataset is not saved: it is immutable and
-      reloaded from its source. ``dumps`` is atomic as a whole, and a failed load changes
-      nothing.
+      :meth:`loads` save and restore the online buffer, the offline fraction (annealed and
+      base) and the offline dataset's sampler state (a without-replacement epoch, priorities
+      updated on dataset rows); TorchRL's class has none. The offline dataset's rows are not
+      saved: they are immutable and reloaded from their source. ``dumps`` is atomic as a
+      whole, and a failed load changes nothing.
     - **Argument checks** TorchRL lacks: the types of ``offline_fraction`` (a bool or a
       string is refused), of the batch sizes and of :meth:`anneal`'s steps
       (``total_steps <= 0`` or a negative ``step`` raise ``ValueError``; TorchRL divides by
@@ -475,9 +483,12 @@ online_size=10, batch_size=8)
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The online buffer's state and the offline fractions (current and base).
+        """The online buffer's state, the offline fractions (current and base) and the state
+        of the offline dataset's sampler (``"offline_sampler"``; ``None`` when the dataset is
+        not a replay buffer).
 
-        The offline dataset is not part of it: it is immutable and reloaded from its source.
+        The offline dataset's rows are not part of it: they are immutable and reloaded from
+        their source.
 
         Examples
         --------
@@ -496,7 +507,8 @@ online_size=10, batch_size=8)
         with self._lock:
             fractions = (self._offline_fraction, self._base_offline_fraction)
         return {"online_buffer": self._online_buffer.state_dict(),
-                "offline_fraction": fractions[0], "base_offline_fraction": fractions[1]}
+                "offline_fraction": fractions[0], "base_offline_fraction": fractions[1],
+                "offline_sampler": offline_sampler_state(self._offline_buffer)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`. Everything is checked first: a state that does not fit
@@ -511,12 +523,20 @@ online_size=10, batch_size=8)
                                              state_dict["base_offline_fraction"])
         except (TypeError, ValueError) as err:
             raise ValueError(f"state_dict: {err}") from err
+        offline = state_dict.get("offline_sampler")  # (None or absent: not saved)
+        if offline is not None:
+            try:
+                check_offline_sampler_state(self._offline_buffer, offline)
+            except ValueError as err:
+                raise ValueError(f"state_dict['offline_sampler']: {err}") from err
         try:  # (all or nothing: checks every part before it changes any)
             self._online_buffer.load_state_dict(state_dict["online_buffer"])
         except TypeError as err:
             raise TypeError(f"state_dict['online_buffer']: {err}") from err
         except ValueError as err:
             raise ValueError(f"state_dict['online_buffer']: {err}") from err
+        if offline is not None:
+            load_offline_sampler_state(self._offline_buffer, offline)
         with self._lock:
             self._offline_fraction, self._base_offline_fraction = current, base
 
@@ -524,9 +544,10 @@ online_size=10, batch_size=8)
         """Save the online buffer and the fractions into checkpoint directory ``path``.
 
         One atomic checkpoint (:func:`~tdreplay.core.checkpoint.write_checkpoint`): its snapshot
-        holds ``offline_to_online.json`` (the fractions) and ``online/``, the online buffer's
-        own checkpoint. A crash mid-way leaves the previous checkpoint loadable. The offline
-        dataset is not saved (it is immutable and reloaded from its source).
+        holds ``offline_to_online.json`` (the fractions), ``online/``, the online buffer's
+        own checkpoint, and ``offline_sampler.pt``, the offline dataset's sampler state. A
+        crash mid-way leaves the previous checkpoint loadable. The offline dataset's rows are
+        not saved (they are immutable and reloaded from their source).
 
         Examples
         --------
@@ -547,9 +568,10 @@ online_size=10, batch_size=8)
         with write_checkpoint(path) as snapshot:
             with self._lock:
                 current, base = self._offline_fraction, self._base_offline_fraction
+            offline = write_offline_sampler_state(snapshot, self._offline_buffer)
             write_json(snapshot / _META, {
                 "format": _FORMAT, "kind": _KIND, "offline_fraction": current,
-                "base_offline_fraction": base,
+                "base_offline_fraction": base, "offline_sampler": offline,
                 "online_buffer": type(self._online_buffer).__name__})
             self._online_buffer.dumps(snapshot / _ONLINE)
 
@@ -593,7 +615,11 @@ online_size=10, batch_size=8)
                     f"{saved_online}, but this buffer's is a "
                     f"{type(self._online_buffer).__name__} (the offline dataset decides: a "
                     "TensorDictReplayBuffer dataset gets a TensorDictReplayBuffer).")
+            offline = (read_offline_sampler_state(snapshot, self._offline_buffer)
+                       if meta.get("offline_sampler") else None)  # (absent: not saved)
             self._online_buffer.loads(snapshot / _ONLINE)
+        if offline is not None:
+            load_offline_sampler_state(self._offline_buffer, offline)
         with self._lock:
             self._offline_fraction, self._base_offline_fraction = current, base
 
