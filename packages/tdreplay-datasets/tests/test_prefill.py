@@ -208,3 +208,36 @@ def test_a_partial_factory_registration_works_for_strings(cartpole, root):
     prefill_replay_buffer(rb, f"cartpoles:{CARTPOLE_ID}")
     assert len(rb) == MinariExperienceReplay(CARTPOLE_ID, 1, root=root,
                                              download=False).metadata["total_steps"]
+
+
+def _episodes() -> TensorDictReplayBuffer:
+    """Episodes of 3, 1 and 5 steps (ids 0, 1, 2), the first terminated, the others
+    truncated."""
+    ids = torch.tensor([0, 0, 0, 1, 2, 2, 2, 2, 2])
+    ends = torch.tensor([False, False, True, True, False, False, False, False, True])
+    terminated = torch.zeros(9, 1, dtype=torch.bool)
+    terminated[2] = True
+    data = TensorDictReplayBuffer(storage=LazyTensorStorage(9))
+    data.extend(TensorDict({"episode": ids, "next": {
+        "done": ends.unsqueeze(-1), "terminated": terminated,
+        "truncated": ends.unsqueeze(-1) & ~terminated}}, [9]))
+    return data
+
+
+@pytest.mark.parametrize("chunk_size", [2, 100])
+def test_a_copy_that_stops_inside_an_episode_ends_it_truncated(chunk_size):
+    # (the last item copied ended nothing: the online steps written after it continued the
+    # dataset's episode 2, and 2 of 20 slices joined them)
+    dataset = _episodes()
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(30))
+    prefill_replay_buffer(rb, dataset, n_samples=6, chunk_size=chunk_size)
+    copied = rb[:]
+    assert copied["next", "truncated"].reshape(-1).tolist() == [False] * 3 + [True, False, True]
+    assert copied["next", "done"].reshape(-1).tolist() == [False, False, True, True, False, True]
+    assert copied["next", "terminated"].reshape(-1).tolist() == [False, False, True] + [False] * 3
+    assert not bool(dataset[5]["next", "done"].any())  # the dataset is unchanged
+    # a copy that ends where an episode ends, and a whole copy, change no flag
+    for n in (4, None):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(30))
+        prefill_replay_buffer(rb, dataset, n_samples=n, chunk_size=chunk_size)
+        assert torch.equal(rb[:]["next", "done"], dataset[:len(rb)]["next", "done"])

@@ -638,6 +638,11 @@ def prefill_replay_buffer(
     written with ``rb.extend``, in the order the dataset stores them: every item exactly once,
     and a trajectory stays contiguous, so a slice sampler on ``rb`` finds it whole.
 
+    When ``n_samples`` stops inside an episode, the last item copied is marked truncated
+    (``("next", "truncated")`` and ``("next", "done")``, in the copy; TensorDict items that
+    carry a ``("next", "truncated")`` entry), so that the online steps written after it do not
+    continue the dataset's episode for a slice sampler or ``rb.query``.
+
     Difference from TorchRL: TorchRL's ``prefill_replay_buffer`` calls
     ``dataset.sample(chunk)`` repeatedly, so with the usual random sampler its "copy" repeats
     some items, misses others and cuts the trajectories apart.
@@ -698,5 +703,28 @@ def prefill_replay_buffer(
     size = len(dataset)
     total = size if limit is None else min(limit, size)
     for start in range(0, total, chunk):
-        extend(dataset[start:min(start + chunk, total)])
+        items = dataset[start:min(start + chunk, total)]
+        if start + chunk >= total and total < size:  # (the copy stops inside the dataset)
+            items = _last_step_truncated(items)
+        extend(items)
     return rb
+
+
+def _last_step_truncated(items: Any) -> Any:
+    """``items`` with its last item marked truncated (and done) when it is a batch of
+    TensorDicts carrying ``("next", "truncated")`` and that item ends no episode (``items``
+    itself unchanged: new tensors for the flags); else ``items`` as they are (a done flag alone
+    would read as a termination)."""
+    if not is_tensor_collection(items) or not items.batch_dims or not items.batch_size[0]:
+        return items
+    truncated, done = items.get(("next", "truncated"), None), items.get(("next", "done"), None)
+    if not isinstance(truncated, torch.Tensor) or bool(truncated[-1].any()) \
+            or isinstance(done, torch.Tensor) and bool(done[-1].any()):
+        return items
+    out = items.copy()  # (shallow: the flags set below are new tensors)
+    for key, flag in ((("next", "truncated"), truncated), (("next", "done"), done)):
+        if isinstance(flag, torch.Tensor):
+            flag = flag.clone()
+            flag[-1] = True
+            out.set(key, flag)
+    return out
