@@ -111,6 +111,26 @@ def test_a_meta_json_that_parses_but_describes_no_tensordict_is_refused(cartpole
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("meta_file, leaf", [("meta.json", "observation"),
+                                             ("next/meta.json", "reward")])
+def test_a_leaf_shape_edited_to_the_same_bytes_is_refused_naming_it(cartpole, root, converted,
+                                                                    meta_file, leaf):
+    """(the storage built on the data raised tensordict's bare "batch dimension mismatch")"""
+    path = converted / "data" / meta_file
+    meta = json.loads(path.read_text())
+    shape = meta[leaf]["shape"]
+    size = 1
+    for dim in shape:
+        size *= dim
+    meta[leaf]["shape"] = [1, size]  # the same number of elements, another batch size
+    path.write_text(json.dumps(meta))
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=f"the converted data under '{converted / 'data'}' is "
+                       f"damaged.*{leaf}.*does not start with the data's batch size"):
+        load(cartpole, root, download=False)
+    assert snapshot(root) == before
+
+
 def test_a_damaged_space_in_the_marker_is_refused_naming_it(cartpole, root, converted):
     path = converted / MARKER
     marker = json.loads(path.read_text())

@@ -745,7 +745,9 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         if not marker.get("split_trajs"):
             read_json(path / _ENV_METADATA, "the environment metadata file")
         try:
-            return load_memmap(path / _DATA)
+            data = load_memmap(path / _DATA)
+            _check_leaf_shapes(data)
+            return data
         except (KeyError, ValueError, RuntimeError, TypeError) as err:  # (json too)
             raise ValueError(f"the converted data under {str(path / _DATA)!r} is damaged (its "
                              f"meta.json files do not describe a TensorDict: {err!r}); convert "
@@ -770,3 +772,14 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                                      f"{str(path / _MARKER)!r} is damaged ({err!r}); convert "
                                      "the dataset again with download='force'.") from err
         return meta
+
+
+def _check_leaf_shapes(data: Any) -> None:
+    """``ValueError`` naming the entry unless every leaf of ``data`` starts with its batch
+    size (``load_memmap`` takes a ``meta.json`` whose shapes were edited to the same number of
+    bytes, and the storage built on it then fails with a bare batch-size error)."""
+    batch = tuple(data.batch_size)
+    for key, value in data.items(include_nested=True, leaves_only=True):
+        if tuple(value.shape[:len(batch)]) != batch:
+            raise ValueError(f"entry {key!r} has shape {tuple(value.shape)}, which does not "
+                             f"start with the data's batch size {batch}")
