@@ -210,8 +210,21 @@ def test_extend_with_memmap_stores_memory_mapped_tensors():
     assert rb[:]["frame"].tolist() == list(range(6))
 
 
-def test_extend_rejects_non_tensordicts():
-    with pytest.raises(TypeError, match="TensorDict"):
+def test_a_tensor_batch_is_written_as_it_is_into_a_plain_buffer():
+    # (refused with a plain TypeError; TorchRL's hook writes it, and samples [4, 2])
+    from tdreplay.core.utils import NotATensorDictError
+    rb = ReplayBuffer(storage=ListStorage(100), batch_size=4)
+    hook = ReplayBufferTrainer(rb)
+    batch = torch.arange(12.0).reshape(6, 2)
+    assert hook.extend(batch) is batch
+    assert torch.equal(torch.stack(list(rb[:])), batch) and hook.sample(None).shape == (4, 2)
+    # the options that need a TensorDict name themselves; nothing is written
+    for kwargs, named in (({"flatten_tensordicts": True}, "flatten_tensordicts"),
+                          ({"max_dims": (4,)}, "max_dims"), ({"memmap": True}, "memmap")):
+        with pytest.raises(NotATensorDictError, match=f"extend: {named} need a TensorDict"):
+            ReplayBufferTrainer(rb, **kwargs).extend(batch)
+    assert len(rb) == 6
+    with pytest.raises(ValueError, match="TensorDict"):  # (TorchRL's error class, too)
         ReplayBufferTrainer(buffer(), batch_size=2).extend(torch.zeros(3))
 
 

@@ -298,3 +298,25 @@ def test_logger_is_called_once_per_log_interval_per_name(batches, loss_module):
     # every loss log goes through the same rule
     assert [s for n, _, s in logger.calls if n == "loss_mse"] == [4, 16]
     assert trainer.latest_logged["v"] == 20.0
+
+
+def test_a_per_item_output_of_fewer_dims_than_the_sample_is_named_in_a_warning():
+    # (a [B] td_error for a [B, T] sample of [T] items was dropped without a word; the
+    # priority update after the loss then said the loss returned no 'td_error')
+    class PerItem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, batch):
+            err = (batch["x"] - self.weight) ** 2  # [B, T]
+            return TensorDict({"loss_a": err.mean(), "td_error": err.detach().amax(-1),
+                               "per_step": err.detach()}, [])
+
+    seen = []
+    trainer = make_trainer([TensorDict({"x": torch.randn(3, 5)}, [3, 5])], PerItem(), steps=1)
+    trainer.register_op("post_loss", lambda sub: seen.append(set(sub.keys())))
+    with pytest.warns(UserWarning, match=r"loss output 'td_error' has shape \(3,\), which does "
+                      r"not start with the sampled batch's \(3, 5\)"):
+        trainer.train()
+    assert seen == [{"x", "per_step"}]  # the [B, T] output is written, the [B] one is not

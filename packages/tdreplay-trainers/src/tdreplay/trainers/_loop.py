@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable
 from numbers import Number
 from typing import Any
@@ -78,22 +79,33 @@ def count_frames(batch: TensorDictBase, frame_skip: int) -> int:
 def _attach_sample_outputs(sub_batch: TensorDictBase, losses: TensorDictBase) -> None:
     """Write the loss's per-sample outputs (e.g. new priorities) into the sub-batch; an
     ``index`` output other than the sample's own is refused (the priority update after the
-    loss would go to its slots)."""
+    loss would go to its slots). An output with one value per sampled item but fewer dims than
+    the sub-batch (``[B]`` for a ``[B, T]`` sample of ``[T]`` items) is not written, with a
+    ``UserWarning`` naming it (a priority update then misses it)."""
     if not is_tensor_collection(sub_batch) or not sub_batch.batch_dims:
         return
     shape = sub_batch.batch_size
     for key, value in losses.items():
-        if (isinstance(key, str) and not key.startswith(LOSS_PREFIX)
-                and isinstance(value, torch.Tensor) and value.shape[: len(shape)] == shape):
-            if key == _INDEX_KEY and _INDEX_KEY in sub_batch.keys():
-                if not torch.equal(value, sub_batch.get(_INDEX_KEY)):
-                    raise ValueError(
-                        f"the loss returned an {_INDEX_KEY!r} entry other than the sample's: "
-                        f"{_INDEX_KEY!r} says which slots the priority update after the loss "
-                        "goes to. Give that output another name. The optimizer step was "
-                        "not taken.")
-                continue
-            sub_batch.set(key, value.detach())
+        if not isinstance(key, str) or key.startswith(LOSS_PREFIX) \
+                or not isinstance(value, torch.Tensor):
+            continue
+        if value.shape[: len(shape)] != shape:
+            if value.ndim and value.shape[0] == shape[0] and len(shape) > 1:
+                warnings.warn(
+                    f"the loss output {key!r} has shape {tuple(value.shape)}, which does not "
+                    f"start with the sampled batch's {tuple(shape)}: it is not written into "
+                    "the batch, so a priority update reading it there will not find it "
+                    "(return one value per step, or expand it).", UserWarning, stacklevel=4)
+            continue
+        if key == _INDEX_KEY and _INDEX_KEY in sub_batch.keys():
+            if not torch.equal(value, sub_batch.get(_INDEX_KEY)):
+                raise ValueError(
+                    f"the loss returned an {_INDEX_KEY!r} entry other than the sample's: "
+                    f"{_INDEX_KEY!r} says which slots the priority update after the loss "
+                    "goes to. Give that output another name. The optimizer step was "
+                    "not taken.")
+            continue
+        sub_batch.set(key, value.detach())
 
 
 def run_optim_steps(batch: TensorDictBase, steps: int, *, ops: OpRegistry,

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection, pad
 
 from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
-from tdreplay.core.utils import check_flag
+from tdreplay.core.utils import NotATensorDictError, check_flag
 
 from .hooks import TrainerHookBase
 from .trainer import MASK_KEY
@@ -154,9 +154,22 @@ class ReplayBufferTrainer(TrainerHookBase):
         """Write ``batch`` into the buffer (flattened or padded first, see the parameters) and
         return what was written, as TorchRL's: registered at ``"batch_process"``, it replaces
         the batch the next ops see. ``batch`` itself is left as it was.
+
+        A batch that is not a TensorDict (a tensor, for a plain ``ReplayBuffer``) is written as
+        it is, as TorchRL's; with ``flatten_tensordicts``, ``max_dims`` or ``memmap``, which
+        need a TensorDict, it raises ``NotATensorDictError`` (a ``TypeError`` and a
+        ``ValueError``) naming the option, and nothing is written.
         """
         if not is_tensor_collection(batch):
-            raise TypeError(f"extend expects a TensorDict batch, got {type(batch).__name__}.")
+            needs = [name for name, on in (("flatten_tensordicts", self.flatten_tensordicts),
+                                           ("max_dims", self.max_dims is not None),
+                                           ("memmap", self.memmap)) if on]
+            if needs:
+                raise NotATensorDictError(
+                    f"extend: {' and '.join(needs)} need a TensorDict batch, got "
+                    f"{type(batch).__name__}.")
+            self.replay_buffer.extend(batch)
+            return batch
         if self.flatten_tensordicts:
             batch = self._flatten(batch)
         elif self.max_dims is not None:
@@ -212,6 +225,9 @@ class ReplayBufferTrainer(TrainerHookBase):
         return {"replay_buffer": self.replay_buffer.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"ReplayBufferTrainer state_dict must be a dict, got "
+                            f"{type(state_dict).__name__}.")
         if "replay_buffer" not in state_dict:
             raise ValueError("ReplayBufferTrainer state_dict is missing 'replay_buffer'.")
         self.replay_buffer.load_state_dict(state_dict["replay_buffer"])
