@@ -836,3 +836,21 @@ def test_a_copy_keeps_both_buffers_and_both_fractions_and_samples_alone(how):
     twin.anneal(3, 4)  # the copy has a lock and buffers of its own
     assert len(twin.online_buffer) == 12 and len(rb.online_buffer) == 10
     assert rb.offline_fraction == 0.375
+
+
+def test_an_error_of_a_share_of_the_batch_says_which_share():
+    # (a slice sampler refused "batch_size=5" for a batch of 16: the 5 was round(0.3 * 16))
+    from tdreplay.samplers import SliceSampler
+
+    offline = TensorDictReplayBuffer(storage=LazyTensorStorage(40),
+                                     sampler=SliceSampler(slice_len=4, traj_key="episode"))
+    offline.extend(TensorDict({"obs": torch.arange(40.0),
+                               "episode": torch.arange(40) // 10}, [40]))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=50, offline_fraction=0.3,
+                                     batch_size=16)
+    rb.extend(online_td(13, episode=torch.full((13,), 9)))
+    with pytest.raises(ValueError, match="divisible by slice_len") as caught:
+        rb.sample()
+    assert caught.value.__notes__ == [
+        "(sampling the offline share, round(0.3 * 16) = 5 rows of an OfflineToOnlineReplayBuffer"
+        " batch)"]

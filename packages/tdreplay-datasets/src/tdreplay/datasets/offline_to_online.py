@@ -117,6 +117,17 @@ def _concat(offline: Any, online: Any) -> Any:
         f"sample of type {type(online).__name__}: both must be TensorDicts, tensors or lists.")
 
 
+def _share(buffer: Any, rows: int, what: str) -> Any:
+    """``buffer.sample(rows)``; an error it raises gets a note saying that ``rows`` is ``what``
+    (a share of the batch the caller did not ask for by that size: a slice sampler refusing
+    ``batch_size=5`` was a riddle for a batch of 16)."""
+    try:
+        return buffer.sample(rows)
+    except Exception as err:
+        err.add_note(f"(sampling {what} of an OfflineToOnlineReplayBuffer batch)")
+        raise
+
+
 def _raise_other_row_shapes(offline: Any, online: Any, err: Exception) -> None:
     """``ValueError`` naming the entry whose rows differ in shape between the two dense
     samples that ``torch.cat`` refused (``err``); nothing for others (ragged rows)."""
@@ -380,8 +391,12 @@ online_size=10, batch_size=8)
             elif n_offline == 0:
                 out = self._online_buffer.sample(batch_size)
             else:
-                out = _concat(self._offline_buffer.sample(n_offline),
-                              self._online_buffer.sample(n_online))
+                out = _concat(
+                    _share(self._offline_buffer, n_offline,
+                           f"the offline share, round({self._offline_fraction:g} * "
+                           f"{batch_size}) = {n_offline} rows"),
+                    _share(self._online_buffer, n_online,
+                           f"the online share, {batch_size} - {n_offline} = {n_online} rows"))
             if self._transform is not None:
                 out = self._transform(out)
         return out
