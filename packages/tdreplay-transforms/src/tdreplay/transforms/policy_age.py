@@ -30,6 +30,11 @@ class PolicyAgeFilter(Transform):
     without the version entry passes through with a warning (once), or raises a ``KeyError``
     with ``strict=True``.
 
+    Use it on a :class:`~tdreplay.core.TensorDictReplayBuffer` when the sample's ``index`` or
+    ``priority_weight`` matter: they are entries of its batch, dropped with their rows. A
+    plain ``ReplayBuffer``'s ``sample(return_info=True)`` returns the info of the rows drawn,
+    before the filter dropped some (as TorchRL's), which then no longer line up with them.
+
     Parameters
     ----------
     current_version : int or callable
