@@ -23,7 +23,7 @@ from .remote import RemoteTensorDictReplayBuffer
 from .sharded import ShardedReplayBuffer
 from .transport import DistributedBufferClient
 
-__version__ = "0.6.4"
+__version__ = "0.6.5"
 
 __all__ = [
     "BufferActorDiedError",

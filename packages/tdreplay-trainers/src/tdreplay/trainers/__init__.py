@@ -9,7 +9,7 @@ from .hooks import OptimizerHook, TrainerHookBase
 from .replay_buffer import ReplayBufferTrainer
 from .trainer import HOOK_DESTINATIONS, Trainer
 
-__version__ = "0.6.3"
+__version__ = "0.6.4"
 
 __all__ = [
     "HOOK_DESTINATIONS",
