@@ -75,6 +75,35 @@ def test_a_leaf_left_out_of_meta_json_is_refused(cartpole, root, converted):
     assert snapshot(root) == before
 
 
+def test_a_leaf_added_to_meta_json_is_refused(cartpole, root, converted):
+    # (an entry added by hand, with its file, loaded as an extra entry of the dataset)
+    import shutil
+
+    meta_path = converted / "data" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["extra"] = meta["action"]
+    meta_path.write_text(json.dumps(meta))
+    shutil.copy(converted / "data" / "action.memmap", converted / "data" / "extra.memmap")
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=r"declares leaves the conversion did not write "
+                       r"\(\['extra.memmap'\]\)"):
+        load(cartpole, root, download=False)
+    assert snapshot(root) == before
+
+
+def test_a_marker_whose_file_table_is_not_a_table_is_refused(cartpole, root, converted):
+    # (a list in place of the table skipped the check of the leaves without a word; a marker
+    # without the table is one of an older version, still checked leaf by leaf)
+    path = converted / MARKER
+    marker = json.loads(path.read_text())
+    marker["files"] = list(marker["files"])
+    path.write_text(json.dumps(marker))
+    before = snapshot(root)
+    with pytest.raises(ValueError, match="table of leaf files .* is damaged"):
+        load(cartpole, root, download=False)
+    assert snapshot(root) == before
+
+
 def test_longer_leaf_file_is_refused(cartpole, root, converted):
     path = converted / "data" / "action.memmap"
     with open(path, "ab") as f:

@@ -98,6 +98,10 @@ def check_leaf_files(data_dir: Path, recorded: Any = None) -> None:
     {'x.memmap': 32} True
     """
     declared = leaf_files(data_dir)
+    if recorded is not None and not isinstance(recorded, dict):
+        raise ValueError(f"the dataset marker's table of leaf files under {str(data_dir)!r} is "
+                         f"damaged (a {type(recorded).__name__}, not a table of file sizes); "
+                         "remove the dataset (or pass download='force') to convert it again.")
     if isinstance(recorded, dict):
         for name, size in recorded.items():
             if declared.get(name) != size:
@@ -105,6 +109,12 @@ def check_leaf_files(data_dir: Path, recorded: Any = None) -> None:
                     f"the dataset file {str(data_dir / _META)!r} (or a nested meta.json) does not "
                     f"declare the leaf {name!r} of {size} bytes the conversion wrote: the dataset "
                     "is damaged; remove it (or pass download='force') to convert it again.")
+        extra = sorted(set(declared) - set(recorded))
+        if extra:
+            raise ValueError(
+                f"the dataset file {str(data_dir / _META)!r} (or a nested meta.json) declares "
+                f"leaves the conversion did not write ({extra[:3]}): the dataset is damaged; "
+                "remove it (or pass download='force') to convert it again.")
     for name, size in declared.items():
         path = data_dir / name
         try:
