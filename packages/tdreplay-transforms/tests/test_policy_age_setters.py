@@ -3,6 +3,7 @@ constructor checks them (before, a bad value was accepted and every sample then 
 error or silently came back empty). A refused assignment leaves the filter and the buffer as
 they were."""
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -50,8 +51,17 @@ def test_good_assignments_take_effect():
     assert rb[:].batch_size == torch.Size([6])
 
 
-def test_a_callable_returning_a_non_int_names_current_version():
+@pytest.mark.parametrize("returned", ["a", "3", 3.7, True, None])
+def test_a_callable_returning_a_non_int_names_current_version(returned):
+    # ("3" and 3.7 were cut to 3 at each filtering pass, where the constructor refuses both)
     t, rb = setup()
-    t.current_version = lambda: "a"
-    with pytest.raises(TypeError, match="current_version"):
+    t.current_version = lambda: returned
+    with pytest.raises(TypeError, match="current_version must return an int"):
         rb.sample()
+
+
+@pytest.mark.parametrize("returned", [5, torch.tensor(5), np.int64(5)])
+def test_a_callable_may_return_any_int(returned):
+    t, rb = setup()
+    t.current_version = lambda: returned
+    assert t.version_now() == 5 and rb[:].batch_size == torch.Size([6])  # lag 2

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from tdreplay.core import Transform
 from tdreplay.core.transform import NestedKey
-from tdreplay.core.utils import check_flag, check_key, check_required_count
+from tdreplay.core.utils import check_flag, check_key, check_required_count, is_int
 
 
 def _check_current_version(value: Any) -> int | Callable[[], int]:
@@ -109,11 +109,10 @@ class PolicyAgeFilter(Transform):
         if not callable(version):
             return version
         now = version()
-        try:
-            return int(now)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"PolicyAgeFilter: current_version must return an int, got "
-                            f"{now!r}.") from err
+        if not is_int(now):  # (a float or a string was cut to an int silently)
+            raise TypeError(f"PolicyAgeFilter: current_version must return an int (a Python, "
+                            f"numpy or 0-d integer tensor), got {now!r}.")
+        return int(now)
 
     def filter(self, data: Any) -> Any:
         """``data`` without its stale rows (unchanged when nothing is stale)."""
