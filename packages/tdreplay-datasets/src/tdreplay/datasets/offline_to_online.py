@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -120,11 +121,13 @@ def _concat(offline: Any, online: Any) -> Any:
 def _share(buffer: Any, rows: int, what: str) -> Any:
     """``buffer.sample(rows)``; an error it raises gets a note saying that ``rows`` is ``what``
     (a share of the batch the caller did not ask for by that size: a slice sampler refusing
-    ``batch_size=5`` was a riddle for a batch of 16)."""
+    ``batch_size=5`` was a riddle for a batch of 16). Python 3.10 has no notes: the error
+    goes as it is there."""
     try:
         return buffer.sample(rows)
     except Exception as err:
-        err.add_note(f"(sampling {what} of an OfflineToOnlineReplayBuffer batch)")
+        if sys.version_info >= (3, 11):
+            err.add_note(f"(sampling {what} of an OfflineToOnlineReplayBuffer batch)")
         raise
 
 
