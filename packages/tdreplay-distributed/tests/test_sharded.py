@@ -212,6 +212,37 @@ def test_dumps_loads_and_state_dict_restore_every_shard(sharded, tmp_path):
         sharded.load_state_dict({"num_shards": 2, "shards": state["shards"][:2]})
 
 
+@pytest.mark.parametrize("how", ["dumps", "state_dict"])
+def test_a_restored_sharded_buffer_writes_and_draws_as_the_saved_one(ray_session, tmp_path, how):
+    # (sharded.json held only the number of shards: the client's generator, which picks the
+    # shard of each position of a batch, and its round-robin cursor were not saved, so a
+    # restored buffer drew other batches and wrote its next rows to another shard)
+    rb = ShardedReplayBuffer(num_shards=3, storage=partial(LazyTensorStorage, 100),
+                             batch_size=16, replay_buffer_cls=TensorDictReplayBuffer,
+                             generator=torch.Generator().manual_seed(0))
+    try:
+        for n in (10, 30, 60, 5):
+            rb.extend(TensorDict({"x": torch.arange(n)}, [n]))
+        if how == "dumps":
+            rb.dumps(tmp_path / "ckpt")
+        else:
+            state = rb.state_dict()
+        drawn = [rb.sample()["index"].tolist() for _ in range(3)]
+        written = rb.extend(TensorDict({"x": torch.arange(2)}, [2])).tolist()
+        if how == "dumps":
+            rb.loads(tmp_path / "ckpt")
+        else:
+            rb.load_state_dict(state)
+        assert [rb.sample()["index"].tolist() for _ in range(3)] == drawn
+        assert rb.extend(TensorDict({"x": torch.arange(2)}, [2])).tolist() == written
+        assert written[0] // 100 == 1  # the fourth extend went to shard 0, the next to 1
+        damaged = {**rb.state_dict(), "client": {"cursor": 7, "generator": None}}
+        with pytest.raises(ValueError, match="cursor must be an int in"):
+            rb.load_state_dict(damaged)
+    finally:
+        rb.close()
+
+
 def test_respawn_rebuilds_every_shard_from_the_checkpoint_at_a_url(uniform, tmp_path):
     url = f"file://{tmp_path}/ckpt"  # an fsspec URL: each shard under url/shard-k
     uniform.empty()
@@ -305,6 +336,30 @@ def test_shards_without_replacement_never_repeat_an_item_within_a_batch(ray_sess
             assert len(ids) == 6 and len(set(ids)) == 6 and set(ids) <= written
         whole = rb.sample(10)["id"].tolist()  # every item, once
         assert sorted(whole) == sorted(written)
+    finally:
+        rb.close()
+
+
+def test_shards_without_replacement_hand_out_every_item_for_a_batch_larger_than_all(
+        ray_session):
+    # (a shard was asked for more distinct items than it holds: after 64 rounds of top-up
+    # draws, each starting a new epoch of the shard, the sample raised RuntimeError "drew no
+    # items"); one buffer without replacement hands out what it has
+    from tdreplay.core import SamplerWithoutReplacement
+
+    rb = ShardedReplayBuffer(num_shards=2, storage=partial(LazyTensorStorage, 20), batch_size=4,
+                             sampler=SamplerWithoutReplacement,
+                             replay_buffer_cls=TensorDictReplayBuffer,
+                             generator=torch.Generator().manual_seed(0))
+    try:
+        rb.extend(TensorDict({"id": torch.arange(6)}, [6]))
+        rb.extend(TensorDict({"id": torch.arange(100, 106)}, [6]))
+        written = set(range(6)) | set(range(100, 106))
+        rb.sample()
+        for size in (13, 30):
+            ids = rb.sample(size)["id"].tolist()
+            assert sorted(ids) == sorted(written)  # every item once
+        assert len(set(rb.sample(8)["id"].tolist())) == 8
     finally:
         rb.close()
 

@@ -101,3 +101,23 @@ def test_distinct_shard_draws_never_ask_a_shard_for_more_than_it_holds(n):
         assert sum(counts) == n and counts[0] <= 6 and counts[1] <= 10
     whole = draw_shards(16_000, [(8000.0, 1.0, 8000, None)] * 2, [0, 1], g, distinct=True)
     assert torch.bincount(whole).tolist() == [8000, 8000]
+
+
+def test_a_manifest_with_a_damaged_client_state_is_refused(tmp_path):
+    import json
+
+    from tdreplay.core import CheckpointError
+    from tdreplay.distributed._client_state import client_state
+    from tdreplay.distributed._sharding import check_manifest, write_manifest
+
+    write_manifest(str(tmp_path), 2)  # (as an earlier version wrote it: no client state)
+    assert check_manifest(str(tmp_path), 2) is None
+    good = client_state(1, torch.Generator().manual_seed(0))
+    write_manifest(str(tmp_path), 2, good)
+    assert check_manifest(str(tmp_path), 2) == good
+    for damaged in ({**good, "cursor": -1}, {**good, "cursor": True},
+                    {**good, "generator": "not base64!"}, {**good, "generator": "AAAA"},
+                    {"cursor": 0}):
+        (tmp_path / "sharded.json").write_text(json.dumps({"num_shards": 2, "client": damaged}))
+        with pytest.raises(CheckpointError, match="sharded.json"):
+            check_manifest(str(tmp_path), 2)

@@ -309,6 +309,12 @@ class ShardCalls:
             info["unavailable_shards"] = tuple(sorted(unavailable))
         return data, info
 
+    def ask_masses(self, shards: Sequence[int], what: str, timeout: float | None) -> None:
+        """Ask ``shards`` for their sampling masses and keep them (a shard that does not
+        answer is left out, as :meth:`tolerant` leaves it)."""
+        for k, mass in self.tolerant([(k, "sampling_mass", ()) for k in shards], what, timeout):
+            self.note_mass(k, mass)
+
     def _answers(self, calls: list[Call], timeout: float | None) -> dict[int, Any] | None:
         """Unpacked answers of ``sample_part`` calls by shard, their masses kept; ``None`` if
         a shard died meanwhile (the caller draws again from the others)."""
@@ -326,9 +332,7 @@ class ShardCalls:
         # (without replacement: no item twice in a batch, as one buffer draws it)
         distinct = all(self.clients[k].info.get("finite_epochs") for k in live)
         if not independent and not known_total(self.masses, live) > 0:
-            for k, mass in self.tolerant([(k, "sampling_mass", ()) for k in live], "sample",
-                                         timeout):
-                self.note_mass(k, mass)
+            self.ask_masses(live, "sample", timeout)
             live = self.live()
         which = None
         with self._rng_lock:  # worker threads of a prefetch draw at once

@@ -17,6 +17,7 @@ from tdreplay.core.checkpoint import CheckpointNotFoundError
 from tdreplay.core.priority_shapes import priority_for_index
 from tdreplay.core.utils import take_rows
 
+from ._client_state import check_client_state
 from ._wire import pack
 from .checkpoints import join_location, read_text, write_text
 
@@ -257,12 +258,17 @@ def draw_shards(batch_size: int, masses: Sequence[Any], live: Sequence[int],
     ``distinct`` (samplers without replacement, whose mass is their number of items): the
     positions take distinct items of the shards together, so no shard is asked for more
     items than it holds (a shard's count is hypergeometric, not multinomial), as one buffer
-    draws a batch of distinct items; a batch larger than all the items is drawn as without
-    ``distinct``.
+    draws a batch of distinct items; a batch larger than all the items has one position per
+    item (every item once, as one buffer without replacement hands out all its items: a
+    shard asked for more than it holds could never fill its count, and the sample failed).
 
     >>> which = draw_shards(6, [(2.0, 1.0, 2, None), (4.0, 1.0, 4, None)], [0, 1], None,
     ...                     distinct=True)
     >>> torch.bincount(which, minlength=2).tolist()  # every item of both shards
+    [2, 4]
+    >>> which = draw_shards(9, [(2.0, 1.0, 2, None), (4.0, 1.0, 4, None)], [0, 1], None,
+    ...                     distinct=True)
+    >>> torch.bincount(which, minlength=2).tolist()  # 6 positions: the 6 items
     [2, 4]
     """
     sums = torch.zeros(len(masses), dtype=torch.float64)
@@ -274,8 +280,8 @@ def draw_shards(batch_size: int, masses: Sequence[Any], live: Sequence[int],
         raise RuntimeError("Cannot sample from an empty storage: no shard holds an item yet, "
                            "extend the buffer first.")
     items = int(total)
-    if distinct and items == total and batch_size <= items:
-        items_drawn = _distinct_below(items, batch_size, generator)
+    if distinct and items == total:
+        items_drawn = _distinct_below(items, min(batch_size, items), generator)
         return torch.bucketize(items_drawn, torch.cumsum(sums, 0).long(), right=True)
     return torch.multinomial(sums / total, batch_size, replacement=True, generator=generator)
 
@@ -350,15 +356,19 @@ def merge_samples(which: torch.Tensor, pieces: Sequence[Piece], global_min: floa
     return merged, merged_info
 
 
-def write_manifest(root: str, num_shards: int) -> None:
+def write_manifest(root: str, num_shards: int, client: dict[str, Any] | None = None) -> None:
     """Write ``root/sharded.json`` (a path: atomically; a URL: one object), after the shards'
-    checkpoints."""
-    write_text(join_location(root, MANIFEST), json.dumps({"num_shards": num_shards}))
+    checkpoints; ``client``: the client's state (:mod:`._client_state`)."""
+    manifest: dict[str, Any] = {"num_shards": num_shards}
+    if client is not None:
+        manifest["client"] = client
+    write_text(join_location(root, MANIFEST), json.dumps(manifest))
 
 
-def check_manifest(root: str, num_shards: int) -> None:
+def check_manifest(root: str, num_shards: int) -> dict[str, Any] | None:
     """``CheckpointError`` unless ``root`` (a path or a URL) holds a sharded checkpoint of
-    ``num_shards`` (``CheckpointNotFoundError``, a ``FileNotFoundError``: none there)."""
+    ``num_shards`` (``CheckpointNotFoundError``, a ``FileNotFoundError``: none there); returns
+    the client state it holds (``None``: a checkpoint of an earlier version, which saved none)."""
     try:
         manifest = json.loads(read_text(join_location(root, MANIFEST)))
     except FileNotFoundError as err:
@@ -367,6 +377,14 @@ def check_manifest(root: str, num_shards: int) -> None:
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{root} holds no readable sharded checkpoint ({MANIFEST}): "
                               f"{err}") from err
-    if manifest.get("num_shards") != num_shards:
-        raise CheckpointError(f"the checkpoint at {root} has {manifest.get('num_shards')} "
-                              f"shards, this buffer {num_shards}.")
+    if not isinstance(manifest, dict) or manifest.get("num_shards") != num_shards:
+        shards = manifest.get("num_shards") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"the checkpoint at {root} has {shards} shards, this buffer "
+                              f"{num_shards}.")
+    client = manifest.get("client")
+    if client is not None:
+        try:
+            check_client_state(client, num_shards)
+        except ValueError as err:
+            raise CheckpointError(f"{MANIFEST} at {root}: {err}") from err
+    return client

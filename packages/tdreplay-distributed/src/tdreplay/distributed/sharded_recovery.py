@@ -8,8 +8,11 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from tdreplay.core.checkpoint import CheckpointNotFoundError
 
+from ._client_state import check_client_state, client_state, restore_client_state
 from ._draw_ahead import DrawAhead
 from ._ray import Deadline, import_ray
 from ._shard_calls import ShardCalls
@@ -29,6 +32,8 @@ class ShardedRecoveryMixin:
     _calls: ShardCalls
     _ahead: DrawAhead
     _call_timeout: float | None
+    _cursor: int  # (the round-robin write cursor: the next write's first shard to try)
+    _rng: torch.Generator | None  # (draws the shard of each position of a batch)
     #: where ``dumps()`` / ``loads()`` go by default (the creator's ``checkpoint_path``)
     _checkpoint_path: str | None = None
 
@@ -76,6 +81,10 @@ class ShardedRecoveryMixin:
         :mod:`~tdreplay.distributed.checkpoints`; :meth:`loads` and :meth:`respawn` take the
         same.
 
+        The manifest holds this client's write cursor and generator state too, so that a
+        buffer restored with :meth:`loads` writes to the shard and draws the batches the saved
+        one would have (without ``prefetch``: batches drawn ahead are not saved).
+
         Each shard's checkpoint is atomic; the shards are saved at once but not as one
         transaction (writes between two shards' saves may be in one and not the other). With
         a shard dead nothing is saved (``BufferActorDiedError``): the checkpoint at ``path``
@@ -87,7 +96,7 @@ class ShardedRecoveryMixin:
             os.makedirs(root, exist_ok=True)
         self._wait([(k, "dumps", (join_location(root, f"shard-{k}"),))
                     for k in range(self.num_shards)], "dumps")
-        write_manifest(root, self.num_shards)
+        write_manifest(root, self.num_shards, client_state(self._cursor, self._rng))
 
     def loads(self, path: str | os.PathLike[str] | None = None) -> None:
         """Restore every shard from a :meth:`dumps` checkpoint of as many shards (none when a
@@ -99,7 +108,7 @@ class ShardedRecoveryMixin:
         as it was (shard 0 was restored before shard 1's damaged file was found, and the buffer
         left half old, half restored)."""
         root = self._location(path)
-        check_manifest(root, self.num_shards)
+        client = check_manifest(root, self.num_shards)
         self._check_every_shard_alive("loads")
         for k in range(self.num_shards):
             check_checkpoint(join_location(root, f"shard-{k}"))
@@ -107,15 +116,29 @@ class ShardedRecoveryMixin:
         self._calls.forget_masses()
         self._wait([(k, "loads", (join_location(root, f"shard-{k}"),))
                     for k in range(self.num_shards)], "loads")
+        self._follow_restored(client)
+
+    def _follow_restored(self, client: dict[str, Any] | None) -> None:
+        """After every shard was restored: this client's write cursor and generator as saved
+        (``client``; ``None``: a checkpoint of an earlier version, which saved none), and the
+        shards' masses learnt again, as the saved client knew them from the shards' answers
+        (how many items a batch asks each shard for depends on them, and with it what the
+        shards draw)."""
+        if client is not None:
+            self._cursor = restore_client_state(client, self._rng)
+        self._calls.ask_masses(range(self.num_shards), "loads", self._call_timeout)
 
     save = dumps
     dump = dumps
     load = loads
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"num_shards": K, "shards": [state_dict of each shard]}``."""
+        """``{"num_shards": K, "shards": [state_dict of each shard], "client": {"cursor",
+        "generator"}}`` (this client's write cursor and generator state, as :meth:`dumps`
+        saves them)."""
         return {"num_shards": self.num_shards,
-                "shards": [unpack(s) for s in self._all("state_dict")]}
+                "shards": [unpack(s) for s in self._all("state_dict")],
+                "client": client_state(self._cursor, self._rng)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` of as many shards, all of them or none.
@@ -133,10 +156,13 @@ class ShardedRecoveryMixin:
                 or len(state_dict["shards"]) != self.num_shards:
             raise ValueError(f"state_dict must come from a ShardedReplayBuffer of "
                              f"{self.num_shards} shards.")
-        unknown = sorted(map(str, set(state_dict) - {"num_shards", "shards"}))
+        unknown = sorted(map(str, set(state_dict) - {"num_shards", "shards", "client"}))
         if unknown:
             raise ValueError(f"state_dict has entries {unknown} that a ShardedReplayBuffer "
                              "never saves: it is the state of something else.")
+        client = state_dict.get("client")  # (absent from the states of earlier versions)
+        if client is not None:
+            check_client_state(client, self.num_shards)
         self._check_every_shard_alive("load_state_dict")
         token = uuid.uuid4().hex
         try:
@@ -150,6 +176,7 @@ class ShardedRecoveryMixin:
         self._calls.forget_masses()
         self._each_shard([(k, "load_staged_state_dict", (token,))
                           for k in range(self.num_shards)], "load_state_dict")
+        self._follow_restored(client)
 
     def _each_shard(self, calls: list[tuple[int, str, tuple[Any, ...]]], what: str) -> None:
         """Send ``calls`` at once and wait for every answer; the first error in shard order
