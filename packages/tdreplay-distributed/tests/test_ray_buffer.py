@@ -62,6 +62,18 @@ def test_buffer_errors_keep_their_type_and_leave_the_buffer_unchanged(shared_td)
     assert torch.equal(shared_td[:]["obs"], before["obs"])
 
 
+def test_extend_of_a_generator_writes_its_items(ray_session):
+    # (a local buffer takes any iterable; the remote one failed to pickle the generator)
+    rb = RayReplayBuffer(storage=partial(ListStorage, 10))
+    try:
+        assert rb.extend(i * 10 for i in range(3)).tolist() == [0, 1, 2]
+        with pytest.raises(TypeError, match="does not pickle"):
+            rb.add(lambda: 1)
+        assert len(rb) == 3 and [rb[i] for i in range(3)] == [0, 10, 20]
+    finally:
+        rb.shutdown()
+
+
 def test_setitem_and_getitem_are_forwarded(shared_td):
     shared_td.extend(make_batch(0, 0, 4))
     shared_td[torch.tensor([1, 2])] = make_batch(5, 9, 2)
@@ -185,6 +197,9 @@ def test_as_remote_gives_the_actor_class_of_a_buffer_class(ray_session):
         assert ray_session.get(actor.sample.remote())["a"].shape == (2,)
     finally:
         ray_session.kill(actor)
+    # (Ray's actor class of RayReplayBuffer reads the repr of an instance without a client:
+    # AttributeError '_client')
+    assert "RayReplayBuffer" in repr(RayReplayBuffer.as_remote({"num_cpus": 0}))
 
 
 def test_as_remote_without_ray_names_the_package_to_install(monkeypatch):

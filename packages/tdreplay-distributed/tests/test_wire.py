@@ -137,3 +137,39 @@ def test_ray_object_store_carries_the_bytes_without_a_copy(ray_session):
     buffer = received.buffers[0]
     assert not buffer.flags.writeable  # Ray's read-only view of the stored object
     assert out.data_ptr() == buffer.ctypes.data
+
+
+def test_what_does_not_pickle_is_a_type_error_naming_it():
+    # (a lambda raised pickle's AttributeError "Can't pickle local object", a generator
+    # TypeError "cannot pickle 'generator' object", naming no remote buffer)
+    import threading
+
+    from tdreplay.distributed._wire import sendable_batch
+
+    for obj in (lambda: 1, threading.Lock()):
+        with pytest.raises(TypeError, match="cannot send a .* to a remote buffer: it does not "
+                           "pickle"):
+            pack(obj)
+    assert sendable_batch(i for i in range(3)) == [0, 1, 2]  # extend sends its items
+    batch = [1, 2]
+    assert sendable_batch(batch) is batch and sendable_batch(iter(batch)) == batch
+
+
+def test_dropped_calls_are_fetched_errors_and_all(monkeypatch):
+    # (dropped prefetched calls whose answer was an error were never fetched: Ray logged each
+    # as an "Unhandled error" traceback after the caller already had the error)
+    import types
+
+    from tdreplay.distributed import client
+
+    fetched = []
+
+    def get(ref):
+        fetched.append(ref)
+        if ref % 2:
+            raise RuntimeError("Cannot sample from an empty storage")
+        return ref
+
+    monkeypatch.setattr(client, "import_ray", lambda: types.SimpleNamespace(get=get))
+    client._settle([1, 2, 3])
+    assert fetched == [1, 2, 3]

@@ -20,12 +20,13 @@ from __future__ import annotations
 import io
 import pickle
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Packed", "pack", "unpack"]
+__all__ = ["Packed", "pack", "sendable_batch", "unpack"]
 
 
 class Packed:
@@ -95,8 +96,26 @@ def pack(obj: Any) -> Packed:
     """
     buffers: list[pickle.PickleBuffer] = []
     out = io.BytesIO()
-    _TensorPickler(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    try:
+        _TensorPickler(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as err:  # (a lambda, a lock, ...)
+        raise TypeError(f"cannot send a {type(obj).__name__} to a remote buffer: it does not "
+                        f"pickle ({err}).") from err
     return Packed(out.getvalue(), [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers])
+
+
+def sendable_batch(data: Any) -> Any:
+    """``data`` as a remote buffer's ``extend`` can send it: an iterator (a generator) becomes
+    the list of its items, as a local buffer takes any iterable; anything else as it is.
+
+    Examples
+    --------
+    >>> sendable_batch(i * i for i in range(3))
+    [0, 1, 4]
+    >>> sendable_batch(range(3))
+    range(0, 3)
+    """
+    return list(data) if isinstance(data, Iterator) else data
 
 
 def unpack(obj: Any, *, copy: bool = False) -> Any:

@@ -292,9 +292,16 @@ class ActorClient:
             raise
 
     def drop_prefetched(self) -> None:
-        """Forget the calls in flight (after the buffer was emptied, restored or replaced)."""
+        """Forget the calls in flight (after the buffer was emptied, restored or replaced).
+        Their answers are collected on a daemon thread, errors included: an error never
+        fetched is logged by Ray as an "Unhandled error" when its reference goes, after the
+        caller already had the error that mattered."""
         with self._prefetch_lock:
+            dropped = list(self._prefetched)
             self._prefetched.clear()
+        if dropped:
+            threading.Thread(target=_settle, args=(dropped,), daemon=True,
+                             name="tdreplay-dropped-calls").start()
 
     # ---- finding, starting and replacing the actor ---------------------------------------------
     def connect(self, handle: Any) -> None:
@@ -429,3 +436,13 @@ class ActorClient:
             except (ValueError, RuntimeError):  # already gone (TorchRL ignores these too)
                 return
             wait_dead(self._handle, self._label)
+
+
+def _settle(refs: list[Any]) -> None:
+    """Fetch the answers of dropped calls and discard them (their errors too)."""
+    ray = import_ray()
+    for ref in refs:
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001, S110 - dropped: only fetched so Ray logs nothing
+            pass

@@ -19,7 +19,7 @@ from tdreplay.core.buffer_iteration import NextBatchMixin
 from tdreplay.core.utils import check_count, check_flag, ensure_update_tensordict
 
 from ._ray import ensure_ray
-from ._wire import pack, unpack
+from ._wire import pack, sendable_batch, unpack
 from .checkpoints import checkpoint_if_any, resolve_location
 from .client import ActorClient, check_name
 from .conditional_updates import RemoteConditionalUpdateMixin
@@ -393,7 +393,7 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         As the remote buffer's ``extend`` (``kwargs`` too, e.g. ``update_priority``); ``data``
         is left as it is.
         """
-        slots, _ = unpack(self._client.call("extend", pack(data), kwargs,
+        slots, _ = unpack(self._client.call("extend", pack(sendable_batch(data)), kwargs,
                                             self._client.limit_timeout))
         return slots
 
@@ -487,6 +487,8 @@ class RayReplayBuffer(ActorCheckpointsMixin, RemoteConditionalUpdateMixin, Remot
         return self._client.call("write_count")
 
     def __repr__(self) -> str:
+        if getattr(self, "_client", None) is None:  # (Ray's actor class of this class reads it)
+            return f"{type(self).__name__}(no actor)"
         return (f"{type(self).__name__}(actor={self._client.label}, "
                 f"buffer_cls={self._client.info.get('buffer_cls')}, batch_size={self.batch_size}, "
                 f"call_timeout={self.call_timeout})")

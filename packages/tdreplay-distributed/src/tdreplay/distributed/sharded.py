@@ -79,7 +79,7 @@ from ._sharding import (
     split_priority_update,
     to_global,
 )
-from ._wire import pack, unpack
+from ._wire import pack, sendable_batch, unpack
 from .checkpoints import join_location, resolve_location
 from .client import ActorClient
 from .conditional_updates import ShardedConditionalUpdateMixin
@@ -372,7 +372,7 @@ class ShardedReplayBuffer(ShardedRecoveryMixin, ShardedConditionalUpdateMixin,
         """Write a batch to one shard; returns its global slots (``-1`` for a row the shard's
         writer did not keep); ``data`` is left as it is. A shard whose storage is not laid
         out yet refuses what the laid-out shards would (module docstring)."""
-        shard, slots = self._write("extend", data, kwargs)
+        shard, slots = self._write("extend", sendable_batch(data), kwargs)
         return to_global(self._offsets, shard, slots)
 
     def add(self, data: Any) -> int | torch.Tensor | None:
