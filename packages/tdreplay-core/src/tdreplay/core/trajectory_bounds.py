@@ -16,11 +16,40 @@ import torch
 
 from .utils import check_flag, is_int
 
-__all__ = ["DEFAULT_DONE_KEYS", "find_start_stop_traj", "position_in_trajectory"]
+__all__ = ["DEFAULT_DONE_KEYS", "find_start_stop_traj", "marked_truncated",
+           "position_in_trajectory"]
 
 #: The end-of-trajectory entries of TorchRL's TED format (read under ``"next"``): a trajectory
 #: ends where any of them is set. The default of ``TED2Flat`` and of the TED checkpointers.
 DEFAULT_DONE_KEYS: tuple[str, ...] = ("done", "truncated", "terminated")
+
+
+def marked_truncated(batch: Any, ends: Any) -> Any:
+    """A shallow copy of the TensorDict ``batch`` whose steps at ``ends`` (an index of its
+    batch dims: a bool mask, an int, a tuple) are marked truncated, and done (terminated or
+    truncated): new tensors for ``("next", "truncated")`` and ``("next", "done")``, the entries
+    of them it has. ``batch`` itself is unchanged. What code that cuts a stored run of steps
+    short (a copy that stops inside an episode, rows flattened one after the other) marks, so
+    that the next steps written do not continue the episode.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> batch = TensorDict({"next": {"truncated": torch.zeros(3, 1, dtype=torch.bool),
+    ...                              "done": torch.zeros(3, 1, dtype=torch.bool)}}, [3])
+    >>> marked_truncated(batch, -1)["next", "done"].reshape(-1).tolist()
+    [False, False, True]
+    >>> bool(batch["next", "done"].any())  # (unchanged)
+    False
+    """
+    out = batch.copy()  # (shallow: the flags set below are new tensors)
+    for key in (("next", "truncated"), ("next", "done")):
+        flag = batch.get(key, None)
+        if isinstance(flag, torch.Tensor):
+            flag = flag.clone()
+            flag[ends] = True
+            out.set(key, flag)
+    return out
 
 
 def _last_cursor(cursor: Any, steps: int) -> int:

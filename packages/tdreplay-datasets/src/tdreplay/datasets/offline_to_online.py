@@ -24,6 +24,7 @@ from tensordict import is_tensor_collection
 from tdreplay.core import CheckpointError, ReplayBuffer, Storage, TensorDictReplayBuffer
 from tdreplay.core.buffer_draw import reads_undone_on_failure
 from tdreplay.core.checkpoint import open_checkpoint, read_json, write_checkpoint, write_json
+from tdreplay.core.trajectory_bounds import marked_truncated
 from tdreplay.core.utils import check_batch_size, check_instance, check_required_count
 from tdreplay.storages import LazyTensorStorage
 
@@ -739,10 +740,4 @@ def _last_step_truncated(items: Any) -> Any:
     if not isinstance(truncated, torch.Tensor) or bool(truncated[-1].any()) \
             or isinstance(done, torch.Tensor) and bool(done[-1].any()):
         return items
-    out = items.copy()  # (shallow: the flags set below are new tensors)
-    for key, flag in ((("next", "truncated"), truncated), (("next", "done"), done)):
-        if isinstance(flag, torch.Tensor):
-            flag = flag.clone()
-            flag[-1] = True
-            out.set(key, flag)
-    return out
+    return marked_truncated(items, -1)

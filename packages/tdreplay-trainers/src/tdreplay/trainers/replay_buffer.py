@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection, pad
 
 from tdreplay.core import ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core.trajectory_bounds import marked_truncated
 from tdreplay.core.utils import NotATensorDictError, check_flag
 
 from .hooks import TrainerHookBase
@@ -267,11 +268,4 @@ def _rows_cut(batch: TensorDictBase, mask: torch.Tensor | None = None) -> Tensor
         ends[..., :-1] &= ~mask[..., 1:]
         if batch.batch_dims == 1:  # (one environment: its last step goes on in the next batch)
             ends[-1] = False
-    out = batch.copy()  # (shallow: the entries set below are new tensors)
-    for key in (("next", "truncated"), ("next", "done")):
-        flag = batch.get(key, None)
-        if isinstance(flag, torch.Tensor):
-            flag = flag.clone()
-            flag[ends] = True
-            out.set(key, flag)
-    return out
+    return marked_truncated(batch, ends)
