@@ -114,3 +114,23 @@ def test_a_member_sampler_state_past_its_saved_rows_is_refused():
     with pytest.raises(ValueError, match=r"state_dict\['_sampler'\]\['1'\]: .*slots \[4, 5\]"):
         ensemble.load_state_dict(state)
     assert ensemble[1][:]["id"].tolist() == [10, 11, 12, 13]
+
+
+def test_a_member_sampler_state_that_fails_its_check_names_the_member():
+    from tdreplay.samplers import PrioritizedSampler
+
+    def filled():
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8),
+                                    sampler=PrioritizedSampler(8, 0.7, 0.5))
+        rb.extend(TensorDict({"id": torch.arange(5)}, [5]))
+        return rb
+
+    ensemble = ReplayBufferEnsemble(filled(), filled(), filled(), batch_size=3)
+    state = copy.deepcopy(ensemble.state_dict())
+    state["_sampler"]["2"]["priorities"][0] = float("nan")
+    before = copy.deepcopy(ensemble.state_dict())
+    with pytest.raises(ValueError, match=r"SamplerEnsemble member 2: .*priorities.* NaN"):
+        ensemble.load_state_dict(state)
+    for member, saved in zip(ensemble.buffers, before["_sampler"].values()):
+        torch.testing.assert_close(member.sampler.state_dict()["priorities"],
+                                   saved["priorities"])

@@ -651,3 +651,70 @@ def test_compose_transform_of_member_is_shared_with_the_ensemble():
     rb0.append_transform(AddOffset(10.0))  # appended after the ensemble was built
     assert isinstance(rb.storage.transforms[0], Compose)
     assert bool((rb.sample(2)["obs"] >= 10).all())
+
+
+def test_a_sub_ensemble_of_buffers_all_weighted_zero_is_refused_naming_p():
+    # it raised "p must give at least one buffer a positive weight, got [0.0, 0.0]": a p
+    # the caller did not pass to rb[1:]
+    rb = _ensemble(2, 3, 4, p=[1, 0, 0], batch_size=4)
+    with pytest.raises(ValueError, match=r"selects buffers \[1, 2\], which all have weight 0 "
+                                         r"in the ensemble's p=\[1.0, 0.0, 0.0\]"):
+        rb[1:]
+    assert rb[:2].buffers == rb.buffers[:2]  # a selection with a weighted buffer is built
+
+
+def test_a_collate_fn_joining_the_parts_into_one_dim_keeps_the_index():
+    # torch.cat of the parts: the sample had no "index" (its batch [4] is not [2, 2]), so
+    # update_priority could not be fed from it
+    rb = _ensemble(5, 5, sample_from_all=True, batch_size=4,
+                   collate_fn=lambda parts: torch.cat(list(parts)))
+    data, info = rb.sample(return_info=True)
+    assert data.batch_size == (4,)
+    assert data["index", "buffer_ids"].tolist() == [0, 0, 1, 1]
+    assert data["index", "index"].tolist() == info["index"]["index"].reshape(-1).tolist()
+    torch.testing.assert_close(data["obs"], (data["index", "buffer_ids"] * 1000
+                                             + data["index", "index"]).float())
+
+
+def test_a_collate_fn_output_the_index_cannot_fit_warns():
+    rb = _ensemble(5, 5, sample_from_all=True, batch_size=4, collate_fn=lambda parts: parts[0])
+    with pytest.warns(UserWarning, match=r"collate_fn made a sample of batch size \(2,\).*"
+                                         r"index of batch size \(2, 2\)"):
+        data, info = rb.sample(return_info=True)
+    assert "index" not in data.keys() and info["index"].batch_size == (2, 2)
+
+
+def test_a_mixed_ensemble_sample_carries_priority_weights_of_one_for_uniform_parts():
+    # the weights were a list [tensor, None] left out of the sample: sample["priority_weight"]
+    # raised KeyError
+    from tdreplay.samplers import PrioritizedSampler
+    prioritized = TensorDictReplayBuffer(storage=LazyTensorStorage(20),
+                                         sampler=PrioritizedSampler(20, alpha=0.7, beta=0.5))
+    uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    prioritized.extend(_data(0, 6))
+    uniform.extend(_data(1, 6))
+    prioritized.update_priority(torch.arange(6), torch.arange(1.0, 7.0))
+    rb = ReplayBufferEnsemble(prioritized, uniform, sample_from_all=True, batch_size=6)
+    data, info = rb.sample(return_info=True)
+    weights = data["priority_weight"]
+    assert weights.shape == (2, 3) and weights.dtype == torch.float32
+    assert weights[1].tolist() == [1.0, 1.0, 1.0]
+    _, member_info = prioritized.sampler.sample(prioritized.storage, 3)
+    assert weights[0].dtype == member_info["priority_weight"].dtype
+    assert bool((weights[0] > 0).all()) and bool((weights[0] <= 1).all())
+    torch.testing.assert_close(info["priority_weight"], weights)
+
+
+def test_a_member_refusing_its_part_size_is_named_with_the_split():
+    # "batch_size=3 is not divisible by slice_len=4": the caller asked for 6, of two parts
+    from tdreplay.samplers import SliceSampler
+    rbs = [TensorDictReplayBuffer(storage=LazyTensorStorage(20)),
+           TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=SliceSampler(
+               slice_len=4, end_key="done"))]
+    for rb in rbs:
+        rb.extend(TensorDict(obs=torch.arange(8.0), done=torch.arange(8) % 4 == 3,
+                             batch_size=[8]))
+    rb = ReplayBufferEnsemble(*rbs, sample_from_all=True)
+    with pytest.raises(ValueError, match=r"buffer 1, asked for 1 part\(s\) of 3 items of the "
+                                         r"batch of 6 split among 2 buffers: .*slice_len=4"):
+        rb.sample(6)

@@ -28,6 +28,22 @@ from .routing import check_member_ids
 ENSEMBLE_FILE = "ensemble.json"
 
 
+def naming_member(err: Exception, member: str) -> Exception:
+    """``err`` again, of its own type, its message led by ``member`` (e.g. ``"SamplerEnsemble
+    member 2"``), so an ensemble's error says which member refused; ``err`` itself when its
+    type cannot be built from a message alone.
+
+    >>> naming_member(ValueError("priorities hold NaN."), "SamplerEnsemble member 2")
+    ValueError('SamplerEnsemble member 2: priorities hold NaN.')
+    """
+    try:
+        named = type(err)(f"{member}: {err}")
+    except Exception:  # (an exception class taking other arguments)
+        return err
+    named.__cause__ = err
+    return named
+
+
 def _some(positions: list[int], index: Any, n: int, kind: str) -> list[int]:
     """``positions``, unless ``index`` selected none (``IndexError``: an ensemble of no member
     would hold nothing to read or sample)."""
@@ -158,7 +174,10 @@ def check_members_state_dict(members: Sequence[Any], state_dict: Any, kind: str)
         raise ValueError(f"{kind} state_dict must have one entry per member, keys "
                          f"{sorted(expected)}; got {sorted(map(str, state_dict))}.")
     for i, member in enumerate(members):
-        member.check_state_dict(state_dict[str(i)])
+        try:
+            member.check_state_dict(state_dict[str(i)])
+        except (ValueError, TypeError, KeyError) as err:
+            raise naming_member(err, f"{kind} member {i}") from err
     check_repeated_entries(members, state_dict, kind)  # (a member listed twice: one state)
 
 
@@ -174,7 +193,10 @@ def load_members_state_dict(members: Sequence[Any], state_dict: dict[str, Any], 
     try:
         for i, member in enumerate(members):
             previous.append((member, member.state_dict()))
-            member.load_state_dict(state_dict[str(i)])
+            try:
+                member.load_state_dict(state_dict[str(i)])
+            except (ValueError, TypeError, KeyError) as err:
+                raise naming_member(err, f"{kind} member {i}") from err
     except BaseException:
         for member, state in reversed(previous):
             member.load_state_dict(state)

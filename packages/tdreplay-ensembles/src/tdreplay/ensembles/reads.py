@@ -6,9 +6,11 @@ TensorDict of ``buffer_ids`` and member indices).
 
 from __future__ import annotations
 
+import warnings
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
 from tdreplay.core import ListStorage, ReplayBuffer, TensorDictReplayBuffer
@@ -78,6 +80,8 @@ class EnsembleReadsMixin:
                    only_missing: bool = False) -> Any:
         if not is_tensor_collection(data):
             return data
+        if isinstance(index, TensorDictBase):
+            index, info = _joined_like(data.batch_size, index, info)
         # the sampler's tensor entries (priority_weight, ...) go in as TensorDictReplayBuffer
         # writes them; the ensemble index (a TensorDict) is written below
         data = _td_info_writer().attach_info(data, info, only_missing)
@@ -87,6 +91,10 @@ class EnsembleReadsMixin:
             return data
         batch = data.batch_size
         if batch[: index.batch_dims] != index.batch_size:
+            warnings.warn(f"the ensemble's collate_fn made a sample of batch size "
+                          f"{tuple(batch)}, which does not line up with its index of batch size "
+                          f"{tuple(index.batch_size)} (parts, items): 'index' is only in the "
+                          "info dict (sample(return_info=True)).", stacklevel=5)
             return data
         if index.batch_size == batch:
             index = index.copy()  # its own TensorDict over the same tensors; expand costs ~10x
@@ -98,3 +106,18 @@ class EnsembleReadsMixin:
             data = data.unlock_()
         data.set("index", index)
         return data
+
+
+def _joined_like(batch: torch.Size, index: TensorDictBase, info: dict[str, Any]
+                 ) -> tuple[TensorDictBase, dict[str, Any]]:
+    """``index`` and ``info`` with their parts dim merged into the items dim when the
+    ensemble's ``collate_fn`` joined the parts that way (``torch.cat``: a sample of batch size
+    ``[parts * items, ...]``); as they are otherwise."""
+    if index.batch_dims < 2 or batch[: index.batch_dims] == index.batch_size:
+        return index, info
+    flat = index.flatten(0, 1)
+    if batch[: flat.batch_dims] != flat.batch_size:
+        return index, info
+    lead = index.batch_size[:2]
+    return flat, {key: value.flatten(0, 1) if isinstance(value, torch.Tensor)
+                  and value.shape[:2] == lead else value for key, value in info.items()}

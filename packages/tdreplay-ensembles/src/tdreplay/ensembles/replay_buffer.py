@@ -432,6 +432,11 @@ class ReplayBufferEnsemble(RoutedWritesMixin, RoutedUpdatesMixin, StreamEndingMi
         if isinstance(positions, int):
             return self._rbs[positions]
         p = self._sampler_ensemble.p
+        if isinstance(p, torch.Tensor) and not bool(p[positions].any()):
+            raise ValueError(f"index {index!r} selects buffers {positions}, which all have "
+                             f"weight 0 in the ensemble's p={p.tolist()}: an ensemble of them "
+                             "could never be sampled. Build it with ReplayBufferEnsemble(*rbs, "
+                             "p=...) and the weights it should have.")
         return ReplayBufferEnsemble(
             *(self._rbs[i] for i in positions),
             transform=self._transform,

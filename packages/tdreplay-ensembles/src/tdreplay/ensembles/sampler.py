@@ -30,6 +30,7 @@ from ._members import (
     index_parts,
     load_members_state_dict,
     members_state_dict,
+    naming_member,
     part_member,
     prepare_members,
     select_members,
@@ -340,8 +341,13 @@ class SamplerEnsemble(MembersShareable, Sampler):
         try:
             for member in sorted(set(buffer_ids)):  # each buffer drawn once, in id order
                 positions = [k for k, drawn in enumerate(buffer_ids) if drawn == member]
-                index, info = self._draw_member(member, storage.storages[member],
-                                                part_size * len(positions))
+                try:
+                    index, info = self._draw_member(member, storage.storages[member],
+                                                    part_size * len(positions))
+                except ValueError as err:  # (e.g. a slice member's batch rules)
+                    raise naming_member(err, f"buffer {member}, asked for {len(positions)} "
+                                        f"part(s) of {part_size} items of the batch of "
+                                        f"{batch_size} split among {parts} buffers") from err
                 for j, k in enumerate(positions):
                     indices[k] = index[j * part_size:(j + 1) * part_size]
                     infos[k] = _info_part(info, j * part_size, part_size, index.shape[0])
@@ -624,11 +630,20 @@ def _cat_infos(infos: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]
     return merged
 
 
+#: the importance weight of an item drawn uniformly: what ``priority_weight`` is in the parts
+#: of the members without priorities, in an ensemble of prioritized and uniform members
+UNIFORM_WEIGHT = 1.0
+
+
 def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge the parts' info dicts: tensors of one shape stacked along dim 0, else a list. An
-    integer entry only some members give (``write_generation`` from the prioritized members
-    of a mixed ensemble) is ``-1`` in the other parts, so that it stays one tensor of the
-    sample's shape (a member that does not take it is never handed it back)."""
+    """Merge the parts' info dicts: tensors of one shape stacked along dim 0, else a list.
+
+    An entry only some members give stays one tensor of the sample's shape: an integer one
+    (``write_generation`` from the prioritized members of a mixed ensemble) is ``-1`` in the
+    other parts (a member that does not take it is never handed it back), and
+    ``priority_weight`` is :data:`UNIFORM_WEIGHT` in the parts of members that draw without
+    priorities (their items' importance weight), so the sample carries it as a buffer's does.
+    """
     keys: list[str] = []
     for info in infos:
         keys.extend(k for k in info if k not in keys)
@@ -638,6 +653,10 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
         given = [v for v in values if v is not None]
         if 0 < len(given) < len(values) and all(_same_integers(v, given[0]) for v in given):
             values = [torch.full_like(given[0], -1) if v is None else v for v in values]
+        elif 0 < len(given) < len(values) and key == "priority_weight" \
+                and all(_same_floats(v, given[0]) for v in given):
+            values = [torch.full_like(given[0], UNIFORM_WEIGHT) if v is None else v
+                      for v in values]
         if all(isinstance(v, torch.Tensor) for v in values):
             merged[key] = stack_parts(values)
         else:
@@ -650,6 +669,12 @@ def _same_integers(value: Any, first: torch.Tensor) -> bool:
     return (isinstance(value, torch.Tensor) and value.shape == first.shape
             and value.dtype == first.dtype and value.dtype != torch.bool
             and not value.is_floating_point() and not value.is_complex())
+
+
+def _same_floats(value: Any, first: torch.Tensor) -> bool:
+    """Whether ``value`` is a floating-point tensor of ``first``'s shape and dtype."""
+    return (isinstance(value, torch.Tensor) and value.shape == first.shape
+            and value.dtype == first.dtype and value.is_floating_point())
 
 
 def _check_written(slots: torch.Tensor, storage: Storage, buffer_id: int) -> None:
