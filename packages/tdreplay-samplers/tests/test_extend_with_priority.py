@@ -12,7 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core import TensorDictReplayBuffer, Transform
 from tdreplay.samplers import PrioritizedSampler, _priority_kernels
 from tdreplay.samplers._host_threads import MIN_ITEMS_PER_THREAD
 from tdreplay.storages import LazyTensorStorage
@@ -132,3 +132,50 @@ def test_device_trees_take_the_two_calls():
     rb.extend(written)
     leaves = rb.sampler.state_dict()["priorities"][:30]
     torch.testing.assert_close(leaves, (written["td_error"].double() + 1e-8) ** 0.7)
+
+
+class HoldLastRow(Transform):
+    """A write-side transform that writes a batch's rows but its last, held back and written
+    first with the next batch (the way MultiStepTransform holds steps back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: TensorDict | None = None
+
+    def inv(self, data: TensorDict) -> TensorDict:
+        rows = data if self.held is None else torch.cat([self.held, data])
+        self.held = rows[-1:].clone()
+        return rows[:-1]
+
+
+@pytest.mark.parametrize("transform", ["flip", "hold"])
+def test_priorities_are_those_of_the_rows_the_write_side_transforms_write(transform):
+    # they were read from the batch given and matched to the slots by position: a transform
+    # reordering or holding back rows gave rows the priorities of others (TorchRL reads them
+    # from the transformed batch)
+    sampler = PrioritizedSampler(20, alpha=1.0, beta=1.0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler,
+                                priority_key="td_error")
+    if transform == "flip":
+        rb.append_transform(lambda td: td.flip(0), invert=True)
+    else:
+        rb.append_transform(HoldLastRow())
+    for start in (0, 4):
+        obs = torch.arange(start, start + 4.0)
+        rb.extend(TensorDict({"obs": obs, "td_error": obs * 10 + 1}, [4]))
+    stored = rb.storage.get(torch.arange(len(rb)))
+    priorities = sampler.state_dict()["priorities"][: len(rb)]
+    torch.testing.assert_close(priorities, (stored["td_error"].double() + 1e-8))
+
+
+def test_the_priority_of_an_added_item_is_that_of_the_item_written():
+    class Rescore(Transform):
+        def inv(self, data: TensorDict) -> TensorDict:
+            return data.set("td_error", data["td_error"] * 100)
+
+    sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler,
+                                priority_key="td_error", transform=Rescore())
+    rb.add(TensorDict({"td_error": torch.tensor(0.5)}, []))
+    assert rb.storage.get(0)["td_error"].item() == 50.0
+    assert sampler.state_dict()["priorities"][0].item() == pytest.approx(50.0)

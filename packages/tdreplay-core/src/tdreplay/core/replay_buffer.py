@@ -14,7 +14,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 
 from .buffer_conditional import ConditionalUpdateMixin
 from .buffer_consume import ConsumptionMixin
-from .buffer_dim_extend import ExtendDimMixin, other_dims_mismatch
+from .buffer_dim_extend import ExtendDimMixin, _move_dim, other_dims_mismatch
 from .buffer_draw import DrawMixin
 from .buffer_edits import InPlaceEditsMixin
 from .buffer_items import warn_if_batched_item
@@ -688,11 +688,16 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise NotATensorDictError("TensorDictReplayBuffer.extend expects a TensorDict, got "
                                       f"{type(tensordicts).__name__}.")
         update_priority = check_flag(update_priority, "update_priority", allow_none=True)
-        priority = self._priority_to_write(tensordicts, update_priority)
         present = tensordicts.keys()
         data, dim = self._prepare_batch(self._without_bookkeeping(tensordicts, present))
         if data is None:  # a write-side transform dropped the batch
             return self._nothing_added()
+        if self._transform.transforms:
+            # the priorities of the rows written, as TorchRL reads them: write-side transforms
+            # may hold rows back, reorder or make them (MultiStepTransform), so the batch
+            # given is not row for row what is written (in the layout given: dim moved back)
+            tensordicts = _move_dim(data, dim) if dim else data
+        priority = self._priority_to_write(tensordicts, update_priority)
         # along dim 0, the rows written are the batch's rows: the sampler can take their
         # priorities with the slots (one call, not an extend and then an update)
         rows_given = (tensordicts.batch_size[0]
@@ -769,10 +774,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise NotATensorDictError("TensorDictReplayBuffer.add expects a TensorDict, got "
                                       f"{type(data).__name__}.")
         warn_if_batched_item(data, self._storage.ndim - 1)
-        priority = self._priority_to_write(data, None)
         item = self._write_side_item(self._without_bookkeeping(data))
         if item is None:  # dropped by a write-side transform
             return self._nothing_added()
+        # the priority of the item written (a write-side transform may change it), as TorchRL's
+        priority = self._priority_to_write(item if self._transform.transforms else data, None)
         if item is data and self._storage.keeps_written_objects:
             # a shallow copy, as TorchRL's add writes: entries set in the caller's TensorDict
             # afterwards (env.step(td) sets "next") stay out of the stored item
