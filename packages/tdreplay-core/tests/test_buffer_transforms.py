@@ -12,6 +12,7 @@ from tdreplay.core import (
     InvertedTransform,
     ListStorage,
     ReplayBuffer,
+    TensorDictReplayBuffer,
     Transform,
 )
 
@@ -153,3 +154,28 @@ def test_extend_of_a_batch_a_transform_drops_writes_nothing(ndim, tensordict_buf
     assert len(rb) == 0 and rb.write_count == 0
     assert rb.add(batch[(0,) * ndim]).shape == (0, ndim)
     assert len(rb) == 0
+
+
+class _RenameAndUnsqueeze(Transform):
+    """A read transform setting new entries into the TensorDict it is given (as TorchRL's
+    RenameTransform and UnsqueezeTransform do)."""
+
+    def forward(self, data):
+        data.set("obs", data.get("obs").unsqueeze(-1))
+        return data.rename_key_("r", "rr")
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, TensorDictReplayBuffer])
+def test_reading_one_list_storage_item_leaves_the_stored_item_as_it_was(buffer_class):
+    # rb[i] handed the stored TensorDict itself to the read transforms: it came back renamed
+    # and a dim larger at every read (then sample() could not stack, rb[i] raised KeyError)
+    rb = buffer_class(storage=ListStorage(10), batch_size=2, transform=_RenameAndUnsqueeze())
+    given = TensorDict({"obs": torch.tensor(5.0), "r": torch.tensor(1.0)}, [])
+    rb.add(given)
+    rb.extend(TensorDict({"obs": torch.arange(2.0), "r": torch.ones(2)}, [2]))
+    for _ in range(2):
+        item = rb[0]
+        assert sorted(item.keys()) == ["obs", "rr"] and item["obs"].shape == (1,)
+    assert sorted(rb.storage[0].keys()) == ["obs", "r"] and rb.storage[0]["obs"].shape == ()
+    assert sorted(given.keys()) == ["obs", "r"] and given["obs"].shape == ()
+    assert rb.sample()["obs"].shape == (2, 1)

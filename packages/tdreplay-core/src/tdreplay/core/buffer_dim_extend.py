@@ -192,7 +192,9 @@ class ExtendDimMixin:
         half new, and editing it does not write to the buffer (``rb[index] = x``, ``set_`` and
         ``update_`` do, keeping the samplers' bookkeeping). ``rb.storage[index]`` reads without
         a copy. A :class:`~tdreplay.core.ListStorage` returns its items as they were stored
-        (the objects given to ``extend``), as TorchRL's.
+        (the objects given to ``extend``), as TorchRL's; the read transforms of the buffer
+        then work on a shallow copy of a TensorDict item, so they do not edit the stored one
+        (TorchRL's do).
 
         Examples
         --------
@@ -214,6 +216,11 @@ class ExtendDimMixin:
         if not isinstance(index, int):
             data = self._collate_fn(data)
         if self._transform.transforms:
+            if isinstance(index, int) and is_tensor_collection(data) \
+                    and isinstance(self._storage, ListStorage):
+                # the stored item itself: the transforms set their entries into a copy
+                # (renamed, cast or unsqueezed in place, the item read differently next time)
+                data = data.copy()
             if self._transform.has_state:  # put back if a later transform refuses (VecNorm)
                 with self._lock:
                     mark = transform_mark(self._transform)
