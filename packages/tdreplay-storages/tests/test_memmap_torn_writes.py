@@ -176,3 +176,17 @@ def test_killed_between_the_write_and_the_counters_leaves_counters_and_rows_agre
     assert got[len(expected):len(expected) + 2] == [2000, 2001] or got[:2] == [2000, 2001]
     assert set(expected[:len(expected) + 2 - CAP]).isdisjoint(got) if len(expected) + 2 > CAP \
         else got == expected + [2000, 2001]
+
+
+def test_dropping_torn_rows_counts_as_a_reset_for_the_other_processes(tmp_path, killed):
+    # the survivors move down over the torn rows: a process keeping something per row (a
+    # sync=False learner's priority trees) must start afresh, as after an empty(); it kept its
+    # trees and every sample raised "the sampler drew slot 9, but the storage holds 7"
+    rb = written_in_fours(tmp_path, 12)
+    before = rb.storage.shared_reset_count()
+    killed.run_killed(die_in_the_middle, killed, tmp_path, 12, 3, "extend")
+    assert ids_of(rb.storage) == [5, 6, 7, 8, 9, 10, 11]  # (this process ran the recovery)
+    assert rb.storage.shared_reset_count() != before
+    settled = rb.storage.shared_reset_count()
+    rb.extend(rows(3000, 2))  # a write that returns is no reset
+    assert rb.storage.shared_reset_count() == settled

@@ -34,7 +34,7 @@ from tdreplay.core.atomic_files import replace_file
 
 from ._shared_edits import SharedEdit
 from ._storage_errors import DamagedStorageError
-from ._torn_writes import STATE_TORN, STATE_TORN_WRITES, TornWrites
+from ._torn_writes import STATE_RESETS, STATE_TORN, STATE_TORN_WRITES, TornWrites
 
 try:  # POSIX
     import fcntl
@@ -50,7 +50,7 @@ _STATE_CURSOR = 2  # writer cursor  } handed to writers as shared_writer_counter
 _STATE_WRITES = 3  # write count    }
 _STATE_TORN = STATE_TORN  # 4, 5, 6: an overwrite in flight (see _torn_writes.py)
 _STATE_REVISION = 7  # Storage.revision, advanced by the writes of every process
-_STATE_RESETS = 8  # Storage.shared_reset_count(): empties and restores, by every process
+_STATE_RESETS = STATE_RESETS  # 8: Storage.shared_reset_count(): empties, restores, recoveries
 _STATE_LAST_ROW = 9  # Storage.last_written_row + 1 (-1: None; 0: not recorded, an older file)
 _STATE_TORN_WRITES = STATE_TORN_WRITES  # 10: the write count + 1 when a write's record was made
 _STATE_SIZE = 11
@@ -310,7 +310,8 @@ class SharedStateMixin(RevisionTracking):
     def shared_reset_count(self) -> int:
         """:meth:`~tdreplay.core.Storage.shared_reset_count`, kept in the shared state file:
         ``empty``, ``load_state_dict`` and a checkpoint's ``install`` in any process that maps
-        this storage advance it.
+        this storage advance it, and so does dropping the rows a writer that died left torn
+        (the rows after them move down).
 
         Examples
         --------

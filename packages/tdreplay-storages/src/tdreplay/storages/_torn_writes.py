@@ -92,6 +92,9 @@ STATE_WRITES = 3
 STATE_TORN = 4  # 0: no write in flight over counted rows, else what it covers (kind = low 2 bits)
 STATE_TORN_START = 5
 STATE_TORN_STOP = 6
+#: Storage.shared_reset_count(): a recovery that drops rows moves the others, which counts as
+#: a reset for what other processes keep about the rows (a ``sync=False`` sampler's trees)
+STATE_RESETS = 8
 #: the writer's write count + 1 when a write's record was made (0: none made, by an older
 #: version): a write count moved since means the write returned and its writer's counters
 #: moved, so its rows are whole and counted, not torn
@@ -386,6 +389,8 @@ class TornWrites:
         kept = written - len(torn)
         self.state[STATE_LEN] = kept  # (again, if a process died after this: the same values)
         self.state[STATE_CURSOR] = kept % layout.rows
+        if len(self.state) > STATE_RESETS:  # (not in a state file of before 0.2.1)
+            self.state[STATE_RESETS] += 1  # (twice, if a process died after this: harmless)
         self._finish()
         return len(torn)
 
