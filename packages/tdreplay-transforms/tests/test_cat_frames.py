@@ -170,6 +170,141 @@ class TestMakeRbTransformAndSampler:
             transform(self.episodes()[:4])
 
 
+def test_next_stack_holds_the_stored_next_frames_as_torchrl():
+    # ("next", "obs") differs from the following "obs" (obs + 0.5); episodes [0..2], [3..7].
+    # Expected values are TorchRL 0.14.1's outputs for the same data.
+    obs = torch.arange(100.0, 108.0).unsqueeze(-1)
+    done = torch.tensor([0, 0, 1, 0, 0, 0, 0, 1], dtype=torch.bool).unsqueeze(-1)
+    td = TensorDict({"obs": obs, ("next", "obs"): obs + 0.5, ("next", "done"): done}, [8])
+    expected = {
+        "same": [[100.0, 100.0, 100.5], [100.0, 100.5, 101.5], [100.5, 101.5, 102.5],
+                 [103.0, 103.0, 103.5], [103.0, 103.5, 104.5], [103.5, 104.5, 105.5],
+                 [104.5, 105.5, 106.5], [105.5, 106.5, 107.5]],
+        "constant": [[-1.0, 100.0, 100.5], [100.0, 100.5, 101.5], [100.5, 101.5, 102.5],
+                     [-1.0, 103.0, 103.5], [103.0, 103.5, 104.5], [103.5, 104.5, 105.5],
+                     [104.5, 105.5, 106.5], [105.5, 106.5, 107.5]],
+    }
+    for padding, exp in expected.items():
+        out = CatFrames(3, -1, in_keys=["obs", ("next", "obs")], out_keys=["s", ("next", "s")],
+                        padding=padding, padding_value=-1.0)(td.clone())
+        assert out["next", "s"].tolist() == exp
+    out = CatFrames(4, -1, in_keys=["obs", ("next", "obs")], out_keys=["s", ("next", "s")],
+                    padding="constant", padding_value=-1.0)(td.clone())
+    assert out["next", "s"][:3].tolist() == [[-1.0, -1.0, 100.0, 100.5],
+                                             [-1.0, 100.0, 100.5, 101.5],
+                                             [100.0, 100.5, 101.5, 102.5]]
+
+
+def test_unfolding_with_given_ends():
+    td = TensorDict({"obs": torch.arange(4.0).unsqueeze(-1),
+                     ("next", "done"): torch.ones(4, 1, dtype=torch.bool)}, [4])
+    cat = CatFrames(2, -1, in_keys=["obs"], out_keys=["s"])
+    ends = torch.tensor([False, False, True, False])  # overrides the stored done flags
+    assert cat.unfolding(td, ends)["s"].tolist() == [[0, 0], [0, 1], [1, 2], [3, 3]]
+    assert cat.unfolding(td)["s"].tolist() == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    for bad in (ends.float(), ends[:3], ends.tolist()):
+        with pytest.raises(ValueError, match="ends must be a bool tensor"):
+            cat.unfolding(td, bad)
+    with pytest.raises(ValueError, match="time dimension"):
+        cat.unfolding(td[0], torch.tensor(False))
+
+
+def _flag_episodes(T: int = 4, E: int = 6) -> TensorDict:
+    # E episodes of T steps: each ends done, alternately terminated and truncated
+    step = torch.arange(E * T) % T
+    ep = torch.arange(E * T) // T
+    end = (step == T - 1).unsqueeze(-1)
+    term = end & (ep % 2 == 0).unsqueeze(-1)
+    obs = torch.arange(E * T, dtype=torch.float32).unsqueeze(-1)
+    return TensorDict({"obs": obs, ("next", "obs"): obs + 0.5, "ep": ep,
+                       "is_init": (step == 0).unsqueeze(-1), ("next", "done"): end,
+                       ("next", "terminated"): term, ("next", "truncated"): end & ~term},
+                      [E * T])
+
+
+@pytest.mark.parametrize("buffer", ["ReplayBuffer", "TensorDictReplayBuffer"])
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("N", [1, 3])
+def test_rb_samples_carry_the_stored_flags(buffer, replacement, N):
+    # the sampler's slices are windows of frames: their last step is no truncation and their
+    # first no reset, so the kept steps keep their stored done / terminated / truncated /
+    # is_init (TensorDictReplayBuffer marked every kept step done and truncated)
+    import tdreplay.core as core
+    from tdreplay.storages import LazyTensorStorage
+
+    data = _flag_episodes()
+    transform, sampler = CatFrames(N, -1, in_keys=["obs"], out_keys=["stack"]
+                                   ).make_rb_transform_and_sampler(8, traj_key="ep",
+                                                                   replacement=replacement)
+    assert sampler.truncated_key is None and sampler.init_key is None
+    rb = getattr(core, buffer)(storage=LazyTensorStorage(24), sampler=sampler,
+                               transform=transform, batch_size=8)
+    rb.extend(data)
+    seen = set()
+    for _ in range(6):
+        s = rb.sample()
+        i = s["obs"].squeeze(-1).long()                      # obs is the storage slot
+        assert torch.equal(s["stack"][:, -1], data["obs"][i, 0])
+        for key in ("is_init", ("next", "done"), ("next", "terminated"), ("next", "truncated")):
+            assert torch.equal(s[key], data[key][i]), key
+        seen.update(zip(s["next", "done"].flatten().tolist(), s["is_init"].flatten().tolist()))
+    # both stored values were drawn: kept steps that end an episode and (N=1) that start one
+    assert {d for d, _ in seen} == {False, True}
+    assert {r for _, r in seen} == ({False, True} if N == 1 else {False})
+
+
+def test_frame_stack_sampler_refuses_truncation_and_reset_marks():
+    from tdreplay.transforms.frame_sampler import FrameStackSliceSampler
+
+    cat = CatFrames(2, -1, in_keys=["obs"])
+    for name in ("truncated_key", "init_key"):
+        with pytest.raises(ValueError, match=f"takes no {name}.*windows of frames"):
+            cat.make_rb_transform_and_sampler(traj_key="ep", **{name: ("next", "truncated")})
+        _, sampler = cat.make_rb_transform_and_sampler(traj_key="ep", **{name: None})
+        assert getattr(sampler, name) is None
+    with pytest.raises(ValueError, match="takes no truncated_key"):
+        FrameStackSliceSampler(2, truncated_key="truncated")
+
+
+@pytest.mark.parametrize("buffer", ["ReplayBuffer", "TensorDictReplayBuffer"])
+def test_rb_transform_and_sampler_without_stored_done(buffer):
+    # the sampler's windows lie in one trajectory each: no done entry is needed to stack them
+    import tdreplay.core as core
+    from tdreplay.storages import LazyTensorStorage
+
+    data = _flag_episodes().exclude(("next", "done"), ("next", "terminated"),
+                                    ("next", "truncated"), "is_init")
+    transform, sampler = CatFrames(3, -1, in_keys=["obs"], out_keys=["stack"]
+                                   ).make_rb_transform_and_sampler(6, traj_key="ep")
+    rb = getattr(core, buffer)(storage=LazyTensorStorage(24), sampler=sampler,
+                               transform=transform, batch_size=6)
+    rb.extend(data)
+    s = rb.sample()
+    assert ("next", "done") not in s.keys(True)
+    last = s["obs"]
+    assert torch.equal(s["stack"], torch.cat([last - 2, last - 1, last], -1))
+    assert torch.equal(s["next", "stack"], torch.cat([last - 1.5, last - 0.5, last + 0.5], -1))
+
+
+def test_rb_next_stack_holds_the_stored_next_frames():
+    # TorchRL 0.14.1 gives [[100.5, 101.5, 102.5]] for this sample (tdreplay gave
+    # [[101.0, 102.0, 102.5]]: obs[t-1], obs[t], next_obs[t])
+    from tdreplay.core import ReplayBuffer
+    from tdreplay.storages import LazyTensorStorage
+
+    obs = torch.arange(100.0, 106.0).unsqueeze(-1)
+    data = TensorDict({"obs": obs, ("next", "obs"): obs + 0.5,
+                       ("next", "done"): torch.zeros(6, 1, dtype=torch.bool),
+                       "episode": torch.zeros(6, dtype=torch.long)}, [6])
+    cat = CatFrames(N=3, dim=-1, in_keys=["obs"], out_keys=["st"], reset_key="_reset")
+    t, s = cat.make_rb_transform_and_sampler(batch_size=3, traj_key="episode")
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=s, transform=t, batch_size=3)
+    rb.extend(data)
+    r = rb[0:3]
+    assert r["st"].tolist() == [[100.0, 101.0, 102.0]]
+    assert r["next", "st"].tolist() == [[100.5, 101.5, 102.5]]
+
+
 @pytest.mark.parametrize("replacement", [True, False])
 def test_frame_stack_sampler_refuses_slices_shorter_than_a_stack(replacement):
     # strict_length=False let a short trajectory give a short slice, and a sample then failed

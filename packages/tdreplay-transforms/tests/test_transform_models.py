@@ -221,7 +221,11 @@ def test_multistep_in_a_slice_sampler_buffer_stops_at_slice_ends(seed, n):
 # CatFrames
 # ------------------------------------------------------------------------------------------
 def _catframes_model(value, last, N, dim, padding, pad_value, root=None):
-    """value [B, T, *feat]; last [B, T] bool. Returns [B, T, *feat with N x dim]."""
+    """value [B, T, *feat]; last [B, T] bool. Returns [B, T, *feat with N x dim].
+
+    With ``root`` (value is ("next", key), root is key): the stored next frames of steps
+    t-N+1..t, root[start] in the slot before the trajectory's first step, padding before that
+    (root[start] with "same"), as TorchRL 0.14.1."""
     B, T = last.shape
     rows = []
     for b in range(B):
@@ -231,17 +235,14 @@ def _catframes_model(value, last, N, dim, padding, pad_value, root=None):
             if t > 0 and last[b, t - 1]:
                 start = t
             frames = []
-            src = value if root is None else root
-            idx = range(t - N + 1, t + 1) if root is None else range(t - N + 2, t + 1)
-            for j in idx:
+            first = value[b, start] if root is None else root[b, start]
+            for j in range(t - N + 1, t + 1):
                 if j >= start:
-                    frames.append(src[b, j])
-                elif padding == "same":
-                    frames.append(src[b, start])
+                    frames.append(value[b, j])
+                elif (root is not None and j == start - 1) or padding == "same":
+                    frames.append(first)
                 else:
-                    frames.append(torch.full_like(src[b, start], pad_value))
-            if root is not None:
-                frames.append(value[b, t])
+                    frames.append(torch.full_like(first, pad_value))
             row.append(torch.cat(frames, dim))
         rows.append(torch.stack(row))
     return torch.stack(rows)
@@ -326,7 +327,8 @@ def test_catframes_make_rb_transform_and_sampler_stacks_the_stored_frames(N, pad
             assert len(set(data["traj"][idx].tolist())) == 1
             exp = torch.cat([data["obs"][j] for j in idx], -1)
             assert torch.equal(s["stack"][row], exp)
-            exp_n = torch.cat([data["obs"][j] for j in idx[1:]] + [data["next", "obs"][i]], -1)
+            # the stored next frames of the window's steps (TorchRL's layout)
+            exp_n = torch.cat([data["next", "obs"][j] for j in idx], -1)
             assert torch.equal(s["next", "stack"][row], exp_n)
             assert torch.equal(s["obs"][row], data["obs"][i])
     assert "stack" not in rb.storage[:].keys()

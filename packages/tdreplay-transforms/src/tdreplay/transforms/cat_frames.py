@@ -41,9 +41,12 @@ class CatFrames(Transform):
     Frames are concatenated along ``dim`` (a negative feature dimension), oldest first: with
     ``N=4, dim=-3``, ``[..., T, 3, 84, 84]`` pixels become ``[..., T, 12, 84, 84]``.
 
-    For an entry ``("next", key)`` whose root ``key`` is also in the data, the stack is taken
-    along the observations ``key[t - N + 2], ..., key[t], ("next", key)[t]``, so that it is the
-    stack the following step sees (padding included); other entries are stacked on their own.
+    For an entry ``("next", key)`` whose root ``key`` is also in the data, the stack holds the
+    stored frames ``("next", key)[t - N + 1], ..., ("next", key)[t]`` (as TorchRL's); in a
+    trajectory starting at ``t0`` the frame before ``("next", key)[t0]`` is ``key[t0]``, and
+    older slots are padding (``key[t0]`` with ``"same"``). When ``("next", key)[t]`` equals
+    ``key[t + 1]`` within trajectories, this is the stack the following step sees (padding
+    included). Other entries, and all entries with ``future=True``, are stacked on their own.
 
     All frames come from one gather over the whole batch (no Python loop over the batch or over
     time), so the transform is cheap enough for a buffer's sample path.
@@ -111,6 +114,17 @@ class CatFrames(Transform):
             [ 3., -1., -1.]])
     >>> out["is_pad"][0]
     tensor([False, False,  True])
+
+    The ``("next", key)`` stack holds the stored next frames (here ``obs + 0.5``), the
+    trajectory's first ``obs`` before them:
+
+    >>> steps = td.clone().set(("next", "obs"), td["obs"] + 0.5)
+    >>> CatFrames(3, -1, in_keys=["obs", ("next", "obs")], out_keys=["s", ("next", "s")]
+    ...           )(steps)["next", "s"]
+    tensor([[0.0000, 0.0000, 0.5000],
+            [0.0000, 0.5000, 1.5000],
+            [2.0000, 2.0000, 2.5000],
+            [2.0000, 2.5000, 3.5000]])
 
     With ``as_inverse=True`` the stacks are made when data is written:
 
@@ -209,11 +223,31 @@ class CatFrames(Transform):
             return torch.zeros(data.batch_size, dtype=torch.bool, device=data.device)
         return time_flags(self, data, [self.done_key])
 
-    def unfolding(self, data: TensorDictBase) -> TensorDictBase:
+    def unfolding(self, data: TensorDictBase, ends: torch.Tensor | None = None
+                  ) -> TensorDictBase:
         """Write the stacks of the in_keys to the out_keys of ``data`` (time is its last batch
-        dimension), whatever ``as_inverse``; returns ``data``."""
+        dimension), whatever ``as_inverse``; returns ``data``.
+
+        ``ends`` (bool, ``data.batch_size``) marks the last step of each trajectory; by
+        default it is read from ``done_key``.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"obs": torch.arange(4.).unsqueeze(-1)}, [4])
+        >>> ends = torch.tensor([True, False, False, False])      # trajectories [0], [1..3]
+        >>> CatFrames(2, -1, in_keys=["obs"]).unfolding(td, ends)["obs"].tolist()
+        [[0.0, 0.0], [1.0, 1.0], [1.0, 2.0], [2.0, 3.0]]
+        """
         require_tensordict(self, data)
-        last = self._boundaries(data)
+        if ends is None or data.batch_dims == 0:
+            last = self._boundaries(data)  # (no time dimension: raises ValueError)
+        elif not (isinstance(ends, torch.Tensor) and ends.dtype is torch.bool
+                  and ends.shape == data.batch_size):
+            raise ValueError(f"CatFrames: ends must be a bool tensor of the data's batch shape "
+                             f"{tuple(data.batch_size)}, got {ends!r:.80}.")
+        else:
+            last = ends
         batch_dims = data.batch_dims
         values = [self.read_entry(data, key) for key in self.in_keys]
         for key, value in zip(self.in_keys, values):
@@ -240,10 +274,13 @@ class CatFrames(Transform):
         root_key = strip_next(key)
         root = data.get(root_key, None) if root_key is not None and not self.future else None
         if isinstance(root, torch.Tensor) and root.shape == value.shape:
-            # ("next", key)[t] follows key[t]: stack key[t-N+2..t] (the last N - 1 of the N
-            # frames ending at t) then ("next", key)[t]
-            past = gather_time(root, index[..., 1:], batch_dims)
-            frames = torch.cat([past, value.unsqueeze(batch_dims)], batch_dims)
+            # the stored ("next", key) frames of steps t-N+1..t (TorchRL's layout); the slot
+            # just before a trajectory's first step t0 holds key[t0] (the frame that
+            # ("next", key)[t0] follows), older slots are padding (key[t0] with "same")
+            frames = gather_time(value, index, batch_dims)
+            first = gather_time(root, index[..., :1], batch_dims)  # key[t0] where slot 0 pads
+            mask = real.reshape(real.shape + (1,) * (frames.ndim - real.ndim))
+            frames = torch.where(mask, frames, first)
             real = torch.cat([real[..., 1:], torch.ones_like(real[..., :1])], -1)
         else:
             frames = gather_time(value, index, batch_dims)
@@ -258,7 +295,12 @@ class CatFrames(Transform):
         built with ``sampler_kwargs``, e.g. ``traj_key=``) draws, for a batch of ``B``, ``B``
         slices of ``N`` consecutive steps; the transform stacks each slice's frames (for the
         in_keys and their ``("next", ...)`` entries) and keeps each slice's last step, so a
-        sample has ``B`` rows, each with the ``N`` frames ending at it. Its write side drops
+        sample has ``B`` rows, each with the ``N`` frames ending at it (the ``("next", ...)``
+        stack: the stored next frames of those ``N`` steps, as TorchRL's). A slice is the
+        window of frames of its kept step, not a cut of its trajectory, so the sampler marks
+        no truncation and no reset (``truncated_key=None``, ``init_key=None``): a sample keeps
+        the stored done / terminated / truncated / ``is_init`` flags of its steps, with a
+        ``TensorDictReplayBuffer`` as with a ``ReplayBuffer``. Its write side drops
         the out_keys that are not in_keys, so stacks never reach the storage.
         ``batch_size`` is accepted for TorchRL's signature and unused (the buffer's batch
         size counts stacked rows). The transform stacks on sample whatever ``as_inverse``
@@ -323,7 +365,13 @@ class _OneStepOfWindows(Transform):
             raise ValueError(f"CatFrames (buffer transform): the sample must be flat with a "
                              f"multiple of N={n} rows (slices of N steps), got batch_size="
                              f"{tuple(data.batch_size)}.")
-        return self.stacker(data.reshape(-1, n))[:, 0 if self.stacker.future else -1]
+        windows = data.reshape(-1, n)
+        ends = None
+        if windows.get(self.stacker.done_key, None) is None:
+            # each window lies in one trajectory (the frame-stack sampler's slices): without
+            # stored done flags there is no boundary to find
+            ends = torch.zeros(windows.batch_size, dtype=torch.bool, device=windows.device)
+        return self.stacker.unfolding(windows, ends)[:, 0 if self.stacker.future else -1]
 
     def __repr__(self) -> str:
         return f"OneStepOfWindows({self.stacker!r})"

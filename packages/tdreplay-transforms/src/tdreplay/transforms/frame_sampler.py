@@ -40,12 +40,26 @@ def _slice_arguments(owner: str, frames: Any, kwargs: dict[str, Any]) -> dict[st
     if span not in (False, (False, False), [False, False]):
         # (slices cut short at a trajectory's ends were regrouped across slice boundaries)
         raise ValueError(f"{owner} takes no span, got span={span!r}: {why}.")
-    return {**kwargs, "slice_len": _frames(frames)}
+    for name in ("truncated_key", "init_key"):
+        # a slice here is the window of frames of the step it ends at, not a cut of its
+        # trajectory: marking its last step truncated (and done) or its first step as a
+        # reset would overwrite the stored flags of the steps a sample keeps
+        if kwargs.pop(name, None) is not None:
+            raise ValueError(f"{owner} takes no {name} (only None): its slices are windows of "
+                             "frames, not cuts of trajectories, so samples carry the stored "
+                             "done / truncated / is_init flags.")
+    return {**kwargs, "slice_len": _frames(frames), "truncated_key": None, "init_key": None}
 
 
 class FrameStackSliceSampler(SliceSampler):
     """A :class:`~tdreplay.samplers.SliceSampler` of slices of ``frames`` steps whose
     ``batch_size`` is a number of slices: ``sample(storage, B)`` returns ``B * frames`` rows.
+
+    Each slice is the window of frames of one step, not a cut of its trajectory, so the
+    sampler is built with ``truncated_key=None`` and ``init_key=None``: its info marks no
+    slice end as truncated or done and no slice start as a reset, and a
+    :class:`~tdreplay.core.TensorDictReplayBuffer` sample keeps the stored flags (passing
+    either key raises ``ValueError``).
 
     Examples
     --------
@@ -54,9 +68,10 @@ class FrameStackSliceSampler(SliceSampler):
     >>> from tdreplay.storages import LazyTensorStorage
     >>> storage = LazyTensorStorage(20)
     >>> storage.set(torch.arange(20), TensorDict({"episode": torch.arange(20) // 10}, [20]))
-    >>> index, info = FrameStackSliceSampler(4, traj_key="episode").sample(storage, 3)
-    >>> index.shape
-    torch.Size([12])
+    >>> sampler = FrameStackSliceSampler(4, traj_key="episode")
+    >>> index, info = sampler.sample(storage, 3)
+    >>> index.shape, info, sampler.truncated_key, sampler.init_key
+    (torch.Size([12]), {}, None, None)
     """
 
     def __init__(self, frames: int, **kwargs: Any) -> None:
@@ -88,7 +103,13 @@ class FrameStackSliceSamplerWithoutReplacement(SliceSamplerWithoutReplacement):
 
 
 def make_frame_stack_sampler(frames: int, **sampler_kwargs: Any) -> SliceSampler:
-    """A frame-stack slice sampler; ``replacement=False`` gives the without-replacement one."""
+    """A frame-stack slice sampler; ``replacement=False`` gives the without-replacement one.
+
+    Examples
+    --------
+    >>> type(make_frame_stack_sampler(3, traj_key="ep", replacement=False)).__name__
+    'FrameStackSliceSamplerWithoutReplacement'
+    """
     replacement = sampler_kwargs.pop("replacement", True)
     if replacement is False:
         return FrameStackSliceSamplerWithoutReplacement(frames, **sampler_kwargs)
