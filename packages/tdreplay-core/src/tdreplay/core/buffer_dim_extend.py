@@ -28,7 +28,7 @@ from .buffer_items import as_batch
 from .storage import ListStorage, Storage
 from .transform import Compose
 from .transform_state import transform_mark, undo_transforms
-from .utils import INT_TYPES, ShapeMismatchError
+from .utils import INT_TYPES, ShapeMismatchError, clone_exact
 
 
 def check_dim_extend(dim_extend: Any) -> int | None:
@@ -250,7 +250,9 @@ def _copy_read(data: Any) -> Any:
 
 
 def _clone_tensors(leaf: Any) -> Any:
-    return leaf.clone() if isinstance(leaf, torch.Tensor) or is_tensor_collection(leaf) else leaf
+    # (bit-exact: TensorDict.clone() turns -0.0 into +0.0 on a TensorDict with a device)
+    return clone_exact(leaf) if isinstance(leaf, torch.Tensor) or is_tensor_collection(leaf) \
+        else leaf
 
 
 def _drops_dim(part: Any) -> bool:

@@ -22,6 +22,7 @@ from .storage import Storage
 from .trajectory_bounds import find_start_stop_traj
 from .transform import Compose, Transform
 from .transform_state import transform_mark, undo_transforms
+from .utils import clone_exact
 from .writer import RoundRobinWriter, Writer
 
 Bounds = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # start, stop, length
@@ -60,7 +61,7 @@ def _run(data: TensorDictBase, transforms: Sequence[Transform]) -> TensorDictBas
     """``data`` through ``transforms``, on a copy (a transform never writes into storage)."""
     if not transforms:
         return data
-    data = data.clone()
+    data = clone_exact(data)
     for transform in transforms:
         data = transform(data)
     return data

@@ -50,6 +50,7 @@ __all__ = [
     "check_not_empty",
     "check_state_counter",
     "check_whole_numbers",
+    "clone_exact",
     "ensure_tensordict",
     "errors_named",
     "is_int",
@@ -348,6 +349,33 @@ def range_tensor(rows: range) -> torch.Tensor:
     if not len(rows):
         return torch.empty(0, dtype=torch.long)
     return torch.arange(rows.start, rows.stop, rows.step)
+
+
+def clone_exact(data: T) -> T:
+    """A copy of ``data`` (a tensor or a tensor collection) bit for bit, with memory of its own.
+
+    ``TensorDict.clone()`` is not bit-exact in tensordict 0.15: on a TensorDict with a device it
+    copies plain tensors with a fused ``x + 0``, which turns ``-0.0`` into ``+0.0`` (and quiets
+    signalling NaNs). This copies every tensor leaf with :meth:`torch.Tensor.clone` instead;
+    the structure (class, batch size, device, names, non-tensor entries) is the collection's.
+
+    Examples
+    --------
+    >>> td = TensorDict({"x": torch.tensor([-0.0, 1.0])}, [2], device="cpu")
+    >>> copy = clone_exact(td)
+    >>> torch.signbit(copy["x"]).tolist(), copy["x"].data_ptr() != td["x"].data_ptr()
+    ([True, False], True)
+    >>> torch.signbit(clone_exact(torch.tensor(-0.0))).item()
+    True
+    """
+    if isinstance(data, torch.Tensor):
+        return cast(T, data.clone())
+    if not is_tensor_collection(data):
+        raise TypeError(f"clone_exact copies tensors and tensor collections, got "
+                        f"{type(data).__name__}.")
+    if cast(TensorDictBase, data).device is None:  # (clone copies leaf by leaf: exact, faster)
+        return cast(T, cast(TensorDictBase, data).clone())
+    return cast(T, cast(TensorDictBase, data).apply(torch.Tensor.clone, filter_empty=False))
 
 
 def take_rows(data: Any, index: torch.Tensor) -> Any:
