@@ -90,8 +90,9 @@ def test_a_decompression_fn_returning_another_shape_is_named_not_the_bytes():
                                 dtype=meta["dtype"])
 
     storage = CompressedListStorage(10, compression_fn=compress, decompression_fn=flat)
-    storage.set(torch.arange(2), TensorDict({"p": torch.zeros(2, 2, 3, dtype=torch.uint8)}, [2]))
+    rows = TensorDict({"p": torch.zeros(2, 2, 3, dtype=torch.uint8)}, [2])
     with pytest.raises(ValueError, match=r"decompression_fn returned torch.uint8 \(6,\) for "
                                          r"entry 'p'.*metadata\['shape'\]") as err:
-        storage.get(torch.arange(2))
+        storage.set(torch.arange(2), rows)  # (refused at the write: the row would be lost)
     assert "damaged" not in str(err.value)
+    assert len(storage) == 0

@@ -397,19 +397,51 @@ class CompressedListStorage(ListStorage):
         return self._device
 
     # ---- compression -------------------------------------------------------------------------
-    def _intern(self, layout: RowLayout, data: Any = None) -> RowLayout:
+    def _intern(self, layout: RowLayout, data: Any = None,
+                first: tuple[bytes, bytes] | None = None) -> RowLayout:
         """The one object of ``layout`` the rows of this structure share; a structure seen
-        first warns of the empty nested TensorDicts of ``data`` (a row keeps tensors)."""
+        first warns of the empty nested TensorDicts of ``data`` (a row keeps tensors), and,
+        with a user's codec, is refused unless ``first`` (``(raw bytes, blob)`` of its first
+        row) decompresses back (see :meth:`_check_round_trip`)."""
         known = self._layouts.get(layout)
         if known is not None:
             return known
+        if first is not None and self._given_fns[0] is not None:
+            self._check_round_trip(layout, *first)
         if isinstance(data, TensorDictBase):
             warn_empty_levels(data, type(self).__name__)
         return self._layouts.setdefault(layout, layout)
 
+    def _check_round_trip(self, layout: RowLayout, raw: bytes, blob: bytes) -> None:
+        """``ValueError`` naming ``compression_fn`` / ``decompression_fn`` unless ``blob``
+        (``raw`` compressed) decompresses back: to ``raw`` itself for a byte-level codec, to a
+        row of ``layout``'s size for a TorchRL-style one (which may be lossy by choice). Run on
+        the first row of each new layout, before anything is written: a codec that loses bytes
+        is refused at the write instead of losing the row."""
+        try:
+            back = self.codec.decompress_row(blob, layout)
+        except Exception as err:  # the user's functions: any failure refuses the write
+            raise ValueError(f"decompression_fn cannot decompress what compression_fn made of "
+                             f"a row ({type(err).__name__}: {err}); nothing was written."
+                             ) from err
+        lossy_allowed = isinstance(self.codec, LeafCodec)
+        if len(back) != len(raw) or not (lossy_allowed or back == raw):
+            what = (f"{len(back)} bytes instead of {len(raw)}" if len(back) != len(raw)
+                    else f"other bytes than the {len(raw)} written")
+            raise ValueError(f"compression_fn and decompression_fn do not round-trip: "
+                             f"decompression_fn(compression_fn(row)) gave {what}; nothing was "
+                             "written.")
+
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = _row_layout(item, 0)
-        return CompressedRow(self._intern(layout, item), self.codec.compress_row(tensors))
+        blob = self.codec.compress_row(tensors)
+        known = self._layouts.get(layout)
+        if known is not None:
+            return CompressedRow(known, blob)
+        first = None
+        if self._given_fns[0] is not None:  # (a user's codec: checked on its first row)
+            first = (b"".join(tensor_bytes(t) for t in tensors), blob)
+        return CompressedRow(self._intern(layout, item, first), blob)
 
     def _compress_rows(self, data: Any) -> list[CompressedRow]:
         """Compress each row of ``data`` (batched along dim 0).
@@ -429,12 +461,14 @@ class CompressedListStorage(ListStorage):
         if not dense or not isinstance(codec, Codec):  # a LeafCodec compresses leaf by leaf
             return [self._compress(item) for item in data.unbind(0)]
         n = len(data)
-        layout = self._intern(layout, data)
         parts = [t.detach().cpu().resolve_conj().contiguous().reshape(n, math.prod(t.shape[1:]))
                  .view(torch.uint8) for t in tensors if math.prod(t.shape[1:])]
         raw = (torch.cat(parts, 1) if parts else torch.empty((n, 0), dtype=torch.uint8)).numpy()
         compress = codec.compress
-        return [CompressedRow(layout, compress(raw[i].tobytes())) for i in range(n)]
+        blobs = [compress(raw[i].tobytes()) for i in range(n)]
+        first = (raw[0].tobytes(), blobs[0]) if n and self._given_fns[0] is not None else None
+        layout = self._intern(layout, data, first)
+        return [CompressedRow(layout, blob) for blob in blobs]
 
     def _decompress_batch(self, rows: Sequence[CompressedRow], shape: tuple[int, ...],
                           slots: Any = None, first: int = 0) -> Any:
@@ -446,37 +480,34 @@ class CompressedListStorage(ListStorage):
         every row)."""
         layout = rows[0].layout
         nbytes = layout.nbytes  # one lookup for the batch (it hashes the whole layout)
-        buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
-        flat = buffer.numpy().reshape(-1).data  # a memoryview of the buffer's bytes
-        decompress = self.codec.decompress_row
-        for i, row in enumerate(rows):
-            try:
-                raw = decompress(row.blob, layout)
-            except Exception as err:  # any codec failure: the row's bytes are damaged
-                where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[first + i])}"
-                         if slots is not None else f"row {i} of the {len(rows)} read")
-                if isinstance(err, DecompressionFnError):  # (the user's function, not the bytes)
-                    raise ValueError(f"the compressed row at {where}: {err}") from err
-                raise ValueError(f"the compressed row at {where} cannot be decompressed "
-                                 f"({type(err).__name__}: {err}): its bytes are damaged."
-                                 ) from err
-            if len(raw) != nbytes:
-                raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
-                                 f"needs {nbytes}: the codec does not round-trip.")
-            flat[i * nbytes: (i + 1) * nbytes] = raw
         tensors = []
         offset = 0
-        for _, dtype, leaf_shape in layout.leaves:
-            size = math.prod(leaf_shape) * itemsize(dtype)
-            if size == 0:
-                tensor = torch.empty((*shape, *leaf_shape), dtype=dtype)
-            elif len(rows) == 1:
-                # leaves are ordered widest dtype first, so the offset is aligned for the view
-                tensor = buffer[0, offset: offset + size].view(dtype)
-            else:
-                tensor = buffer[:, offset: offset + size].contiguous().view(dtype)
-            tensors.append(tensor.reshape((*shape, *leaf_shape)).to(self._device))
-            offset += size
+        if len(rows) == 1:
+            # each leaf copied out of the row's bytes into memory of its own: views of one
+            # buffer as several dtypes could not be saved (torch.save, pickle) nor resized
+            raw = np.frombuffer(self._raw_row(rows[0], layout, nbytes, slots, first, 1),
+                                dtype=np.uint8)
+            for _, dtype, leaf_shape in layout.leaves:
+                size = math.prod(leaf_shape) * itemsize(dtype)
+                tensor = torch.empty(size, dtype=torch.uint8)
+                tensor.numpy()[:] = raw[offset: offset + size]
+                tensors.append(tensor.view(dtype).reshape((*shape, *leaf_shape))
+                               .to(self._device))
+                offset += size
+        else:
+            buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
+            flat = buffer.numpy().reshape(-1).data  # a memoryview of the buffer's bytes
+            for i, row in enumerate(rows):
+                flat[i * nbytes: (i + 1) * nbytes] = self._raw_row(row, layout, nbytes, slots,
+                                                                   first + i, len(rows))
+            for _, dtype, leaf_shape in layout.leaves:
+                size = math.prod(leaf_shape) * itemsize(dtype)
+                if size == 0:
+                    tensor = torch.empty((*shape, *leaf_shape), dtype=dtype)
+                else:
+                    tensor = buffer[:, offset: offset + size].contiguous().view(dtype)
+                tensors.append(tensor.reshape((*shape, *leaf_shape)).to(self._device))
+                offset += size
         if layout.kind == "tensor":
             return tensors[0]
         source = {}
@@ -489,6 +520,24 @@ class CompressedListStorage(ListStorage):
         if root is not None:  # rows written as a tensorclass
             return root.from_tensordict(out)
         return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
+
+    def _raw_row(self, row: CompressedRow, layout: RowLayout, nbytes: int, slots: Any,
+                 position: int, count: int) -> bytes:
+        """The ``nbytes`` raw bytes of ``row`` (flat position ``position`` of ``slots``, one of
+        ``count`` rows read), or ``ValueError`` naming where it was read from."""
+        try:
+            raw = self.codec.decompress_row(row.blob, layout)
+        except Exception as err:  # any codec failure: the row's bytes are damaged
+            where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[position])}"
+                     if slots is not None else f"row {position} of the {count} read")
+            if isinstance(err, DecompressionFnError):  # (the user's function, not the bytes)
+                raise ValueError(f"the compressed row at {where}: {err}") from err
+            raise ValueError(f"the compressed row at {where} cannot be decompressed "
+                             f"({type(err).__name__}: {err}): its bytes are damaged.") from err
+        if len(raw) != nbytes:
+            raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
+                             f"needs {nbytes}: the codec does not round-trip.")
+        return raw
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
         return self._decompress_batch([row], (), slots, position)

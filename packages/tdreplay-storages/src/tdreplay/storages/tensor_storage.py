@@ -24,7 +24,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
-from tdreplay.core.utils import ShapeMismatchError, as_long_tensor, check_flag, is_int
+from tdreplay.core.utils import (
+    ShapeMismatchError,
+    as_long_tensor,
+    check_flag,
+    clone_exact,
+    is_int,
+)
 
 from ._allocation import allocate_unfilled
 from ._checkpoint_rows import CheckpointRowsMixin
@@ -494,7 +500,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         self.last_written_row = None
 
     def state_dict(self) -> dict[str, Any]:
-        rows = self.written_rows().clone() if self.initialized else None
+        rows = clone_exact(self.written_rows()) if self.initialized else None  # (-0.0 kept)
         return {"initialized": rows is not None, "len_rows": self._rows_written(), "storage": rows,
                 "kind": self._format.kind, "max_size": self.max_size, **self._format.meta(),
                 **self._classes_meta()}
