@@ -16,6 +16,7 @@ from tdreplay.core import (
     ReplayBuffer,
     StorageCheckpointerBase,
 )
+from tdreplay.core.checkpoint import verify_checkpoint
 
 
 def test_loads_on_the_checkpointer_restores_the_storage(tmp_path: Path) -> None:
@@ -33,7 +34,7 @@ def test_loads_of_a_damaged_checkpoint_changes_nothing(tmp_path: Path) -> None:
     saved = ListStorage(4)
     saved.set(torch.arange(2), [1, 2])
     saved.dumps(tmp_path)
-    (tmp_path / "items.pt").write_bytes(b"not a torch file")
+    (verify_checkpoint(tmp_path) / "items.pt").write_bytes(b"not a torch file")
     target = ListStorage(4)
     target.set(0, "kept")
     with pytest.raises(CheckpointError):
@@ -91,7 +92,7 @@ def test_rows_of_one_batch_are_saved_once_and_share_it_again(tmp_path):
     saved = ListStorage(n)
     saved.set(torch.arange(n), list(batch.unbind(0)))
     saved.dumps(tmp_path)
-    assert (tmp_path / "items.pt").stat().st_size < 2_000_000
+    assert (verify_checkpoint(tmp_path) / "items.pt").stat().st_size < 2_000_000
     target = ListStorage(n)
     target.loads(tmp_path)
     rows = target.get(torch.arange(n))
@@ -113,3 +114,104 @@ def test_a_checkpoint_of_0_4_0_pickled_items_loads(tmp_path):
     target.checkpointer.prepare_load(target, tmp_path)()
     first, second = target.get(torch.arange(2))
     assert first == "a" and torch.equal(second, torch.arange(3))
+
+
+# ---- storage.dumps / storage.loads: one atomic, checked checkpoint --------------------------
+def test_a_failed_storage_dumps_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import tdreplay.core.storage_checkpointer as storage_checkpointer
+
+    old = ListStorage(4)
+    old.set(torch.arange(2), [1, 2])
+    old.dumps(tmp_path)
+    new = ListStorage(4)
+    new.set(torch.arange(3), [7, 8, 9])
+
+    def full_disk(path, obj):  # items.pt is written, then storage.json fails
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(storage_checkpointer, "write_json", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        new.dumps(tmp_path)
+    monkeypatch.undo()
+    target = ListStorage(4)
+    target.loads(tmp_path)
+    assert target.items() == [1, 2]
+
+
+def test_a_failed_first_save_over_files_of_an_earlier_version_keeps_them(tmp_path):
+    old = ListStorage(4)
+    old.set(torch.arange(2), [1, 2])
+    old.write_files(tmp_path)  # the layout of earlier versions: the files in the path itself
+    new = ListStorage(4)
+    new.set(torch.arange(3), [7, 8, 9])
+    new.register_save_hook(lambda items: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        new.dumps(tmp_path)
+    target = ListStorage(4)
+    target.loads(tmp_path)
+    assert target.items() == [1, 2]
+
+
+def test_storage_loads_refuses_a_damaged_file_by_name(tmp_path):
+    saved = ListStorage(4)
+    saved.set(torch.arange(3), [torch.arange(5), torch.ones(5), "x"])
+    saved.dumps(tmp_path)
+    items = verify_checkpoint(tmp_path) / "items.pt"
+    data = bytearray(items.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    items.write_bytes(bytes(data))
+    target = ListStorage(4)
+    target.set(0, "kept")
+    with pytest.raises(CheckpointError, match=r"items\.pt' is corrupted \(CRC-32 mismatch\)"):
+        target.loads(tmp_path)
+    assert target.items() == ["kept"]
+
+
+def test_a_storage_saved_inside_a_buffer_checkpoint_writes_plainly(tmp_path):
+    from tdreplay.core.checkpoint import POINTER_NAME
+
+    rb = ReplayBuffer(storage=ListStorage(4))
+    rb.extend([1, 2])
+    rb.dumps(tmp_path)
+    storage_dir = verify_checkpoint(tmp_path) / "storage"
+    assert sorted(p.name for p in storage_dir.iterdir()) == ["items.pt", "seam.json",
+                                                            "storage.json"]
+    assert not (storage_dir / POINTER_NAME).exists()
+
+
+def test_a_checkpoint_of_another_storage_class_names_it(tmp_path):
+    from tdreplay.core import Storage
+
+    class Rows(Storage):  # a storage of one's own: StateDictCheckpointer records its class
+        def __init__(self, max_size):
+            super().__init__(max_size)
+            self.rows = {}
+
+        def set(self, cursor, data, *, set_cursor=True):
+            self.rows.update(zip(torch.as_tensor(cursor).reshape(-1).tolist(), data))
+
+        def get(self, index):
+            return [self.rows[i] for i in torch.as_tensor(index).reshape(-1).tolist()]
+
+        def __len__(self):
+            return len(self.rows)
+
+        def empty(self):
+            self.rows = {}
+
+        def state_dict(self):
+            return {"rows": dict(self.rows)}
+
+        def load_state_dict(self, state_dict):
+            self.rows = dict(state_dict["rows"])
+
+    saved = Rows(4)
+    saved.set(torch.arange(2), ["a", "b"])
+    saved.dumps(tmp_path)
+    target = ListStorage(4)
+    target.set(0, "kept")
+    with pytest.raises(CheckpointError, match="written by a Rows; load it into a Rows"):
+        target.loads(tmp_path)
+    assert target.items() == ["kept"]

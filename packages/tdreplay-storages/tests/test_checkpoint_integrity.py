@@ -337,3 +337,136 @@ def _resized(storage, max_size: int):
         return LazyMemmapStorage(max_size, scratch_dir=storage.scratch_dir.parent / "resized",
                                  checkpointer=storage.checkpointer)
     return LazyTensorStorage(max_size, checkpointer=storage.checkpointer)
+
+
+# ---- a storage saved alone (storage.dumps / storage.loads, no buffer) ------------------------
+def storage_contents(storage) -> list[int]:
+    n = len(storage)
+    data = storage.get(torch.arange(n))
+    return data["i"].tolist() if isinstance(data, TensorDict) else [d["i"].item() for d in data]
+
+
+def filled_storage(kind: str, tmp: Path, start: int, n: int = 4):
+    storage = STORAGES[kind](tmp)
+    data = rows(n, start=start)
+    storage.set(torch.arange(n), data if kind != "list" else list(data.unbind(0)))
+    return storage
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+def test_a_storage_save_failing_midway_keeps_the_previous_checkpoint(tmp_path, kind,
+                                                                     monkeypatch):
+    import errno
+
+    import tdreplay.core.checkpoint as checkpoint
+
+    path = tmp_path / "ckpt"
+    filled_storage(kind, tmp_path / "s1", start=10).dumps(path)
+    newer = filled_storage(kind, tmp_path / "s2", start=20)
+    real = checkpoint._fsync_path
+
+    def full_disk(target):  # every file of the new snapshot is written, then the disk is full
+        if checkpoint.MANIFEST_NAME not in str(target) and "snapshot-" in str(target):
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        return real(target)
+
+    monkeypatch.setattr(checkpoint, "_fsync_path", full_disk)
+    with pytest.raises(OSError):
+        newer.dumps(path)
+    monkeypatch.undo()
+    restored = STORAGES[kind](tmp_path / "s3")
+    restored.loads(path)
+    assert storage_contents(restored) == [10, 11, 12, 13]
+
+
+def test_a_flat_storage_save_failing_on_its_second_array_file_keeps_the_previous(
+        tmp_path, monkeypatch):
+    # (the tester's repro: the new obs file replaced, the old ones kept, loaded without error)
+    import errno
+
+    import tdreplay.storages.checkpointers as checkpointers
+
+    path = tmp_path / "ckpt"
+    old = filled_storage("flat", tmp_path, start=10)
+    old.dumps(path)
+    newer = filled_storage("flat", tmp_path, start=20)
+    real, calls = checkpointers.write_array_file, []
+
+    def failing(file, array):
+        calls.append(file)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(file))
+        return real(file, array)
+
+    monkeypatch.setattr(checkpointers, "write_array_file", failing)
+    with pytest.raises(OSError, match="No space left"):
+        newer.dumps(path)
+    monkeypatch.undo()
+    restored = STORAGES["flat"](tmp_path)
+    restored.loads(path)
+    assert len(calls) == 2 and len(restored) == 4
+    assert (restored.get(torch.arange(4)) == old.get(torch.arange(4))).all()  # every entry
+
+
+DATA_FILES = {"lazy_tensor": "data/i.memmap", "memmap": "data/i.memmap", "flat": "i.bin",
+              "nested": "data/i.memmap", "h5": "checkpoint.h5", "compressed": "blobs.bin",
+              "list": "items.pt"}
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+def test_a_damaged_data_file_of_a_storage_checkpoint_is_refused_by_name(tmp_path, kind):
+    path = tmp_path / "ckpt"
+    filled_storage(kind, tmp_path / "s1", start=10).dumps(path)
+    snap = path / json.loads((path / POINTER_NAME).read_text())["snapshot"]
+    corrupt(snap, DATA_FILES[kind], "flip")
+    target = filled_storage(kind, tmp_path / "s2", start=50, n=2)
+    with pytest.raises(CheckpointError, match=f"{DATA_FILES[kind]}' is corrupted"):
+        target.loads(path)
+    assert storage_contents(target) == [50, 51]
+
+
+def test_a_damaged_blob_of_a_plainly_written_compressed_checkpoint_is_refused(tmp_path):
+    # files written without a manifest (a checkpoint of an earlier version, or the
+    # checkpointer's own dumps): the CRC-32 of every row's bytes is checked when loading
+    saved = filled_storage("compressed", tmp_path, start=10)
+    saved.checkpointer.dumps(saved, tmp_path)
+    corrupt(tmp_path, "blobs.bin", "flip")
+    target = filled_storage("compressed", tmp_path, start=50, n=2)
+    with pytest.raises(CheckpointError, match=r"blobs\.bin': row 1: its compressed bytes are damaged"):
+        target.loads(tmp_path)
+    assert storage_contents(target) == [50, 51]
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+def test_a_storage_checkpoint_written_plainly_still_loads_and_is_replaced(tmp_path, kind):
+    old = filled_storage(kind, tmp_path / "s1", start=10)
+    old.write_files(tmp_path / "ckpt")  # the layout of earlier versions: files in the path
+    restored = STORAGES[kind](tmp_path / "s2")
+    restored.loads(tmp_path / "ckpt")
+    assert storage_contents(restored) == [10, 11, 12, 13]
+    filled_storage(kind, tmp_path / "s3", start=20).dumps(tmp_path / "ckpt")
+    newest = STORAGES[kind](tmp_path / "s4")
+    newest.loads(tmp_path / "ckpt")
+    assert storage_contents(newest) == [20, 21, 22, 23]
+
+
+def test_a_storage_saved_by_a_buffer_writes_into_the_buffer_snapshot(tmp_path):
+    rb = ReplayBuffer(storage=LazyTensorStorage(CAPACITY))
+    rb.extend(rows(3))
+    rb.dumps(tmp_path)
+    snap = tmp_path / json.loads((tmp_path / POINTER_NAME).read_text())["snapshot"]
+    assert (snap / "storage" / "storage.json").is_file()
+    assert not list(snap.rglob(POINTER_NAME)) and not list(snap.rglob("snapshot-*"))
+
+
+@pytest.mark.parametrize(("saver", "loader"), [
+    ("list", "compressed"), ("list", "lazy_tensor"), ("compressed", "list"),
+    ("lazy_tensor", "list"), ("compressed", "lazy_tensor")])
+def test_a_checkpoint_of_another_storage_class_names_it(tmp_path, saver, loader):
+    saved = filled_storage(saver, tmp_path / "s1", start=10)
+    saved.dumps(tmp_path / "ckpt")
+    target = STORAGES[loader](tmp_path / "s2")
+    name = type(saved).__name__
+    with pytest.raises(CheckpointError, match=f"written by a {name}; load it into a {name}"):
+        target.loads(tmp_path / "ckpt")
+    assert len(target) == 0

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from tdreplay.core import CheckpointError, ListStorage, ReplayBuffer
+from tdreplay.core.checkpoint import verify_checkpoint
 from tdreplay.storages import (
     CompressedListStorage,
     CompressedListStorageCheckpointer,
@@ -175,7 +176,7 @@ def test_ted_compaction_saves_next_observations_once(tmp_path, ckpt):
     storage = LazyTensorStorage(40, checkpointer=ckpt())
     storage.set(slice(0, 40), ted(40, episode=10))
     storage.dumps(tmp_path)
-    meta = json.loads((tmp_path / "storage.json").read_text())
+    meta = json.loads((verify_checkpoint(tmp_path) / "storage.json").read_text())
     entries = {tuple(e["key"]): e for e in meta["entries"]}
     # 4 episodes: the 4th step of each keeps its own next obs, plus the last row
     assert entries[("next", "obs")]["stored"] == "shifted"
@@ -239,10 +240,11 @@ def test_flat_files_are_one_level_and_readable_alone(tmp_path):
     data = ted(8)
     storage.set(slice(0, 8), data)
     storage.dumps(tmp_path)
-    assert all(p.is_file() for p in tmp_path.iterdir())
-    meta = json.loads((tmp_path / "storage.json").read_text())
+    snapshot = verify_checkpoint(tmp_path)
+    assert all(p.is_file() for p in snapshot.iterdir())
+    meta = json.loads((snapshot / "storage.json").read_text())
     info = meta["arrays"]["meta.step.t.bin"]
-    raw = np.fromfile(tmp_path / "meta.step.t.bin", dtype=np.int32)
+    raw = np.fromfile(snapshot / "meta.step.t.bin", dtype=np.int32)
     assert info["key"] == ["meta", "step", "t"] and raw.tolist() == list(range(8))
 
 
@@ -250,8 +252,9 @@ def test_nested_layout_mirrors_keys(tmp_path):
     storage = LazyTensorStorage(8, checkpointer=NestedStorageCheckpointer())
     storage.set(slice(0, 8), ted(8))
     storage.dumps(tmp_path)
-    assert (tmp_path / "data" / "meta" / "step" / "t.memmap").is_file()
-    assert (tmp_path / "data" / "next" / "obs@mask.memmap").is_file()
+    snapshot = verify_checkpoint(tmp_path)
+    assert (snapshot / "data" / "meta" / "step" / "t.memmap").is_file()
+    assert (snapshot / "data" / "next" / "obs@mask.memmap").is_file()
 
 
 def test_h5_is_one_file_with_groups(tmp_path):
@@ -259,8 +262,10 @@ def test_h5_is_one_file_with_groups(tmp_path):
     storage = LazyTensorStorage(8, checkpointer=H5StorageCheckpointer(checkpoint_file="rb.h5"))
     storage.set(slice(0, 8), ted(8))
     storage.dumps(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rb.h5", "seam.json", "storage.json"]
-    with h5py.File(tmp_path / "rb.h5") as f:
+    snapshot = verify_checkpoint(tmp_path)
+    assert sorted(p.name for p in snapshot.iterdir()) == ["manifest.json", "rb.h5", "seam.json",
+                                                          "storage.json"]
+    with h5py.File(snapshot / "rb.h5") as f:
         assert f["meta/step/t"][()].tolist() == list(range(8))
         assert "obs@explicit" in f["next"]
 
@@ -271,7 +276,7 @@ def test_h5_kwargs_reach_h5py(tmp_path):
     storage = LazyTensorStorage(8, checkpointer=ckpt)
     storage.set(slice(0, 8), ted(8))
     storage.dumps(tmp_path)
-    with h5py.File(tmp_path / "checkpoint.h5") as f:
+    with h5py.File(verify_checkpoint(tmp_path) / "checkpoint.h5") as f:
         assert f["obs"].compression == "gzip"
 
 
@@ -324,11 +329,12 @@ def test_shape_mismatch_is_refused_before_anything_changes(tmp_path, ckpt_name):
 
 @pytest.mark.parametrize("ckpt_name", ["flat", "nested", "tensor"])
 def test_truncated_array_file_is_reported(tmp_path, ckpt_name):
-    # storage.loads alone (a buffer's loads also checks every file's CRC-32 first)
+    # files written plainly (a storage checkpoint of an earlier version, without a manifest):
+    # the checkpointer's own checks (storage.dumps's manifest names the file first)
     ckpt = TENSOR_CHECKPOINTERS[ckpt_name]
     storage = LazyTensorStorage(8, checkpointer=ckpt())
     storage.set(slice(0, 8), ted(8))
-    storage.dumps(tmp_path)
+    storage.write_files(tmp_path)
     victim = (tmp_path / "obs.bin") if ckpt_name == "flat" else (tmp_path / "data" / "obs.memmap")
     victim.write_bytes(victim.read_bytes()[:-4])
     target = LazyTensorStorage(8, checkpointer=ckpt())
@@ -392,7 +398,7 @@ def test_compressed_checkpointer_checks_codec_and_files(tmp_path):
 
     storage = CompressedListStorage(6)
     storage.set(torch.arange(3), torch.arange(9).reshape(3, 3))
-    storage.dumps(tmp_path)
+    storage.write_files(tmp_path)  # (plainly, as earlier versions: the checkpointer's checks)
     other = CompressedListStorage(6, compression_fn=zlib.compress, decompression_fn=zlib.decompress)
     with pytest.raises(CheckpointError, match="compressed with"):
         other.loads(tmp_path)

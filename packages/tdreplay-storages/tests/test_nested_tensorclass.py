@@ -20,6 +20,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, is_tensor_collection, tensorclass
 
 from tdreplay.core import CheckpointError, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core.checkpoint import verify_checkpoint
 from tdreplay.storages import (
     CompressedListStorage,
     FlatStorageCheckpointer,
@@ -459,7 +460,7 @@ def strip_record(path) -> None:
 @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
 def test_a_checkpoint_without_the_record_still_loads(storage_type, tmp_path):
     saved = filled(storage_type)
-    saved.dumps(tmp_path / "ck")
+    saved.write_files(tmp_path / "ck")  # (plain files: a manifest would refuse the edit)
     strip_record(tmp_path / "ck")
     fresh = storage_type(8)
     fresh.loads(tmp_path / "ck")
@@ -484,7 +485,7 @@ def rename_class(path, name: str) -> None:
 
 @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
 def test_a_checkpoint_of_a_class_that_cannot_be_imported_is_refused(storage_type, tmp_path):
-    filled(storage_type).dumps(tmp_path / "ck")
+    filled(storage_type).write_files(tmp_path / "ck")  # (plain: the edit is not refused first)
     rename_class(tmp_path / "ck", f"{Obs.__module__}:NeverDefined")
     fresh = storage_type(8)
     with pytest.raises(CheckpointError, match="NeverDefined', which cannot be imported here"):
@@ -500,7 +501,7 @@ def test_a_checkpoint_of_a_class_that_cannot_be_imported_is_refused(storage_type
 @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
 def test_a_checkpoint_of_another_class_is_refused_by_a_laid_out_storage(storage_type,
                                                                          tmp_path):
-    filled(storage_type).dumps(tmp_path / "ck")
+    filled(storage_type).write_files(tmp_path / "ck")  # (plain: the edit is not refused first)
     rename_class(tmp_path / "ck", f"{Other.__module__}:Other")
     laid_out = filled(storage_type)
     with pytest.raises(CheckpointError, match=r"checkpoint entry 'obs' holds tensorclass "
@@ -513,7 +514,7 @@ def test_a_checkpoint_of_another_class_is_refused_by_a_laid_out_storage(storage_
 
 
 def test_a_checkpoint_whose_class_does_not_fit_its_rows_is_refused(tmp_path):
-    filled(LazyTensorStorage).dumps(tmp_path / "ck")
+    filled(LazyTensorStorage).write_files(tmp_path / "ck")  # (plain: edited below)
     rename_class(tmp_path / "ck", f"{Inner.__module__}:Inner")  # "obs" has pos and vel, not a
     fresh = LazyTensorStorage(8)
     with pytest.raises(CheckpointError, match="nested tensorclasses do not fit its rows"):
@@ -592,7 +593,7 @@ def test_compressed_state_dict_and_checkpoint(tmp_path):
     assert [type(restored.get(i)["obs"]).__name__ for i in range(4)] == ["Obs", "Obs", "Other",
                                                                          "Other"]
     storage.dumps(tmp_path / "ck")
-    meta = json.loads((tmp_path / "ck" / "storage.json").read_text())
+    meta = json.loads((verify_checkpoint(tmp_path / "ck") / "storage.json").read_text())
     assert [layout["tensorclasses"][-1][1] for layout in meta["layouts"]] == [
         f"{Obs.__module__}:Obs", f"{Other.__module__}:Other"]
     loaded = CompressedListStorage(8)
@@ -603,7 +604,7 @@ def test_compressed_state_dict_and_checkpoint(tmp_path):
 
 
 def test_compressed_checkpoint_of_a_class_that_cannot_be_imported_is_refused(tmp_path):
-    mixed_compressed().dumps(tmp_path / "ck")
+    mixed_compressed().write_files(tmp_path / "ck")  # (plain files: edited below)
     file = tmp_path / "ck" / "storage.json"
     meta = json.loads(file.read_text())
     meta["layouts"][1]["tensorclasses"][-1][1] = f"{Other.__module__}:NeverDefined"

@@ -25,6 +25,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, tensorclass
 
 from tdreplay.core import CheckpointError, ReplayBuffer, TensorDictReplayBuffer
+from tdreplay.core.checkpoint import LOCK_NAME, POINTER_NAME, verify_checkpoint
 from tdreplay.core.process_sharing import NotShareableError
 from tdreplay.core.testing import assert_same, buffer_snapshot
 from tdreplay.storages import (
@@ -429,9 +430,10 @@ def test_dumps_loads_keeps_them_as_json(tmp_path):
     storage = _filled()
     storage.dumps(tmp_path)
     storage.dumps(tmp_path)  # twice over the same directory
-    meta = json.loads((tmp_path / "storage.json").read_text())
+    snapshot = verify_checkpoint(tmp_path)
+    meta = json.loads((snapshot / "storage.json").read_text())
     assert meta["non_tensor"] == "non_tensor.json"
-    columns = json.loads((tmp_path / "non_tensor.json").read_text())
+    columns = json.loads((snapshot / "non_tensor.json").read_text())
     assert columns["entries"] == [
         {"key": ["n", "same"], "shape": [3], "values": ["s", "s", "s"]},
         {"key": ["text"], "shape": [3], "values": ["a", ["b", 1], {"c": None}]},
@@ -446,15 +448,16 @@ def test_checkpoints_of_tensors_alone_are_as_before(tmp_path):
     storage = LazyTensorStorage(8)
     storage.set(slice(0, 2), _batch(2))
     storage.dumps(tmp_path)
-    assert "non_tensor" not in json.loads((tmp_path / "storage.json").read_text())
-    assert not (tmp_path / "non_tensor.json").exists()
+    snapshot = verify_checkpoint(tmp_path)
+    assert "non_tensor" not in json.loads((snapshot / "storage.json").read_text())
+    assert not (snapshot / "non_tensor.json").exists()
     restored = LazyTensorStorage(8)
     restored.loads(tmp_path)
     assert restored[:]["x"].tolist() == [0.0, 1.0]
 
 
 def test_a_damaged_column_file_is_refused(tmp_path):
-    _filled().dumps(tmp_path)
+    _filled().write_files(tmp_path)  # (plain files: a manifest would refuse the edit first)
     (tmp_path / "non_tensor.json").write_text(json.dumps(
         {"format": 1, "entries": [{"key": ["text"], "shape": [3], "values": ["a"]}]}))
     target = LazyTensorStorage(8)
@@ -478,7 +481,8 @@ def test_the_tensor_file_checkpointers_refuse_them_by_name(tmp_path, checkpointe
     with pytest.raises(TypeError, match=f"entry .* is a NonTensor.*: {checkpointer.__name__} "
                                         "saves tensor entries only.*TensorStorageCheckpointer"):
         storage.dumps(tmp_path)
-    assert not list(tmp_path.iterdir())  # nothing written
+    assert not [p for p in tmp_path.rglob("*")  # nothing written but the pointer (no snapshot)
+                if p.name not in (POINTER_NAME, LOCK_NAME)]
 
 
 def test_pickle_deepcopy_and_empty():

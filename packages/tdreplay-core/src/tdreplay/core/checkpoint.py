@@ -88,6 +88,56 @@ _RECORDED: ContextVar[dict[str, tuple[int, int, int, int]] | None] = ContextVar(
     "tdreplay_checkpoint_recorded", default=None)
 
 
+#: the snapshot directories :func:`write_checkpoint` is writing in this thread / context
+_WRITING: ContextVar[tuple[Path, ...]] = ContextVar("tdreplay_checkpoint_writing", default=())
+
+
+def inside_checkpoint_snapshot(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies in a snapshot directory that :func:`write_checkpoint` is writing
+    in this thread (or context): a component's ``dumps`` given such a path (a buffer's
+    ``dumps`` gives its storage ``snapshot / "storage"``) writes its files plainly there,
+    since the enclosing snapshot is committed atomically as a whole; given another path, it
+    writes a checkpoint of its own with :func:`write_checkpoint` (snapshots never nest).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with write_checkpoint(d) as snap:
+    ...         print(inside_checkpoint_snapshot(snap / "storage"), inside_checkpoint_snapshot(d))
+    ...     print(inside_checkpoint_snapshot(snap / "storage"))
+    True False
+    False
+    """
+    target = Path(os.path.abspath(path))
+    return any(target == snap or snap in target.parents for snap in _WRITING.get())
+
+
+def holds_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` holds a committed checkpoint of this format (its pointer
+    names a snapshot, or is damaged: :func:`open_checkpoint` then says so), rather than files
+    written plainly into it (a storage's checkpoint written before storages saved atomically;
+    such files stay what loads while the first save of this format to ``path`` has not
+    committed).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     before = holds_checkpoint(d)
+    ...     with write_checkpoint(d) as snap:
+    ...         _ = (snap / "a.txt").write_text("a")
+    ...     print(before, holds_checkpoint(d))
+    False True
+    """
+    if not (Path(path) / POINTER_NAME).is_file():
+        return False
+    try:
+        return _read_pointer(Path(path)).get("snapshot") is not None
+    except CheckpointError:
+        return True  # (a damaged pointer: open_checkpoint names it)
+
+
 def record_written_file(path: str | os.PathLike[str], crc32: int) -> bool:
     """Tell the checkpoint being written that ``path`` is complete: its writer fsynced it and
     computed ``crc32``, the CRC-32 of every byte it wrote (``zlib.crc32`` carried over the
@@ -344,9 +394,11 @@ def write_checkpoint(path: str | os.PathLike[str]) -> Iterator[Path]:
         committed = False
         try:
             snap.mkdir()
+            writing = _WRITING.set((*_WRITING.get(), Path(os.path.abspath(snap))))
             try:
                 yield snap
             finally:
+                _WRITING.reset(writing)
                 _RECORDED.reset(token)
             files = {}
             for file in _snapshot_files(snap):

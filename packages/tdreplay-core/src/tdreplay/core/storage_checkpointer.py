@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
-from .checkpoint import CheckpointError, read_json, save_torch_file, write_json
+from .checkpoint import (
+    CheckpointError,
+    holds_checkpoint,
+    inside_checkpoint_snapshot,
+    open_checkpoint,
+    read_json,
+    save_torch_file,
+    write_checkpoint,
+    write_json,
+)
 from .checkpoint_hooks import HookList
 from .item_memory import compact_views
 from .utils import is_int
@@ -30,7 +39,8 @@ if TYPE_CHECKING:
     from .storage import ListStorage, Storage
 
 # the two checkpointer classes are documented, and imported, with ``tdreplay.core``
-__all__ = ["SEAM_FILE", "SEAM_KEY", "CheckpointedStorage", "checked_seam", "describe_checkpointer"]
+__all__ = ["SEAM_FILE", "SEAM_KEY", "CheckpointedStorage", "checked_seam", "describe_checkpointer",
+           "saved_by_other_storage"]
 
 StorageT = TypeVar("StorageT", bound="Storage")
 
@@ -176,8 +186,18 @@ class StorageCheckpointerBase(Generic[StorageT]):
     def loads(self, storage: StorageT, path: str | os.PathLike[str]) -> None:
         """Restore ``storage`` from directory ``path`` (TorchRL's entry point): read and check
         it all (:meth:`prepare_load`), then install it; a damaged checkpoint raises
-        :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing."""
-        install = self.prepare_load(storage, Path(path))
+        :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing. ``path`` is
+        the directory this checkpointer's :meth:`dumps` wrote into, or a checkpoint
+        ``storage.dumps`` wrote (its files checked against their CRC-32 first)."""
+        path = Path(path)
+        if holds_checkpoint(path):
+            with open_checkpoint(path) as snapshot:
+                self._install_from(storage, snapshot)
+            return
+        self._install_from(storage, path)
+
+    def _install_from(self, storage: StorageT, path: Path) -> None:
+        install = self.prepare_load(storage, path)
         try:
             install()
         finally:
@@ -218,6 +238,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase["ListStorage"]):
         items = self.apply_save_hooks(compact_views(storage.items()), path=path)
         save_torch_file(items, path / "items.pt", weights_only=False)  # (any Python items)
         write_json(path / "storage.json", {"class": type(storage).__name__,
+                                           "checkpointer": type(self).__name__,
                                            "max_size": storage.max_size, "len": len(items)})
 
     def prepare_load(self, storage: ListStorage, path: Path) -> Callable[[], None]:
@@ -269,6 +290,40 @@ def describe_checkpointer(value: Any) -> str:
     if isinstance(value, type):
         return f"the class {value.__name__} (pass an instance: {value.__name__}())"
     return type(value).__name__
+
+
+def saved_by_other_storage(path: str | os.PathLike[str], storage: Any) -> str | None:
+    """The error to give when the checkpoint files in ``path`` were written by another storage
+    class than ``storage``'s, with another checkpointer than ``storage``'s (``storage.json``
+    records both), so ``storage`` cannot read them; ``None`` when they were not, or the files
+    do not say (then the checkpointer's own error stands).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage
+    >>> from tdreplay.core.checkpoint import write_json
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_json(Path(d) / "storage.json", {"class": "LazyTensorStorage",
+    ...                                           "checkpointer": "TensorStorageCheckpointer"})
+    ...     print(saved_by_other_storage(d, ListStorage(4)).split("; ")[1].split(" with ")[0])
+    load it into a LazyTensorStorage
+    """
+    meta_path = Path(path) / "storage.json"
+    try:
+        meta = read_json(meta_path)
+    except CheckpointError:
+        return None
+    saved_class, saved_checkpointer = meta.get("class"), meta.get("checkpointer")
+    mine = type(storage).__name__
+    if not isinstance(saved_class, str) or saved_class == mine:
+        return None
+    if saved_checkpointer == type(storage.checkpointer).__name__:
+        return None  # (a storage of the same kind: the checkpointer's own error says why)
+    with_checkpointer = (f" with checkpointer={saved_checkpointer}()"
+                         if isinstance(saved_checkpointer, str) else "")
+    return (f"checkpoint {str(meta_path)!r} was written by a {saved_class}; load it into a "
+            f"{saved_class}{with_checkpointer}, not a {mine}.")
 
 
 #: where a storage's own checkpoints keep its ``last_written_row`` (the ring's seam): the
@@ -462,7 +517,41 @@ class CheckpointedStorage:
         return self.checkpointer.apply_load_hooks(data)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Write the contents into directory ``path`` with :attr:`checkpointer`."""
+        """Write the contents into directory ``path`` with :attr:`checkpointer`, atomically.
+
+        The files are written into a new snapshot directory of ``path`` and committed by an
+        atomic rename of its pointer file (:func:`~tdreplay.core.checkpoint.write_checkpoint`),
+        with the size and CRC-32 of every file: a save that fails midway (a full disk, a
+        killed process) leaves the previous checkpoint at ``path`` loadable and intact, and
+        :meth:`loads` refuses a damaged file before the storage changes. Called on a path
+        inside a snapshot being written (a buffer's ``dumps`` saving its storage), it writes
+        the files plainly there (:meth:`write_files`): that snapshot is committed as a whole.
+
+        Examples
+        --------
+        >>> import tempfile, torch
+        >>> from tdreplay.core import ListStorage
+        >>> s = ListStorage(4)
+        >>> s.set(torch.arange(2), ["a", "b"])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s.dumps(d)
+        ...     s.set(torch.arange(2), ["c", "d"])
+        ...     s.dumps(d)
+        ...     t = ListStorage(4)
+        ...     t.loads(d)
+        >>> t[:]
+        ['c', 'd']
+        """
+        if inside_checkpoint_snapshot(path):
+            self.write_files(path)
+            return
+        with write_checkpoint(path) as snapshot:
+            self.write_files(snapshot)
+
+    def write_files(self, path: str | os.PathLike[str]) -> None:
+        """Write the checkpointer's files and ``seam.json`` plainly into directory ``path``
+        (created if needed), as :meth:`dumps` does inside a snapshot; :meth:`prepare_load`
+        reads such a directory back."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.checkpointer.dumps(self, path)
@@ -472,9 +561,27 @@ class CheckpointedStorage:
     def prepare_load(self, path: str | os.PathLike[str]) -> Callable[[], None]:
         """Read and check ``path``; return a function that installs it (see the checkpointers),
         restores ``last_written_row`` (from ``seam.json``, when the checkpoint has one) and
-        advances :attr:`revision`."""
+        advances :attr:`revision`.
+
+        ``path`` is a checkpoint :meth:`dumps` wrote (every file is checked against its size
+        and CRC-32 first, :func:`~tdreplay.core.checkpoint.open_checkpoint`), or a directory
+        of files written plainly (a buffer's snapshot ``storage/``, or a storage checkpoint
+        of an earlier version). A checkpoint another storage class wrote is refused naming
+        that class."""
         path = Path(path)
-        install = self.checkpointer.prepare_load(self, path)
+        if holds_checkpoint(path):
+            with open_checkpoint(path) as snapshot:
+                return self._prepare_files(snapshot)
+        return self._prepare_files(path)
+
+    def _prepare_files(self, path: Path) -> Callable[[], None]:
+        try:
+            install = self.checkpointer.prepare_load(self, path)
+        except CheckpointError as err:
+            other = saved_by_other_storage(path, self)
+            if other is None:
+                raise
+            raise CheckpointError(other) from err
         saved = self.saves_seam and (path / SEAM_FILE).is_file()
         if saved:
             found = read_json(path / SEAM_FILE)  # (CheckpointError naming it when unreadable)
@@ -496,8 +603,16 @@ class CheckpointedStorage:
         return commit
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore the contents written by :meth:`dumps`."""
-        self.prepare_load(path)()
+        """Restore the contents written by :meth:`dumps` (see :meth:`prepare_load`): a
+        missing, damaged or mismatched checkpoint raises
+        :class:`~tdreplay.core.checkpoint.CheckpointError` naming the file, and the storage is
+        left as it was."""
+        path = Path(path)
+        if holds_checkpoint(path):
+            with open_checkpoint(path) as snapshot:  # (held while installing: no save removes it)
+                self._prepare_files(snapshot)()
+            return
+        self._prepare_files(path)()
 
     save = dumps
     dump = dumps

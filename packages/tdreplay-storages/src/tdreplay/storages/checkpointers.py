@@ -52,7 +52,13 @@ from tdreplay.core import (
 from tdreplay.core.checkpoint import CheckpointError, named_write_error, read_json, write_json
 from tdreplay.core.file_room import reserve_file
 
-from ._codec_check import RowCodec, check_row_checksums, row_checksums
+from ._codec_check import (
+    RowCodec,
+    blob_checksums,
+    check_blob_checksums,
+    check_row_checksums,
+    row_checksums,
+)
 from ._compressed_rows import CompressedRow
 from ._file_writes import memmap_by_writes, write_array_file, write_json_file
 from ._layout import (
@@ -536,6 +542,7 @@ class FlatStorageCheckpointer(_CompactingCheckpointer):
     --------
     >>> import tempfile, os
     >>> from tensordict import TensorDict
+    >>> from tdreplay.core.checkpoint import verify_checkpoint
     >>> from tdreplay.storages import LazyTensorStorage
     >>> obs = torch.arange(11.).unsqueeze(-1)
     >>> data = TensorDict({"obs": obs[:-1], ("next", "obs"): obs[1:]}, [10])
@@ -543,11 +550,12 @@ class FlatStorageCheckpointer(_CompactingCheckpointer):
     >>> s.set(slice(0, 10), data)
     >>> with tempfile.TemporaryDirectory() as d:
     ...     s.dumps(d)
-    ...     files = sorted(os.listdir(d))
+    ...     files = sorted(os.listdir(verify_checkpoint(d)))  # (the snapshot written)
     ...     t = LazyTensorStorage(10, checkpointer=FlatStorageCheckpointer())
     ...     t.loads(d)
-    >>> files
-    ['next.obs@explicit.bin', 'next.obs@mask.bin', 'obs.bin', 'seam.json', 'storage.json']
+    >>> files  # doctest: +NORMALIZE_WHITESPACE
+    ['manifest.json', 'next.obs@explicit.bin', 'next.obs@mask.bin', 'obs.bin', 'seam.json',
+     'storage.json']
     >>> bool((t[:]["next", "obs"] == obs[1:]).all())
     True
     """
@@ -600,6 +608,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
     --------
     >>> import tempfile
     >>> from tensordict import TensorDict
+    >>> from tdreplay.core.checkpoint import verify_checkpoint
     >>> from tdreplay.storages import LazyTensorStorage
     >>> obs = torch.arange(11.).unsqueeze(-1)
     >>> data = TensorDict({"obs": obs[:-1], ("next", "obs"): obs[1:]}, [10])
@@ -607,7 +616,7 @@ class NestedStorageCheckpointer(_CompactingCheckpointer):
     >>> s.set(slice(0, 10), data)
     >>> with tempfile.TemporaryDirectory() as d:
     ...     s.dumps(d)
-    ...     on_disk = TensorDict.load_memmap(d + "/data")
+    ...     on_disk = TensorDict.load_memmap(verify_checkpoint(d) / "data")
     ...     t = LazyTensorStorage(10, checkpointer=NestedStorageCheckpointer())
     ...     t.loads(d)
     >>> sorted(on_disk["next"].keys())
@@ -747,14 +756,20 @@ class H5StorageCheckpointer(_CompactingCheckpointer):
                 f"h5_kwargs={self.h5_kwargs})")
 
 
+#: The file of a compressed storage's checkpoint holding the CRC-32 of each row's compressed
+#: bytes (int64, one a row), named by ``storage.json``'s ``"blob_crc"``.
+BLOB_CRC_FILE = "blob_crc.bin"
+
+
 class CompressedListStorageCheckpointer(StorageCheckpointerBase):
     """Checkpointer of :class:`~tdreplay.storages.CompressedListStorage`: the blobs as they are.
 
     Rows are not decompressed: ``blobs.bin`` holds every compressed row back to back,
     ``offsets.bin`` (int64, ``len + 1`` values) where each starts, ``row_layouts.bin`` (int32)
-    which structure each row has, and ``storage.json`` the codec and the table of structures
-    (keys, dtypes, shapes). Nothing is unpickled on load. A checkpoint is only loaded by a
-    storage with the same codec.
+    which structure each row has, ``blob_crc.bin`` (int64) the CRC-32 of each row's bytes, and
+    ``storage.json`` the codec and the table of structures (keys, dtypes, shapes). Nothing is
+    unpickled on load; a row whose bytes were damaged is refused before the storage changes. A
+    checkpoint is only loaded by a storage with the same codec.
 
     Save and load hooks are not supported (rows are saved compressed, never decompressed):
     :meth:`register_save_hook` and :meth:`register_load_hook` raise ``NotImplementedError``
@@ -820,6 +835,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             raise named_write_error(err, path / "blobs.bin") from err
         write_array_file(path / "offsets.bin", np.ascontiguousarray(offsets))
         write_array_file(path / "row_layouts.bin", np.ascontiguousarray(row_layouts))
+        write_array_file(path / BLOB_CRC_FILE, blob_checksums(rows).numpy())
         write_json(path / "storage.json", {
             "class": type(storage).__name__,
             "checkpointer": type(self).__name__,
@@ -827,6 +843,7 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             "len": len(rows),
             "codec": source.codec.name,
             "row_crc": row_checksums(rows, source.codec),  # (which codec: _codec_check)
+            "blob_crc": BLOB_CRC_FILE,  # (every row's compressed bytes, as its state_dict)
             "layouts": [layout_record(layout) for layout in layouts],
         })
 
@@ -854,6 +871,8 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             offsets = np.fromfile(path / "offsets.bin", dtype=np.int64)
             row_layouts = np.fromfile(path / "row_layouts.bin", dtype=np.int32)
             blobs = (path / "blobs.bin").read_bytes()
+            blob_crc = (torch.from_numpy(np.fromfile(path / BLOB_CRC_FILE, dtype=np.int64))
+                        if meta.get("blob_crc") is not None else None)  # (None: not recorded)
         except CheckpointError:
             raise
         except (OSError, KeyError, ValueError, TypeError) as err:
@@ -867,6 +886,10 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             raise CheckpointError("checkpoint rows name structures that are not in its table.")
         rows = [CompressedRow(layouts[row_layouts[i]], blobs[offsets[i]: offsets[i + 1]])
                 for i in range(n)]
+        try:
+            check_blob_checksums(rows, blob_crc, BLOB_CRC_FILE)
+        except ValueError as err:
+            raise CheckpointError(f"checkpoint file {str(path / 'blobs.bin')!r}: {err}") from err
         try:
             check_row_checksums(rows, codec, meta.get("row_crc"), "storage.json 'row_crc'")
         except ValueError as err:
