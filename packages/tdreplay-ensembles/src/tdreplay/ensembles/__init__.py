@@ -12,7 +12,7 @@ from .sampler import SampleFromAllConflictError, SamplerEnsemble
 from .storage import StorageEnsemble, StorageEnsembleCheckpointer
 from .writer import WriterEnsemble
 
-__version__ = "0.6.7"
+__version__ = "0.6.8"
 
 __all__ = [
     "ReplayBufferEnsemble",
