@@ -17,7 +17,7 @@ import torch
 
 from .sampler import Sampler
 from .storage import Storage
-from .utils import check_batch_size, restore_attributes
+from .utils import check_batch_size, check_not_empty, restore_attributes
 
 _EXHAUSTED = ("Cannot sample from an empty storage: every item written has been consumed "
               "(sampled max_sample_count times); write new items first.")
@@ -208,6 +208,7 @@ class ConsumingSampler(Sampler):
         live = torch.nonzero(self._live[:self._known]).reshape(-1)
         if not live.numel():
             self._ran_out = True
+            check_not_empty(storage)  # (nothing written, or emptied: not "consumed")
             raise RuntimeError(_EXHAUSTED)
         take = min(batch_size, live.numel())
         index = live[torch.randperm(live.numel(), generator=self._rng)[:take]]
