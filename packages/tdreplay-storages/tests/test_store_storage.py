@@ -23,6 +23,7 @@ from tdreplay.core import (  # noqa: E402
     ReplayBuffer,
     TensorDictReplayBuffer,
 )
+from tdreplay.core.checkpoint import verify_checkpoint  # noqa: E402
 from tdreplay.core.utils import DataKindMismatchError  # noqa: E402
 from tdreplay.samplers import (  # noqa: E402
     PrioritizedSampler,
@@ -285,8 +286,9 @@ def test_storage_dumps_loads_saves_the_rows(tmp_path, make):
     s = make(10)
     s.set(slice(0, 4), rows(4))
     s.dumps(tmp_path / "ckpt")
-    assert (tmp_path / "ckpt" / "data").is_dir()
-    meta = json.loads((tmp_path / "ckpt" / "storage.json").read_text())
+    snapshot = verify_checkpoint(tmp_path / "ckpt")  # (committed with every file's CRC)
+    assert (snapshot / "data").is_dir()
+    meta = json.loads((snapshot / "storage.json").read_text())
     assert meta["checkpointer"] == "StoreStorageCheckpointer" and meta["len"] == 4
     # another server: the checkpoint holds the data, not a reference to the first server
     t = StoreStorage(10, client=FakeRedis(server=fakeredis.FakeServer()))
@@ -334,11 +336,12 @@ def test_damaged_checkpoint_is_refused_and_changes_nothing(tmp_path, make):
     s.dumps(tmp_path)
     t = make(5)
     t.set(slice(0, 1), torch.tensor([9.0]))
-    data_file = next((tmp_path / "data").rglob("*.memmap"))
+    data_file = next((verify_checkpoint(tmp_path) / "data").rglob("*.memmap"))
     data_file.write_bytes(data_file.read_bytes()[:-4])
     with pytest.raises(CheckpointError, match="bytes"):
         t.loads(tmp_path)
     assert len(t) == 1 and t[:].tolist() == [9.0]
+    s.dumps(tmp_path)  # whole again
     with pytest.raises(CheckpointError, match="max_size"):
         make(6).loads(tmp_path)
 
