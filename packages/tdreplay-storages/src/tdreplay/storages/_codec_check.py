@@ -19,9 +19,10 @@ from typing import Any, Protocol
 import torch
 
 from ._compressed_rows import CompressedRow, RowLayout
+from ._leaf_codec import DecompressionFnError
 
-__all__ = ["RowCodec", "blob_checksums", "check_blob_checksums", "check_row_checksums",
-           "row_checksums"]
+__all__ = ["RowCodec", "blob_checksums", "check_blob_checksums", "check_round_trip",
+           "check_row_checksums", "raw_row", "row_checksums"]
 
 #: rows checked at most (the first of each layout, in row order)
 MAX_CHECKED = 16
@@ -138,3 +139,54 @@ def check_blob_checksums(rows: Sequence[CompressedRow], checksums: Any, name: st
     if bad.numel():
         raise ValueError(f"row {int(bad[0])}: its compressed bytes are damaged (their CRC-32 "
                          f"is not the one {name} records).")
+
+
+def check_round_trip(codec: RowCodec, layout: RowLayout, raw: bytes, blob: bytes, *,
+                     lossy_allowed: bool) -> None:
+    """``ValueError`` naming ``compression_fn`` / ``decompression_fn`` unless ``blob`` (``raw``
+    compressed by a user's codec) decompresses back: to ``raw`` itself, or with
+    ``lossy_allowed`` (a TorchRL-style codec, lossy by choice) to as many bytes. Run on the
+    first row of each new layout, before anything is written: a codec that loses bytes is
+    refused at the write instead of losing the row.
+
+    >>> layout = RowLayout("tensor", (), ((None, torch.uint8, (2,)),))
+    >>> class Truncating:
+    ...     name = "truncating"
+    ...     def decompress_row(self, blob, layout): return blob[:1]
+    >>> try:
+    ...     check_round_trip(Truncating(), layout, b"ab", b"ab", lossy_allowed=False)
+    ... except ValueError as err:
+    ...     print(str(err).split(": ")[-1])
+    decompression_fn(compression_fn(row)) gave 1 bytes instead of 2; nothing was written.
+    """
+    try:
+        back = codec.decompress_row(blob, layout)
+    except Exception as err:  # the user's functions: any failure refuses the write
+        raise ValueError(f"decompression_fn cannot decompress what compression_fn made of a "
+                         f"row ({type(err).__name__}: {err}); nothing was written.") from err
+    if len(back) != len(raw) or not (lossy_allowed or back == raw):
+        what = (f"{len(back)} bytes instead of {len(raw)}" if len(back) != len(raw)
+                else f"other bytes than the {len(raw)} written")
+        raise ValueError(f"compression_fn and decompression_fn do not round-trip: "
+                         f"decompression_fn(compression_fn(row)) gave {what}; nothing was "
+                         "written.")
+
+
+def raw_row(codec: RowCodec, row: CompressedRow, layout: RowLayout, nbytes: int, slots: Any,
+            position: int, count: int) -> bytes:
+    """The ``nbytes`` raw bytes of ``row`` (``layout.nbytes``, looked up once per batch by the
+    caller; flat position ``position`` of ``slots``, one of ``count`` rows read), or
+    ``ValueError`` naming where it was read from."""
+    try:
+        raw = codec.decompress_row(row.blob, layout)
+    except Exception as err:  # any codec failure: the row's bytes are damaged
+        where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[position])}"
+                 if slots is not None else f"row {position} of the {count} read")
+        if isinstance(err, DecompressionFnError):  # (the user's function, not the bytes)
+            raise ValueError(f"the compressed row at {where}: {err}") from err
+        raise ValueError(f"the compressed row at {where} cannot be decompressed "
+                         f"({type(err).__name__}: {err}): its bytes are damaged.") from err
+    if len(raw) != nbytes:
+        raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
+                         f"needs {nbytes}: the codec does not round-trip.")
+    return raw

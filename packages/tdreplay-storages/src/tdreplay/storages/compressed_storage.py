@@ -37,12 +37,14 @@ from tdreplay.core.utils import as_long_tensor, check_flag, is_int
 from ._codec_check import (
     blob_checksums,
     check_blob_checksums,
+    check_round_trip,
     check_row_checksums,
+    raw_row,
     row_checksums,
 )
 from ._compressed_rows import CompressedRow, RowLayout, itemsize, layout_problem
 from ._keys import warn_empty_levels
-from ._leaf_codec import DecompressionFnError, LeafCodec, takes_metadata, tensor_bytes
+from ._leaf_codec import LeafCodec, takes_metadata, tensor_bytes
 from ._row_records import rows_from_record, rows_record
 from ._source_checks import check_dense
 from ._tensorclasses import inner_first, nested_tensorclasses, with_classes
@@ -402,35 +404,16 @@ class CompressedListStorage(ListStorage):
         """The one object of ``layout`` the rows of this structure share; a structure seen
         first warns of the empty nested TensorDicts of ``data`` (a row keeps tensors), and,
         with a user's codec, is refused unless ``first`` (``(raw bytes, blob)`` of its first
-        row) decompresses back (see :meth:`_check_round_trip`)."""
+        row) decompresses back (see :func:`._codec_check.check_round_trip`)."""
         known = self._layouts.get(layout)
         if known is not None:
             return known
         if first is not None and self._given_fns[0] is not None:
-            self._check_round_trip(layout, *first)
+            check_round_trip(self.codec, layout, *first,
+                             lossy_allowed=isinstance(self.codec, LeafCodec))
         if isinstance(data, TensorDictBase):
             warn_empty_levels(data, type(self).__name__)
         return self._layouts.setdefault(layout, layout)
-
-    def _check_round_trip(self, layout: RowLayout, raw: bytes, blob: bytes) -> None:
-        """``ValueError`` naming ``compression_fn`` / ``decompression_fn`` unless ``blob``
-        (``raw`` compressed) decompresses back: to ``raw`` itself for a byte-level codec, to a
-        row of ``layout``'s size for a TorchRL-style one (which may be lossy by choice). Run on
-        the first row of each new layout, before anything is written: a codec that loses bytes
-        is refused at the write instead of losing the row."""
-        try:
-            back = self.codec.decompress_row(blob, layout)
-        except Exception as err:  # the user's functions: any failure refuses the write
-            raise ValueError(f"decompression_fn cannot decompress what compression_fn made of "
-                             f"a row ({type(err).__name__}: {err}); nothing was written."
-                             ) from err
-        lossy_allowed = isinstance(self.codec, LeafCodec)
-        if len(back) != len(raw) or not (lossy_allowed or back == raw):
-            what = (f"{len(back)} bytes instead of {len(raw)}" if len(back) != len(raw)
-                    else f"other bytes than the {len(raw)} written")
-            raise ValueError(f"compression_fn and decompression_fn do not round-trip: "
-                             f"decompression_fn(compression_fn(row)) gave {what}; nothing was "
-                             "written.")
 
     def _compress(self, item: Any) -> CompressedRow:
         layout, tensors = _row_layout(item, 0)
@@ -485,7 +468,7 @@ class CompressedListStorage(ListStorage):
         if len(rows) == 1:
             # each leaf copied out of the row's bytes into memory of its own: views of one
             # buffer as several dtypes could not be saved (torch.save, pickle) nor resized
-            raw = np.frombuffer(self._raw_row(rows[0], layout, nbytes, slots, first, 1),
+            raw = np.frombuffer(raw_row(self.codec, rows[0], layout, nbytes, slots, first, 1),
                                 dtype=np.uint8)
             for _, dtype, leaf_shape in layout.leaves:
                 size = math.prod(leaf_shape) * itemsize(dtype)
@@ -498,8 +481,8 @@ class CompressedListStorage(ListStorage):
             buffer = torch.empty((len(rows), nbytes), dtype=torch.uint8)
             flat = buffer.numpy().reshape(-1).data  # a memoryview of the buffer's bytes
             for i, row in enumerate(rows):
-                flat[i * nbytes: (i + 1) * nbytes] = self._raw_row(row, layout, nbytes, slots,
-                                                                   first + i, len(rows))
+                flat[i * nbytes: (i + 1) * nbytes] = raw_row(
+                    self.codec, row, layout, nbytes, slots, first + i, len(rows))
             for _, dtype, leaf_shape in layout.leaves:
                 size = math.prod(leaf_shape) * itemsize(dtype)
                 if size == 0:
@@ -520,24 +503,6 @@ class CompressedListStorage(ListStorage):
         if root is not None:  # rows written as a tensorclass
             return root.from_tensordict(out)
         return out.to_dict() if layout.kind == "dict" else out  # (nested keys: nested dicts)
-
-    def _raw_row(self, row: CompressedRow, layout: RowLayout, nbytes: int, slots: Any,
-                 position: int, count: int) -> bytes:
-        """The ``nbytes`` raw bytes of ``row`` (flat position ``position`` of ``slots``, one of
-        ``count`` rows read), or ``ValueError`` naming where it was read from."""
-        try:
-            raw = self.codec.decompress_row(row.blob, layout)
-        except Exception as err:  # any codec failure: the row's bytes are damaged
-            where = (f"slot {int(torch.as_tensor(slots).reshape(-1)[position])}"
-                     if slots is not None else f"row {position} of the {count} read")
-            if isinstance(err, DecompressionFnError):  # (the user's function, not the bytes)
-                raise ValueError(f"the compressed row at {where}: {err}") from err
-            raise ValueError(f"the compressed row at {where} cannot be decompressed "
-                             f"({type(err).__name__}: {err}): its bytes are damaged.") from err
-        if len(raw) != nbytes:
-            raise ValueError(f"a compressed row decompressed to {len(raw)} bytes, its layout "
-                             f"needs {nbytes}: the codec does not round-trip.")
-        return raw
 
     def _decompress(self, row: CompressedRow, slots: Any = None, position: int = 0) -> Any:
         return self._decompress_batch([row], (), slots, position)
