@@ -16,7 +16,7 @@ from tdreplay.core import (
     ReplayBuffer,
     StorageCheckpointerBase,
 )
-from tdreplay.core.checkpoint import verify_checkpoint
+from tdreplay.core.checkpoint import POINTER_NAME, verify_checkpoint
 
 
 def test_loads_on_the_checkpointer_restores_the_storage(tmp_path: Path) -> None:
@@ -215,3 +215,35 @@ def test_a_checkpoint_of_another_storage_class_names_it(tmp_path):
     with pytest.raises(CheckpointError, match="written by a Rows; load it into a Rows"):
         target.loads(tmp_path)
     assert target.items() == ["kept"]
+
+
+def test_a_checkpointer_with_a_loads_of_its_own_gets_its_files_in_the_path(tmp_path):
+    # storage.dumps wrote them into a snapshot of the path, where the checkpointer's own
+    # loads(storage, path), written TorchRL's way, did not find them (FileNotFoundError)
+    class Squares(StorageCheckpointerBase):
+        def dumps(self, storage, path):
+            (Path(path) / "n.txt").write_text(str(len(storage)))
+
+        def loads(self, storage, path):
+            n = int((Path(path) / "n.txt").read_text())
+            storage.set(torch.arange(n), [i * i for i in range(n)])
+
+    saved = ListStorage(8, checkpointer=Squares())
+    saved.set(torch.arange(3), [0, 0, 0])
+    saved.dumps(tmp_path)
+    assert (tmp_path / "n.txt").read_text() == "3"
+    restored = ListStorage(8, checkpointer=Squares())
+    restored.checkpointer.loads(restored, tmp_path)
+    assert restored[:] == [0, 1, 4]
+
+
+def test_a_first_save_that_did_not_finish_is_named_not_a_missing_storage_json(tmp_path):
+    # it said "checkpoint file '.../storage.json' is missing"
+    storage = ListStorage(4)
+    storage.set(torch.arange(2), ["a", "b"])
+    storage.dumps(tmp_path)
+    (tmp_path / POINTER_NAME).unlink()  # as a save killed before its first commit leaves it
+    target = ListStorage(4)
+    with pytest.raises(CheckpointError, match=POINTER_NAME + " is missing"):
+        target.loads(tmp_path)
+    assert len(target) == 0

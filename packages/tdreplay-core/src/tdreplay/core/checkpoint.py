@@ -138,6 +138,27 @@ def holds_checkpoint(path: str | os.PathLike[str]) -> bool:
         return True  # (a damaged pointer: open_checkpoint names it)
 
 
+def holds_unfinished_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` holds the start of a checkpoint whose first save did not
+    finish (its pointer or a snapshot directory, no snapshot committed):
+    :func:`open_checkpoint` then refuses it saying so.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     before = holds_unfinished_checkpoint(d)
+    ...     (Path(d) / "snapshot-000000-0123456789ab").mkdir()
+    ...     print(before, holds_unfinished_checkpoint(d), holds_checkpoint(d))
+    False True False
+    """
+    root = Path(path)
+    if not root.is_dir() or holds_checkpoint(root):
+        return False
+    return (root / POINTER_NAME).is_file() or any(
+        _is_snapshot_name(entry.name) and entry.is_dir() for entry in root.iterdir())
+
+
 def record_written_file(path: str | os.PathLike[str], crc32: int) -> bool:
     """Tell the checkpoint being written that ``path`` is complete: its writer fsynced it and
     computed ``crc32``, the CRC-32 of every byte it wrote (``zlib.crc32`` carried over the

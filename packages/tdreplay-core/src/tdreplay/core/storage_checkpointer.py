@@ -24,6 +24,7 @@ import torch
 from .checkpoint import (
     CheckpointError,
     holds_checkpoint,
+    holds_unfinished_checkpoint,
     inside_checkpoint_snapshot,
     open_checkpoint,
     read_json,
@@ -190,7 +191,7 @@ class StorageCheckpointerBase(Generic[StorageT]):
         the directory this checkpointer's :meth:`dumps` wrote into, or a checkpoint
         ``storage.dumps`` wrote (its files checked against their CRC-32 first)."""
         path = Path(path)
-        if holds_checkpoint(path):
+        if _reads_snapshot(path):
             with open_checkpoint(path) as snapshot:
                 self._install_from(storage, snapshot)
             return
@@ -290,6 +291,22 @@ def describe_checkpointer(value: Any) -> str:
     if isinstance(value, type):
         return f"the class {value.__name__} (pass an instance: {value.__name__}())"
     return type(value).__name__
+
+
+def _reads_its_own_files(checkpointer: Any) -> bool:
+    """Whether ``checkpointer`` has a ``loads`` of its own (a TorchRL-style checkpointer),
+    which reads the directory it is given, not a snapshot of it."""
+    return type(checkpointer).loads is not StorageCheckpointerBase.loads
+
+
+def _reads_snapshot(path: Path) -> bool:
+    """Whether a load of ``path`` reads a snapshot (:func:`open_checkpoint`): it holds a
+    committed one, or holds no plain files (``storage.json``) but the start of one, whose
+    first save did not finish (:func:`open_checkpoint` then says so). Otherwise the files in
+    ``path`` itself are read (a checkpoint of an earlier version, or a checkpointer's own)."""
+    if holds_checkpoint(path):
+        return True
+    return not (path / "storage.json").exists() and holds_unfinished_checkpoint(path)
 
 
 def saved_by_other_storage(path: str | os.PathLike[str], storage: Any) -> str | None:
@@ -526,6 +543,8 @@ class CheckpointedStorage:
         :meth:`loads` refuses a damaged file before the storage changes. Called on a path
         inside a snapshot being written (a buffer's ``dumps`` saving its storage), it writes
         the files plainly there (:meth:`write_files`): that snapshot is committed as a whole.
+        So it does for a checkpointer with a ``loads`` of its own (TorchRL's way of writing
+        one), which reads ``path`` itself.
 
         Examples
         --------
@@ -542,7 +561,7 @@ class CheckpointedStorage:
         >>> t[:]
         ['c', 'd']
         """
-        if inside_checkpoint_snapshot(path):
+        if inside_checkpoint_snapshot(path) or _reads_its_own_files(self.checkpointer):
             self.write_files(path)
             return
         with write_checkpoint(path) as snapshot:
@@ -569,7 +588,7 @@ class CheckpointedStorage:
         of an earlier version). A checkpoint another storage class wrote is refused naming
         that class."""
         path = Path(path)
-        if holds_checkpoint(path):
+        if _reads_snapshot(path):
             with open_checkpoint(path) as snapshot:
                 return self._prepare_files(snapshot)
         return self._prepare_files(path)
@@ -608,7 +627,7 @@ class CheckpointedStorage:
         :class:`~tdreplay.core.checkpoint.CheckpointError` naming the file, and the storage is
         left as it was."""
         path = Path(path)
-        if holds_checkpoint(path):
+        if _reads_snapshot(path):
             with open_checkpoint(path) as snapshot:  # (held while installing: no save removes it)
                 self._prepare_files(snapshot)()
             return

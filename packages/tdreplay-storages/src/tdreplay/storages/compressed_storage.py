@@ -303,7 +303,10 @@ class CompressedListStorage(ListStorage):
     decompression_fn : callable, optional
         The inverse of ``compression_fn`` (required when it is given): ``blob -> bytes`` (one
         argument), or TorchRL's ``(compressed, metadata) -> tensor``, where ``metadata`` holds
-        the leaf's ``"shape"``, ``"dtype"``, ``"device"`` and ``"type"``.
+        the leaf's ``"shape"``, ``"dtype"``, ``"device"`` and ``"type"``. The pair is checked
+        on the first row of each new row structure only (decompressed at the write: the same
+        bytes back for a one-argument codec, as many for a two-argument one, else the write is
+        refused); a codec whose losses depend on the values can still pass that check.
     compression_level : int
         Level of the default codec (1-22 for zstd, capped at 9 for zlib). Defaults to 3.
     device : str or torch.device
