@@ -161,3 +161,26 @@ def test_max_size_of_a_storage_pickled_before_it_was_a_property_is_fixed_too():
     with pytest.raises(AttributeError, match="max_size is fixed"):
         storage.max_size = 8
     assert storage.max_size == 4
+
+
+def test_bad_extend_input_raises_what_torchrl_raises_there_too():
+    # ValueError for a 0-d tensor (TorchRL: TypeError) and for a [B] batch into an ndim=2
+    # storage (TorchRL: IndexError), TypeError for a tuple into a ListStorage (TorchRL:
+    # ValueError): an except clause written for TorchRL missed them
+    from tdreplay.core import ListStorage, ReplayBuffer
+    from tdreplay.core.testing import StackedListStorage
+
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend(torch.zeros(3, 2))
+    for kind in (TypeError, ValueError):
+        with pytest.raises(kind, match="got a 0-d tensor; use add"):
+            rb.extend(torch.tensor(1.0))
+    for kind in (TypeError, ValueError):
+        with pytest.raises(kind, match="extend got a tuple"):
+            rb.extend((torch.zeros(4, 3), torch.ones(4)))
+    assert len(rb) == 3
+    two_dims = ReplayBuffer(storage=StackedListStorage(6), dim_extend=1)
+    for kind in (IndexError, ValueError):
+        with pytest.raises(kind, match="dim_extend=1 but the data has 1 batch dims"):
+            two_dims.extend(torch.arange(3))
+    assert len(two_dims) == 0

@@ -28,7 +28,13 @@ from .buffer_items import as_batch
 from .storage import ListStorage, Storage
 from .transform import Compose
 from .transform_state import transform_mark, undo_transforms
-from .utils import INT_TYPES, ShapeMismatchError, clone_exact
+from .utils import (
+    INT_TYPES,
+    DataKindMismatchError,
+    DimExtendError,
+    ShapeMismatchError,
+    clone_exact,
+)
 
 
 def check_dim_extend(dim_extend: Any) -> int | None:
@@ -61,8 +67,9 @@ def _move_dim(data: Any, dim: int) -> Any:
     if is_tensor_collection(data) or isinstance(data, torch.Tensor):
         dims = data.ndim if isinstance(data, torch.Tensor) else data.batch_dims
         if dims <= dim:
-            raise ValueError(f"dim_extend={dim} but the data has {dims} batch dims: extend "
-                             f"writes along dim {dim} (dim_extend: batch dims > {dim}).")
+            raise DimExtendError(f"dim_extend={dim} but the data has {dims} batch dims: "
+                                 f"extend writes along dim {dim} (dim_extend: batch dims > "
+                                 f"{dim}).")
         return data.transpose(dim, 0)
     raise TypeError(f"dim_extend={dim} writes a batch along dim {dim}: it needs tensors or "
                     f"TensorDicts, got {type(data).__name__}.")
@@ -139,7 +146,7 @@ class ExtendDimMixin:
         ``dim_extend`` first (no lock held); returns the batch (``None`` when a transform
         dropped it) and ``dim_extend``."""
         if isinstance(data, tuple) and isinstance(self._storage, ListStorage):
-            raise TypeError(
+            raise DataKindMismatchError(
                 "extend got a tuple (a pytree, written as one batched structure) but the storage "
                 "is a ListStorage, which stores unbound items: pass a list of items instead."
             )

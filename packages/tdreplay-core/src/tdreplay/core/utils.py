@@ -37,7 +37,9 @@ NestedKey = str | tuple[str, ...]
 __all__ = [
     "INT_TYPES",
     "NestedKey",
+    "BatchlessDataError",
     "DataKindMismatchError",
+    "DimExtendError",
     "NotATensorDictError",
     "ShapeMismatchError",
     "as_long_tensor",
@@ -168,13 +170,14 @@ def leading_dim(data: Any) -> int:
     if type(data) is TensorDict or is_tensor_collection(data):
         batch_size = data.batch_size  # (a property: read once)
         if not batch_size:
-            raise ValueError("extend expects data with at least one batch dimension, got a "
-                             "TensorDict with an empty batch_size; use add() for one item.")
+            raise BatchlessDataError("extend expects data with at least one batch dimension, "
+                                     "got a TensorDict with an empty batch_size; use add() for "
+                                     "one item.")
         return int(batch_size[0])
     if isinstance(data, torch.Tensor):
         if data.ndim == 0:
-            raise ValueError("extend expects data with a leading batch dimension, got a 0-d "
-                             "tensor; use add() for one item.")
+            raise BatchlessDataError("extend expects data with a leading batch dimension, got "
+                                     "a 0-d tensor; use add() for one item.")
         return data.shape[0]
     if isinstance(data, list):
         return len(data)
@@ -272,6 +275,33 @@ class ShapeMismatchError(ValueError, RuntimeError):
     Examples
     --------
     >>> issubclass(ShapeMismatchError, ValueError), issubclass(ShapeMismatchError, RuntimeError)
+    (True, True)
+    """
+
+
+class BatchlessDataError(ValueError, TypeError):
+    """``extend`` of data without a batch dimension (a 0-d tensor, a TensorDict with an empty
+    batch size): a ``ValueError`` like tdreplay's other refused data, and the ``TypeError``
+    TorchRL raises there (``len()`` of a 0-d tensor), so ``except TypeError:`` written for
+    TorchRL keeps working.
+
+    Examples
+    --------
+    >>> try:
+    ...     leading_dim(torch.tensor(1.0))
+    ... except TypeError as err:  # what a TorchRL program catches
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    BatchlessDataError True
+    """
+
+
+class DimExtendError(ValueError, IndexError):
+    """Data with fewer batch dims than a buffer's ``dim_extend`` needs (a ``[B]`` batch for a
+    storage of ``ndim=2``): a ``ValueError``, and the ``IndexError`` TorchRL raises there.
+
+    Examples
+    --------
+    >>> issubclass(DimExtendError, ValueError), issubclass(DimExtendError, IndexError)
     (True, True)
     """
 
