@@ -377,13 +377,3 @@ def test_a_consuming_buffer_never_written_or_emptied_says_it_holds_no_items():
         rb.extend(_items(range(4)))
         rb.empty()
 
-
-def test_query_of_a_consuming_buffer_is_refused():
-    # new steps go into the slots of used-up items, scattered: query split the new episode into
-    # one-step trajectories and listed used-up rows (TorchRL too)
-    rb = TensorDictReplayBuffer(storage=ListStorage(10), consume_after_n_samples=1)
-    rb.extend(TensorDict({"episode": torch.tensor([0, 0, 1, 1])}, [4]))
-    with pytest.raises(RuntimeError, match="query cannot find the trajectories of a buffer "
-                                           "that consumes items"):
-        rb.query()
-    assert len(rb) == 4 and rb.sampler.ran_out is False  # nothing changed

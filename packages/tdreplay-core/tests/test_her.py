@@ -362,14 +362,3 @@ def test_a_reward_fn_of_the_wrong_shape_raises_what_torchrl_programs_catch():
         rb.sample(4)
     assert isinstance(caught.value, ValueError)
 
-
-@pytest.mark.parametrize("consuming", [{"consume_after_n_samples": 1},
-                                       {"sampler": "ConsumingSampler"}])
-def test_a_consuming_her_buffer_is_refused(consuming):
-    # new steps went into the scattered slots of used-up items: step 51 of a new episode got
-    # its "final" goal from step 3 of an older one (TorchRL too)
-    from tdreplay.core import ConsumingSampler
-    if "sampler" in consuming:
-        consuming = {"sampler": ConsumingSampler(max_sample_count=1)}
-    with pytest.raises(ValueError, match="HERReplayBuffer cannot consume items"):
-        HERReplayBuffer(_reached, storage=StackedListStorage(10), **consuming)

@@ -17,9 +17,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
-from .consuming import ConsumingSampler
 from .query import Trajectory, TrajectoryPredicate, boundary_signal, check_predicate
-from .sampler import Sampler
 from .storage import Storage
 from .trajectory_bounds import find_start_stop_traj
 from .transform import Compose, Transform
@@ -88,7 +86,6 @@ class QueryMixin:
 
     _storage: Storage
     _writer: Writer
-    _sampler: Sampler
     _transform: Compose
     _lock: AbstractContextManager[Any]
 
@@ -122,12 +119,6 @@ class QueryMixin:
         ([3, 2], [2])
         """
         check_predicate(predicate)
-        if isinstance(self._sampler, ConsumingSampler):
-            raise RuntimeError(
-                "query cannot find the trajectories of a buffer that consumes items "
-                "(consume_after_n_samples): new steps are written into the slots of used-up "
-                "items, scattered over the ring, so the stored order is not the order of the "
-                "steps (TorchRL splits and mixes trajectories so, silently).")
         with self._lock:
             if len(self._storage) == 0:
                 return []

@@ -20,7 +20,6 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection, unravel_key
 
 from ._stateful import StateDictCheckpointMixin
-from .consuming import ConsumingSampler
 from .hindsight import HindsightStrategy, TrajectoryPositions
 from .replay_buffer import TensorDictReplayBuffer
 from .sampler import Sampler
@@ -179,12 +178,6 @@ class HERReplayBuffer(TensorDictReplayBuffer):
             ("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key),
             ("reward_key", reward_key), ("end_key", end_key))}
         super().__init__(sampler=sampler, **kwargs)
-        if isinstance(self._sampler, ConsumingSampler):
-            raise ValueError(
-                "HERReplayBuffer cannot consume items (consume_after_n_samples, or a "
-                "ConsumingSampler): new steps are written into the slots of used-up items, "
-                "scattered over the ring, so the steps of an episode are no longer in order and "
-                "goals would come from other episodes (TorchRL relabels them so, silently).")
         self.reward_fn = reward_fn
         self._her_ratio, self._strategy = ratio, chosen
         self._goal_key: NestedKey = keys["goal_key"]
