@@ -138,22 +138,22 @@ def holds_checkpoint(path: str | os.PathLike[str]) -> bool:
         return True  # (a damaged pointer: open_checkpoint names it)
 
 
-def holds_unfinished_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether the directory ``path`` holds the start of a checkpoint whose first save did not
-    finish (its pointer or a snapshot directory, no snapshot committed):
-    :func:`open_checkpoint` then refuses it saying so.
+def holds_checkpoint_files(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` holds files of this format: its pointer or a snapshot
+    directory, committed or not (:func:`open_checkpoint` refuses a first save that did not
+    finish, saying so).
 
     Examples
     --------
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     before = holds_unfinished_checkpoint(d)
+    ...     before = holds_checkpoint_files(d)
     ...     (Path(d) / "snapshot-000000-0123456789ab").mkdir()
-    ...     print(before, holds_unfinished_checkpoint(d), holds_checkpoint(d))
+    ...     print(before, holds_checkpoint_files(d), holds_checkpoint(d))
     False True False
     """
     root = Path(path)
-    if not root.is_dir() or holds_checkpoint(root):
+    if not root.is_dir():
         return False
     return (root / POINTER_NAME).is_file() or any(
         _is_snapshot_name(entry.name) and entry.is_dir() for entry in root.iterdir())

@@ -10,10 +10,11 @@ the storage's side: its ``checkpointer``, the hooks it registers there, and ``du
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 from .checkpoint import (
     CheckpointError,
     holds_checkpoint,
-    holds_unfinished_checkpoint,
+    holds_checkpoint_files,
     inside_checkpoint_snapshot,
     open_checkpoint,
     read_json,
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
     from .storage import ListStorage, Storage
 
 # the two checkpointer classes are documented, and imported, with ``tdreplay.core``
-__all__ = ["SEAM_FILE", "SEAM_KEY", "CheckpointedStorage", "checked_seam", "describe_checkpointer",
-           "saved_by_other_storage"]
+__all__ = ["SEAM_FILE", "SEAM_KEY", "CheckpointedStorage", "checked_seam", "checkpoint_files",
+           "describe_checkpointer", "saved_by_other_storage"]
 
 StorageT = TypeVar("StorageT", bound="Storage")
 
@@ -190,19 +191,12 @@ class StorageCheckpointerBase(Generic[StorageT]):
         :class:`~tdreplay.core.checkpoint.CheckpointError` and changes nothing. ``path`` is
         the directory this checkpointer's :meth:`dumps` wrote into, or a checkpoint
         ``storage.dumps`` wrote (its files checked against their CRC-32 first)."""
-        path = Path(path)
-        if _reads_snapshot(path):
-            with open_checkpoint(path) as snapshot:
-                self._install_from(storage, snapshot)
-            return
-        self._install_from(storage, path)
-
-    def _install_from(self, storage: StorageT, path: Path) -> None:
-        install = self.prepare_load(storage, path)
-        try:
-            install()
-        finally:
-            storage.bump_revision()
+        with checkpoint_files(path) as files:
+            install = self.prepare_load(storage, files)
+            try:
+                install()
+            finally:
+                storage.bump_revision()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -299,14 +293,36 @@ def _reads_its_own_files(checkpointer: Any) -> bool:
     return type(checkpointer).loads is not StorageCheckpointerBase.loads
 
 
-def _reads_snapshot(path: Path) -> bool:
-    """Whether a load of ``path`` reads a snapshot (:func:`open_checkpoint`): it holds a
-    committed one, or holds no plain files (``storage.json``) but the start of one, whose
-    first save did not finish (:func:`open_checkpoint` then says so). Otherwise the files in
-    ``path`` itself are read (a checkpoint of an earlier version, or a checkpointer's own)."""
-    if holds_checkpoint(path):
-        return True
-    return not (path / "storage.json").exists() and holds_unfinished_checkpoint(path)
+@contextlib.contextmanager
+def checkpoint_files(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """The directory of a storage checkpoint's files, for reading: the snapshot of ``path``
+    (checked, :func:`~tdreplay.core.checkpoint.open_checkpoint`, its lock held until the block
+    ends) when one is committed there, or when ``path`` holds no plain files (``storage.json``)
+    but the start of a snapshot, whose first save did not finish (``open_checkpoint`` then
+    says so); otherwise ``path`` itself, whose files were written plainly (a checkpoint of an
+    earlier version, or a checkpointer's own ``dumps``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from tdreplay.core import ListStorage
+    >>> s = ListStorage(4)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s.write_files(d)                   # plain files
+    ...     with checkpoint_files(d) as files:
+    ...         plain = files == Path(d)
+    ...     s.dumps(d)                         # a snapshot committed over them
+    ...     with checkpoint_files(d) as files:
+    ...         print(plain, files.parent == Path(d))
+    True True
+    """
+    path = Path(path)
+    if holds_checkpoint(path) if (path / "storage.json").exists() \
+            else holds_checkpoint_files(path):
+        with open_checkpoint(path) as snapshot:
+            yield snapshot
+    else:
+        yield path
 
 
 def saved_by_other_storage(path: str | os.PathLike[str], storage: Any) -> str | None:
@@ -587,11 +603,8 @@ class CheckpointedStorage:
         of files written plainly (a buffer's snapshot ``storage/``, or a storage checkpoint
         of an earlier version). A checkpoint another storage class wrote is refused naming
         that class."""
-        path = Path(path)
-        if _reads_snapshot(path):
-            with open_checkpoint(path) as snapshot:
-                return self._prepare_files(snapshot)
-        return self._prepare_files(path)
+        with checkpoint_files(path) as files:
+            return self._prepare_files(files)
 
     def _prepare_files(self, path: Path) -> Callable[[], None]:
         try:
@@ -626,12 +639,8 @@ class CheckpointedStorage:
         missing, damaged or mismatched checkpoint raises
         :class:`~tdreplay.core.checkpoint.CheckpointError` naming the file, and the storage is
         left as it was."""
-        path = Path(path)
-        if _reads_snapshot(path):
-            with open_checkpoint(path) as snapshot:  # (held while installing: no save removes it)
-                self._prepare_files(snapshot)()
-            return
-        self._prepare_files(path)()
+        with checkpoint_files(path) as files:  # (held while installing: no save removes it)
+            self._prepare_files(files)()
 
     save = dumps
     dump = dumps

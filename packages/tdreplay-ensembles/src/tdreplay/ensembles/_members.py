@@ -31,17 +31,15 @@ ENSEMBLE_FILE = "ensemble.json"
 def naming_member(err: Exception, member: str) -> Exception:
     """``err`` again, of its own type, its message led by ``member`` (e.g. ``"SamplerEnsemble
     member 2"``), so an ensemble's error says which member refused; ``err`` itself when its
-    type cannot be built from a message alone.
+    type cannot be built from a message alone. Callers raise it ``from err``.
 
     >>> naming_member(ValueError("priorities hold NaN."), "SamplerEnsemble member 2")
     ValueError('SamplerEnsemble member 2: priorities hold NaN.')
     """
     try:
-        named = type(err)(f"{member}: {err}")
+        return type(err)(f"{member}: {err}")
     except Exception:  # (an exception class taking other arguments)
         return err
-    named.__cause__ = err
-    return named
 
 
 def _some(positions: list[int], index: Any, n: int, kind: str) -> list[int]:

@@ -650,13 +650,10 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for key in keys:
         values = [info.get(key) for info in infos]
-        given = [v for v in values if v is not None]
-        if 0 < len(given) < len(values) and all(_same_integers(v, given[0]) for v in given):
-            values = [torch.full_like(given[0], -1) if v is None else v for v in values]
-        elif 0 < len(given) < len(values) and key == "priority_weight" \
-                and all(_same_floats(v, given[0]) for v in given):
-            values = [torch.full_like(given[0], UNIFORM_WEIGHT) if v is None else v
-                      for v in values]
+        fill = _fill_of_missing_parts(key, values)
+        if fill is not None:
+            given = next(v for v in values if v is not None)
+            values = [torch.full_like(given, fill) if v is None else v for v in values]
         if all(isinstance(v, torch.Tensor) for v in values):
             merged[key] = stack_parts(values)
         else:
@@ -664,17 +661,19 @@ def _stack_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _same_integers(value: Any, first: torch.Tensor) -> bool:
-    """Whether ``value`` is an integer tensor (not bool) of ``first``'s shape and dtype."""
-    return (isinstance(value, torch.Tensor) and value.shape == first.shape
-            and value.dtype == first.dtype and value.dtype != torch.bool
-            and not value.is_floating_point() and not value.is_complex())
-
-
-def _same_floats(value: Any, first: torch.Tensor) -> bool:
-    """Whether ``value`` is a floating-point tensor of ``first``'s shape and dtype."""
-    return (isinstance(value, torch.Tensor) and value.shape == first.shape
-            and value.dtype == first.dtype and value.is_floating_point())
+def _fill_of_missing_parts(key: str, values: list[Any]) -> float | None:
+    """What the parts without entry ``key`` get (see :func:`_stack_infos`), when some parts
+    have it, all as tensors of one shape and dtype; ``None`` to leave the entry as it is."""
+    given = [v for v in values if v is not None]
+    if not 0 < len(given) < len(values):
+        return None
+    first = given[0]
+    if not all(isinstance(v, torch.Tensor) and v.shape == first.shape
+               and v.dtype == first.dtype for v in given):
+        return None
+    if first.is_floating_point():
+        return UNIFORM_WEIGHT if key == "priority_weight" else None
+    return -1 if first.dtype != torch.bool and not first.is_complex() else None
 
 
 def _check_written(slots: torch.Tensor, storage: Storage, buffer_id: int) -> None:
