@@ -38,7 +38,13 @@ from ._keys import (
 from ._level_classes import LevelClasses
 from ._row_writes import before_write, write_rows
 from ._source_checks import SourceCheck, check_source, check_storable, copyable_sources
-from ._td_builders import allocated_tensordict, assemble, tensordict_builder
+from ._td_builders import (
+    ItemNames,
+    allocated_tensordict,
+    assemble,
+    item_dim_names,
+    tensordict_builder,
+)
 from ._tensorclasses import NestedClasses, nested_tensorclasses
 
 __all__ = [
@@ -110,7 +116,7 @@ class TensorLayout:
         Batch shape ``[rows, *inner, *item_batch]``; its leaves become the storage's tensors
         (moved to ``device`` when elsewhere). Batch dims past the ``ndim`` leading ones are
         the batch dims of every item (an item added with batch size ``[10]`` reads back with
-        it).
+        it, and with their names, :attr:`item_names`).
     ndim : int
         Leading dimensions counted in the storage's capacity (``rows`` and ``inner``).
     device : torch.device
@@ -164,6 +170,8 @@ class TensorLayout:
         #: reads give back (see :mod:`~._tensorclasses`)
         self.nested_classes: NestedClasses = dict(nested_tensorclasses(td) if classes is None
                                                   else classes)
+        #: the names of the items' own batch dims, which reads give back (``None``: unnamed)
+        self.item_names: ItemNames = item_dim_names(td, ndim)
         self._view_leaves(td.batch_size)
         self.shape = self.td.batch_size[:ndim]
         #: batch dims of every item, after the ``ndim`` leading ones (``[]`` for most data)
@@ -179,10 +187,12 @@ class TensorLayout:
         """Make what sees :attr:`leaves`' memory or is worked out from them once (:data:`_VIEWS`):
         the TensorDict over them (batch size ``batch_size``), the builder of those read, their
         flat and numpy views (:attr:`host_rows`), the checks of :attr:`sources`."""
-        self.td = assemble(self.tree, self.leaves, batch_size, self.device, self.nested_dims)
+        self.td = assemble(self.tree, self.leaves, batch_size, self.device, self.nested_dims,
+                           self.item_names)
         self._build_td = tensordict_builder(self.tree, self.device,
                                             nested_dims=self.nested_dims,
-                                            classes=self.nested_classes)
+                                            classes=self.nested_classes,
+                                            item_names=self.item_names)
         #: whether the data has nested levels (without, it can hold no nested tensorclass)
         self.has_levels = has_levels(self.tree)
         #: the checks and reads of :attr:`nested_classes`, whose ``is_level`` and ``check``
@@ -244,6 +254,7 @@ class TensorLayout:
         consolidated = state.pop("consolidated_td", None)
         state.setdefault("nested_dims", {})  # (pickled before nested levels kept their dims)
         state.setdefault("nested_classes", {})  # (pickled before nested classes were kept)
+        state.setdefault("item_names", None)  # (pickled before the names were kept)
         state.pop("_expected", None)  # (pickled when the write checks were kept here)
         restore_attributes(self, state)
         if consolidated is not None:  # (a deep copy of it is not consolidated: made again)

@@ -28,6 +28,7 @@ from ._formats import KIND_TC, DataFormat
 from ._layout import TensorLayout, as_key, assemble, build_tree, dtype_from_str, key_path
 from ._memmap_shared import _STATE_FILE, _STATE_INIT, _STATE_LEN, _SharedCounters
 from ._storage_errors import DamagedStorageError
+from ._td_builders import ItemNames
 from ._tensorclasses import classes_from_record, classes_record
 from ._torn_writes import PLAN_FILE, STAGE_FILE
 
@@ -89,6 +90,18 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(found, dict):
         raise DamagedStorageError(f"{str(path)!r} does not hold a JSON object.")
     return found
+
+
+def _item_names(layout: dict[str, Any]) -> ItemNames:
+    """The names of the items' own batch dims a layout file records (``None``: unnamed);
+    ``ValueError`` when they do not fit its ``item_batch``."""
+    names = layout.get("item_names")
+    if names is None:
+        return None
+    if (not isinstance(names, list) or len(names) != len(layout.get("item_batch", []))
+            or not all(name is None or isinstance(name, str) for name in names)):
+        raise ValueError(f"item_names {names!r} do not name the item dims")
+    return tuple(names)
 
 
 def _check_leaf_file(path: Path, shape: torch.Size, dtype: torch.dtype) -> None:
@@ -187,6 +200,8 @@ class MemmapFilesMixin:
             "format": _FORMAT,
             "shape": list(self._layout.shape),
             "item_batch": list(self._layout.item_batch),  # an item's own batch dims
+            # their names (absent: unnamed)
+            **({"item_names": list(self._layout.item_names)} if self._layout.item_names else {}),
             "kind": self._format.kind,
             "treespec": self._format.meta()["treespec"],
             "tensorclass": self._format.meta()["tensorclass"],  # where its class is defined
@@ -215,6 +230,7 @@ class MemmapFilesMixin:
                         _dtype_from_str(leaf["dtype"]), torch.Size(leaf["shape"]))
                        for leaf in layout["leaves"]]
             rows = int(layout["shape"][0])
+            names = _item_names(layout)
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise DamagedStorageError(f"{str(layout_file)!r} is not a layout of this storage "
                                       f"({type(err).__name__}: {err}).") from err
@@ -234,5 +250,6 @@ class MemmapFilesMixin:
         # a nested tensorclass this process cannot import reads as an error naming it
         classes = classes_from_record(layout.get("nested_tensorclasses"), unknown_ok=True)
         self._layout = TensorLayout(assemble(build_tree(keys), leaves, shape, self._device,
-                                             nested), self.ndim, self._device, classes)
+                                             nested, names),
+                                    self.ndim, self._device, classes)
         return self._layout

@@ -118,9 +118,11 @@ class ObjectLayout(TensorLayout):
         tree = build_tree([*self.keys, *self.object_keys])
         nested = {**self.object_nested_dims, **self.nested_dims}
         self._build_all = tensordict_builder(tree, self.device, nested_dims=nested,
-                                             classes=self.nested_classes)
+                                             classes=self.nested_classes,
+                                             item_names=self.item_names)
         # (the rows as plain TensorDicts, what checkpointers save: see rows_view)
-        self._build_plain = (tensordict_builder(tree, self.device, nested_dims=nested)
+        self._build_plain = (tensordict_builder(tree, self.device, nested_dims=nested,
+                                                item_names=self.item_names)
                              if self.nested_classes else self._build_all)
 
     def __getstate__(self) -> dict[str, Any]:

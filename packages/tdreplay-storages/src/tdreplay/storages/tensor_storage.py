@@ -147,6 +147,10 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
     tensorclass where the storage holds a TensorDict, is refused (``TypeError`` naming the
     entry): its rows would read back as another class.
 
+    The names of an item's own batch dims (TensorDict ``names``, e.g. ``[None, "time"]`` for
+    ``[B, T]`` data) are kept from the first write and given back by reads, as TorchRL's; the
+    storage's own dims are unnamed.
+
     Examples
     --------
     >>> from tensordict import TensorDict, tensorclass
