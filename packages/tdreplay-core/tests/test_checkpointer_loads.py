@@ -247,3 +247,22 @@ def test_a_first_save_that_did_not_finish_is_named_not_a_missing_storage_json(tm
     with pytest.raises(CheckpointError, match=POINTER_NAME + " is missing"):
         target.loads(tmp_path)
     assert len(target) == 0
+
+
+def test_plain_files_of_an_earlier_version_are_not_loaded_once_a_snapshot_lost_its_pointer(
+        tmp_path):
+    # it loaded the older plain files silently: [1, 2] instead of the saved [7, 8, 9]
+    old = ListStorage(4)
+    old.set(torch.arange(2), [1, 2])
+    old.write_files(tmp_path)
+    new = ListStorage(4)
+    new.set(torch.arange(3), [7, 8, 9])
+    new.dumps(tmp_path)
+    (tmp_path / POINTER_NAME).unlink()
+    target = ListStorage(4)
+    target.set(0, "kept")
+    with pytest.raises(CheckpointError, match=POINTER_NAME + " is missing"):
+        target.loads(tmp_path)
+    with pytest.raises(CheckpointError, match=POINTER_NAME + " is missing"):
+        ListStorageCheckpointer().loads(target, tmp_path)
+    assert target.items() == ["kept"]

@@ -159,6 +159,36 @@ def holds_checkpoint_files(path: str | os.PathLike[str]) -> bool:
         _is_snapshot_name(entry.name) and entry.is_dir() for entry in root.iterdir())
 
 
+def first_save_unfinished(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` holds the pointer of a checkpoint whose first save has
+    not committed (it names no snapshot): files written plainly into ``path`` before (a
+    storage's checkpoint of an earlier version) are then still what loads. A save writes its
+    pointer before its snapshot directory, so snapshot directories without a pointer mean a
+    lost pointer, not an unfinished save.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     try:
+    ...         with write_checkpoint(d) as snap:
+    ...             raise OSError("disk full")
+    ...     except OSError:
+    ...         pass
+    ...     unfinished = first_save_unfinished(d)
+    ...     with write_checkpoint(d) as snap:
+    ...         _ = (snap / "a.txt").write_text("a")
+    ...     print(unfinished, first_save_unfinished(d))
+    True False
+    """
+    if not (Path(path) / POINTER_NAME).is_file():
+        return False
+    try:
+        return _read_pointer(Path(path)).get("snapshot") is None
+    except CheckpointError:
+        return False  # (a damaged pointer: open_checkpoint names it)
+
+
 def record_written_file(path: str | os.PathLike[str], crc32: int) -> bool:
     """Tell the checkpoint being written that ``path`` is complete: its writer fsynced it and
     computed ``crc32``, the CRC-32 of every byte it wrote (``zlib.crc32`` carried over the

@@ -24,7 +24,7 @@ import torch
 
 from .checkpoint import (
     CheckpointError,
-    holds_checkpoint,
+    first_save_unfinished,
     holds_checkpoint_files,
     inside_checkpoint_snapshot,
     open_checkpoint,
@@ -297,10 +297,14 @@ def _reads_its_own_files(checkpointer: Any) -> bool:
 def checkpoint_files(path: str | os.PathLike[str]) -> Iterator[Path]:
     """The directory of a storage checkpoint's files, for reading: the snapshot of ``path``
     (checked, :func:`~tdreplay.core.checkpoint.open_checkpoint`, its lock held until the block
-    ends) when one is committed there, or when ``path`` holds no plain files (``storage.json``)
-    but the start of a snapshot, whose first save did not finish (``open_checkpoint`` then
-    says so); otherwise ``path`` itself, whose files were written plainly (a checkpoint of an
-    earlier version, or a checkpointer's own ``dumps``).
+    ends) whenever ``path`` holds files of that format, so that ``open_checkpoint`` refuses
+    what is not a committed one (a first save that did not finish, a lost pointer), but for
+    one case: plain files (``storage.json``, a checkpoint of an earlier version) beside a
+    first save of the format that did not commit, which are still what loads
+    (:func:`~tdreplay.core.checkpoint.first_save_unfinished`). Otherwise ``path`` itself,
+    whose files were written plainly (by an earlier version, or a checkpointer's own
+    ``dumps``). Plain files beside a committed snapshot whose pointer was lost are refused,
+    not loaded: they are older than the snapshot.
 
     Examples
     --------
@@ -317,8 +321,8 @@ def checkpoint_files(path: str | os.PathLike[str]) -> Iterator[Path]:
     True True
     """
     path = Path(path)
-    if holds_checkpoint(path) if (path / "storage.json").exists() \
-            else holds_checkpoint_files(path):
+    plain = (path / "storage.json").exists()
+    if holds_checkpoint_files(path) and not (plain and first_save_unfinished(path)):
         with open_checkpoint(path) as snapshot:
             yield snapshot
     else:
