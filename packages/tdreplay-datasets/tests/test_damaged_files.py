@@ -180,6 +180,120 @@ def test_damaged_marker_is_refused_naming_it(cartpole, root, converted, damage):
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["flat", "split"])
+@pytest.mark.parametrize("edit, match", [
+    # (hand-edited counts loaded: len(data) 16 while metadata said total_steps 10)
+    ({"total_steps": 10}, "it declares total_steps = 10, but the data under '{data}' holds "
+                          "{steps} steps"),
+    ({"total_steps": "+1"}, "it declares total_steps = {steps1}, but the data"),
+    ({"total_episodes": 2}, "it declares total_episodes = 2, but the data under '{data}' holds "
+                            "5 episodes"),
+    ({"total_episodes": 6}, "it declares total_episodes = 6, but the data under '{data}' holds "
+                            "5 episodes"),
+    ({"total_steps": "16"}, "its total_steps is '16', not a count"),
+    ({"total_episodes": None}, "its total_episodes is None, not a count"),
+    ({"empty_episodes": 1}, "it declares total_episodes = 5, but the data under '{data}' holds "
+                            "5 episodes and 1 without steps"),
+])
+def test_counts_edited_in_the_marker_are_refused_naming_it(cartpole, root, converted, split,
+                                                          edit, match):
+    where = Path(str(converted) + "_split") if split else converted
+    path = where / MARKER
+    marker = json.loads(path.read_text())
+    steps = marker["total_steps"]
+    if edit.get("total_steps") == "+1":
+        edit = {"total_steps": steps + 1}
+    marker.update(edit)
+    path.write_text(json.dumps(marker))
+    before = snapshot(root)
+    message = match.format(data=where / "data", steps=steps, steps1=steps + 1)
+    with pytest.raises(ValueError) as err:
+        load(cartpole, root, download=False, split_trajs=split)
+    assert str(err.value).startswith(f"the dataset marker file '{path}' is damaged: {message}")
+    assert snapshot(root) == before
+
+
+def test_a_max_len_edited_in_a_split_marker_is_refused(cartpole, root, converted):
+    path = Path(str(converted) + "_split") / MARKER
+    marker = json.loads(path.read_text())
+    marker["max_len"] -= 1
+    path.write_text(json.dumps(marker))
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=f"marker file '{path}' is damaged: it declares max_len "
+                                         f"= {marker['max_len']}, but the data under .* holds "
+                                         f"episodes padded to {marker['max_len'] + 1} steps"):
+        load(cartpole, root, download=False, split_trajs=True)
+    assert snapshot(root) == before
+
+
+def test_a_split_is_not_made_from_a_conversion_whose_counts_were_edited(cartpole, root):
+    load(cartpole, root)
+    path = root / cartpole / MARKER
+    marker = json.loads(path.read_text())
+    marker["total_steps"] += 3
+    path.write_text(json.dumps(marker))
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=f"marker file '{path}' is damaged: it declares "
+                                         "total_steps"):
+        load(cartpole, root, download=False, split_trajs=True)
+    assert snapshot(root) == before
+
+
+def test_counts_of_a_conversion_without_empty_episodes_entry_are_still_checked(cartpole, root,
+                                                                              converted):
+    path = converted / MARKER
+    marker = json.loads(path.read_text())
+    del marker["empty_episodes"]  # converted by an earlier version
+    path.write_text(json.dumps(marker))
+    data = load(cartpole, root, download=False)
+    assert data.metadata["total_episodes"] == 5 and "empty_episodes" not in data.metadata
+    del data
+    marker["total_episodes"] = 4
+    path.write_text(json.dumps(marker))
+    with pytest.raises(ValueError, match="total_episodes = 4, but .* holds 5 episodes"):
+        load(cartpole, root, download=False)
+
+
+def test_an_episode_without_steps_counts_in_total_episodes(minari_dir, root):
+    # (Minari writes no such episode, but reads one: the conversion skips it, Minari's
+    # total_episodes counts it)
+    import gymnasium as gym
+    import h5py
+    import minari
+    import numpy as np
+    from minari.data_collector import EpisodeBuffer
+
+    def episode(i, n):
+        return EpisodeBuffer(id=i, observations=np.full((n + 1, 4), i, np.float32),
+                             actions=np.zeros(n, np.int64), rewards=np.ones(n),
+                             terminations=np.arange(n) == n - 1, truncations=np.zeros(n, bool))
+
+    env = gym.make("CartPole-v1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari.create_dataset_from_buffers(
+            "gap/tiny-v0", [episode(0, 3), episode(1, 2), episode(2, 1)],
+            observation_space=env.observation_space, action_space=env.action_space,
+            algorithm_name="scripted")
+    data_dir = source_dir(minari_dir, "gap/tiny-v0")
+    with h5py.File(data_dir / "main_data.hdf5", "r+") as h5:
+        group = h5["episode_1"]
+        for key, keep in (("actions", 0), ("rewards", 0), ("terminations", 0),
+                          ("truncations", 0), ("observations", 1)):
+            values = group[key][()]
+            del group[key]
+            group[key] = values[:keep]
+        group.attrs["total_steps"] = 0
+    meta = json.loads((data_dir / "metadata.json").read_text())
+    meta["total_steps"] = 4
+    (data_dir / "metadata.json").write_text(json.dumps(meta))
+    for split in (False, True):
+        load("gap/tiny-v0", root, split_trajs=split)
+        again = load("gap/tiny-v0", root, download=False, split_trajs=split)
+        assert len(again) == (2 if split else 4)
+        assert (again.metadata["total_episodes"], again.metadata["total_steps"]) == (3, 4)
+
+
 def test_damaged_flat_data_is_refused_when_splitting(cartpole, root):
     load(cartpole, root)
     path = root / cartpole / "data" / "observation.memmap"
@@ -282,3 +396,28 @@ def test_a_block_of_zeros_in_the_hdf5_is_refused_naming_it_or_read(cartpole, min
         assert not root.exists()
     else:  # (zeros where only data was: read as zeros, as h5py reads them)
         assert len(loaded) > 0
+
+
+@pytest.mark.parametrize("entry, extra", [("rewards", 1), ("actions", 1), ("rewards", -1)])
+def test_an_episode_whose_entries_disagree_in_length_is_named_with_its_file(
+        cartpole, minari_dir, root, entry, extra):
+    # (the step count was taken from len(rewards): the error blamed 'observations', and named
+    # neither the episode, the dataset nor the file)
+    import h5py
+    import numpy as np
+
+    path = source_dir(minari_dir, cartpole) / "main_data.hdf5"
+    with h5py.File(path, "r+") as h5:
+        steps = len(h5["episode_3/rewards"])
+        values = h5[f"episode_3/{entry}"][()]
+        del h5[f"episode_3/{entry}"]
+        h5[f"episode_3/{entry}"] = np.resize(values, (steps + extra, *values.shape[1:]))
+    with pytest.raises(ValueError) as err:
+        load(cartpole, root)
+    message = str(err.value)
+    assert message.startswith(f"episode 3 of the Minari dataset {cartpole!r} (group 'episode_3' "
+                              f"of the file '{path}') is damaged: its entries disagree in length")
+    assert f"{entry!r} has shape ({steps + extra}," in message
+    assert f"the other entries give {steps} steps (observations {steps + 1} (= steps + 1)" \
+        in message
+    assert not root.exists()

@@ -472,7 +472,8 @@ def test_state_dict_round_trip_keeps_online_data_and_both_fractions():
     rb = annealed()
     state = rb.state_dict()
     assert set(state) == {"online_buffer", "offline_fraction", "base_offline_fraction",
-                          "offline_sampler"}
+                          "offline_sampler", "offline_dataset"}
+    assert state["offline_dataset"] == {"dataset_id": None, "rows": 100}
     assert state["offline_fraction"] == pytest.approx(0.45)
     assert state["base_offline_fraction"] == 0.6
     again = make(offline_fraction=0.2, batch_size=8)
@@ -590,7 +591,8 @@ def test_dumps_writes_one_atomic_checkpoint_with_the_fractions(tmp_path):
     meta = json.loads((snapshots[0] / "offline_to_online.json").read_text())
     assert meta == {"format": 1, "kind": "OfflineToOnlineReplayBuffer",
                     "offline_fraction": pytest.approx(0.45), "base_offline_fraction": 0.6,
-                    "offline_sampler": True, "online_buffer": "TensorDictReplayBuffer"}
+                    "offline_sampler": True, "online_buffer": "TensorDictReplayBuffer",
+                    "offline_dataset": {"dataset_id": None, "rows": 100}}
     assert (snapshots[0] / "online" / "tdreplay-checkpoint.json").is_file()
     # a second save replaces the first
     rb.extend(online_td(2, start=7000))
@@ -744,6 +746,121 @@ def test_a_minari_backed_buffer_checkpoints_without_the_dataset(cartpole, root, 
     expected = rb.sample()
     torch.manual_seed(3)
     assert (again.sample() == expected).all()
+
+
+def _minari_o2o(dataset_id: str, root: Path) -> OfflineToOnlineReplayBuffer:
+    data = MinariExperienceReplay(dataset_id, 4, root=root, load_from_local_minari=True,
+                                  sampler=SamplerWithoutReplacement())
+    rb = OfflineToOnlineReplayBuffer(data, online_capacity=30, batch_size=4)
+    return rb
+
+
+def _offline_epoch(rb: OfflineToOnlineReplayBuffer) -> tuple:
+    """What a refused load must leave as it was: the fractions, the online buffer's rows and
+    the offline sampler's state."""
+    online = rb.online_buffer
+    rows = online[:] if len(online) else TensorDict()
+    state = rb.offline_buffer.sampler.state_dict()
+    return (rb.offline_fraction, rb.state_dict()["base_offline_fraction"], len(online),
+            online.write_count,
+            {key: value.tolist() for key, value in rows.items(True, True)},
+            {key: torch.as_tensor(value).tolist() for key, value in state.items()})
+
+
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+@pytest.mark.parametrize("other", ["same rows, other id", "other rows, other id"])
+def test_a_state_saved_over_another_dataset_is_refused(cartpole, cartpole_maker, root,
+                                                       tmp_path, how, other):
+    # (accepted: the sampler dropped the saved epoch without a word, or went on with it over
+    # another dataset's rows)
+    seeds = (0, 1, 2, 3, 4) if other.startswith("same") else (5, 6, 7)
+    cartpole_maker("cartpole/other-v0", seeds)
+    saved = _minari_o2o(CARTPOLE_ID, root)
+    saved.sample()  # an offline epoch under way
+    target = _minari_o2o("cartpole/other-v0", root)
+    target.extend(target.offline_buffer[:3])
+    target.sample()
+    assert (len(target.offline_buffer) == len(saved.offline_buffer)) == \
+        other.startswith("same")
+    before = _offline_epoch(target)
+    rows = len(saved.offline_buffer)
+    match = (f"the state was saved over the offline dataset {CARTPOLE_ID!r} \\({rows} rows\\), "
+             f"but this buffer's offline dataset is 'cartpole/other-v0' "
+             f"\\({len(target.offline_buffer)} rows\\)")
+    if how == "dumps":
+        saved.dumps(tmp_path / "ckpt")
+        with pytest.raises(CheckpointError, match="offline_to_online.json': " + match):
+            target.loads(tmp_path / "ckpt")
+    else:
+        with pytest.raises(ValueError, match=r"state_dict\['offline_dataset'\]: " + match):
+            target.load_state_dict(saved.state_dict())
+    assert _offline_epoch(target) == before
+
+
+@pytest.mark.parametrize("how", ["state_dict", "dumps"])
+def test_a_state_saved_over_the_same_dataset_goes_on_with_its_epoch(cartpole, root, tmp_path,
+                                                                    how):
+    saved = _minari_o2o(CARTPOLE_ID, root)
+    saved.sample()
+    again = _minari_o2o(CARTPOLE_ID, root)
+    if how == "dumps":
+        saved.dumps(tmp_path / "ckpt")
+        again.loads(tmp_path / "ckpt")
+    else:
+        again.load_state_dict(saved.state_dict())
+    rest = [saved.sample()["index"].tolist() for _ in range(3)]
+    assert [again.sample()["index"].tolist() for _ in range(3)] == rest
+
+
+def test_a_state_without_the_dataset_record_still_loads(tmp_path):
+    # (saved by an earlier version: no "offline_dataset" entry, no check of the dataset)
+    rb = _offline_with(SamplerWithoutReplacement())
+    rb.sample()
+    state = rb.state_dict()
+    state.pop("offline_dataset", None)
+    again = _offline_with(SamplerWithoutReplacement())
+    again.load_state_dict(state)
+    with write_checkpoint(tmp_path / "ckpt") as snap:
+        write_json(snap / "offline_to_online.json", {
+            "format": 1, "kind": "OfflineToOnlineReplayBuffer", "offline_fraction": 0.5,
+            "base_offline_fraction": 0.5, "offline_sampler": True,
+            "online_buffer": "TensorDictReplayBuffer"})
+        torch.save(rb.offline_buffer.sampler.state_dict(), snap / "offline_sampler.pt")
+        rb.online_buffer.dumps(snap / "online")
+    third = _offline_with(SamplerWithoutReplacement())
+    third.loads(tmp_path / "ckpt")
+    rest = [rb.sample()["obs"][:4].tolist() for _ in range(4)]
+    assert [again.sample()["obs"][:4].tolist() for _ in range(4)] == rest
+    assert [third.sample()["obs"][:4].tolist() for _ in range(4)] == rest
+
+
+@pytest.mark.parametrize("record", [{"rows": "40"}, {"rows": True}, {"rows": -1},
+                                    {"rows": 40, "dataset_id": 3}, [40]])
+def test_a_damaged_dataset_record_is_refused(record):
+    rb = _offline_with(SamplerWithoutReplacement())
+    target = _offline_with(SamplerWithoutReplacement())
+    target.sample()
+    before = _offline_epoch(target)
+    with pytest.raises(ValueError, match=r"state_dict\['offline_dataset'\]: the record of the "
+                                         "offline dataset the state was saved over is damaged"):
+        target.load_state_dict({**rb.state_dict(), "offline_dataset": record})
+    assert _offline_epoch(target) == before
+
+
+def test_a_state_saved_over_a_buffer_of_other_rows_is_refused():
+    small = _offline_with(SamplerWithoutReplacement())
+    small.sample()
+    offline = TensorDictReplayBuffer(storage=LazyTensorStorage(60),
+                                     sampler=SamplerWithoutReplacement())
+    offline.extend(TensorDict({"obs": torch.arange(60.0)}, [60]))
+    big = OfflineToOnlineReplayBuffer(offline, online_capacity=50, batch_size=8)
+    big.sample()
+    before = _offline_epoch(big)
+    with pytest.raises(ValueError, match="saved over the offline dataset one without a "
+                                         r"dataset_id \(40 rows\), but this buffer's offline "
+                                         r"dataset is one without a dataset_id \(60 rows\)"):
+        big.load_state_dict(small.state_dict())
+    assert _offline_epoch(big) == before
 
 
 # ---- threads ---------------------------------------------------------------------------------

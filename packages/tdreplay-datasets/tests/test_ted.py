@@ -74,10 +74,49 @@ def test_text_only_observations_are_an_error():
 
 
 def test_wrong_lengths_name_the_entry():
-    with pytest.raises(ValueError, match="'observations' has shape \\(3, 2\\); expected 4"):
+    with pytest.raises(ValueError, match="'observations' has shape \\(3, 2\\), 3 values "
+                                         "\\(expected 4 = steps \\+ 1\\)"):
         episode_to_ted(episode(observations=np.zeros((3, 2))), set())
     with pytest.raises(ValueError, match="'infos.state.q'"):
         episode_to_ted(episode(infos={"state": {"q": np.zeros((7, 1))}}), set())
+
+
+@pytest.mark.parametrize("field, value, match", [
+    # (the step count was taken from the rewards: the other entries were blamed)
+    ("rewards", np.zeros(4), r"'rewards' has shape \(4,\), 4 values \(expected 3, one per "
+     r"step\); the other entries give 3 steps \(observations 4 \(= steps \+ 1\), actions 3, "
+     r"terminations 3, truncations 3\)"),
+    ("actions", np.arange(4), r"'actions' has shape \(4,\), 4 values \(expected 3, one per "
+     r"step\); the other entries give 3 steps \(observations 4 \(= steps \+ 1\), rewards 3"),
+    ("observations", {"a": np.zeros((4, 2)), "b": np.zeros(5)},
+     r"'observations.b' has shape \(5,\), 5 values \(expected 4 = steps \+ 1\); the other "
+     r"entries give 3 steps \(observations.a 4 \(= steps \+ 1\), actions 3"),
+    ("terminations", np.array([True]), r"'terminations' has shape \(1,\), 1 value \(expected "
+     r"3, one per step\); the other"),
+])
+def test_the_entry_whose_length_disagrees_with_the_others_is_named(field, value, match):
+    with pytest.raises(ValueError, match=f"its entries disagree in length: {match}"):
+        episode_to_ted(episode(**{field: value}), set())
+
+
+def test_lengths_without_a_shared_step_count_are_all_listed():
+    odd = episode(observations=np.zeros((2, 2)), actions=np.arange(5), rewards=np.zeros(4),
+                  terminations=np.zeros(3, bool), truncations=np.zeros(6, bool))
+    with pytest.raises(ValueError, match=r"no step count is shared by most of them: "
+                                         r"observations 2 \(= steps \+ 1\), actions 5, "
+                                         r"rewards 4, terminations 3, truncations 6"):
+        episode_to_ted(odd, set())
+
+
+def test_a_damaged_episode_is_named_with_the_dataset_and_its_file(tmp_path):
+    (tmp_path / "main_data.hdf5").write_bytes(b"")
+    bad = episode(episode_id=5, rewards=np.zeros(4))
+    with pytest.raises(ValueError, match=(
+            f"episode 5 of the Minari dataset 'x/y-v0' \\(group 'episode_5' of the file "
+            f"'{tmp_path / 'main_data.hdf5'}'\\) is damaged: its entries disagree in length: "
+            "'rewards'")):
+        minari_data._convert(fake_dataset([episode(), bad], 6), "x/y-v0", tmp_path / "out",
+                             tmp_path)
 
 
 def fake_dataset(episodes, total_steps):

@@ -54,6 +54,56 @@ def _pad_front(tree: Any, steps: int) -> Any:
     return tree
 
 
+def _leaf_lengths(tree: Any, key: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every leaf of a converted tree: its key (``key.sub``) and shape."""
+    if isinstance(tree, dict):
+        return [item for name, sub in tree.items()
+                for item in _leaf_lengths(sub, f"{key}.{name}")]
+    return [(key, tuple(tree.shape))]
+
+
+def _step_count(entries: dict[str, Any]) -> int:
+    """The episode's step count, on which every entry agrees: ``observations`` holds one value
+    more than the steps (the reset), ``actions``, ``rewards``, ``terminations`` and
+    ``truncations`` one per step. Otherwise a ``ValueError`` naming the entries that disagree
+    with most of the others, and the lengths of all of them."""
+    implied: list[tuple[str, tuple[int, ...], int | None]] = []  # key, shape, steps it gives
+    for name, tree in entries.items():
+        extra = 1 if name == "observations" else 0
+        for key, shape in _leaf_lengths(tree, name):
+            implied.append((key, shape, shape[0] - extra if shape else None))
+    counts = [steps for _, _, steps in implied]
+    if len(set(counts)) == 1 and counts[0] is not None and counts[0] >= 0:
+        return counts[0]
+
+    def expected(key: str, steps: int) -> str:
+        return (f"{steps + 1} = steps + 1" if key.startswith("observations")
+                else f"{steps}, one per step")
+
+    def length(key: str, shape: tuple[int, ...]) -> str:
+        if not shape:
+            return f"{key} a scalar"
+        return f"{key} {shape[0]}" + (" (= steps + 1)" if key.startswith("observations") else "")
+
+    votes = {steps: counts.count(steps) for steps in counts if steps is not None and steps >= 0}
+    best = max(votes.values(), default=0)
+    winners = [steps for steps, n in votes.items() if n == best]
+    if len(winners) != 1 or best == 1:
+        raise ValueError(
+            "its entries disagree in length, and no step count is shared by most of them: "
+            f"{', '.join(length(key, shape) for key, shape, _ in implied)} (observations hold "
+            "one value more than the steps, the other entries one value per step).")
+    steps = winners[0]
+    odd = "; ".join(
+        f"{key!r} has shape {shape}, " + (
+            f"{shape[0]} value{'' if shape[0] == 1 else 's'} (expected {expected(key, steps)})"
+            if shape else "a scalar")
+        for key, shape, n in implied if n != steps)
+    agree = ", ".join(length(key, shape) for key, shape, n in implied if n == steps)
+    raise ValueError(f"its entries disagree in length: {odd}; the other entries give {steps} "
+                     f"step{'' if steps == 1 else 's'} ({agree}).")
+
+
 def episode_to_ted(episode: Any, dropped: set[str]) -> TensorDict:
     """One Minari episode (``minari.EpisodeData``) as a TED TensorDict of batch size ``[T]``.
 
@@ -68,18 +118,25 @@ def episode_to_ted(episode: Any, dropped: set[str]) -> TensorDict:
     none, and its reader would not return one. Keys of text data are added to ``dropped``
     and left out.
     """
-    steps = len(episode.rewards)
     observations = _to_tree(episode.observations, "observations", dropped)
     if observations is None:
         raise ValueError("the episode's observations hold no numeric data (text only).")
-    observations = _as_td(observations, steps + 1, "observations")
     actions = _to_tree(episode.actions, "actions", dropped)
     if actions is None:
         raise ValueError("the episode's actions hold no numeric data (text only).")
+    values = {"rewards": episode.rewards, "terminations": episode.terminations,
+              "truncations": episode.truncations}
+    trees = {name: _to_tree(value, name, dropped) for name, value in values.items()}
+    for name, tree in trees.items():
+        if tree is None or isinstance(tree, dict):
+            raise ValueError(f"the episode's {name} hold no numeric array of one value per "
+                             f"step (got {type(values[name]).__name__}).")
+    steps = _step_count({"observations": observations, "actions": actions, **trees})
+    observations = _as_td(observations, steps + 1, "observations")
     flags = {}
-    for name, values in (("reward", episode.rewards), ("terminated", episode.terminations),
-                         ("truncated", episode.truncations)):
-        tensor = _as_td(_to_tree(values, name, dropped), steps, name)
+    for name, source in (("reward", "rewards"), ("terminated", "terminations"),
+                         ("truncated", "truncations")):
+        tensor = _as_td(trees[source], steps, source)
         flags[name] = tensor.reshape(steps, 1)
     flags["terminated"] = flags["terminated"].to(torch.bool)
     flags["truncated"] = flags["truncated"].to(torch.bool)

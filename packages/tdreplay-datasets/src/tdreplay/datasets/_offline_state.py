@@ -12,11 +12,69 @@ from typing import Any
 from tdreplay.core import CheckpointError, ReplayBuffer
 from tdreplay.core.checkpoint import load_torch_file, save_torch_file
 
-__all__ = ["OFFLINE_SAMPLER_FILE", "check_offline_sampler_state", "load_offline_sampler_state",
-           "offline_sampler_state", "read_offline_sampler_state", "write_offline_sampler_state"]
+__all__ = ["OFFLINE_SAMPLER_FILE", "check_offline_dataset", "check_offline_sampler_state",
+           "load_offline_sampler_state", "offline_dataset_identity", "offline_sampler_state",
+           "read_offline_sampler_state", "write_offline_sampler_state"]
 
 #: the file of a checkpoint's snapshot holding the offline sampler's state
 OFFLINE_SAMPLER_FILE = "offline_sampler.pt"
+
+
+def offline_dataset_identity(offline: Any) -> dict[str, Any]:
+    """What a checkpoint records of the offline dataset it was saved over: its ``dataset_id``
+    (``None`` for a buffer without one) and its number of rows.
+
+    >>> from tdreplay.core import ListStorage
+    >>> offline = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = offline.extend([0, 1, 2])
+    >>> offline_dataset_identity(offline)
+    {'dataset_id': None, 'rows': 3}
+    """
+    dataset_id = getattr(offline, "dataset_id", None)
+    return {"dataset_id": dataset_id if isinstance(dataset_id, str) else None,
+            "rows": len(offline)}
+
+
+def _described(identity: dict[str, Any]) -> str:
+    """``'<dataset_id>' (<rows> rows)``, or ``one without a dataset_id (<rows> rows)``."""
+    name = "one without a dataset_id" if identity["dataset_id"] is None \
+        else repr(identity["dataset_id"])
+    return f"{name} ({identity['rows']} rows)"
+
+
+def check_offline_dataset(offline: Any, saved: Any) -> None:
+    """``ValueError`` unless ``saved`` (a checkpoint's :func:`offline_dataset_identity`) is
+    that of ``offline``: the same number of rows and, when both have one, the same
+    ``dataset_id``. The offline sampler's state (a without-replacement epoch, priorities)
+    describes the rows of the dataset it was saved over; a sampler would take that of a
+    smaller dataset, or drop it without a word. Changes nothing.
+
+    >>> from tdreplay.core import ListStorage
+    >>> offline = ReplayBuffer(storage=ListStorage(4))
+    >>> _ = offline.extend([0, 1, 2])
+    >>> check_offline_dataset(offline, {"dataset_id": None, "rows": 3})
+    >>> check_offline_dataset(offline, {"dataset_id": "box/t-v0", "rows": 16})
+    Traceback (most recent call last):
+    ...
+    ValueError: the state was saved over the offline dataset 'box/t-v0' (16 rows), but this \
+buffer's offline dataset is one without a dataset_id (3 rows): the offline sampler's state (an \
+epoch, priorities) belongs to the rows of the dataset it was saved over.
+    """
+    rows, dataset_id = (saved.get("rows"), saved.get("dataset_id")) \
+        if isinstance(saved, dict) else (None, None)
+    if not isinstance(saved, dict) or isinstance(rows, bool) or not isinstance(rows, int) \
+            or rows < 0 or not (dataset_id is None or isinstance(dataset_id, str)):
+        raise ValueError(f"the record of the offline dataset the state was saved over is "
+                         f"damaged: {saved!r} is not a dict of 'dataset_id' (a str or None) "
+                         "and 'rows' (a count).")
+    current = offline_dataset_identity(offline)
+    if rows != current["rows"] or None not in (dataset_id, current["dataset_id"]) \
+            and dataset_id != current["dataset_id"]:
+        raise ValueError(
+            "the state was saved over the offline dataset "
+            f"{_described({'dataset_id': dataset_id, 'rows': rows})}, but this buffer's offline "
+            f"dataset is {_described(current)}: the offline sampler's "
+            "state (an epoch, priorities) belongs to the rows of the dataset it was saved over.")
 
 
 def offline_sampler_state(offline: Any) -> dict[str, Any] | None:

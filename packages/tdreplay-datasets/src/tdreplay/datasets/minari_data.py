@@ -50,12 +50,13 @@ _FORMAT = 2
 _MARKER = "tdreplay-dataset.json"
 _ENV_METADATA = "env_metadata.json"  # TorchRL's metadata_path
 # marker entries that are bookkeeping, not metadata
-_INTERNAL = ("format", "files", "source", "conversion")
+_INTERNAL = ("format", "files", "source", "conversion", "empty_episodes")
 # local source files up to this size are hashed into the fingerprint as well
 _HASH_LIMIT = 32 * 2**20
 _DATA = "data"
 _SPLIT_SUFFIX = "_split"
 _MINARI_META = "metadata.json"  # beside Minari's data files (main_data.hdf5, ...)
+_HDF5_FILE = "main_data.hdf5"  # Minari's HDF5 storage: one group episode_<id> per episode
 # MINARI_DATASETS_PATH is process-wide: one download at a time may point it elsewhere
 _MINARI_PATH_LOCK = threading.Lock()
 
@@ -175,6 +176,19 @@ def _data_files(where: Path) -> str:
     return ", ".join(repr(n) for n in names) or repr(str(where))
 
 
+def _episode_place(where: Path | None, episode_id: Any) -> str:
+    """Where the Minari dataset directory ``where`` keeps episode ``episode_id``: its group
+    ``episode_<id>`` in ``main_data.hdf5`` (Minari's HDF5 storage), its directory ``<id>``
+    (Minari's Arrow storage), else the dataset's data files."""
+    if where is None:
+        return "its data files"
+    if (where / _HDF5_FILE).is_file():
+        return f"group 'episode_{episode_id}' of the file {str(where / _HDF5_FILE)!r}"
+    if (where / str(episode_id)).is_dir():
+        return f"the directory {str(where / str(episode_id))!r}"
+    return f"in {_data_files(where)}"
+
+
 def _unreadable(dataset_id: str, where: Path, err: Exception) -> ValueError:
     """The error for a Minari dataset whose files cannot be read, naming them."""
     culprit = where / _MINARI_META
@@ -289,11 +303,18 @@ def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = No
     data = None
     layout: dict[Any, tuple[tuple[int, ...], Any]] | None = None
     index = 0
+    empty = 0  # episodes without steps: counted by Minari's total_episodes, no row here
     with tqdm(total=total, desc=f"converting {dataset_id}", unit="step") as bar:
         for episode in _episodes(dataset, dataset_id, source):
-            td = episode_to_ted(episode, dropped)
+            try:
+                td = episode_to_ted(episode, dropped)
+            except (ValueError, TypeError) as err:
+                raise type(err)(
+                    f"episode {episode.id} of the Minari dataset {dataset_id!r} "
+                    f"({_episode_place(source, episode.id)}) is damaged: {err}") from err
             steps = td.batch_size[0]
             if steps == 0:
+                empty += 1
                 continue
             if data is None:
                 layout = leaf_layout(td)
@@ -333,6 +354,8 @@ def _convert(dataset: Any, dataset_id: str, dest: Path, source: Path | None = No
         "observation_space": _serialize_space(dataset.observation_space),
         "action_space": _serialize_space(dataset.action_space),
         "dropped_text": sorted(dropped),
+        # total_episodes less the episodes with rows, checked on every load
+        "empty_episodes": empty,
         **(extra or {}),
         # leaf file -> size in bytes, checked on every load (a leaf missing from meta.json)
         "files": leaf_files(dest / _DATA),
@@ -737,9 +760,11 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     @staticmethod
     def _load_checked(path: Path) -> Any:
         """The memmap data of the conversion in ``path``, after checking that every leaf file
-        is there at its full size and that a flat conversion's ``env_metadata.json`` (what
-        :attr:`metadata_path` hands to TorchRL code) is whole (``ValueError`` naming the file
-        otherwise; nothing on disk changes: mapping a short file would zero-extend it)."""
+        is there at its full size, that a flat conversion's ``env_metadata.json`` (what
+        :attr:`metadata_path` hands to TorchRL code) is whole, and that the counts its marker
+        declares (``total_steps``, ``total_episodes``; what :attr:`metadata` shows) are those
+        of the data (``ValueError`` naming the file otherwise; nothing on disk changes:
+        mapping a short file would zero-extend it)."""
         marker = read_json(path / _MARKER, "the dataset marker file")
         check_leaf_files(path / _DATA, marker.get("files"))
         if not marker.get("split_trajs"):
@@ -747,11 +772,12 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         try:
             data = load_memmap(path / _DATA)
             _check_leaf_shapes(data)
-            return data
         except (KeyError, ValueError, RuntimeError, TypeError) as err:  # (json too)
             raise ValueError(f"the converted data under {str(path / _DATA)!r} is damaged (its "
                              f"meta.json files do not describe a TensorDict: {err!r}); convert "
                              "it again with download='force'.") from err
+        _check_counts(path, marker, data)
+        return data
 
     @staticmethod
     def _read_metadata(path: Path, raw: bool = False) -> dict[str, Any]:
@@ -772,6 +798,55 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                                      f"{str(path / _MARKER)!r} is damaged ({err!r}); convert "
                                      "the dataset again with download='force'.") from err
         return meta
+
+
+def _check_counts(path: Path, marker: dict[str, Any], data: Any) -> None:
+    """``ValueError`` naming the marker file unless the counts it declares are those of
+    ``data``, the conversion in ``path``: ``total_steps`` its rows (a split: its real steps,
+    ``mask``), ``total_episodes`` its episodes (a split: its rows) and the episodes without
+    steps the conversion skipped (``empty_episodes``; conversions without that entry: at
+    least its episodes), a split's ``max_len`` its padded length. Reads the ``episode``
+    (flat) or ``mask`` (split) entry only."""
+    where = str(path / _MARKER)
+    split = bool(marker.get("split_trajs"))
+
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"the dataset marker file {where!r} is damaged: {what}; remove the "
+                          "dataset (or pass download='force') to convert it again.")
+
+    def declared(name: str) -> int:
+        value = marker.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise refuse(f"its {name} is {value!r}, not a count")
+        return value
+
+    total_steps, total_episodes = declared("total_steps"), declared("total_episodes")
+    empty = marker.get("empty_episodes")
+    if empty is not None:
+        empty = declared("empty_episodes")
+    entry = "mask" if split else "episode"
+    column = data.get(entry, None) if data.batch_dims == (2 if split else 1) else None
+    if not isinstance(column, torch.Tensor):
+        raise refuse(f"the data under {str(path / _DATA)!r} has no {entry!r} entry to count its "
+                     "steps and episodes by")
+    if split:
+        episodes, max_len = data.batch_size
+        steps = int(column.sum())
+        if marker.get("max_len") != max_len:
+            raise refuse(f"it declares max_len = {marker.get('max_len')!r}, but the data under "
+                         f"{str(path / _DATA)!r} holds episodes padded to {max_len} steps")
+    else:
+        steps = data.batch_size[0]
+        episodes = int((column[1:] != column[:-1]).sum()) + 1 if steps else 0
+    if total_steps != steps:
+        raise refuse(f"it declares total_steps = {total_steps}, but the data under "
+                     f"{str(path / _DATA)!r} holds {steps} steps")
+    # (without empty_episodes, a conversion by an earlier version: it may have skipped some)
+    fits = total_episodes >= episodes if empty is None else total_episodes == episodes + empty
+    if not fits:
+        skipped = f" and {empty} without steps" if empty else ""
+        raise refuse(f"it declares total_episodes = {total_episodes}, but the data under "
+                     f"{str(path / _DATA)!r} holds {episodes} episodes{skipped}")
 
 
 def _check_leaf_shapes(data: Any) -> None:

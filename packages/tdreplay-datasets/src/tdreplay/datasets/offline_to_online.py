@@ -29,8 +29,10 @@ from tdreplay.core.utils import check_batch_size, check_instance, check_required
 from tdreplay.storages import LazyTensorStorage
 
 from ._offline_state import (
+    check_offline_dataset,
     check_offline_sampler_state,
     load_offline_sampler_state,
+    offline_dataset_identity,
     offline_sampler_state,
     read_offline_sampler_state,
     write_offline_sampler_state,
@@ -502,9 +504,10 @@ online_size=10, batch_size=8)
 
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The online buffer's state, the offline fractions (current and base) and the state
+        """The online buffer's state, the offline fractions (current and base), the state
         of the offline dataset's sampler (``"offline_sampler"``; ``None`` when the dataset is
-        not a replay buffer).
+        not a replay buffer) and what identifies the offline dataset (``"offline_dataset"``:
+        its ``dataset_id`` and number of rows, checked by :meth:`load_state_dict`).
 
         The offline dataset's rows are not part of it: they are immutable and reloaded from
         their source.
@@ -527,11 +530,15 @@ online_size=10, batch_size=8)
             fractions = (self._offline_fraction, self._base_offline_fraction)
         return {"online_buffer": self._online_buffer.state_dict(),
                 "offline_fraction": fractions[0], "base_offline_fraction": fractions[1],
-                "offline_sampler": offline_sampler_state(self._offline_buffer)}
+                "offline_sampler": offline_sampler_state(self._offline_buffer),
+                "offline_dataset": offline_dataset_identity(self._offline_buffer)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`. Everything is checked first: a state that does not fit
-        raises ``ValueError`` / ``TypeError`` naming the entry and changes nothing."""
+        raises ``ValueError`` / ``TypeError`` naming the entry and changes nothing. That
+        includes a state saved over another offline dataset (another ``dataset_id``, or
+        another number of rows; states saved without that record are not checked for it),
+        whose offline sampler's state belongs to that dataset's rows."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
         missing = {"online_buffer", "offline_fraction", "base_offline_fraction"} - set(state_dict)
@@ -542,6 +549,12 @@ online_size=10, batch_size=8)
                                              state_dict["base_offline_fraction"])
         except (TypeError, ValueError) as err:
             raise ValueError(f"state_dict: {err}") from err
+        dataset = state_dict.get("offline_dataset")  # (absent: saved by an earlier version)
+        if dataset is not None:
+            try:
+                check_offline_dataset(self._offline_buffer, dataset)
+            except ValueError as err:
+                raise ValueError(f"state_dict['offline_dataset']: {err}") from err
         offline = state_dict.get("offline_sampler")  # (None or absent: not saved)
         if offline is not None:
             try:
@@ -563,7 +576,8 @@ online_size=10, batch_size=8)
         """Save the online buffer and the fractions into checkpoint directory ``path``.
 
         One atomic checkpoint (:func:`~tdreplay.core.checkpoint.write_checkpoint`): its snapshot
-        holds ``offline_to_online.json`` (the fractions), ``online/``, the online buffer's
+        holds ``offline_to_online.json`` (the fractions, and the offline dataset's
+        ``dataset_id`` and number of rows), ``online/``, the online buffer's
         own checkpoint, and ``offline_sampler.pt``, the offline dataset's sampler state. A
         crash mid-way leaves the previous checkpoint loadable. The offline dataset's rows are
         not saved (they are immutable and reloaded from their source).
@@ -591,6 +605,7 @@ online_size=10, batch_size=8)
             write_json(snapshot / _META, {
                 "format": _FORMAT, "kind": _KIND, "offline_fraction": current,
                 "base_offline_fraction": base, "offline_sampler": offline,
+                "offline_dataset": offline_dataset_identity(self._offline_buffer),
                 "online_buffer": type(self._online_buffer).__name__})
             self._online_buffer.dumps(snapshot / _ONLINE)
 
@@ -599,8 +614,9 @@ online_size=10, batch_size=8)
 
         The checkpoint is verified, its ``offline_to_online.json`` read and checked, then the
         online buffer loads (checking its own part before it changes), then the fractions are
-        set. A missing, damaged or foreign checkpoint (another buffer class's, or one whose
-        online buffer is of another class) raises :class:`~tdreplay.core.CheckpointError`
+        set. A missing, damaged or foreign checkpoint (another buffer class's, one whose
+        online buffer is of another class, or one saved over another offline dataset: another
+        ``dataset_id`` or number of rows) raises :class:`~tdreplay.core.CheckpointError`
         naming the file at fault, and changes nothing.
         """
         with open_checkpoint(Path(path)) as snapshot:
@@ -634,6 +650,12 @@ online_size=10, batch_size=8)
                     f"{saved_online}, but this buffer's is a "
                     f"{type(self._online_buffer).__name__} (the offline dataset decides: a "
                     "TensorDictReplayBuffer dataset gets a TensorDictReplayBuffer).")
+            dataset = meta.get("offline_dataset")  # (absent: saved by an earlier version)
+            if dataset is not None:
+                try:
+                    check_offline_dataset(self._offline_buffer, dataset)
+                except ValueError as err:
+                    raise CheckpointError(f"checkpoint file {str(meta_path)!r}: {err}") from err
             offline = (read_offline_sampler_state(snapshot, self._offline_buffer)
                        if meta.get("offline_sampler") else None)  # (absent: not saved)
             self._online_buffer.loads(snapshot / _ONLINE)
