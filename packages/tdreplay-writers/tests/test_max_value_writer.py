@@ -446,3 +446,12 @@ def test_rows_kept_of_a_batch_keep_their_non_tensor_entries(storage):
     rb.extend(batch([0.5, 4.0], 10))  # 4.0 replaces the lowest kept row (rank 2.0, row 1)
     assert rb[:]["obs"].tolist() == [0.0, 11.0]
     assert rb[:]["text"] == ["s0", "s11"]
+
+
+def test_the_writer_add_of_an_item_ranked_too_low_returns_none_as_torchrl():
+    # it returned an empty tensor (the buffer's add already returned None)
+    rb = make_rb(2)
+    rb.extend(batch([5.0, 6.0], [0, 1]))
+    assert rb.writer.add(batch([1.0], [2])[0]) is None
+    assert rb.writer.add(batch([9.0], [3])[0]) == 0
+    assert contents(rb) == [(9.0, 3), (6.0, 1)]

@@ -377,12 +377,13 @@ class TensorDictMaxValueWriter(Writer):
         self._checked_item = signature
 
     # ---- Writer API -------------------------------------------------------------------------
-    def add(self, data: TensorDictBase) -> int | torch.Tensor:
-        """Offer one item; return its row, or an empty tensor if it ranks too low to be kept."""
+    def add(self, data: TensorDictBase) -> int | None:
+        """Offer one item; return its row, or ``None`` if it ranks too low to be kept (as
+        TorchRL's)."""
         rank = self._ranks(data, batched=False)
         capacity = self.storage.rows_capacity_for(data, batched=False)
         rows = self._write(data, rank, capacity, single=True)
-        return int(rows[0]) if rows.numel() else rows
+        return int(rows[0]) if rows.numel() else None
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Offer a batch; return the rows written (a subset of the batch, in batch order)."""
