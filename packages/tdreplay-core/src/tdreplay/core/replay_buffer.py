@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import warnings
@@ -406,21 +407,23 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._check_writing_process()  # a forked child writes only what is shared
         if type(self._sampler).check_write is not Sampler.check_write:
             self._sampler.check_write(data)
-        row = self._add_row(data)
-        if type(row) is int and self._storage.row_numel == 1:  # one row, one slot: no tensor
-            self._sampler.add(row)
-            if self._readers.shared:  # other buffers read the storage (buffer_readers)
-                self._tell_readers_written(row)
-            return row
-        if row is None:  # a writer that did not keep it (TorchRL's convention)
-            return None
-        rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
-        if not rows.numel():
-            return None
-        slots = self._storage.rows_to_slots(rows)
-        self._sampler.extend(_flat(slots))
-        if self._readers.shared:
-            self._tell_readers_written(slots)
+        row = None
+        try:  # (no cost unless raised)
+            row = self._add_row(data)
+            if type(row) is int and self._storage.row_numel == 1:  # one row, one slot
+                self._sampler.add(row)
+                if self._readers.shared:  # other buffers read the storage (buffer_readers)
+                    self._tell_readers_written(row)
+                return row
+            if row is None:  # a writer that did not keep it (TorchRL's convention)
+                return None
+            rows = torch.as_tensor(row, dtype=torch.long).reshape(-1)
+            if not rows.numel():
+                return None
+            slots = self._tell_written(rows)
+        except BaseException:
+            self._tell_interrupted(row)
+            raise
         if self._storage.row_numel == 1 and rows.numel() == 1:
             return int(rows)
         return slots.reshape(slots.shape[1:]) if slots.shape[0] == 1 else slots
@@ -465,14 +468,27 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         self._check_writing_process()
         if type(self._sampler).check_write is not Sampler.check_write:
             self._sampler.check_write(data)  # (the base's accepts anything: not called)
-        try:
+        rows = None
+        try:  # (no cost unless raised)
             rows = self._extend_rows(data)  # consumed slots first (buffer_consume)
-        except ValueError as err:  # refused before anything was written: say why in the
-            # batch's own layout when it is its number of environments (buffer_dim_extend)
-            mismatch = other_dims_mismatch(data, self._storage.shape, self.dim_extend)
+            return self._tell_written(rows, priority, rows_given)
+        except ValueError as err:  # the writer's: refused before anything was written; say
+            # why in the batch's own layout when it is its number of environments
+            # (buffer_dim_extend)
+            mismatch = None if rows is not None else \
+                other_dims_mismatch(data, self._storage.shape, self.dim_extend)
             if mismatch is None:
                 raise
             raise mismatch from err
+        except BaseException:
+            self._tell_interrupted(rows, priority, rows_given)
+            raise
+
+    def _tell_written(self, rows: torch.Tensor, priority: Any = None, rows_given: int = -1
+                      ) -> torch.Tensor:
+        """Tell the sampler (and the buffers reading the storage) of the storage ``rows`` a
+        write filled, with the checked ``priority`` of its ``rows_given`` rows if each went to
+        one slot of its own; returns their slots."""
         slots = self._storage.rows_to_slots(rows)
         if priority is not None and _one_slot_per_row(slots, rows_given):
             self._sampler.extend_with_priority(slots, priority, storage=self._storage)
@@ -481,6 +497,24 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
         if self._readers.shared and slots.numel():  # other buffers read the storage
             self._tell_readers_written(slots)
         return slots
+
+    def _tell_interrupted(self, rows: torch.Tensor | int | None, priority: Any = None,
+                          rows_given: int = -1) -> None:
+        """Before an exception that cut a write short propagates, tell the sampler of the rows
+        written, as the write would have: every row counted can then be sampled. An interrupt
+        (``KeyboardInterrupt``, or what a signal handler raises) lands wherever the
+        interpreter is, e.g. between the writer's write and the sampler's ``extend``.
+        ``rows``: what the writer returned; ``None`` when it raised (a writer completes a
+        write cut short and holds its rows in :attr:`Writer.interrupted_rows`; none: it wrote
+        nothing). A sampler that refuses the rows (its refusal was the exception) is left as
+        it is."""
+        if rows is None:
+            rows, self._writer.interrupted_rows = self._writer.interrupted_rows, None
+            if rows is None:
+                return
+        with contextlib.suppress(Exception):  # (the exception raised is the one that counts)
+            self._tell_written(torch.as_tensor(rows, dtype=torch.long).reshape(-1), priority,
+                               rows_given)
 
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:

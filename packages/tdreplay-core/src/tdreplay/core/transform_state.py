@@ -90,7 +90,9 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
     the buffer's transforms when it raises: its write-side transforms ran first and may have
     changed their state (``VecNorm``'s statistics took the batch in, ``MultiStepTransform``
     swapped the steps it holds back for the batch's) for a batch the storage, the writer or a
-    later transform then refused. A buffer without transforms with state pays one check; one
+    later transform then refused (not when the write was counted: a write an interrupt cut
+    short is completed before the interrupt propagates). A buffer without transforms with
+    state pays one check; one
     with them runs such writes one at a time, under its lock (a rate limiter's gate too: where
     it would wait, the write is undone and waits without the lock, then runs again).
 
@@ -140,10 +142,14 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
 def _undone_on_failure(transform: Compose, write: Callable[..., Any], buffer: Any,
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     mark = transform_mark(transform)
+    written = buffer.write_count
     try:
         return write(buffer, *args, **kwargs)
     except BaseException:
-        undo_transforms(transform, mark)
+        # (a write an interrupt cut short is completed before the interrupt propagates: the
+        # rows are stored and counted, so the state that took them in stays)
+        if buffer.write_count == written:
+            undo_transforms(transform, mark)
         raise
 
 

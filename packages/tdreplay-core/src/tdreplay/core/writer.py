@@ -89,6 +89,12 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
     #: matches the batch's ``index`` and priorities to the rows written with it.
     written_positions: torch.Tensor | None = None
 
+    #: The rows of a write that an exception (an interrupt: ``KeyboardInterrupt``, or what a
+    #: signal handler raises) cut short and this writer completed before it propagated;
+    #: ``None`` when there was none. The buffer takes them (setting it back to ``None``) to
+    #: tell its sampler of the rows. Writers that do not complete such writes leave it.
+    interrupted_rows: torch.Tensor | int | None = None
+
     #: Whether :meth:`write_at` and :meth:`extend_reusing` write at rows chosen by the caller
     #: (``False`` by default; :class:`RoundRobinWriter` does). A buffer whose sampler consumes
     #: items (:attr:`Sampler.max_sample_count`) refuses a writer that cannot.
@@ -515,9 +521,15 @@ class RoundRobinWriter(Writer):
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= capacity):
             raise IndexError(f"index must address rows in [0, {capacity}), got "
                              f"{rows.tolist()}.")
-        storage.set(rows, self.prepare_write(data, rows, capacity, batched=True))
-        self.write_count += n
-        self._bump_generations(storage, rows, capacity)
+        data = self.prepare_write(data, rows, capacity, batched=True)
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            storage.set(rows, data)
+            self._bump_generations(storage, rows, capacity)
+            self._counters[1] += n  # the count moves last
+        except BaseException:
+            self._complete_write(rows, data, rows, counted, self.cursor)
+            raise
         return rows
 
     def _write_one_at(self, row: int, data: Any) -> int:
@@ -525,9 +537,15 @@ class RoundRobinWriter(Writer):
         capacity = storage.rows_capacity_for(data, batched=False)
         if not 0 <= row < capacity:
             raise IndexError(f"index must address a row in [0, {capacity}), got {row}.")
-        storage.set(row, self.prepare_write(data, row, capacity, batched=False))
-        self.write_count += 1
-        self._bump_generations(storage, torch.tensor([row]), capacity)
+        data = self.prepare_write(data, row, capacity, batched=False)
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            storage.set(row, data)
+            self._bump_generations(storage, torch.tensor([row]), capacity)
+            self._counters[1] += 1  # the count moves last
+        except BaseException:
+            self._complete_write(row, data, row, counted, self.cursor)
+            raise
         return row
 
     def extend_reusing(self, rows: Any, data: Any) -> torch.Tensor:
@@ -560,9 +578,16 @@ class RoundRobinWriter(Writer):
         # the next rows from the cursor, skipping the reused ones (at most k are skipped)
         ahead = (cursor + torch.arange(n)) % capacity
         ahead = ahead[~torch.isin(ahead, reused)][: n - k]
-        written = self.write_at(torch.cat([reused, ahead]), data)
-        if ahead.numel():
-            self.cursor = (int(ahead[-1]) + 1) % capacity
+        rows = torch.cat([reused, ahead])
+        after = (int(ahead[-1]) + 1) % capacity if ahead.numel() else self.cursor
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            written = self.write_at(rows, data)
+            self.cursor = after
+        except BaseException:  # write_at wrote the rows whole or not at all (its count says)
+            if self._counters[1] != counted:
+                self.cursor, self.interrupted_rows = after, rows
+            raise
         assert isinstance(written, torch.Tensor)
         return written
 
@@ -605,9 +630,15 @@ class RoundRobinWriter(Writer):
         storage = self.storage
         capacity = storage.rows_capacity_for(data, batched=False)
         row = self._next_row(storage, capacity, self.cursor)
-        storage.set(row, self.prepare_write(data, row, capacity, batched=False))
-        self._advance((row + 1) % capacity, 1)
-        self._bump_generations(storage, row, capacity)
+        data = self.prepare_write(data, row, capacity, batched=False)
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            storage.set(row, data)
+            self._bump_generations(storage, row, capacity)
+            self._advance((row + 1) % capacity, 1)  # the count moves last
+        except BaseException:
+            self._complete_write(row, data, row, counted, (row + 1) % capacity)
+            raise
         return row
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -621,18 +652,23 @@ class RoundRobinWriter(Writer):
         # (the cursor: no tensor of its own here)
         cursor = self._next_row(storage, capacity, int(self._counters[0]))
         data = self.prepare_write(data, cursor, capacity, batched=True)
+        where: Any
         if cursor + n <= capacity:
-            storage.set(slice(cursor, cursor + n), data)
+            where = slice(cursor, cursor + n)
             # (torch.arange made by numpy: 1-2 us less a call)
             rows = torch.from_numpy(np.arange(cursor, cursor + n, dtype=np.int64))
         else:
-            rows = torch.arange(cursor, cursor + n) % capacity
+            rows = where = torch.arange(cursor, cursor + n) % capacity
             if n > capacity:
-                storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
-            else:
-                storage.set(rows, data)
-        self._advance((cursor + n) % capacity, n)
-        self._bump_generations(storage, rows, capacity)
+                where, data = rows[-capacity:], slice_leading(data, slice(n - capacity, n))
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            storage.set(where, data)
+            self._bump_generations(storage, rows, capacity)
+            self._advance((cursor + n) % capacity, n)  # the count moves last
+        except BaseException:
+            self._complete_write(where, data, rows, counted, (cursor + n) % capacity)
+            raise
         return rows
 
     def rows_appended(self, first: int, count: int) -> None:
@@ -642,7 +678,33 @@ class RoundRobinWriter(Writer):
             return
         self._advance((first + count) % capacity, 0)
 
-    def _advance(self, cursor: int, written: int) -> None:
+    def _complete_write(self, where: Any, data: Any, rows: torch.Tensor | int, counted: int,
+                        cursor: int | torch.Tensor) -> None:
+        """Finish the write of ``data`` at ``where`` (the storage rows ``rows``) that an
+        exception cut short, before it propagates: an interrupt (``KeyboardInterrupt``, or what
+        a signal handler raises) lands wherever the interpreter is, between the copies of two
+        leaves (the old rows of a full storage left half overwritten) or before the storage's
+        count, the cursor or this writer's count moved. The rows are written again whole
+        (``storage.set`` of the same rows and data leaves the same state however far the
+        first one got) and counted, the cursor moved to ``cursor``; :attr:`interrupted_rows`
+        then holds them, for the buffer to tell its sampler. A write the storage refuses again
+        (the exception raised was that refusal, made before anything was written) stays
+        unwritten. ``counted``: the write count before the write (it moves last: once it
+        moved, the write was complete)."""
+        if self._counters[1] == counted:
+            storage = self.storage
+            try:
+                storage.set(where, data)
+            except Exception:  # refused: nothing was written
+                return
+            capacity = storage.rows_capacity
+            assert capacity is not None  # (set: laid out)
+            self._bump_generations(storage, rows, capacity)  # (twice if it was done: stale
+            # either way)
+            self._advance(cursor, torch.as_tensor(rows).numel())
+        self.interrupted_rows = rows
+
+    def _advance(self, cursor: int | torch.Tensor, written: int) -> None:
         """Move the cursor to ``cursor`` (in its tensor for a ``compilable=True`` writer) and
         count ``written`` more items, in one pass (not through the two properties: the hot path
         of ``add`` and ``extend``)."""
@@ -664,15 +726,20 @@ class RoundRobinWriter(Writer):
         capacity = storage.rows_capacity_for(data, batched=True)
         if n == 0:
             return torch.empty(0, dtype=torch.long)
-        rows = (cursor + torch.arange(n)) % capacity
+        rows = where = (cursor + torch.arange(n)) % capacity
         data = self.prepare_write(data, rows, capacity, batched=True)
         if n > capacity:
-            storage.set(rows[-capacity:], slice_leading(data, slice(n - capacity, n)))
-        else:
-            storage.set(rows, data)
-        cursor.copy_((cursor + n) % capacity)
-        self.write_count += n
-        self._bump_generations(storage, rows, capacity)
+            where, data = rows[-capacity:], slice_leading(data, slice(n - capacity, n))
+        after = (cursor + n) % capacity
+        counted = self._counters[1]
+        try:  # (no cost unless raised)
+            storage.set(where, data)
+            self._bump_generations(storage, rows, capacity)
+            cursor.copy_(after)
+            self._counters[1] += n  # the count moves last
+        except BaseException:
+            self._complete_write(where, data, rows, counted, after)
+            raise
         return rows
 
     @property

@@ -67,10 +67,14 @@ class MemmapRowsMixin(SharedStateMixin):
             self._set_over_counted(cursor, data, set_cursor)
 
     def _write_recorded(self, rows: Any, data: Any, set_cursor: bool) -> None:
-        """Write rows recorded as under way; their record is cleared as the hold ends."""
+        """Write rows recorded as under way; their record is cleared as the hold ends. An
+        interrupt (``KeyboardInterrupt``, or what a signal handler raises: not an
+        ``Exception``) leaves the record: the writer writes the rows again whole before it
+        propagates (see ``RoundRobinWriter``), which settles it, and a write no one completes
+        is recovered as a dead process's is, by the next holder of the lock."""
         try:
             super().set(rows, data, set_cursor=set_cursor)  # type: ignore[misc]
-        except BaseException as err:
+        except Exception as err:
             self._torn.failed(err, self._layout)
             raise
         self._lock_obj.before_unlock = self._torn.settle_hold
