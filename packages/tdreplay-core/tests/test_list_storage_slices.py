@@ -96,3 +96,11 @@ def test_a_plain_buffer_reads_the_appended_items():
     rb.extend([0, 1, 2, 3])
     rb.storage.set(slice(2, None), [70, 80])
     assert rb[:] == [0, 1, 70, 80] and len(rb) == 4
+
+
+def test_a_list_storage_has_the_shape_of_its_capacity_as_torchrl():
+    # it was None
+    storage = ListStorage(5)
+    assert storage.shape == torch.Size([5])
+    ReplayBuffer(storage=storage).extend([1, 2])
+    assert storage.shape == torch.Size([5])

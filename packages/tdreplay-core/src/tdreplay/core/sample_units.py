@@ -148,14 +148,15 @@ class Sequence(SampleUnit):
         return self.burn_in + self.length + self.bootstrap
 
     def _steps(self, storage: Storage) -> Any:
-        if storage.shape is None:  # a list storage, or nothing written yet
+        if storage.shape is None:  # nothing written yet
             raise TypeError(f"{type(self).__name__} needs a TensorDict-backed TensorStorage "
                             "(e.g. LazyTensorStorage written with TensorDicts) to find episode "
                             f"boundaries; got {type(storage).__name__}.")
         steps = storage[:]
         if not is_tensor_collection(steps):
-            raise TypeError(f"{type(self).__name__} needs the TensorStorage to hold a "
-                            f"TensorDict (to read {self.done_key!r}); it holds "
+            raise TypeError(f"{type(self).__name__} needs a storage that reads as one "
+                            f"TensorDict (to read {self.done_key!r}), e.g. LazyTensorStorage "
+                            f"written with TensorDicts; {type(storage).__name__} reads as "
                             f"{type(steps).__name__}.")
         return steps
 

@@ -354,8 +354,9 @@ class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, Attachable
 
     @property
     def shape(self) -> torch.Size | None:
-        """Shape of the storage's leading dimensions (``[rows, *inner]``), or ``None`` where
-        it has none (a list) or is not known yet (a lazy storage before its first write)."""
+        """Shape of the storage's leading dimensions (``[rows, *inner]``; ``[max_size]`` for a
+        list), or ``None`` where it has none or is not known yet (a lazy storage before its
+        first write)."""
         return None
 
     @abc.abstractmethod
@@ -511,6 +512,15 @@ class ListStorage(Storage):
     def device(self) -> torch.device:
         """Where written items go (``device=``); the CPU when they are stored as given."""
         return self._item_device or torch.device("cpu")
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[max_size]``, written or not, as TorchRL's (a list has no other dims).
+
+        >>> ListStorage(4).shape
+        torch.Size([4])
+        """
+        return torch.Size([self.max_size])
 
     def _to_device(self, data: Any) -> Any:
         """``data`` on the ``device`` given (its tensors, for a pytree), as TorchRL's
