@@ -7,7 +7,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from tdreplay.core import CheckpointError, ListStorage, ReplayBuffer, TensorDictReplayBuffer
-from tdreplay.storages import LazyStackStorage
+from tdreplay.core.sample_units import Sequence
+from tdreplay.storages import LazyStackStorage, LazyTensorStorage
 
 
 def trajectory(length: int, value: int) -> TensorDict:
@@ -176,3 +177,19 @@ def test_rows_out_of_range_are_refused_naming_this_storage():
         s.set(7, TensorDict({"a": torch.ones(3)}, []))
     assert len(s) == 2
     assert (s.get(1)["a"] == 0).all()
+
+
+def test_a_sequence_sample_unit_reads_a_lazy_stack_of_steps_as_a_tensor_storage():
+    # it refused the storage ("needs a TensorDict-backed TensorStorage"): its shape was None
+    done = torch.zeros(10, 1, dtype=torch.bool)
+    done[4] = done[9] = True
+    steps = TensorDict({"obs": torch.arange(10.0), ("next", "done"): done}, [10])
+    drawn = []
+    for storage in (LazyStackStorage(20), LazyTensorStorage(20)):
+        rb = TensorDictReplayBuffer(storage=storage, batch_size=4,
+                                    sample_unit=Sequence(length=2))
+        rb.extend(steps)
+        torch.manual_seed(0)
+        drawn.append(rb.sample()["obs"].tolist())
+    assert drawn[0] == drawn[1]
+    assert all(a // 5 == b // 5 for a, b in zip(drawn[0][::2], drawn[0][1::2]))  # one episode
