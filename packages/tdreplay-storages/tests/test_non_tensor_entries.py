@@ -191,10 +191,15 @@ def test_round_robin_wraps_around():
 
 
 def test_rows_never_written_read_none():
+    # (rows skipped by a write past the written ones are refused: see test_set_gaps; rows
+    # written before a non-tensor entry was added hold none of it)
     storage = LazyTensorStorage(6)
+    with pytest.raises(IndexError, match="filled without gaps"):
+        storage.set(torch.tensor([3]), _batch(1, NonTensorStack("d")))
+    storage.set(torch.tensor([0, 1, 2]), _batch(3))
     storage.set(torch.tensor([3]), _batch(1, NonTensorStack("d")))
     assert _texts(storage) == [None, None, None, "d"]
-    assert storage[:]["x"].tolist() == [0.0, 0.0, 0.0, 0.0]  # (zeros there, as tensors)
+    assert storage[:]["x"].tolist() == [0.0, 1.0, 2.0, 0.0]
 
 
 def test_index_assignment_set_key_and_update():

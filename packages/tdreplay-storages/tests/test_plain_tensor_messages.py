@@ -48,3 +48,17 @@ def test_one_item_without_dims_for_several_rows(make):
     with pytest.raises(ValueError):
         storage.set([0, 1], item)
     assert len(storage) == 0
+
+
+def test_a_key_index_of_plain_data_says_the_storage_holds_no_tensordict():
+    """``rb["a"]`` named the storage's own entry ``'_tensor'`` (or read a pytree leaf ``"0"``)."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(6))
+    rb.extend(torch.arange(4.0))
+    with pytest.raises(KeyError, match="holds tensor data, not TensorDicts") as info:
+        rb["a"]
+    assert "_tensor" not in str(info.value)
+    tree = ReplayBuffer(storage=LazyTensorStorage(6))
+    tree.extend({"x": torch.arange(4.0)})
+    with pytest.raises(KeyError, match="holds pytree data, not TensorDicts"):
+        tree["0"]
+    assert rb[1].item() == 1.0 and tree[1]["x"].item() == 1.0

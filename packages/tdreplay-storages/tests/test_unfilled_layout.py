@@ -27,33 +27,42 @@ def policy(request, monkeypatch):
     return request.param
 
 
-def test_rows_skipped_by_a_slice_write_read_as_zeros(policy):
+def test_a_slice_write_past_a_gap_is_refused_and_skips_no_row(policy):
+    # (rows skipped by it were zeroed and counted as data: a gap is refused, see _row_gaps)
     s = LazyTensorStorage(64)
     s.set(slice(0, 2), _rows(2, 1.0))
-    s.set(slice(5, 7), _rows(2, 2.0))
+    with pytest.raises(IndexError, match=r"filled without gaps: .*rows 2 to 4 would be left"):
+        s.set(slice(5, 7), _rows(2, 2.0))
+    assert len(s) == 2
+    s.set(slice(2, 7), _rows(5, 2.0))
     got = s.get(torch.arange(7))
-    assert got["a"][:, 0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 2.0, 2.0]
-    assert got["b", "c"].tolist() == [1, 1, 0, 0, 0, 2, 2]
+    assert got["a"][:, 0].tolist() == [1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    assert got["b", "c"].tolist() == [1, 1, 2, 2, 2, 2, 2]
     assert got["b", "c"].dtype == torch.int64
 
 
-def test_rows_skipped_by_index_and_single_writes_read_as_zeros(policy):
+def test_index_and_single_writes_past_a_gap_are_refused(policy):
     s = LazyTensorStorage(64)
-    s.set(torch.tensor([9, 4]), _rows(2, 3.0))
-    s.set(12, _rows(1, 5.0)[0])
-    got = s.get(torch.arange(13))["a"][:, 0].tolist()
-    assert got == [0.0] * 4 + [3.0] + [0.0] * 4 + [3.0] + [0.0] * 2 + [5.0]
-    assert len(s) == 13
+    with pytest.raises(IndexError, match="filled without gaps"):
+        s.set(torch.tensor([9, 4]), _rows(2, 3.0))
+    assert not s.initialized  # (refused before the first write laid it out)
+    s.set(torch.tensor([1, 0]), _rows(2, 3.0))
+    with pytest.raises(IndexError, match="filled without gaps"):
+        s.set(12, _rows(1, 5.0)[0])
+    s.set(2, _rows(1, 5.0)[0])
+    assert s.get(torch.arange(3))["a"][:, 0].tolist() == [3.0, 3.0, 5.0]
+    assert len(s) == 3
 
 
 def test_a_write_reaching_the_top_row_leaves_no_row_unfilled(policy):
     s = LazyTensorStorage(8)
     s.set(slice(0, 2), _rows(2, 1.0))
-    s.set(slice(6, 8), _rows(2, 2.0))  # the top rows: rows 2-5 zeroed, none left unfilled
+    # rows in any order up to the top one: every row written, none left unfilled
+    s.set(torch.tensor([7, 2, 6, 3, 5, 4]), _rows(6, 2.0))
     s.set(slice(3, 4), _rows(1, 3.0))  # a later write below: the rows around it keep theirs
     got = s.get(torch.arange(8))
-    assert got["a"][:, 0].tolist() == [1.0, 1.0, 0.0, 3.0, 0.0, 0.0, 2.0, 2.0]
-    assert got["b", "c"].tolist() == [1, 1, 0, 3, 0, 0, 2, 2]
+    assert got["a"][:, 0].tolist() == [1.0, 1.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0]
+    assert got["b", "c"].tolist() == [1, 1, 2, 3, 2, 2, 2, 2]
     assert len(s) == 8
 
 
@@ -69,8 +78,10 @@ def test_restored_rows_and_rows_after_them(policy):
     s.set(slice(0, 4), _rows(4, 6.0))
     t = LazyTensorStorage(32)
     t.load_state_dict(s.state_dict())
-    t.set(slice(8, 9), _rows(1, 8.0))
-    assert t.get(torch.arange(9))["a"][:, 0].tolist() == [6.0] * 4 + [0.0] * 4 + [8.0]
+    with pytest.raises(IndexError, match="filled without gaps"):
+        t.set(slice(8, 9), _rows(1, 8.0))
+    t.set(slice(4, 9), _rows(5, 8.0))
+    assert t.get(torch.arange(9))["a"][:, 0].tolist() == [6.0] * 4 + [8.0] * 5
 
 
 def test_large_leaves_come_from_numpy_and_pickle_and_share(monkeypatch):
@@ -114,10 +125,13 @@ def test_numpy_allocated_leaves_start_on_a_cache_line(monkeypatch):
     assert all(leaf.data_ptr() % 64 == 0 for leaf in s.written_rows().values(True, True))
 
 
-def test_memmap_storage_still_zero_files(tmp_path):
+def test_memmap_storage_refuses_a_first_write_past_a_gap(tmp_path):
     s = LazyMemmapStorage(16, scratch_dir=tmp_path / "s")
-    s.set(slice(3, 4), _rows(1, 2.0))
-    assert s.get(torch.arange(4))["a"][:, 0].tolist() == [0.0, 0.0, 0.0, 2.0]
+    with pytest.raises(IndexError, match="filled without gaps"):
+        s.set(slice(3, 4), _rows(1, 2.0))
+    assert len(s) == 0 and not s.initialized
+    s.set(slice(0, 4), _rows(4, 2.0))
+    assert s.get(torch.arange(4))["a"][:, 0].tolist() == [2.0] * 4
 
 
 class _OutOfRange(RandomSampler):

@@ -15,6 +15,7 @@ import torch
 
 from ._formats import KIND_TC, DataFormat, to_tensordict
 from ._layout import TensorLayout
+from ._row_gaps import check_no_gap
 from ._tensorclasses import classes_of
 
 
@@ -98,9 +99,17 @@ class CompilableRows:
             return True
         cap = layout.rows
         # negative rows count from the rows written (from the end once full), as get(-1)
-        rows = torch.where(rows < 0, rows + len_tensor.to(rows.device), rows)
-        if bool(((rows < 0) | (rows >= cap)).any()):  # a tensor test: no guard on the rows
-            raise IndexError(f"rows out of range for a storage of {cap} rows.")
+        written = len_tensor.to(rows.device)
+        rows = torch.where(rows < 0, rows + written, rows)
+        out = ((rows < 0) | (rows >= cap)).any()
+        # a gap past the written rows (check_no_gap), in tensor ops: the rows sorted, those
+        # below the written ones raised to the last written one, step by at most 1 from it
+        steps = torch.cat([(written - 1).reshape(1),
+                           torch.maximum(rows.sort().values, written - 1)]).diff()
+        if bool(out | (steps > 1).any()):  # a tensor test: no guard on the rows
+            if bool(out):
+                raise IndexError(f"rows out of range for a storage of {cap} rows.")
+            check_no_gap(rows, False, int(len_tensor), cap, type(self).__name__)
         layout.index_copy_rows(rows.to(self._device), src)
         rows = rows.to(len_tensor.device)
         len_tensor.copy_(torch.maximum(len_tensor, rows.max() + 1))

@@ -155,8 +155,11 @@ def index_edit(td: TensorDictBase, key_set: Any, rows: int, index: Any,
                data: TensorDictBase) -> Edit:
     """The checked edit writing ``data`` at ``index`` (a tuple: TensorDict indexing) of the
     first ``rows`` rows of ``td`` (a layout's TensorDict, of the leaf keys ``key_set``):
-    every entry of ``data`` the storage has, checked by :func:`fitting_value` before anything
-    is written (entries it lacks are left out, as a TensorDict view of its rows leaves them).
+    every entry of ``data``, checked by :func:`fitting_value` before anything is written.
+    An entry ``data`` adds, or data without any entry, is refused (``KeyError`` naming the
+    keys; TorchRL's drops the entry without a word); the entries it lacks keep their values
+    (a writer's own entry, e.g. ``"index"`` of a ``TensorDictRoundRobinWriter``, which the
+    value of ``rb[i] = td`` along ``dim_extend`` keeps as stored).
     ``TypeError`` for a key index (``storage["a",] = ...``: :meth:`set_key` writes an entry).
 
     Examples
@@ -174,7 +177,13 @@ def index_edit(td: TensorDictBase, key_set: Any, rows: int, index: Any,
     if is_key_index(index):
         raise TypeError(f"storage[{index!r}] = value: a key index selects an entry, not rows "
                         "(set_key(key, value) writes an entry).")
-    present = [key for key in leaf_keys(data) if key in key_set]
+    present = leaf_keys(data)
+    unexpected = [key for key in present if key not in key_set]
+    if unexpected or not present:  # (its values would be dropped; or nothing written)
+        got = set(present)
+        raise KeyError(f"data keys do not match the storage: missing "
+                       f"{sorted(map(str, set(key_set) - got))}, unexpected "
+                       f"{sorted(map(str, unexpected))} (nothing was written).")
     view = td[:rows].select(*present)
     target = view[index]  # (what indexing raises, before anything is written)
     for key in present:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 
 from tdreplay.core import Storage, StorageCheckpointerBase
 from tdreplay.core.storage import written_slots
@@ -37,9 +37,12 @@ from ._checkpoint_rows import CheckpointRowsMixin
 from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
 from ._entry_edits import NO_GUARD, EditGuard
-from ._formats import KIND_TC, DataFormat, to_tensordict
+from ._formats import KIND_PYTREE, KIND_TC, KIND_TENSOR, DataFormat, to_tensordict
+from ._index_values import flattened_for_index, plain_at_index
+from ._keys import is_key_index
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
+from ._row_gaps import check_no_gap
 from ._source_checks import check_storable_leaves
 from ._state_checks import check_tensor_state
 from ._tensorclasses import NestedClasses, classes_of
@@ -328,6 +331,11 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         single = type(cursor) is int or (type(cursor) is not slice and is_int(cursor))
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
+        lead = int(not single)
+        cap = layout.rows if layout is not None else _rows_for(
+            td.batch_size[lead: lead + self.ndim - 1], self.max_size)
+        # rows past the written ones leaving a gap: refused (it would count as data)
+        check_no_gap(cursor, single, self._rows_written(), cap, type(self).__name__)
         leaves = None
         if layout is None:
             self._check_consolidable(kind)  # (before anything changes)
@@ -367,21 +375,42 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         _check_index_dtype(index)
         layout = self._current_layout()
         if isinstance(index, tuple) and layout is not None:
-            td, kind, _ = to_tensordict(value, batched=True, ndim=self.ndim)
+            # a tensor or pytree takes the batch shape of what index selects (as it reads)
+            plain = not is_tensor_collection(value)
+            td, kind, extra = to_tensordict(value, batched=not plain,
+                                            ndim=1 if plain else self.ndim)
+            fmt = self._format
+            if (plain or fmt.kind in (KIND_TENSOR, KIND_PYTREE)) and (
+                    kind != fmt.kind or (extra is not None and extra != fmt.extra)):
+                fmt.check_same(kind, extra)  # (another kind of data: named)
             layout.check_classes(classes_of(value, td, kind))
             with self._edit_guard() as guard:
                 rows = self._rows_written()
+                if plain:
+                    td = plain_at_index(layout, rows, index, td)
                 edit = layout.index_edit(rows, index, td)  # (every entry checked)
                 guard.record(layout.td, edit.keys, index, rows)
                 edit.write()
             return
-        super().__setitem__(index, value)
+        # a value of a multi-dim tensor of rows is shaped as it reads: [*index.shape, ...]
+        super().__setitem__(index, flattened_for_index(index, value))
 
     # ---- reading ---------------------------------------------------------------------------------
     def get(self, index: int | torch.Tensor) -> Any:
         layout = self._current_layout()
         if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
+        if type(index) is not torch.Tensor or index.dtype is not torch.long:
+            if type(index) is tuple:  # coordinates in the storage's dims, as storage[index]
+                # (TorchRL's get): (0, 1) is row 0, column 1 of an ndim=2 storage; (1,) row 1
+                _check_index_dtype(index)  # (float or uint8 parts: TypeError, as storage[i])
+                return self._format.from_td(
+                    clone_exact(layout.read_index(self._rows_written(), index)))
+            dtype = getattr(index, "dtype", None)
+            if dtype is torch.uint8 or (isinstance(dtype, np.dtype) and dtype == np.uint8):
+                # torch reads it as a mask, a write as rows: TypeError, as storage[i] (floats:
+                # written_slots names them)
+                _check_index_dtype(index)
         if type(index) is not torch.Tensor or index.ndim == 0:
             if is_int(index):
                 index = torch.tensor(int(index))
@@ -419,6 +448,11 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         if layout is None:
             raise RuntimeError("cannot read from a storage that was never written.")
         _check_index_dtype(index)
+        kind = self._format.kind
+        if (kind == KIND_TENSOR or kind == KIND_PYTREE) and is_key_index(index):
+            # (its entries are named by the storage: '_tensor', or pytree leaves '0', '1', ...)
+            raise KeyError(f"storage[{index!r}]: this storage holds {kind} data, not "
+                           "TensorDicts: it has no entry to select by key.")
         return self._format.from_td(layout.read_index(self._rows_written(), index))
 
     def __len__(self) -> int:
