@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import warnings
@@ -29,6 +28,7 @@ from .buffer_readers import StorageReadersMixin
 from .buffer_sample_unit import SampleUnitMixin
 from .buffer_sharing import SharingMixin, check_shared_flag
 from .buffer_wiring import BufferWiringMixin
+from .buffer_written import WrittenRowsMixin, one_slot_per_row
 from .prefetch import Prefetcher, note_drawn
 from .rate_limit import RateLimiter
 from .sample_units import SampleUnit
@@ -78,11 +78,6 @@ def _not_a_draw(sampler: Sampler, drawn: Any) -> TypeError:
                      f"(index, info), info a dict, got {got}.")
 
 
-def _flat(slots: torch.Tensor) -> torch.Tensor:
-    """``slots`` as one dim (a 1-dim tensor as it is: a ``reshape`` view costs a dispatch)."""
-    return slots if slots.ndim == 1 else slots.reshape(-1)
-
-
 def _per_batch_row(slots: torch.Tensor, positions: torch.Tensor, rows: int) -> torch.Tensor:
     """The slots of each row of a batch of ``rows`` rows of which only those at ``positions``
     were written (to ``slots``, one entry per row written, with the slots of its steps in a
@@ -90,12 +85,6 @@ def _per_batch_row(slots: torch.Tensor, positions: torch.Tensor, rows: int) -> t
     out = torch.full((rows, *slots.shape[1:]), -1, dtype=torch.long)
     out[positions] = slots.to(torch.long).cpu()
     return out
-
-
-def _one_slot_per_row(slots: torch.Tensor, rows: int) -> bool:
-    """Whether a batch's ``rows`` rows went to ``slots`` one slot each (a 1-dim storage, and a
-    writer that kept every row: not a max-value writer that kept some); ``rows < 0``: unknown."""
-    return slots.ndim == 1 and rows > 0 and slots.shape[0] == rows
 
 
 def _leads(shape: torch.Size, batch_size: torch.Size) -> bool:
@@ -159,7 +148,7 @@ def _set_per_item(td: TensorDictBase, key: str, value: torch.Tensor) -> bool:
 class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMixin,
                    InPlaceEditsMixin, SharingMixin, ConditionalUpdateMixin, QueryMixin,
                    SampleUnitMixin, ConsumptionMixin, ServiceBackendMixin, ReadPathMixin,
-                   DrawMixin, IterationMixin, NextBatchMixin, StorageReadersMixin,
+                   DrawMixin, IterationMixin, NextBatchMixin, StorageReadersMixin, WrittenRowsMixin,
                    metaclass=ServiceDispatch):
     """A replay buffer: ``extend`` writes through the writer, ``sample`` reads through the sampler.
 
@@ -484,38 +473,6 @@ class ReplayBuffer(PartsMixin, ExtendDimMixin, BufferWiringMixin, RateLimitedMix
             self._tell_interrupted(rows, priority, rows_given)
             raise
 
-    def _tell_written(self, rows: torch.Tensor, priority: Any = None, rows_given: int = -1
-                      ) -> torch.Tensor:
-        """Tell the sampler (and the buffers reading the storage) of the storage ``rows`` a
-        write filled, with the checked ``priority`` of its ``rows_given`` rows if each went to
-        one slot of its own; returns their slots."""
-        slots = self._storage.rows_to_slots(rows)
-        if priority is not None and _one_slot_per_row(slots, rows_given):
-            self._sampler.extend_with_priority(slots, priority, storage=self._storage)
-        elif type(self._sampler).extend is not Sampler.extend and slots.numel():
-            self._sampler.extend(_flat(slots))  # (the base's extend does nothing: not called)
-        if self._readers.shared and slots.numel():  # other buffers read the storage
-            self._tell_readers_written(slots)
-        return slots
-
-    def _tell_interrupted(self, rows: torch.Tensor | int | None, priority: Any = None,
-                          rows_given: int = -1) -> None:
-        """Before an exception that cut a write short propagates, tell the sampler of the rows
-        written, as the write would have: every row counted can then be sampled. An interrupt
-        (``KeyboardInterrupt``, or what a signal handler raises) lands wherever the
-        interpreter is, e.g. between the writer's write and the sampler's ``extend``.
-        ``rows``: what the writer returned; ``None`` when it raised (a writer completes a
-        write cut short and holds its rows in :attr:`Writer.interrupted_rows`; none: it wrote
-        nothing). A sampler that refuses the rows (its refusal was the exception) is left as
-        it is."""
-        if rows is None:
-            rows, self._writer.interrupted_rows = self._writer.interrupted_rows, None
-            if rows is None:
-                return
-        with contextlib.suppress(Exception):  # (the exception raised is the one that counts)
-            self._tell_written(torch.as_tensor(rows, dtype=torch.long).reshape(-1), priority,
-                               rows_given)
-
     # ---- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._sampleable()  # the items written, less those consumed (buffer_consume)
@@ -739,7 +696,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         with self._write_lock(data):
             written = self._write_batch(data, priority, rows_given)
             slots = self._slots_as_given(written, data, dim)
-            if priority is not None and written.numel() and not _one_slot_per_row(written,
+            if priority is not None and written.numel() and not one_slot_per_row(written,
                                                                                   rows_given):
                 self._prioritize_written(written, slots, priority, dim, tensordicts)
             return slots

@@ -15,11 +15,11 @@ from .storage import Storage
 from .utils import (
     check_flag,
     check_state_counter,
-    is_int,
     leading_dim,
     restore_attributes,
     slice_leading,
 )
+from .writer_chosen_rows import ChosenRowWrites, index_tensor
 
 
 class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
@@ -224,7 +224,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         >>> w.generations_of(torch.arange(3)).tolist()
         [-1, -1, -1]
         """
-        index = _index_tensor(index)
+        index = index_tensor(index)
         return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
 
     def sample_info(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -335,7 +335,7 @@ class Writer(SpawnChecked, StateDictCheckpointMixin, abc.ABC):
         return f"{type(self).__name__}(write_count={self.write_count})"
 
 
-class RoundRobinWriter(Writer):
+class RoundRobinWriter(ChosenRowWrites, Writer):
     """Writes at a cursor that wraps around when the storage is full (FIFO replacement).
 
     An ``extend`` larger than the capacity keeps the last ``capacity`` items; the returned rows
@@ -482,7 +482,7 @@ class RoundRobinWriter(Writer):
         if not self._track_generations:
             return super().generations_of(index)
         coordinates = isinstance(index, tuple)  # (its first component names the row)
-        index = _index_tensor(index)
+        index = index_tensor(index)
         gens = self._storage.slot_generations if self._storage is not None else None
         if gens is None:
             return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
@@ -492,104 +492,6 @@ class RoundRobinWriter(Writer):
         return torch.where(index >= 0, gens.of(rows), torch.full_like(index, -1))
 
     supports_write_at = True
-
-    def write_at(self, index: Any, data: Any) -> int | torch.Tensor:
-        """Write ``data`` at rows ``index`` (as TorchRL) without moving the cursor: one item at
-        an int ``index``, else a batch, one row per item. The rows' generations advance
-        (handles on them go stale). Returns the rows (an int for an int ``index``).
-
-        Examples
-        --------
-        >>> from tdreplay.core import ListStorage
-        >>> w = RoundRobinWriter()
-        >>> w.register_storage(ListStorage(4))
-        >>> w.extend(["a", "b", "c"]).tolist()
-        [0, 1, 2]
-        >>> w.write_at(torch.tensor([2, 0]), ["C", "A"]).tolist(), w.write_at(1, "B")
-        ([2, 0], 1)
-        >>> w.storage[:], w.cursor, w.write_count
-        (['A', 'B', 'C'], 3, 6)
-        """
-        if is_int(index):
-            return self._write_one_at(int(index), data)
-        rows = _index_tensor(index).reshape(-1)
-        n = leading_dim(data)
-        if rows.numel() != n:
-            raise ValueError(f"index addresses {rows.numel()} rows but data holds {n} items.")
-        storage = self.storage
-        capacity = storage.rows_capacity_for(data, batched=True)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= capacity):
-            raise IndexError(f"index must address rows in [0, {capacity}), got "
-                             f"{rows.tolist()}.")
-        data = self.prepare_write(data, rows, capacity, batched=True)
-        counted = self._counters[1]
-        try:  # (no cost unless raised)
-            storage.set(rows, data)
-            self._bump_generations(storage, rows, capacity)
-            self._counters[1] += n  # the count moves last
-        except BaseException:
-            self._complete_write(rows, data, rows, counted, self.cursor)
-            raise
-        return rows
-
-    def _write_one_at(self, row: int, data: Any) -> int:
-        storage = self.storage
-        capacity = storage.rows_capacity_for(data, batched=False)
-        if not 0 <= row < capacity:
-            raise IndexError(f"index must address a row in [0, {capacity}), got {row}.")
-        data = self.prepare_write(data, row, capacity, batched=False)
-        counted = self._counters[1]
-        try:  # (no cost unless raised)
-            storage.set(row, data)
-            self._bump_generations(storage, torch.tensor([row]), capacity)
-            self._counters[1] += 1  # the count moves last
-        except BaseException:
-            self._complete_write(row, data, row, counted, self.cursor)
-            raise
-        return row
-
-    def extend_reusing(self, rows: Any, data: Any) -> torch.Tensor:
-        """Write a batch: its first items into ``rows`` (consumed slots, in that order), the
-        rest at the cursor, which skips ``rows`` and moves past the last row it wrote (as
-        TorchRL's consuming buffers). A batch of ``capacity`` items or more overwrites every
-        row: it is written as :meth:`extend` writes it.
-
-        Examples
-        --------
-        >>> from tdreplay.core import ListStorage
-        >>> w = RoundRobinWriter()
-        >>> w.register_storage(ListStorage(6))
-        >>> w.extend(list("abcdef")).tolist(), w.cursor
-        ([0, 1, 2, 3, 4, 5], 0)
-        >>> w.extend_reusing(torch.tensor([4, 1]), list("EBxy")).tolist(), w.cursor
-        ([4, 1, 0, 2], 3)
-        >>> w.storage[:]
-        ['x', 'B', 'y', 'd', 'E', 'f']
-        """
-        reused = _index_tensor(rows).reshape(-1)
-        n = leading_dim(data)
-        if reused.numel() > n:
-            raise ValueError(f"rows names {reused.numel()} rows but data holds {n} items.")
-        capacity = self.storage.rows_capacity_for(data, batched=True)
-        if not reused.numel() or n >= capacity:
-            return self.extend(data)
-        cursor = self.cursor % capacity
-        k = reused.numel()
-        # the next rows from the cursor, skipping the reused ones (at most k are skipped)
-        ahead = (cursor + torch.arange(n)) % capacity
-        ahead = ahead[~torch.isin(ahead, reused)][: n - k]
-        rows = torch.cat([reused, ahead])
-        after = (int(ahead[-1]) + 1) % capacity if ahead.numel() else self.cursor
-        counted = self._counters[1]
-        try:  # (no cost unless raised)
-            written = self.write_at(rows, data)
-            self.cursor = after
-        except BaseException:  # write_at wrote the rows whole or not at all (its count says)
-            if self._counters[1] != counted:
-                self.cursor, self.interrupted_rows = after, rows
-            raise
-        assert isinstance(written, torch.Tensor)
-        return written
 
     def prepare_write(self, data: Any, cursor: int | torch.Tensor, capacity: int,
                       batched: bool) -> Any:
@@ -860,16 +762,6 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self.cursor}, write_count={self.write_count})"
-
-
-def _index_tensor(index: Any) -> torch.Tensor:
-    """``index`` (an int, a sequence or tensor of ints, or a tuple of coordinates whose first
-    names the row) as an int64 tensor."""
-    if isinstance(index, tuple):
-        index = index[0]
-    return torch.as_tensor(index, dtype=torch.long)
-
-
 
 
 class _LazyCounters:
