@@ -130,12 +130,19 @@ def holds_checkpoint(path: str | os.PathLike[str]) -> bool:
     ...     print(before, holds_checkpoint(d))
     False True
     """
+    return _pointer_state(path) in ("committed", "damaged")  # (open_checkpoint names damage)
+
+
+def _pointer_state(path: str | os.PathLike[str]) -> str:
+    """``"absent"``, ``"damaged"``, ``"committed"`` (it names a snapshot) or ``"unfinished"``
+    (it names none: the first save has not committed): the pointer of ``path``."""
     if not (Path(path) / POINTER_NAME).is_file():
-        return False
+        return "absent"
     try:
-        return _read_pointer(Path(path)).get("snapshot") is not None
+        snapshot = _read_pointer(Path(path)).get("snapshot")
     except CheckpointError:
-        return True  # (a damaged pointer: open_checkpoint names it)
+        return "damaged"
+    return "unfinished" if snapshot is None else "committed"
 
 
 def holds_checkpoint_files(path: str | os.PathLike[str]) -> bool:
@@ -181,12 +188,7 @@ def first_save_unfinished(path: str | os.PathLike[str]) -> bool:
     ...     print(unfinished, first_save_unfinished(d))
     True False
     """
-    if not (Path(path) / POINTER_NAME).is_file():
-        return False
-    try:
-        return _read_pointer(Path(path)).get("snapshot") is None
-    except CheckpointError:
-        return False  # (a damaged pointer: open_checkpoint names it)
+    return _pointer_state(path) == "unfinished"
 
 
 def record_written_file(path: str | os.PathLike[str], crc32: int) -> bool:
