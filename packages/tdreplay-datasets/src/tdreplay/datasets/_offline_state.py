@@ -47,7 +47,8 @@ def check_offline_dataset(offline: Any, saved: Any) -> None:
     that of ``offline``: the same number of rows and, when both have one, the same
     ``dataset_id``. The offline sampler's state (a without-replacement epoch, priorities)
     describes the rows of the dataset it was saved over; a sampler would take that of a
-    smaller dataset, or drop it without a word. Changes nothing.
+    smaller dataset, or drop it without a word. ``None`` (a state saved before the record
+    existed) passes. Changes nothing.
 
     >>> from tdreplay.core import ListStorage
     >>> offline = ReplayBuffer(storage=ListStorage(4))
@@ -60,6 +61,8 @@ def check_offline_dataset(offline: Any, saved: Any) -> None:
 buffer's offline dataset is one without a dataset_id (3 rows): the offline sampler's state (an \
 epoch, priorities) belongs to the rows of the dataset it was saved over.
     """
+    if saved is None:
+        return
     rows, dataset_id = (saved.get("rows"), saved.get("dataset_id")) \
         if isinstance(saved, dict) else (None, None)
     if not isinstance(saved, dict) or isinstance(rows, bool) or not isinstance(rows, int) \

@@ -549,12 +549,10 @@ online_size=10, batch_size=8)
                                              state_dict["base_offline_fraction"])
         except (TypeError, ValueError) as err:
             raise ValueError(f"state_dict: {err}") from err
-        dataset = state_dict.get("offline_dataset")  # (absent: saved by an earlier version)
-        if dataset is not None:
-            try:
-                check_offline_dataset(self._offline_buffer, dataset)
-            except ValueError as err:
-                raise ValueError(f"state_dict['offline_dataset']: {err}") from err
+        try:
+            check_offline_dataset(self._offline_buffer, state_dict.get("offline_dataset"))
+        except ValueError as err:
+            raise ValueError(f"state_dict['offline_dataset']: {err}") from err
         offline = state_dict.get("offline_sampler")  # (None or absent: not saved)
         if offline is not None:
             try:
@@ -620,23 +618,7 @@ online_size=10, batch_size=8)
         naming the file at fault, and changes nothing.
         """
         with open_checkpoint(Path(path)) as snapshot:
-            meta_path = snapshot / _META
-            if not meta_path.is_file():
-                other = snapshot / "buffer.json"
-                what = ""
-                if other.is_file():
-                    try:
-                        what = f" (it holds a {read_json(other).get('buffer')} checkpoint)"
-                    except CheckpointError:
-                        pass
-                raise CheckpointError(
-                    f"{str(path)!r} is not a checkpoint of an {_KIND}: its snapshot has no "
-                    f"{_META} ({str(meta_path)!r} is missing){what}.")
-            meta = read_json(meta_path)
-            if meta.get("kind") != _KIND or meta.get("format") != _FORMAT:
-                raise CheckpointError(
-                    f"checkpoint file {str(meta_path)!r} is not an {_KIND} checkpoint of format "
-                    f"{_FORMAT} (kind {meta.get('kind')!r}, format {meta.get('format')!r}).")
+            meta_path, meta = _read_meta(path, snapshot)
             try:
                 current, base = _check_fractions(meta.get("offline_fraction"),
                                                  meta.get("base_offline_fraction"))
@@ -650,12 +632,10 @@ online_size=10, batch_size=8)
                     f"{saved_online}, but this buffer's is a "
                     f"{type(self._online_buffer).__name__} (the offline dataset decides: a "
                     "TensorDictReplayBuffer dataset gets a TensorDictReplayBuffer).")
-            dataset = meta.get("offline_dataset")  # (absent: saved by an earlier version)
-            if dataset is not None:
-                try:
-                    check_offline_dataset(self._offline_buffer, dataset)
-                except ValueError as err:
-                    raise CheckpointError(f"checkpoint file {str(meta_path)!r}: {err}") from err
+            try:
+                check_offline_dataset(self._offline_buffer, meta.get("offline_dataset"))
+            except ValueError as err:
+                raise CheckpointError(f"checkpoint file {str(meta_path)!r}: {err}") from err
             offline = (read_offline_sampler_state(snapshot, self._offline_buffer)
                        if meta.get("offline_sampler") else None)  # (absent: not saved)
             self._online_buffer.loads(snapshot / _ONLINE)
@@ -763,3 +743,28 @@ def _last_step_truncated(items: Any) -> Any:
             or isinstance(done, torch.Tensor) and bool(done[-1].any()):
         return items
     return marked_truncated(items, -1)
+
+
+def _read_meta(path: str | os.PathLike[str], snapshot: Path) -> tuple[Path, dict[str, Any]]:
+    """The path and contents of the ``offline_to_online.json`` of the checkpoint ``path``
+    (its verified ``snapshot``); :class:`~tdreplay.core.CheckpointError` when it is missing
+    (naming the buffer class whose checkpoint it is, if another's) or of another kind or
+    format."""
+    meta_path = snapshot / _META
+    if not meta_path.is_file():
+        other = snapshot / "buffer.json"
+        what = ""
+        if other.is_file():
+            try:
+                what = f" (it holds a {read_json(other).get('buffer')} checkpoint)"
+            except CheckpointError:
+                pass
+        raise CheckpointError(
+            f"{str(path)!r} is not a checkpoint of an {_KIND}: its snapshot has no "
+            f"{_META} ({str(meta_path)!r} is missing){what}.")
+    meta = read_json(meta_path)
+    if meta.get("kind") != _KIND or meta.get("format") != _FORMAT:
+        raise CheckpointError(
+            f"checkpoint file {str(meta_path)!r} is not an {_KIND} checkpoint of format "
+            f"{_FORMAT} (kind {meta.get('kind')!r}, format {meta.get('format')!r}).")
+    return meta_path, meta
