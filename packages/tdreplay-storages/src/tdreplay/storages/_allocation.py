@@ -4,9 +4,10 @@ The policy, for the memory of a storage's first layout (:func:`allocate_unfilled
 
 - **No zero fill.** The rows are about to be written; zeroing them first touches every page
   once more (a 1M-row first fill spent most of its time there). The memory is left
-  uninitialised, so the storage itself must never expose a row it did not write: it zero-fills
-  the rows it skips over (a write past the rows written so far), see
-  :class:`~tdreplay.storages.tensor_storage.TensorStorage`.
+  uninitialised, so the storage itself must never expose a row it did not write: its ``set``
+  refuses a write past the rows written so far that would skip rows, and the write path
+  zero-fills any row it would skip over all the same (see ``_row_writes.before_write`` and
+  :class:`~tdreplay.storages.tensor_storage.TensorStorage`).
 - **Huge pages for large CPU leaves**, without an environment variable: a CPU leaf of at least
   :data:`HUGE_PAGE_MIN_BYTES` is allocated by numpy, whose allocator asks Linux to back large
   arrays with transparent huge pages (``madvise(MADV_HUGEPAGE)``, honoured when

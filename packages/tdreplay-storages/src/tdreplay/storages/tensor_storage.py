@@ -331,11 +331,15 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         single = type(cursor) is int or (type(cursor) is not slice and is_int(cursor))
         td, kind, extra = to_tensordict(data, batched=not single, ndim=self.ndim)
         layout = self._current_layout()
-        lead = int(not single)
-        cap = layout.rows if layout is not None else _rows_for(
-            td.batch_size[lead: lead + self.ndim - 1], self.max_size)
-        # rows past the written ones leaving a gap: refused (it would count as data)
-        check_no_gap(cursor, single, self._rows_written(), cap, type(self).__name__)
+        written = self._rows_written()
+        # rows past the written ones leaving a gap: refused (it would count as data). None
+        # in a full storage, nor in rows appended after the written ones (extend's slice)
+        if layout is None or written < layout.rows and not (
+                type(cursor) is slice and cursor.start == written and cursor.step is None):
+            lead = int(not single)
+            cap = layout.rows if layout is not None else _rows_for(
+                td.batch_size[lead: lead + self.ndim - 1], self.max_size)
+            check_no_gap(cursor, single, written, cap, type(self).__name__)
         leaves = None
         if layout is None:
             self._check_consolidable(kind)  # (before anything changes)
