@@ -92,9 +92,9 @@ def write_side_undone_on_failure(write: WriteT) -> WriteT:
     swapped the steps it holds back for the batch's) for a batch the storage, the writer or a
     later transform then refused (not when the write was counted: a write an interrupt cut
     short is completed before the interrupt propagates). A buffer without transforms with
-    state pays one check; one
-    with them runs such writes one at a time, under its lock (a rate limiter's gate too: where
-    it would wait, the write is undone and waits without the lock, then runs again).
+    state pays one check; one with them runs such writes one at a time, under its lock (a rate
+    limiter's gate too: where it would wait, the write is undone and waits without the lock,
+    then runs again).
 
     Examples
     --------

@@ -368,7 +368,7 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                     except BaseException:
                         self._layout = layout  # a refused write adds nothing
                         raise
-        written = self._rows_written()
+        # (``written``, read above, holds: a first layout counts 0 rows, as before it)
         top, last = layout.write(cursor, td, leaves, single, written)  # (-1: last written row)
         if top is not None and top > written:  # (a full buffer: no update)
             self._set_rows_written(top)
