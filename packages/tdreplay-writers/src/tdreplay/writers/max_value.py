@@ -267,38 +267,68 @@ class TensorDictMaxValueWriter(Writer):
         self._fit_to_storage()
         written, pushed, popped = self._plan(rank, capacity)
         n = rank.numel()
-        # batch order: rows sorted by the batch position they hold
-        pairs = sorted(written.items(), key=lambda rp: rp[1])
-        row_list = [r for r, _ in pairs]
-        positions = [p for _, p in pairs]
-        every_row = positions == list(range(n))  # the whole batch kept, in order
-        rows = torch.tensor(row_list, dtype=torch.long)
-        if pairs:
-            # a written item of other leaves may have grown the storage's entries: an item of
-            # the leaves checked before is checked again
-            if self._checked_item is not None and (not single
-                                                   or _item_leaves(data) != self._checked_item):
-                self._checked_item = None
-            try:
+        counted = self.write_count
+        where: Any = None
+        payload: Any = None
+        try:  # (no cost unless raised)
+            # batch order: rows sorted by the batch position they hold
+            pairs = sorted(written.items(), key=lambda rp: rp[1])
+            row_list = [r for r, _ in pairs]
+            positions = [p for _, p in pairs]
+            every_row = positions == list(range(n))  # the whole batch kept, in order
+            rows = torch.tensor(row_list, dtype=torch.long)
+            if pairs:
+                # a written item of other leaves may have grown the storage's entries: an item
+                # of the leaves checked before is checked again
+                if self._checked_item is not None and (
+                        not single or _item_leaves(data) != self._checked_item):
+                    self._checked_item = None
                 if single:
-                    self.storage.set(row_list[0], data)
+                    where, payload = row_list[0], data
+                elif every_row and row_list == list(range(row_list[0], row_list[0] + n)):
+                    # the whole batch lands on consecutive rows: one block copy
+                    where, payload = slice(row_list[0], row_list[0] + n), data
                 else:
-                    first = row_list[0]
-                    if every_row and row_list == list(range(first, first + n)):
-                        # the whole batch lands on consecutive rows: one block copy
-                        self.storage.set(slice(first, first + n), data)
-                    else:
-                        self.storage.set(rows, take_rows(data, torch.tensor(positions)))
-            except BaseException:
+                    where, payload = rows, take_rows(data, torch.tensor(positions))
+                self.storage.set(where, payload)
+            elif n:
+                self._check_unwritten(data, single)
+            self.written_positions = (None if single or every_row
+                                      else torch.tensor(positions, dtype=torch.long))
+            self._age += n
+            self.write_count = counted + len(pairs)  # the count moves last
+        except BaseException:
+            if not self._complete_write(where, payload, written, counted, n):
                 self._undo(pushed, popped)
-                raise
-        elif n:
-            self._check_unwritten(data, single)
-        self._age += n
-        self.write_count += len(pairs)
-        self.written_positions = (None if single or every_row
-                                  else torch.tensor(positions, dtype=torch.long))
+            raise
         return rows
+
+    def _complete_write(self, where: Any, payload: Any, written: dict[int, int], counted: int,
+                        offered: int) -> bool:
+        """Finish a write that an exception cut short, before it propagates; ``False`` when
+        there is nothing to finish (the heap is then put back as it was). An interrupt
+        (``KeyboardInterrupt``, or what a signal handler raises) lands wherever the
+        interpreter is: between the copies of two leaves (rows left half overwritten, which
+        the heap ranked by the new rows) or after the storage's write, before the count moved.
+        The rows are written again whole (``storage.set`` of the same rows and data leaves the
+        same state however far the first one got) and counted; :attr:`interrupted_rows` holds
+        them, for the buffer to tell its sampler (with every row's priority when the whole
+        batch was kept, else the max priority). A write the storage refuses again (the
+        exception was that refusal, made before anything was written) stays unwritten, as a
+        write with no row to write (``where`` is ``None``)."""
+        rows = torch.tensor(sorted(written, key=written.__getitem__), dtype=torch.long)
+        if self.write_count == counted:
+            if where is None:
+                return False
+            try:
+                self.storage.set(where, payload)
+            except Exception:  # refused: nothing was written
+                return False
+            self._age += offered
+            self.write_count = counted + rows.numel()
+        self.written_positions = None  # (the buffer tells the rows without their positions)
+        self.interrupted_rows = rows
+        return True
 
     def register_storage(self, storage: Any) -> None:
         """Attach ``storage`` (an item it has not checked is checked again; rows past its
