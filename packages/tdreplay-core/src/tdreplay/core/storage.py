@@ -19,6 +19,7 @@ import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, is_tensor_collection
 from torch.utils._pytree import tree_map  # noqa: PLC2701 (no public pytree in torch 2.13)
@@ -113,6 +114,46 @@ def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tens
             slots = torch.where(slots < 0, slots + n, slots)
     return slots
 
+
+def _list_mask_rows(index: Any, n: int, max_size: int, name: str) -> torch.Tensor | None:
+    """The rows a boolean mask ``index`` marks in a :class:`ListStorage` holding ``n`` items, as
+    torch's ``t[mask]`` selects them (an int64 tensor, in row order); ``None`` when ``index``
+    is no mask (ints, rows). As the tensor storages' masks, it is 1-D with one entry per
+    written row or per slot of ``max_size``, and marks written rows only. ``IndexError``
+    naming ``name`` otherwise, and ``TypeError`` for a ``uint8`` tensor or array (torch reads
+    it as a mask, TorchRL's list storage as rows).
+
+    Examples
+    --------
+    >>> _list_mask_rows(torch.tensor([True, False, True]), 3, 8, "index").tolist()
+    [0, 2]
+    >>> _list_mask_rows(torch.tensor([0, 2]), 3, 8, "index") is None
+    True
+    >>> _list_mask_rows(torch.tensor([True, False]), 3, 8, "cursor")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    IndexError: cursor is a boolean mask of shape (2,): it must be 1-D with one entry per ...
+    """
+    dtype = getattr(index, "dtype", None)
+    if dtype is torch.uint8 or (isinstance(index, np.ndarray) and dtype == np.uint8):
+        if index.size if isinstance(index, np.ndarray) else index.numel():
+            raise TypeError(f"{name} must hold int rows or be a torch.bool mask, got uint8 "
+                            "values (torch reads them as a mask, TorchRL's ListStorage as "
+                            "rows): give .bool() for a mask, .long() for rows.")
+        return None
+    if dtype is not torch.bool or not isinstance(index, torch.Tensor):
+        return None
+    if index.ndim != 1 or index.shape[0] not in (n, max_size):
+        per = f"written row ({n})" if max_size in (n, UNBOUNDED) \
+            else f"written row ({n}) or per slot of max_size ({max_size})"
+        raise IndexError(f"{name} is a boolean mask of shape {tuple(index.shape)}: it must be "
+                         f"1-D with one entry per {per}; nothing was read or written.")
+    rows = index.nonzero().reshape(-1).cpu()
+    if rows.numel() and int(rows[-1]) >= n:
+        raise IndexError(f"{name} marks rows {rows[rows >= n][:5].tolist()} of max_size "
+                         f"{max_size}, which are not written ({n} rows are): a mask selects "
+                         "written rows (extend adds rows); nothing was read or written.")
+    return rows
 
 
 class Storage(StorageSpawnChecked, RevisionTracking, CompilableCount, AttachableStorage,
@@ -543,8 +584,11 @@ class ListStorage(Storage):
             rows_list = [int(cursor)]
             items = [data]
         else:
-            if not isinstance(cursor, slice):
-                rows_list = as_long_tensor(cursor, name="cursor").reshape(-1).tolist()
+            if not isinstance(cursor, slice):  # (a mask: the written rows it marks)
+                rows = _list_mask_rows(cursor, len(self._storage), self.max_size, "cursor")
+                if rows is None:
+                    rows = as_long_tensor(cursor, name="cursor")
+                rows_list = rows.reshape(-1).tolist()
             if is_tensor_collection(data) or isinstance(data, torch.Tensor):
                 if not (data.batch_dims if is_tensor_collection(data) else data.ndim):
                     raise ShapeMismatchError(
@@ -608,7 +652,12 @@ class ListStorage(Storage):
             return self._storage[slot]  # (-1: the last written item, as storage[-1])
         if isinstance(index, slice):  # of the written items, as TorchRL's get (and storage[a:b])
             return self._storage[index]
-        slots = written_slots(as_long_tensor(index, name="index"), n)  # (no boolean masks)
+        if type(index) is torch.Tensor and index.dtype is torch.long:  # (what samplers draw)
+            slots = written_slots(index, n)
+        else:  # a mask: the written rows it marks, as torch's t[mask]
+            rows = _list_mask_rows(index, n, self.max_size, "index")
+            slots = rows if rows is not None else written_slots(
+                as_long_tensor(index, name="index"), n)
         if slots.ndim > 1:  # items in the index's shape: lists of lists (the batch's shape)
             return _nested_items(self._storage, slots.tolist())
         return [self._storage[s] for s in slots.reshape(-1).tolist()]
@@ -623,7 +672,23 @@ class ListStorage(Storage):
                 raise IndexError(f"index {item} is out of range: it is not written "
                                  f"({n} items are).")
             return self.get(item % n)  # rb[-1]: the last written item, as for a list
-        return self.get(as_long_tensor(index, name="index"))
+        rows = _list_mask_rows(index, n, self.max_size, "index")  # (a mask: the rows it marks)
+        return self.get(rows if rows is not None else as_long_tensor(index, name="index"))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` at the written rows ``index`` selects (ints, a slice, or a boolean
+        mask with one entry per written row, as ``storage[mask]`` reads them).
+
+        Examples
+        --------
+        >>> s = ListStorage(4)
+        >>> s.set(range(3), ["a", "b", "c"])
+        >>> s[torch.tensor([True, False, True])] = ["A", "C"]
+        >>> s[torch.tensor([False, True, True])], s[:]
+        (['b', 'C'], ['A', 'b', 'C'])
+        """
+        _list_mask_rows(index, len(self._storage), self.max_size, "index")  # (uint8: refused)
+        super().__setitem__(index, value)
 
     def default_collate(self, data: Any) -> Any:
         return stack_items(data)

@@ -539,6 +539,9 @@ class CompressedListStorage(ListStorage):
     def get(self, index: int | slice | torch.Tensor) -> Any:
         """Decompress the rows at ``index``: one batch of shape ``index.shape`` when they share
         a structure, else a list of rows (stacked lazily by :meth:`default_collate`)."""
+        if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
+            rows = super().get(index)  # (a mask, checked: the written rows it marks)
+            return self._decompress_rows(rows, (len(rows),), index.nonzero().reshape(-1))
         if isinstance(index, torch.Tensor) and index.ndim > 1:
             rows = super().get(index.reshape(-1))  # (flat: the batch takes the index's shape)
         else:
