@@ -757,18 +757,18 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
                                   "files": leaf_files(built / _DATA)})
             publish(built, target, replace=replace)
 
-    @staticmethod
-    def _load_checked(path: Path) -> Any:
+    def _load_checked(self, path: Path) -> Any:
         """The memmap data of the conversion in ``path``, after checking that every leaf file
-        is there at its full size, that a flat conversion's ``env_metadata.json`` (what
-        :attr:`metadata_path` hands to TorchRL code) is whole, and that the counts its marker
-        declares (``total_steps``, ``total_episodes``; what :attr:`metadata` shows) are those
-        of the data (``ValueError`` naming the file otherwise; nothing on disk changes:
-        mapping a short file would zero-extend it)."""
+        is there at its full size, that the ``env_metadata.json`` of the conversion (what
+        :attr:`metadata_path` hands to TorchRL code; for a split, the flat conversion's when
+        it is the one the split was made from) is whole, and that the counts it and the
+        marker declare (``total_steps``, ``total_episodes``; what :attr:`metadata` shows) are
+        those of the data (``ValueError`` naming the file and the field otherwise; nothing on
+        disk changes: mapping a short file would zero-extend it)."""
         marker = read_json(path / _MARKER, "the dataset marker file")
         check_leaf_files(path / _DATA, marker.get("files"))
-        if not marker.get("split_trajs"):
-            read_json(path / _ENV_METADATA, "the environment metadata file")
+        env_path = self._env_metadata_of(path, marker)
+        env = None if env_path is None else read_json(env_path, "the environment metadata file")
         try:
             data = load_memmap(path / _DATA)
             _check_leaf_shapes(data)
@@ -776,8 +776,22 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             raise ValueError(f"the converted data under {str(path / _DATA)!r} is damaged (its "
                              f"meta.json files do not describe a TensorDict: {err!r}); convert "
                              "it again with download='force'.") from err
-        _check_counts(path, marker, data)
+        counts = _check_counts(path, marker, data)
+        if env_path is not None and env is not None:
+            _check_env_metadata_counts(env_path, env, counts)
         return data
+
+    def _env_metadata_of(self, path: Path, marker: dict[str, Any]) -> Path | None:
+        """The ``env_metadata.json`` that describes the conversion in ``path`` (whose marker is
+        ``marker``): a flat conversion's own; for a split, the flat conversion's
+        (:attr:`metadata_path`) while that is the conversion the split was made from, else
+        ``None`` (the flat one was deleted: the split stands on its own)."""
+        if not marker.get("split_trajs"):
+            return path / _ENV_METADATA
+        flat = self._conversion(self.data_path_root)
+        if flat is None or flat.get("conversion") != marker.get("conversion"):
+            return None
+        return self.data_path_root / _ENV_METADATA
 
     @staticmethod
     def _read_metadata(path: Path, raw: bool = False) -> dict[str, Any]:
@@ -800,13 +814,16 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         return meta
 
 
-def _check_counts(path: Path, marker: dict[str, Any], data: Any) -> None:
+def _check_counts(path: Path, marker: dict[str, Any], data: Any) -> dict[str, tuple[int, str]]:
     """``ValueError`` naming the marker file unless the counts it declares are those of
     ``data``, the conversion in ``path``: ``total_steps`` its rows (a split: its real steps,
     ``mask``), ``total_episodes`` its episodes (a split: its rows) and the episodes without
     steps the conversion skipped (``empty_episodes``; conversions without that entry: at
     least its episodes), a split's ``max_len`` its padded length. Reads the ``episode``
-    (flat) or ``mask`` (split) entry only."""
+    (flat) or ``mask`` (split) entry only.
+
+    Returns ``total_steps`` and ``total_episodes``, each as its value (checked) and what the
+    data holds, in words (for :func:`_check_env_metadata_counts`)."""
     where = str(path / _MARKER)
     split = bool(marker.get("split_trajs"))
 
@@ -843,10 +860,35 @@ def _check_counts(path: Path, marker: dict[str, Any], data: Any) -> None:
                      f"{str(path / _DATA)!r} holds {steps} steps")
     # (without empty_episodes, a conversion by an earlier version: it may have skipped some)
     fits = total_episodes >= episodes if empty is None else total_episodes == episodes + empty
+    skipped = f" and {empty} without steps" if empty else ""
     if not fits:
-        skipped = f" and {empty} without steps" if empty else ""
         raise refuse(f"it declares total_episodes = {total_episodes}, but the data under "
                      f"{str(path / _DATA)!r} holds {episodes} episodes{skipped}")
+    if empty is None and total_episodes > episodes:  # (skipped by an earlier version)
+        skipped = f" and {total_episodes - episodes} without steps"
+    held = f"the data under {str(path / _DATA)!r} holds"
+    return {"total_steps": (steps, f"{held} {steps} steps"),
+            "total_episodes": (total_episodes, f"{held} {episodes} episodes{skipped}")}
+
+
+def _check_env_metadata_counts(path: Path, env: dict[str, Any],
+                               counts: dict[str, tuple[int, str]]) -> None:
+    """``ValueError`` naming the environment metadata file ``path`` and the field unless the
+    counts ``env`` (its contents) declares, ``total_steps`` and ``total_episodes`` (the Minari
+    spec's, episodes without steps included), are ``counts``: those :func:`_check_counts`
+    found in the data. ``metadata_path`` hands the file to TorchRL code, which reads them."""
+    for name, (value, held) in counts.items():
+        declared = env.get(name)
+        if isinstance(declared, bool) or not isinstance(declared, int):
+            what = f"its {name} is {declared!r}, not a count" if name in env \
+                else f"it has no {name} entry"
+        elif declared != value:
+            what = f"it declares {name} = {declared}, but {held}"
+        else:
+            continue
+        raise ValueError(f"the environment metadata file {str(path)!r} is damaged: {what}; "
+                         "nothing was loaded. Remove the dataset (or pass download='force') "
+                         "to convert it again.")
 
 
 def _check_leaf_shapes(data: Any) -> None:
