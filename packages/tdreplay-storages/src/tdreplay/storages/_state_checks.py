@@ -46,8 +46,12 @@ def check_rows_fit(layout: TensorLayout | None, fmt: DataFormat, meta: dict[str,
     tdreplay.core.checkpoint.CheckpointError: checkpoint holds 5 rows, more than the 4 rows ...
     """
     if not isinstance(data, TensorDictBase) or not data.batch_dims:
+        hint = (" A TensorDict without one is what a save hook that changes the rows' format "
+                "stores (TED2Flat, TED2Nested): load it through the matching load hook "
+                "(rb.register_load_hook(Flat2TED()) or Nested2TED())."
+                if isinstance(data, TensorDictBase) else "")
         raise CheckpointError(f"checkpoint rows must be a TensorDict with a batch dimension, got "
-                              f"{type(data).__name__}.")
+                              f"{type(data).__name__}.{hint}")
     n = meta["len_rows"]
     if not is_int(n) or data.batch_size[0] != n:
         raise CheckpointError(f"checkpoint data holds {data.batch_size[0]} rows, its metadata "

@@ -51,6 +51,7 @@ from tdreplay.core import (
 )
 from tdreplay.core.checkpoint import CheckpointError, named_write_error, read_json, write_json
 from tdreplay.core.file_room import reserve_file
+from tdreplay.core.utils import is_int
 
 from ._codec_check import (
     RowCodec,
@@ -71,6 +72,8 @@ from ._layout import (
 )
 from ._object_values import add_non_tensor, non_tensor_keys, split_non_tensor
 from ._row_records import layout_from_record, layout_record
+from .ted_hooks import Flat2TED, TED2Flat
+from .ted_nested import H5Combine
 
 __all__ = [
     "CompressedListStorageCheckpointer",
@@ -357,6 +360,18 @@ def _bits(tensor: torch.Tensor, batch_dims: int) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.dtype is not torch.uint8 else flat
 
 
+def _time_dim(ndim: int, batch_dims: int) -> int:
+    """The dim of a storage's written rows (``batch_dims`` of them) along which the steps of a
+    trajectory follow each other, which TED compaction runs along: dim 0 of a storage with
+    ``ndim`` > 1 (laid out ``[time, envs]``), else the last (items that are trajectories,
+    ``[rows, steps]``; dim 0 for items of one step).
+
+    >>> _time_dim(1, 1), _time_dim(1, 2), _time_dim(2, 2)
+    (0, 1, 0)
+    """
+    return 0 if ndim > 1 else batch_dims - 1
+
+
 class _Compactor:
     """Lossless compaction of ``("next", key)`` entries that repeat the next step's ``key``."""
 
@@ -368,11 +383,11 @@ class _Compactor:
     def _excluded_key(self, path: tuple[str, ...]) -> bool:
         return path in self._excluded or (path[-1],) in self._excluded
 
-    def compact(self, data: TensorDictBase) -> tuple[dict[tuple[str, ...], torch.Tensor],
-                                                     list[dict[str, Any]]]:
-        """Split ``data`` (batch ``[rows, *inner]``) into arrays to save and their description."""
+    def compact(self, data: TensorDictBase, dim: int
+                ) -> tuple[dict[tuple[str, ...], torch.Tensor], list[dict[str, Any]]]:
+        """Split ``data`` (batch ``[rows, *inner]``) into arrays to save and their description;
+        ``dim``: the batch dim along which steps follow each other (see :func:`_time_dim`)."""
         batch_dims = data.batch_dims
-        dim = batch_dims - 1
         steps = data.batch_size[dim]
         arrays: dict[tuple[str, ...], torch.Tensor] = {}
         entries: list[dict[str, Any]] = []
@@ -405,10 +420,10 @@ class _Compactor:
 
     @staticmethod
     def expand(arrays: dict[tuple[str, ...], torch.Tensor], entries: list[dict[str, Any]],
-               batch_size: torch.Size) -> TensorDict:
-        """Rebuild the rows from what :meth:`compact` saved (checking every shape)."""
+               batch_size: torch.Size, dim: int) -> TensorDict:
+        """Rebuild the rows from what :meth:`compact` saved along ``dim`` (checking every
+        shape)."""
         batch_dims = len(batch_size)
-        dim = batch_dims - 1
         steps = batch_size[dim]
         out = TensorDict(batch_size=batch_size)
         shifted = []
@@ -475,6 +490,29 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         """Entries saved whole (never replaced by the next step's root entry)."""
         return self._compactor.reward_keys
 
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a save hook (see :meth:`StorageCheckpointerBase.register_save_hook`); the
+        TED format hooks (``TED2Flat``, ``TED2Nested``, ``H5Split``) are refused
+        (``ValueError``): this checkpointer compacts TED data itself and saves rows, not
+        their output.
+
+        Examples
+        --------
+        >>> from tdreplay.storages import TED2Flat
+        >>> FlatStorageCheckpointer().register_save_hook(TED2Flat())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: FlatStorageCheckpointer compacts TED data itself ...
+        """
+        _refuse_ted_hook(self, hook, TED2Flat)
+        super().register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Register a load hook; the TED format hooks (``Flat2TED``, ``Nested2TED``,
+        ``H5Combine``) are refused (``ValueError``), as by :meth:`register_save_hook`."""
+        _refuse_ted_hook(self, hook, (Flat2TED, H5Combine))
+        super().register_load_hook(hook)
+
     def _write_arrays(self, path: Path, arrays: dict[tuple[str, ...], torch.Tensor]) -> dict:
         raise NotImplementedError
 
@@ -489,8 +527,10 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
         if source.initialized:
             written = hooked_rows(self, source.written_rows(), path)
             _refuse_non_tensor(written, self)  # (before anything is written)
-            arrays, entries = self._compactor.compact(written)
+            dim = _time_dim(meta["ndim"], written.batch_dims)
+            arrays, entries = self._compactor.compact(written, dim)
             meta["batch_size"] = list(written.batch_size)
+            meta["time_dim"] = dim
             meta["nested_dims"] = [[list(level), list(dims)]
                                    for level, dims in nested_batch_dims(written).items()]
             meta["entries"] = entries
@@ -507,7 +547,13 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
             return target.empty
         try:
             arrays = self._read_arrays(path, meta["arrays"])
-            data = _Compactor.expand(arrays, meta["entries"], torch.Size(meta["batch_size"]))
+            batch_size = torch.Size(meta["batch_size"])
+            # (saved without it: by a version that compacted along the last batch dim)
+            dim = meta.get("time_dim", len(batch_size) - 1)
+            if not is_int(dim) or not 0 <= dim < len(batch_size):
+                raise CheckpointError(f"checkpoint time_dim {dim!r} is not a dim of its rows "
+                                      f"{tuple(batch_size)}.")
+            data = _Compactor.expand(arrays, meta["entries"], batch_size, dim)
             set_nested_batch_dims(data, {tuple(level): tuple(dims)
                                          for level, dims in meta.get("nested_dims", [])})
         except CheckpointError:
@@ -522,6 +568,19 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(done_keys={self.done_keys}, "
                 f"reward_keys={self.reward_keys})")
+
+
+def _refuse_ted_hook(checkpointer: StorageCheckpointerBase, hook: Any,
+                     kinds: type | tuple[type, ...]) -> None:
+    """``ValueError`` if ``hook`` is one of the TED format hooks ``kinds``, which a compacting
+    ``checkpointer`` does not take (it would be handed their output in place of rows)."""
+    if isinstance(hook, kinds):
+        name = type(checkpointer).__name__
+        raise ValueError(f"{name} compacts TED data itself (each repeated ('next', ...) entry "
+                         f"is saved once): the hook {type(hook).__name__} would hand it data in "
+                         "another format. Leave the hook out, or register it with a "
+                         "TensorStorageCheckpointer (the default) for the TED format's files; "
+                         "nothing was registered.")
 
 
 class FlatStorageCheckpointer(_CompactingCheckpointer):
