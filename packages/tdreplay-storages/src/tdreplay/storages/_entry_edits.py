@@ -157,8 +157,9 @@ def index_edit(td: TensorDictBase, key_set: Any, rows: int, index: Any,
     first ``rows`` rows of ``td`` (a layout's TensorDict, of the leaf keys ``key_set``):
     every entry of ``data``, checked by :func:`fitting_value` before anything is written.
     An entry ``data`` adds, or data without any entry, is refused (``KeyError`` naming the
-    keys; TorchRL's drops the entry without a word); the entries it lacks keep their values
-    (a writer's own entry, e.g. ``"index"`` of a ``TensorDictRoundRobinWriter``, which the
+    keys; a storage that adds entries, :attr:`~.TensorStorage.adds_entries`, lays the new
+    one out beforehand: :func:`~._layout.with_new_entries`); the entries it lacks keep their
+    values (a writer's own entry, e.g. ``"index"`` of a ``TensorDictRoundRobinWriter``, which the
     value of ``rb[i] = td`` along ``dim_extend`` keeps as stored).
     ``TypeError`` for a key index (``storage["a",] = ...``: :meth:`set_key` writes an entry).
 

@@ -1,7 +1,9 @@
 """What ``storage[index] = value`` writes, shaped as ``storage[index]`` reads (no storage
 imports): a tensor or pytree written at a tuple index of a multi-dim storage
-(:func:`plain_at_index`), and a value written at a multi-dim tensor of rows, whose leading
-dims are those of the index (:func:`flattened_for_index`).
+(:func:`plain_at_index`), a value written at a multi-dim tensor of rows, whose leading
+dims are those of the index (:func:`flattened_for_index`), and the batch dims of a TensorDict
+written at an index that stand for the storage's dims, before an item's own
+(:func:`index_batch_dims`: a new entry it brings is laid out from the dims after them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ._keys import TENSOR_KEY
 if TYPE_CHECKING:
     from ._layout import TensorLayout
 
-__all__ = ["flattened_for_index", "plain_at_index"]
+__all__ = ["flattened_for_index", "index_batch_dims", "plain_at_index"]
 
 
 def plain_at_index(layout: TensorLayout, rows: int, index: tuple[Any, ...],
@@ -97,3 +99,31 @@ def flattened_for_index(index: Any, value: Any) -> Any:
                              for x in leaves):
         return value
     return tree_unflatten([x.reshape(-1, *x.shape[dims:]) for x in leaves], spec)
+
+
+def index_batch_dims(layout: TensorLayout, td: TensorDictBase) -> int | None:
+    """How many leading batch dims of ``td`` (a TensorDict written by ``storage[index] = td``
+    at an index of the storage's dims) stand for those dims: its batch dims less the item's
+    own batch dims (those of the layout's TensorDict after ``[rows, *inner]``), which must end
+    its batch shape. ``None`` when they do not: the shape of an entry ``td`` adds is then not
+    known (the write refuses the entry, naming it). A new entry of ``td`` is laid out as
+    ``[rows, *inner, *leaf.shape[skip:]]`` (``skip``: the count returned), as TensorDict lays
+    out a new key written at an index: the data's own dims after its batch dims.
+
+    Examples
+    --------
+    >>> from tdreplay.storages._layout import TensorLayout
+    >>> layout = TensorLayout(TensorDict({"x": torch.zeros(4, 3, 5)}, [4, 3, 5]), ndim=2,
+    ...                       device=torch.device("cpu"))  # an item has its own dim of 5
+    >>> index_batch_dims(layout, TensorDict({"x": torch.ones(2, 5)}, [2, 5]))  # at (:2, 0)
+    1
+    >>> index_batch_dims(layout, TensorDict({"x": torch.ones(5)}, [5]))  # at (0, 1)
+    0
+    >>> index_batch_dims(layout, TensorDict({"x": torch.ones(2, 5)}, [2])) is None
+    True
+    """
+    own = layout.td.batch_size[len(layout.shape):]
+    skip = td.batch_dims - len(own)
+    if skip < 0 or td.batch_size[skip:] != own:
+        return None
+    return skip

@@ -37,8 +37,8 @@ from ._checkpoint_rows import CheckpointRowsMixin
 from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
 from ._entry_edits import NO_GUARD, EditGuard
-from ._formats import KIND_PYTREE, KIND_TC, KIND_TENSOR, DataFormat, to_tensordict
-from ._index_values import flattened_for_index, plain_at_index
+from ._formats import KIND_PYTREE, KIND_TC, KIND_TD, KIND_TENSOR, DataFormat, to_tensordict
+from ._index_values import flattened_for_index, index_batch_dims, plain_at_index
 from ._keys import is_key_index
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
@@ -387,17 +387,55 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
             if (plain or fmt.kind in (KIND_TENSOR, KIND_PYTREE)) and (
                     kind != fmt.kind or (extra is not None and extra != fmt.extra)):
                 fmt.check_same(kind, extra)  # (another kind of data: named)
-            layout.check_classes(classes_of(value, td, kind))
+            classes = classes_of(value, td, kind)
+            layout.check_classes(classes)
             with self._edit_guard() as guard:
                 rows = self._rows_written()
                 if plain:
                     td = plain_at_index(layout, rows, index, td)
-                edit = layout.index_edit(rows, index, td)  # (every entry checked)
-                guard.record(layout.td, edit.keys, index, rows)
-                edit.write()
+                    target = layout
+                else:  # a new key: its entry is added, zero-filled, once the edit is checked
+                    target = self._grown_for_index(layout, td, kind, classes)
+                edit = target.index_edit(rows, index, td)  # (every entry checked)
+                guard.record(target.td, edit.keys, index, rows)
+                if target is layout:
+                    edit.write()
+                    return
+                self._layout = target
+                try:
+                    edit.write()
+                except BaseException:
+                    self._layout = layout  # (an entry added by a write that failed: dropped)
+                    raise
             return
         # a value of a multi-dim tensor of rows is shaped as it reads: [*index.shape, ...]
         super().__setitem__(index, flattened_for_index(index, value))
+
+    def _grown_for_index(self, layout: TensorLayout, td: TensorDictBase, kind: str,
+                         classes: NestedClasses) -> TensorLayout:
+        """``layout`` with the entries that ``td`` (a TensorDict or tensorclass of this
+        storage's kind, written at an index of its dims: ``storage[i, j] = td``) adds, each
+        zero-filled in every row, as :meth:`set` adds them (:attr:`adds_entries`); ``layout``
+        itself when ``td`` adds none, lacks one of the storage's entries, or is of another kind
+        or of a batch shape whose dims for the storage's are not known (the write then refuses
+        its new keys, naming them). The storage keeps ``layout`` until the edit is checked.
+
+        Examples
+        --------
+        >>> from tensordict import TensorDict
+        >>> s = LazyTensorStorage(6, ndim=2)
+        >>> s.set(slice(0, 2), TensorDict({"obs": torch.ones(2, 3)}, [2, 3]))
+        >>> s[1, 0] = TensorDict({"obs": torch.tensor(5.0), "v": torch.tensor([1, 2])}, [])
+        >>> s[:]["v"].tolist()
+        [[[0, 0], [0, 0], [0, 0]], [[1, 2], [0, 0], [0, 0]]]
+        """
+        if not self.adds_entries or kind != self._format.kind or kind not in (KIND_TD, KIND_TC):
+            return layout
+        skip = index_batch_dims(layout, td)
+        if skip is None:
+            return layout
+        return grown_layout(layout, td, self._allocate, skip, self._device,
+                            self.non_tensor_refusal, classes)
 
     # ---- reading ---------------------------------------------------------------------------------
     def get(self, index: int | torch.Tensor) -> Any:
