@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
-from tdreplay.core import Sampler, Storage
+from tdreplay.core import ListStorage, Sampler, Storage
 from tdreplay.core.utils import (
     as_long_tensor,
     check_batch_size,
@@ -53,6 +53,29 @@ def _check_group_values(values: Any, group_key: Any) -> None:
     if isinstance(values, torch.Tensor):
         check_whole_numbers(values, f"group_key {group_key!r}",
                             "group ids (or strings, or token-id tensors)")
+
+
+def _list_item_problem(storage: Storage, key: Any) -> str:
+    """Which item of a ``ListStorage`` holds no TensorDict, or no ``key`` entry (``""``: none,
+    or another storage). Reads every item: for error messages only.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> storage = ListStorage(3)
+    >>> storage.set([0, 1], [TensorDict({"prompt": torch.tensor(0)}), TensorDict()])
+    >>> _list_item_problem(storage, "prompt")
+    " (the item at slot 1 has no 'prompt' entry)"
+    """
+    if not isinstance(storage, ListStorage):
+        return ""
+    for slot in range(len(storage)):
+        item = storage.get(slot)
+        if not is_tensor_collection(item):
+            return f" (the item at slot {slot} is of type {type(item).__name__}, not a TensorDict)"
+        if item.get(key, None) is None:
+            return f" (the item at slot {slot} has no {key!r} entry)"
+    return ""
 
 
 def _hashable(values: Any) -> list[Any]:
@@ -202,13 +225,17 @@ class PromptGroupSampler(Sampler):
             raise TypeError(f"{type(self).__name__} requires a single-dimensional storage "
                             "whose items collate into a tensor collection (LazyTensorStorage, "
                             "LazyMemmapStorage, LazyStackStorage, a ListStorage of "
-                            f"TensorDicts); this {type(storage).__name__} gives "
-                            f"{type(data).__name__}. Plain ListStorage is not supported.")
+                            f"TensorDicts); this storage ({type(storage).__name__}) gives "
+                            f"{type(data).__name__}"
+                            f"{_list_item_problem(storage, self.group_key)}. Plain ListStorage "
+                            "is not supported (a ListStorage must hold TensorDicts).")
         values = data.get(self.group_key, None)
         if values is None:
             raise KeyError(f"{type(self).__name__}: the stored items have no group_key "
-                           f"{self.group_key!r} entry; write data holding each item's group "
-                           f"under it, or pass the group_key it is stored under.")
+                           f"{self.group_key!r} entry"
+                           f"{_list_item_problem(storage, self.group_key)}; write data holding "
+                           "each item's group under it, or pass the group_key it is stored "
+                           "under.")
         _check_group_values(values, self.group_key)
         groups = _hashable(values)
         if len(groups) != length:

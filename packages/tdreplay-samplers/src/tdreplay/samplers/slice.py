@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection, unravel_key
 
-from tdreplay.core import BatchLargerThanBufferError, Sampler, Storage
+from tdreplay.core import BatchLargerThanBufferError, ListStorage, Sampler, Storage
 from tdreplay.core.utils import NestedKey, check_count, check_flag, check_key, check_not_empty
 
 from ._fragmented_index import FragmentedIndex
@@ -62,6 +62,55 @@ def _normalize_span(span: Any) -> tuple[bool | int, bool | int]:
 def _replace_last(key: Any, name: str) -> Any:
     key = unravel_key(key)
     return (*key[:-1], name) if isinstance(key, tuple) else name
+
+
+class StorageItemsError(TypeError, RuntimeError):
+    """An item of a list storage a slice sampler cannot read (no TensorDict, or lacking an
+    entry the first item holds): a ``TypeError`` and, as TorchRL's error for list storages
+    ("Could not get a tensordict out of the storage"), a ``RuntimeError``."""
+
+
+def check_list_items(storage: Storage, keys: Sequence[tuple[NestedKey | None, str]],
+                     owner: str) -> None:
+    """Raise :class:`StorageItemsError` naming the first item of a ``ListStorage`` that is no
+    TensorDict or lacks one of ``keys`` (``(key, argument)`` pairs; ``None`` keys and keys
+    the first item lacks are not read, so not checked). Called when reading the items failed,
+    to say why: it reads every item.
+
+    Examples
+    --------
+    >>> from tensordict import TensorDict
+    >>> storage = ListStorage(3)
+    >>> storage.set([0, 1], [TensorDict({"episode": torch.tensor(0)}), 7])
+    >>> try:
+    ...     check_list_items(storage, [("episode", "traj_key")], "SliceSampler")
+    ... except RuntimeError as err:
+    ...     print(type(err).__name__, "slot 1" in str(err), str(err).split(": ")[1][:35])
+    StorageItemsError True it is of type int, not a TensorDict
+    """
+    if not isinstance(storage, ListStorage) or not len(storage):
+        return
+    first = storage.get(0)
+    held = set(first.keys(include_nested=True, leaves_only=True)) \
+        if is_tensor_collection(first) else set()
+    wanted = [(unravel_key(k), arg) for k, arg in keys if k is not None]
+    wanted = [(k, arg) for k, arg in wanted if k in held]
+    for slot in range(len(storage)):
+        item = storage.get(slot)
+        if not is_tensor_collection(item):
+            problem = f"it is of type {type(item).__name__}, not a TensorDict"
+        else:
+            stored = set(item.keys(include_nested=True, leaves_only=True))
+            missing = [(k, arg) for k, arg in wanted if k not in stored]
+            if not missing:
+                continue
+            key, arg = missing[0]
+            problem = f"it has no entry {key_name(key)} ({arg}), which the item at slot 0 has"
+        raise StorageItemsError(
+            f"{owner} could not read the item at slot {slot} of the {type(storage).__name__}: "
+            f"{problem}. Could not get a tensordict out of the storage, which is required for "
+            f"{owner} to compute the trajectories: every item must be a TensorDict holding "
+            "the entries the sampler reads.")
 
 
 class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
@@ -501,8 +550,29 @@ class SliceSampler(FragmentedSlicesMixin, TrajectorySyncMixin, Sampler):
                 pad_to: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Slots and info of a batch of slices: truncation, ``is_init`` marks and the padding
         to ``pad_to`` steps (see :func:`~._slice_output.slice_info`)."""
-        return slice_info(self._entries, storage, slots, ends, truncated_key=self.truncated_key,
-                          done_keys=self._done_keys, pad_to=pad_to, init_key=self._init_key)
+        try:
+            return slice_info(self._entries, storage, slots, ends,
+                              truncated_key=self.truncated_key, done_keys=self._done_keys,
+                              pad_to=pad_to, init_key=self._init_key)
+        except Exception:  # (a list storage's items: say which one, else the error as it is)
+            check_list_items(storage, [(self._init_key, "init_key"),
+                                       (self._done_keys[0], "truncated_key"),
+                                       (self._done_keys[1], "truncated_key")],
+                             type(self).__name__)
+            raise
+
+    def _read_block(self, storage: Storage, start: int, stop: int
+                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Trajectory signals of slots ``[start, stop)``; a list storage item that cannot be
+        read raises :class:`StorageItemsError` naming it (the index is left as it was)."""
+        try:
+            return super()._read_block(storage, start, stop)
+        except Exception:
+            traj, ends = self._signals if self._signals is not None else (None, None)
+            end_arg = "end_keys" if self.end_keys is not None else "end_key"
+            check_list_items(storage, [(traj, "traj_key"), *((k, end_arg) for k in ends or ())],
+                             type(self).__name__)
+            raise
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
