@@ -89,9 +89,11 @@ class ObservationNorm(Transform):
         self.loc: torch.Tensor | None = None
         self.scale: torch.Tensor | None = None
         if loc is not None and scale is not None:
-            self.loc, self.scale = affine_args(self, loc, scale)
+            loc, held = affine_args(self, loc, scale)
             if not isinstance(scale, torch.Tensor):
-                self.scale = self.scale.clamp_min(self.eps)
+                held = held.clamp_min(self.eps)
+            _check_divisor(held, self.standard_normal)
+            self.loc, self.scale = loc, held
 
     @property
     def initialized(self) -> bool:
@@ -172,6 +174,7 @@ class ObservationNorm(Transform):
         if isinstance(state_dict, dict) and not state_dict:
             return
         check_loc_scale(self, checked_state(self, state_dict, ("loc", "scale", "standard_normal")))
+        _check_divisor(state_dict["scale"], bool(state_dict["standard_normal"]))
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (checked before anything changes; ``{}``
@@ -188,3 +191,22 @@ class ObservationNorm(Transform):
             return f"ObservationNorm(uninitialized, keys={self.in_keys})"
         return (f"ObservationNorm(loc={self.loc.tolist()}, scale={self.scale.tolist()}, "
                 f"keys={self.in_keys})")
+
+
+def _check_divisor(scale: torch.Tensor, standard_normal: bool) -> None:
+    """``ValueError`` naming ``scale`` when it holds a zero and divides (``standard_normal``:
+    ``(obs - loc) / scale`` would be ``inf`` / ``nan`` in every sample).
+
+    >>> _check_divisor(torch.tensor([1.0, 0.0]), standard_normal=False)  # multiplies: fine
+    >>> _check_divisor(torch.tensor([1.0, 0.0]), standard_normal=True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ObservationNorm: scale holds 0 at 1 of its 2 entries, ...
+    """
+    if standard_normal:
+        zeros = int((scale == 0).sum())
+        if zeros:
+            raise ValueError(f"ObservationNorm: scale holds 0 at {zeros} of its {scale.numel()} "
+                             "entries, and standard_normal=True divides by it: every sample "
+                             "would be inf / nan. Give a positive scale (a number scale is "
+                             "clamped to eps).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from multiprocessing.synchronize import SemLock
@@ -141,7 +142,8 @@ class VecNorm(Transform):
     Parameters
     ----------
     in_keys, out_keys : sequence of nested keys
-        Entries normalised (an absent one is skipped). Defaults to ``["observation",
+        Entries normalised (an absent one is skipped; a ``UserWarning``, once, when a call
+        finds none of them). Defaults to ``["observation",
         "reward"]``; ``out_keys`` defaults to ``in_keys``.
     shared_td : TensorDict, optional
         Statistics to use and update in place (in shared memory or memory-mapped), holding
@@ -171,6 +173,9 @@ class VecNorm(Transform):
     >>> sorted(t.state_dict())
     ['obs_count', 'obs_ssq', 'obs_sum']
     """
+
+    #: whether a call found none of the in_keys in its data and warned (said once)
+    _warned_absent: bool = False
 
     def __init__(
         self,
@@ -284,6 +289,12 @@ class VecNorm(Transform):
         require_tensordict(self, data)
         present = {key: (out_key, value) for key, out_key in zip(self.in_keys, self.out_keys)
                    if (value := data.get(key, None)) is not None}
+        if not present and not self._warned_absent:
+            self._warned_absent = True
+            warnings.warn(f"VecNorm: none of its in_keys {self.in_keys} is in the data (its "
+                          f"entries: {sorted(map(str, data.keys(True, True)))[:8]}): nothing "
+                          "was normalised. Check in_keys (an absent entry is skipped, as by "
+                          "TorchRL's VecNorm; this is said once).", UserWarning, stacklevel=2)
         n = max(1, data.numel())
         with self.lock:
             stats = {key: self._held(key) or self._fresh(key, value, data)
