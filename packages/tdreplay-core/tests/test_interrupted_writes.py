@@ -8,7 +8,6 @@ the buffer with a twin that wrote the same batches without the interrupt."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,45 +16,11 @@ from tensordict import TensorDict
 
 from tdreplay.core import (
     ListStorage,
-    RandomSampler,
     ReplayBuffer,
     TensorDictReplayBuffer,
     Transform,
 )
-from tdreplay.core.testing import assert_same, buffer_snapshot
-
-
-class TellingSampler(RandomSampler):
-    """A sampler that records the slots it was told of (and saves them in its state)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.told: set[int] = set()
-
-    def extend(self, index: torch.Tensor) -> None:
-        self.told.update(torch.as_tensor(index).reshape(-1).tolist())
-
-    def add(self, index: int) -> None:
-        self.told.add(int(index))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"told": sorted(self.told)}
-
-
-class InterruptOnce:
-    """``fn`` whose first call raises ``KeyboardInterrupt``: before running (``after=False``)
-    or once it ran (``after=True``), as an interrupt landing at its start or its end."""
-
-    def __init__(self, fn: Callable[..., Any], after: bool) -> None:
-        self.fn, self.after, self.fired = fn, after, False
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.fired:
-            return self.fn(*args, **kwargs)
-        self.fired = True
-        if self.after:
-            self.fn(*args, **kwargs)
-        raise KeyboardInterrupt
+from tdreplay.core.testing import InterruptOnce, TellingSampler, assert_same, buffer_snapshot
 
 
 def _interrupt(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, after: bool

@@ -14,46 +14,15 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdreplay.core import RandomSampler, TensorDictReplayBuffer
-from tdreplay.core.testing import assert_same, buffer_snapshot
+from tdreplay.core import TensorDictReplayBuffer
+from tdreplay.core.testing import InterruptOnce, TellingSampler, assert_same, buffer_snapshot
 from tdreplay.storages import LazyTensorStorage
 from tdreplay.writers import TensorDictMaxValueWriter
 
 
-class TellingSampler(RandomSampler):
-    """A sampler that records the slots it was told of (and saves them in its state)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.told: set[int] = set()
-
-    def extend(self, index: torch.Tensor) -> None:
-        self.told.update(torch.as_tensor(index).reshape(-1).tolist())
-
-    def add(self, index: int) -> None:
-        self.told.add(int(index))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"told": sorted(self.told)}
-
-
-class InterruptOnce:
-    """``fn`` whose first call raises ``KeyboardInterrupt``: before running, once it ran, or
-    once it wrote garbage into the rows (``"torn"``: a storage write cut between leaves)."""
-
-    def __init__(self, fn: Callable[..., Any], when: str) -> None:
-        self.fn, self.when, self.fired = fn, when, False
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.fired:
-            return self.fn(*args, **kwargs)
-        self.fired = True
-        if self.when == "after":
-            self.fn(*args, **kwargs)
-        elif self.when == "torn":
-            where, data = args
-            self.fn(where, data.apply(lambda x: torch.full_like(x, -7)))
-        raise KeyboardInterrupt
+def _torn_write(storage_set: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage write of other values (-7) at the same rows: a write cut short half-way."""
+    return lambda where, data: storage_set(where, data.apply(lambda x: torch.full_like(x, -7)))
 
 
 def _buffer() -> TensorDictReplayBuffer:
@@ -84,7 +53,9 @@ def test_interrupted_extend_completes(monkeypatch: pytest.MonkeyPatch, owner: st
     rb, twin = _buffer(), _buffer()
     for buffer in (rb, twin):
         buffer.extend(_batch(first))
-    step = InterruptOnce(getattr(getattr(rb, owner), name), when)
+    fn = getattr(getattr(rb, owner), name)
+    step = InterruptOnce(fn, after=when == "after",
+                         instead=_torn_write(fn) if when == "torn" else None)
     monkeypatch.setattr(getattr(rb, owner), name, step)
     with pytest.raises(KeyboardInterrupt):
         rb.extend(_batch(offered))
@@ -104,7 +75,9 @@ def test_interrupted_add_completes(monkeypatch: pytest.MonkeyPatch, when: str) -
     rb, twin = _buffer(), _buffer()
     for buffer in (rb, twin):
         buffer.extend(_batch([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
-    monkeypatch.setattr(rb.storage, "set", InterruptOnce(rb.storage.set, when))
+    monkeypatch.setattr(rb.storage, "set", InterruptOnce(
+        rb.storage.set, after=when == "after",
+        instead=_torn_write(rb.storage.set) if when == "torn" else None))
     item = TensorDict({"r": torch.tensor(9.0), "obs": torch.tensor([9.0, -9.0])}, [])
     with pytest.raises(KeyboardInterrupt):
         rb.add(item)

@@ -15,6 +15,9 @@ tensor storage, for tests of core's trajectory features without ``tdreplay-stora
 :func:`read_id_rows` reads them back and checks that no row mixes entries of two writes (what
 a write killed or interrupted half-way must not leave). :func:`in_forked_child` runs a check
 in a forked child process and hands back what it returned (or what it raised).
+:class:`InterruptOnce` raises ``KeyboardInterrupt`` at one step of a call (as Ctrl-C landing
+there), and :class:`TellingSampler` records the slots a buffer told it of, for tests that a
+write cut short leaves every row counted sampleable.
 
 Examples
 --------
@@ -49,12 +52,13 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
+from .sampler import RandomSampler
 from .storage import ListStorage
 
 __all__ = ["BOOLS", "NOT_BOOLS", "NOT_BOOLS_OR_NONE", "RESTORES", "FailOnce",
-           "StackedListStorage", "assert_flag_refused", "assert_flag_taken", "assert_same",
-           "buffer_snapshot", "fill_disk", "id_rows", "in_forked_child", "read_id_rows",
-           "restored", "small_tmpfs"]
+           "InterruptOnce", "StackedListStorage", "TellingSampler", "assert_flag_refused",
+           "assert_flag_taken", "assert_same", "buffer_snapshot", "fill_disk", "id_rows",
+           "in_forked_child", "read_id_rows", "restored", "small_tmpfs"]
 
 #: the ways :func:`restored` copies a buffer
 RESTORES = ("state_dict", "dumps", "pickle", "deepcopy")
@@ -241,6 +245,69 @@ class FailOnce:
         if self.calls - 1 == self.at:
             raise self.error(f"FailOnce refused call {self.at}")
         return data
+
+
+class InterruptOnce:
+    """``fn`` whose first call raises ``KeyboardInterrupt``, as an interrupt (Ctrl-C, or what a
+    signal handler raises) landing at that step: before ``fn`` runs, once it ran
+    (``after=True``), or once ``instead`` ran in its place with the same arguments (e.g. a
+    write of other values: a write cut short half-way). Later calls run ``fn``; ``fired``
+    says whether the interrupt was raised. Monkeypatch a method of a buffer's storage,
+    sampler or writer with it.
+
+    Examples
+    --------
+    >>> seen = []
+    >>> step = InterruptOnce(seen.append, after=True)
+    >>> try:
+    ...     step(1)
+    ... except KeyboardInterrupt:
+    ...     print("interrupted")
+    interrupted
+    >>> step(2), seen, step.fired
+    (None, [1, 2], True)
+    """
+
+    def __init__(self, fn: Callable[..., Any], after: bool = False,
+                 instead: Callable[..., Any] | None = None) -> None:
+        self.fn, self.after, self.instead, self.fired = fn, after, instead, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fired:
+            return self.fn(*args, **kwargs)
+        self.fired = True
+        if self.instead is not None:
+            self.instead(*args, **kwargs)
+        elif self.after:
+            self.fn(*args, **kwargs)
+        raise KeyboardInterrupt
+
+
+class TellingSampler(RandomSampler):
+    """A uniform sampler that records in ``told`` the slots the buffer told it of (written
+    rows), and saves them in its state: after a write, ``told`` holds every row counted.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=ListStorage(4), sampler=TellingSampler())
+    >>> _ = rb.extend([1, 2, 3]); _ = rb.add(4)
+    >>> sorted(rb.sampler.told), rb.sampler.state_dict()
+    ([0, 1, 2, 3], {'told': [0, 1, 2, 3]})
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: set[int] = set()
+
+    def extend(self, index: torch.Tensor) -> None:
+        self.told.update(torch.as_tensor(index).reshape(-1).tolist())
+
+    def add(self, index: int) -> None:
+        self.told.add(int(index))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"told": sorted(self.told)}
 
 
 def id_rows(ids: Any) -> Any:
