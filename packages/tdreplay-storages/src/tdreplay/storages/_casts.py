@@ -18,17 +18,24 @@ cast when written, unless the cast would lose what the data says:
 
 Only data whose dtype differs from the entry's is looked at: writes of the entry's own dtype
 pay nothing.
+
+A number (Python ``bool`` / ``int`` / ``float`` / ``complex`` or a numpy scalar) written into a
+storage of tensors follows the same rule (:func:`number_tensor`): a Python ``float`` is
+float64 data, an ``int`` int64 data, a numpy scalar data of its own dtype.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._keys import entry_label
 
-__all__ = ["check_cast", "dtype_from_str"]
+__all__ = ["check_cast", "dtype_from_str", "is_number", "number_tensor"]
+
+_NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)
 
 
 def _limit(dtype: torch.dtype) -> float:
@@ -40,7 +47,20 @@ def _limit(dtype: torch.dtype) -> float:
     return float(torch.iinfo(dtype).max)
 
 
+class _Number:
+    """The argument a number written into the storage came as (how :func:`_refused` names it
+    in place of an entry)."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, value
+
+
 def _refused(key: Any, src: torch.Tensor, dtype: torch.dtype, why: str) -> str:
+    if isinstance(key, _Number):
+        return (f"{key.name}={key.value!r} ({type(key.value).__name__}, written as {src.dtype} "
+                f"data) into the storage's {dtype} data {why}; the storage refuses lossy casts: "
+                f"pass a value it holds (e.g. torch.tensor({key.name}).to({dtype}) where the "
+                "loss is intended).")
     return (f"{entry_label(key)}: {src.dtype} data written into the storage's {dtype} entry "
             f"{why}; "
             "the storage refuses lossy casts: convert the data first (e.g. "
@@ -100,7 +120,58 @@ def check_cast(key: Any, src: torch.Tensor, dtype: torch.dtype) -> None:
     bad = src[(src < info.min) | (src > info.max)]
     if bad.numel():
         raise ValueError(_refused(key, src, dtype, f"would wrap {bad[0].item()} around (the "
-                                  f"entry holds [{info.min}, {info.max}])"))
+                                  f"{dtype} holds [{info.min}, {info.max}])"))
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a number a storage of tensors takes (:func:`number_tensor`): a
+    Python ``bool`` / ``int`` / ``float`` / ``complex`` or a numpy scalar.
+
+    Examples
+    --------
+    >>> is_number(3.0), is_number(np.int8(2)), is_number(torch.tensor(3.0)), is_number("3")
+    (True, True, False, False)
+    """
+    return isinstance(value, _NUMBER_TYPES)
+
+
+def number_tensor(name: str, value: Any, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` (a number: :func:`is_number`) as a 0-dim tensor of ``dtype``, refused as
+    :func:`check_cast` refuses a tensor of its dtype (``TypeError`` / ``ValueError`` naming
+    argument ``name``) when the cast would lose what it says: ``2.5`` (float64 data) into an
+    int64 storage, ``1e300`` into a float32 one, ``300`` into an int8 one.
+
+    Examples
+    --------
+    >>> number_tensor("value", 3, torch.float32)
+    tensor(3.)
+    >>> number_tensor("value", np.float32(0.5), torch.float16)
+    tensor(0.5000, dtype=torch.float16)
+    >>> number_tensor("value", 3.0, torch.int64)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: value=3.0 (float, written as torch.float64 data) into the storage's torch.int64 ...
+    """
+    if isinstance(value, np.generic):
+        try:
+            src = torch.from_numpy(np.asarray(value))
+        except TypeError:  # (float128, ...: no torch dtype)
+            raise TypeError(f"{name}={value!r}: numpy {value.dtype} data has no torch dtype; "
+                            f"the storage holds {dtype} data.") from None
+    elif isinstance(value, bool):
+        src = torch.tensor(value)
+    elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+        if not (dtype.is_floating_point or dtype.is_complex):  # (an int64 tensor cannot hold it)
+            held = "0 and 1" if dtype is torch.bool else \
+                f"[{torch.iinfo(dtype).min}, {torch.iinfo(dtype).max}]"
+            raise ValueError(f"{name}={value!r} (int) does not fit the storage's {dtype} data "
+                             f"(it holds {held}).")
+        src = torch.tensor(float(value), dtype=torch.float64)  # (rounded, as ints are)
+    else:
+        src = torch.tensor(value, dtype=torch.float64 if isinstance(value, float)
+                           else torch.complex128 if isinstance(value, complex) else torch.int64)
+    check_cast(_Number(name, value), src, dtype)
+    return src.to(dtype)
 
 
 def dtype_from_str(name: str) -> torch.dtype:

@@ -3,11 +3,14 @@ imports): a tensor or pytree written at a tuple index of a multi-dim storage
 (:func:`plain_at_index`), a value written at a multi-dim tensor of rows, whose leading
 dims are those of the index (:func:`flattened_for_index`), and the batch dims of a TensorDict
 written at an index that stand for the storage's dims, before an item's own
-(:func:`index_batch_dims`: a new entry it brings is laid out from the dims after them).
+(:func:`index_batch_dims`: a new entry it brings is laid out from the dims after them), a
+number written into a storage of tensors (:func:`number_value`), and the part of an index out
+of range of the storage's dims, named in its layout (:func:`check_index_range`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,14 +18,21 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701
 
-from tdreplay.core.utils import ShapeMismatchError
+from tdreplay.core.utils import ShapeMismatchError, is_int
 
+from ._casts import number_tensor
+from ._formats import KIND_PYTREE, KIND_TC, KIND_TENSOR
 from ._keys import TENSOR_KEY
 
 if TYPE_CHECKING:
     from ._layout import TensorLayout
 
-__all__ = ["flattened_for_index", "index_batch_dims", "plain_at_index"]
+__all__ = ["IndexOutOfRangeError", "check_index_range", "flattened_for_index", "format_index",
+           "index_batch_dims", "number_value", "plain_at_index"]
+
+#: what a storage of each kind of data is written (a number is written only into tensors)
+_EXPECTED = {KIND_PYTREE: "a pytree of tensors of the storage's structure",
+             KIND_TC: "an instance of the storage's tensorclass"}
 
 
 def plain_at_index(layout: TensorLayout, rows: int, index: tuple[Any, ...],
@@ -127,3 +137,116 @@ def index_batch_dims(layout: TensorLayout, td: TensorDictBase) -> int | None:
     if skip < 0 or td.batch_size[skip:] != own:
         return None
     return skip
+
+
+def number_value(layout: TensorLayout | None, kind: str, value: Any, name: str,
+                 lead: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``value`` (a number, argument ``name`` of a write) as the data of a storage of tensors
+    laid out as ``layout``: a tensor of its dtype (cast as a tensor is cast: lossy casts
+    refused, see :func:`~._casts.number_tensor`), 0-dim, or with ``lead`` (the dims of the
+    rows written) expanded to ``[*lead, *item]`` as torch broadcasts ``t[0] = 3.0``.
+    ``TypeError`` naming ``name`` for a storage of another kind of data (``kind``: a
+    TensorDict, tensorclass or pytree storage takes no number) or never written.
+
+    Examples
+    --------
+    >>> from tdreplay.storages._layout import TensorLayout
+    >>> layout = TensorLayout(TensorDict({TENSOR_KEY: torch.zeros(4, 2)}, [4]), ndim=1,
+    ...                       device=torch.device("cpu"))
+    >>> number_value(layout, "tensor", 3, "value", (2,))
+    tensor([[3., 3.],
+            [3., 3.]])
+    >>> number_value(layout, "tensordict", 3.0, "value")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: value=3.0: a number is written only into a storage of tensors; this storage ...
+    """
+    if layout is None or kind != KIND_TENSOR:
+        holds = "was never written (write a tensor first: it lays the storage out)" \
+            if layout is None else \
+            f"holds {kind} data: write {_EXPECTED.get(kind, 'a TensorDict')} there"
+        raise TypeError(f"{name}={value!r}: a number is written only into a storage of "
+                        f"tensors; this storage {holds}.")
+    entry = layout.td.get(TENSOR_KEY)
+    out = number_tensor(name, value, entry.dtype).to(entry.device)
+    if lead is None:
+        return out
+    return out.expand((*lead, *entry.shape[layout.td.batch_dims:]))
+
+
+class IndexOutOfRangeError(IndexError):
+    """An index of a multi-dim storage out of range at one of its dims: ``dim``, the part
+    ``value`` given there (an int, or the first one out of range of several) and ``size``, the
+    dim's size (of the written rows at dim 0). A buffer that swaps dims (``dim_extend``) may
+    name them in its own layout from these."""
+
+    def __init__(self, message: str, *, dim: int, value: int, size: int) -> None:
+        super().__init__(message)
+        self.dim, self.value, self.size = dim, value, size
+
+
+def format_index(index: Any) -> str:
+    """``index`` as written between brackets: ``0, 7``, ``:, 9``, ``1:3``.
+
+    Examples
+    --------
+    >>> format_index((0, 7)), format_index((slice(None), 9)), format_index(slice(1, 3))
+    ('0, 7', ':, 9', '1:3')
+    """
+    if type(index) is tuple:
+        return ", ".join(format_index(part) for part in index)
+    if isinstance(index, slice):
+        parts = ["" if x is None else str(x) for x in (index.start, index.stop, index.step)]
+        return ":".join(parts if index.step is not None else parts[:2])
+    if index is Ellipsis:
+        return "..."
+    return repr(index)
+
+
+def _out_of_range(part: Any, size: int) -> int | None:
+    """The value of ``part`` (an int or integer indices) out of ``[-size, size)``, if any."""
+    if is_int(part):
+        value = int(part)
+        return None if -size <= value < size else value
+    if isinstance(part, (list, np.ndarray)):
+        try:
+            part = torch.as_tensor(part)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if not isinstance(part, torch.Tensor) or not part.numel() or part.dtype is torch.bool \
+            or part.is_floating_point() or part.is_complex():
+        return None
+    lo, hi = (int(v) for v in torch.aminmax(part.reshape(-1)))
+    return hi if hi >= size else lo if lo < -size else None
+
+
+def check_index_range(shape: Sequence[int], index: Any, what: str) -> None:
+    """Raise :class:`IndexOutOfRangeError` (an ``IndexError``) for the first part of
+    ``index`` (a tuple, one part a dim, or one part) out of range of ``shape``, the storage's
+    dims as it reads them (``[written rows, *inner]``), naming ``what`` (how the user wrote
+    the call), the dim and the valid range there in the storage's layout. Parts past
+    ``shape`` (an item's own dims), slices, masks and an index with ``...`` or ``None`` are
+    left to torch.
+
+    Examples
+    --------
+    >>> check_index_range((6, 2), (0, 1), "storage[0, 1]")
+    >>> check_index_range((6, 2), (0, 7), "storage[0, 7]")
+    Traceback (most recent call last):
+    ...
+    tdreplay.storages._index_values.IndexOutOfRangeError: storage[0, 7]: index 7 is out of range for dim 1 (size 2) of the storage's layout [6, 2] (dim 0: its 6 written rows); valid indices at dim 1: -2 to 1.
+    """  # noqa: E501
+    parts = index if type(index) is tuple else (index,)
+    if any(part is Ellipsis or part is None for part in parts):
+        return
+    for dim, part in enumerate(parts[:len(shape)]):
+        size = int(shape[dim])
+        value = _out_of_range(part, size)
+        if value is None:
+            continue
+        valid = f"{-size} to {size - 1}" if size else "none"
+        raise IndexOutOfRangeError(
+            f"{what}: index {value} is out of range for dim {dim} (size {size}) of the "
+            f"storage's layout {list(shape)} (dim 0: its {shape[0]} written rows); valid "
+            f"indices at dim {dim}: "
+            f"{valid}.", dim=dim, value=value, size=size)

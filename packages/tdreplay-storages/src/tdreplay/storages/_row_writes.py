@@ -19,7 +19,7 @@ from tdreplay.core.utils import as_long_tensor, range_tensor
 if TYPE_CHECKING:
     from ._layout import TensorLayout
 
-__all__ = ["before_write", "slice_bound", "write_rows", "write_run"]
+__all__ = ["before_write", "cursor_rows", "slice_bound", "write_rows", "write_run"]
 
 
 def write_rows(layout: TensorLayout, rows: Any, td: TensorDictBase,
@@ -137,6 +137,22 @@ def before_write(layout: TensorLayout, start: int, stop: int) -> None:
             leaf[low:start].zero_()
     # every row written or zeroed once the top one is: no check on later writes
     layout.unfilled_from = stop if stop < layout.rows else None
+
+
+def cursor_rows(rows: Any, cap: int, written: int) -> int:
+    """How many rows :func:`write_rows` writes at ``rows`` (a slice, or row indices) of a
+    layout of ``cap`` rows with ``written`` rows written, counted as it counts them.
+
+    Examples
+    --------
+    >>> cursor_rows(slice(1, 3), 10, 5), cursor_rows(slice(-2, None), 10, 5)
+    (2, 2)
+    >>> cursor_rows([0, 4, 4], 10, 5), cursor_rows(slice(7, 1), 10, 5)
+    (3, 0)
+    """
+    if isinstance(rows, slice):
+        return len(range(*rows.indices(cap if written == cap else slice_bound(rows, cap, written))))
+    return as_long_tensor(rows, name="rows").numel()
 
 
 def slice_bound(rows: slice, cap: int, written: int) -> int:

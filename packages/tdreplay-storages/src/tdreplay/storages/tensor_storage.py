@@ -33,16 +33,25 @@ from tdreplay.core.utils import (
 )
 
 from ._allocation import allocate_unfilled
+from ._casts import is_number
 from ._checkpoint_rows import CheckpointRowsMixin
 from ._compilable_rows import CompilableRows
 from ._consolidation import check_consolidable
 from ._entry_edits import NO_GUARD, EditGuard
 from ._formats import KIND_PYTREE, KIND_TC, KIND_TD, KIND_TENSOR, DataFormat, to_tensordict
-from ._index_values import flattened_for_index, index_batch_dims, plain_at_index
+from ._index_values import (
+    check_index_range,
+    flattened_for_index,
+    format_index,
+    index_batch_dims,
+    number_value,
+    plain_at_index,
+)
 from ._keys import is_key_index
 from ._layout import TensorLayout, checked_updates
 from ._object_layout import first_layout, grown_layout, wrapped_layout
 from ._row_gaps import check_no_gap
+from ._row_writes import cursor_rows
 from ._source_checks import check_storable_leaves
 from ._state_checks import check_tensor_state
 from ._tensorclasses import NestedClasses, classes_of
@@ -324,6 +333,8 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
                 cursor = written_slots(cursor, self._rows_written(), self.rows_capacity)
             elif type(cursor) is torch.Tensor and cursor.dtype is torch.uint8:
                 _check_index_dtype(cursor)  # (rows, never a mask: refused as reads refuse it)
+        if is_number(data):  # into a storage of tensors, broadcast as torch's t[0] = 3.0
+            data = self._number_rows(cursor, data, "data")
         if set_cursor is not True and set_cursor is not False:  # (one check when a bool)
             check_flag(set_cursor, "set_cursor")
         if self._len_tensor is not None and self._set_compiled(cursor, data, set_cursor):
@@ -375,10 +386,57 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
         if last is not None and set_cursor:
             self.last_written_row = last
 
+    def _number_rows(self, cursor: Any, value: Any, name: str) -> torch.Tensor:
+        """``value`` (a number, argument ``name``) as the data :meth:`set` writes at ``cursor``
+        (rows resolved): a tensor of the storage's dtype expanded over the rows and an
+        item's shape; ``TypeError`` / ``ValueError`` naming ``name`` (see
+        :func:`~._index_values.number_value`)."""
+        layout = self._current_layout()
+        if layout is None:
+            return number_value(layout, self._format.kind, value, name)  # (refused)
+        if type(cursor) is int or (type(cursor) is not slice and is_int(cursor)):
+            return number_value(layout, self._format.kind, value, name, layout.inner)
+        count = cursor_rows(cursor, layout.rows, self._rows_written())
+        return number_value(layout, self._format.kind, value, name, (count, *layout.inner))
+
+    def index_to_rows(self, index: Any, value: Any = None) -> torch.Tensor:
+        """Rows of ``index`` (see :meth:`~tdreplay.core.Storage.index_to_rows`). A tuple
+        index of a multi-dim storage is checked at every dim first: an ``IndexError`` names
+        the dim out of range and the valid indices there, in the storage's layout
+        ``[rows, *inner]``.
+
+        Examples
+        --------
+        >>> s = LazyTensorStorage(12, ndim=2)
+        >>> s.set(slice(0, 6), torch.zeros(6, 2))
+        >>> s.index_to_rows((1, 0)).tolist()
+        [1]
+        >>> s.index_to_rows((0, 7))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tdreplay...IndexOutOfRangeError: storage[0, 7]: index 7 is out of range for dim 1 ...
+        """
+        if type(index) is tuple and self.ndim > 1:
+            self._check_index_range(index, f"storage[{format_index(index)}]")
+        return super().index_to_rows(index, value)
+
+    def _check_index_range(self, index: Any, what: str) -> None:
+        """``IndexError`` naming ``what`` for a part of ``index`` out of range of the
+        storage's dims (see :func:`~._index_values.check_index_range`)."""
+        layout = self._current_layout()
+        if layout is not None:
+            check_index_range((self._rows_written(), *layout.inner), index, what)
+
     def __setitem__(self, index: Any, value: Any) -> None:
         _check_index_dtype(index)
         layout = self._current_layout()
+        if is_number(value):  # (checked here to name ``value``; set expands it over the rows)
+            number = number_value(layout, self._format.kind, value, "value")
+            if isinstance(index, tuple):
+                value = number  # (0-dim: broadcast as plain data over what index selects)
         if isinstance(index, tuple) and layout is not None:
+            if self.ndim > 1:
+                self._check_index_range(index, f"storage[{format_index(index)}] = ...")
             # a tensor or pytree takes the batch shape of what index selects (as it reads)
             plain = not is_tensor_collection(value)
             td, kind, extra = to_tensordict(value, batched=not plain,
@@ -446,8 +504,14 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
             if type(index) is tuple:  # coordinates in the storage's dims, as storage[index]
                 # (TorchRL's get): (0, 1) is row 0, column 1 of an ndim=2 storage; (1,) row 1
                 _check_index_dtype(index)  # (float or uint8 parts: TypeError, as storage[i])
-                return self._format.from_td(
-                    clone_exact(layout.read_index(self._rows_written(), index)))
+                try:
+                    read = layout.read_index(self._rows_written(), index)
+                except IndexError:
+                    if self.ndim > 1:  # (the dim out of range named in the storage's layout)
+                        self._check_index_range(index, f"get(({format_index(index)},))"
+                                                if len(index) == 1 else f"get({index!r})")
+                    raise
+                return self._format.from_td(clone_exact(read))
             dtype = getattr(index, "dtype", None)
             if dtype is torch.uint8 or (isinstance(dtype, np.dtype) and dtype == np.uint8):
                 # torch reads it as a mask, a write as rows: TypeError, as storage[i] (floats:
@@ -495,7 +559,13 @@ class TensorStorage(CheckpointRowsMixin, CompilableRows, Storage):
             # (its entries are named by the storage: '_tensor', or pytree leaves '0', '1', ...)
             raise KeyError(f"storage[{index!r}]: this storage holds {kind} data, not "
                            "TensorDicts: it has no entry to select by key.")
-        return self._format.from_td(layout.read_index(self._rows_written(), index))
+        try:
+            read = layout.read_index(self._rows_written(), index)
+        except IndexError:
+            if self.ndim > 1:  # (the dim out of range named in the storage's layout)
+                self._check_index_range(index, f"storage[{format_index(index)}]")
+            raise
+        return self._format.from_td(read)
 
     def __len__(self) -> int:
         layout = self._current_layout()
