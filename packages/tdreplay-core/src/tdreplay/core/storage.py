@@ -36,7 +36,7 @@ from .storage_checkpointer import (
     StorageCheckpointerBase,
     describe_checkpointer,
 )
-from .storage_indexing import StorageIndexing
+from .storage_indexing import StorageIndexError, StorageIndexing
 from .storage_readers import AttachableStorage
 from .utils import ShapeMismatchError, as_long_tensor, check_flag, is_int
 
@@ -50,24 +50,6 @@ def _nested_items(items: list[Any], slots: list[Any]) -> list[Any]:
     shape)."""
     return [ItemRows(_nested_items(items, row)) if isinstance(row, list) else items[row]
             for row in slots]
-
-
-class StorageIndexError(IndexError, RuntimeError):
-    """A write at a row a :class:`ListStorage` cannot address: past its ``max_size``, or
-    leaving a gap after its written rows. Nothing is written.
-
-    An ``IndexError`` as tdreplay raised before, and a ``RuntimeError`` as TorchRL's list
-    storages raise, so that ``except RuntimeError:`` written for TorchRL keeps working.
-
-    Examples
-    --------
-    >>> s = ListStorage(2)
-    >>> try:
-    ...     s.set(5, "x")
-    ... except RuntimeError as err:
-    ...     print(type(err).__name__, len(s))
-    StorageIndexError 0
-    """
 
 
 def written_slots(index: Any, n: int, capacity: int | None = None) -> torch.Tensor:

@@ -11,7 +11,27 @@ import torch
 
 from .utils import as_long_tensor, is_int, leading_dim, range_tensor
 
-__all__ = ["StorageIndexing"]
+__all__ = ["StorageIndexError", "StorageIndexing"]
+
+
+class StorageIndexError(IndexError, RuntimeError):
+    """A write at a row a storage cannot address: past a :class:`ListStorage`'s ``max_size``,
+    leaving a gap after the written rows, or an index assignment (``rb[i] = x``) past them.
+    Nothing is written.
+
+    An ``IndexError`` as tdreplay raised before, and a ``RuntimeError`` as TorchRL's list
+    storages raise, so that ``except RuntimeError:`` written for TorchRL keeps working.
+
+    Examples
+    --------
+    >>> from tdreplay.core import ListStorage
+    >>> s = ListStorage(2)
+    >>> try:
+    ...     s.set(5, "x")
+    ... except RuntimeError as err:
+    ...     print(type(err).__name__, len(s))
+    StorageIndexError 0
+    """
 
 
 class StorageIndexing:
@@ -172,8 +192,8 @@ class StorageIndexing:
             if cap is None:
                 cap = self.rows_capacity_for(value, batched=True) if value is not None else 0
             if step <= 0 or start > n:
-                raise IndexError(f"index {index} would write past the {n} written rows with a "
-                                 "gap or backwards: use extend to add rows.")
+                raise StorageIndexError(f"index {index} would write past the {n} written rows "
+                                        "with a gap or backwards: use extend to add rows.")
             return range_tensor(range(start, min(stop, cap), step))
         if isinstance(index, torch.Tensor) and index.dtype is torch.bool:
             if index.ndim != 1 or index.shape[0] != n:  # as torch: a mask covers every row
@@ -184,8 +204,9 @@ class StorageIndexing:
             rows = as_long_tensor(index, name="index").reshape(-1)
         rows = torch.where(rows < 0, rows + n, rows)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n):
-            raise IndexError(f"index {index!r} is out of range: {n} rows are written (index "
-                             "assignment overwrites written rows; extend adds rows).")
+            raise StorageIndexError(f"index {index!r} is out of range: {n} rows are written "
+                                    "(index assignment overwrites written rows; extend adds "
+                                    "rows).")
         return rows
 
     def __setitem__(self, index: Any, value: Any) -> None:
