@@ -34,7 +34,7 @@ from .trajectory_bounds import DEFAULT_DONE_KEYS, find_start_stop_traj
 from .transform import CallableTransform, Compose, InvertedTransform, Transform
 from .writer import RoundRobinWriter, Writer
 
-__version__ = "0.6.10"
+__version__ = "0.6.11"
 
 __all__ = [
     "DEFAULT_DONE_KEYS",

@@ -15,7 +15,7 @@ from .minari_data import MinariExperienceReplay
 from .offline_to_online import OfflineToOnlineReplayBuffer, prefill_replay_buffer
 from .registry import load_dataset, register_dataset
 
-__version__ = "0.6.5"
+__version__ = "0.6.6"
 
 __all__ = [
     "BaseDatasetExperienceReplay",

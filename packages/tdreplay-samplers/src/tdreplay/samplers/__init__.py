@@ -21,7 +21,7 @@ from .staleness import StalenessAwareSampler, StalenessWeightError
 from .streaming_slice import StreamingSliceSampler
 from .without_replacement import BatchLargerThanBufferError, SamplerWithoutReplacement
 
-__version__ = "0.6.7"
+__version__ = "0.6.8"
 
 __all__ = [
     "BatchLargerThanBufferError",

@@ -18,7 +18,7 @@ from .ted_hooks import Flat2TED, TED2Flat
 from .ted_nested import H5Combine, H5Split, Nested2TED, TED2Nested
 from .tensor_storage import LazyTensorStorage, TensorStorage
 
-__version__ = "0.6.8"
+__version__ = "0.6.9"
 
 __all__ = [
     "CompressedListStorage",

@@ -35,7 +35,7 @@ from .tensors import (
 )
 from .vecnorm import VecNorm
 
-__version__ = "0.6.6"
+__version__ = "0.6.7"
 
 __all__ = [
     "BinarizeReward",

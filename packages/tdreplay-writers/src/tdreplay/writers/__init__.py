@@ -6,7 +6,7 @@ from .immutable import ImmutableDatasetWriter
 from .max_value import NotATensorCollectionError, TensorDictMaxValueWriter
 from .round_robin import TensorDictRoundRobinWriter
 
-__version__ = "0.6.4"
+__version__ = "0.6.5"
 
 __all__ = [
     "ImmutableDatasetWriter",

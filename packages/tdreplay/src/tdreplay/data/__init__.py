@@ -37,7 +37,7 @@ import importlib.util
 import sys
 from typing import Any
 
-__version__ = "0.6.10"
+__version__ = "0.6.11"
 
 #: public name -> the component module that defines it
 _EXPORTS: dict[str, str] = {
