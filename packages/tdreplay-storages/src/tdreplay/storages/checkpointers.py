@@ -553,7 +553,7 @@ class _CompactingCheckpointer(StorageCheckpointerBase):
             if not is_int(dim) or not 0 <= dim < len(batch_size):
                 raise CheckpointError(f"checkpoint time_dim {dim!r} is not a dim of its rows "
                                       f"{tuple(batch_size)}.")
-            data = _Compactor.expand(arrays, meta["entries"], batch_size, dim)
+            data = _Compactor.expand(arrays, meta["entries"], batch_size, int(dim))
             set_nested_batch_dims(data, {tuple(level): tuple(dims)
                                          for level, dims in meta.get("nested_dims", [])})
         except CheckpointError:
