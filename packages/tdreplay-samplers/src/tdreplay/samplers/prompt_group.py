@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
-from tdreplay.core import ListStorage, Sampler, Storage
+from tdreplay.core import Sampler, Storage
 from tdreplay.core.utils import (
     as_long_tensor,
     check_batch_size,
@@ -29,6 +29,8 @@ from tdreplay.core.utils import (
     check_whole_numbers,
     is_int,
 )
+
+from ._list_items import first_unreadable_item
 
 __all__ = ["PromptGroupSampler"]
 
@@ -57,25 +59,24 @@ def _check_group_values(values: Any, group_key: Any) -> None:
 
 def _list_item_problem(storage: Storage, key: Any) -> str:
     """Which item of a ``ListStorage`` holds no TensorDict, or no ``key`` entry (``""``: none,
-    or another storage). Reads every item: for error messages only.
+    or another storage; see :func:`~._list_items.first_unreadable_item`).
 
     Examples
     --------
     >>> from tensordict import TensorDict
+    >>> from tdreplay.core import ListStorage
     >>> storage = ListStorage(3)
     >>> storage.set([0, 1], [TensorDict({"prompt": torch.tensor(0)}), TensorDict()])
     >>> _list_item_problem(storage, "prompt")
     " (the item at slot 1 has no 'prompt' entry)"
     """
-    if not isinstance(storage, ListStorage):
+    found = first_unreadable_item(storage, [key])
+    if found is None:
         return ""
-    for slot in range(len(storage)):
-        item = storage.get(slot)
-        if not is_tensor_collection(item):
-            return f" (the item at slot {slot} is of type {type(item).__name__}, not a TensorDict)"
-        if item.get(key, None) is None:
-            return f" (the item at slot {slot} has no {key!r} entry)"
-    return ""
+    slot, missing, kind = found
+    if missing is None:
+        return f" (the item at slot {slot} is of type {kind}, not a TensorDict)"
+    return f" (the item at slot {slot} has no {key!r} entry)"
 
 
 def _hashable(values: Any) -> list[Any]:

@@ -20,6 +20,7 @@ from tdreplay.core.utils import NestedKey, check_count, check_flag, check_key, c
 
 from ._fragmented_index import FragmentedIndex
 from ._fragmented_slices import FragmentedSlicesMixin, check_fragmented_arguments
+from ._list_items import first_unreadable_item
 from ._signals import AUTO_TRAJ_KEYS, Signals, traj_key_candidates
 from ._slice_output import INIT_KEY, check_init_key, slice_info
 from ._slice_trajectories import TrajectorySyncMixin
@@ -93,19 +94,15 @@ def check_list_items(storage: Storage, keys: Sequence[tuple[NestedKey | None, st
     first = storage.get(0)
     held = set(first.keys(include_nested=True, leaves_only=True)) \
         if is_tensor_collection(first) else set()
-    wanted = [(unravel_key(k), arg) for k, arg in keys if k is not None]
-    wanted = [(k, arg) for k, arg in wanted if k in held]
-    for slot in range(len(storage)):
-        item = storage.get(slot)
-        if not is_tensor_collection(item):
-            problem = f"it is of type {type(item).__name__}, not a TensorDict"
-        else:
-            stored = set(item.keys(include_nested=True, leaves_only=True))
-            missing = [(k, arg) for k, arg in wanted if k not in stored]
-            if not missing:
-                continue
-            key, arg = missing[0]
-            problem = f"it has no entry {key_name(key)} ({arg}), which the item at slot 0 has"
+    args: dict[Any, str] = {}  # the keys the first item holds, each with its argument
+    for key, arg in keys:
+        if key is not None and unravel_key(key) in held:
+            args.setdefault(unravel_key(key), arg)
+    found = first_unreadable_item(storage, list(args))
+    if found is not None:
+        slot, key, kind = found
+        problem = f"it is of type {kind}, not a TensorDict" if key is None else \
+            f"it has no entry {key_name(key)} ({args[key]}), which the item at slot 0 has"
         raise StorageItemsError(
             f"{owner} could not read the item at slot {slot} of the {type(storage).__name__}: "
             f"{problem}. Could not get a tensordict out of the storage, which is required for "
